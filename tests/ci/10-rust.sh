@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Rust: format, lints, every unit/integration/golden test of the workspace.
+. "$(dirname "$0")/lib.sh"
+cd "$ROOT"
+need_pkgs clang-tools-19 llvm-19 elfutils binutils zstd openssl gcc libc6-dev
+export PATH="/usr/lib/llvm-19/bin:$PATH"
+log "cargo fetch"
+cargo fetch --locked
+log "cargo fmt --check"
+cargo fmt --all --check
+log "cargo clippy"
+cargo clippy --workspace --all-targets --locked -- -D warnings
+log "cargo test"
+cargo test --workspace --locked 2>&1 | tee /tmp/rocpack-cargo-test.log

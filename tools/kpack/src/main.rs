@@ -1,0 +1,68 @@
+//! `kpack`: split GPU device code out of fat binaries, pack it per arch,
+//! recombine CI shards and check the result. Thin wiring only: the logic
+//! lives in the `rocpack-*` library crates.
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+mod cmd;
+
+/// Split, pack, recombine and inspect HIP fat binaries and `.kpack` archives.
+#[derive(Debug, Parser)]
+#[command(name = "kpack", version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Describe any fat binary, static archive, bundle, CCOB or `.kpack` file.
+    Inspect(cmd::inspect::InspectArgs),
+    /// Write one file per code object found in FILE.
+    Unbundle(cmd::unbundle::UnbundleArgs),
+    /// Build a `.kpack` archive from code objects.
+    Pack(cmd::pack::PackArgs),
+    /// Extract every code object of a `.kpack` archive.
+    Unpack(cmd::unpack::UnpackArgs),
+    /// Split an artifact directory into host-only and per-arch artifacts.
+    Split(cmd::split::SplitArgs),
+    /// Rebuild a fat binary from a split host binary and its `.kpack` files.
+    Reassemble(cmd::reassemble::ReassembleArgs),
+    /// Recombine split CI shards into per-architecture-group packages.
+    Recombine(cmd::recombine::RecombineArgs),
+    /// Check a split or recombined artifact tree.
+    Verify(cmd::verify::VerifyArgs),
+    /// Print the architecture group a device needs.
+    SelectFamily(cmd::select_family::SelectFamilyArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(err) => {
+            let code = if err.use_stderr() { 2 } else { 0 };
+            let _ = err.print();
+            return ExitCode::from(code);
+        }
+    };
+    let result = match cli.command {
+        Command::Inspect(a) => cmd::inspect::run(a),
+        Command::Unbundle(a) => cmd::unbundle::run(a),
+        Command::Pack(a) => cmd::pack::run(a),
+        Command::Unpack(a) => cmd::unpack::run(a),
+        Command::Split(a) => cmd::split::run(a),
+        Command::Reassemble(a) => cmd::reassemble::run(a),
+        Command::Recombine(a) => cmd::recombine::run(a),
+        Command::Verify(a) => cmd::verify::run(a),
+        Command::SelectFamily(a) => cmd::select_family::run(a),
+    };
+    match result {
+        Ok(code) => code,
+        Err(err) => {
+            eprintln!("kpack: error: {err:#}");
+            ExitCode::from(2)
+        }
+    }
+}

@@ -1,0 +1,9 @@
+//! TheRock artifact directories: manifests, database handlers, split,
+//! recombine, verify, packaging configs and family selection.
+
+pub mod config;
+pub mod manifest;
+pub mod recombine;
+pub mod select;
+pub mod split;
+pub mod verify;
