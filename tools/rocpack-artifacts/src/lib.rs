@@ -2,8 +2,11 @@
 //! recombine, verify, packaging configs and family selection.
 
 pub mod config;
+pub mod databases;
+pub mod fsutil;
 pub mod manifest;
 pub mod recombine;
 pub mod select;
 pub mod split;
 pub mod verify;
+pub mod walk;

@@ -1,1 +1,708 @@
-//! verify
+//! Verify a split shard output or a recombined tree: a directory whose
+//! subdirectories are packages (`<component>_generic`, `<component>_<arch>`
+//! or `<component>_<group>`), each with an `artifact_manifest.txt`.
+//!
+//! Checks (each failure is one [`Violation`]; all are collected):
+//! * every package has a valid manifest; every listed prefix is a directory;
+//!   nothing lies outside the listed prefixes; no symlink leaves its package;
+//! * generic packages: no fat binary with device code, no `.kpack` file;
+//!   every split binary has only HIPK wrappers pointing at a marker that
+//!   decodes strictly;
+//! * arch packages: only `.kpack` files (under a `.kpack` directory) and
+//!   arch database files; every file's arch belongs to the package (its arch,
+//!   its group from `--config`, or the family pattern `gfx110X`); one arch
+//!   lives in one package per component; every `.kpack` parses strictly and
+//!   every kernel reads back; every TOC target is listed in `gfx_arches`;
+//! * the end-to-end check: for every split host binary, every wrapper
+//!   `co_index` and every arch the component's packages ship, the runtime's
+//!   lookup (marker search paths relative to the binary, `@GFXARCH@`
+//!   expanded with the runtime's compatible targets, first archive listing
+//!   the target wins, kpack-reference §2.2) over the tree as installed (all
+//!   packages overlaid) finds an AMDGPU code object; and every kernel in a
+//!   `.kpack` belongs to a binary that can ask for it.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs;
+use std::path::{Component, Path, PathBuf};
+
+use rayon::prelude::*;
+use serde::Serialize;
+
+use crate::config::PackagingConfig;
+use crate::databases::{self, DatabaseKind};
+use crate::fsutil::{self, FsError, IoContext};
+use crate::manifest::{ArtifactManifest, MANIFEST_FILE};
+use crate::select::Target;
+use crate::walk::{self, EntryKind};
+
+/// AMDGPU `e_machine`.
+const EM_AMDGPU: u16 = 224;
+
+/// Options of [`verify`].
+#[derive(Debug, Clone, Default)]
+pub struct VerifyOptions {
+    /// Directory holding the packages.
+    pub artifacts_dir: PathBuf,
+    /// Packaging config: gives the exact archs of group packages.
+    pub config: Option<PackagingConfig>,
+}
+
+/// One failed check.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub struct Violation {
+    /// Package directory name.
+    pub package: String,
+    /// Path inside the package (empty for the package itself).
+    pub path: String,
+    /// Machine-readable kind (`missing_manifest`, `fat_binary`, `unresolved`, …).
+    pub kind: &'static str,
+    /// What is wrong.
+    pub message: String,
+}
+
+/// Result of [`verify`].
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct VerifyReport {
+    /// No violation.
+    pub ok: bool,
+    /// Packages checked.
+    pub packages: usize,
+    /// Regular files checked.
+    pub files: usize,
+    /// Split host binaries found.
+    pub host_binaries: usize,
+    /// `.kpack` archives checked.
+    pub kpack_files: usize,
+    /// (binary, co_index, arch) lookups tried.
+    pub lookups: usize,
+    /// Lookups that found a code object.
+    pub lookups_resolved: usize,
+    /// Everything that failed, sorted.
+    pub violations: Vec<Violation>,
+    /// Things that could not be checked.
+    pub warnings: Vec<String>,
+}
+
+/// Input problems (exit 2).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum VerifyError {
+    /// The directory cannot be read.
+    #[error(transparent)]
+    Fs(#[from] FsError),
+    /// Not a directory.
+    #[error("{0}: not a directory")]
+    NotADir(PathBuf),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum PkgKind {
+    Generic,
+    /// Suffix after the component.
+    Arch(String),
+}
+
+#[derive(Debug)]
+struct Package {
+    name: String,
+    component: String,
+    kind: PkgKind,
+    /// Regular files and symlinks keyed by path relative to the package.
+    files: Vec<(String, PathBuf, EntryKind)>,
+}
+
+/// Archs a package may hold.
+#[derive(Debug, Clone)]
+enum ArchSet {
+    Exact(Vec<Target>),
+    /// `gfx110X`: processors `gfx110?`.
+    Pattern(String),
+    Unknown,
+}
+
+impl ArchSet {
+    fn allows(&self, t: &Target) -> Option<bool> {
+        match self {
+            ArchSet::Exact(v) => Some(v.iter().any(|a| a.compatible_with(t))),
+            ArchSet::Pattern(p) => Some(
+                t.processor.len() == p.len() + 1
+                    && t.processor.starts_with(p.as_str())
+                    && !t.is_generic(),
+            ),
+            ArchSet::Unknown => None,
+        }
+    }
+}
+
+fn arch_set(suffix: &str, config: Option<&PackagingConfig>) -> ArchSet {
+    if let Some(g) = config.and_then(|c| c.group(suffix)) {
+        return ArchSet::Exact(g.architectures.iter().filter_map(|a| Target::parse(a).ok()).collect());
+    }
+    if let Ok(t) = Target::parse(suffix) {
+        return ArchSet::Exact(vec![t]);
+    }
+    if let Some(t) = databases::parse_target_exact(suffix).and_then(|t| Target::parse(&t).ok()) {
+        return ArchSet::Exact(vec![t]);
+    }
+    if let Some(stem) = suffix.strip_suffix('X') {
+        if stem.starts_with("gfx") && stem.len() > 3 && stem[3..].bytes().all(|b| b.is_ascii_alphanumeric()) {
+            return ArchSet::Pattern(stem.to_string());
+        }
+    }
+    ArchSet::Unknown
+}
+
+fn parse_package_name(name: &str) -> Option<(String, PkgKind)> {
+    if let Some(c) = name.strip_suffix("_generic") {
+        return (!c.is_empty()).then(|| (c.to_string(), PkgKind::Generic));
+    }
+    let (c, s) = name.rsplit_once('_')?;
+    (!c.is_empty() && !s.is_empty()).then(|| (c.to_string(), PkgKind::Arch(s.to_string())))
+}
+
+/// Lexically joins `rel` (may hold `..`) onto `base` (a `/`-separated
+/// relative dir); `None` when it leaves the root.
+fn join_lexical(base: &str, rel: &str) -> Option<String> {
+    let mut parts: Vec<&str> = base.split('/').filter(|c| !c.is_empty()).collect();
+    for c in Path::new(rel).components() {
+        match c {
+            Component::CurDir => {}
+            Component::ParentDir => {
+                parts.pop()?;
+            }
+            Component::Normal(n) => parts.push(n.to_str()?),
+            Component::RootDir | Component::Prefix(_) => return None,
+        }
+    }
+    Some(parts.join("/"))
+}
+
+struct HostBinary {
+    package: String,
+    component: String,
+    rel: String,
+    marker: rocpack_kpack::Marker,
+    co_indices: BTreeSet<u64>,
+}
+
+/// What one generic-package file turned out to be.
+enum GenericFinding {
+    Host(HostBinary),
+    Violation(Violation),
+    Warning(String),
+}
+
+fn v(package: &str, path: &str, kind: &'static str, message: impl Into<String>) -> Violation {
+    Violation {
+        package: package.to_string(),
+        path: path.to_string(),
+        kind,
+        message: message.into(),
+    }
+}
+
+fn check_generic_file(pkg: &Package, rel: &str, path: &Path) -> Vec<GenericFinding> {
+    let mut out = Vec::new();
+    if rel.ends_with(".kpack") || rel.split('/').any(|c| c == rocpack_kpack::KPACK_DIR) {
+        out.push(GenericFinding::Violation(v(
+            &pkg.name,
+            rel,
+            "kpack_in_generic",
+            "`.kpack` file in a generic package (belongs in an arch package)",
+        )));
+        return out;
+    }
+    let Ok(data) = fs::read(path) else {
+        out.push(GenericFinding::Violation(v(&pkg.name, rel, "unreadable", "cannot read file")));
+        return out;
+    };
+    if data.starts_with(b"__CLANG_OFFLOAD_BUNDLE__") || data.starts_with(b"CCOB") {
+        out.push(GenericFinding::Warning(format!(
+            "{}/{rel}: device-only offload bundle in a generic package: it ships only the archs of the shard it came from",
+            pkg.name
+        )));
+        return out;
+    }
+    if !data.starts_with(b"\x7fELF") {
+        return out;
+    }
+    let machine = data
+        .get(18..20)
+        .map(|b| u16::from_le_bytes([b[0], b[1]]))
+        .unwrap_or(0);
+    if machine == EM_AMDGPU {
+        // Device code objects without an arch in the name stay generic in
+        // split (nothing names their arch); only report them.
+        return out;
+    }
+    let info = match rocpack_elf::analyze(&data) {
+        Ok(i) => i,
+        Err(_) => return out, // not a HIP binary we can judge (other ELF flavours)
+    };
+    match info.state {
+        rocpack_elf::State::HostOnly => {}
+        rocpack_elf::State::Fat => {
+            if info.has_device_code() {
+                out.push(GenericFinding::Violation(v(
+                    &pkg.name,
+                    rel,
+                    "fat_binary",
+                    format!(
+                        "fat binary with device code left in a generic package ({} bundle(s) in .hip_fatbin, {} HIPF wrapper(s))",
+                        info.bundles.len(),
+                        info.wrappers.len()
+                    ),
+                )));
+            }
+        }
+        rocpack_elf::State::Split => {
+            let bad: Vec<usize> = info
+                .wrappers
+                .iter()
+                .filter(|w| w.magic != rocpack_elf::HIPK_MAGIC || !w.points_to_marker)
+                .map(|w| w.index)
+                .collect();
+            if !bad.is_empty() {
+                out.push(GenericFinding::Violation(v(
+                    &pkg.name,
+                    rel,
+                    "bad_wrapper",
+                    format!("wrapper(s) {bad:?} are not HIPK wrappers pointing at the marker"),
+                )));
+            }
+            let Some(m) = info.marker else {
+                out.push(GenericFinding::Violation(v(
+                    &pkg.name,
+                    rel,
+                    "bad_marker",
+                    "HIPK wrappers but no .rocm_kpack_ref marker",
+                )));
+                return out;
+            };
+            match rocpack_kpack::Marker::decode_strict(&m.bytes) {
+                Ok(marker) => out.push(GenericFinding::Host(HostBinary {
+                    package: pkg.name.clone(),
+                    component: pkg.component.clone(),
+                    rel: rel.to_string(),
+                    marker,
+                    co_indices: info.wrappers.iter().map(|w| u64::from(w.co_index())).collect(),
+                })),
+                Err(e) => out.push(GenericFinding::Violation(v(
+                    &pkg.name,
+                    rel,
+                    "bad_marker",
+                    format!(".rocm_kpack_ref marker does not decode: {e}"),
+                ))),
+            }
+        }
+    }
+    out
+}
+
+/// Runs every check. `log` gets warning lines.
+pub fn verify(opts: &VerifyOptions, log: &mut dyn FnMut(&str)) -> Result<VerifyReport, VerifyError> {
+    let root = &opts.artifacts_dir;
+    if !fs::metadata(root).ctx(root, "stat")?.is_dir() {
+        return Err(VerifyError::NotADir(root.clone()));
+    }
+    let mut report = VerifyReport::default();
+    let mut vio: Vec<Violation> = Vec::new();
+    let mut warnings: Vec<String> = Vec::new();
+
+    // 1. Packages, manifests, walks.
+    let mut packages: Vec<Package> = Vec::new();
+    for name in fsutil::sorted_names(root).ctx(root, "read directory")? {
+        let Some(name) = name.to_str().map(str::to_string) else {
+            continue;
+        };
+        if name.starts_with('.') {
+            continue;
+        }
+        let path = root.join(&name);
+        if !fs::symlink_metadata(&path).ctx(&path, "stat")?.is_dir() {
+            continue;
+        }
+        let Some((component, kind)) = parse_package_name(&name) else {
+            vio.push(v(&name, "", "bad_package_name", "name is neither <component>_generic nor <component>_<arch or group>"));
+            continue;
+        };
+        let manifest = match ArtifactManifest::read_dir(&path) {
+            Ok(m) => Some(m),
+            Err(e) => {
+                let kind = if path.join(MANIFEST_FILE).exists() {
+                    "bad_manifest"
+                } else {
+                    "missing_manifest"
+                };
+                vio.push(v(&name, MANIFEST_FILE, kind, e.to_string()));
+                None
+            }
+        };
+        let mut files = Vec::new();
+        match walk::walk(&path) {
+            Ok(entries) => {
+                for e in entries {
+                    if e.rel == MANIFEST_FILE {
+                        continue;
+                    }
+                    if matches!(e.kind, EntryKind::Dir) {
+                        continue;
+                    }
+                    if let Some(m) = &manifest {
+                        let inside = m
+                            .prefixes()
+                            .iter()
+                            .any(|p| e.rel.strip_prefix(p.as_str()).is_some_and(|r| r.starts_with('/')));
+                        if !inside {
+                            vio.push(v(&name, &e.rel, "outside_manifest", "file is under no prefix listed in artifact_manifest.txt"));
+                        }
+                    }
+                    files.push((e.rel, e.path, e.kind));
+                }
+            }
+            Err(e) => vio.push(v(&name, "", "bad_tree", e.to_string())),
+        }
+        if let Some(m) = &manifest {
+            for p in m.prefixes() {
+                if !fsutil::join_rel(&path, p).is_dir() {
+                    let msg = format!("{name}: manifest prefix {p} does not exist");
+                    log(&format!("warning: {msg}"));
+                    warnings.push(msg);
+                }
+            }
+        }
+        packages.push(Package {
+            name,
+            component,
+            kind,
+            files,
+        });
+    }
+    report.packages = packages.len();
+    report.files = packages
+        .iter()
+        .map(|p| p.files.iter().filter(|f| matches!(f.2, EntryKind::File { .. })).count())
+        .sum();
+
+    // 2. Generic packages (parallel per file).
+    let generic_jobs: Vec<(&Package, &String, &PathBuf)> = packages
+        .iter()
+        .filter(|p| p.kind == PkgKind::Generic)
+        .flat_map(|p| {
+            p.files
+                .iter()
+                .filter(|f| matches!(f.2, EntryKind::File { .. }))
+                .map(move |f| (p, &f.0, &f.1))
+        })
+        .collect();
+    let findings: Vec<GenericFinding> = generic_jobs
+        .par_iter()
+        .flat_map_iter(|(p, rel, path)| check_generic_file(p, rel, path))
+        .collect();
+    let mut hosts: Vec<HostBinary> = Vec::new();
+    for f in findings {
+        match f {
+            GenericFinding::Host(h) => hosts.push(h),
+            GenericFinding::Violation(x) => vio.push(x),
+            GenericFinding::Warning(w) => {
+                log(&format!("warning: {w}"));
+                warnings.push(w);
+            }
+        }
+    }
+    report.host_binaries = hosts.len();
+
+    // 3. Arch packages: contents, arch membership, kpacks.
+    // overlay rel → (package, path) of kpack files that opened.
+    let mut kpacks: BTreeMap<String, (String, rocpack_kpack::KpackReader)> = BTreeMap::new();
+    // component → arch string → packages holding it
+    let mut arch_homes: BTreeMap<String, BTreeMap<String, BTreeSet<String>>> = BTreeMap::new();
+    // component → archs shipped
+    let mut shipped: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    // package suffix → archs seen in that suffix across components
+    let mut suffix_archs: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    let db_kinds = DatabaseKind::ALL;
+    for p in packages.iter().filter(|p| matches!(p.kind, PkgKind::Arch(_))) {
+        let PkgKind::Arch(suffix) = &p.kind else { continue };
+        let set = arch_set(suffix, opts.config.as_ref());
+        if matches!(set, ArchSet::Unknown) {
+            let msg = format!(
+                "{}: cannot tell which archs package suffix `{suffix}` stands for (pass --config); arch membership not checked",
+                p.name
+            );
+            log(&format!("warning: {msg}"));
+            warnings.push(msg);
+        }
+        if let ArchSet::Exact(v) = &set {
+            if opts.config.is_some() || v.len() == 1 {
+                let e = shipped.entry(p.component.clone()).or_default();
+                for t in v {
+                    e.insert(t.to_string());
+                }
+            }
+        }
+        let opened: Vec<(String, PathBuf, Result<rocpack_kpack::KpackReader, String>)> = p
+            .files
+            .par_iter()
+            .filter(|f| matches!(f.2, EntryKind::File { .. }) && f.0.ends_with(".kpack"))
+            .map(|(rel, path, _)| {
+                let r = rocpack_kpack::KpackReader::open(path).map_err(|e| e.to_string());
+                let r = r.and_then(|r| {
+                    for e in r.entries() {
+                        r.get_entry(e).map_err(|err| format!("kernel {} [{}]: {err}", e.key, e.target))?;
+                    }
+                    Ok(r)
+                });
+                (rel.clone(), path.clone(), r)
+            })
+            .collect();
+        for (rel, path, r) in opened {
+            let _ = path;
+            report.kpack_files += 1;
+            if !rel.split('/').any(|c| c == rocpack_kpack::KPACK_DIR) {
+                vio.push(v(&p.name, &rel, "misplaced_kpack", "`.kpack` file outside a `.kpack` directory"));
+            }
+            let r = match r {
+                Ok(r) => r,
+                Err(e) => {
+                    vio.push(v(&p.name, &rel, "bad_kpack", format!("does not parse strictly: {e}")));
+                    continue;
+                }
+            };
+            let listed: BTreeSet<&str> = r.gfx_arches().iter().map(String::as_str).collect();
+            let mut unlisted: BTreeSet<&str> = BTreeSet::new();
+            for (_, t) in r.kernels() {
+                if !listed.contains(t) {
+                    unlisted.insert(t);
+                }
+            }
+            if !unlisted.is_empty() {
+                vio.push(v(&p.name, &rel, "unlisted_target", format!("TOC targets {unlisted:?} missing from gfx_arches {listed:?}: the runtime can never load them")));
+            }
+            for a in r.gfx_arches() {
+                note_arch(&mut vio, p, &rel, a, &set, &mut arch_homes, &mut shipped, &mut suffix_archs, suffix);
+            }
+            kpacks.insert(rel, (p.name.clone(), r));
+        }
+        for (rel, _, kind) in &p.files {
+            if rel.ends_with(".kpack") {
+                continue;
+            }
+            if matches!(kind, EntryKind::Symlink { .. }) {
+                vio.push(v(&p.name, rel, "non_arch_file", "symlink in an arch package (only .kpack and arch database files belong there)"));
+                continue;
+            }
+            match databases::classify(&db_kinds, rel) {
+                Some((_, arch)) => match Target::parse(&arch) {
+                    Ok(_) => note_arch(&mut vio, p, rel, &arch, &set, &mut arch_homes, &mut shipped, &mut suffix_archs, suffix),
+                    Err(_) => vio.push(v(&p.name, rel, "non_arch_file", format!("database file with unparsable arch `{arch}`"))),
+                },
+                None => vio.push(v(&p.name, rel, "non_arch_file", "not a .kpack or arch database file: generic content in an arch package")),
+            }
+        }
+    }
+    for (comp, homes) in &arch_homes {
+        for (arch, pkgs) in homes {
+            if pkgs.len() > 1 {
+                let list: Vec<&str> = pkgs.iter().map(String::as_str).collect();
+                vio.push(v(
+                    list.first().copied().unwrap_or_default(),
+                    "",
+                    "arch_in_two_packages",
+                    format!("component {comp}: {arch} content is in several packages: {}", list.join(", ")),
+                ));
+            }
+        }
+    }
+    // Archs of a package's group seen in other components' packages of the
+    // same group are promised too (a family package ships all its archs).
+    for p in &packages {
+        if let PkgKind::Arch(suffix) = &p.kind {
+            if let Some(a) = suffix_archs.get(suffix) {
+                shipped.entry(p.component.clone()).or_default().extend(a.iter().cloned());
+            }
+        }
+    }
+
+    // 4. Overlay conflicts (same install path from two packages).
+    let mut overlay: BTreeMap<&str, Vec<(&Package, &PathBuf)>> = BTreeMap::new();
+    for p in &packages {
+        for (rel, path, kind) in &p.files {
+            if matches!(kind, EntryKind::File { .. }) {
+                overlay.entry(rel.as_str()).or_default().push((p, path));
+            }
+        }
+    }
+    for (rel, list) in &overlay {
+        if list.len() > 1 {
+            let first = list[0];
+            for other in &list[1..] {
+                let same = fs::read(first.1).ok() == fs::read(other.1).ok();
+                if !same {
+                    vio.push(v(&first.0.name, rel, "overlay_conflict", format!("{} and {} install different files at {rel}", first.0.name, other.0.name)));
+                }
+            }
+        }
+    }
+
+    // 5. Runtime lookups.
+    let mut requested: BTreeSet<(String, u64)> = BTreeSet::new();
+    for h in &hosts {
+        for i in &h.co_indices {
+            requested.insert((h.marker.kernel_name.clone(), *i));
+        }
+        let archs = shipped.get(&h.component).cloned().unwrap_or_default();
+        let dir = h.rel.rsplit_once('/').map(|(d, _)| d).unwrap_or("");
+        if h.marker.kpack_search_paths.iter().any(|s| Path::new(s).is_absolute()) {
+            vio.push(v(&h.package, &h.rel, "absolute_search_path", "marker has an absolute search path: not relocatable and not checkable in the tree"));
+        }
+        for arch in &archs {
+            for &co in &h.co_indices {
+                report.lookups += 1;
+                match lookup(&h.marker, dir, co, arch, &kpacks) {
+                    Ok(()) => report.lookups_resolved += 1,
+                    Err(msg) => vio.push(v(&h.package, &h.rel, "unresolved", format!("wrapper co_index {co}, arch {arch}: {msg}"))),
+                }
+            }
+        }
+    }
+    for (rel, (pkg, r)) in &kpacks {
+        let mut orphans = BTreeSet::new();
+        for (key, _) in r.kernels() {
+            let ok = rocpack_kpack::split_toc_key(key)
+                .is_some_and(|(name, i)| requested.contains(&(name.to_string(), i)));
+            if !ok {
+                orphans.insert(key);
+            }
+        }
+        if !orphans.is_empty() {
+            let list: Vec<&str> = orphans.into_iter().take(8).collect();
+            vio.push(v(pkg, rel, "orphan_kernel", format!("kernels no split host binary in the tree asks for: {}", list.join(", "))));
+        }
+    }
+
+    vio.sort();
+    vio.dedup();
+    report.ok = vio.is_empty();
+    report.violations = vio;
+    report.warnings = warnings;
+    Ok(report)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn note_arch(
+    vio: &mut Vec<Violation>,
+    p: &Package,
+    rel: &str,
+    arch: &str,
+    set: &ArchSet,
+    homes: &mut BTreeMap<String, BTreeMap<String, BTreeSet<String>>>,
+    shipped: &mut BTreeMap<String, BTreeSet<String>>,
+    suffix_archs: &mut BTreeMap<String, BTreeSet<String>>,
+    suffix: &str,
+) {
+    let Ok(t) = Target::parse(arch) else {
+        vio.push(v(&p.name, rel, "bad_arch", format!("`{arch}` is not a target ID")));
+        return;
+    };
+    if set.allows(&t) == Some(false) {
+        vio.push(v(&p.name, rel, "cross_arch", format!("{arch} content in package {} (suffix `{suffix}` does not cover {arch})", p.name)));
+        return;
+    }
+    homes
+        .entry(p.component.clone())
+        .or_default()
+        .entry(t.to_string())
+        .or_default()
+        .insert(p.name.clone());
+    if rel.ends_with(".kpack") {
+        shipped.entry(p.component.clone()).or_default().insert(t.to_string());
+        suffix_archs.entry(suffix.to_string()).or_default().insert(t.to_string());
+    }
+}
+
+/// The runtime's lookup over the overlaid tree.
+fn lookup(
+    marker: &rocpack_kpack::Marker,
+    dir: &str,
+    co_index: u64,
+    arch: &str,
+    kpacks: &BTreeMap<String, (String, rocpack_kpack::KpackReader)>,
+) -> Result<(), String> {
+    let key = marker.lookup_key(co_index);
+    let targets = rocpack_kpack::compatible_targets(arch);
+    let mut candidates: Vec<String> = Vec::new();
+    for s in &marker.kpack_search_paths {
+        if Path::new(s).is_absolute() {
+            continue;
+        }
+        let expanded: Vec<String> = if s.contains(rocpack_kpack::GFXARCH_PLACEHOLDER) {
+            targets
+                .iter()
+                .map(|t| s.replacen(rocpack_kpack::GFXARCH_PLACEHOLDER, t, 1))
+                .collect()
+        } else {
+            vec![s.clone()]
+        };
+        for e in expanded {
+            if let Some(p) = join_lexical(dir, &e) {
+                if !candidates.contains(&p) {
+                    candidates.push(p);
+                }
+            }
+        }
+    }
+    let valid: Vec<(&String, &rocpack_kpack::KpackReader)> = candidates
+        .iter()
+        .filter_map(|c| kpacks.get(c).map(|(_, r)| (c, r)))
+        .collect();
+    if valid.is_empty() {
+        return Err(format!(
+            "no archive found (ARCHIVE_NOT_FOUND); looked for {}",
+            candidates.join(", ")
+        ));
+    }
+    for t in &targets {
+        for (path, r) in &valid {
+            if r.gfx_arches().iter().any(|a| a == t) {
+                let bytes = r
+                    .get(&key, t)
+                    .map_err(|e| format!("{path} lists {t} but has no kernel {key} (KERNEL_NOT_FOUND): {e}"))?;
+                let machine = bytes.get(18..20).map(|b| u16::from_le_bytes([b[0], b[1]]));
+                if !bytes.starts_with(b"\x7fELF") || machine != Some(EM_AMDGPU) {
+                    return Err(format!("{path}: kernel {key} [{t}] is not an AMDGPU ELF code object"));
+                }
+                return Ok(());
+            }
+        }
+    }
+    Err(format!(
+        "no archive lists a target compatible with {arch} (ARCH_NOT_FOUND); archives: {}",
+        valid.iter().map(|(p, _)| p.as_str()).collect::<Vec<_>>().join(", ")
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lexical_join() {
+        assert_eq!(join_lexical("a/lib", "../.kpack/x.kpack").as_deref(), Some("a/.kpack/x.kpack"));
+        assert_eq!(join_lexical("", ".kpack/x").as_deref(), Some(".kpack/x"));
+        assert_eq!(join_lexical("a", "../../x"), None);
+    }
+
+    #[test]
+    fn arch_sets() {
+        let t = |s: &str| Target::parse(s).unwrap();
+        let s = arch_set("gfx110X", None);
+        assert_eq!(s.allows(&t("gfx1101")), Some(true));
+        assert_eq!(s.allows(&t("gfx1200")), Some(false));
+        assert_eq!(s.allows(&t("gfx11-generic")), Some(false));
+        let s = arch_set("gfx906", None);
+        assert_eq!(s.allows(&t("gfx906:xnack-")), Some(true));
+        assert_eq!(s.allows(&t("gfx90a")), Some(false));
+        assert!(matches!(arch_set("legacy", None), ArchSet::Unknown));
+    }
+}

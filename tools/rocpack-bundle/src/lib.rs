@@ -1,1 +1,33 @@
-//! rocpack-bundle
+//! rocpack-bundle: clang offload bundles, read and write.
+//!
+//! * Uncompressed `__CLANG_OFFLOAD_BUNDLE__` bundles and compressed `CCOB`
+//!   bundles (header versions 1, 2, 3; zlib or zstd), with optional check of
+//!   the stored truncated-MD5 hash: [`parse_bundle`], [`parse_bundle_with`].
+//! * Every bundle of a `.hip_fatbin` section, in linear time:
+//!   [`find_bundles`].
+//! * Target IDs (`hipv4-amdgcn-amd-amdhsa--gfx90a:xnack+`, `gfx11-generic`,
+//!   host entries) and ISA compatibility as the ROCm runtime decides it:
+//!   [`TargetId`], [`isa_matches`], [`compatible_targets`].
+//! * Writers whose output clang-offload-bundler unbundles to identical bytes:
+//!   [`write_uncompressed`], [`write_ccob`].
+//!
+//! Every parser is total: any input yields a value or an [`Error`] naming the
+//! byte offset, never a panic, and allocations are bounded by the input size.
+//! Byte layouts: `docs/formats/offload-bundle.md`.
+
+mod bundle;
+mod error;
+mod target;
+mod write;
+
+pub use bundle::{
+    bundle_extent, ccob_hash, decompress_ccob, find_bundles, parse_bundle, parse_bundle_with,
+    parse_ccob_header, Bundle, BundleSpan, CcobHeader, Compression, Entry, Format, Method,
+    ParseOptions, BUNDLE_MAGIC, CCOB_MAGIC, MAX_CCOB_RATIO,
+};
+pub use error::{Error, Result};
+pub use target::{compatible_targets, generic_covers, generic_for, isa_matches, Feature, TargetId};
+pub use write::{
+    write_ccob, write_ccob_level, write_uncompressed, write_uncompressed_aligned, DEFAULT_ALIGN,
+    DEFAULT_ZLIB_LEVEL, DEFAULT_ZSTD_LEVEL,
+};

@@ -1,1 +1,96 @@
-//! rocpack-elf
+//! rocpack-elf: HIP fat-binary analysis, strip-safe host-only rewrite and
+//! lossless reassembly, for ELF64 little-endian executables, shared objects,
+//! relocatable objects and `ar` archives of them.
+//!
+//! This crate knows nothing about `.kpack`: the marker payload is opaque bytes.
+//! Layout of the rewrite: `docs/formats/split-elf.md`.
+//!
+//! # Public API (summary)
+//!
+//! * [`analyze`]`(&[u8]) -> Result<`[`FatBinaryInfo`]`>` — ELF kind, state
+//!   (host-only / fat / split), `.hip_fatbin` range, every bundle
+//!   ([`BundleInfo`]: offset, length, format, wrappers pointing at it), every
+//!   wrapper ([`WrapperInfo`]: magic, version, `co_index`, pointer model and
+//!   the bundle it *really* points at), the marker bytes of split binaries.
+//! * [`bundle_bytes`]`(data, &info, bundle_index) -> &[u8]` — the raw bytes
+//!   of one bundle (parse them with `rocpack_bundle::parse_bundle`).
+//! * [`split_host`]`(data, marker_payload) -> Result<Vec<u8>>` — host-only
+//!   rewrite of an ELF file. Host-only input comes back byte-identical.
+//!   Each HIPK wrapper's `co_index` (low u32 of its `reserved1`) is the
+//!   index of the bundle it pointed at ([`BundleInfo::index`]), so several
+//!   wrappers of an `-fgpu-rdc` binary share one index. Pack bundle *i* as
+//!   TOC key `<kernel_name>#<i>`.
+//! * [`reassemble`]`(host, bundles) -> Result<Vec<u8>>` — inverse of
+//!   [`split_host`]: `bundles[i]` is the bundle (uncompressed or CCOB bytes)
+//!   for `co_index` *i*.
+//! * Archives: [`is_archive`], [`archive_members`], [`split_archive`],
+//!   [`reassemble_archive`]; [`split_file`] / [`reassemble_file`] dispatch
+//!   on ELF vs archive.
+//! * Errors: [`Error`] (every variant names a byte offset; `Error::offset`).
+
+mod analyze;
+mod archive;
+mod elf;
+mod error;
+mod object_file;
+mod rewrite;
+
+pub use analyze::{
+    analyze, BundleInfo, ElfKind, FatBinaryInfo, MarkerInfo, PointerModel, SectionRange, State,
+    WrapperInfo, FATBIN_SECTION, HIPF_MAGIC, HIPK_MAGIC, MARKER_SECTION, WRAPPER_SECTION,
+    WRAPPER_SIZE,
+};
+pub use archive::{archive_members, is_archive, reassemble_archive, split_archive, ArchiveMember};
+pub use error::{Error, Result};
+pub use rewrite::{reassemble, split_host};
+
+/// Raw bytes of bundle `index` of an analysed fat binary.
+pub fn bundle_bytes<'a>(data: &'a [u8], info: &FatBinaryInfo, index: usize) -> Result<&'a [u8]> {
+    let b = info
+        .bundles
+        .get(index)
+        .ok_or_else(|| Error::malformed(0, format!("no bundle {index}")))?;
+    elf::get(data, b.file_offset, b.len, "bundle")
+}
+
+/// Callback giving the marker payload of one file or archive member.
+pub type MarkerFn<'a> = dyn FnMut(&str, &FatBinaryInfo) -> Result<Vec<u8>> + 'a;
+/// Callback giving the bundles (by `co_index`) of one split file or member.
+pub type BundlesFn<'a> = dyn FnMut(&str, &FatBinaryInfo) -> Result<Vec<Vec<u8>>> + 'a;
+
+/// Split an ELF file or an `ar` archive. For archives, `marker_for` is
+/// called with each member that has device code (its name and analysis)
+/// and returns that member's marker payload; ELF files use `marker_for("", info)`.
+pub fn split_file(
+    data: &[u8],
+    marker_for: &mut MarkerFn<'_>,
+) -> Result<Vec<u8>> {
+    if is_archive(data) {
+        split_archive(data, marker_for)
+    } else {
+        let info = analyze(data)?;
+        if !info.has_device_code() {
+            return Ok(data.to_vec());
+        }
+        let marker = marker_for("", &info)?;
+        split_host(data, &marker)
+    }
+}
+
+/// Reassemble an ELF file or an `ar` archive; `bundles_for(member_name,
+/// marker_bytes)` returns the bundles of one split member (by `co_index`).
+pub fn reassemble_file(
+    data: &[u8],
+    bundles_for: &mut BundlesFn<'_>,
+) -> Result<Vec<u8>> {
+    if is_archive(data) {
+        reassemble_archive(data, bundles_for)
+    } else {
+        let info = analyze(data)?;
+        if info.state != State::Split {
+            return Ok(data.to_vec());
+        }
+        let bundles = bundles_for("", &info)?;
+        reassemble(data, &bundles)
+    }
+}

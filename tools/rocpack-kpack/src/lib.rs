@@ -1,1 +1,53 @@
-//! rocpack-kpack
+//! `.kpack` archives (KPAK v1), the `.rocm_kpack_ref` marker payload and the
+//! retired `.kpm` manifest — byte-compatible with ROCm's rocm-kpack.
+//!
+//! * [`KpackReader`]: strict, total reader; memory-mapped, zero-copy for
+//!   scheme `none`, zstd frames decoded straight from the mapping.
+//! * [`KpackWriter`] / [`KpackStreamWriter`]: writers whose output is byte
+//!   identical to rocm-kpack's Python `KpackArchive` for the same inputs.
+//! * [`Marker`]: the marker payload; [`Loader`] reproduces the runtime's
+//!   lookup (which archive, target and TOC key a wrapper resolves to).
+//! * [`Kpm`]: legacy manifest.
+//!
+//! The byte layout is documented in `docs/formats/kpack.md`.
+
+#![deny(missing_docs)]
+
+mod dir;
+mod error;
+mod format;
+mod kpm;
+mod loader;
+mod marker;
+mod msgpack;
+mod reader;
+mod writer;
+
+pub use dir::{
+    unpack_file_name, unpack_to_dir, LoadedKernel, UnpackManifest, UnpackedKernel, UNPACK_FORMAT,
+    UNPACK_MANIFEST,
+};
+pub use error::{Error, ErrorKind, Result};
+pub use format::{
+    kpack_file_name, marker_search_path, normalize_key, pack_tree_file_name, split_toc_key,
+    toc_key, BlobLocation, Compression, KernelEntry, Scheme, BLOB_ALIGNMENT, GFXARCH_PLACEHOLDER,
+    HEADER_SIZE, KERNEL_TYPE_HSACO, KPACK_DIR, MAGIC, SCHEME_NONE, SCHEME_ZSTD, VERSION,
+    ZSTD_DEFAULT_LEVEL, ZSTD_MAX_BLOB, ZSTD_MAX_KERNELS, ZSTD_MAX_RATIO,
+};
+pub use kpm::{Kpm, KpmFile};
+pub use loader::{
+    candidate_paths, compatible_targets, strip_target_prefix, weakly_canonical, LoadError, Loader,
+    LoaderEnv, Resolved, AMDHSA_PREFIX, ENV_KPACK_PATH, ENV_KPACK_PATH_PREFIX, ENV_PATH_SEPARATOR,
+};
+pub use marker::{Marker, MARKER_MAX_LEN, MARKER_SECTION, MARKER_SECTION_PE};
+pub use reader::KpackReader;
+pub use writer::{compress_frame, KpackStreamWriter, KpackWriter, WriteSummary};
+
+/// Re-exported so callers can build and inspect entry `metadata` values.
+pub use rmpv;
+
+/// Decode one zstd frame that must produce exactly `original_size` bytes
+/// (allocation grows with the real output, never trusting `original_size`).
+pub fn decompress_frame(frame: &[u8], original_size: u64) -> Result<Vec<u8>> {
+    reader::decompress(frame, original_size)
+}

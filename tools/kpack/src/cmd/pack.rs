@@ -1,8 +1,184 @@
+//! `kpack pack`: build a `.kpack` archive from code object files.
+//!
+//! Inputs are added in this order (it fixes the ordinals): `--input-dir`
+//! directories, then `--entry` triples, then `--code-object` pairs.
+//! A directory written by `kpack unpack` (it has `kpack-unpack.json`) is
+//! rebuilt exactly: same keys, targets, order, metadata, group, family,
+//! arches and scheme. Any other directory contributes its regular files in
+//! name order; the target is taken from the file name (text after the last
+//! `--`, e.g. `x-hipv4-amdgcn-amd-amdhsa--gfx1100.hsaco`, or a stem that
+//! starts with `gfx`).
+
+use std::collections::HashMap;
+use std::fs;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-#[derive(Debug, clap::Args)]
-pub struct PackArgs {}
+use anyhow::{bail, Context};
+use rocpack_kpack::{toc_key, Compression, KpackWriter, UnpackManifest, UNPACK_MANIFEST};
 
-pub fn run(_args: PackArgs) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("`kpack pack` is not implemented yet")
+#[derive(Debug, clap::Args)]
+pub struct PackArgs {
+    /// Output `.kpack` file (written atomically).
+    #[arg(short = 'o', long = "output", value_name = "OUT")]
+    pub output: PathBuf,
+
+    /// Add a code object for TARGET (arch key, e.g. gfx1100 or gfx90a:xnack+)
+    /// under key `<kernel-name>#<n>`, n counting code objects per target.
+    #[arg(long = "code-object", value_name = "TARGET=FILE")]
+    pub code_objects: Vec<String>,
+
+    /// Add a code object under an explicit TOC key (e.g. `lib/libfoo.so#0`).
+    #[arg(long = "entry", num_args = 3, value_names = ["KEY", "TARGET", "FILE"])]
+    pub entries: Vec<String>,
+
+    /// A directory written by `kpack unpack` or `kpack unbundle`.
+    #[arg(long = "input-dir", value_name = "DIR")]
+    pub input_dirs: Vec<PathBuf>,
+
+    /// Key stem for `--code-object` and plain directories (the binary's marker
+    /// `kernel_name`, e.g. `hip/stage/lib/libfoo.so`).
+    #[arg(long = "kernel-name", value_name = "NAME")]
+    pub kernel_name: Option<String>,
+
+    /// `none`, `zstd` (level 3, as rocm-kpack) or `zstd:LEVEL`.
+    /// Default: the scheme recorded by `kpack unpack`, else `none`.
+    #[arg(long, value_name = "SCHEME")]
+    pub compression: Option<Compression>,
+
+    /// TOC `group_name` (default: from the unpacked manifest, else empty).
+    #[arg(long = "group-name", value_name = "NAME")]
+    pub group_name: Option<String>,
+
+    /// TOC `gfx_arch_family` (default: manifest, else the only arch, else empty).
+    #[arg(long = "arch-family", value_name = "FAMILY")]
+    pub arch_family: Option<String>,
+
+    /// TOC `gfx_arches`, repeatable (default: manifest, else the targets added).
+    #[arg(long = "arch", value_name = "ARCH")]
+    pub arches: Vec<String>,
+}
+
+/// Target from a file name written by an unbundler.
+fn target_from_file_name(path: &Path) -> Option<String> {
+    let name = path.file_name()?.to_str()?;
+    let stem = match name.rsplit_once('.') {
+        Some((s, ext)) if matches!(ext, "hsaco" | "co" | "elf" | "o") => s,
+        _ => name,
+    };
+    if let Some((_, t)) = stem.rsplit_once("--") {
+        if !t.is_empty() {
+            return Some(t.to_owned());
+        }
+    }
+    stem.starts_with("gfx").then(|| stem.to_owned())
+}
+
+pub fn run(args: PackArgs) -> anyhow::Result<ExitCode> {
+    if args.code_objects.is_empty() && args.entries.is_empty() && args.input_dirs.is_empty() {
+        bail!("nothing to pack: give --code-object, --entry or --input-dir");
+    }
+    // Data first (so the writer can borrow nothing and stay simple).
+    let mut items: Vec<(String, String, Vec<u8>, Option<rocpack_kpack::rmpv::Value>)> = Vec::new();
+    let mut manifest_defaults: Option<UnpackManifest> = None;
+    let mut per_target: HashMap<String, u64> = HashMap::new();
+    let mut next_key =
+        |target: &str, kernel_name: &Option<String>, what: &str| -> anyhow::Result<String> {
+            let Some(name) = kernel_name else {
+                bail!("{what} needs --kernel-name (the TOC key stem)");
+            };
+            let n = per_target.entry(target.to_owned()).or_insert(0);
+            let k = toc_key(name, *n);
+            *n += 1;
+            Ok(k)
+        };
+
+    for dir in &args.input_dirs {
+        if dir.join(UNPACK_MANIFEST).is_file() {
+            let m = UnpackManifest::read(dir)?;
+            for k in m.load_kernels(dir)? {
+                items.push((k.key, k.target, k.data, k.metadata));
+            }
+            if manifest_defaults.is_none() {
+                manifest_defaults = Some(m);
+            }
+        } else {
+            let mut files: Vec<PathBuf> = fs::read_dir(dir)
+                .with_context(|| format!("{}: cannot list directory", dir.display()))?
+                .map(|e| e.map(|e| e.path()))
+                .collect::<Result<_, _>>()
+                .with_context(|| format!("{}: cannot list directory", dir.display()))?;
+            files.retain(|p| p.is_file());
+            files.sort();
+            if files.is_empty() {
+                bail!("{}: no code object files", dir.display());
+            }
+            for f in files {
+                let target = target_from_file_name(&f).with_context(|| {
+                    format!(
+                        "{}: cannot tell the target from the file name (expected …--gfxNNN.hsaco or gfxNNN.hsaco)",
+                        f.display()
+                    )
+                })?;
+                let key = next_key(
+                    &target,
+                    &args.kernel_name,
+                    "--input-dir without kpack-unpack.json",
+                )?;
+                let data = fs::read(&f).with_context(|| format!("{}: cannot read", f.display()))?;
+                items.push((key, target, data, None));
+            }
+        }
+    }
+    for chunk in args.entries.chunks(3) {
+        let [key, target, file] = chunk else {
+            bail!("--entry takes KEY TARGET FILE");
+        };
+        let data = fs::read(file).with_context(|| format!("{file}: cannot read"))?;
+        items.push((key.clone(), target.clone(), data, None));
+    }
+    for spec in &args.code_objects {
+        let Some((target, file)) = spec.split_once('=') else {
+            bail!("--code-object {spec:?}: expected TARGET=FILE");
+        };
+        if target.is_empty() || file.is_empty() {
+            bail!("--code-object {spec:?}: expected TARGET=FILE");
+        }
+        let key = next_key(target, &args.kernel_name, "--code-object")?;
+        let data = fs::read(file).with_context(|| format!("{file}: cannot read"))?;
+        items.push((key, target.to_owned(), data, None));
+    }
+
+    let compression = match (&args.compression, &manifest_defaults) {
+        (Some(c), _) => *c,
+        (None, Some(m)) => m.compression()?,
+        (None, None) => Compression::None,
+    };
+    let mut w = KpackWriter::new(compression);
+    if let Some(m) = &manifest_defaults {
+        w.group_name(m.group_name.clone())
+            .arch_family(m.gfx_arch_family.clone())
+            .arches(m.gfx_arches.iter().cloned());
+    }
+    if let Some(g) = &args.group_name {
+        w.group_name(g.clone());
+    }
+    if let Some(f) = &args.arch_family {
+        w.arch_family(f.clone());
+    }
+    if !args.arches.is_empty() {
+        w.arches(args.arches.iter().cloned());
+    }
+    for (key, target, data, meta) in items {
+        w.add_with_metadata(&key, &target, data, meta)?;
+    }
+    let summary = w.write_to_path(&args.output)?;
+    println!(
+        "{}: {} code objects, {} bytes, scheme {}",
+        args.output.display(),
+        summary.kernels,
+        summary.total_size,
+        compression.scheme()
+    );
+    Ok(ExitCode::SUCCESS)
 }

@@ -1,8 +1,176 @@
+//! `kpack split`: artifact directory → `NAME_generic` + `NAME_<arch>` artifacts.
+
+use std::io::IsTerminal;
+use std::path::PathBuf;
 use std::process::ExitCode;
 
-#[derive(Debug, clap::Args)]
-pub struct SplitArgs {}
+use anyhow::Context;
+use rocpack_artifacts::databases::DatabaseKind;
+use rocpack_artifacts::split::{self, Progress, SplitOptions, SplitReport};
 
-pub fn run(_args: SplitArgs) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("`kpack split` is not implemented yet")
+#[derive(Debug, clap::Args)]
+#[command(group(clap::ArgGroup::new("input").required(true).args(["artifact_dir", "batch_artifact_parent_dir"])))]
+pub struct SplitArgs {
+    /// Artifact directory holding `artifact_manifest.txt` and its prefixes.
+    #[arg(long, value_name = "DIR", visible_alias = "input-dir", requires = "artifact_prefix")]
+    artifact_dir: Option<PathBuf>,
+
+    /// Split every artifact directory under DIR (names `<prefix>_<family>`;
+    /// `*_generic` skipped); all or nothing.
+    #[arg(long, value_name = "DIR", conflicts_with_all = ["artifact_dir", "artifact_prefix"])]
+    batch_artifact_parent_dir: Option<PathBuf>,
+
+    /// Artifact prefix NAME: writes `NAME_generic/` and `NAME_<arch>/`.
+    #[arg(long, value_name = "NAME", visible_alias = "component-name")]
+    artifact_prefix: Option<String>,
+
+    /// Output directory (created; existing outputs are never overwritten).
+    #[arg(long, value_name = "OUT")]
+    output_dir: PathBuf,
+
+    /// Database handlers to run, in priority order.
+    #[arg(long, value_name = "HANDLER", num_args = 1.., value_parser = parse_db)]
+    split_databases: Vec<DatabaseKind>,
+
+    /// `.kpack` compression: `zstd` (default, level 3), `zstd:LEVEL` or `none`.
+    #[arg(long, value_name = "SCHEME", default_value = "zstd", value_parser = parse_compression)]
+    compression: rocpack_kpack::Compression,
+
+    /// Drop these architectures (`gfx906` also drops `gfx906:xnack-`; a
+    /// target with features drops only itself).
+    #[arg(long, value_name = "ARCH", num_args = 1..)]
+    exclude_arch: Vec<String>,
+
+    /// Worker threads (default: one per CPU). The output does not depend on it.
+    #[arg(long, short = 'j', value_name = "N")]
+    jobs: Option<usize>,
+
+    /// Print the report as JSON on stdout.
+    #[arg(long)]
+    json: bool,
+
+    /// Accepted for rocm-kpack compatibility; ignored (no subprocesses are run).
+    #[arg(long, value_name = "PATH")]
+    clang_offload_bundler: Option<PathBuf>,
+
+    /// Accepted for rocm-kpack compatibility; ignored (staging happens beside OUT).
+    #[arg(long, value_name = "DIR")]
+    tmp_dir: Option<PathBuf>,
+
+    /// Accepted for rocm-kpack compatibility; ignored.
+    #[arg(long, hide = true)]
+    verbose: bool,
+}
+
+fn parse_db(s: &str) -> Result<DatabaseKind, String> {
+    s.parse::<DatabaseKind>().map_err(|e| e.to_string())
+}
+
+fn parse_compression(s: &str) -> Result<rocpack_kpack::Compression, String> {
+    s.parse()
+}
+
+/// Progress bar on stderr (only created when stderr is a TTY).
+struct Bar(indicatif::ProgressBar);
+
+impl Progress for Bar {
+    fn begin(&self, phase: &str, total: u64) {
+        self.0.set_length(total);
+        self.0.set_position(0);
+        self.0.set_message(phase.to_string());
+    }
+    fn advance(&self, n: u64) {
+        self.0.inc(n);
+    }
+    fn finish(&self) {
+        self.0.finish_and_clear();
+    }
+}
+
+fn print_text(r: &SplitReport, out: &std::path::Path) {
+    println!("{}", out.join(&r.generic).display());
+    for a in &r.arch_artifacts {
+        println!("{}", out.join(&a.name).display());
+    }
+}
+
+fn log_discovery(r: &SplitReport) {
+    let list = |v: &[String]| {
+        if v.is_empty() {
+            "none".to_string()
+        } else {
+            v.join(" ")
+        }
+    };
+    let mut line = format!(
+        "kpack split: {}: architectures: {}",
+        r.artifact_prefix,
+        list(&r.architectures)
+    );
+    if !r.excluded_architectures.is_empty() {
+        line.push_str(&format!(" (excluded: {})", r.excluded_architectures.join(" ")));
+    }
+    line.push_str(&format!(
+        "; {} fat binar{} split, {} generic file(s), {} symlink(s)",
+        r.fat_binaries.len(),
+        if r.fat_binaries.len() == 1 { "y" } else { "ies" },
+        r.generic_files,
+        r.symlinks
+    ));
+    eprintln!("{line}");
+    for p in &r.missing_prefixes {
+        eprintln!("kpack split: {}: prefix `{p}` listed in the manifest does not exist; skipped", r.artifact_prefix);
+    }
+}
+
+pub fn run(args: SplitArgs) -> anyhow::Result<ExitCode> {
+    if let Some(p) = &args.clang_offload_bundler {
+        eprintln!("kpack split: note: --clang-offload-bundler {} ignored (bundles are parsed in-process)", p.display());
+    }
+    if let Some(p) = &args.tmp_dir {
+        eprintln!("kpack split: note: --tmp-dir {} ignored (output is staged beside --output-dir)", p.display());
+    }
+    let opts = SplitOptions {
+        artifact_dir: args.artifact_dir.clone().unwrap_or_default(),
+        artifact_prefix: args.artifact_prefix.clone().unwrap_or_default(),
+        output_dir: args.output_dir.clone(),
+        databases: args.split_databases.clone(),
+        compression: args.compression,
+        exclude_arch: args.exclude_arch.clone(),
+        jobs: args.jobs,
+    };
+    let bar = std::io::stderr().is_terminal().then(|| {
+        let pb = indicatif::ProgressBar::new(0);
+        if let Ok(style) = indicatif::ProgressStyle::with_template("{msg:>10} [{bar:40}] {pos}/{len} {elapsed}") {
+            pb.set_style(style.progress_chars("=> "));
+        }
+        Bar(pb)
+    });
+    let progress: &dyn Progress = match &bar {
+        Some(b) => b,
+        None => &split::NoProgress,
+    };
+    let reports = match &args.batch_artifact_parent_dir {
+        Some(parent) => split::split_batch(parent, &opts, progress)
+            .with_context(|| format!("split of {} failed; nothing was written", parent.display()))?,
+        None => vec![split::split_artifact(&opts, progress).with_context(|| {
+            format!("split of {} failed; nothing was written", opts.artifact_dir.display())
+        })?],
+    };
+    for r in &reports {
+        log_discovery(r);
+    }
+    if args.json {
+        let v = if args.batch_artifact_parent_dir.is_some() {
+            serde_json::to_value(&reports)?
+        } else {
+            serde_json::to_value(&reports[0])?
+        };
+        println!("{}", serde_json::to_string_pretty(&v)?);
+    } else {
+        for r in &reports {
+            print_text(r, &args.output_dir);
+        }
+    }
+    Ok(ExitCode::SUCCESS)
 }

@@ -1,8 +1,70 @@
+//! `kpack verify`: check a split shard output or a recombined tree
+//! (logic: `rocpack_artifacts::verify`). Exit 1 listing every violation.
+
+use std::io::Write;
+use std::path::PathBuf;
 use std::process::ExitCode;
 
-#[derive(Debug, clap::Args)]
-pub struct VerifyArgs {}
+use rocpack_artifacts::config::PackagingConfig;
+use rocpack_artifacts::verify::{verify, VerifyOptions};
 
-pub fn run(_args: VerifyArgs) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("`kpack verify` is not implemented yet")
+#[derive(Debug, clap::Args)]
+pub struct VerifyArgs {
+    /// Directory whose subdirectories are packages (`kpack split` or `kpack recombine` output).
+    #[arg(long, value_name = "DIR")]
+    pub artifacts_dir: PathBuf,
+    /// Packaging config: exact archs of group packages (else inferred from names like gfx110X).
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Print the report as JSON on stdout.
+    #[arg(long)]
+    pub json: bool,
+    /// Accepted for rocm-kpack compatibility.
+    #[arg(long, short = 'v')]
+    pub verbose: bool,
+    /// Accepted for rocm-kpack compatibility (unused).
+    #[arg(long, value_name = "PATH", hide = true)]
+    pub clang_offload_bundler: Option<PathBuf>,
+}
+
+pub fn run(args: VerifyArgs) -> anyhow::Result<ExitCode> {
+    let config = match &args.config {
+        Some(p) => Some(PackagingConfig::load(p)?),
+        None => None,
+    };
+    let opts = VerifyOptions {
+        artifacts_dir: args.artifacts_dir.clone(),
+        config,
+    };
+    let report = verify(&opts, &mut |s| eprintln!("kpack verify: {s}"))?;
+    let mut out = std::io::stdout().lock();
+    if args.json {
+        writeln!(out, "{}", serde_json::to_string_pretty(&report)?)?;
+    } else {
+        for v in &report.violations {
+            let loc = if v.path.is_empty() {
+                v.package.clone()
+            } else {
+                format!("{}/{}", v.package, v.path)
+            };
+            writeln!(out, "FAIL [{}] {loc}: {}", v.kind, v.message)?;
+        }
+        writeln!(
+            out,
+            "{}: {} packages, {} files, {} kpack archives, {} split host binaries, {}/{} lookups resolved, {} violation(s)",
+            if report.ok { "OK" } else { "FAILED" },
+            report.packages,
+            report.files,
+            report.kpack_files,
+            report.host_binaries,
+            report.lookups_resolved,
+            report.lookups,
+            report.violations.len()
+        )?;
+    }
+    Ok(if report.ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
 }

@@ -1,0 +1,68 @@
+# Shared helpers for bench/*.sh. Source it; do not run it.
+# Benchmarks are measurements, not tests: each prints ratios against a
+# baseline tool (cp, openssl, zstd) measured in the same run.
+set -euo pipefail
+
+BENCH_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# Downloads and unpacked corpora are cached here across runs.
+BENCH_CACHE="${ROCPACK_BENCH_CACHE:-/tmp/rocpack-bench}"
+
+blog() { printf '==> %s\n' "$*" >&2; }
+bdie() { printf 'bench FAILED: %s\n' "$*" >&2; exit 1; }
+
+# kpack_release: build the release `kpack` once and print its path.
+kpack_release() {
+    (cd "$BENCH_ROOT" && cargo build --release -q -p kpack) >&2 || bdie "cargo build --release -p kpack"
+    local dir
+    dir="$(cd "$BENCH_ROOT" && cargo metadata --format-version 1 --no-deps 2>/dev/null \
+        | sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')"
+    [ -n "$dir" ] || dir="$BENCH_ROOT/target"
+    printf '%s/release/kpack\n' "$dir"
+}
+
+# debian_lib PACKAGE RELPATH: fetch a Debian package with `apt-get download`
+# (no install), unpack it with `dpkg-deb -x` into the cache and print the
+# path of RELPATH inside it (e.g. usr/lib/x86_64-linux-gnu/librocsparse.so.0.1).
+debian_lib() {
+    local pkg="$1" rel="$2" dir="$BENCH_CACHE/deb"
+    local out="$dir/x/$pkg/$rel"
+    if [ ! -f "$out" ]; then
+        mkdir -p "$dir"
+        ( cd "$dir"
+          chown _apt . 2>/dev/null || true      # avoids apt's "unsandboxed" warning as root
+          ls "$pkg"_*.deb >/dev/null 2>&1 || apt-get download -q "$pkg" >&2 \
+              || bdie "apt-get download $pkg (run apt-get update first?)"
+          mkdir -p "x/$pkg"
+          dpkg-deb -x "$(ls "$pkg"_*.deb | head -n1)" "x/$pkg" ) || bdie "unpack $pkg"
+    fi
+    [ -f "$out" ] || bdie "$rel not found in $pkg"
+    printf '%s\n' "$out"
+}
+
+# rocsparse: path of Debian's 1.3 GB librocsparse.so.0.1 (fetched on first use).
+rocsparse() {
+    debian_lib librocsparse0 usr/lib/x86_64-linux-gnu/librocsparse.so.0.1
+}
+
+# timed OUTFILE CMD...: run CMD under /usr/bin/time -v, keep its report in
+# OUTFILE; fail if CMD fails.
+timed() {
+    local rep="$1"; shift
+    /usr/bin/time -v -o "$rep" "$@" >/dev/null || bdie "command failed: $*"
+}
+
+# wall_s REPORT: elapsed wall-clock seconds from a /usr/bin/time -v report.
+wall_s() {
+    awk -F': ' '/Elapsed \(wall clock\)/ {
+        n = split($2, p, ":"); s = 0
+        for (i = 1; i <= n; i++) s = s * 60 + p[i]
+        printf "%.3f\n", s }' "$1"
+}
+
+# rss_mib REPORT: peak resident set size in MiB.
+rss_mib() {
+    awk -F': ' '/Maximum resident set size/ { printf "%.1f\n", $2 / 1024 }' "$1"
+}
+
+# ratio A B: A / B with 2 decimals.
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b <= 0) b = 0.001; printf "%.2f\n", a / b }'; }

@@ -1,0 +1,34 @@
+"""Public API of the rocpack Bazel rules.
+
+    load("@rocpack//rules/bazel:defs.bzl", "kpack_split", "kpack_packages", "stable_checksums", "rcclx_snapshot")
+
+Helpers: the rules run `kpack` and `snapctl` through the label_flags
+//rules/bazel:kpack and //rules/bazel:snapctl (default: built from source by
+cargo; `--config=prebuilt` or `--//rules/bazel:kpack=<label>` to override).
+Reference: docs/rules/.
+"""
+
+load("//rules/bazel/private:cargo_binary.bzl", _cargo_binary = "cargo_binary")
+load("//rules/bazel/private:kpack_packages.bzl", _kpack_packages = "kpack_packages")
+load("//rules/bazel/private:kpack_recombine.bzl", _kpack_recombine = "kpack_recombine")
+load("//rules/bazel/private:kpack_split.bzl", _kpack_split = "kpack_split")
+load("//rules/bazel/private:providers.bzl", _FlagValueInfo = "FlagValueInfo", _KpackPackageInfo = "KpackPackageInfo", _KpackSplitInfo = "KpackSplitInfo", _SnapshotBlobInfo = "SnapshotBlobInfo")
+load("//rules/bazel/private:rcclx_snapshot.bzl", _rcclx_snapshot = "rcclx_snapshot", _snapshot_blob = "snapshot_blob")
+load("//rules/bazel/private:script_test.bzl", _rocpack_script_test = "rocpack_script_test")
+load("//rules/bazel/private:stable_checksums.bzl", _stable_checksums = "stable_checksums")
+load("//rules/bazel/private:string_flag.bzl", _string_flag = "string_flag")
+
+kpack_split = _kpack_split
+kpack_recombine = _kpack_recombine
+kpack_packages = _kpack_packages
+stable_checksums = _stable_checksums
+rcclx_snapshot = _rcclx_snapshot
+snapshot_blob = _snapshot_blob
+cargo_binary = _cargo_binary
+string_flag = _string_flag
+rocpack_script_test = _rocpack_script_test
+
+KpackSplitInfo = _KpackSplitInfo
+KpackPackageInfo = _KpackPackageInfo
+FlagValueInfo = _FlagValueInfo
+SnapshotBlobInfo = _SnapshotBlobInfo

@@ -1,0 +1,259 @@
+"""rcclx_snapshot: dev (source) or a prebuilt stable / last-stable snapshot,
+selected by the channel and ROCm version flags."""
+
+load("//rules/common:snapshot.bzl", "PREBUILT_CHANNELS", "available_versions", "channel_dir", "checksum_sha256", "missing_snapshot_message", "rocm_config_name", "snapshot_target_name", "store_blob_path")
+load(":providers.bzl", "FlagValueInfo", "SnapshotBlobInfo")
+load(":tools.bzl", "ACTION_ENV", "stage_list", "tool_attrs")
+
+def _flag(name):
+    # Resolved against this repository, so the macro works from other repos too.
+    return str(Label("//rules/bazel:" + name))
+
+def snapshot_blob_action(ctx, stage, snapctl, blob, sha256, out, fetch = None):
+    """Registers the action that verifies a prebuilt blob and copies it to `out`.
+
+    Without `fetch` the wrapper checks the sha256 itself. With `fetch` =
+    struct(root_files = [(rel, File)], channel, version), `snapctl fetch` reads
+    the snapshot's metadata, looks the blob up in a staged store and verifies
+    sha256 (and size) before writing `out`.
+
+    Args:
+      ctx: rule context.
+      stage: stage.sh executable File.
+      snapctl: snapctl executable File.
+      blob: the blob File (content-addressed by sha256).
+      sha256: expected sha256 (from stable_checksums.bzl).
+      out: declared output File.
+      fetch: optional struct for the snapctl route.
+    """
+    args = ctx.actions.args()
+    inputs = [blob]
+    tools = []
+    if fetch == None:
+        args.add("--sha256", sha256)
+        args.add(blob)
+        args.add("--")
+        args.add("/bin/cp")
+        args.add(blob)
+        args.add(out)
+    else:
+        pairs = [("root/" + rel, f) for rel, f in fetch.root_files]
+        pairs.append(("store/" + store_blob_path(sha256), blob))
+        lst = stage_list(ctx, "stage.txt", pairs)
+        inputs = inputs + [lst] + [f for _, f in fetch.root_files]
+        tools = [snapctl]
+        args.add("--sha256", sha256)
+        args.add(blob)
+        args.add("--stage", lst)
+        args.add("--")
+        args.add(snapctl)
+        args.add("fetch")
+        args.add("--snapshots-root", "@STAGE@/root")
+        args.add("--store", "@STAGE@/store")
+        args.add("--channel", fetch.channel.replace("_", "-"))
+        args.add("--version", fetch.version)
+        args.add("-o", out)
+    ctx.actions.run(
+        executable = stage,
+        arguments = [args],
+        inputs = inputs,
+        tools = tools,
+        outputs = [out],
+        mnemonic = "SnapshotVerify",
+        progress_message = "verifying snapshot %s" % ctx.label,
+        env = ACTION_ENV,
+    )
+
+def _blob_impl(ctx):
+    sha = checksum_sha256(ctx.attr.sha256)
+    out = ctx.actions.declare_file(ctx.label.name + "/" + ctx.attr.out)
+    fetch = None
+    if ctx.attr.metadata:
+        root = ctx.attr.snapshots_root_path
+        files = []
+        for f in ctx.files.metadata:
+            if not f.path.startswith(root + "/"):
+                fail("%s is not under the snapshots root %s" % (f.path, root))
+            files.append((f.path[len(root) + 1:], f))
+        fetch = struct(root_files = files, channel = ctx.attr.channel, version = ctx.attr.version)
+        if not ctx.attr.snapctl:
+            fail("snapshot_blob: `metadata` needs `snapctl`")
+    snapshot_blob_action(ctx, ctx.executable._stage, ctx.executable.snapctl if ctx.attr.snapctl else None, ctx.file.blob, sha, out, fetch)
+    return [
+        DefaultInfo(files = depset([out]), runfiles = ctx.runfiles(files = [out])),
+        SnapshotBlobInfo(file = out, sha256 = sha, channel = ctx.attr.channel, version = ctx.attr.version),
+    ]
+
+snapshot_blob = rule(
+    implementation = _blob_impl,
+    doc = "Verifies one prebuilt snapshot artifact against its pinned sha256 and exposes it under its real file name.",
+    attrs = dict({
+        "blob": attr.label(allow_single_file = True, mandatory = True, doc = "The blob: a file of the local store (<store>/cas/sha256/<hex>) or an http_file repository's file."),
+        "sha256": attr.string(mandatory = True, doc = "Pinned sha256 (from stable_checksums.bzl)."),
+        "out": attr.string(mandatory = True, doc = "File name of the verified artifact, e.g. \"librcclx-dev.a\"."),
+        "channel": attr.string(mandatory = True, values = PREBUILT_CHANNELS, doc = "Channel the snapshot belongs to."),
+        "version": attr.string(mandatory = True, doc = "ROCm version of the snapshot."),
+        "metadata": attr.label_list(allow_files = True, doc = "Optional: the snapshot's metadata.txt (and headers). When set, `snapctl fetch` verifies the blob against the metadata too."),
+        "snapshots_root_path": attr.string(doc = "Execroot-relative snapshots root, needed with `metadata`."),
+        "snapctl": attr.label(executable = True, allow_files = True, cfg = "exec", doc = "The snapctl helper, needed with `metadata` (rcclx_snapshot passes the //rules/bazel:snapctl label_flag)."),
+    }, **tool_attrs()),
+)
+
+def _missing_impl(ctx):
+    channel = ctx.attr._channel[FlagValueInfo].value
+    version = ctx.attr._version[FlagValueInfo].value
+    if channel not in PREBUILT_CHANNELS:
+        fail("%s: no %s target for channel '%s'" % (ctx.label, ctx.attr.library, channel))
+    fail(missing_snapshot_message(
+        ctx.attr.library,
+        channel,
+        version,
+        ctx.attr.available.get(channel, []),
+        ctx.attr.snapshots_root,
+        ctx.attr.store,
+        ctx.attr.artifact,
+        ctx.attr.update_command or None,
+    ))
+
+_missing_snapshot = rule(
+    implementation = _missing_impl,
+    doc = "Selected when the configured channel/version has no snapshot: fails at analysis time with a message that says how to create it.",
+    attrs = {
+        "library": attr.string(mandatory = True, doc = "Library name for the message."),
+        "available": attr.string_list_dict(doc = "channel -> versions that do have a snapshot."),
+        "snapshots_root": attr.string(doc = "Workspace-relative snapshots root (for the snapctl command)."),
+        "store": attr.string(doc = "Store URL/path (for the snapctl command)."),
+        "artifact": attr.string(doc = "Artifact file name (for the snapctl command)."),
+        "update_command": attr.string(doc = "Command that regenerates the checksums file (for the message)."),
+        "_channel": attr.label(default = Label("//rules/bazel:snapshot_channel"), doc = "Channel flag."),
+        "_version": attr.label(default = Label("//rules/bazel:rocm_version"), doc = "ROCm version flag."),
+    },
+)
+
+def _defines(channel_define, channel):
+    return [channel_define + "=" + channel] if channel_define else []
+
+def rcclx_snapshot(
+        name,
+        dev,
+        stable_checksums,
+        last_stable_checksums,
+        snapshots_root = "snapshots",
+        local_store = None,
+        remote_repo_prefix = None,
+        store_url = None,
+        artifact = "librcclx-dev.a",
+        library = None,
+        channel_define = None,
+        header_patterns = ["**/*.h"],
+        verify_with_snapctl = False,
+        checksums_target = None,
+        visibility = None,
+        **kwargs):
+    """A library that is built from source (dev) or a pinned prebuilt snapshot.
+
+    Selection: `--//rules/bazel:snapshot_channel` (dev | stable | last_stable;
+    .bazelrc: --config=rcclx_dev/rcclx_stable/rcclx_last_stable) and
+    `--//rules/bazel:rocm_version` (--config=rocm62/rocm64/rocm70).
+
+    Targets:
+      <name>: alias to use as a cc dependency; resolves to the selected flavour.
+      <name>_dev: `dev` plus the channel define.
+      <name>_<channel>_rocm<key>: cc_library of a prebuilt snapshot (static
+        library verified by digest + the snapshot's own headers), one per
+        entry of the checksums dicts.
+      <name>_missing: selected when no snapshot matches; fails at analysis
+        time naming channel, version, the available versions and the
+        `snapctl create` command.
+
+    Args:
+      name: target name, e.g. "rcclx".
+      dev: label of the source-built cc_library.
+      stable_checksums: dict ROCm version -> sha256 (<PREFIX>_STABLE_CHECKSUMS).
+      last_stable_checksums: dict ROCm version -> sha256 (<PREFIX>_LAST_STABLE_CHECKSUMS).
+      snapshots_root: snapshots root relative to the package (headers live in
+        <root>/stable/<ver>/ and <root>/last-stable/<ver>/).
+      local_store: directory of a local content-addressed store relative to
+        the package; blobs are <local_store>/cas/sha256/<hex>.
+      remote_repo_prefix: instead of local_store: prefix of the http_file
+        repositories made by rocpack_snapshot_blobs (WORKSPACE) or the
+        rocpack_snapshots module extension; blob of (channel, version) is
+        @<prefix>_<channel>_rocm<key>//file.
+      store_url: store shown in the missing-snapshot message (defaults to
+        local_store).
+      artifact: file name of the prebuilt static library.
+      library: library name in messages; defaults to `name`.
+      channel_define: preprocessor macro set to the channel name for
+        dependents (e.g. "RCCLX_SNAPSHOT_CHANNEL"); None for none.
+      header_patterns: globs (relative to each snapshot dir) of snapshotted headers.
+      checksums_target: label of the stable_checksums target, named in the
+        missing-snapshot message ("bazel run <label>.update").
+      verify_with_snapctl: also verify each blob with `snapctl fetch` against
+        the snapshot's metadata.txt.
+      visibility: visibility of <name>.
+      **kwargs: common attributes (tags, ...) for every target.
+    """
+    if (local_store == None) == (remote_repo_prefix == None):
+        fail("rcclx_snapshot: set exactly one of local_store and remote_repo_prefix")
+    library = library or name
+    pkg = native.package_name()
+    root_path = (pkg + "/" + snapshots_root) if pkg else snapshots_root
+    store_shown = store_url or ((pkg + "/" + local_store) if (pkg and local_store) else (local_store or remote_repo_prefix))
+    by_channel = {"stable": stable_checksums, "last_stable": last_stable_checksums}
+
+    native.cc_library(name = name + "_dev", deps = [dev], defines = _defines(channel_define, "dev"), **kwargs)
+    branches = {_flag("channel_dev"): ":" + name + "_dev"}
+
+    for channel in PREBUILT_CHANNELS:
+        for version in available_versions(by_channel[channel]):
+            sha = checksum_sha256(by_channel[channel][version])
+            target = snapshot_target_name(name, channel, version)
+            snap_dir = snapshots_root + "/" + channel_dir(channel) + "/" + version
+            if local_store != None:
+                blob = local_store + "/" + store_blob_path(sha)
+            else:
+                blob = "@%s_%s_%s//file" % (remote_repo_prefix, channel, rocm_config_name(version))
+            metadata = []
+            if verify_with_snapctl:
+                metadata = native.glob([snap_dir + "/**"])
+            snapshot_blob(
+                name = target + "_blob",
+                blob = blob,
+                sha256 = sha,
+                out = artifact,
+                channel = channel,
+                version = version,
+                metadata = metadata,
+                snapshots_root_path = root_path if verify_with_snapctl else "",
+                snapctl = _flag("snapctl") if verify_with_snapctl else None,
+                **kwargs
+            )
+            native.cc_import(name = target + "_import", static_library = ":" + target + "_blob", **kwargs)
+            native.cc_library(
+                name = target,
+                hdrs = native.glob([snap_dir + "/" + p for p in header_patterns]),
+                strip_include_prefix = snap_dir,
+                deps = [":" + target + "_import"],
+                defines = _defines(channel_define, channel),
+                **kwargs
+            )
+            setting = target + "_config"
+            native.config_setting(
+                name = setting,
+                flag_values = {_flag("snapshot_channel"): channel, _flag("rocm_version"): version},
+            )
+            branches[":" + setting] = ":" + target
+
+    _missing_snapshot(
+        name = name + "_missing",
+        library = library,
+        available = {c: available_versions(by_channel[c]) for c in PREBUILT_CHANNELS},
+        snapshots_root = root_path,
+        store = store_shown,
+        artifact = artifact,
+        update_command = ("bazel run %s.update" % checksums_target) if checksums_target else "",
+        tags = kwargs.get("tags", []) + ["manual"],
+        **{k: v for k, v in kwargs.items() if k != "tags"}
+    )
+    branches["//conditions:default"] = ":" + name + "_missing"
+    native.alias(name = name, actual = select(branches), visibility = visibility, **kwargs)

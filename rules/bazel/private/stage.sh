@@ -1,0 +1,106 @@
+#!/bin/bash
+# Runs one rocpack helper on a staged copy of its inputs. Used by every rule
+# action in rules/bazel/private (never by users directly).
+#
+# Inputs in a Bazel sandbox are symlinks into the execroot, and without a
+# sandbox a source directory shows everything in it. The helpers must see
+# exactly the declared files as regular files, so they are copied (symlinks
+# dereferenced) into a fresh directory first.
+#
+# stage.sh [options] -- TOOL ARGS...
+#   --stage LIST          LIST holds "dest<TAB>src" lines: src (a file, or a
+#                         directory copied recursively) is copied to
+#                         $STAGE/dest. The token @STAGE@ in ARGS is replaced.
+#   --tmp-out             ARGS token @OUT@ becomes a fresh path (not yet created,
+#                         so tools that insist on a new output dir accept it).
+#   --collect SUB DEST    after TOOL: copy @OUT@/SUB/. into directory DEST;
+#                         fails when SUB does not exist (lists what does).
+#   --collect-all DEST    after TOOL: copy @OUT@/. into directory DEST.
+#   --list-dirs FILE STRIP  write the sorted names of @OUT@'s subdirectories
+#                         to FILE, removing the prefix STRIP from each.
+#   --expect-dirs NAMES   fail unless @OUT@'s subdirectories are exactly the
+#                         space-separated NAMES.
+#   --sha256 HEX FILE     fail unless FILE's sha256 is HEX (before TOOL).
+set -euo pipefail
+export LC_ALL=C
+stage_list="" tmp_out=0 collect_sub="" collect_dest="" collect_all="" list_file="" list_strip=""
+expect_dirs="" have_expect=0
+sha_hex="" sha_file=""
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --stage) stage_list="$2"; shift 2 ;;
+        --tmp-out) tmp_out=1; shift ;;
+        --collect) collect_sub="$2"; collect_dest="$3"; tmp_out=1; shift 3 ;;
+        --collect-all) collect_all="$2"; tmp_out=1; shift 2 ;;
+        --list-dirs) list_file="$2"; list_strip="$3"; shift 3 ;;
+        --expect-dirs) expect_dirs="$2"; have_expect=1; shift 2 ;;
+        --sha256) sha_hex="$2"; sha_file="$3"; shift 3 ;;
+        --) shift; break ;;
+        *) echo "stage.sh: unknown option $1" >&2; exit 2 ;;
+    esac
+done
+work="$(mktemp -d "${TMPDIR:-/tmp}/rocpack.XXXXXXXX")"
+trap 'chmod -R u+w "$work" 2>/dev/null; rm -rf "$work"' EXIT
+stage="$work/stage"
+out="$work/out"
+mkdir -p "$stage"
+
+if [ -n "$sha_hex" ]; then
+    actual="$(sha256sum < "$sha_file" | cut -d' ' -f1)"
+    if [ "$actual" != "$sha_hex" ]; then
+        echo "rocpack: sha256 mismatch for $sha_file: expected $sha_hex, got $actual" >&2
+        exit 1
+    fi
+fi
+
+if [ -n "$stage_list" ]; then
+    while IFS=$'\t' read -r dest src; do
+        [ -n "$dest" ] || continue
+        if [ -d "$src" ]; then
+            mkdir -p "$stage/$dest"
+            cp -RL "$src/." "$stage/$dest/"
+        else
+            mkdir -p "$(dirname "$stage/$dest")"
+            cp -L "$src" "$stage/$dest"
+        fi
+    done < "$stage_list"
+    chmod -R u+w "$stage"
+fi
+
+cmd=()
+for a in "$@"; do
+    a="${a//@STAGE@/$stage}"
+    a="${a//@OUT@/$out}"
+    cmd+=("$a")
+done
+if [ ${#cmd[@]} -gt 0 ]; then
+    "${cmd[@]}"
+fi
+
+subdirs() { [ -d "$out" ] || return 0; (cd "$out" && find . -mindepth 1 -maxdepth 1 -type d | sed 's|^\./||' | sort); }
+if [ "$have_expect" = 1 ]; then
+    want="$(printf '%s\n' $expect_dirs | sort)"
+    got="$(subdirs)"
+    if [ "$want" != "$got" ]; then
+        echo "rocpack: the helper produced directories [$(echo $got)], expected exactly [$(echo $want)]" >&2
+        exit 1
+    fi
+fi
+if [ -n "$list_file" ]; then
+    subdirs | while IFS= read -r d; do
+        case "$d" in "$list_strip"*) printf '%s\n' "${d#"$list_strip"}" ;; esac
+    done > "$list_file"
+fi
+if [ -n "$collect_sub" ]; then
+    if [ ! -d "$out/$collect_sub" ]; then
+        echo "rocpack: the helper wrote no '$collect_sub'; it wrote: $(subdirs | tr '\n' ' ')" >&2
+        exit 1
+    fi
+    mkdir -p "$collect_dest"
+    cp -R "$out/$collect_sub/." "$collect_dest/"
+fi
+if [ -n "$collect_all" ]; then
+    [ -d "$out" ] || { echo "rocpack: the helper wrote no output directory" >&2; exit 1; }
+    mkdir -p "$collect_all"
+    cp -R "$out/." "$collect_all/"
+fi

@@ -1,0 +1,37 @@
+"""Public API of the rocpack Buck2 rules (same names and attributes as rules/bazel).
+
+    load("@root//rules/buck2:defs.bzl", "kpack_split", "kpack_packages", "stable_checksums", "rcclx_snapshot")
+
+Helpers: every rule runs `kpack` / `snapctl` from the toolchain
+`toolchains//:rocpack` (default: built from this repository by cargo;
+`[rocpack] tools = prebuilt` in .buckconfig fetches pinned release binaries).
+Channel and ROCm version: `-m rcclx_stable -m rocm64` (aliases in the root
+PACKAGE). Reference: docs/buck2.md.
+"""
+
+load("//rules/buck2/private:cargo_build.bzl", _rocpack_cargo_build = "rocpack_cargo_build")
+load("//rules/buck2/private:config.bzl", _default_modifiers = "default_modifiers", _snapshot_constraints = "snapshot_constraints", _snapshot_modifier_aliases = "snapshot_modifier_aliases")
+load("//rules/buck2/private:kpack_recombine.bzl", _kpack_packages = "kpack_packages", _kpack_recombine = "kpack_recombine")
+load("//rules/buck2/private:kpack_split.bzl", _kpack_split = "kpack_split")
+load("//rules/buck2/private:providers.bzl", _KpackPackageInfo = "KpackPackageInfo", _KpackSplitInfo = "KpackSplitInfo", _RocpackToolchainInfo = "RocpackToolchainInfo", _SnapshotBlobInfo = "SnapshotBlobInfo")
+load("//rules/buck2/private:rcclx_snapshot.bzl", _rcclx_snapshot = "rcclx_snapshot", _snapshot_blob = "snapshot_blob")
+load("//rules/buck2/private:stable_checksums.bzl", _stable_checksums = "stable_checksums")
+load("//rules/buck2/private:toolchain.bzl", _rocpack_helper_tools = "rocpack_helper_tools", _rocpack_toolchain = "rocpack_toolchain")
+
+kpack_split = _kpack_split
+kpack_recombine = _kpack_recombine
+kpack_packages = _kpack_packages
+stable_checksums = _stable_checksums
+rcclx_snapshot = _rcclx_snapshot
+snapshot_blob = _snapshot_blob
+rocpack_cargo_build = _rocpack_cargo_build
+rocpack_toolchain = _rocpack_toolchain
+rocpack_helper_tools = _rocpack_helper_tools
+snapshot_constraints = _snapshot_constraints
+snapshot_modifier_aliases = _snapshot_modifier_aliases
+default_modifiers = _default_modifiers
+
+KpackSplitInfo = _KpackSplitInfo
+KpackPackageInfo = _KpackPackageInfo
+RocpackToolchainInfo = _RocpackToolchainInfo
+SnapshotBlobInfo = _SnapshotBlobInfo

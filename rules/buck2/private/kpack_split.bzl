@@ -1,0 +1,120 @@
+"""kpack_split: one artifact directory in, one split tree out (Buck2)."""
+
+load("//rules/common:kpack.bzl", "kpack_manifest_root", "kpack_package_dir_name", "kpack_relative_path", "kpack_split_arg_list")
+load(":providers.bzl", "KpackSplitInfo", "RocpackToolchainInfo")
+load(":toolchain.bzl", "toolchain_attr")
+
+# Lists the <prefix>_<arch> directories a split produced (sorted, one per
+# line) and, when $4 is not empty, checks them against the expected list.
+# Paths arrive as arguments: nothing is interpolated into the script.
+_LIST_ARCHS = """set -eu
+dir=$1; out=$2; prefix=$3; expect=$4
+LC_ALL=C ls "$dir" | sed -n "s/^${prefix}_//p" | grep -vx generic > "$out" || true
+if [ -n "$expect" ] && [ "$(tr '\\n' ' ' < "$out")" != "$expect " ]; then
+    echo "kpack_split: expected archs [$expect], the split produced [$(tr '\\n' ' ' < "$out")]" >&2
+    exit 1
+fi
+"""
+
+def kpack_split_action(actions: AnalysisActions, kpack: RunInfo, artifact_dir: Artifact, artifact_prefix: str, out_name: str, split_databases: list[str] = [], compression: str = "", exclude_archs: list[str] = [], expect_archs: list[str] | None = None) -> (Artifact, Artifact):
+    """Registers one `kpack split` (and the arch listing); reusable by other rules.
+
+    Args:
+      actions: the rule's AnalysisActions.
+      kpack: RunInfo of the kpack helper.
+      artifact_dir: the artifact directory (artifact_manifest.txt at its top).
+      artifact_prefix: --artifact-prefix.
+      out_name: name of the declared output directory.
+      split_databases: --split-databases handlers.
+      compression: "zstd", "none" or "" (tool default).
+      exclude_archs: --exclude-arch values.
+      expect_archs: when not None, the build fails unless exactly these archs come out.
+
+    Returns:
+      (output directory, archs file).
+    """
+    out_dir = actions.declare_output(out_name, dir = True)
+    actions.run(
+        cmd_args(
+            kpack,
+            "split",
+            "--artifact-dir",
+            artifact_dir,
+            "--output-dir",
+            out_dir.as_output(),
+            kpack_split_arg_list(artifact_prefix, split_databases, compression, exclude_archs),
+        ),
+        category = "kpack_split",
+        identifier = artifact_prefix,
+        env = {"LC_ALL": "C", "TZ": "UTC"},
+    )
+    archs_file = actions.declare_output(out_name + ".archs")
+    expect = " ".join(expect_archs) if expect_archs != None else ""
+    actions.run(
+        cmd_args("/bin/sh", "-c", _LIST_ARCHS, "list_archs", out_dir, archs_file.as_output(), artifact_prefix, expect),
+        category = "kpack_split_archs",
+        identifier = artifact_prefix,
+        env = {"LC_ALL": "C"},
+    )
+    return out_dir, archs_file
+
+def _kpack_split_impl(ctx: AnalysisContext) -> list[Provider]:
+    toolchain = ctx.attrs._rocpack_toolchain[RocpackToolchainInfo]
+    srcs = ctx.attrs.srcs
+    root = kpack_manifest_root([f.short_path for f in srcs])
+
+    # Copies, not symlinks: kpack keeps symlinks of an artifact tree as
+    # symlinks and refuses ones that point outside it.
+    artifact_dir = ctx.actions.copied_dir(
+        ctx.label.name + ".in",
+        {kpack_relative_path(f.short_path, root): f for f in srcs},
+    )
+    prefix = ctx.attrs.artifact_prefix or ctx.label.name
+    expect = sorted(ctx.attrs.archs) if ctx.attrs.archs else None
+    out_dir, archs_file = kpack_split_action(
+        ctx.actions,
+        kpack = toolchain.kpack,
+        artifact_dir = artifact_dir,
+        artifact_prefix = prefix,
+        out_name = ctx.label.name + ".split",
+        split_databases = ctx.attrs.split_databases,
+        compression = ctx.attrs.compression,
+        exclude_archs = ctx.attrs.exclude_archs,
+        expect_archs = expect,
+    )
+    return [
+        DefaultInfo(
+            default_output = out_dir,
+            sub_targets = {
+                "archs": [DefaultInfo(default_output = archs_file)],
+                "generic": [DefaultInfo(default_output = out_dir.project(kpack_package_dir_name(prefix, "generic")))],
+            },
+        ),
+        KpackSplitInfo(
+            dir = out_dir,
+            artifact_prefix = prefix,
+            shard = ctx.attrs.shard or ctx.label.name,
+            archs = expect,
+            archs_file = archs_file,
+        ),
+    ]
+
+kpack_split = rule(
+    impl = _kpack_split_impl,
+    doc = """Splits one TheRock artifact directory with `kpack split`.
+
+Output: a directory `<name>.split/` holding `<artifact_prefix>_generic/` (host
+code with markers, generic files, artifact_manifest.txt) and one
+`<artifact_prefix>_<arch>/` per discovered arch (only `.kpack` files and arch
+database files); sub-target `[archs]` is the file listing the archs.
+""",
+    attrs = dict({
+        "archs": attrs.list(attrs.string(), default = [], doc = "Archs the split must produce (e.g. [\"gfx1100\", \"gfx906\"]). When given, the build fails unless exactly these come out, and the provider carries the list."),
+        "artifact_prefix": attrs.string(default = "", doc = "Component name for --artifact-prefix (e.g. \"blas_lib\"); defaults to the target name."),
+        "compression": attrs.enum(["", "zstd", "none"], default = "", doc = "--compression of the .kpack archives; empty uses the tool's default."),
+        "exclude_archs": attrs.list(attrs.string(), default = [], doc = "Archs passed to --exclude-arch (kept in the host code, not split out)."),
+        "shard": attrs.string(default = "", doc = "Name of the CI shard this split belongs to (e.g. \"gfx110X-build\"); kpack_recombine stages it under this name, which the packaging config's primary_shard refers to. Defaults to the target name."),
+        "split_databases": attrs.list(attrs.string(), default = [], doc = "Database handlers for --split-databases: rocblas, hipblaslt, aotriton, miopen."),
+        "srcs": attrs.list(attrs.source(), doc = "The artifact directory as a file set (glob) that contains exactly one artifact_manifest.txt; paths are taken relative to that manifest's directory."),
+    }, **toolchain_attr()),
+)

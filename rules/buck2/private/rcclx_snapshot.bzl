@@ -1,0 +1,261 @@
+"""rcclx_snapshot: dev (source) or a pinned prebuilt stable / last-stable
+snapshot, selected by the `snapshot_channel` and `rocm_version` constraints
+(`-m rcclx_stable -m rocm64`)."""
+
+load("//rules/common:snapshot.bzl", "PREBUILT_CHANNELS", "ROCM_VERSIONS", "available_versions", "channel_dir", "checksum_sha256", "missing_snapshot_message", "snapshot_target_name", "store_blob_path")
+load(":config.bzl", "channel_constraint", "rocm_constraint")
+load(":providers.bzl", "RocpackToolchainInfo", "SnapshotBlobInfo")
+load(":toolchain.bzl", "toolchain_attr")
+
+def buck2_spelling(message: str) -> str:
+    """rules/common's message with Buck2's spelling of the commands it names.
+
+    `--config=<alias>` becomes `-m <alias>` and `bazel run` becomes
+    `buck2 run`; the text is otherwise the same as Bazel's.
+
+    Args:
+      message: a message from rules/common.
+
+    Returns:
+      The message for Buck2 users.
+    """
+    return message.replace("--config=", "-m ").replace("bazel run", "buck2 run")
+
+def snapshot_blob_action(actions: AnalysisActions, snapctl: RunInfo, blob: Artifact, sha256: str, metadata: dict[str, Artifact], channel: str, version: str, out: str) -> Artifact:
+    """Registers `snapctl fetch`, which verifies `blob` and writes it as `out`.
+
+    The blob is staged as a one-blob store (`cas/sha256/<hex>`) next to the
+    snapshot's own metadata, so snapctl checks sha256 and size against
+    metadata.txt before writing the output.
+
+    Args:
+      actions: the rule's AnalysisActions.
+      snapctl: RunInfo of the snapctl helper.
+      blob: the downloaded or checked-in blob.
+      sha256: pinned sha256 (from stable_checksums.bzl).
+      metadata: path under the snapshots root -> file (that snapshot's metadata.txt, headers).
+      channel: "stable" or "last_stable".
+      version: ROCm version.
+      out: file name of the verified artifact.
+
+    Returns:
+      The verified artifact.
+    """
+    store = actions.copied_dir("store", {store_blob_path(sha256): blob})
+    root = actions.copied_dir("snapshots_root", metadata)
+    verified = actions.declare_output(out)
+    actions.run(
+        cmd_args(
+            snapctl,
+            "fetch",
+            "--snapshots-root",
+            root,
+            "--store",
+            store,
+            "--channel",
+            channel_dir(channel),
+            "--version",
+            version,
+            "-o",
+            verified.as_output(),
+        ),
+        category = "snapshot_verify",
+        env = {"LC_ALL": "C", "TZ": "UTC"},
+    )
+    return verified
+
+def _blob_impl(ctx: AnalysisContext) -> list[Provider]:
+    toolchain = ctx.attrs._rocpack_toolchain[RocpackToolchainInfo]
+    sha = checksum_sha256(ctx.attrs.sha256)
+    root = ctx.attrs.snapshots_root_path
+    metadata = {}
+    for f in ctx.attrs.metadata_files:
+        if not f.short_path.startswith(root + "/"):
+            fail("%s is not under the snapshots root %s" % (f.short_path, root))
+        metadata[f.short_path[len(root) + 1:]] = f
+    verified = snapshot_blob_action(ctx.actions, toolchain.snapctl, ctx.attrs.blob, sha, metadata, ctx.attrs.channel, ctx.attrs.version, ctx.attrs.out)
+    return [
+        DefaultInfo(default_output = verified),
+        SnapshotBlobInfo(file = verified, sha256 = sha, channel = ctx.attrs.channel, version = ctx.attrs.version),
+    ]
+
+snapshot_blob = rule(
+    impl = _blob_impl,
+    doc = "Verifies one prebuilt snapshot artifact against its pinned sha256 and its metadata.txt (`snapctl fetch`) and exposes it under its real file name.",
+    attrs = dict({
+        "blob": attrs.source(doc = "The blob: a file of the local store (<store>/cas/sha256/<hex>) or an http_file target."),
+        "channel": attrs.enum(PREBUILT_CHANNELS, doc = "Channel the snapshot belongs to."),
+        # Bazel calls this `metadata`, a name Buck2 reserves for every target.
+        "metadata_files": attrs.list(attrs.source(), doc = "The snapshot's files under the snapshots root (metadata.txt, headers)."),
+        "out": attrs.string(doc = "File name of the verified artifact, e.g. \"librcclx-dev.a\"."),
+        "sha256": attrs.string(doc = "Pinned sha256 (from stable_checksums.bzl)."),
+        "snapshots_root_path": attrs.string(doc = "The snapshots root, relative to the package."),
+        "version": attrs.string(doc = "ROCm version of the snapshot."),
+    }, **toolchain_attr()),
+)
+
+def _missing_impl(ctx: AnalysisContext) -> list[Provider]:
+    fail(buck2_spelling(missing_snapshot_message(
+        ctx.attrs.library,
+        ctx.attrs.channel,
+        ctx.attrs.version,
+        ctx.attrs.available,
+        ctx.attrs.snapshots_root,
+        ctx.attrs.store,
+        ctx.attrs.artifact,
+        ctx.attrs.update_command or None,
+    )))
+
+_missing_snapshot = rule(
+    impl = _missing_impl,
+    doc = "Selected when the configured channel/version has no snapshot: fails at analysis time with a message that says how to create it.",
+    attrs = {
+        "artifact": attrs.string(doc = "Artifact file name (for the snapctl command)."),
+        "available": attrs.list(attrs.string(), default = [], doc = "Versions that do have a snapshot in this channel."),
+        "channel": attrs.string(doc = "The requested channel."),
+        "library": attrs.string(doc = "Library name for the message."),
+        "snapshots_root": attrs.string(doc = "Repository-relative snapshots root (for the snapctl command)."),
+        "store": attrs.string(doc = "Store URL/path (for the snapctl command)."),
+        "update_command": attrs.string(default = "", doc = "Command regenerating the checksums file (empty: the snapctl gen-checksums form)."),
+        "version": attrs.string(doc = "The requested ROCm version."),
+    },
+)
+
+def rcclx_snapshot(
+        name: str,
+        dev: str,
+        stable_checksums: dict[str, typing.Any],
+        last_stable_checksums: dict[str, typing.Any],
+        snapshots_root: str = "snapshots",
+        local_store: str | None = None,
+        remote_repo_prefix: str | None = None,
+        store_url: str | None = None,
+        artifact: str = "librcclx-dev.a",
+        library: str | None = None,
+        channel_define: str | None = None,
+        header_patterns: list[str] = ["**/*.h"],
+        verify_with_snapctl: bool = True,
+        checksums_target: str | None = None,
+        visibility: list[str] = [],
+        **kwargs):
+    """A library built from source (dev) or taken from a pinned prebuilt snapshot.
+
+    Selection: the constraints of rules/buck2/config (`-m rcclx_dev`,
+    `-m rcclx_stable`, `-m rcclx_last_stable`; `-m rocm62`, `-m rocm64`, ...;
+    defaults in the root PACKAGE). The select covers every channel x ROCm
+    version: a pair without a snapshot resolves to a target that fails at
+    analysis time naming channel, version, the versions that exist and the
+    `snapctl create` command that adds one.
+
+    Targets (same names as the Bazel macro):
+      <name>: alias to depend on; resolves to the selected flavour.
+      <name>_dev: `dev` plus the channel define.
+      <name>_<channel>_rocm<key>: prebuilt_cxx_library of a snapshot (static
+        library verified by `snapctl fetch` + the snapshot's own headers), or
+        the failing target when that snapshot does not exist (only compatible
+        with its own channel and version, so `//...` skips it otherwise).
+      <name>_<channel>_rocm<key>_blob: the verified static library.
+
+    Args:
+      name: target name, e.g. "rcclx".
+      dev: the source-built cxx_library.
+      stable_checksums: dict ROCm version -> sha256 (<PREFIX>_STABLE_CHECKSUMS).
+      last_stable_checksums: dict ROCm version -> sha256 (<PREFIX>_LAST_STABLE_CHECKSUMS).
+      snapshots_root: snapshots root relative to the package (headers live in
+        <root>/stable/<ver>/ and <root>/last-stable/<ver>/).
+      local_store: directory of a local content-addressed store relative to
+        the package; blobs are <local_store>/cas/sha256/<hex>.
+      store_url: instead of local_store: an http(s) store; blobs are fetched
+        with http_file from <store_url>/cas/sha256/<hex>, pinned by sha256.
+      artifact: file name of the prebuilt static library.
+      library: library name in messages; defaults to `name`.
+      channel_define: preprocessor macro set to the channel name for
+        dependents (e.g. "RCCLX_SNAPSHOT_CHANNEL"); None for none.
+      header_patterns: globs (relative to each snapshot dir) of snapshotted headers.
+      remote_repo_prefix: Bazel only (http_file repositories); fails on Buck2,
+        where `store_url` fetches blobs with http_file directly.
+      verify_with_snapctl: accepted for parity with Bazel; on Buck2 every blob
+        is always verified by `snapctl fetch` (sha256, size, metadata.txt).
+      checksums_target: label of the stable_checksums target, named in the
+        missing-snapshot message (`buck2 run <label>.update`).
+      visibility: visibility of <name>.
+      **kwargs: common attributes for every target.
+    """
+    if remote_repo_prefix != None:
+        fail("rcclx_snapshot: remote_repo_prefix is for Bazel's http_file repositories; on Buck2 set store_url")
+    if (local_store == None) == (store_url == None):
+        fail("rcclx_snapshot: set exactly one of local_store and store_url")
+    if not verify_with_snapctl:
+        fail("rcclx_snapshot: on Buck2 blobs are always verified by snapctl fetch; leave verify_with_snapctl at True")
+    library = library or name
+    pkg = native.package_name()
+    root_path = (pkg + "/" + snapshots_root) if pkg else snapshots_root
+    store_shown = store_url or ((pkg + "/" + local_store) if pkg else local_store)
+    by_channel = {"stable": stable_checksums, "last_stable": last_stable_checksums}
+
+    def _flags(channel):
+        return ["-D" + channel_define + "=" + channel] if channel_define else []
+
+    native.cxx_library(name = name + "_dev", exported_deps = [dev], exported_preprocessor_flags = _flags("dev"), **kwargs)
+    branches = {channel_constraint("dev"): ":" + name + "_dev"}
+
+    for channel in PREBUILT_CHANNELS:
+        checksums = by_channel[channel]
+        for version in ROCM_VERSIONS:
+            target = snapshot_target_name(name, channel, version)
+            setting = target + "_config"
+            native.config_setting(
+                name = setting,
+                constraint_values = [channel_constraint(channel), rocm_constraint(version)],
+            )
+            branches[":" + setting] = ":" + target
+            if version not in checksums:
+                _missing_snapshot(
+                    name = target,
+                    library = library,
+                    channel = channel,
+                    version = version,
+                    available = available_versions(checksums),
+                    snapshots_root = root_path,
+                    store = store_shown,
+                    artifact = artifact,
+                    update_command = ("buck2 run %s.update" % checksums_target) if checksums_target else "",
+                    target_compatible_with = [channel_constraint(channel), rocm_constraint(version)],
+                    **kwargs
+                )
+                continue
+            sha = checksum_sha256(checksums[version])
+            snap_dir = snapshots_root + "/" + channel_dir(channel) + "/" + version
+            if local_store != None:
+                blob = local_store + "/" + store_blob_path(sha)
+            else:
+                blob = ":" + target + "_download"
+                native.http_file(
+                    name = target + "_download",
+                    urls = [store_url.rstrip("/") + "/" + store_blob_path(sha)],
+                    sha256 = sha,
+                    out = artifact,
+                )
+            snapshot_blob(
+                name = target + "_blob",
+                blob = blob,
+                sha256 = sha,
+                out = artifact,
+                channel = channel,
+                version = version,
+                metadata_files = native.glob([snap_dir + "/**"]),
+                snapshots_root_path = snapshots_root,
+                **kwargs
+            )
+            headers = native.glob([snap_dir + "/" + p for p in header_patterns])
+            native.prebuilt_cxx_library(
+                name = target,
+                static_lib = ":" + target + "_blob",
+                exported_headers = {h[len(snap_dir) + 1:]: h for h in headers},
+                header_namespace = "",
+                exported_preprocessor_flags = _flags(channel),
+                preferred_linkage = "static",
+                **kwargs
+            )
+
+    native.alias(name = name, actual = select(branches), visibility = visibility, **kwargs)

@@ -1,0 +1,142 @@
+"""stable_checksums: snapshot metadata in, stable_checksums.bzl out (Buck2).
+
+Plus `<name>.update` (`buck2 run`: regenerates the checked-in file in place)
+and `<name>_test` (`buck2 test`: fails when the checked-in copy is stale).
+"""
+
+load(":providers.bzl", "RocpackToolchainInfo")
+load(":toolchain.bzl", "toolchain_attr")
+
+_StableChecksumsInfo = provider(
+    doc = "The staged snapshots root and the generated file of a stable_checksums target.",
+    fields = {
+        # Dict name prefix (--prefix).
+        "prefix": provider_field(str),
+        # Directory: copy of the snapshots root (metadata files).
+        "root": provider_field(typing.Any),
+    },
+)
+
+def stage_snapshots_root(actions: AnalysisActions, name: str, srcs: list[Artifact], root: str) -> Artifact:
+    """Copies the files under the package-relative `root` into one directory.
+
+    Args:
+      actions: the rule's AnalysisActions.
+      name: name of the declared directory.
+      srcs: files under the snapshots root (metadata.txt, headers, ...).
+      root: the snapshots root, relative to the package.
+
+    Returns:
+      The staged directory.
+    """
+    files = {}
+    for f in srcs:
+        if not f.short_path.startswith(root + "/"):
+            fail("stable_checksums: %s is not under the snapshots root %s" % (f.short_path, root))
+        files[f.short_path[len(root) + 1:]] = f
+    return actions.copied_dir(name, files)
+
+def stable_checksums_action(actions: AnalysisActions, snapctl: RunInfo, root: Artifact, prefix: str, out: str) -> Artifact:
+    """Registers `snapctl gen-checksums` on a staged snapshots root.
+
+    Args:
+      actions: the rule's AnalysisActions.
+      snapctl: RunInfo of the snapctl helper.
+      root: the staged snapshots root.
+      prefix: dict name prefix (--prefix).
+      out: name of the generated file.
+
+    Returns:
+      The generated file.
+    """
+    generated = actions.declare_output(out)
+    actions.run(
+        cmd_args(snapctl, "gen-checksums", "--snapshots-root", root, "--output", generated.as_output(), "--prefix", prefix),
+        category = "snapctl_gen_checksums",
+        env = {"LC_ALL": "C", "TZ": "UTC"},
+    )
+    return generated
+
+def _gen_impl(ctx: AnalysisContext) -> list[Provider]:
+    toolchain = ctx.attrs._rocpack_toolchain[RocpackToolchainInfo]
+    root = stage_snapshots_root(ctx.actions, "snapshots_root", ctx.attrs.srcs, ctx.attrs.snapshots_root)
+    generated = stable_checksums_action(ctx.actions, toolchain.snapctl, root, ctx.attrs.prefix, ctx.attrs.out)
+    return [
+        DefaultInfo(default_output = generated),
+        _StableChecksumsInfo(root = root, prefix = ctx.attrs.prefix),
+    ]
+
+_stable_checksums_gen = rule(
+    impl = _gen_impl,
+    doc = "Generates stable_checksums.bzl from snapshot metadata with `snapctl gen-checksums`.",
+    attrs = dict({
+        "out": attrs.string(default = "stable_checksums.bzl", doc = "Name of the checked-in file in the package."),
+        "prefix": attrs.string(default = "RCCLX", doc = "Prefix of the generated dict names (<PREFIX>_STABLE_CHECKSUMS, <PREFIX>_LAST_STABLE_CHECKSUMS)."),
+        "snapshots_root": attrs.string(default = "snapshots", doc = "The snapshots root, relative to the package."),
+        "srcs": attrs.list(attrs.source(), doc = "Files of the snapshots root: every stable/<ver>/metadata.txt and last-stable/<ver>/metadata.txt (a glob of snapshots/**/metadata.txt)."),
+    }, **toolchain_attr()),
+)
+
+def _update_impl(ctx: AnalysisContext) -> list[Provider]:
+    toolchain = ctx.attrs._rocpack_toolchain[RocpackToolchainInfo]
+    info = ctx.attrs.generated[_StableChecksumsInfo]
+
+    # `buck2 run` passes absolute paths: snapctl rewrites the checked-in file
+    # in place (temp file + rename), reading the same staged metadata.
+    cmd = cmd_args(toolchain.snapctl, "gen-checksums", "--snapshots-root", info.root, "--output", ctx.attrs.checked_in, "--prefix", info.prefix)
+    return [DefaultInfo(), RunInfo(args = cmd)]
+
+_stable_checksums_update = rule(
+    impl = _update_impl,
+    doc = "`buck2 run` target regenerating the checked-in stable_checksums.bzl.",
+    attrs = dict({
+        "checked_in": attrs.source(doc = "The checked-in file to rewrite."),
+        "generated": attrs.dep(providers = [_StableChecksumsInfo], doc = "The stable_checksums generating target."),
+    }, **toolchain_attr()),
+)
+
+def _test_impl(ctx: AnalysisContext) -> list[Provider]:
+    toolchain = ctx.attrs._rocpack_toolchain[RocpackToolchainInfo]
+    info = ctx.attrs.generated[_StableChecksumsInfo]
+    cmd = cmd_args(toolchain.snapctl, "check", "--snapshots-root", info.root, "--checksums", ctx.attrs.checked_in)
+    return [
+        DefaultInfo(),
+        RunInfo(args = cmd),
+        ExternalRunnerTestInfo(
+            type = "custom",
+            command = [cmd],
+            labels = ctx.attrs.labels,
+            run_from_project_root = True,
+            use_project_relative_paths = True,
+        ),
+    ]
+
+_stable_checksums_test = rule(
+    impl = _test_impl,
+    doc = "Fails (`snapctl check`, exit 1) when the checked-in file differs from what the metadata gives.",
+    attrs = dict({
+        "checked_in": attrs.source(doc = "The checked-in file."),
+        "generated": attrs.dep(providers = [_StableChecksumsInfo], doc = "The stable_checksums generating target."),
+        "labels": attrs.list(attrs.string(), default = [], doc = "Test labels."),
+    }, **toolchain_attr()),
+)
+
+def stable_checksums(name: str, srcs: list[str], snapshots_root: str = "snapshots", prefix: str = "RCCLX", out: str = "stable_checksums.bzl", **kwargs):
+    """Generates stable_checksums.bzl; adds `<name>.update` and `<name>_test`.
+
+    Targets:
+      <name>: the generated file (`buck2 build`).
+      <name>.update: `buck2 run` rewrites <package>/<out> in the source tree.
+      <name>_test: `buck2 test` fails when <out> is stale.
+
+    Args:
+      name: target name.
+      srcs: snapshot metadata files (glob(["snapshots/**/metadata.txt"])).
+      snapshots_root: snapshots root relative to the package.
+      prefix: dict name prefix, e.g. "RCCLX".
+      out: name of the checked-in file in this package.
+      **kwargs: common attributes (visibility, ...) for all three targets.
+    """
+    _stable_checksums_gen(name = name, srcs = srcs, snapshots_root = snapshots_root, prefix = prefix, out = out, **kwargs)
+    _stable_checksums_update(name = name + ".update", generated = ":" + name, checked_in = out, **kwargs)
+    _stable_checksums_test(name = name + "_test", generated = ":" + name, checked_in = out, **kwargs)

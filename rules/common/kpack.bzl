@@ -1,0 +1,157 @@
+"""Pure Starlark shared by the Bazel and Buck2 kpack rules.
+
+No load(), no ctx, no native.*, no type annotations: both build systems load
+this file unchanged (style.md section 4.8). Functions take and return plain
+strings, lists and dicts.
+"""
+
+# The group name of the host-code package `kpack recombine` writes once per
+# component (`<component>_generic`).
+KPACK_GENERIC_GROUP = "generic"
+
+# Mnemonics (Bazel) / categories (Buck2) of the kpack actions.
+KPACK_SPLIT_MNEMONIC = "KpackSplit"
+KPACK_RECOMBINE_MNEMONIC = "KpackRecombine"
+
+def kpack_package_dir_name(component, group):
+    """Name of one package directory, as `kpack split`/`recombine` write it.
+
+    Args:
+      component: the component or artifact prefix, e.g. "blas_lib".
+      group: an architecture group ("gfx110X"), an arch ("gfx1100") or
+        "generic".
+
+    Returns:
+      "<component>_<group>", e.g. "blas_lib_gfx110X".
+    """
+    if not component:
+        fail("kpack: empty component name")
+    if not group:
+        fail("kpack: empty group name for component '%s'" % component)
+    return component + "_" + group
+
+def kpack_validate_groups(component, groups):
+    """Checks a list of architecture group names from a packaging config.
+
+    Fails on an empty list, empty names, duplicates, names containing "/" or
+    ":" and the reserved name "generic".
+
+    Args:
+      component: the component the groups belong to (for messages).
+      groups: list of group names, in config order.
+
+    Returns:
+      The same list.
+    """
+    if not groups:
+        fail("kpack: component '%s' has no architecture groups" % component)
+    seen = {}
+    for g in groups:
+        if not g or "/" in g or ":" in g or " " in g:
+            fail("kpack: invalid architecture group name '%s' for component '%s'" % (g, component))
+        if g == KPACK_GENERIC_GROUP:
+            fail("kpack: architecture group name 'generic' is reserved (component '%s')" % component)
+        if g in seen:
+            fail("kpack: architecture group '%s' listed twice for component '%s'" % (g, component))
+        seen[g] = True
+    return groups
+
+def kpack_package_target_names(component, groups):
+    """All package targets a packaging config yields for one component.
+
+    Args:
+      component: e.g. "blas_lib".
+      groups: architecture group names in config order.
+
+    Returns:
+      A list of (target name, group) pairs: first ("<component>_generic",
+      "generic"), then ("<component>_<group>", group) per group.
+    """
+    kpack_validate_groups(component, groups)
+    out = [(kpack_package_dir_name(component, KPACK_GENERIC_GROUP), KPACK_GENERIC_GROUP)]
+    for g in groups:
+        out.append((kpack_package_dir_name(component, g), g))
+    return out
+
+def kpack_groups_from_config(config):
+    """Architecture group names of a decoded packaging-config JSON.
+
+    Args:
+      config: the dict `json.decode` returns for a rocm-kpack packaging config
+        (keys "primary_shard", "architecture_groups", ...).
+
+    Returns:
+      The group names in config order.
+    """
+    if type(config) != "dict":
+        fail("kpack: packaging config must be a JSON object")
+    if "primary_shard" not in config:
+        fail("kpack: packaging config has no 'primary_shard'")
+    groups = config.get("architecture_groups")
+    if type(groups) != "dict" or not groups:
+        fail("kpack: packaging config has no 'architecture_groups' object")
+    for name, g in groups.items():
+        if type(g) != "dict" or type(g.get("architectures")) != "list" or not g["architectures"]:
+            fail("kpack: architecture group '%s' needs a non-empty 'architectures' list" % name)
+    return list(groups.keys())
+
+def kpack_split_arg_list(artifact_prefix, split_databases, compression, exclude_archs):
+    """Flags of `kpack split` after --artifact-dir/--output-dir (design 3.1).
+
+    Args:
+      artifact_prefix: value of --artifact-prefix.
+      split_databases: list of database handler names (rocblas, hipblaslt,
+        aotriton, miopen); may be empty.
+      compression: "zstd", "none" or "" for the tool's default.
+      exclude_archs: list of archs passed to --exclude-arch.
+
+    Returns:
+      A list of strings.
+    """
+    args = ["--artifact-prefix", artifact_prefix]
+    if split_databases:
+        args.append("--split-databases")
+        args.extend(split_databases)
+    if compression:
+        if compression not in ("zstd", "none"):
+            fail("kpack_split: compression must be 'zstd' or 'none', got '%s'" % compression)
+        args.extend(["--compression", compression])
+    for a in exclude_archs:
+        args.extend(["--exclude-arch", a])
+    return args
+
+def kpack_manifest_root(paths):
+    """Directory holding `artifact_manifest.txt` among a list of file paths.
+
+    Args:
+      paths: file paths (strings) of an artifact file set.
+
+    Returns:
+      The directory part of the one path whose base name is
+      artifact_manifest.txt ("" when it sits at the root).
+    """
+    roots = []
+    for p in paths:
+        if p == "artifact_manifest.txt":
+            roots.append("")
+        elif p.endswith("/artifact_manifest.txt"):
+            roots.append(p[:-len("/artifact_manifest.txt")])
+    if len(roots) != 1:
+        fail("kpack_split: srcs must contain exactly one artifact_manifest.txt, found %d: %s" % (len(roots), roots))
+    return roots[0]
+
+def kpack_relative_path(path, root):
+    """`path` relative to directory `root` ("" = no prefix); fails when outside.
+
+    Args:
+      path: a file path.
+      root: a directory path, or "".
+
+    Returns:
+      The relative path.
+    """
+    if not root:
+        return path
+    if not path.startswith(root + "/"):
+        fail("kpack_split: '%s' is not under the artifact directory '%s'" % (path, root))
+    return path[len(root) + 1:]

@@ -1,0 +1,89 @@
+"""Unit tests of the pure Starlark in rules/common (run at analysis time).
+
+The test rule evaluates every check while Bazel analyses it and writes a
+script that prints the failures and exits 1 when any check failed.
+"""
+
+load("//rules/common:kpack.bzl", "kpack_groups_from_config", "kpack_manifest_root", "kpack_package_dir_name", "kpack_package_target_names", "kpack_relative_path", "kpack_split_arg_list")
+load("//rules/common:snapshot.bzl", "available_versions", "channel_config_name", "channel_dir", "checksum_sha256", "checksums_dict_name", "missing_snapshot_message", "parse_checksums_bzl", "rocm_config_name", "snapshot_target_name", "store_blob_path", "version_key")
+
+_SHA_A = "a" * 64
+_SHA_B = "0123456789abcdef" * 4
+
+_CHECKSUMS_TEXT = """# AUTO-GENERATED FILE - DO NOT EDIT MANUALLY
+
+RCCLX_STABLE_CHECKSUMS = {
+    "6.2": "%s",
+    "6.4": "%s",
+}
+
+RCCLX_LAST_STABLE_CHECKSUMS = {}
+
+RCCLX_ARTIFACTS = {
+    "%s": {
+        "sha256": "%s",
+        "size": 10,
+    },
+}
+""" % (_SHA_A, _SHA_B, _SHA_A, _SHA_A)
+
+_NESTED_TEXT = """RCCLX_STABLE_CHECKSUMS = {
+    "7.0": {
+        "sha256": "%s",
+        "size": 1798,
+    },
+}
+RCCLX_LAST_STABLE_CHECKSUMS = {
+    "7.0": "%s",
+}
+""" % (_SHA_B, _SHA_A)
+
+def _checks():
+    # (description, actual, expected)
+    return [
+        ("package dir", kpack_package_dir_name("blas_lib", "gfx110X"), "blas_lib_gfx110X"),
+        ("target names", kpack_package_target_names("blas_lib", ["gfx110X", "gfx120X"]), [("blas_lib_generic", "generic"), ("blas_lib_gfx110X", "gfx110X"), ("blas_lib_gfx120X", "gfx120X")]),
+        ("groups from config", kpack_groups_from_config(json.decode('{"primary_shard": "s", "architecture_groups": {"gfx120X": {"architectures": ["gfx1200"]}, "gfx110X": {"architectures": ["gfx1100"]}}}')), ["gfx120X", "gfx110X"]),
+        ("manifest root", kpack_manifest_root(["a/b/x.so", "a/b/artifact_manifest.txt"]), "a/b"),
+        ("manifest root at top", kpack_manifest_root(["artifact_manifest.txt", "x"]), ""),
+        ("relative path", kpack_relative_path("a/b/lib/x.so", "a/b"), "lib/x.so"),
+        ("split args", kpack_split_arg_list("blas_lib", ["rocblas"], "zstd", ["gfx906"]), ["--artifact-prefix", "blas_lib", "--split-databases", "rocblas", "--compression", "zstd", "--exclude-arch", "gfx906"]),
+        ("split args minimal", kpack_split_arg_list("p", [], "", []), ["--artifact-prefix", "p"]),
+        ("version key", version_key("6.4.2"), "642"),
+        ("rocm config", rocm_config_name("7.0"), "rocm70"),
+        ("channel config", channel_config_name("rcclx", "last_stable"), "rcclx_last_stable"),
+        ("channel dir", channel_dir("last_stable"), "last-stable"),
+        ("dict name", checksums_dict_name("RCCLX", "last_stable"), "RCCLX_LAST_STABLE_CHECKSUMS"),
+        ("snapshot target", snapshot_target_name("rcclx", "stable", "6.4"), "rcclx_stable_rocm64"),
+        ("sha from string", checksum_sha256(_SHA_A), _SHA_A),
+        ("sha from dict", checksum_sha256({"sha256": _SHA_B, "size": 3}), _SHA_B),
+        ("available", available_versions({"7.0": _SHA_A, "6.2": _SHA_A}), ["6.2", "7.0"]),
+        ("blob path", store_blob_path(_SHA_A), "cas/sha256/" + _SHA_A),
+        ("parse flat", parse_checksums_bzl(_CHECKSUMS_TEXT, "RCCLX"), {"stable": {"6.2": _SHA_A, "6.4": _SHA_B}, "last_stable": {}}),
+        ("parse nested", parse_checksums_bzl(_NESTED_TEXT, "RCCLX"), {"stable": {"7.0": _SHA_B}, "last_stable": {"7.0": _SHA_A}}),
+        ("message names all", [
+            s in missing_snapshot_message("rcclx", "stable", "7.1", ["6.2", "6.4"], "comms/rcclx/snapshots", "s3://b/p", "librcclx-dev.a")
+            for s in ["stable", "7.1", "6.2, 6.4", "snapctl create --snapshots-root comms/rcclx/snapshots --store s3://b/p --version 7.1", "--config=rocm71", "--config=rcclx_stable"]
+        ], [True, True, True, True, True, True]),
+        ("message with none available", "versions with a last-stable snapshot: none" in missing_snapshot_message("rcclx", "last_stable", "6.4", [], "r", "s", "a"), True),
+    ]
+
+def _impl(ctx):
+    failures = []
+    checks = _checks()
+    for desc, actual, expected in checks:
+        if actual != expected:
+            failures.append("%s: got %r, expected %r" % (desc, actual, expected))
+    exe = ctx.actions.declare_file(ctx.label.name + ".sh")
+    if failures:
+        body = "".join(["echo %s >&2\n" % repr("FAIL " + f).replace("$", "\\$") for f in failures]) + "exit 1\n"
+    else:
+        body = "echo '%d rules/common checks passed'\n" % len(checks)
+    ctx.actions.write(exe, "#!/bin/bash\n" + body, is_executable = True)
+    return [DefaultInfo(executable = exe)]
+
+common_unit_test = rule(
+    implementation = _impl,
+    test = True,
+    doc = "Checks the pure functions of rules/common.",
+)

@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# Optional: the same workspace on Bazel 7.7.1 (Debian sid's bazel-bootstrap) in
+# a debootstrap chroot, in bzlmod mode (MODULE.bazel, --config=debian7) and in
+# WORKSPACE mode (--noenable_bzlmod). bazel-offline.md section 5.
+#
+#   ROCPACK_BAZEL7=1 tests/ci/55-bazel7.sh      # as root; ~4 min + 2.2 GB the first time
+#
+# Skipped unless ROCPACK_BAZEL7=1 (it does not fit CI's time budget on 2 cores
+# next to the other stages). The chroot is kept in $ROCPACK_SID_CHROOT
+# (default /var/tmp/rocpack-sid) for reuse; ROCPACK_SID_REMOVE=1 deletes it.
+# Helpers: target/release/{kpack,snapctl} (cargo build --release -p kpack -p snapctl).
+. "$(dirname "$0")/lib.sh"
+cd "$ROOT"
+if [ "${ROCPACK_BAZEL7:-0}" != 1 ]; then
+    log "Bazel 7.7.1 check skipped (run with ROCPACK_BAZEL7=1 as root)"
+    exit 0
+fi
+[ "$(id -u)" -eq 0 ] || die "the Bazel 7 check needs root (debootstrap, chroot, mounts)"
+need_pkgs debootstrap
+CHROOT="${ROCPACK_SID_CHROOT:-/var/tmp/rocpack-sid}"
+TARGETS="${BAZEL7_TARGETS:-//...}"
+
+if [ ! -x "$CHROOT/usr/bin/apt-get" ]; then
+    log "debootstrap sid into $CHROOT"
+    mkdir -p "$CHROOT"
+    debootstrap --variant=minbase sid "$CHROOT" http://deb.debian.org/debian
+fi
+mounted=()
+cleanup() {
+    local rc=$?
+    chroot "$CHROOT" bash -c 'cd /workspace 2>/dev/null && bazel shutdown' >/dev/null 2>&1 || true
+    for m in "${mounted[@]}"; do mount --make-rslave "$CHROOT$m" 2>/dev/null || true; done
+    for m in "${mounted[@]}"; do umount -R "$CHROOT$m" 2>/dev/null || umount -lR "$CHROOT$m" || true; done
+    if findmnt -rno TARGET | grep -q "^$CHROOT/"; then
+        echo "WARNING: still mounted under $CHROOT; not removing it" >&2
+    elif [ "${ROCPACK_SID_REMOVE:-0}" = 1 ]; then
+        rm -rf "$CHROOT"
+    fi
+    exit $rc
+}
+trap cleanup EXIT
+mount -t proc proc "$CHROOT/proc"; mounted+=(/proc)
+mount --rbind /dev "$CHROOT/dev"; mount --make-rslave "$CHROOT/dev"; mounted+=(/dev)
+mount --rbind /sys "$CHROOT/sys"; mount --make-rslave "$CHROOT/sys"; mounted+=(/sys)
+
+log "bazel-bootstrap 7.7.1 in the chroot (Java's postinst needs /proc, mounted above)"
+echo 'Acquire::Check-Valid-Until "false";' > "$CHROOT/etc/apt/apt.conf.d/99novalid"
+cp /etc/resolv.conf "$CHROOT/etc/"
+chroot "$CHROOT" env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin bash -c 'set -e; dpkg --configure -a
+    if ! dpkg-query -W -f="\${Status}\n" bazel-bootstrap gcc libc6-dev python3 2>/dev/null | grep -qv "install ok installed" \
+        && [ "$(dpkg-query -W -f="\${Status}\n" bazel-bootstrap gcc libc6-dev python3 2>/dev/null | wc -l)" = 4 ]; then exit 0; fi
+    apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends bazel-bootstrap gcc libc6-dev python3'
+
+
+log "copy the workspace into the chroot"
+rm -rf "$CHROOT/workspace"
+mkdir -p "$CHROOT/workspace/target/release"
+tar -C "$ROOT" --exclude='./bazel-*' --exclude=./target --exclude=./.git --exclude=./buck-out -cf - . | tar -C "$CHROOT/workspace" -xf -
+cp "${KPACK_BIN:-target/release/kpack}" "$CHROOT/workspace/target/release/kpack"
+cp "${SNAPCTL_BIN:-target/release/snapctl}" "$CHROOT/workspace/target/release/snapctl"
+
+log "Bazel 7.7.1, bzlmod (MODULE.bazel): build, test, hello per channel"
+chroot "$CHROOT" env -i PATH=/usr/bin:/bin HOME=/root TARGETS="$TARGETS" bash -euo pipefail -c '
+cd /workspace
+bazel --version
+F=(--config=debian7 --config=prebuilt)
+bazel build "${F[@]}" $TARGETS
+bazel test "${F[@]}" $TARGETS
+check() { want="$1"; shift; got="$(bazel run "${F[@]}" "$@" //examples/rcclx:hello 2>/dev/null)"; echo "  $* -> $got"
+          case "$got" in "$want"*) ;; *) echo "FAILED: expected $want" >&2; exit 1 ;; esac; }
+check "rcclx channel=dev rocm=6.4 commit=source"
+check "rcclx channel=stable rocm=6.4 commit=" --config=rcclx_stable --config=rocm64
+check "rcclx channel=last_stable rocm=7.0 commit=" --config=rcclx_last_stable --config=rocm70
+if bazel build "${F[@]}" --config=rcclx_stable --config=rocm71 //examples/rcclx:hello >/tmp/m.out 2>&1; then echo "FAILED: rocm71 built" >&2; exit 1; fi
+grep -q "no stable snapshot of rcclx for ROCm 7.1" /tmp/m.out || { cat /tmp/m.out; exit 1; }
+echo "  missing snapshot message OK"
+bazel shutdown
+echo "== Bazel 7.7.1, WORKSPACE mode (--noenable_bzlmod)"
+bazel build --noenable_bzlmod --config=prebuilt $TARGETS
+bazel test --noenable_bzlmod --config=prebuilt $TARGETS
+bazel shutdown
+'
+log "Bazel 7.7.1 check passed"

@@ -1,0 +1,679 @@
+//! `kpack split` end to end over the artifact shards in the shared fixtures:
+//! output layout, host-only binaries, `.kpack` contents against
+//! `expected-unbundle.tsv`, markers that resolve, database handlers,
+//! symlinks, determinism and bad input.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use sha2::{Digest, Sha256};
+
+fn shared() -> PathBuf {
+    let p = std::env::var_os("ROCPACK_SHARED")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared")));
+    assert!(
+        p.join("fixtures/artifacts").is_dir(),
+        "fixtures not found at {} (set ROCPACK_SHARED)",
+        p.display()
+    );
+    p
+}
+
+fn fixtures() -> PathBuf {
+    shared().join("fixtures")
+}
+
+/// A private copy of one fixture shard with its symlinks restored from
+/// `artifacts-inventory.tsv` (file syncs may have turned them into plain
+/// files holding the target text). Kept for the whole test run.
+fn shard(name: &str) -> PathBuf {
+    use std::sync::OnceLock;
+    static COPIES: OnceLock<tempfile::TempDir> = OnceLock::new();
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let root = COPIES.get_or_init(|| tempfile::tempdir().unwrap()).path().to_path_buf();
+    let _g = LOCK.lock().unwrap();
+    let dst = root.join(name);
+    if !dst.exists() {
+        let tmp = root.join(format!(".{name}.tmp"));
+        copy_tree(&fixtures().join("artifacts").join(name), &tmp);
+        let inv = fs::read_to_string(fixtures().join("artifacts-inventory.tsv")).unwrap();
+        let want = format!("artifacts/{name}/");
+        for l in inv.lines() {
+            let c: Vec<&str> = l.split('\t').collect();
+            if let (Some(rel), Some(target)) = (c[0].strip_prefix(&want), c[1].strip_prefix("symlink->")) {
+                let p = tmp.join(rel);
+                let _ = fs::remove_file(&p);
+                std::os::unix::fs::symlink(target, &p).unwrap();
+            }
+        }
+        fs::rename(&tmp, &dst).unwrap();
+    }
+    dst
+}
+
+fn kpack(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_kpack"))
+        .args(args)
+        .output()
+        .expect("run kpack")
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+fn ok(out: &Output) {
+    assert!(
+        out.status.success(),
+        "kpack failed ({:?})\nstdout:\n{}\nstderr:\n{}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn split(input: &Path, prefix: &str, out: &Path, extra: &[&str]) -> Output {
+    let mut args = vec![
+        "split",
+        "--artifact-dir",
+        s(input),
+        "--artifact-prefix",
+        prefix,
+        "--output-dir",
+        s(out),
+    ];
+    args.extend_from_slice(extra);
+    kpack(&args)
+}
+
+fn sha256(b: &[u8]) -> String {
+    Sha256::digest(b).iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// Recursively copies a tree, recreating symlinks.
+fn copy_tree(src: &Path, dst: &Path) {
+    fs::create_dir_all(dst).unwrap();
+    let mut names: Vec<_> = fs::read_dir(src).unwrap().map(|e| e.unwrap().file_name()).collect();
+    names.sort();
+    for n in names {
+        let (a, b) = (src.join(&n), dst.join(&n));
+        let m = fs::symlink_metadata(&a).unwrap();
+        if m.file_type().is_symlink() {
+            std::os::unix::fs::symlink(fs::read_link(&a).unwrap(), &b).unwrap();
+        } else if m.is_dir() {
+            copy_tree(&a, &b);
+        } else {
+            fs::copy(&a, &b).unwrap();
+            let mode = fs::metadata(&b).unwrap().permissions().mode();
+            fs::set_permissions(&b, fs::Permissions::from_mode(mode | 0o200)).unwrap();
+        }
+    }
+}
+
+#[derive(Debug, PartialEq, Eq)]
+enum Node {
+    Dir,
+    File { mode: u32, sha: String },
+    Link(PathBuf),
+}
+
+/// Every path below `root` with its kind, content hash and mode.
+fn snapshot(root: &Path) -> BTreeMap<String, Node> {
+    fn go(root: &Path, dir: &Path, out: &mut BTreeMap<String, Node>) {
+        for e in fs::read_dir(dir).unwrap() {
+            let p = e.unwrap().path();
+            let rel = p.strip_prefix(root).unwrap().to_str().unwrap().to_string();
+            let m = fs::symlink_metadata(&p).unwrap();
+            if m.file_type().is_symlink() {
+                out.insert(rel, Node::Link(fs::read_link(&p).unwrap()));
+            } else if m.is_dir() {
+                out.insert(rel, Node::Dir);
+                go(root, &p, out);
+            } else {
+                out.insert(
+                    rel,
+                    Node::File {
+                        mode: m.permissions().mode() & 0o777,
+                        sha: sha256(&fs::read(&p).unwrap()),
+                    },
+                );
+            }
+        }
+    }
+    let mut out = BTreeMap::new();
+    go(root, root, &mut out);
+    out
+}
+
+/// Rows of expected-unbundle.tsv: (file, bundle_index, target, sha256, size).
+struct Row {
+    file: String,
+    bundle: u64,
+    target: String,
+    sha: String,
+}
+
+fn expected_rows() -> Vec<Row> {
+    let text = fs::read_to_string(fixtures().join("expected-unbundle.tsv")).unwrap();
+    text.lines()
+        .skip(1)
+        .map(|l| {
+            let c: Vec<&str> = l.split('\t').collect();
+            Row {
+                file: c[0].to_string(),
+                bundle: c[1].parse().unwrap(),
+                target: c[7].to_string(),
+                sha: c[8].to_string(),
+            }
+        })
+        .collect()
+}
+
+fn arch_of(target: &str) -> &str {
+    target.rsplit_once("--").map(|(_, a)| a).unwrap_or(target)
+}
+
+fn list_files(root: &Path) -> Vec<String> {
+    snapshot(root)
+        .into_iter()
+        .filter(|(_, n)| !matches!(n, Node::Dir))
+        .map(|(k, _)| k)
+        .collect()
+}
+
+/// Splits one component of a shard and checks everything the contract
+/// promises about the result.
+fn check_component(shard_name: &str, component: &str, prefix: &str, dbs: &[&str], n_fat: usize) {
+    let input = shard(shard_name).join(component);
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("out");
+    let mut extra = vec!["--json"];
+    if !dbs.is_empty() {
+        extra.push("--split-databases");
+        extra.extend_from_slice(dbs);
+    }
+    let o = split(&input, prefix, &out, &extra);
+    ok(&o);
+    let report: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json report");
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(stderr.contains("architectures:"), "{stderr}");
+
+    let manifest = fs::read_to_string(input.join("artifact_manifest.txt")).unwrap();
+    let prefixes: Vec<&str> = manifest.lines().filter(|l| !l.is_empty()).collect();
+    let generic = out.join(format!("{prefix}_generic"));
+    assert_eq!(fs::read_to_string(generic.join("artifact_manifest.txt")).unwrap(), manifest);
+
+    // Expected code objects of fat binaries in this component, per binary.
+    let rel_root = format!("artifacts/{shard_name}/{component}/");
+    let rows: Vec<Row> = expected_rows()
+        .into_iter()
+        .filter(|r| r.file.starts_with(&rel_root) && !r.target.starts_with("host"))
+        .collect();
+    let inventory = fs::read_to_string(fixtures().join("artifacts-inventory.tsv")).unwrap();
+    let fat: BTreeSet<String> = inventory
+        .lines()
+        .filter(|l| l.contains("\thost-elf-with-hip_fatbin\t") && l.starts_with(&rel_root))
+        .map(|l| l.split('\t').next().unwrap()[rel_root.len()..].to_string())
+        .collect();
+
+    assert_eq!(fat.len(), n_fat, "{component}: fat binaries in the inventory: {fat:?}");
+    assert!(rows.len() >= 2 * n_fat, "{component}: {} expected code objects", rows.len());
+    let fat_json = report["fat_binaries"].as_array().unwrap();
+    assert_eq!(fat_json.len(), n_fat, "{component}: report lists {fat_json:?}");
+    let mut archs_seen = BTreeSet::new();
+    let mut kpack_paths = BTreeSet::new();
+    for bin in &fat {
+        let host_path = generic.join(bin);
+        let orig = fs::read(input.join(bin)).unwrap();
+        let host = fs::read(&host_path).unwrap();
+        assert!(host.len() < orig.len(), "{bin}: host-only not smaller");
+        let info = rocpack_elf::analyze(&host).unwrap();
+        assert_eq!(info.state, rocpack_elf::State::Split, "{bin}");
+        let marker = rocpack_kpack::Marker::decode(&info.marker.as_ref().expect("marker").bytes).unwrap();
+        assert_eq!(marker.kernel_name, *bin, "{bin}: kernel name");
+        for w in &info.wrappers {
+            assert_eq!(w.magic, rocpack_elf::HIPK_MAGIC, "{bin}: wrapper {}", w.index);
+        }
+        // No code object of the original survives in the host binary.
+        for r in rows.iter().filter(|r| r.file == format!("{rel_root}{bin}")) {
+            let arch = arch_of(&r.target);
+            archs_seen.insert(arch.to_string());
+            // The marker's search path, resolved from the binary's directory
+            // in the arch artifact, must name an existing archive with the
+            // code object under key `<kernel_name>#<bundle index>`.
+            let bin_dir_rel = Path::new(bin).parent().unwrap();
+            let arch_root = out.join(format!("{prefix}_{arch}"));
+            let sp = marker.kpack_search_paths[0].replace("@GFXARCH@", arch);
+            let kp = normalize(&arch_root.join(bin_dir_rel).join(&sp));
+            assert!(kp.starts_with(&arch_root), "{bin}: {sp} leaves the artifact");
+            let reader = rocpack_kpack::KpackReader::open(&kp)
+                .unwrap_or_else(|e| panic!("{bin} {arch}: marker path {} does not open: {e}", kp.display()));
+            assert_eq!(reader.gfx_arches(), [arch.to_string()]);
+            let key = marker.lookup_key(r.bundle);
+            let co = reader.get(&key, arch).unwrap_or_else(|e| panic!("{bin} {key} {arch}: {e}"));
+            assert_eq!(sha256(&co), r.sha, "{bin} {key} {arch}");
+            let needle = &co[co.len() / 2..co.len() / 2 + 64];
+            assert!(
+                !host.windows(64).any(|w| w == needle),
+                "{bin}: device code of {arch} still in the host binary"
+            );
+            kpack_paths.insert(kp);
+        }
+    }
+    // Archives hold exactly the expected code objects (no extras).
+    let mut expected_count = BTreeMap::<PathBuf, usize>::new();
+    for bin in &fat {
+        for r in rows.iter().filter(|r| r.file == format!("{rel_root}{bin}")) {
+            let arch = arch_of(&r.target);
+            let top = bin.split("/stage/").next().unwrap();
+            let kp = out.join(format!("{prefix}_{arch}/{top}/stage/.kpack/{prefix}_{arch}.kpack"));
+            *expected_count.entry(kp).or_default() += 1;
+        }
+    }
+    for (kp, n) in &expected_count {
+        assert_eq!(rocpack_kpack::KpackReader::open(kp).unwrap().len(), *n, "{}", kp.display());
+    }
+
+    // Each arch artifact holds only its manifest, .kpack files of that arch
+    // and database files naming that arch.
+    let db_arch = |rel: &str| -> Option<String> {
+        let name = rel.rsplit('/').next().unwrap();
+        let aot = rel.split("/aotriton/kernels/").nth(1).map(|r| r.split('/').next().unwrap().to_string());
+        aot.or_else(|| rocpack_artifacts::databases::arch_from_file_name(name))
+    };
+    let mut arch_dirs = Vec::new();
+    for e in fs::read_dir(&out).unwrap() {
+        let n = e.unwrap().file_name().into_string().unwrap();
+        if n == format!("{prefix}_generic") {
+            continue;
+        }
+        let arch = n.strip_prefix(&format!("{prefix}_")).expect("output named NAME_<arch>").to_string();
+        arch_dirs.push(arch.clone());
+        let root = out.join(&n);
+        let m = fs::read_to_string(root.join("artifact_manifest.txt")).unwrap();
+        for l in m.lines() {
+            assert!(prefixes.contains(&l), "{n}: manifest lists unknown prefix {l}");
+        }
+        for f in list_files(&root) {
+            if f == "artifact_manifest.txt" {
+                continue;
+            }
+            if f.ends_with(".kpack") {
+                assert!(f.ends_with(&format!("/.kpack/{prefix}_{arch}.kpack")), "{n}: {f}");
+                continue;
+            }
+            assert_eq!(db_arch(&f).as_deref(), Some(arch.as_str()), "{n}: foreign file {f}");
+            let orig = fs::read(input.join(&f)).unwrap();
+            assert_eq!(fs::read(root.join(&f)).unwrap(), orig, "{n}: {f} changed");
+        }
+    }
+    // Every arch found in fat binaries has an artifact; the JSON agrees.
+    for a in &archs_seen {
+        assert!(arch_dirs.contains(a), "no artifact for {a}: {arch_dirs:?}");
+    }
+    let json_archs: Vec<String> = report["architectures"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap().to_string())
+        .collect();
+    arch_dirs.sort();
+    assert_eq!(json_archs, arch_dirs);
+
+    // Generic: no database file of a handler that ran, every other input
+    // file present (fat ones rewritten, others identical), symlinks kept.
+    let in_snap = snapshot(&input);
+    let gen_snap = snapshot(&generic);
+    for (rel, node) in &in_snap {
+        let is_db = db_arch(rel).is_some() && !dbs.is_empty() && {
+            let dbkinds: Vec<rocpack_artifacts::databases::DatabaseKind> =
+                dbs.iter().map(|d| d.parse().unwrap()).collect();
+            let prefix_of = prefixes.iter().find(|p| rel.starts_with(&format!("{p}/")));
+            prefix_of.is_some_and(|p| {
+                rocpack_artifacts::databases::classify(&dbkinds, &rel[p.len() + 1..]).is_some()
+            })
+        };
+        match node {
+            Node::Link(t) => assert_eq!(gen_snap.get(rel), Some(&Node::Link(t.clone())), "{rel}"),
+            Node::Dir => assert_eq!(gen_snap.get(rel), Some(&Node::Dir), "{rel}"),
+            Node::File { sha, .. } if is_db => {
+                assert!(!gen_snap.contains_key(rel), "database file {rel} left in generic");
+                let _ = sha;
+            }
+            Node::File { sha, .. } if fat.contains(rel) => {
+                assert!(matches!(gen_snap.get(rel), Some(Node::File { sha: s2, .. }) if s2 != sha), "{rel}");
+            }
+            Node::File { .. } if rel == "artifact_manifest.txt" => {}
+            Node::File { .. } => assert_eq!(gen_snap.get(rel), Some(node), "{rel}"),
+        }
+    }
+    for rel in gen_snap.keys() {
+        assert!(in_snap.contains_key(rel), "generic has extra {rel}");
+    }
+}
+
+/// Lexical normalisation (`a/b/../c` → `a/c`).
+fn normalize(p: &Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for c in p.components() {
+        match c {
+            std::path::Component::ParentDir => {
+                out.pop();
+            }
+            std::path::Component::CurDir => {}
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+#[test]
+fn split_blas_lib_every_shard() {
+    for (sh, comp) in [
+        ("gfx110X-build", "blas_lib_gfx110X-dgpu"),
+        ("gfx1151-build", "blas_lib_gfx1151"),
+        ("gfx120X-build", "blas_lib_gfx120X-all"),
+    ] {
+        check_component(sh, comp, "blas_lib", &["rocblas", "hipblaslt"], 2);
+    }
+}
+
+#[test]
+fn split_blas_test_executable() {
+    check_component("gfx110X-build", "blas_test_gfx110X-dgpu", "blas_test", &[], 1);
+}
+
+#[test]
+fn split_aotriton_and_support() {
+    check_component("gfx110X-build", "aotriton_lib_gfx110X-dgpu", "aotriton_lib", &["aotriton"], 0);
+    check_component("gfx110X-build", "support_dev_gfx110X-dgpu", "support_dev", &["rocblas"], 0);
+    // support_dev has no device code: only the generic artifact.
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("o");
+    ok(&split(&shard("gfx120X-build").join("support_dev_gfx120X-all"), "support_dev", &out, &[]));
+    let names: Vec<_> = fs::read_dir(&out).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(names, ["support_dev_generic"]);
+}
+
+#[test]
+fn database_arch_names_keep_features() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("o");
+    let input = shard("gfx110X-build").join("blas_lib_gfx110X-dgpu");
+    ok(&split(&input, "blas_lib", &out, &["--split-databases", "rocblas", "hipblaslt"]));
+    let lib = "math-libs/BLAS/rocBLAS/stage/lib/rocblas/library";
+    assert!(out
+        .join(format!("blas_lib_gfx906:xnack-/{lib}/Kernels.so-000-gfx906-xnack-.hsaco"))
+        .is_file());
+    assert!(out.join(format!("blas_lib_gfx1100/{lib}/TensileLibrary_lazy_gfx1100.dat")).is_file());
+    // No arch in the name: stays generic (also the multi-arch bundle).
+    assert!(out
+        .join(format!(
+            "blas_lib_generic/{lib}/TensileLibrary_Type_HH_Contraction_l_Ailk_Bljk_Cijk_Dijk_fallback.dat"
+        ))
+        .is_file());
+    assert!(out
+        .join("blas_lib_generic/math-libs/BLAS/hipBLASLt/stage/lib/hipblaslt/library/hipblasltTransform.hsaco")
+        .is_file());
+    // Without --split-databases everything non-fat is generic.
+    let out2 = tmp.path().join("o2");
+    ok(&split(&input, "blas_lib", &out2, &[]));
+    assert!(out2.join(format!("blas_lib_generic/{lib}/TensileLibrary_lazy_gfx1100.dat")).is_file());
+    assert!(!out2.join("blas_lib_gfx906:xnack-").exists());
+}
+
+#[test]
+fn each_prefix_gets_its_own_kpack() {
+    // rocBLAS and hipBLASLt are two prefixes of one artifact; the marker of
+    // each library must resolve inside its own prefix.
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("o");
+    ok(&split(&shard("gfx110X-build").join("blas_lib_gfx110X-dgpu"), "blas_lib", &out, &[]));
+    for p in ["rocBLAS", "hipBLASLt"] {
+        let kp = out.join(format!("blas_lib_gfx1100/math-libs/BLAS/{p}/stage/.kpack/blas_lib_gfx1100.kpack"));
+        let r = rocpack_kpack::KpackReader::open(&kp).unwrap();
+        for (key, _) in r.kernels() {
+            assert!(key.starts_with(&format!("math-libs/BLAS/{p}/stage/")), "{key} in {}", kp.display());
+        }
+    }
+}
+
+#[test]
+fn compression_and_exclusion() {
+    let tmp = tempfile::tempdir().unwrap();
+    let input = shard("gfx110X-build").join("blas_lib_gfx110X-dgpu");
+    let kp = "math-libs/BLAS/rocBLAS/stage/.kpack";
+    let z = tmp.path().join("z");
+    ok(&split(&input, "blas_lib", &z, &[]));
+    let n = tmp.path().join("n");
+    ok(&split(&input, "blas_lib", &n, &["--compression", "none"]));
+    let rz = rocpack_kpack::KpackReader::open(z.join(format!("blas_lib_gfx1100/{kp}/blas_lib_gfx1100.kpack"))).unwrap();
+    let rn = rocpack_kpack::KpackReader::open(n.join(format!("blas_lib_gfx1100/{kp}/blas_lib_gfx1100.kpack"))).unwrap();
+    assert_eq!(rz.scheme(), rocpack_kpack::Scheme::ZstdPerKernel);
+    assert_eq!(rn.scheme(), rocpack_kpack::Scheme::None);
+    for (key, arch) in rn.kernels() {
+        assert_eq!(rz.get(key, arch).unwrap(), rn.get(key, arch).unwrap());
+    }
+
+    let x = tmp.path().join("x");
+    let o = split(
+        &input,
+        "blas_lib",
+        &x,
+        &["--exclude-arch", "gfx906", "--split-databases", "rocblas", "--json"],
+    );
+    ok(&o);
+    let names: BTreeSet<String> = fs::read_dir(&x).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+    assert!(names.iter().all(|n| !n.contains("gfx906")), "{names:?}");
+    assert!(names.contains("blas_lib_gfx1100"));
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let ex: Vec<&str> = j["excluded_architectures"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
+    assert_eq!(ex, ["gfx906", "gfx906:xnack-"]);
+    // The excluded DB file is not left in generic either.
+    assert!(!x
+        .join("blas_lib_generic/math-libs/BLAS/rocBLAS/stage/lib/rocblas/library/TensileLibrary_lazy_gfx906.dat")
+        .exists());
+}
+
+#[test]
+fn aliases_and_ignored_flags() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("o");
+    let input = shard("gfx1151-build").join("blas_test_gfx1151");
+    let o = kpack(&[
+        "split",
+        "--input-dir",
+        s(&input),
+        "--component-name",
+        "blas_test",
+        "--output-dir",
+        s(&out),
+        "--clang-offload-bundler",
+        "/nonexistent/clang-offload-bundler",
+        "--tmp-dir",
+        "/nonexistent",
+    ]);
+    ok(&o);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("--clang-offload-bundler") && err.contains("ignored"), "{err}");
+    assert!(err.contains("--tmp-dir"), "{err}");
+    assert!(out.join("blas_test_gfx1151").is_dir());
+    // stdout lists the output artifact directories.
+    let so = String::from_utf8_lossy(&o.stdout);
+    assert!(so.lines().any(|l| l.ends_with("blas_test_generic")), "{so}");
+}
+
+#[test]
+fn batch_mode_splits_every_artifact() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("o");
+    let o = kpack(&[
+        "split",
+        "--batch-artifact-parent-dir",
+        s(&shard("gfx120X-build")),
+        "--output-dir",
+        s(&out),
+        "--split-databases",
+        "rocblas",
+        "hipblaslt",
+        "aotriton",
+        "--json",
+    ]);
+    ok(&o);
+    let names: BTreeSet<String> = fs::read_dir(&out).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+    for n in [
+        "aotriton_lib_generic",
+        "aotriton_lib_gfx1200",
+        "blas_lib_generic",
+        "blas_lib_gfx1201",
+        "blas_test_generic",
+        "blas_test_gfx906",
+        "support_dev_generic",
+    ] {
+        assert!(names.contains(n), "{n} missing: {names:?}");
+    }
+    assert!(!names.iter().any(|n| n.starts_with("support_dev_gfx")), "{names:?}");
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(j.as_array().unwrap().len(), 4);
+    // Same result as splitting one artifact on its own.
+    let single = tmp.path().join("single");
+    ok(&split(
+        &shard("gfx120X-build").join("blas_lib_gfx120X-all"),
+        "blas_lib",
+        &single,
+        &["--split-databases", "rocblas", "hipblaslt", "aotriton"],
+    ));
+    for n in fs::read_dir(&single).unwrap() {
+        let n = n.unwrap().file_name();
+        assert_eq!(snapshot(&single.join(&n)), snapshot(&out.join(&n)), "{n:?}");
+    }
+}
+
+#[test]
+fn deterministic_across_dirs_and_jobs() {
+    let tmp = tempfile::tempdir().unwrap();
+    let a_in = tmp.path().join("first/in/blas_lib_gfx110X-dgpu");
+    let b_in = tmp.path().join("second/deeper/input/blas_lib_gfx110X-dgpu");
+    copy_tree(&shard("gfx110X-build").join("blas_lib_gfx110X-dgpu"), &a_in);
+    copy_tree(&shard("gfx110X-build").join("blas_lib_gfx110X-dgpu"), &b_in);
+    let a_out = tmp.path().join("out-a");
+    let b_out = tmp.path().join("elsewhere/out-b");
+    let dbs = ["--split-databases", "rocblas", "hipblaslt"];
+    ok(&split(&a_in, "blas_lib", &a_out, &[&["--jobs", "1"][..], &dbs].concat()));
+    ok(&split(&b_in, "blas_lib", &b_out, &[&["--jobs", "4"][..], &dbs].concat()));
+    let (sa, sb) = (snapshot(&a_out), snapshot(&b_out));
+    assert!(sa.len() > 50, "{}", sa.len());
+    assert_eq!(sa, sb);
+    // And with --compression none too.
+    let (c, d) = (tmp.path().join("c"), tmp.path().join("d"));
+    ok(&split(&a_in, "blas_lib", &c, &["--compression", "none", "-j", "3"]));
+    ok(&split(&b_in, "blas_lib", &d, &["--compression", "none", "-j", "1"]));
+    assert_eq!(snapshot(&c), snapshot(&d));
+}
+
+/// Asserts exit 2, the message names `needle`, and nothing was written
+/// (no output, no staging leftovers beside it).
+fn fails_cleanly(o: &Output, out: &Path, needles: &[&str]) {
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "stderr: {err}");
+    for n in needles {
+        assert!(err.contains(n), "stderr lacks {n:?}: {err}");
+    }
+    assert!(!out.exists(), "partial output left at {}", out.display());
+    let parent = out.parent().unwrap();
+    if parent.exists() {
+        for e in fs::read_dir(parent).unwrap() {
+            let n = e.unwrap().file_name().into_string().unwrap();
+            assert!(!n.contains(".partial-"), "staging dir {n} left behind");
+        }
+    }
+}
+
+#[test]
+fn bad_manifest_prefixes() {
+    for (text, needle) in [
+        ("math-libs/BLAS/rocBLAS/stage\n../../escape\n", "`..`"),
+        ("/abs/stage\n", "absolute"),
+    ] {
+        let tmp = tempfile::tempdir().unwrap();
+        let input = tmp.path().join("in");
+        copy_tree(&shard("gfx110X-build").join("blas_lib_gfx110X-dgpu"), &input);
+        fs::write(input.join("artifact_manifest.txt"), text).unwrap();
+        let out = tmp.path().join("outdir/out");
+        let o = split(&input, "blas_lib", &out, &[]);
+        fails_cleanly(&o, &out, &["artifact_manifest.txt", needle, "line"]);
+    }
+}
+
+#[test]
+fn symlink_escaping_the_tree() {
+    let tmp = tempfile::tempdir().unwrap();
+    let input = tmp.path().join("in");
+    copy_tree(&shard("gfx110X-build").join("blas_lib_gfx110X-dgpu"), &input);
+    let lib = input.join("math-libs/BLAS/rocBLAS/stage/lib");
+    std::os::unix::fs::symlink("../../../../../../etc/passwd", lib.join("evil")).unwrap();
+    let out = tmp.path().join("out");
+    let o = split(&input, "blas_lib", &out, &[]);
+    fails_cleanly(&o, &out, &["lib/evil", "outside"]);
+
+    fs::remove_file(lib.join("evil")).unwrap();
+    std::os::unix::fs::symlink("/etc/passwd", lib.join("abs")).unwrap();
+    let o = split(&input, "blas_lib", &out, &[]);
+    fails_cleanly(&o, &out, &["lib/abs", "outside"]);
+}
+
+#[test]
+fn truncated_elf_names_file_and_offset() {
+    let tmp = tempfile::tempdir().unwrap();
+    let input = tmp.path().join("in");
+    copy_tree(&shard("gfx110X-build").join("blas_lib_gfx110X-dgpu"), &input);
+    let f = input.join("math-libs/BLAS/rocBLAS/stage/lib/librocblas.so.5.2");
+    let bytes = fs::read(&f).unwrap();
+    // Cut inside .hip_fatbin (bundles start at 12288).
+    fs::write(&f, &bytes[..20000]).unwrap();
+    let out = tmp.path().join("out");
+    let o = split(&input, "blas_lib", &out, &[]);
+    fails_cleanly(&o, &out, &["librocblas.so.5.2", "offset"]);
+}
+
+#[test]
+fn refuses_existing_output_and_output_inside_input() {
+    let tmp = tempfile::tempdir().unwrap();
+    let input = shard("gfx1151-build").join("blas_test_gfx1151");
+    let out = tmp.path().join("out");
+    fs::create_dir_all(out.join("blas_test_generic")).unwrap();
+    fs::write(out.join("blas_test_generic/keep"), b"mine").unwrap();
+    let o = split(&input, "blas_test", &out, &[]);
+    assert_eq!(o.status.code(), Some(2));
+    assert_eq!(fs::read(out.join("blas_test_generic/keep")).unwrap(), b"mine");
+    assert!(!out.join("blas_test_gfx1151").exists());
+
+    let copy = tmp.path().join("copy");
+    copy_tree(&input, &copy);
+    let o = split(&copy, "blas_test", &copy.join("math-libs/out"), &[]);
+    assert_eq!(o.status.code(), Some(2), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(!copy.join("math-libs/out").exists());
+}
+
+#[test]
+fn usage_errors_exit_2() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("o");
+    // --artifact-dir without --artifact-prefix
+    let o = kpack(&["split", "--artifact-dir", s(&shard("gfx1151-build")), "--output-dir", s(&out)]);
+    assert_eq!(o.status.code(), Some(2));
+    // unknown database handler
+    let o = split(&shard("gfx1151-build").join("blas_lib_gfx1151"), "blas_lib", &out, &["--split-databases", "nope"]);
+    assert_eq!(o.status.code(), Some(2));
+    // missing manifest
+    let empty = tmp.path().join("empty");
+    fs::create_dir(&empty).unwrap();
+    let o = split(&empty, "x", &out, &[]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("artifact_manifest.txt"));
+    assert!(!out.exists());
+}

@@ -1,0 +1,304 @@
+//! File-system helpers shared by split and recombine: atomic output
+//! directories, hard-link-or-copy, lexical symlink containment checks and
+//! deterministic directory walks.
+//!
+//! Nothing here follows symlinks: walks report them as symlinks, and a link
+//! is only ever recreated with its original target text.
+
+use std::ffi::OsString;
+use std::fs;
+use std::io;
+use std::path::{Component, Path, PathBuf};
+
+/// An I/O error with the path it happened on.
+#[derive(Debug, thiserror::Error)]
+#[error("{path}: {what}: {error}")]
+pub struct FsError {
+    /// The path involved.
+    pub path: PathBuf,
+    /// What was being done ("create directory", "rename", …).
+    pub what: &'static str,
+    /// The underlying error (part of the message, so not a `source()`).
+    pub error: io::Error,
+}
+
+impl FsError {
+    /// Wraps `source` with `path` and a short description of the operation.
+    pub fn new(path: impl Into<PathBuf>, what: &'static str, error: io::Error) -> Self {
+        Self {
+            path: path.into(),
+            what,
+            error,
+        }
+    }
+}
+
+/// Shorthand: map an `io::Result` to an [`FsError`] naming `path`.
+pub trait IoContext<T> {
+    /// Attach the path and operation to an I/O error.
+    fn ctx(self, path: &Path, what: &'static str) -> Result<T, FsError>;
+}
+
+impl<T> IoContext<T> for io::Result<T> {
+    fn ctx(self, path: &Path, what: &'static str) -> Result<T, FsError> {
+        self.map_err(|e| FsError::new(path, what, e))
+    }
+}
+
+/// A staging directory beside a final output location.
+///
+/// Everything is built under [`StagingDir::path`]; [`StagingDir::commit`]
+/// moves the finished children into the destination with `rename(2)` (same
+/// file system, so no copies). If the value is dropped without a successful
+/// commit, the staging directory and everything in it are removed, so a
+/// failed run leaves no partial output behind.
+///
+/// When the destination does not exist yet, the staging directory itself is
+/// renamed to it (one atomic step). When it exists (batch mode, several
+/// artifacts into one output directory), each staged child is renamed into
+/// it; children that already exist there are refused up front.
+#[derive(Debug)]
+pub struct StagingDir {
+    dest: PathBuf,
+    tmp: Option<tempfile::TempDir>,
+}
+
+impl StagingDir {
+    /// Creates a hidden staging directory in `dest`'s parent directory
+    /// (creating that parent if needed).
+    pub fn new(dest: &Path) -> Result<Self, FsError> {
+        let dest = absolute_lexical(dest).ctx(dest, "resolve output directory")?;
+        let parent = dest
+            .parent()
+            .map(Path::to_path_buf)
+            .unwrap_or_else(|| PathBuf::from("/"));
+        fs::create_dir_all(&parent).ctx(&parent, "create directory")?;
+        let name = dest
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "out".to_string());
+        let tmp = tempfile::Builder::new()
+            .prefix(&format!(".{name}.partial-"))
+            .tempdir_in(&parent)
+            .ctx(&parent, "create staging directory")?;
+        Ok(Self {
+            dest,
+            tmp: Some(tmp),
+        })
+    }
+
+    /// Where to build the output.
+    pub fn path(&self) -> &Path {
+        match &self.tmp {
+            Some(t) => t.path(),
+            None => &self.dest,
+        }
+    }
+
+    /// The final destination.
+    pub fn dest(&self) -> &Path {
+        &self.dest
+    }
+
+    /// Children of the destination that the commit would overwrite.
+    pub fn conflicts(&self, names: &[OsString]) -> Vec<PathBuf> {
+        names
+            .iter()
+            .map(|n| self.dest.join(n))
+            .filter(|p| fs::symlink_metadata(p).is_ok())
+            .collect()
+    }
+
+    /// Moves the staged tree into place. Fails (and cleans up) if any
+    /// staged child already exists in the destination.
+    pub fn commit(mut self) -> Result<PathBuf, FsError> {
+        let Some(tmp) = self.tmp.take() else {
+            return Ok(self.dest.clone());
+        };
+        match fs::symlink_metadata(&self.dest) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                let staged = tmp.keep();
+                if let Err(e) = fs::rename(&staged, &self.dest) {
+                    let _ = fs::remove_dir_all(&staged);
+                    return Err(FsError::new(&self.dest, "rename staging directory", e));
+                }
+                Ok(self.dest.clone())
+            }
+            Err(e) => Err(FsError::new(&self.dest, "stat output directory", e)),
+            Ok(meta) if !meta.is_dir() => Err(FsError::new(
+                &self.dest,
+                "use as output directory",
+                io::Error::new(io::ErrorKind::AlreadyExists, "exists and is not a directory"),
+            )),
+            Ok(_) => {
+                let names = sorted_names(tmp.path()).ctx(tmp.path(), "list directory")?;
+                if let Some(c) = self.conflicts(&names).into_iter().next() {
+                    return Err(FsError::new(
+                        c,
+                        "write output",
+                        io::Error::new(io::ErrorKind::AlreadyExists, "already exists"),
+                    ));
+                }
+                let mut moved = Vec::new();
+                for n in &names {
+                    let from = tmp.path().join(n);
+                    let to = self.dest.join(n);
+                    if let Err(e) = fs::rename(&from, &to) {
+                        // Undo what was moved so nothing partial remains.
+                        for m in moved {
+                            let _ = fs::remove_dir_all(self.dest.join(&m));
+                        }
+                        return Err(FsError::new(to, "rename into output directory", e));
+                    }
+                    moved.push(n.clone());
+                }
+                Ok(self.dest.clone())
+            }
+        }
+    }
+}
+
+/// Makes `p` absolute (relative to the current directory) without touching
+/// the file system and without resolving symlinks; `.`/`..` are folded.
+pub fn absolute_lexical(p: &Path) -> io::Result<PathBuf> {
+    let base = if p.is_absolute() {
+        PathBuf::new()
+    } else {
+        std::env::current_dir()?
+    };
+    let mut out = base;
+    for c in p.components() {
+        match c {
+            Component::Prefix(x) => out.push(x.as_os_str()),
+            Component::RootDir => out.push("/"),
+            Component::CurDir => {}
+            Component::ParentDir => {
+                out.pop();
+            }
+            Component::Normal(n) => out.push(n),
+        }
+    }
+    Ok(out)
+}
+
+/// Names in `dir`, sorted bytewise (deterministic walk order).
+pub fn sorted_names(dir: &Path) -> io::Result<Vec<OsString>> {
+    let mut names = fs::read_dir(dir)?
+        .map(|e| e.map(|e| e.file_name()))
+        .collect::<io::Result<Vec<_>>>()?;
+    names.sort();
+    Ok(names)
+}
+
+/// Hard-links `src` to `dst`, falling back to a copy (which uses
+/// `copy_file_range` on Linux) when linking is not possible, e.g. across
+/// file systems. `src` must be a regular file. The parent of `dst` must exist.
+pub fn link_or_copy(src: &Path, dst: &Path) -> Result<(), FsError> {
+    if fs::hard_link(src, dst).is_ok() {
+        return Ok(());
+    }
+    fs::copy(src, dst).ctx(dst, "copy file")?;
+    Ok(())
+}
+
+/// Copies the permission bits of `src_mode` (masked to `0o777`) onto `path`.
+pub fn set_mode(path: &Path, src_mode: u32) -> Result<(), FsError> {
+    use std::os::unix::fs::PermissionsExt;
+    fs::set_permissions(path, fs::Permissions::from_mode(src_mode & 0o777)).ctx(path, "set permissions")
+}
+
+/// Recreates a symlink at `dst` with exactly the target text `target`.
+pub fn copy_symlink(target: &Path, dst: &Path) -> Result<(), FsError> {
+    std::os::unix::fs::symlink(target, dst).ctx(dst, "create symlink")
+}
+
+/// Whether a symlink at `link_rel` (a path relative to a tree root, using
+/// only normal components) whose target text is `target` resolves, lexically,
+/// to a location inside the tree. Absolute targets never stay inside (the
+/// tree must be relocatable).
+pub fn symlink_stays_inside(link_rel: &Path, target: &Path) -> bool {
+    if target.is_absolute() {
+        return false;
+    }
+    // Depth of the directory holding the link, below the root.
+    let mut depth: usize = link_rel
+        .parent()
+        .map(|p| p.components().filter(|c| matches!(c, Component::Normal(_))).count())
+        .unwrap_or(0);
+    for c in target.components() {
+        match c {
+            Component::CurDir => {}
+            Component::ParentDir => match depth.checked_sub(1) {
+                Some(d) => depth = d,
+                None => return false,
+            },
+            Component::Normal(_) => depth += 1,
+            Component::RootDir | Component::Prefix(_) => return false,
+        }
+    }
+    true
+}
+
+/// Joins a `/`-separated relative path (already validated) onto `base`.
+pub fn join_rel(base: &Path, rel: &str) -> PathBuf {
+    let mut p = base.to_path_buf();
+    for c in rel.split('/').filter(|c| !c.is_empty()) {
+        p.push(c);
+    }
+    p
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn symlink_containment() {
+        let l = Path::new("lib/libx.so");
+        assert!(symlink_stays_inside(l, Path::new("libx.so.1")));
+        assert!(symlink_stays_inside(l, Path::new("../bin/x")));
+        assert!(symlink_stays_inside(l, Path::new("./a/../b")));
+        assert!(!symlink_stays_inside(l, Path::new("../../x")));
+        assert!(!symlink_stays_inside(l, Path::new("/etc/passwd")));
+        assert!(!symlink_stays_inside(Path::new("x"), Path::new("../x")));
+        // Going below then above the root is caught at the moment it leaves.
+        assert!(!symlink_stays_inside(l, Path::new("../../lib/libx.so")));
+    }
+
+    #[test]
+    fn staging_dir_commits_new_and_existing() {
+        let root = tempfile::tempdir().unwrap();
+        let out = root.path().join("out");
+        let s = StagingDir::new(&out).unwrap();
+        fs::create_dir(s.path().join("a_generic")).unwrap();
+        fs::write(s.path().join("a_generic/f"), b"x").unwrap();
+        s.commit().unwrap();
+        assert_eq!(fs::read(out.join("a_generic/f")).unwrap(), b"x");
+
+        let s = StagingDir::new(&out).unwrap();
+        fs::create_dir(s.path().join("b_generic")).unwrap();
+        s.commit().unwrap();
+        assert!(out.join("b_generic").is_dir());
+
+        // Conflict: refused, nothing moved, staging removed.
+        let s = StagingDir::new(&out).unwrap();
+        fs::create_dir(s.path().join("a_generic")).unwrap();
+        fs::create_dir(s.path().join("c_generic")).unwrap();
+        assert!(s.commit().is_err());
+        assert!(!out.join("c_generic").exists());
+        let leftovers: Vec<_> = fs::read_dir(root.path()).unwrap().collect();
+        assert_eq!(leftovers.len(), 1, "{leftovers:?}");
+    }
+
+    #[test]
+    fn staging_dir_dropped_leaves_nothing() {
+        let root = tempfile::tempdir().unwrap();
+        let out = root.path().join("out");
+        {
+            let s = StagingDir::new(&out).unwrap();
+            fs::write(s.path().join("f"), b"x").unwrap();
+        }
+        assert!(!out.exists());
+        assert_eq!(fs::read_dir(root.path()).unwrap().count(), 0);
+    }
+}

@@ -1,0 +1,532 @@
+//! Offload target IDs and ROCm ISA compatibility matching.
+//!
+//! A bundle entry ID is `<offload-kind>-<triple>-<target-id>`, for example
+//! `hipv4-amdgcn-amd-amdhsa--gfx90a:xnack+` (kind `hipv4`, triple
+//! `amdgcn-amd-amdhsa-` with an empty environment, target ID
+//! `gfx90a:xnack+`). Host entries have no target ID:
+//! `host-x86_64-unknown-linux--` (clang 19), `host-x86_64-unknown-linux`
+//! (clang 15), `host-x86_64-pc-linux-gnu-` (RDC objects). [`TargetId`]
+//! also accepts an HSA ISA name (`amdgcn-amd-amdhsa--gfx942:sramecc+:xnack-`)
+//! and a bare target ID (`gfx11-generic`, `gfx90a:xnack-`), so the same type
+//! describes code objects and devices.
+
+use std::fmt;
+
+use crate::error::{Error, Result};
+
+/// Offload kinds that may start a bundle entry ID.
+const KINDS: &[&str] = &[
+    "host", "hip", "hipv4", "openmp", "hcc", "cuda", "sycl", "fpga", "hipspv",
+];
+
+/// One `:name+` / `:name-` target feature.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Feature {
+    pub name: String,
+    /// `true` for `+`, `false` for `-`.
+    pub enabled: bool,
+}
+
+impl fmt::Display for Feature {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}{}", self.name, if self.enabled { '+' } else { '-' })
+    }
+}
+
+/// A parsed bundle entry ID, HSA ISA name or bare target ID.
+///
+/// Equality, ordering and hashing use the verbatim text, and `Display`
+/// prints it unchanged, so IDs survive a parse / print round trip byte for
+/// byte (they are written back into bundles and `.kpack` TOCs).
+#[derive(Debug, Clone)]
+pub struct TargetId {
+    raw: String,
+    kind: Option<String>,
+    triple: Option<String>,
+    /// Processor plus features, verbatim (text after the triple).
+    target: String,
+    processor: String,
+    features: Vec<Feature>,
+}
+
+impl PartialEq for TargetId {
+    fn eq(&self, other: &Self) -> bool {
+        self.raw == other.raw
+    }
+}
+impl Eq for TargetId {}
+impl std::hash::Hash for TargetId {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.raw.hash(state)
+    }
+}
+impl PartialOrd for TargetId {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for TargetId {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.raw.cmp(&other.raw)
+    }
+}
+
+impl fmt::Display for TargetId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.raw)
+    }
+}
+
+impl AsRef<str> for TargetId {
+    fn as_ref(&self) -> &str {
+        &self.raw
+    }
+}
+
+impl std::str::FromStr for TargetId {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        TargetId::parse(s)
+    }
+}
+
+fn bad(id: &str, reason: impl Into<String>) -> Error {
+    Error::TargetId {
+        id: id.to_string(),
+        reason: reason.into(),
+    }
+}
+
+impl TargetId {
+    /// Parse a bundle entry ID, an ISA name or a bare target ID.
+    pub fn parse(s: &str) -> Result<Self> {
+        if s.is_empty() {
+            return Err(bad(s, "empty"));
+        }
+        if let Some(c) = s.chars().find(|c| !c.is_ascii_graphic()) {
+            return Err(bad(s, format!("character {c:?} is not printable ASCII")));
+        }
+        let (kind, triple, target) = if s.starts_with("gfx") {
+            (None, None, s.to_string())
+        } else {
+            let comps: Vec<&str> = s.split('-').collect();
+            let (kind, rest) = match comps.split_first() {
+                Some((first, rest)) if KINDS.contains(first) => (Some(first.to_string()), rest),
+                _ => (None, &comps[..]),
+            };
+            if rest.is_empty() || rest[0].is_empty() {
+                return Err(bad(s, "missing target triple after the offload kind"));
+            }
+            // arch-vendor-os, then an optional environment unless the next
+            // component already names a processor (old `amdgcn-amd-amdhsa-gfx906`).
+            let mut n = rest.len().min(3);
+            if let Some(env) = rest.get(3) {
+                if !env.starts_with("gfx") {
+                    n = 4;
+                }
+            }
+            if let Some(c) = rest[..n]
+                .iter()
+                .find(|c| !c.chars().all(|ch| ch.is_ascii_alphanumeric() || ch == '_' || ch == '.'))
+            {
+                return Err(bad(s, format!("triple component {c:?} has invalid characters")));
+            }
+            let triple = rest[..n].join("-");
+            let target = rest[n..].join("-");
+            (kind, Some(triple), target)
+        };
+
+        let (processor, features) = if target.is_empty() {
+            (String::new(), Vec::new())
+        } else {
+            let mut parts = target.split(':');
+            let processor = parts.next().unwrap_or_default().to_string();
+            if processor.is_empty() {
+                return Err(bad(s, "empty processor name before ':'"));
+            }
+            if !processor
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-' || c == '.')
+            {
+                return Err(bad(s, format!("processor {processor:?} has invalid characters")));
+            }
+            let mut features: Vec<Feature> = Vec::new();
+            for p in parts {
+                let (name, enabled) = match p.as_bytes().last() {
+                    Some(b'+') => (&p[..p.len() - 1], true),
+                    Some(b'-') => (&p[..p.len() - 1], false),
+                    _ => {
+                        return Err(bad(
+                            s,
+                            format!("feature {p:?} must end in '+' or '-'"),
+                        ))
+                    }
+                };
+                if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+                {
+                    return Err(bad(s, format!("feature {p:?} has an invalid name")));
+                }
+                if features.iter().any(|f| f.name == name) {
+                    return Err(bad(s, format!("feature {name:?} given twice")));
+                }
+                features.push(Feature {
+                    name: name.to_string(),
+                    enabled,
+                });
+            }
+            (processor, features)
+        };
+        Ok(TargetId {
+            raw: s.to_string(),
+            kind,
+            triple,
+            target,
+            processor,
+            features,
+        })
+    }
+
+    /// The verbatim text.
+    pub fn as_str(&self) -> &str {
+        &self.raw
+    }
+
+    /// Offload kind (`hipv4`, `hip`, `host`, …) when the text has one.
+    pub fn kind(&self) -> Option<&str> {
+        self.kind.as_deref()
+    }
+
+    /// Target triple (`amdgcn-amd-amdhsa-`, `x86_64-unknown-linux`, …).
+    pub fn triple(&self) -> Option<&str> {
+        self.triple.as_deref()
+    }
+
+    /// Processor and features verbatim (`gfx942:sramecc+:xnack-`); empty for
+    /// host entries. This is kpack's "arch key": the text after the last `--`.
+    pub fn target_id(&self) -> &str {
+        &self.target
+    }
+
+    /// Processor name without features (`gfx90a`, `gfx11-generic`).
+    pub fn arch(&self) -> &str {
+        &self.processor
+    }
+
+    /// Target features in the order written.
+    pub fn features(&self) -> &[Feature] {
+        &self.features
+    }
+
+    /// Setting of one feature: `Some(true)` for `+`, `Some(false)` for `-`,
+    /// `None` when unspecified ("any").
+    pub fn feature(&self, name: &str) -> Option<bool> {
+        self.features
+            .iter()
+            .find(|f| f.name == name)
+            .map(|f| f.enabled)
+    }
+
+    /// Host entry (offload kind `host`, or no processor at all).
+    pub fn is_host(&self) -> bool {
+        self.kind.as_deref() == Some("host") || self.processor.is_empty()
+    }
+
+    /// Generic processor such as `gfx11-generic` or `gfx9-4-generic`.
+    pub fn is_generic(&self) -> bool {
+        self.processor.ends_with("-generic")
+    }
+
+    /// Concrete processors a generic target runs on (empty for a
+    /// non-generic or unknown generic target).
+    pub fn generic_covers(&self) -> &'static [&'static str] {
+        generic_covers(&self.processor)
+    }
+}
+
+/// Generic processor → concrete processors, as the HIP runtime (CLR's
+/// `TargetToGeneric` table) maps them.
+const GENERICS: &[(&str, &[&str])] = &[
+    (
+        "gfx9-generic",
+        &["gfx900", "gfx902", "gfx904", "gfx906", "gfx909", "gfx90c"],
+    ),
+    ("gfx9-4-generic", &["gfx942", "gfx950"]),
+    (
+        "gfx10-1-generic",
+        &["gfx1010", "gfx1011", "gfx1012", "gfx1013"],
+    ),
+    (
+        "gfx10-3-generic",
+        &[
+            "gfx1030", "gfx1031", "gfx1032", "gfx1033", "gfx1034", "gfx1035", "gfx1036",
+        ],
+    ),
+    (
+        "gfx11-generic",
+        &[
+            "gfx1100", "gfx1101", "gfx1102", "gfx1103", "gfx1150", "gfx1151", "gfx1152", "gfx1153",
+        ],
+    ),
+    ("gfx12-generic", &["gfx1200", "gfx1201"]),
+];
+
+/// Concrete processors covered by a generic processor name.
+pub fn generic_covers(generic: &str) -> &'static [&'static str] {
+    GENERICS
+        .iter()
+        .find(|(g, _)| *g == generic)
+        .map(|(_, c)| *c)
+        .unwrap_or(&[])
+}
+
+/// The generic processor a concrete processor falls back to, if any.
+pub fn generic_for(processor: &str) -> Option<&'static str> {
+    GENERICS
+        .iter()
+        .find(|(_, c)| c.contains(&processor))
+        .map(|(g, _)| *g)
+}
+
+/// Candidate target IDs for a device, in the order the ROCm runtime tries
+/// them: first the device's own processor with every subset of its features
+/// (the kpack loader's descending bit mask over the features in the order
+/// given, full set first, bare processor last), then the same for the
+/// generic processor the HIP runtime falls back to, which keeps only the
+/// `sramecc` and `xnack` settings (in that order).
+pub fn compatible_targets(device: &TargetId) -> Vec<String> {
+    let mut out = Vec::new();
+    if device.arch().is_empty() {
+        return out;
+    }
+    push_subsets(&mut out, device.arch(), device.features());
+    if let Some(g) = generic_for(device.arch()) {
+        let kept: Vec<Feature> = ["sramecc", "xnack"]
+            .iter()
+            .filter_map(|n| {
+                device.feature(n).map(|enabled| Feature {
+                    name: n.to_string(),
+                    enabled,
+                })
+            })
+            .collect();
+        push_subsets(&mut out, g, &kept);
+    }
+    out
+}
+
+fn push_subsets(out: &mut Vec<String>, processor: &str, features: &[Feature]) {
+    // Feature counts are tiny (sramecc, xnack); cap defensively so a
+    // hostile ID cannot ask for 2^64 candidates.
+    let n = features.len().min(16);
+    let full: u32 = (1u32 << n) - 1;
+    for mask in (0..=full).rev() {
+        let mut s = processor.to_string();
+        for (i, f) in features.iter().take(n).enumerate() {
+            if mask & (1 << (n - 1 - i)) != 0 {
+                s.push(':');
+                s.push_str(&f.to_string());
+            }
+        }
+        out.push(s);
+    }
+}
+
+/// Whether a code object built for `code_object_target` can run on a device
+/// whose ISA is `device` (as the ROCm runtime decides).
+///
+/// Same processor: every feature the code object pins must be reported by
+/// the device with the same setting (features the code object leaves
+/// unspecified match either setting; a feature the device does not report
+/// never matches a pinned one). Generic code object: the device's processor
+/// must be one the generic covers, with the same rule applied to the
+/// device's `sramecc`/`xnack` settings. Host entries never match. Feature
+/// order does not matter (the runtime compares canonical, alphabetically
+/// ordered strings; this compares sets).
+pub fn isa_matches(code_object_target: &TargetId, device: &TargetId) -> bool {
+    let co = code_object_target;
+    if co.arch().is_empty() || device.arch().is_empty() {
+        return false;
+    }
+    let subset = |allowed: &dyn Fn(&str) -> bool| {
+        co.features()
+            .iter()
+            .all(|f| allowed(&f.name) && device.feature(&f.name) == Some(f.enabled))
+    };
+    if co.arch() == device.arch() {
+        return subset(&|_| true);
+    }
+    if co.is_generic() && generic_for(device.arch()) == Some(co.arch()) {
+        return subset(&|n| n == "sramecc" || n == "xnack");
+    }
+    false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t(s: &str) -> TargetId {
+        TargetId::parse(s).unwrap()
+    }
+
+    #[test]
+    fn parses_device_entries() {
+        let id = t("hipv4-amdgcn-amd-amdhsa--gfx90a:xnack+");
+        assert_eq!(id.kind(), Some("hipv4"));
+        assert_eq!(id.triple(), Some("amdgcn-amd-amdhsa-"));
+        assert_eq!(id.target_id(), "gfx90a:xnack+");
+        assert_eq!(id.arch(), "gfx90a");
+        assert_eq!(id.feature("xnack"), Some(true));
+        assert_eq!(id.feature("sramecc"), None);
+        assert!(!id.is_host() && !id.is_generic());
+
+        let id = t("hipv4-amdgcn-amd-amdhsa--gfx942:sramecc+:xnack-");
+        assert_eq!(id.target_id(), "gfx942:sramecc+:xnack-");
+        assert_eq!(
+            id.features(),
+            &[
+                Feature { name: "sramecc".into(), enabled: true },
+                Feature { name: "xnack".into(), enabled: false }
+            ]
+        );
+        let id = t("hipv4-amdgcn-amd-amdhsa--gfx10-3-generic");
+        assert_eq!(id.arch(), "gfx10-3-generic");
+        assert!(id.is_generic());
+        assert_eq!(id.generic_covers().len(), 7);
+        let id = t("hip-amdgcn-amd-amdhsa--gfx1100");
+        assert_eq!(id.kind(), Some("hip"));
+        assert_eq!(id.arch(), "gfx1100");
+        // pre-clang-13 spelling without the empty environment
+        let id = t("hip-amdgcn-amd-amdhsa-gfx906");
+        assert_eq!(id.triple(), Some("amdgcn-amd-amdhsa"));
+        assert_eq!(id.arch(), "gfx906");
+    }
+
+    #[test]
+    fn parses_host_entries() {
+        for s in [
+            "host-x86_64-unknown-linux--",
+            "host-x86_64-unknown-linux",
+            "host-x86_64-pc-linux-gnu-",
+            "host-x86_64-pc-linux-gnu",
+        ] {
+            let id = t(s);
+            assert!(id.is_host(), "{s}");
+            assert_eq!(id.kind(), Some("host"));
+            assert_eq!(id.target_id(), "");
+            assert_eq!(id.arch(), "");
+            assert_eq!(id.to_string(), s);
+        }
+        assert_eq!(t("host-x86_64-pc-linux-gnu-").triple(), Some("x86_64-pc-linux-gnu"));
+    }
+
+    #[test]
+    fn parses_isa_names_and_bare_ids() {
+        let id = t("amdgcn-amd-amdhsa--gfx942:sramecc+:xnack-");
+        assert_eq!(id.kind(), None);
+        assert_eq!(id.target_id(), "gfx942:sramecc+:xnack-");
+        let id = t("gfx11-generic");
+        assert!(id.is_generic());
+        assert_eq!(id.arch(), "gfx11-generic");
+        assert!(t("gfx90a:xnack-").feature("xnack") == Some(false));
+    }
+
+    #[test]
+    fn rejects_bad_ids() {
+        for s in [
+            "",
+            "gfx90a:xnack",
+            "gfx90a:",
+            "gfx90a::xnack+",
+            "gfx90a:xnack+:xnack-",
+            "hipv4-",
+            "hip v4-amdgcn",
+            ":xnack+",
+            "gfx90a:+",
+        ] {
+            assert!(TargetId::parse(s).is_err(), "{s:?} should fail");
+        }
+    }
+
+    #[test]
+    fn matching_follows_the_runtime() {
+        let dev = t("amdgcn-amd-amdhsa--gfx942:sramecc+:xnack-");
+        assert_eq!(
+            compatible_targets(&dev),
+            vec![
+                "gfx942:sramecc+:xnack-",
+                "gfx942:sramecc+",
+                "gfx942:xnack-",
+                "gfx942",
+                "gfx9-4-generic:sramecc+:xnack-",
+                "gfx9-4-generic:sramecc+",
+                "gfx9-4-generic:xnack-",
+                "gfx9-4-generic",
+            ]
+        );
+        for co in [
+            "gfx942",
+            "gfx942:xnack-",
+            "gfx942:sramecc+",
+            "gfx942:sramecc+:xnack-",
+            "gfx942:xnack-:sramecc+",
+            "gfx9-4-generic",
+            "gfx9-4-generic:xnack-",
+        ] {
+            assert!(isa_matches(&t(co), &dev), "{co}");
+        }
+        for co in [
+            "gfx942:xnack+",
+            "gfx942:sramecc-",
+            "gfx90a",
+            "gfx9-generic",
+            "gfx9-4-generic:xnack+",
+            "host-x86_64-unknown-linux--",
+        ] {
+            assert!(!isa_matches(&t(co), &dev), "{co}");
+        }
+        // device that does not report xnack: a code object pinning it never matches
+        let bare = t("gfx90a");
+        assert!(isa_matches(&t("gfx90a"), &bare));
+        assert!(!isa_matches(&t("gfx90a:xnack+"), &bare));
+        assert!(!isa_matches(&t("gfx90a:xnack-"), &bare));
+        // xnack+ device
+        let x = t("gfx90a:xnack+");
+        assert!(isa_matches(&t("hipv4-amdgcn-amd-amdhsa--gfx90a:xnack+"), &x));
+        assert!(!isa_matches(&t("hipv4-amdgcn-amd-amdhsa--gfx90a:xnack-"), &x));
+        assert!(isa_matches(&t("hipv4-amdgcn-amd-amdhsa--gfx90a"), &x));
+        // generics
+        for (g, yes, no) in [
+            ("gfx11-generic", "gfx1151", "gfx1200"),
+            ("gfx12-generic", "gfx1201", "gfx1100"),
+            ("gfx10-3-generic", "gfx1030", "gfx1010"),
+            ("gfx10-1-generic", "gfx1012", "gfx1030"),
+            ("gfx9-generic", "gfx906", "gfx90a"),
+            ("gfx9-generic", "gfx900", "gfx908"),
+        ] {
+            assert!(isa_matches(&t(g), &t(yes)), "{g} on {yes}");
+            assert!(!isa_matches(&t(g), &t(no)), "{g} on {no}");
+        }
+        // a generic device name matches only itself
+        assert!(isa_matches(&t("gfx11-generic"), &t("gfx11-generic")));
+        assert!(!isa_matches(&t("gfx1100"), &t("gfx11-generic")));
+    }
+
+    #[test]
+    fn three_features_use_descending_mask_order() {
+        let dev = t("gfx9000:a+:b-:c+");
+        assert_eq!(
+            compatible_targets(&dev),
+            vec![
+                "gfx9000:a+:b-:c+",
+                "gfx9000:a+:b-",
+                "gfx9000:a+:c+",
+                "gfx9000:a+",
+                "gfx9000:b-:c+",
+                "gfx9000:b-",
+                "gfx9000:c+",
+                "gfx9000",
+            ]
+        );
+    }
+}

@@ -1,0 +1,477 @@
+//! Minimal, total reader for ELF64 little-endian files: header, program
+//! headers, section headers, names, symbols, relocations, dynamic entries.
+//! Every access is bounds-checked; errors name the byte offset.
+
+use object::elf;
+
+use crate::error::{Error, Result};
+
+pub(crate) const EHDR_SIZE: u64 = 64;
+pub(crate) const PHDR_SIZE: u64 = 56;
+pub(crate) const SHDR_SIZE: u64 = 64;
+pub(crate) const SYM_SIZE: u64 = 24;
+pub(crate) const RELA_SIZE: u64 = 24;
+pub(crate) const REL_SIZE: u64 = 16;
+/// `SHT_RELR` (not in every `object` release under this name).
+pub(crate) const SHT_RELR: u32 = 19;
+
+pub(crate) fn get<'a>(
+    data: &'a [u8],
+    offset: u64,
+    len: u64,
+    what: &'static str,
+) -> Result<&'a [u8]> {
+    let end = offset.checked_add(len);
+    match end {
+        Some(end) if end <= data.len() as u64 => Ok(&data[offset as usize..end as usize]),
+        _ => Err(Error::Truncated {
+            what,
+            offset,
+            needed: len,
+            len: data.len() as u64,
+        }),
+    }
+}
+
+pub(crate) fn u16_at(data: &[u8], offset: u64, what: &'static str) -> Result<u16> {
+    let b = get(data, offset, 2, what)?;
+    Ok(u16::from_le_bytes([b[0], b[1]]))
+}
+
+pub(crate) fn u32_at(data: &[u8], offset: u64, what: &'static str) -> Result<u32> {
+    let b = get(data, offset, 4, what)?;
+    Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+}
+
+pub(crate) fn u64_at(data: &[u8], offset: u64, what: &'static str) -> Result<u64> {
+    let b = get(data, offset, 8, what)?;
+    let mut a = [0u8; 8];
+    a.copy_from_slice(b);
+    Ok(u64::from_le_bytes(a))
+}
+
+/// Write helpers on an output buffer whose bounds the caller established.
+pub(crate) fn put_u16(buf: &mut [u8], offset: u64, v: u16) -> Result<()> {
+    put(buf, offset, &v.to_le_bytes())
+}
+pub(crate) fn put_u32(buf: &mut [u8], offset: u64, v: u32) -> Result<()> {
+    put(buf, offset, &v.to_le_bytes())
+}
+pub(crate) fn put_u64(buf: &mut [u8], offset: u64, v: u64) -> Result<()> {
+    put(buf, offset, &v.to_le_bytes())
+}
+pub(crate) fn put(buf: &mut [u8], offset: u64, bytes: &[u8]) -> Result<()> {
+    let end = offset.checked_add(bytes.len() as u64);
+    match end {
+        Some(end) if end <= buf.len() as u64 => {
+            buf[offset as usize..end as usize].copy_from_slice(bytes);
+            Ok(())
+        }
+        _ => Err(Error::layout(
+            offset,
+            "internal: write outside the output buffer",
+        )),
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Ehdr {
+    pub e_type: u16,
+    pub e_machine: u16,
+    pub e_phoff: u64,
+    pub e_shoff: u64,
+    pub e_phnum: u16,
+    pub e_shnum: u16,
+    pub e_shstrndx: u16,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Phdr {
+    pub p_type: u32,
+    pub p_flags: u32,
+    pub p_offset: u64,
+    pub p_vaddr: u64,
+    pub p_paddr: u64,
+    pub p_filesz: u64,
+    pub p_memsz: u64,
+    pub p_align: u64,
+}
+
+impl Phdr {
+    pub fn encode(&self) -> [u8; 56] {
+        let mut b = [0u8; 56];
+        b[0..4].copy_from_slice(&self.p_type.to_le_bytes());
+        b[4..8].copy_from_slice(&self.p_flags.to_le_bytes());
+        b[8..16].copy_from_slice(&self.p_offset.to_le_bytes());
+        b[16..24].copy_from_slice(&self.p_vaddr.to_le_bytes());
+        b[24..32].copy_from_slice(&self.p_paddr.to_le_bytes());
+        b[32..40].copy_from_slice(&self.p_filesz.to_le_bytes());
+        b[40..48].copy_from_slice(&self.p_memsz.to_le_bytes());
+        b[48..56].copy_from_slice(&self.p_align.to_le_bytes());
+        b
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Shdr {
+    pub sh_name: u32,
+    pub sh_type: u32,
+    pub sh_flags: u64,
+    pub sh_addr: u64,
+    pub sh_offset: u64,
+    pub sh_size: u64,
+    pub sh_link: u32,
+    pub sh_info: u32,
+    pub sh_addralign: u64,
+    pub sh_entsize: u64,
+    pub name: Vec<u8>,
+}
+
+impl Shdr {
+    pub fn encode(&self) -> [u8; 64] {
+        let mut b = [0u8; 64];
+        b[0..4].copy_from_slice(&self.sh_name.to_le_bytes());
+        b[4..8].copy_from_slice(&self.sh_type.to_le_bytes());
+        b[8..16].copy_from_slice(&self.sh_flags.to_le_bytes());
+        b[16..24].copy_from_slice(&self.sh_addr.to_le_bytes());
+        b[24..32].copy_from_slice(&self.sh_offset.to_le_bytes());
+        b[32..40].copy_from_slice(&self.sh_size.to_le_bytes());
+        b[40..44].copy_from_slice(&self.sh_link.to_le_bytes());
+        b[44..48].copy_from_slice(&self.sh_info.to_le_bytes());
+        b[48..56].copy_from_slice(&self.sh_addralign.to_le_bytes());
+        b[56..64].copy_from_slice(&self.sh_entsize.to_le_bytes());
+        b
+    }
+    pub fn is_alloc(&self) -> bool {
+        self.sh_flags & u64::from(elf::SHF_ALLOC) != 0
+    }
+    pub fn has_file_data(&self) -> bool {
+        self.sh_type != elf::SHT_NOBITS && self.sh_type != elf::SHT_NULL
+    }
+    /// File bytes of the section (empty for NOBITS).
+    pub fn data<'a>(&self, data: &'a [u8]) -> Result<&'a [u8]> {
+        if !self.has_file_data() {
+            return Ok(&[]);
+        }
+        get(data, self.sh_offset, self.sh_size, "section data")
+    }
+    pub fn name_str(&self) -> String {
+        String::from_utf8_lossy(&self.name).into_owned()
+    }
+}
+
+/// A parsed ELF64 little-endian file (borrowing the input).
+#[derive(Debug, Clone)]
+pub(crate) struct Elf<'a> {
+    pub data: &'a [u8],
+    pub ehdr: Ehdr,
+    pub phdrs: Vec<Phdr>,
+    pub shdrs: Vec<Shdr>,
+    /// Section index of `.shstrtab`.
+    pub shstrndx: usize,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Sym {
+    pub st_name: u32,
+    pub st_info: u8,
+    pub st_shndx: u16,
+    pub st_value: u64,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Reloc {
+    /// File offset of the entry.
+    pub entry_offset: u64,
+    pub r_offset: u64,
+    pub r_type: u32,
+    pub r_sym: u32,
+    /// `None` for SHT_REL (addend in place).
+    pub r_addend: Option<i64>,
+}
+
+pub(crate) fn is_elf(data: &[u8]) -> bool {
+    data.starts_with(&elf::ELFMAG)
+}
+
+impl<'a> Elf<'a> {
+    pub fn parse(data: &'a [u8]) -> Result<Self> {
+        if !is_elf(data) {
+            return Err(Error::NotElf);
+        }
+        get(data, 0, EHDR_SIZE, "ELF header")?;
+        if data[4usize] != elf::ELFCLASS64 {
+            return Err(Error::unsupported(
+                4usize as u64,
+                format!("ELF class {} (only ELFCLASS64 is handled)", data[4usize]),
+            ));
+        }
+        if data[5usize] != elf::ELFDATA2LSB {
+            return Err(Error::unsupported(
+                5usize as u64,
+                "big-endian ELF (only little-endian is handled)",
+            ));
+        }
+        let e_type = u16_at(data, 16, "e_type")?;
+        let e_machine = u16_at(data, 18, "e_machine")?;
+        let e_phoff = u64_at(data, 32, "e_phoff")?;
+        let e_shoff = u64_at(data, 40, "e_shoff")?;
+        let e_phentsize = u16_at(data, 54, "e_phentsize")?;
+        let e_phnum = u16_at(data, 56, "e_phnum")?;
+        let e_shentsize = u16_at(data, 58, "e_shentsize")?;
+        let e_shnum = u16_at(data, 60, "e_shnum")?;
+        let e_shstrndx = u16_at(data, 62, "e_shstrndx")?;
+        if e_phnum != 0 && u64::from(e_phentsize) != PHDR_SIZE {
+            return Err(Error::malformed(
+                54,
+                format!("e_phentsize {e_phentsize}, expected 56"),
+            ));
+        }
+        if e_shoff != 0 && u64::from(e_shentsize) != SHDR_SIZE {
+            return Err(Error::malformed(
+                58,
+                format!("e_shentsize {e_shentsize}, expected 64"),
+            ));
+        }
+        let ehdr = Ehdr {
+            e_type,
+            e_machine,
+            e_phoff,
+            e_shoff,
+            e_phnum,
+            e_shnum,
+            e_shstrndx,
+        };
+        // Program headers.
+        let mut phdrs = Vec::new();
+        if e_phnum == 0xffff {
+            return Err(Error::unsupported(
+                56,
+                "extended program header numbering (PN_XNUM)",
+            ));
+        }
+        for i in 0..u64::from(e_phnum) {
+            let off = e_phoff
+                .checked_add(i * PHDR_SIZE)
+                .ok_or_else(|| Error::malformed(32, "e_phoff overflows"))?;
+            let b = get(data, off, PHDR_SIZE, "program header")?;
+            let r64 = |o: usize| {
+                let mut a = [0u8; 8];
+                a.copy_from_slice(&b[o..o + 8]);
+                u64::from_le_bytes(a)
+            };
+            phdrs.push(Phdr {
+                p_type: u32::from_le_bytes([b[0], b[1], b[2], b[3]]),
+                p_flags: u32::from_le_bytes([b[4], b[5], b[6], b[7]]),
+                p_offset: r64(8),
+                p_vaddr: r64(16),
+                p_paddr: r64(24),
+                p_filesz: r64(32),
+                p_memsz: r64(40),
+                p_align: r64(48),
+            });
+        }
+        // Section headers (with extended numbering).
+        let mut shdrs = Vec::new();
+        let mut shstrndx = usize::from(e_shstrndx);
+        if e_shoff != 0 {
+            let first = read_shdr(data, e_shoff)?;
+            let mut count = u64::from(e_shnum);
+            if count == 0 {
+                count = first.sh_size;
+            }
+            if usize::from(e_shstrndx) == usize::from(elf::SHN_XINDEX) {
+                shstrndx = first.sh_link as usize;
+            }
+            // Bound the count by the input size before allocating.
+            let table = count
+                .checked_mul(SHDR_SIZE)
+                .ok_or_else(|| Error::malformed(60, "section count overflows"))?;
+            get(data, e_shoff, table, "section header table")?;
+            shdrs.reserve(count as usize);
+            for i in 0..count {
+                shdrs.push(read_shdr(data, e_shoff + i * SHDR_SIZE)?);
+            }
+            if shstrndx != 0 {
+                let strtab = shdrs.get(shstrndx).ok_or_else(|| {
+                    Error::malformed(62, format!("e_shstrndx {shstrndx} out of range"))
+                })?;
+                let names = get(data, strtab.sh_offset, strtab.sh_size, ".shstrtab")?.to_vec();
+                for (i, s) in shdrs.iter_mut().enumerate() {
+                    s.name = cstr(&names, u64::from(s.sh_name)).ok_or_else(|| {
+                        Error::malformed(
+                            e_shoff + i as u64 * SHDR_SIZE,
+                            format!("section name offset {} outside .shstrtab", s.sh_name),
+                        )
+                    })?;
+                }
+            }
+        }
+        Ok(Elf {
+            data,
+            ehdr,
+            phdrs,
+            shdrs,
+            shstrndx,
+        })
+    }
+
+    pub fn section_by_name(&self, name: &str) -> Option<(usize, &Shdr)> {
+        self.shdrs
+            .iter()
+            .enumerate()
+            .find(|(_, s)| s.name == name.as_bytes())
+    }
+
+    /// File offset of the section header `index`.
+    pub fn shdr_offset(&self, index: usize) -> u64 {
+        self.ehdr.e_shoff + index as u64 * SHDR_SIZE
+    }
+
+    /// Symbols of a SHT_SYMTAB / SHT_DYNSYM section.
+    pub fn symbols(&self, index: usize) -> Result<Vec<Sym>> {
+        let s = self.shdrs.get(index).ok_or_else(|| {
+            Error::malformed(0, format!("symbol table index {index} out of range"))
+        })?;
+        let bytes = s.data(self.data)?;
+        let n = bytes.len() as u64 / SYM_SIZE;
+        let mut out = Vec::with_capacity(n as usize);
+        for i in 0..n {
+            let b = &bytes[(i * SYM_SIZE) as usize..((i + 1) * SYM_SIZE) as usize];
+            let mut v = [0u8; 8];
+            v.copy_from_slice(&b[8..16]);
+            out.push(Sym {
+                st_name: u32::from_le_bytes([b[0], b[1], b[2], b[3]]),
+                st_info: b[4],
+                st_shndx: u16::from_le_bytes([b[6], b[7]]),
+                st_value: u64::from_le_bytes(v),
+            });
+        }
+        Ok(out)
+    }
+
+    /// Name of symbol `sym` of symbol table `symtab`.
+    pub fn symbol_name(&self, symtab: usize, sym: &Sym) -> String {
+        let Some(link) = self.shdrs.get(symtab).map(|s| s.sh_link as usize) else {
+            return String::new();
+        };
+        let Some(strtab) = self.shdrs.get(link) else {
+            return String::new();
+        };
+        strtab
+            .data(self.data)
+            .ok()
+            .and_then(|d| cstr(d, u64::from(sym.st_name)))
+            .map(|v| String::from_utf8_lossy(&v).into_owned())
+            .unwrap_or_default()
+    }
+
+    /// Entries of a SHT_RELA or SHT_REL section.
+    pub fn relocations(&self, index: usize) -> Result<Vec<Reloc>> {
+        let s = &self.shdrs[index];
+        let rela = s.sh_type == elf::SHT_RELA;
+        let size = if rela { RELA_SIZE } else { REL_SIZE };
+        let bytes = s.data(self.data)?;
+        let n = bytes.len() as u64 / size;
+        let mut out = Vec::with_capacity(n as usize);
+        for i in 0..n {
+            let off = s.sh_offset + i * size;
+            let r_offset = u64_at(self.data, off, "relocation")?;
+            let info = u64_at(self.data, off + 8, "relocation")?;
+            let r_addend = if rela {
+                Some(u64_at(self.data, off + 16, "relocation")? as i64)
+            } else {
+                None
+            };
+            out.push(Reloc {
+                entry_offset: off,
+                r_offset,
+                r_type: (info & 0xffff_ffff) as u32,
+                r_sym: (info >> 32) as u32,
+                r_addend,
+            });
+        }
+        Ok(out)
+    }
+
+    /// Addresses listed by a SHT_RELR section, each with whether it came
+    /// from a bitmap word (`true`) or an address word.
+    pub fn relr_addresses(&self, index: usize) -> Result<Vec<(u64, bool)>> {
+        let s = &self.shdrs[index];
+        let bytes = s.data(self.data)?;
+        let mut out = Vec::new();
+        let mut base: Option<u64> = None;
+        for (i, w) in bytes.chunks_exact(8).enumerate() {
+            let mut a = [0u8; 8];
+            a.copy_from_slice(w);
+            let word = u64::from_le_bytes(a);
+            if word & 1 == 0 {
+                out.push((word, false));
+                base = Some(word.wrapping_add(8));
+            } else {
+                let Some(b) = base else {
+                    return Err(Error::malformed(
+                        s.sh_offset + i as u64 * 8,
+                        "RELR bitmap word before any address word",
+                    ));
+                };
+                let mut bits = word >> 1;
+                let mut j = 0u64;
+                while bits != 0 {
+                    if bits & 1 != 0 {
+                        out.push((b.wrapping_add(j * 8), true));
+                    }
+                    bits >>= 1;
+                    j += 1;
+                }
+                base = Some(b.wrapping_add(63 * 8));
+            }
+        }
+        Ok(out)
+    }
+}
+
+fn read_shdr(data: &[u8], off: u64) -> Result<Shdr> {
+    let b = get(data, off, SHDR_SIZE, "section header")?;
+    let r64 = |o: usize| {
+        let mut a = [0u8; 8];
+        a.copy_from_slice(&b[o..o + 8]);
+        u64::from_le_bytes(a)
+    };
+    let r32 = |o: usize| u32::from_le_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]]);
+    Ok(Shdr {
+        sh_name: r32(0),
+        sh_type: r32(4),
+        sh_flags: r64(8),
+        sh_addr: r64(16),
+        sh_offset: r64(24),
+        sh_size: r64(32),
+        sh_link: r32(40),
+        sh_info: r32(44),
+        sh_addralign: r64(48),
+        sh_entsize: r64(56),
+        name: Vec::new(),
+    })
+}
+
+/// NUL-terminated string at `off` in `table`.
+pub(crate) fn cstr(table: &[u8], off: u64) -> Option<Vec<u8>> {
+    let rest = table.get(usize::try_from(off).ok()?..)?;
+    let end = rest.iter().position(|&c| c == 0)?;
+    Some(rest[..end].to_vec())
+}
+
+pub(crate) fn align_up(v: u64, a: u64) -> Option<u64> {
+    if a <= 1 {
+        return Some(v);
+    }
+    v.checked_add(a - 1).map(|x| x / a * a)
+}
+
+pub(crate) fn align_down(v: u64, a: u64) -> u64 {
+    if a <= 1 {
+        v
+    } else {
+        v / a * a
+    }
+}

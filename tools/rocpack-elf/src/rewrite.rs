@@ -1,0 +1,1021 @@
+//! Host-only rewrite of linked ELF files (`ET_EXEC`, `ET_DYN`) and its exact
+//! inverse. Layout (see `docs/formats/split-elf.md`):
+//!
+//! * the PT_LOAD `L` holding `.hip_fatbin` `[V, V+S)` becomes `L1` (file
+//!   bytes up to the end of the last section before `V`, zero-filled up to
+//!   `W`) and `L2` (from `W` to the end of `L`, file offset lowered by whole
+//!   pages): the device bytes are gone from the file;
+//! * `[W, V+S)` (file-backed, start of `L2`) holds the metadata sections
+//!   moved away from behind the program-header table (so the table grows in
+//!   place, at `e_phoff`, by the one entry `L2` needs) followed by the
+//!   `.rocm_kpack_ref` marker;
+//! * `.hip_fatbin` becomes `SHT_NOBITS` `[V, W)`; each wrapper becomes HIPK,
+//!   `co_index` = bundle index, pointer = marker address, written the way
+//!   its relocation model needs (RELA addend, symbol addend, REL/RELR/absolute
+//!   value in place).
+//!
+//! Nothing is left in a section-less PT_LOAD and the program headers stay
+//! right after the ELF header, where GNU `strip`/`objcopy` put them.
+
+use std::collections::HashSet;
+
+use object::elf;
+
+use crate::analyze::{
+    analyze_elf, FatBinaryInfo, PointerModel, State, HIPF_MAGIC, HIPK_MAGIC, MARKER_SECTION,
+    R_AARCH64_RELATIVE, R_X86_64_RELATIVE,
+};
+use crate::elf::{
+    align_down, align_up, get, put, put_u16, put_u32, put_u64, u64_at, Elf, Phdr, Shdr, EHDR_SIZE,
+    PHDR_SIZE, SHT_RELR, SYM_SIZE,
+};
+use crate::error::{Error, Result};
+
+/// Alignment of each bundle in a rebuilt `.hip_fatbin` (clang's).
+const BUNDLE_ALIGN: u64 = 4096;
+
+/// Dynamic tags whose value is an address.
+const ADDR_TAGS: &[u32] = &[
+    elf::DT_HASH,
+    elf::DT_STRTAB,
+    elf::DT_SYMTAB,
+    elf::DT_RELA,
+    elf::DT_REL,
+    elf::DT_JMPREL,
+    36, // DT_RELR
+    elf::DT_GNU_HASH,
+    elf::DT_VERSYM,
+    elf::DT_VERDEF,
+    elf::DT_VERNEED,
+];
+
+/// Maps old file offsets to new ones, range by range.
+#[derive(Default)]
+struct OffMap(Vec<(u64, u64, u64)>);
+
+impl OffMap {
+    fn add(&mut self, old: u64, len: u64, new: u64) {
+        self.0.push((old, old.saturating_add(len), new));
+    }
+    fn map(&self, old: u64) -> Option<u64> {
+        self.0
+            .iter()
+            .find(|(s, e, _)| old >= *s && old < *e)
+            .map(|(s, _, n)| n + (old - s))
+    }
+    fn map_or_err(&self, old: u64, what: &str) -> Result<u64> {
+        self.map(old)
+            .ok_or_else(|| Error::layout(old, format!("internal: no new place for {what}")))
+    }
+}
+
+/// Rewrite a fat ELF file as host-only: device bytes removed, `.hip_fatbin`
+/// NOBITS, `.rocm_kpack_ref` holding `marker_payload` in a loadable segment,
+/// every wrapper HIPK pointing at it. Host-only input is returned unchanged.
+pub fn split_host(data: &[u8], marker_payload: &[u8]) -> Result<Vec<u8>> {
+    let elf = Elf::parse(data)?;
+    let info = analyze_elf(&elf)?;
+    match info.state {
+        State::HostOnly => return Ok(data.to_vec()),
+        State::Split => {
+            let off = info.wrappers.first().map_or(0, |w| w.file_offset);
+            return Err(Error::unsupported(off, "already split (HIPK wrappers)"));
+        }
+        State::Fat => {}
+    }
+    if marker_payload.is_empty() {
+        return Err(Error::layout(0, "empty marker payload"));
+    }
+    validate_bundles(data, &info)?;
+    if info.kind == crate::ElfKind::Relocatable {
+        return crate::object_file::split_object(&elf, &info, marker_payload);
+    }
+    split_linked(&elf, &info, marker_payload)
+}
+
+/// Inverse of [`split_host`]: `bundles[i]` is the bundle for `co_index` `i`.
+/// Files that are not split are returned unchanged.
+pub fn reassemble(host: &[u8], bundles: &[Vec<u8>]) -> Result<Vec<u8>> {
+    let elf = Elf::parse(host)?;
+    let info = analyze_elf(&elf)?;
+    if info.state != State::Split {
+        return Ok(host.to_vec());
+    }
+    for w in &info.wrappers {
+        if w.co_index() as usize >= bundles.len() {
+            return Err(Error::Wrapper {
+                index: w.index,
+                offset: w.file_offset + 16,
+                what: format!(
+                    "co_index {} but only {} bundles were given",
+                    w.co_index(),
+                    bundles.len()
+                ),
+            });
+        }
+    }
+    if info.kind == crate::ElfKind::Relocatable {
+        return crate::object_file::reassemble_object(&elf, &info, bundles);
+    }
+    reassemble_linked(&elf, &info, bundles)
+}
+
+/// Every bundle must parse and its code objects must not overlap: device
+/// code is only removed once it is known to be extractable.
+pub(crate) fn validate_bundles(data: &[u8], info: &FatBinaryInfo) -> Result<()> {
+    for b in &info.bundles {
+        let bytes = get(data, b.file_offset, b.len, "bundle")?;
+        let parsed = rocpack_bundle::parse_bundle(bytes).map_err(|e| Error::Bundle {
+            offset: b.file_offset + e.offset().unwrap_or(0),
+            source: e,
+        })?;
+        let mut spans: Vec<(u64, u64, usize)> = parsed
+            .entries
+            .iter()
+            .enumerate()
+            .filter(|(_, e)| e.size > 0)
+            .map(|(i, e)| (e.offset, e.offset.saturating_add(e.size), i))
+            .collect();
+        spans.sort_unstable();
+        for pair in spans.windows(2) {
+            if pair[1].0 < pair[0].1 {
+                return Err(Error::malformed(
+                    b.file_offset,
+                    format!(
+                        "bundle {}: entries {} and {} overlap at bundle offset {:#x}",
+                        b.index, pair[0].2, pair[1].2, pair[1].0
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn movable(s: &Shdr) -> bool {
+    matches!(
+        s.sh_type,
+        elf::SHT_NOTE
+            | elf::SHT_GNU_HASH
+            | elf::SHT_HASH
+            | elf::SHT_DYNSYM
+            | elf::SHT_GNU_VERSYM
+            | elf::SHT_GNU_VERDEF
+            | elf::SHT_GNU_VERNEED
+            | elf::SHT_RELA
+            | elf::SHT_REL
+            | SHT_RELR
+            | elf::SHT_STRTAB
+    ) || (s.sh_type == elf::SHT_PROGBITS && s.name == b".interp")
+}
+
+fn page_size(elf: &Elf<'_>) -> Result<u64> {
+    let mut page = 4096u64;
+    for p in elf.phdrs.iter().filter(|p| p.p_type == elf::PT_LOAD) {
+        if p.p_align > page {
+            page = p.p_align;
+        }
+    }
+    if !page.is_power_of_two() || page > (1 << 24) {
+        return Err(Error::unsupported(
+            elf.ehdr.e_phoff,
+            format!("PT_LOAD alignment {page:#x}"),
+        ));
+    }
+    Ok(page)
+}
+
+/// End of the file range that loaded content (segments, alloc sections,
+/// headers) occupies; everything after it is non-alloc sections and the
+/// section header table.
+fn end_loaded(elf: &Elf<'_>) -> u64 {
+    let mut end = EHDR_SIZE.max(elf.ehdr.e_phoff + elf.phdrs.len() as u64 * PHDR_SIZE);
+    for p in &elf.phdrs {
+        if p.p_type == elf::PT_LOAD {
+            end = end.max(p.p_offset.saturating_add(p.p_filesz));
+        }
+    }
+    for s in &elf.shdrs {
+        if s.is_alloc() && s.has_file_data() {
+            end = end.max(s.sh_offset.saturating_add(s.sh_size));
+        }
+    }
+    end.min(elf.data.len() as u64)
+}
+
+/// Lay out the non-alloc sections after `end`, in their original order.
+fn layout_tail(
+    elf: &Elf<'_>,
+    end: u64,
+    shdrs: &mut [Shdr],
+    shstrtab: &[u8],
+    map: &mut OffMap,
+    out: &mut Vec<u8>,
+) -> Result<()> {
+    let mut tail: Vec<usize> = (0..elf.shdrs.len())
+        .filter(|&i| i != 0 && !elf.shdrs[i].is_alloc() && elf.shdrs[i].sh_offset >= end)
+        .collect();
+    if elf.shstrndx != 0 && !tail.contains(&elf.shstrndx) {
+        return Err(Error::unsupported(
+            elf.shdr_offset(elf.shstrndx),
+            ".shstrtab lies inside the loaded part of the file",
+        ));
+    }
+    tail.sort_by_key(|&i| (elf.shdrs[i].sh_offset, i));
+    for i in tail {
+        let s = &elf.shdrs[i];
+        let align = s.sh_addralign.max(1);
+        let pos = align_up(out.len() as u64, align)
+            .ok_or_else(|| Error::layout(s.sh_offset, "alignment overflow"))?;
+        out.resize(pos as usize, 0);
+        if i == elf.shstrndx {
+            out.extend_from_slice(shstrtab);
+            shdrs[i].sh_size = shstrtab.len() as u64;
+        } else if s.has_file_data() {
+            let d = s.data(elf.data)?;
+            map.add(s.sh_offset, s.sh_size, pos);
+            out.extend_from_slice(d);
+        }
+        shdrs[i].sh_offset = pos;
+    }
+    Ok(())
+}
+
+/// Append the section header table; returns the new `e_shoff`.
+fn write_shdrs(shdrs: &[Shdr], out: &mut Vec<u8>) -> Result<u64> {
+    let shoff = align_up(out.len() as u64, 8).unwrap_or(u64::MAX);
+    out.resize(shoff as usize, 0);
+    for s in shdrs.iter() {
+        out.extend_from_slice(&s.encode());
+    }
+    Ok(shoff)
+}
+
+fn write_ehdr(out: &mut [u8], phnum: u64, shoff: u64, shnum: u64) -> Result<()> {
+    let phnum16 =
+        u16::try_from(phnum).map_err(|_| Error::layout(56, "too many program headers"))?;
+    put_u16(out, 56, phnum16)?;
+    put_u64(out, 40, shoff)?;
+    // Extended numbering is kept if the input used it (count in shdr[0]).
+    if let Ok(n) = u16::try_from(shnum) {
+        if n < elf::SHN_LORESERVE {
+            put_u16(out, 60, n)?;
+        }
+    }
+    Ok(())
+}
+
+/// Patch `.dynamic` address tags and symbol values that point into a moved
+/// range `[lo, hi)` by `delta` (wrapping add, so a negative delta works).
+fn relocate_block_refs(
+    elf: &Elf<'_>,
+    out: &mut [u8],
+    map: &OffMap,
+    lo: u64,
+    hi: u64,
+    delta: u64,
+    moved: &HashSet<usize>,
+) -> Result<()> {
+    for (i, s) in elf.shdrs.iter().enumerate() {
+        if s.sh_type == elf::SHT_DYNAMIC {
+            let n = s.sh_size / 16;
+            for k in 0..n {
+                let old = s.sh_offset + k * 16;
+                let tag = u64_at(elf.data, old, "dynamic entry")?;
+                let val = u64_at(elf.data, old + 8, "dynamic entry")?;
+                if tag == u64::from(elf::DT_NULL) {
+                    break;
+                }
+                if ADDR_TAGS.iter().any(|&t| u64::from(t) == tag) && val >= lo && val < hi {
+                    let new = map.map_or_err(old + 8, ".dynamic")?;
+                    put_u64(out, new, val.wrapping_add(delta))?;
+                }
+            }
+        }
+        if s.sh_type == elf::SHT_SYMTAB || s.sh_type == elf::SHT_DYNSYM {
+            let syms = elf.symbols(i)?;
+            for (k, sym) in syms.iter().enumerate() {
+                if moved.contains(&usize::from(sym.st_shndx)) {
+                    let old = s.sh_offset + k as u64 * SYM_SIZE + 8;
+                    let new = map.map_or_err(old, "symbol")?;
+                    put_u64(out, new, sym.st_value.wrapping_add(delta))?;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Refuse inputs where something other than the wrappers refers to the
+/// fatbin bytes being removed (it would dangle).
+fn check_no_other_refs(elf: &Elf<'_>, info: &FatBinaryInfo, lo: u64, hi: u64) -> Result<()> {
+    let wrapper_fields: HashSet<u64> = info.wrappers.iter().map(|w| w.field_addr).collect();
+    let machine = elf.ehdr.e_machine;
+    for (i, s) in elf.shdrs.iter().enumerate() {
+        if !s.is_alloc() {
+            continue;
+        }
+        if s.sh_type == elf::SHT_RELA || s.sh_type == elf::SHT_REL {
+            for r in elf.relocations(i)? {
+                if r.r_offset >= lo && r.r_offset < hi {
+                    return Err(Error::unsupported(
+                        r.entry_offset,
+                        format!("relocation at {:#x} inside .hip_fatbin", r.r_offset),
+                    ));
+                }
+                let relative = (machine == elf::EM_X86_64 && r.r_type == R_X86_64_RELATIVE)
+                    || (machine == elf::EM_AARCH64 && r.r_type == R_AARCH64_RELATIVE);
+                if let (true, Some(a)) = (relative, r.r_addend) {
+                    let a = a as u64;
+                    if a >= lo && a < hi && !wrapper_fields.contains(&r.r_offset) {
+                        return Err(Error::unsupported(
+                            r.entry_offset,
+                            format!(
+                                "relocation at {:#x} points into .hip_fatbin ({a:#x}) but is not a wrapper pointer",
+                                r.r_offset
+                            ),
+                        ));
+                    }
+                }
+            }
+        } else if s.sh_type == SHT_RELR {
+            for (a, _) in elf.relr_addresses(i)? {
+                if a >= lo && a < hi {
+                    return Err(Error::unsupported(
+                        s.sh_offset,
+                        format!("RELR entry {a:#x} inside .hip_fatbin"),
+                    ));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Index of the PT_LOAD whose file image holds the ELF and program headers.
+fn header_load(elf: &Elf<'_>) -> Result<usize> {
+    elf.phdrs
+        .iter()
+        .position(|p| {
+            p.p_type == elf::PT_LOAD
+                && p.p_offset <= elf.ehdr.e_phoff
+                && elf.ehdr.e_phoff < p.p_offset.saturating_add(p.p_filesz)
+        })
+        .ok_or_else(|| {
+            Error::unsupported(
+                elf.ehdr.e_phoff,
+                "program header table is not inside a PT_LOAD segment",
+            )
+        })
+}
+
+fn split_linked(elf: &Elf<'_>, info: &FatBinaryInfo, marker: &[u8]) -> Result<Vec<u8>> {
+    let data = elf.data;
+    let fb = info
+        .fatbin
+        .ok_or_else(|| Error::malformed(0, "fat binary without .hip_fatbin"))?;
+    let (v, s) = (fb.addr, fb.size);
+    let r = v
+        .checked_add(s)
+        .ok_or_else(|| Error::malformed(fb.file_offset, ".hip_fatbin range overflows"))?;
+    let li = elf
+        .phdrs
+        .iter()
+        .position(|p| {
+            p.p_type == elf::PT_LOAD && v >= p.p_vaddr && r <= p.p_vaddr.saturating_add(p.p_filesz)
+        })
+        .ok_or_else(|| {
+            Error::unsupported(
+                fb.file_offset,
+                ".hip_fatbin is not file-backed in one PT_LOAD",
+            )
+        })?;
+    let l = elf.phdrs[li];
+    if fb.file_offset != l.p_offset + (v - l.p_vaddr) {
+        return Err(Error::malformed(
+            fb.file_offset,
+            ".hip_fatbin file offset does not match its address in its PT_LOAD",
+        ));
+    }
+    let l_off = |a: u64| l.p_offset + (a - l.p_vaddr);
+    let page = page_size(elf)?;
+    check_no_other_refs(elf, info, v, r)?;
+    for (i, sh) in elf.shdrs.iter().enumerate() {
+        if i != fb.index
+            && sh.is_alloc()
+            && sh.sh_size > 0
+            && sh.sh_addr < r
+            && sh.sh_addr + sh.sh_size > v
+        {
+            return Err(Error::unsupported(
+                elf.shdr_offset(i),
+                format!("section {} overlaps .hip_fatbin", sh.name_str()),
+            ));
+        }
+    }
+
+    // --- The block of metadata sections behind the program headers. ---
+    let n = elf.phdrs.len() as u64;
+    let new_n = n + 1;
+    let ph_old_end = elf.ehdr.e_phoff + n * PHDR_SIZE;
+    let ph_new_end = elf.ehdr.e_phoff + new_n * PHDR_SIZE;
+    let l0i = header_load(elf)?;
+    let l0 = elf.phdrs[l0i];
+    let l0_addr = |off: u64| l0.p_vaddr + (off - l0.p_offset);
+    let mut after: Vec<usize> = (1..elf.shdrs.len())
+        .filter(|&i| {
+            let sh = &elf.shdrs[i];
+            sh.is_alloc()
+                && sh.sh_type != elf::SHT_NOBITS
+                && sh.sh_offset >= ph_old_end
+                && sh.sh_offset < l0.p_offset + l0.p_filesz
+        })
+        .collect();
+    after.sort_by_key(|&i| (elf.shdrs[i].sh_offset, elf.shdrs[i].sh_size));
+    let mut block: Vec<usize> = Vec::new();
+    let mut b1_off = ph_new_end;
+    for &i in &after {
+        let sh = &elf.shdrs[i];
+        if sh.sh_offset >= b1_off && sh.sh_size > 0 {
+            break;
+        }
+        block.push(i);
+        b1_off = b1_off.max(sh.sh_offset + sh.sh_size);
+    }
+    // Keep every non-LOAD segment in the block whole.
+    loop {
+        let mut grew = false;
+        if let Some(&first) = block.first() {
+            let b0 = elf.shdrs[first].sh_offset;
+            for p in &elf.phdrs {
+                if p.p_type == elf::PT_LOAD || p.p_type == elf::PT_PHDR || p.p_filesz == 0 {
+                    continue;
+                }
+                let pe = p.p_offset + p.p_filesz;
+                if p.p_offset < b1_off && pe > b0 && pe > b1_off {
+                    b1_off = pe;
+                    grew = true;
+                }
+            }
+            for &i in &after {
+                let sh = &elf.shdrs[i];
+                if !block.contains(&i) && sh.sh_offset < b1_off {
+                    block.push(i);
+                    b1_off = b1_off.max(sh.sh_offset + sh.sh_size);
+                    grew = true;
+                }
+            }
+        }
+        if !grew {
+            break;
+        }
+    }
+    let (b0_off, b1_off) = match block.first() {
+        None => (ph_new_end, ph_new_end),
+        Some(&first) => {
+            // The block ends where the next remaining section starts.
+            let next = after
+                .iter()
+                .filter(|i| !block.contains(i))
+                .map(|&i| elf.shdrs[i].sh_offset)
+                .min()
+                .unwrap_or(b1_off);
+            (elf.shdrs[first].sh_offset, next.max(b1_off))
+        }
+    };
+    for &i in &block {
+        let sh = &elf.shdrs[i];
+        if !movable(sh) {
+            return Err(Error::unsupported(
+                elf.shdr_offset(i),
+                format!(
+                    "section {} follows the program headers and cannot be moved to make room for one more",
+                    sh.name_str()
+                ),
+            ));
+        }
+    }
+    for p in &elf.phdrs {
+        let inside = p.p_offset >= b0_off && p.p_offset + p.p_filesz <= b1_off && p.p_filesz > 0;
+        if inside
+            && !matches!(
+                p.p_type,
+                elf::PT_NOTE | elf::PT_INTERP | elf::PT_GNU_PROPERTY
+            )
+        {
+            return Err(Error::unsupported(
+                p.p_offset,
+                format!("segment type {:#x} inside the moved metadata", p.p_type),
+            ));
+        }
+    }
+    let blocklen = b1_off - b0_off;
+    let b0 = l0_addr(b0_off);
+    let amax = block
+        .iter()
+        .map(|&i| elf.shdrs[i].sh_addralign)
+        .chain(std::iter::once(16))
+        .max()
+        .unwrap_or(16)
+        .min(page);
+    if !amax.is_power_of_two() {
+        return Err(Error::unsupported(
+            b0_off,
+            "section alignment is not a power of two",
+        ));
+    }
+
+    // --- Region B = [W, R): block then marker. ---
+    let mlen = marker.len() as u64;
+    let room_start = r
+        .checked_sub(mlen)
+        .and_then(|x| x.checked_sub(blocklen))
+        .and_then(|x| x.checked_sub(b0))
+        .ok_or_else(|| Error::layout(fb.file_offset, "marker does not fit in .hip_fatbin"))?;
+    let w = b0 + align_down(room_start, amax);
+    let m = w + blocklen;
+    if w < v {
+        return Err(Error::layout(
+            fb.file_offset,
+            format!(
+                ".hip_fatbin ({s} bytes) is too small for the marker ({mlen} bytes) and the moved headers ({blocklen} bytes)"
+            ),
+        ));
+    }
+    let delta = w - b0;
+
+    // End of file data in L before the fatbin.
+    let mut d_addr = l.p_vaddr;
+    for (i, sh) in elf.shdrs.iter().enumerate() {
+        if i != fb.index
+            && !block.contains(&i)
+            && sh.is_alloc()
+            && sh.has_file_data()
+            && sh.sh_addr >= l.p_vaddr
+            && sh.sh_addr < v
+        {
+            d_addr = d_addr.max(sh.sh_addr + sh.sh_size);
+        }
+    }
+    if li == l0i {
+        d_addr = d_addr.max(l0_addr(ph_new_end));
+    }
+    let d_off = l_off(d_addr);
+    let o2 = d_off + (w - d_addr) % page;
+    let o_w = l_off(w);
+    let o_r = l_off(r);
+    let shift = o_w - o2;
+    let end = end_loaded(elf);
+    if end < o_r {
+        return Err(Error::layout(o_r, "loaded content ends inside .hip_fatbin"));
+    }
+
+    // --- Build the output. ---
+    let mut map = OffMap::default();
+    map.add(b0_off, blocklen, o2);
+    map.add(0, d_off, 0);
+    map.add(o_r, end - o_r, o_r - shift);
+    let mut out: Vec<u8> = Vec::with_capacity(data.len());
+    out.extend_from_slice(get(data, 0, d_off, "file prefix")?);
+    out.resize(o2 as usize, 0);
+    let mut region = vec![0u8; (r - w) as usize];
+    region[..blocklen as usize].copy_from_slice(get(data, b0_off, blocklen, "moved headers")?);
+    region[(m - w) as usize..(m - w + mlen) as usize].copy_from_slice(marker);
+    out.extend_from_slice(&region);
+    out.extend_from_slice(get(data, o_r, end - o_r, "loaded content")?);
+    // Vacate the block's old place (the phdr table grows into it).
+    out[b0_off as usize..b1_off as usize].fill(0);
+
+    // Sections.
+    let moved: HashSet<usize> = block.iter().copied().collect();
+    let mut shdrs = elf.shdrs.clone();
+    for (i, sh) in shdrs.iter_mut().enumerate() {
+        if i == 0 {
+            continue;
+        }
+        if i == fb.index {
+            sh.sh_type = elf::SHT_NOBITS;
+            sh.sh_size = w - v;
+            // NOBITS: offset congruent to the address in L1's image.
+            sh.sh_offset = fb.file_offset;
+        } else if moved.contains(&i) {
+            sh.sh_addr += delta;
+            sh.sh_offset = o2 + (sh.sh_addr - w);
+        } else if sh.is_alloc() || sh.sh_offset < end {
+            if sh.sh_offset >= o_r {
+                sh.sh_offset -= shift;
+            } else if sh.sh_offset >= d_off && sh.sh_type != elf::SHT_NOBITS && sh.sh_size > 0 {
+                return Err(Error::layout(
+                    elf.shdr_offset(i),
+                    format!("section {} lies in the removed range", sh.name_str()),
+                ));
+            } else if sh.sh_offset > d_off {
+                sh.sh_offset = d_off;
+            }
+        }
+    }
+    let name_off = elf.shdrs.get(elf.shstrndx).map_or(0, |s| s.sh_size);
+    let mut shstrtab = elf
+        .shdrs
+        .get(elf.shstrndx)
+        .map(|s| s.data(data))
+        .transpose()?
+        .unwrap_or_default()
+        .to_vec();
+    shstrtab.extend_from_slice(MARKER_SECTION.as_bytes());
+    shstrtab.push(0);
+    shdrs.push(Shdr {
+        sh_name: u32::try_from(name_off).map_err(|_| Error::layout(0, ".shstrtab too large"))?,
+        sh_type: elf::SHT_PROGBITS,
+        sh_flags: u64::from(elf::SHF_ALLOC),
+        sh_addr: m,
+        sh_offset: o2 + (m - w),
+        sh_size: mlen,
+        sh_link: 0,
+        sh_info: 0,
+        sh_addralign: 1,
+        sh_entsize: 0,
+        name: MARKER_SECTION.as_bytes().to_vec(),
+    });
+    if elf.ehdr.e_shnum == 0 {
+        if let Some(s0) = shdrs.first_mut() {
+            s0.sh_size += 1;
+        }
+    }
+
+    // Program headers.
+    let mut phdrs: Vec<Phdr> = Vec::with_capacity(new_n as usize);
+    for (i, p) in elf.phdrs.iter().enumerate() {
+        let mut p = *p;
+        if i == li {
+            let l1 = Phdr {
+                p_filesz: d_addr - l.p_vaddr,
+                p_memsz: w - l.p_vaddr,
+                ..l
+            };
+            let l2 = Phdr {
+                p_offset: o2,
+                p_vaddr: w,
+                p_paddr: l.p_paddr.wrapping_add(w - l.p_vaddr),
+                p_filesz: l.p_vaddr + l.p_filesz - w,
+                p_memsz: l.p_vaddr + l.p_memsz - w,
+                ..l
+            };
+            phdrs.push(l1);
+            phdrs.push(l2);
+            continue;
+        }
+        if p.p_type == elf::PT_PHDR {
+            p.p_filesz = new_n * PHDR_SIZE;
+            p.p_memsz = new_n * PHDR_SIZE;
+        } else if p.p_filesz > 0 && p.p_offset >= b0_off && p.p_offset + p.p_filesz <= b1_off {
+            p.p_vaddr = p.p_vaddr.wrapping_add(delta);
+            p.p_paddr = p.p_paddr.wrapping_add(delta);
+            p.p_offset = o2 + (p.p_vaddr - w);
+        } else if p.p_offset >= o_r {
+            p.p_offset -= shift;
+        } else if p.p_filesz > 0 && p.p_offset + p.p_filesz > d_off && p.p_offset < o_r {
+            return Err(Error::layout(
+                elf.ehdr.e_phoff + i as u64 * PHDR_SIZE,
+                format!("segment type {:#x} overlaps the removed range", p.p_type),
+            ));
+        }
+        phdrs.push(p);
+    }
+    if ph_new_end > out.len() as u64 {
+        return Err(Error::layout(
+            ph_new_end,
+            "program header table does not fit",
+        ));
+    }
+    for (k, p) in phdrs.iter().enumerate() {
+        put(
+            &mut out,
+            elf.ehdr.e_phoff + k as u64 * PHDR_SIZE,
+            &p.encode(),
+        )?;
+    }
+
+    layout_tail(elf, end, &mut shdrs, &shstrtab, &mut map, &mut out)?;
+    // References into the moved block.
+    relocate_block_refs(elf, &mut out, &map, b0, l0_addr(b1_off), delta, &moved)?;
+
+    // Wrappers.
+    for wr in &info.wrappers {
+        let co = wr.bundle.ok_or_else(|| Error::Wrapper {
+            index: wr.index,
+            offset: wr.file_offset,
+            what: "wrapper does not point at a bundle".into(),
+        })?;
+        let woff = map.map_or_err(wr.file_offset, "wrapper")?;
+        put_u32(&mut out, woff, HIPK_MAGIC)?;
+        put_u32(
+            &mut out,
+            woff + 16,
+            u32::try_from(co).map_err(|_| Error::layout(woff, "too many bundles"))?,
+        )?;
+        write_pointer(&mut out, &map, wr, m)?;
+    }
+
+    let shoff = write_shdrs(&shdrs, &mut out)?;
+    write_ehdr(&mut out, new_n, shoff, shdrs.len() as u64)?;
+
+    // Self-check: the result must analyse as split, every wrapper on the marker.
+    let check = crate::analyze::analyze(&out)?;
+    if check.state != State::Split || check.wrappers.len() != info.wrappers.len() {
+        return Err(Error::layout(
+            0,
+            "internal: rewritten file does not analyse as split",
+        ));
+    }
+    Ok(out)
+}
+
+/// Write a wrapper's pointer so it evaluates to `target` at run time.
+fn write_pointer(out: &mut [u8], map: &OffMap, wr: &crate::WrapperInfo, target: u64) -> Result<()> {
+    let field = map.map_or_err(wr.file_offset + 8, "wrapper pointer")?;
+    match &wr.model {
+        PointerModel::Absolute | PointerModel::Relr { .. } => put_u64(out, field, target)?,
+        PointerModel::RelaRelative { entry_offset } => {
+            let e = map.map_or_err(*entry_offset, "relocation")?;
+            put_u64(out, e + 16, target)?;
+            if wr.value_in_file != 0 {
+                put_u64(out, field, target)?;
+            }
+        }
+        PointerModel::RelaSymbol {
+            entry_offset,
+            symbol_value,
+            ..
+        } => {
+            let e = map.map_or_err(*entry_offset, "relocation")?;
+            put_u64(out, e + 16, target.wrapping_sub(*symbol_value))?;
+            if wr.value_in_file != 0 {
+                put_u64(out, field, target)?;
+            }
+        }
+        PointerModel::Rel { r_type, .. } => {
+            let relative = *r_type == R_X86_64_RELATIVE || *r_type == R_AARCH64_RELATIVE;
+            let sym_value = wr.target.wrapping_sub(wr.value_in_file);
+            let v = if relative {
+                target
+            } else {
+                target.wrapping_sub(sym_value)
+            };
+            put_u64(out, field, v)?;
+        }
+        PointerModel::Object { .. } => {
+            return Err(Error::layout(
+                field,
+                "internal: object pointer in a linked file",
+            ))
+        }
+    }
+    Ok(())
+}
+
+fn reassemble_linked(elf: &Elf<'_>, info: &FatBinaryInfo, bundles: &[Vec<u8>]) -> Result<Vec<u8>> {
+    let data = elf.data;
+    let fb = info
+        .fatbin
+        .ok_or_else(|| Error::malformed(0, "split binary without .hip_fatbin"))?;
+    let mk = info
+        .marker
+        .as_ref()
+        .ok_or_else(|| Error::malformed(0, "split binary without .rocm_kpack_ref"))?;
+    if !fb.nobits {
+        return Err(Error::malformed(
+            fb.file_offset,
+            ".hip_fatbin of a split binary is not NOBITS",
+        ));
+    }
+    let v = fb.addr;
+    let w = v + fb.size;
+    let m = mk.section.addr;
+    let mlen = mk.section.size;
+    if mk.section.index + 1 != elf.shdrs.len() {
+        return Err(Error::unsupported(
+            elf.shdr_offset(mk.section.index),
+            ".rocm_kpack_ref is not the last section (not written by rocpack)",
+        ));
+    }
+    let l1i = elf
+        .phdrs
+        .iter()
+        .position(|p| {
+            p.p_type == elf::PT_LOAD && p.p_vaddr.saturating_add(p.p_memsz) == w && p.p_vaddr <= v
+        })
+        .ok_or_else(|| {
+            Error::unsupported(fb.file_offset, "no PT_LOAD ends at the end of .hip_fatbin")
+        })?;
+    let l1 = elf.phdrs[l1i];
+    let l2 = *elf
+        .phdrs
+        .get(l1i + 1)
+        .filter(|p| p.p_type == elf::PT_LOAD && p.p_vaddr == w && m >= w)
+        .ok_or_else(|| {
+            Error::unsupported(fb.file_offset, "no PT_LOAD follows .hip_fatbin at its end")
+        })?;
+    let page = page_size(elf)?;
+    let n = elf.phdrs.len() as u64;
+    let new_n = n - 1;
+    let ph_new_end = elf.ehdr.e_phoff + new_n * PHDR_SIZE;
+    let ph_cur_end = elf.ehdr.e_phoff + n * PHDR_SIZE;
+    let l0i = header_load(elf)?;
+    let l0 = elf.phdrs[l0i];
+
+    // The moved block is [W, M); its original place ends where the first
+    // section after the program headers starts.
+    let blocklen = m - w;
+    let moved: HashSet<usize> = (1..elf.shdrs.len())
+        .filter(|&i| {
+            let s = &elf.shdrs[i];
+            s.is_alloc()
+                && s.sh_addr >= w
+                && s.sh_addr < m
+                && s.sh_size > 0
+                && i != mk.section.index
+        })
+        .collect();
+    let (b0_off, b0) = if blocklen == 0 {
+        (ph_new_end, l0.p_vaddr + (ph_new_end - l0.p_offset))
+    } else {
+        let b1_off = (1..elf.shdrs.len())
+            .filter(|&i| {
+                let s = &elf.shdrs[i];
+                s.is_alloc()
+                    && s.sh_type != elf::SHT_NOBITS
+                    && !moved.contains(&i)
+                    && s.sh_offset >= ph_cur_end
+                    && s.sh_offset < l0.p_offset + l0.p_filesz
+            })
+            .map(|i| elf.shdrs[i].sh_offset)
+            .min()
+            .ok_or_else(|| {
+                Error::unsupported(ph_cur_end, "cannot find where the moved headers came from")
+            })?;
+        let b0_off = b1_off
+            .checked_sub(blocklen)
+            .filter(|&x| x >= ph_new_end)
+            .ok_or_else(|| Error::malformed(b1_off, "moved headers do not fit back"))?;
+        (b0_off, l0.p_vaddr + (b0_off - l0.p_offset))
+    };
+    let delta = b0.wrapping_sub(w); // applied with wrapping_add
+
+    // Rebuilt .hip_fatbin.
+    let mut fat = Vec::new();
+    for b in bundles {
+        let pos = align_up(fat.len() as u64, BUNDLE_ALIGN).unwrap_or(u64::MAX) as usize;
+        fat.resize(pos, 0);
+        fat.extend_from_slice(b);
+    }
+    let mut bundle_addr = Vec::with_capacity(bundles.len());
+    {
+        let mut pos = 0u64;
+        for b in bundles {
+            pos = align_up(pos, BUNDLE_ALIGN).unwrap_or(u64::MAX);
+            bundle_addr.push(v + pos);
+            pos += b.len() as u64;
+        }
+    }
+    // Free range: up to the first section after the marker (or L2's end).
+    let r_end = elf
+        .shdrs
+        .iter()
+        .enumerate()
+        .filter(|(i, s)| {
+            *i != mk.section.index
+                && s.is_alloc()
+                && s.sh_addr >= m + mlen
+                && s.sh_addr < l2.p_vaddr + l2.p_memsz
+        })
+        .map(|(_, s)| s.sh_addr)
+        .min()
+        .unwrap_or(l2.p_vaddr + l2.p_memsz);
+    let cap = r_end - v;
+    if fat.len() as u64 > cap {
+        return Err(Error::layout(
+            fb.file_offset,
+            format!(
+                "rebuilt .hip_fatbin needs {} bytes but only {cap} are free at {v:#x} (compress the bundles)",
+                fat.len()
+            ),
+        ));
+    }
+    if l2.p_offset.checked_add(r_end - w).is_none() {
+        return Err(Error::malformed(l2.p_offset, "segment offset overflow"));
+    }
+    let lo = |a: u64| l1.p_offset + (a - l1.p_vaddr);
+    let split_r_off = l2.p_offset + (r_end - w);
+    let new_r_off = lo(r_end);
+    let grow = new_r_off
+        .checked_sub(split_r_off)
+        .ok_or_else(|| Error::malformed(l2.p_offset, "L2 offset is not below its merged place"))?;
+    if grow % page != 0 {
+        return Err(Error::malformed(
+            l2.p_offset,
+            "segment offsets are not congruent",
+        ));
+    }
+    let end = end_loaded(elf);
+    let d_off = l1.p_offset + l1.p_filesz;
+
+    let mut map = OffMap::default();
+    map.add(l2.p_offset, blocklen, b0_off);
+    map.add(0, d_off, 0);
+    map.add(split_r_off, end.saturating_sub(split_r_off), new_r_off);
+    let mut out: Vec<u8> = Vec::with_capacity(data.len() + fat.len());
+    out.extend_from_slice(get(data, 0, d_off, "file prefix")?);
+    out.resize(lo(v) as usize, 0);
+    out.extend_from_slice(&fat);
+    out.resize(new_r_off as usize, 0);
+    out.extend_from_slice(get(data, split_r_off, end - split_r_off, "loaded content")?);
+    // Headers area: program headers shrink by one; the block goes back.
+    let hdr_end = (b0_off + blocklen) as usize;
+    out[ph_new_end as usize..hdr_end].fill(0);
+    put(
+        &mut out,
+        b0_off,
+        get(data, l2.p_offset, blocklen, "moved headers")?,
+    )?;
+
+    let mut shdrs = elf.shdrs.clone();
+    shdrs.pop(); // the marker
+    for (i, sh) in shdrs.iter_mut().enumerate() {
+        if i == 0 {
+            continue;
+        }
+        if i == fb.index {
+            sh.sh_type = elf::SHT_PROGBITS;
+            sh.sh_size = fat.len() as u64;
+            sh.sh_offset = lo(v);
+        } else if moved.contains(&i) {
+            sh.sh_addr = sh.sh_addr.wrapping_add(delta);
+            sh.sh_offset = l0.p_offset + (sh.sh_addr - l0.p_vaddr);
+        } else if sh.is_alloc() || sh.sh_offset < end {
+            if sh.sh_offset >= split_r_off {
+                sh.sh_offset += grow;
+            } else if sh.sh_offset >= d_off && sh.sh_type == elf::SHT_NOBITS {
+                sh.sh_offset = sh.sh_offset.max(d_off);
+            }
+        }
+    }
+    if elf.ehdr.e_shnum == 0 {
+        if let Some(s0) = shdrs.first_mut() {
+            s0.sh_size = s0.sh_size.saturating_sub(1);
+        }
+    }
+    let mut shstrtab = elf
+        .shdrs
+        .get(elf.shstrndx)
+        .map(|s| s.data(data))
+        .transpose()?
+        .unwrap_or_default()
+        .to_vec();
+    let mname = elf.shdrs[mk.section.index].sh_name as usize;
+    if mname + MARKER_SECTION.len() + 1 == shstrtab.len() {
+        shstrtab.truncate(mname);
+    }
+
+    let mut phdrs: Vec<Phdr> = Vec::with_capacity(new_n as usize);
+    for (i, p) in elf.phdrs.iter().enumerate() {
+        let mut p = *p;
+        if i == l1i + 1 {
+            continue;
+        }
+        if i == l1i {
+            p.p_filesz = l2.p_vaddr + l2.p_filesz - l1.p_vaddr;
+            p.p_memsz = l2.p_vaddr + l2.p_memsz - l1.p_vaddr;
+        } else if p.p_type == elf::PT_PHDR {
+            p.p_filesz = new_n * PHDR_SIZE;
+            p.p_memsz = new_n * PHDR_SIZE;
+        } else if p.p_filesz > 0 && p.p_vaddr >= w && p.p_vaddr + p.p_filesz <= m {
+            p.p_vaddr = p.p_vaddr.wrapping_add(delta);
+            p.p_paddr = p.p_paddr.wrapping_add(delta);
+            p.p_offset = l0.p_offset + (p.p_vaddr - l0.p_vaddr);
+        } else if p.p_offset >= split_r_off {
+            p.p_offset += grow;
+        }
+        phdrs.push(p);
+    }
+    for (k, p) in phdrs.iter().enumerate() {
+        put(
+            &mut out,
+            elf.ehdr.e_phoff + k as u64 * PHDR_SIZE,
+            &p.encode(),
+        )?;
+    }
+    layout_tail(elf, end, &mut shdrs, &shstrtab, &mut map, &mut out)?;
+    relocate_block_refs(elf, &mut out, &map, w, m, delta, &moved)?;
+
+    for wr in &info.wrappers {
+        let co = wr.co_index() as usize;
+        let woff = map.map_or_err(wr.file_offset, "wrapper")?;
+        put_u32(&mut out, woff, HIPF_MAGIC)?;
+        put_u32(&mut out, woff + 16, 0)?;
+        write_pointer(&mut out, &map, wr, bundle_addr[co])?;
+    }
+    let shoff = write_shdrs(&shdrs, &mut out)?;
+    write_ehdr(&mut out, new_n, shoff, shdrs.len() as u64)?;
+    Ok(out)
+}

@@ -1,0 +1,235 @@
+//! Split / reassemble every fixture fat binary and check the results.
+
+mod common;
+
+use std::collections::{BTreeSet, HashMap};
+use std::process::Command;
+
+use common::*;
+use rocpack_elf::{analyze, reassemble, split_host, State, HIPK_MAGIC};
+use sha2::{Digest, Sha256};
+
+#[test]
+fn analysis_matches_wrappers_tsv_and_expected_unbundle() {
+    if !have_fixtures() {
+        return;
+    }
+    // wrappers.tsv: file -> (wrapper index, bundle file offset).
+    let tsv = std::fs::read_to_string(fixtures().join("wrappers.tsv")).unwrap();
+    let mut rows = 0;
+    for line in tsv.lines().skip(1) {
+        let c: Vec<&str> = line.split('\t').collect();
+        let data = std::fs::read(fixtures().join(c[0])).unwrap();
+        let info = analyze(&data).unwrap();
+        let wi: usize = c[2].parse().unwrap();
+        let w = &info.wrappers[wi];
+        assert_eq!(w.file_offset, c[3].parse::<u64>().unwrap(), "{line}");
+        let b = &info.bundles[w.bundle.unwrap()];
+        assert_eq!(b.file_offset, c[10].parse::<u64>().unwrap(), "{line}");
+        assert_eq!(format!("{:#x}", w.value_in_file), c[7], "{line}");
+        rows += 1;
+    }
+    assert_eq!(rows, 28);
+    // expected-unbundle.tsv: the sha256 of every device code object.
+    let exp = std::fs::read_to_string(fixtures().join("expected-unbundle.tsv")).unwrap();
+    let mut want: HashMap<String, BTreeSet<String>> = HashMap::new();
+    for line in exp.lines().skip(1) {
+        let c: Vec<&str> = line.split('\t').collect();
+        if c[0].contains('(') || c[7].starts_with("host") || c[4] == "elf-sections" {
+            continue;
+        }
+        want.entry(c[0].to_string())
+            .or_default()
+            .insert(format!("{}:{}:{}", c[1], c[7], c[8]));
+    }
+    for p in fat_elfs() {
+        let data = std::fs::read(&p).unwrap();
+        let got: BTreeSet<String> = code_objects(&data)
+            .iter()
+            .enumerate()
+            .flat_map(|(i, v)| {
+                v.iter()
+                    .map(move |(id, d)| format!("{i}:{id}:{}", hex::encode(Sha256::digest(d))))
+            })
+            .collect();
+        assert_eq!(Some(&got), want.get(&rel(&p)), "{}", rel(&p));
+    }
+}
+
+#[test]
+fn split_removes_device_code_and_points_wrappers_at_marker() {
+    if !have_fixtures() {
+        return;
+    }
+    let list = fat_elfs();
+    assert!(
+        list.len() >= 20,
+        "expected all fixture fat binaries, got {}",
+        list.len()
+    );
+    for p in list {
+        let data = std::fs::read(&p).unwrap();
+        let orig = analyze(&data).unwrap();
+        let marker = marker_for(&p);
+        let out = split_host(&data, &marker).unwrap();
+        let name = rel(&p);
+        assert!(
+            out.len() < data.len(),
+            "{name}: {} >= {}",
+            out.len(),
+            data.len()
+        );
+        for bundle in code_objects(&data) {
+            for (id, co) in bundle {
+                assert!(
+                    !contains(&out, &co),
+                    "{name}: code object {id} still present"
+                );
+            }
+        }
+        let info = analyze(&out).unwrap();
+        assert_eq!(info.state, State::Split, "{name}");
+        assert!(info.fatbin.unwrap().nobits, "{name}");
+        assert_eq!(info.marker.as_ref().unwrap().bytes, marker, "{name}");
+        assert_eq!(info.wrappers.len(), orig.wrappers.len(), "{name}");
+        for (w, o) in info.wrappers.iter().zip(&orig.wrappers) {
+            assert_eq!(w.magic, HIPK_MAGIC, "{name}");
+            assert_eq!(w.version, 1, "{name}");
+            assert!(w.points_to_marker, "{name}");
+            assert_eq!(
+                w.model,
+                {
+                    // Same relocation model (addends/values differ).
+                    let mut m = o.model.clone();
+                    if let rocpack_elf::PointerModel::RelaSymbol { entry_offset, .. } = &mut m {
+                        if let rocpack_elf::PointerModel::RelaSymbol {
+                            entry_offset: e2, ..
+                        } = &w.model
+                        {
+                            *entry_offset = *e2;
+                        }
+                    }
+                    if let rocpack_elf::PointerModel::RelaRelative { entry_offset } = &mut m {
+                        if let rocpack_elf::PointerModel::RelaRelative { entry_offset: e2 } =
+                            &w.model
+                        {
+                            *entry_offset = *e2;
+                        }
+                    }
+                    if let rocpack_elf::PointerModel::RelaSymbol { symbol_value, .. } = &mut m {
+                        if let rocpack_elf::PointerModel::RelaSymbol {
+                            symbol_value: v2, ..
+                        } = &w.model
+                        {
+                            *symbol_value = *v2;
+                        }
+                    }
+                    m
+                },
+                "{name}: relocation model changed"
+            );
+            assert_eq!(w.co_index() as usize, o.bundle.unwrap(), "{name}");
+            assert_ne!(w.target, 0, "{name}: pointer zeroed");
+        }
+        // Deterministic.
+        assert_eq!(
+            split_host(&data, &marker).unwrap(),
+            out,
+            "{name}: not deterministic"
+        );
+    }
+}
+
+#[test]
+fn host_only_passes_through_unchanged() {
+    if !have_fixtures() {
+        return;
+    }
+    for p in host_only_elfs() {
+        let data = std::fs::read(&p).unwrap();
+        assert_eq!(analyze(&data).unwrap().state, State::HostOnly);
+        assert_eq!(split_host(&data, b"m").unwrap(), data, "{}", rel(&p));
+    }
+}
+
+#[test]
+fn round_trip_restores_code_objects() {
+    if !have_fixtures() {
+        return;
+    }
+    let mut identical = 0;
+    let mut total = 0;
+    for p in fat_elfs() {
+        let data = std::fs::read(&p).unwrap();
+        let split = split_host(&data, &marker_for(&p)).unwrap();
+        let back = reassemble(&split, &bundles_of(&data)).unwrap();
+        let name = rel(&p);
+        assert_eq!(code_objects(&back), code_objects(&data), "{name}");
+        let a = analyze(&back).unwrap();
+        let o = analyze(&data).unwrap();
+        assert_eq!(a.state, State::Fat, "{name}");
+        for (w, ow) in a.wrappers.iter().zip(&o.wrappers) {
+            assert_eq!(w.bundle, ow.bundle, "{name}");
+            assert_eq!(w.target, ow.target, "{name}");
+            assert_eq!(w.value_in_file, ow.value_in_file, "{name}");
+        }
+        total += 1;
+        if back == data {
+            identical += 1;
+        }
+    }
+    eprintln!("round trip byte-identical for {identical} of {total} fixtures");
+    assert!(
+        identical * 2 > total,
+        "most round trips should be byte-identical"
+    );
+}
+
+fn elflint_messages(path: &std::path::Path) -> BTreeSet<String> {
+    let o = Command::new("eu-elflint")
+        .arg("--gnu-ld")
+        .arg(path)
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .chain(String::from_utf8_lossy(&o.stderr).lines())
+        .filter(|l| !l.contains("No errors"))
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn readelf_and_elflint_accept_split_output() {
+    if !have_fixtures() || !have_tool("readelf") || !have_tool("eu-elflint") {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    for p in fat_elfs() {
+        let data = std::fs::read(&p).unwrap();
+        let out = split_host(&data, &marker_for(&p)).unwrap();
+        let f = tmp.path().join(p.file_name().unwrap());
+        std::fs::write(&f, &out).unwrap();
+        let o = Command::new("readelf")
+            .arg("-lSW")
+            .arg(&f)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            o.status.success() && err.trim().is_empty(),
+            "{}: readelf: {err}",
+            rel(&p)
+        );
+        // elflint: nothing beyond what it already says about the input
+        // (lld outputs carry a few pre-existing complaints).
+        let before = elflint_messages(&p);
+        let after = elflint_messages(&f);
+        let new: Vec<_> = after.difference(&before).collect();
+        assert!(
+            new.is_empty(),
+            "{}: new eu-elflint messages: {new:?}",
+            rel(&p)
+        );
+    }
+}

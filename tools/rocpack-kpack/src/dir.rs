@@ -1,0 +1,280 @@
+//! Unpacked archive directories (`kpack unpack` output, `kpack pack` input).
+//!
+//! One file per code object, named
+//! `<ordinal, 4+ digits>_<key>_<target>.hsaco` with every byte outside
+//! `[A-Za-z0-9._+#-]` replaced by `_` (so names never contain `/` or `:`),
+//! plus [`UNPACK_MANIFEST`], a JSON file that records everything needed to
+//! rebuild the archive byte for byte: group, family, arch list, scheme, and
+//! per kernel (ordinal order) key, target, file, size, sha256 and the exact
+//! MessagePack bytes of its `metadata` (hex), if any.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use rayon::prelude::*;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::format::{Compression, Scheme, ZSTD_DEFAULT_LEVEL};
+use crate::reader::KpackReader;
+use crate::writer::KpackWriter;
+
+/// Name of the manifest file in an unpacked directory.
+pub const UNPACK_MANIFEST: &str = "kpack-unpack.json";
+/// Value of the manifest's `format` field.
+pub const UNPACK_FORMAT: &str = "rocpack-kpack-unpack/1";
+
+/// One code object of an unpacked directory.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UnpackedKernel {
+    /// Ordinal in the archive.
+    pub ordinal: u32,
+    /// TOC binary key.
+    pub key: String,
+    /// Arch key.
+    pub target: String,
+    /// File name in the directory.
+    pub file: String,
+    /// Size in bytes.
+    pub size: u64,
+    /// sha256 of the file, lowercase hex.
+    pub sha256: String,
+    /// Exact MessagePack encoding of the entry's `metadata`, lowercase hex.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata_msgpack: Option<String>,
+}
+
+/// The manifest of an unpacked directory.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UnpackManifest {
+    /// Always [`UNPACK_FORMAT`].
+    pub format: String,
+    /// `group_name` of the archive.
+    pub group_name: String,
+    /// `gfx_arch_family` of the archive.
+    pub gfx_arch_family: String,
+    /// `gfx_arches` of the archive.
+    pub gfx_arches: Vec<String>,
+    /// `compression_scheme` of the archive.
+    pub compression_scheme: String,
+    /// Code objects in ordinal order.
+    pub kernels: Vec<UnpackedKernel>,
+}
+
+fn sanitize(s: &str) -> String {
+    s.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '+' | '#' | '-') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
+/// The file name `kpack unpack` gives a code object.
+pub fn unpack_file_name(ordinal: u32, key: &str, target: &str) -> String {
+    format!("{ordinal:04}_{}_{}.hsaco", sanitize(key), sanitize(target))
+}
+
+fn sha256_hex(data: &[u8]) -> String {
+    hex::encode(Sha256::digest(data))
+}
+
+impl UnpackManifest {
+    /// Describe `reader` (files named by [`unpack_file_name`]).
+    pub fn for_archive(reader: &KpackReader) -> Result<Self> {
+        let entries = reader.entries_by_ordinal();
+        let kernels = entries
+            .par_iter()
+            .map(|e| {
+                let data = reader.get_entry(e)?;
+                let metadata_msgpack = match &e.metadata {
+                    Some(v) => {
+                        let mut b = Vec::new();
+                        crate::msgpack::enc::value(&mut b, v)?;
+                        Some(hex::encode(b))
+                    }
+                    None => None,
+                };
+                Ok(UnpackedKernel {
+                    ordinal: e.ordinal,
+                    key: e.key.clone(),
+                    target: e.target.clone(),
+                    file: unpack_file_name(e.ordinal, &e.key, &e.target),
+                    size: data.len() as u64,
+                    sha256: sha256_hex(&data),
+                    metadata_msgpack,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(UnpackManifest {
+            format: UNPACK_FORMAT.into(),
+            group_name: reader.group_name().into(),
+            gfx_arch_family: reader.gfx_arch_family().into(),
+            gfx_arches: reader.gfx_arches().to_vec(),
+            compression_scheme: reader.scheme().as_str().into(),
+            kernels,
+        })
+    }
+
+    /// The compression matching `compression_scheme` (zstd at level 3).
+    pub fn compression(&self) -> Result<Compression> {
+        match self.compression_scheme.as_str() {
+            s if s == Scheme::None.as_str() => Ok(Compression::None),
+            s if s == Scheme::ZstdPerKernel.as_str() => Ok(Compression::Zstd {
+                level: ZSTD_DEFAULT_LEVEL,
+            }),
+            other => Err(Error::new(ErrorKind::UnknownScheme(other.into()))),
+        }
+    }
+
+    /// Read `dir/kpack-unpack.json`.
+    pub fn read(dir: &Path) -> Result<Self> {
+        let path = dir.join(UNPACK_MANIFEST);
+        let text = fs::read(&path).map_err(|e| Error::from(e).with_path(&path))?;
+        let m: UnpackManifest = serde_json::from_slice(&text).map_err(|e| {
+            Error::new(ErrorKind::Invalid {
+                field: format!("line {} column {}", e.line(), e.column()),
+                message: e.to_string(),
+            })
+            .with_path(&path)
+        })?;
+        if m.format != UNPACK_FORMAT {
+            return Err(Error::new(ErrorKind::Invalid {
+                field: "format".into(),
+                message: format!("expected {UNPACK_FORMAT:?}, found {:?}", m.format),
+            })
+            .with_path(&path));
+        }
+        for k in &m.kernels {
+            let p = Path::new(&k.file);
+            let plain = p.components().count() == 1
+                && matches!(p.components().next(), Some(std::path::Component::Normal(_)));
+            if !plain {
+                return Err(Error::new(ErrorKind::Invalid {
+                    field: format!("kernels[{}].file", k.ordinal),
+                    message: format!("{:?} is not a plain file name", k.file),
+                })
+                .with_path(&path));
+            }
+        }
+        Ok(m)
+    }
+
+    /// Read the directory's code objects in ordinal order: `(key, target,
+    /// bytes, metadata)`. Files are taken as they are (an edited code
+    /// object is fine; its size comes from the file).
+    pub fn load_kernels(&self, dir: &Path) -> Result<Vec<LoadedKernel>> {
+        let mut ks: Vec<&UnpackedKernel> = self.kernels.iter().collect();
+        ks.sort_by_key(|k| k.ordinal);
+        let mut out = Vec::with_capacity(ks.len());
+        for k in ks {
+            let path = dir.join(&k.file);
+            let data = fs::read(&path).map_err(|e| Error::from(e).with_path(&path))?;
+            let field = || format!("kernels[{}].metadata_msgpack", k.ordinal);
+            let metadata = match &k.metadata_msgpack {
+                Some(h) => {
+                    let bytes = hex::decode(h).map_err(|e| {
+                        Error::new(ErrorKind::Invalid {
+                            field: field(),
+                            message: e.to_string(),
+                        })
+                    })?;
+                    let mut c = crate::msgpack::Cursor::new(&bytes, 0, 0);
+                    Some(c.read_value(&field)?)
+                }
+                None => None,
+            };
+            out.push(LoadedKernel {
+                key: k.key.clone(),
+                target: k.target.clone(),
+                data,
+                metadata,
+            });
+        }
+        Ok(out)
+    }
+
+    /// A writer holding the directory's code objects in ordinal order, with
+    /// the manifest's group, family, arches and metadata.
+    pub fn to_writer(&self, dir: &Path, compression: Compression) -> Result<KpackWriter<'static>> {
+        let mut w = KpackWriter::new(compression);
+        w.group_name(self.group_name.clone())
+            .arch_family(self.gfx_arch_family.clone())
+            .arches(self.gfx_arches.iter().cloned());
+        for k in self.load_kernels(dir)? {
+            w.add_with_metadata(&k.key, &k.target, k.data, k.metadata)?;
+        }
+        Ok(w)
+    }
+}
+
+/// A code object read back from an unpacked directory.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LoadedKernel {
+    /// TOC binary key.
+    pub key: String,
+    /// Arch key.
+    pub target: String,
+    /// The code object.
+    pub data: Vec<u8>,
+    /// Entry `metadata`, if any.
+    pub metadata: Option<rmpv::Value>,
+}
+
+/// Write every code object of `reader` into `dir` plus the manifest.
+///
+/// When `dir` does not exist, everything is written to a sibling staging
+/// directory that is renamed into place at the end; otherwise files are
+/// staged inside `dir` and renamed one by one, the manifest last. On error
+/// nothing partial is left behind.
+pub fn unpack_to_dir(reader: &KpackReader, dir: &Path) -> Result<UnpackManifest> {
+    let manifest = UnpackManifest::for_archive(reader)?;
+    let json = serde_json::to_vec_pretty(&manifest).map_err(|e| {
+        Error::new(ErrorKind::Invalid {
+            field: "manifest".into(),
+            message: e.to_string(),
+        })
+    })?;
+    let fresh = !dir.exists();
+    let parent = match dir.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let stage_in = if fresh { parent } else { dir.to_path_buf() };
+    fs::create_dir_all(&stage_in).map_err(|e| Error::from(e).with_path(&stage_in))?;
+    let stage = tempfile::Builder::new()
+        .prefix(".kpack-unpack-")
+        .tempdir_in(&stage_in)
+        .map_err(|e| Error::from(e).with_path(&stage_in))?;
+    let entries = reader.entries_by_ordinal();
+    entries
+        .par_iter()
+        .zip(manifest.kernels.par_iter())
+        .try_for_each(|(e, k)| -> Result<()> {
+            let data = reader.get_entry(e)?;
+            let p = stage.path().join(&k.file);
+            fs::write(&p, &*data).map_err(|err| Error::from(err).with_path(&p))
+        })?;
+    let mpath = stage.path().join(UNPACK_MANIFEST);
+    fs::write(&mpath, &json).map_err(|e| Error::from(e).with_path(&mpath))?;
+    if fresh {
+        let staged = stage.keep();
+        if let Err(e) = fs::rename(&staged, dir) {
+            let _ = fs::remove_dir_all(&staged);
+            return Err(Error::from(e).with_path(dir));
+        }
+    } else {
+        for k in &manifest.kernels {
+            let to = dir.join(&k.file);
+            fs::rename(stage.path().join(&k.file), &to)
+                .map_err(|e| Error::from(e).with_path(&to))?;
+        }
+        let to = dir.join(UNPACK_MANIFEST);
+        fs::rename(&mpath, &to).map_err(|e| Error::from(e).with_path(&to))?;
+    }
+    Ok(manifest)
+}

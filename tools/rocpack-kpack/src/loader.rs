@@ -1,0 +1,417 @@
+//! The runtime's code-object lookup (`kpack_load_code_object`), reproduced
+//! so tools can check that every (binary, wrapper index, device arch) a split
+//! tree promises resolves — and to which archive, target and TOC key.
+//!
+//! Algorithm (rocm-kpack runtime at e3483286e751):
+//! 1. `lookup_key = kernel_name + "#" + co_index`.
+//! 2. Candidate archives: if `ROCM_KPACK_PATH` is set, exactly its entries
+//!    (no `@GFXARCH@` expansion). Otherwise the entries of
+//!    `ROCM_KPACK_PATH_PREFIX` first, then each marker search path, resolved
+//!    against the binary's directory unless absolute (weakly canonical);
+//!    a path containing `@GFXARCH@` expands (first occurrence) for each
+//!    requested arch in order, for each of its compatible targets
+//!    ([`compatible_targets`] order), else is used as is.
+//! 3. Each candidate that is an existing regular file and opens becomes a
+//!    valid archive (same canonical file = same archive); failures are skipped.
+//!    None valid → `ARCHIVE_NOT_FOUND`.
+//! 4. For each requested arch, for each compatible target, for each valid
+//!    archive in candidate order: the first archive whose `gfx_arches`
+//!    contains the target wins, and its `(lookup_key, target)` kernel is the
+//!    answer — a missing kernel is an error (no further probing). No arch
+//!    matched → `ARCH_NOT_FOUND`.
+//!
+//! One difference by design: archives are opened with this crate's strict
+//! reader, so an archive the C++ reader would half-accept (unknown scheme,
+//! missing `original_size`) is reported among the rejected candidates.
+
+use std::collections::HashMap;
+use std::path::{Component, Path, PathBuf};
+use std::sync::Arc;
+
+use crate::format::GFXARCH_PLACEHOLDER;
+use crate::marker::Marker;
+use crate::reader::KpackReader;
+
+/// Environment variable: explicit archive list (disables marker paths).
+pub const ENV_KPACK_PATH: &str = "ROCM_KPACK_PATH";
+/// Environment variable: archives searched before the marker paths.
+pub const ENV_KPACK_PATH_PREFIX: &str = "ROCM_KPACK_PATH_PREFIX";
+/// The prefix HSA agent ISA names carry.
+pub const AMDHSA_PREFIX: &str = "amdgcn-amd-amdhsa--";
+/// Separator of the environment path lists on this platform.
+pub const ENV_PATH_SEPARATOR: char = if cfg!(windows) { ';' } else { ':' };
+
+/// Remove a leading `amdgcn-amd-amdhsa--` (only when something follows it).
+pub fn strip_target_prefix(isa: &str) -> &str {
+    match isa.strip_prefix(AMDHSA_PREFIX) {
+        Some(rest) if !rest.is_empty() => rest,
+        _ => isa,
+    }
+}
+
+/// The targets an agent ISA can load, most specific first, exactly in the
+/// runtime's order: for `n` features, bitmask `2^n-1` down to `0`, bit
+/// `n-1-i` selecting feature `i` (given order). `gfx942:sramecc+:xnack-` →
+/// `gfx942:sramecc+:xnack-`, `gfx942:sramecc+`, `gfx942:xnack-`, `gfx942`.
+/// The `amdgcn-amd-amdhsa--` prefix is stripped; empty features are dropped.
+/// More than 16 features are truncated to the first 16 (the runtime would
+/// enumerate 2^n candidates; real targets have at most 2).
+pub fn compatible_targets(isa: &str) -> Vec<String> {
+    let t = strip_target_prefix(isa);
+    let mut parts = t.split(':');
+    let processor = parts.next().unwrap_or("");
+    let features: Vec<&str> = parts.filter(|f| !f.is_empty()).take(16).collect();
+    let n = features.len();
+    if n == 0 {
+        return vec![processor.to_owned()];
+    }
+    let mut out = Vec::with_capacity(1 << n);
+    for mask in (0..(1u32 << n)).rev() {
+        let mut s = processor.to_owned();
+        for (i, f) in features.iter().enumerate() {
+            if mask >> (n - 1 - i) & 1 == 1 {
+                s.push(':');
+                s.push_str(f);
+            }
+        }
+        out.push(s);
+    }
+    out
+}
+
+/// The loader's environment (`ROCM_KPACK_PATH`, `ROCM_KPACK_PATH_PREFIX`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LoaderEnv {
+    /// `ROCM_KPACK_PATH` entries when set (then marker paths are not used).
+    pub kpack_path: Option<Vec<PathBuf>>,
+    /// `ROCM_KPACK_PATH_PREFIX` entries, searched first.
+    pub kpack_path_prefix: Vec<PathBuf>,
+}
+
+fn split_list(s: &str) -> Vec<PathBuf> {
+    s.split(ENV_PATH_SEPARATOR)
+        .filter(|p| !p.is_empty())
+        .map(PathBuf::from)
+        .collect()
+}
+
+impl LoaderEnv {
+    /// No overrides: only marker paths are searched.
+    pub fn none() -> Self {
+        LoaderEnv::default()
+    }
+
+    /// From raw variable values; an unset or empty variable counts as unset.
+    pub fn from_values(kpack_path: Option<&str>, kpack_path_prefix: Option<&str>) -> Self {
+        LoaderEnv {
+            kpack_path: kpack_path.filter(|s| !s.is_empty()).map(split_list),
+            kpack_path_prefix: kpack_path_prefix.map(split_list).unwrap_or_default(),
+        }
+    }
+
+    /// From this process's environment.
+    pub fn from_process_env() -> Self {
+        let get = |k: &str| std::env::var(k).ok();
+        Self::from_values(
+            get(ENV_KPACK_PATH).as_deref(),
+            get(ENV_KPACK_PATH_PREFIX).as_deref(),
+        )
+    }
+}
+
+/// `std::filesystem::weakly_canonical`: canonicalise the longest existing
+/// prefix, append the rest, normalise `.` and `..` lexically.
+pub fn weakly_canonical(p: &Path) -> PathBuf {
+    let comps: Vec<Component<'_>> = p.components().collect();
+    for split in (0..=comps.len()).rev() {
+        let head: PathBuf = comps.iter().take(split).collect();
+        if head.as_os_str().is_empty() {
+            continue;
+        }
+        if let Ok(c) = head.canonicalize() {
+            let mut out = c;
+            for comp in comps.iter().skip(split) {
+                out.push(comp.as_os_str());
+            }
+            return lexically_normal(&out);
+        }
+    }
+    lexically_normal(p)
+}
+
+fn lexically_normal(p: &Path) -> PathBuf {
+    let mut out: Vec<Component<'_>> = Vec::new();
+    for c in p.components() {
+        match c {
+            Component::CurDir => {}
+            Component::ParentDir => match out.last() {
+                Some(Component::Normal(_)) => {
+                    out.pop();
+                }
+                Some(Component::RootDir) | Some(Component::Prefix(_)) => {}
+                _ => out.push(c),
+            },
+            other => out.push(other),
+        }
+    }
+    out.iter().collect()
+}
+
+/// Candidate archive paths, in the runtime's order (step 2 above).
+/// `arch_list` holds agent ISA names (with or without the
+/// `amdgcn-amd-amdhsa--` prefix), highest priority first.
+pub fn candidate_paths(
+    marker: &Marker,
+    binary_dir: &Path,
+    arch_list: &[&str],
+    env: &LoaderEnv,
+) -> Vec<PathBuf> {
+    if let Some(list) = &env.kpack_path {
+        return list.clone();
+    }
+    let mut out = env.kpack_path_prefix.clone();
+    for rel in &marker.kpack_search_paths {
+        let expanded: Vec<String> = if rel.contains(GFXARCH_PLACEHOLDER) {
+            arch_list
+                .iter()
+                .flat_map(|a| compatible_targets(a))
+                .map(|t| rel.replacen(GFXARCH_PLACEHOLDER, &t, 1))
+                .collect()
+        } else {
+            vec![rel.clone()]
+        };
+        for e in expanded {
+            let p = Path::new(&e);
+            let full = if p.is_absolute() {
+                p.to_path_buf()
+            } else {
+                binary_dir.join(p)
+            };
+            out.push(weakly_canonical(&full));
+        }
+    }
+    out
+}
+
+/// A successful lookup.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Resolved {
+    /// The archive the kernel comes from (as listed among the candidates).
+    pub archive: PathBuf,
+    /// The matched target (arch key in the archive's TOC).
+    pub target: String,
+    /// The TOC binary key looked up.
+    pub key: String,
+    /// The requested arch (element of `arch_list`) that matched.
+    pub requested_arch: String,
+}
+
+/// Why a lookup fails; [`LoadError::code`] gives the runtime's error number.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum LoadError {
+    /// No arch requested (`KPACK_ERROR_INVALID_ARGUMENT` = 1).
+    #[error("no device arch given")]
+    NoArch,
+    /// Marker unusable (`KPACK_ERROR_INVALID_METADATA` = 12).
+    #[error("invalid marker: {0}")]
+    InvalidMetadata(crate::Error),
+    /// No candidate archive exists/opens (`KPACK_ERROR_ARCHIVE_NOT_FOUND` = 13).
+    #[error("no archive found among {} candidates{}", candidates.len(), fmt_rejected(rejected))]
+    ArchiveNotFound {
+        /// Every candidate path tried, in order.
+        candidates: Vec<PathBuf>,
+        /// Candidates that exist but did not open, with the reason.
+        rejected: Vec<(PathBuf, String)>,
+    },
+    /// No valid archive lists a compatible target (`KPACK_ERROR_ARCH_NOT_FOUND` = 14).
+    #[error("no archive lists a target compatible with {requested:?} (archives: {archives:?})")]
+    ArchNotFound {
+        /// The requested arches.
+        requested: Vec<String>,
+        /// The valid archives that were searched.
+        archives: Vec<PathBuf>,
+    },
+    /// The matched archive lacks the key (`KPACK_ERROR_KERNEL_NOT_FOUND` = 5).
+    #[error("{}: no kernel {key:?} for target {target:?}", archive.display())]
+    KernelNotFound {
+        /// The archive that matched the arch.
+        archive: PathBuf,
+        /// The TOC key looked up.
+        key: String,
+        /// The matched target.
+        target: String,
+    },
+    /// Reading the kernel failed (`KPACK_ERROR_DECOMPRESSION_FAILED` = 6).
+    #[error("{0}")]
+    Read(crate::Error),
+}
+
+fn fmt_rejected(r: &[(PathBuf, String)]) -> String {
+    if r.is_empty() {
+        String::new()
+    } else {
+        let v: Vec<String> = r
+            .iter()
+            .map(|(p, e)| format!("{}: {e}", p.display()))
+            .collect();
+        format!(" (rejected: {})", v.join("; "))
+    }
+}
+
+impl LoadError {
+    /// The runtime's `kpack_error_t` value for this failure.
+    pub fn code(&self) -> i32 {
+        match self {
+            LoadError::NoArch => 1,
+            LoadError::KernelNotFound { .. } => 5,
+            LoadError::Read(_) => 6,
+            LoadError::InvalidMetadata(_) => 12,
+            LoadError::ArchiveNotFound { .. } => 13,
+            LoadError::ArchNotFound { .. } => 14,
+        }
+    }
+}
+
+/// A lookup cache like the runtime's `kpack_cache`: opened archives are
+/// kept per canonical path (failures are not cached, as in the runtime).
+#[derive(Default)]
+pub struct Loader {
+    env: LoaderEnv,
+    cache: HashMap<PathBuf, Arc<KpackReader>>,
+}
+
+impl Loader {
+    /// A loader with the given environment.
+    pub fn new(env: LoaderEnv) -> Self {
+        Loader {
+            env,
+            cache: HashMap::new(),
+        }
+    }
+
+    /// The environment in use.
+    pub fn env(&self) -> &LoaderEnv {
+        &self.env
+    }
+
+    fn open(&mut self, p: &Path) -> Result<Option<Arc<KpackReader>>, String> {
+        let Ok(meta) = std::fs::metadata(p) else {
+            return Ok(None);
+        };
+        if !meta.is_file() {
+            return Ok(None);
+        }
+        let key = p.canonicalize().unwrap_or_else(|_| p.to_path_buf());
+        if let Some(r) = self.cache.get(&key) {
+            return Ok(Some(Arc::clone(r)));
+        }
+        match KpackReader::open(p) {
+            Ok(r) => {
+                let r = Arc::new(r);
+                self.cache.insert(key, Arc::clone(&r));
+                Ok(Some(r))
+            }
+            Err(e) => Err(e.to_string()),
+        }
+    }
+
+    /// Which archive, target and key the runtime would use for wrapper
+    /// `co_index` of a binary in `binary_dir` with this marker, on a device
+    /// whose arch list (priority order, e.g. `[isa, generic]`) is `arch_list`.
+    pub fn resolve(
+        &mut self,
+        marker: &Marker,
+        binary_dir: &Path,
+        co_index: u64,
+        arch_list: &[&str],
+    ) -> Result<Resolved, LoadError> {
+        self.resolve_inner(marker, binary_dir, co_index, arch_list)
+            .map(|(r, _)| r)
+    }
+
+    /// Like [`Loader::resolve`], taking the raw marker bytes (decoded as the runtime does).
+    pub fn resolve_bytes(
+        &mut self,
+        marker: &[u8],
+        binary_dir: &Path,
+        co_index: u64,
+        arch_list: &[&str],
+    ) -> Result<Resolved, LoadError> {
+        let m = Marker::decode(marker).map_err(LoadError::InvalidMetadata)?;
+        self.resolve(&m, binary_dir, co_index, arch_list)
+    }
+
+    /// Resolve and return the code object bytes.
+    pub fn load(
+        &mut self,
+        marker: &Marker,
+        binary_dir: &Path,
+        co_index: u64,
+        arch_list: &[&str],
+    ) -> Result<(Resolved, Vec<u8>), LoadError> {
+        let (r, archive) = self.resolve_inner(marker, binary_dir, co_index, arch_list)?;
+        let bytes = archive
+            .get(&r.key, &r.target)
+            .map_err(LoadError::Read)?
+            .into_owned();
+        Ok((r, bytes))
+    }
+
+    fn resolve_inner(
+        &mut self,
+        marker: &Marker,
+        binary_dir: &Path,
+        co_index: u64,
+        arch_list: &[&str],
+    ) -> Result<(Resolved, Arc<KpackReader>), LoadError> {
+        if arch_list.is_empty() {
+            return Err(LoadError::NoArch);
+        }
+        let key = marker.lookup_key(co_index);
+        let candidates = candidate_paths(marker, binary_dir, arch_list, &self.env);
+        let mut valid: Vec<(PathBuf, Arc<KpackReader>)> = Vec::new();
+        let mut rejected = Vec::new();
+        for c in &candidates {
+            match self.open(c) {
+                Ok(Some(r)) => valid.push((c.clone(), r)),
+                Ok(None) => {}
+                Err(e) => rejected.push((c.clone(), e)),
+            }
+        }
+        if valid.is_empty() {
+            return Err(LoadError::ArchiveNotFound {
+                candidates,
+                rejected,
+            });
+        }
+        for arch in arch_list {
+            for target in compatible_targets(arch) {
+                for (path, r) in &valid {
+                    if r.gfx_arches().contains(&target) {
+                        if r.entry(&key, &target).is_none() {
+                            return Err(LoadError::KernelNotFound {
+                                archive: path.clone(),
+                                key,
+                                target,
+                            });
+                        }
+                        return Ok((
+                            Resolved {
+                                archive: path.clone(),
+                                target,
+                                key,
+                                requested_arch: (*arch).to_owned(),
+                            },
+                            Arc::clone(r),
+                        ));
+                    }
+                }
+            }
+        }
+        Err(LoadError::ArchNotFound {
+            requested: arch_list.iter().map(|s| (*s).to_owned()).collect(),
+            archives: valid.into_iter().map(|(p, _)| p).collect(),
+        })
+    }
+}

@@ -1,0 +1,866 @@
+//! Strict, total KPAK v1 reader.
+//!
+//! `open` memory-maps the file; everything is validated up front (header,
+//! every TOC field and type, every blob range, the zstd frame index, that
+//! ordinals form a permutation of the blob list, and that sizes agree), so
+//! later lookups cannot fail on structure. Kernels of scheme `none` are
+//! returned as slices of the mapping (no copy); zstd frames are decoded
+//! straight from the mapping, one decoder per call (no lock, no whole-blob
+//! copy), with allocations bounded by the real decoded size.
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::fs;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::format::{
+    BlobLocation, Compression, KernelEntry, Scheme, BLOB_ALIGNMENT, HEADER_SIZE, MAGIC,
+    SCHEME_NONE, SCHEME_ZSTD, VERSION, ZSTD_MAX_RATIO,
+};
+use crate::msgpack::{q, Cursor};
+use crate::writer::KpackWriter;
+
+enum Backing {
+    Mmap(memmap2::Mmap),
+    Owned(Vec<u8>),
+}
+
+impl Backing {
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Backing::Mmap(m) => m,
+            Backing::Owned(v) => v,
+        }
+    }
+}
+
+/// The parsed, validated TOC of an archive.
+#[derive(Clone, Debug)]
+struct Parsed {
+    toc_offset: u64,
+    format_version: u64,
+    group_name: String,
+    gfx_arch_family: String,
+    gfx_arches: Vec<String>,
+    scheme: Scheme,
+    entries: Vec<KernelEntry>,
+    /// Stored bytes per ordinal (raw kernel, or one zstd frame).
+    blobs: Vec<BlobLocation>,
+    zstd_region: Option<BlobLocation>,
+    index: HashMap<String, HashMap<String, usize>>,
+}
+
+/// A read-only `.kpack` archive.
+pub struct KpackReader {
+    backing: Backing,
+    path: Option<PathBuf>,
+    p: Parsed,
+}
+
+impl std::fmt::Debug for KpackReader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KpackReader")
+            .field("path", &self.path)
+            .field("scheme", &self.p.scheme)
+            .field("group_name", &self.p.group_name)
+            .field("gfx_arches", &self.p.gfx_arches)
+            .field("kernels", &self.p.entries.len())
+            .finish()
+    }
+}
+
+impl KpackReader {
+    /// Memory-map and validate the archive at `path`.
+    pub fn open(path: impl AsRef<Path>) -> Result<Self> {
+        let path = path.as_ref();
+        let file = fs::File::open(path).map_err(|e| Error::from(e).with_path(path))?;
+        let len = file
+            .metadata()
+            .map_err(|e| Error::from(e).with_path(path))?
+            .len();
+        let backing = if len < BLOB_ALIGNMENT {
+            // Too small to be valid; read it so the parser reports why.
+            let mut v = Vec::new();
+            (&file)
+                .take(BLOB_ALIGNMENT)
+                .read_to_end(&mut v)
+                .map_err(|e| Error::from(e).with_path(path))?;
+            Backing::Owned(v)
+        } else {
+            #[allow(unsafe_code)]
+            // SAFETY: the mapping is read-only and private to this reader. The
+            // only hazard is another process truncating or rewriting the file
+            // while it is mapped; archives are immutable build outputs (our
+            // writers replace files by rename, never in place), which is the
+            // usual contract for memory-mapped readers.
+            let map =
+                unsafe { memmap2::Mmap::map(&file) }.map_err(|e| Error::from(e).with_path(path))?;
+            Backing::Mmap(map)
+        };
+        let p = parse(backing.bytes()).map_err(|e| e.with_path(path))?;
+        Ok(KpackReader {
+            backing,
+            path: Some(path.to_path_buf()),
+            p,
+        })
+    }
+
+    /// Validate an archive held in memory (the bytes are copied).
+    pub fn from_bytes(bytes: &[u8]) -> Result<Self> {
+        Self::from_vec(bytes.to_vec())
+    }
+
+    /// Validate an archive held in memory, taking ownership.
+    pub fn from_vec(bytes: Vec<u8>) -> Result<Self> {
+        let p = parse(&bytes)?;
+        Ok(KpackReader {
+            backing: Backing::Owned(bytes),
+            path: None,
+            p,
+        })
+    }
+
+    /// The file this archive was opened from.
+    pub fn path(&self) -> Option<&Path> {
+        self.path.as_deref()
+    }
+
+    /// The whole archive.
+    pub fn bytes(&self) -> &[u8] {
+        self.backing.bytes()
+    }
+
+    /// `format_version` from the TOC (always 1).
+    pub fn format_version(&self) -> u64 {
+        self.p.format_version
+    }
+
+    /// `group_name` (the splitter writes the artifact prefix).
+    pub fn group_name(&self) -> &str {
+        &self.p.group_name
+    }
+
+    /// `gfx_arch_family` (a family like `gfx110X` or a single arch).
+    pub fn gfx_arch_family(&self) -> &str {
+        &self.p.gfx_arch_family
+    }
+
+    /// `gfx_arches`: what the runtime's loader believes this archive holds.
+    pub fn gfx_arches(&self) -> &[String] {
+        &self.p.gfx_arches
+    }
+
+    /// The arch of a single-arch archive (split output), else `None`.
+    pub fn arch(&self) -> Option<&str> {
+        match self.p.gfx_arches.as_slice() {
+            [one] => Some(one),
+            _ => None,
+        }
+    }
+
+    /// The compression scheme.
+    pub fn scheme(&self) -> Scheme {
+        self.p.scheme
+    }
+
+    /// Absolute offset of the TOC.
+    pub fn toc_offset(&self) -> u64 {
+        self.p.toc_offset
+    }
+
+    /// `(zstd_offset, zstd_size)` for zstd archives.
+    pub fn zstd_region(&self) -> Option<BlobLocation> {
+        self.p.zstd_region
+    }
+
+    /// All entries in TOC order (binaries in file order, arches per binary).
+    pub fn entries(&self) -> &[KernelEntry] {
+        &self.p.entries
+    }
+
+    /// `(binary key, arch)` of every kernel, in TOC order.
+    pub fn kernels(&self) -> impl Iterator<Item = (&str, &str)> + '_ {
+        self.p
+            .entries
+            .iter()
+            .map(|e| (e.key.as_str(), e.target.as_str()))
+    }
+
+    /// Binary keys in TOC order.
+    pub fn binary_keys(&self) -> impl Iterator<Item = &str> + '_ {
+        let mut last: Option<&str> = None;
+        self.p.entries.iter().filter_map(move |e| {
+            if last == Some(e.key.as_str()) {
+                None
+            } else {
+                last = Some(e.key.as_str());
+                Some(e.key.as_str())
+            }
+        })
+    }
+
+    /// Number of kernels.
+    pub fn len(&self) -> usize {
+        self.p.entries.len()
+    }
+
+    /// True for an archive without kernels.
+    pub fn is_empty(&self) -> bool {
+        self.p.entries.is_empty()
+    }
+
+    /// The entry for `(key, target)`.
+    pub fn entry(&self, key: &str, target: &str) -> Option<&KernelEntry> {
+        let i = *self.p.index.get(key)?.get(target)?;
+        self.p.entries.get(i)
+    }
+
+    /// Entries sorted by ordinal (the order the reference writer added them;
+    /// re-adding in this order reproduces the archive).
+    pub fn entries_by_ordinal(&self) -> Vec<&KernelEntry> {
+        let mut v: Vec<&KernelEntry> = self.p.entries.iter().collect();
+        v.sort_by_key(|e| e.ordinal);
+        v
+    }
+
+    /// Where the stored bytes of `ordinal` are (raw kernel or zstd frame).
+    pub fn blob_location(&self, ordinal: u32) -> Option<BlobLocation> {
+        self.p.blobs.get(ordinal as usize).copied()
+    }
+
+    /// The stored bytes of `ordinal` (raw kernel or zstd frame), zero-copy.
+    pub fn stored_bytes(&self, ordinal: u32) -> Option<&[u8]> {
+        let b = self.blob_location(ordinal)?;
+        let start = usize::try_from(b.offset).ok()?;
+        let end = start.checked_add(usize::try_from(b.size).ok()?)?;
+        self.bytes().get(start..end)
+    }
+
+    /// The code object for `(key, target)`: a slice of the mapping for
+    /// scheme `none`, a freshly decoded buffer for zstd.
+    pub fn get(&self, key: &str, target: &str) -> Result<Cow<'_, [u8]>> {
+        let e = self
+            .entry(key, target)
+            .ok_or_else(|| self.err_not_found(key, target))?;
+        self.get_entry(e)
+    }
+
+    /// The code object of an entry of this archive.
+    pub fn get_entry(&self, e: &KernelEntry) -> Result<Cow<'_, [u8]>> {
+        let loc = self
+            .blob_location(e.ordinal)
+            .ok_or_else(|| self.err_not_found(&e.key, &e.target))?;
+        let stored = self
+            .stored_bytes(e.ordinal)
+            .ok_or_else(|| self.err_not_found(&e.key, &e.target))?;
+        match self.p.scheme {
+            Scheme::None => Ok(Cow::Borrowed(stored)),
+            Scheme::ZstdPerKernel => decompress(stored, e.original_size)
+                .map(Cow::Owned)
+                .map_err(|e| e.shifted(loc.offset).with_path_opt(self.path.as_deref())),
+        }
+    }
+
+    fn err_not_found(&self, key: &str, target: &str) -> Error {
+        Error::new(ErrorKind::NotFound {
+            key: key.to_owned(),
+            target: target.to_owned(),
+        })
+        .with_path_opt(self.path.as_deref())
+    }
+
+    /// A writer holding this archive's kernels (borrowed for `none`, decoded
+    /// for zstd) in ordinal order, with the same group, family and arches.
+    /// Writing it with the archive's compression (zstd at the level used to
+    /// create it) reproduces the file byte for byte.
+    pub fn to_writer(&self, compression: Compression) -> Result<KpackWriter<'_>> {
+        let mut w = KpackWriter::new(compression);
+        w.group_name(self.group_name())
+            .arch_family(self.gfx_arch_family())
+            .arches(self.gfx_arches().iter().cloned());
+        for e in self.entries_by_ordinal() {
+            let data = self.get_entry(e)?;
+            w.add_with_metadata(&e.key, &e.target, data, e.metadata.clone())?;
+        }
+        Ok(w)
+    }
+}
+
+trait WithPathOpt {
+    fn with_path_opt(self, p: Option<&Path>) -> Self;
+}
+
+impl WithPathOpt for Error {
+    fn with_path_opt(self, p: Option<&Path>) -> Self {
+        match p {
+            Some(p) => self.with_path(p),
+            None => self,
+        }
+    }
+}
+
+/// Decode one zstd frame that must yield exactly `original_size` bytes.
+/// Offsets in errors are relative to the frame start.
+pub(crate) fn decompress(frame: &[u8], original_size: u64) -> Result<Vec<u8>> {
+    let zerr = |e: std::io::Error| Error::at(0, ErrorKind::Zstd(e.to_string()));
+    // Start with a capacity the frame can plausibly fill; grow with real output only.
+    let hint = (frame.len() as u64).saturating_mul(16).max(64 << 10);
+    let cap = usize::try_from(original_size.min(hint)).unwrap_or(0);
+    let mut out = Vec::with_capacity(cap);
+    let dec = zstd::stream::read::Decoder::with_buffer(frame)
+        .map_err(zerr)?
+        .single_frame();
+    dec.take(original_size.saturating_add(1))
+        .read_to_end(&mut out)
+        .map_err(zerr)?;
+    if out.len() as u64 != original_size {
+        return Err(Error::at(
+            0,
+            ErrorKind::Mismatch {
+                field: "original_size (decoded zstd frame length)".into(),
+                expected: original_size,
+                found: out.len() as u64,
+            },
+        ));
+    }
+    Ok(out)
+}
+
+fn read_u32(data: &[u8], at: usize, what: &'static str) -> Result<u32> {
+    let b = at
+        .checked_add(4)
+        .and_then(|end| data.get(at..end))
+        .ok_or_else(|| {
+            Error::at(
+                at as u64,
+                ErrorKind::Truncated {
+                    what,
+                    needed: 4,
+                    available: data.len().saturating_sub(at) as u64,
+                },
+            )
+        })?;
+    let mut a = [0u8; 4];
+    a.copy_from_slice(b);
+    Ok(u32::from_le_bytes(a))
+}
+
+fn read_u64(data: &[u8], at: usize, what: &'static str) -> Result<u64> {
+    let lo = read_u32(data, at, what)?;
+    let hi = read_u32(data, at + 4, what)?;
+    Ok(u64::from(lo) | (u64::from(hi) << 32))
+}
+
+fn check_range(
+    field: &dyn Fn() -> String,
+    at: u64,
+    start: u64,
+    len: u64,
+    lo: u64,
+    hi: u64,
+) -> Result<()> {
+    let ok = start >= lo && start.checked_add(len).is_some_and(|end| end <= hi);
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::at(
+            at,
+            ErrorKind::OutOfBounds {
+                field: field(),
+                start,
+                len,
+                lo,
+                hi,
+            },
+        ))
+    }
+}
+
+#[derive(Default)]
+struct RawEntry {
+    at: u64,
+    kind: Option<String>,
+    ordinal: Option<(u64, u64)>,
+    original_size: Option<u64>,
+    metadata: Option<rmpv::Value>,
+}
+
+fn dup(at: u64, field: String) -> Error {
+    Error::at(at, ErrorKind::Unexpected { field })
+}
+
+fn missing(at: u64, field: String) -> Error {
+    Error::at(at, ErrorKind::Missing { field })
+}
+
+/// Parse and validate a whole archive.
+fn parse(data: &[u8]) -> Result<Parsed> {
+    let len = data.len() as u64;
+    if len < HEADER_SIZE {
+        return Err(Error::at(
+            0,
+            ErrorKind::Truncated {
+                what: "KPAK header",
+                needed: HEADER_SIZE,
+                available: len,
+            },
+        ));
+    }
+    let mut magic = [0u8; 4];
+    magic.copy_from_slice(data.get(0..4).unwrap_or(&[0; 4]));
+    if magic != MAGIC {
+        return Err(Error::at(0, ErrorKind::BadMagic { found: magic }));
+    }
+    let version = read_u32(data, 4, "version")?;
+    if version != VERSION {
+        return Err(Error::at(4, ErrorKind::UnsupportedVersion(version)));
+    }
+    let toc_offset = read_u64(data, 8, "toc_offset")?;
+    check_range(
+        &|| "toc_offset".into(),
+        8,
+        toc_offset,
+        1,
+        BLOB_ALIGNMENT,
+        len,
+    )?;
+    let toc_pos = usize::try_from(toc_offset).map_err(|_| {
+        Error::at(
+            8,
+            ErrorKind::Invalid {
+                field: "toc_offset".into(),
+                message: "does not fit in memory".into(),
+            },
+        )
+    })?;
+
+    let mut c = Cursor::new(data, toc_pos, 0);
+    let top = || "TOC".to_string();
+    let n = c.read_map_len(&top)?;
+
+    let mut format_version = None;
+    let mut group_name = None;
+    let mut family = None;
+    let mut arches: Option<Vec<String>> = None;
+    let mut raw_toc: Option<Vec<(String, String, RawEntry)>> = None;
+    let mut scheme_s: Option<(u64, String)> = None;
+    let mut blobs_raw: Option<Vec<(u64, u64, u64)>> = None;
+    let mut zstd_offset: Option<(u64, u64)> = None;
+    let mut zstd_size: Option<(u64, u64)> = None;
+
+    for _ in 0..n {
+        let key_at = c.offset();
+        let key = c.read_str(&|| "TOC key".into())?;
+        match key {
+            "format_version" if format_version.is_none() => {
+                let at = c.offset();
+                let v = c.read_uint(&|| "format_version".into())?;
+                if v != u64::from(VERSION) {
+                    return Err(Error::at(
+                        at,
+                        ErrorKind::Mismatch {
+                            field: "format_version".into(),
+                            expected: u64::from(VERSION),
+                            found: v,
+                        },
+                    ));
+                }
+                format_version = Some(v);
+            }
+            "group_name" if group_name.is_none() => {
+                group_name = Some(c.read_str(&|| "group_name".into())?.to_owned());
+            }
+            "gfx_arch_family" if family.is_none() => {
+                family = Some(c.read_str(&|| "gfx_arch_family".into())?.to_owned());
+            }
+            "gfx_arches" if arches.is_none() => {
+                let m = c.read_array_len(&|| "gfx_arches".into())?;
+                let mut v = Vec::with_capacity(m);
+                for i in 0..m {
+                    v.push(c.read_str(&|| format!("gfx_arches[{i}]"))?.to_owned());
+                }
+                arches = Some(v);
+            }
+            "toc" if raw_toc.is_none() => raw_toc = Some(parse_toc_map(&mut c)?),
+            "compression_scheme" if scheme_s.is_none() => {
+                let at = c.offset();
+                scheme_s = Some((at, c.read_str(&|| "compression_scheme".into())?.to_owned()));
+            }
+            "blobs" if blobs_raw.is_none() => {
+                let m = c.read_array_len(&|| "blobs".into())?;
+                let mut v = Vec::with_capacity(m);
+                for i in 0..m {
+                    let at = c.offset();
+                    let k = c.read_map_len(&|| format!("blobs[{i}]"))?;
+                    let (mut off, mut size) = (None, None);
+                    for _ in 0..k {
+                        let kat = c.offset();
+                        let name = c.read_str(&|| format!("blobs[{i}] key"))?;
+                        match name {
+                            "offset" if off.is_none() => {
+                                off = Some(c.read_uint(&|| format!("blobs[{i}].offset"))?)
+                            }
+                            "size" if size.is_none() => {
+                                size = Some(c.read_uint(&|| format!("blobs[{i}].size"))?)
+                            }
+                            other => return Err(dup(kat, format!("blobs[{i}].{other}"))),
+                        }
+                    }
+                    let off = off.ok_or_else(|| missing(at, format!("blobs[{i}].offset")))?;
+                    let size = size.ok_or_else(|| missing(at, format!("blobs[{i}].size")))?;
+                    v.push((at, off, size));
+                }
+                blobs_raw = Some(v);
+            }
+            "zstd_offset" if zstd_offset.is_none() => {
+                let at = c.offset();
+                zstd_offset = Some((at, c.read_uint(&|| "zstd_offset".into())?));
+            }
+            "zstd_size" if zstd_size.is_none() => {
+                let at = c.offset();
+                zstd_size = Some((at, c.read_uint(&|| "zstd_size".into())?));
+            }
+            other => return Err(dup(key_at, format!("TOC.{other}"))),
+        }
+    }
+    if c.remaining() != 0 {
+        return Err(Error::at(
+            c.offset(),
+            ErrorKind::TrailingData {
+                what: "the TOC (it must end the file)",
+                count: c.remaining() as u64,
+            },
+        ));
+    }
+    let top_at = toc_offset;
+    let format_version = format_version.ok_or_else(|| missing(top_at, "format_version".into()))?;
+    let group_name = group_name.ok_or_else(|| missing(top_at, "group_name".into()))?;
+    let gfx_arch_family = family.ok_or_else(|| missing(top_at, "gfx_arch_family".into()))?;
+    let gfx_arches = arches.ok_or_else(|| missing(top_at, "gfx_arches".into()))?;
+    let raw_toc = raw_toc.ok_or_else(|| missing(top_at, "toc".into()))?;
+    let (scheme_at, scheme_s) =
+        scheme_s.ok_or_else(|| missing(top_at, "compression_scheme".into()))?;
+    let scheme = match scheme_s.as_str() {
+        SCHEME_NONE => Scheme::None,
+        SCHEME_ZSTD => Scheme::ZstdPerKernel,
+        _ => return Err(Error::at(scheme_at, ErrorKind::UnknownScheme(scheme_s))),
+    };
+
+    // Blob locations per ordinal.
+    let mut zstd_region = None;
+    let blobs: Vec<(u64, BlobLocation)> = match scheme {
+        Scheme::None => {
+            if let Some((at, _)) = zstd_offset.or(zstd_size) {
+                return Err(dup(at, "zstd_offset/zstd_size (scheme is \"none\")".into()));
+            }
+            let raw = blobs_raw.ok_or_else(|| missing(top_at, "blobs".into()))?;
+            let mut v = Vec::with_capacity(raw.len());
+            for (i, (at, off, size)) in raw.into_iter().enumerate() {
+                check_range(
+                    &|| format!("blobs[{i}]"),
+                    at,
+                    off,
+                    size,
+                    BLOB_ALIGNMENT,
+                    toc_offset,
+                )?;
+                v.push((at, BlobLocation { offset: off, size }));
+            }
+            v
+        }
+        Scheme::ZstdPerKernel => {
+            if let Some(raw) = &blobs_raw {
+                let at = raw.first().map_or(top_at, |b| b.0);
+                return Err(dup(at, "blobs (scheme is \"zstd-per-kernel\")".into()));
+            }
+            let (oat, zoff) = zstd_offset.ok_or_else(|| missing(top_at, "zstd_offset".into()))?;
+            let (sat, zsize) = zstd_size.ok_or_else(|| missing(top_at, "zstd_size".into()))?;
+            check_range(
+                &|| "zstd_offset".into(),
+                oat,
+                zoff,
+                zsize,
+                BLOB_ALIGNMENT,
+                toc_offset,
+            )?;
+            let _ = sat;
+            zstd_region = Some(BlobLocation {
+                offset: zoff,
+                size: zsize,
+            });
+            zstd_frames(data, zoff, zsize)?
+        }
+    };
+
+    // Entries: ordinals must be a permutation of the blob list.
+    let mut used = vec![false; blobs.len()];
+    let mut entries = Vec::with_capacity(raw_toc.len());
+    let mut index: HashMap<String, HashMap<String, usize>> = HashMap::new();
+    for (key, target, r) in raw_toc {
+        let f = |leaf: &str| format!("toc{}{}.{leaf}", q(&key), q(&target));
+        let kind = r.kind.ok_or_else(|| missing(r.at, f("type")))?;
+        let (oat, ordinal) = r.ordinal.ok_or_else(|| missing(r.at, f("ordinal")))?;
+        let original_size = r
+            .original_size
+            .ok_or_else(|| missing(r.at, f("original_size")))?;
+        let slot = usize::try_from(ordinal)
+            .ok()
+            .filter(|&o| o < blobs.len())
+            .ok_or_else(|| {
+                Error::at(
+                    oat,
+                    ErrorKind::Invalid {
+                        field: f("ordinal"),
+                        message: format!("{ordinal} is not below the blob count {}", blobs.len()),
+                    },
+                )
+            })?;
+        if used.get(slot).copied().unwrap_or(true) {
+            return Err(Error::at(
+                oat,
+                ErrorKind::Invalid {
+                    field: f("ordinal"),
+                    message: format!("ordinal {ordinal} is used by two entries"),
+                },
+            ));
+        }
+        if let Some(u) = used.get_mut(slot) {
+            *u = true;
+        }
+        let (bat, loc) = blobs
+            .get(slot)
+            .copied()
+            .unwrap_or((0, BlobLocation { offset: 0, size: 0 }));
+        match scheme {
+            Scheme::None => {
+                if loc.size != original_size {
+                    return Err(Error::at(
+                        bat,
+                        ErrorKind::Mismatch {
+                            field: format!("blobs[{ordinal}].size (vs {})", f("original_size")),
+                            expected: original_size,
+                            found: loc.size,
+                        },
+                    ));
+                }
+            }
+            Scheme::ZstdPerKernel => {
+                let frame = usize::try_from(loc.offset)
+                    .ok()
+                    .and_then(|s| data.get(s..s.checked_add(usize::try_from(loc.size).ok()?)?))
+                    .unwrap_or(&[]);
+                if let Ok(Some(cs)) = zstd::zstd_safe::get_frame_content_size(frame) {
+                    if cs != original_size {
+                        return Err(Error::at(
+                            loc.offset,
+                            ErrorKind::Mismatch {
+                                field: format!(
+                                    "{} (vs zstd frame content size)",
+                                    f("original_size")
+                                ),
+                                expected: cs,
+                                found: original_size,
+                            },
+                        ));
+                    }
+                }
+                if original_size > loc.size.saturating_mul(ZSTD_MAX_RATIO) {
+                    return Err(Error::at(
+                        oat,
+                        ErrorKind::Invalid {
+                            field: f("original_size"),
+                            message: format!(
+                                "{original_size} bytes cannot come from a {}-byte zstd frame",
+                                loc.size
+                            ),
+                        },
+                    ));
+                }
+            }
+        }
+        let idx = entries.len();
+        let ordinal = u32::try_from(ordinal).unwrap_or(u32::MAX);
+        let per = index.entry(key.clone()).or_default();
+        if per.insert(target.clone(), idx).is_some() {
+            return Err(dup(
+                r.at,
+                format!("toc{}{} (repeated)", q(&key), q(&target)),
+            ));
+        }
+        entries.push(KernelEntry {
+            key,
+            target,
+            kind,
+            ordinal,
+            original_size,
+            metadata: r.metadata,
+        });
+    }
+    if let Some(i) = used.iter().position(|u| !u) {
+        let at = blobs.get(i).map_or(top_at, |b| b.0);
+        return Err(Error::at(
+            at,
+            ErrorKind::Invalid {
+                field: format!("blob {i}"),
+                message: "not referenced by any TOC entry".into(),
+            },
+        ));
+    }
+    Ok(Parsed {
+        toc_offset,
+        format_version,
+        group_name,
+        gfx_arch_family,
+        gfx_arches,
+        scheme,
+        entries,
+        blobs: blobs.into_iter().map(|(_, l)| l).collect(),
+        zstd_region,
+        index,
+    })
+}
+
+/// Walk the zstd blob: u32 count, then (u32 size, frame) per kernel.
+/// Returns, per ordinal, the offset of its size prefix and its frame location.
+fn zstd_frames(data: &[u8], zoff: u64, zsize: u64) -> Result<Vec<(u64, BlobLocation)>> {
+    let start = usize::try_from(zoff).unwrap_or(usize::MAX);
+    let end = zoff.saturating_add(zsize);
+    if zsize < 4 {
+        return Err(Error::at(
+            zoff,
+            ErrorKind::Truncated {
+                what: "zstd frame count",
+                needed: 4,
+                available: zsize,
+            },
+        ));
+    }
+    let count = u64::from(read_u32(data, start, "zstd frame count")?);
+    // Each frame needs at least its 4-byte size prefix.
+    if count > (zsize - 4) / 4 {
+        return Err(Error::at(
+            zoff,
+            ErrorKind::Invalid {
+                field: "zstd blob frame count".into(),
+                message: format!("{count} frames cannot fit in {zsize} bytes"),
+            },
+        ));
+    }
+    let mut v = Vec::with_capacity(count as usize);
+    let mut pos = zoff + 4;
+    for i in 0..count {
+        let at = pos;
+        if at + 4 > end {
+            return Err(Error::at(
+                at,
+                ErrorKind::OutOfBounds {
+                    field: format!("zstd frame {i} size prefix"),
+                    start: at,
+                    len: 4,
+                    lo: zoff,
+                    hi: end,
+                },
+            ));
+        }
+        let size = u64::from(read_u32(
+            data,
+            usize::try_from(pos).unwrap_or(usize::MAX),
+            "zstd frame size",
+        )?);
+        let fstart = at + 4;
+        check_range(&|| format!("zstd frame {i}"), at, fstart, size, zoff, end)?;
+        let frame = data
+            .get(fstart as usize..(fstart + size) as usize)
+            .unwrap_or(&[]);
+        match zstd::zstd_safe::find_frame_compressed_size(frame) {
+            Ok(n) if n as u64 == size => {}
+            Ok(n) => {
+                return Err(Error::at(
+                    fstart,
+                    ErrorKind::Mismatch {
+                        field: format!("zstd frame {i} size prefix (vs frame length)"),
+                        expected: n as u64,
+                        found: size,
+                    },
+                ))
+            }
+            Err(code) => {
+                return Err(Error::at(
+                    fstart,
+                    ErrorKind::Zstd(format!(
+                        "frame {i} is not one valid zstd frame: {}",
+                        zstd::zstd_safe::get_error_name(code)
+                    )),
+                ))
+            }
+        }
+        v.push((
+            at,
+            BlobLocation {
+                offset: fstart,
+                size,
+            },
+        ));
+        pos = fstart + size;
+    }
+    if pos != end {
+        return Err(Error::at(
+            pos,
+            ErrorKind::TrailingData {
+                what: "the last zstd frame (zstd_size is larger than the frames)",
+                count: end - pos,
+            },
+        ));
+    }
+    Ok(v)
+}
+
+/// Parse `toc`: map key -> map arch -> entry map.
+fn parse_toc_map(c: &mut Cursor<'_>) -> Result<Vec<(String, String, RawEntry)>> {
+    let nb = c.read_map_len(&|| "toc".into())?;
+    let mut out = Vec::new();
+    let mut seen = std::collections::HashSet::new();
+    for _ in 0..nb {
+        let kat = c.offset();
+        let key = c.read_str(&|| "toc key".into())?.to_owned();
+        if !seen.insert(key.clone()) {
+            return Err(dup(kat, format!("toc{} (repeated binary key)", q(&key))));
+        }
+        let na = c.read_map_len(&|| format!("toc{}", q(&key)))?;
+        for _ in 0..na {
+            let target = c
+                .read_str(&|| format!("toc{} arch key", q(&key)))?
+                .to_owned();
+            let f = |leaf: &str| format!("toc{}{}{leaf}", q(&key), q(&target));
+            let mut r = RawEntry {
+                at: c.offset(),
+                ..RawEntry::default()
+            };
+            let ne = c.read_map_len(&|| f(""))?;
+            for _ in 0..ne {
+                let kat = c.offset();
+                let name = c.read_str(&|| f(" entry key"))?;
+                match name {
+                    "type" if r.kind.is_none() => {
+                        r.kind = Some(c.read_str(&|| f(".type"))?.to_owned())
+                    }
+                    "ordinal" if r.ordinal.is_none() => {
+                        let at = c.offset();
+                        r.ordinal = Some((at, c.read_uint(&|| f(".ordinal"))?));
+                    }
+                    "original_size" if r.original_size.is_none() => {
+                        r.original_size = Some(c.read_uint(&|| f(".original_size"))?)
+                    }
+                    "metadata" if r.metadata.is_none() => {
+                        r.metadata = Some(c.read_value(&|| f(".metadata"))?)
+                    }
+                    other => return Err(dup(kat, f(&format!(".{other}")))),
+                }
+            }
+            out.push((key.clone(), target, r));
+        }
+    }
+    Ok(out)
+}

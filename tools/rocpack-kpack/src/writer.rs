@@ -1,0 +1,582 @@
+//! KPAK v1 writers.
+//!
+//! [`KpackStreamWriter`] writes kernels to a `Write + Seek` as they are
+//! added (it keeps only the TOC in memory) and back-patches `toc_offset`
+//! (and, for zstd, the frame count) in `finish`. [`KpackWriter`] collects
+//! borrowed or owned kernels, then writes them through a stream writer,
+//! compressing zstd frames in parallel batches; the output does not depend
+//! on the number of threads. Both produce the bytes rocm-kpack's Python
+//! writer produces for the same calls (see `docs/formats/kpack.md`).
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::fs;
+use std::io::{BufWriter, Seek, SeekFrom, Write};
+use std::path::Path;
+
+use rayon::prelude::*;
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::format::{
+    normalize_key, Compression, BLOB_ALIGNMENT, HEADER_SIZE, KERNEL_TYPE_HSACO, MAGIC, SCHEME_NONE,
+    SCHEME_ZSTD, VERSION, ZSTD_MAX_KERNELS,
+};
+use crate::msgpack::enc;
+
+/// Compress one kernel the way python-zstandard's
+/// `ZstdCompressor(level).compress()` does: one single-segment frame with the
+/// content size, no checksum, no dictionary.
+pub fn compress_frame(data: &[u8], level: i32) -> Result<Vec<u8>> {
+    zstd::bulk::compress(data, level).map_err(|e| Error::new(ErrorKind::Zstd(e.to_string())))
+}
+
+#[derive(Clone, Debug)]
+struct EntryMeta {
+    ordinal: u32,
+    original_size: u64,
+    metadata: Option<rmpv::Value>,
+}
+
+/// The TOC being built: binaries in first-insertion order, arches in
+/// insertion order per binary, ordinals in `add` order.
+#[derive(Clone, Debug, Default)]
+struct TocBuilder {
+    binaries: Vec<(String, Vec<(String, EntryMeta)>)>,
+    index: HashMap<String, usize>,
+    targets_seen: Vec<String>,
+    count: u32,
+}
+
+impl TocBuilder {
+    fn check(&self, key: &str, target: &str) -> Result<()> {
+        if let Some(&i) = self.index.get(key) {
+            if let Some((_, arches)) = self.binaries.get(i) {
+                if arches.iter().any(|(a, _)| a == target) {
+                    return Err(Error::new(ErrorKind::Duplicate {
+                        key: key.to_owned(),
+                        target: target.to_owned(),
+                    }));
+                }
+            }
+        }
+        if self.count == u32::MAX {
+            return Err(Error::new(ErrorKind::Limit(
+                "more than 2^32-1 kernels in one archive".into(),
+            )));
+        }
+        Ok(())
+    }
+
+    fn push(
+        &mut self,
+        key: String,
+        target: &str,
+        original_size: u64,
+        metadata: Option<rmpv::Value>,
+    ) -> u32 {
+        let ordinal = self.count;
+        self.count += 1;
+        let meta = EntryMeta {
+            ordinal,
+            original_size,
+            metadata,
+        };
+        if !self.targets_seen.iter().any(|t| t == target) {
+            self.targets_seen.push(target.to_owned());
+        }
+        match self.index.get(&key) {
+            Some(&i) => {
+                if let Some((_, arches)) = self.binaries.get_mut(i) {
+                    arches.push((target.to_owned(), meta));
+                }
+            }
+            None => {
+                self.index.insert(key.clone(), self.binaries.len());
+                self.binaries.push((key, vec![(target.to_owned(), meta)]));
+            }
+        }
+        ordinal
+    }
+}
+
+/// Archive-level TOC fields.
+#[derive(Clone, Debug, Default)]
+struct Header {
+    group_name: String,
+    gfx_arch_family: Option<String>,
+    gfx_arches: Option<Vec<String>>,
+}
+
+impl Header {
+    fn arches<'s>(&'s self, toc: &'s TocBuilder) -> &'s [String] {
+        self.gfx_arches.as_deref().unwrap_or(&toc.targets_seen)
+    }
+
+    fn family(&self, toc: &TocBuilder) -> String {
+        match &self.gfx_arch_family {
+            Some(f) => f.clone(),
+            None => match self.arches(toc) {
+                [one] => one.clone(),
+                _ => String::new(),
+            },
+        }
+    }
+}
+
+enum SchemeTail {
+    None(Vec<(u64, u64)>),
+    Zstd { offset: u64, size: u64 },
+}
+
+fn encode_toc(header: &Header, toc: &TocBuilder, tail: &SchemeTail) -> Result<Vec<u8>> {
+    let mut b = Vec::with_capacity(256 + toc.count as usize * 64);
+    enc::map(
+        &mut b,
+        match tail {
+            SchemeTail::None(_) => 7,
+            SchemeTail::Zstd { .. } => 8,
+        },
+    )?;
+    enc::str(&mut b, "format_version")?;
+    enc::uint(&mut b, u64::from(VERSION))?;
+    enc::str(&mut b, "group_name")?;
+    enc::str(&mut b, &header.group_name)?;
+    enc::str(&mut b, "gfx_arch_family")?;
+    enc::str(&mut b, &header.family(toc))?;
+    enc::str(&mut b, "gfx_arches")?;
+    let arches = header.arches(toc);
+    enc::array(&mut b, arches.len())?;
+    for a in arches {
+        enc::str(&mut b, a)?;
+    }
+    enc::str(&mut b, "toc")?;
+    enc::map(&mut b, toc.binaries.len())?;
+    for (key, entries) in &toc.binaries {
+        enc::str(&mut b, key)?;
+        enc::map(&mut b, entries.len())?;
+        for (arch, e) in entries {
+            enc::str(&mut b, arch)?;
+            enc::map(&mut b, if e.metadata.is_some() { 4 } else { 3 })?;
+            enc::str(&mut b, "type")?;
+            enc::str(&mut b, KERNEL_TYPE_HSACO)?;
+            enc::str(&mut b, "ordinal")?;
+            enc::uint(&mut b, u64::from(e.ordinal))?;
+            enc::str(&mut b, "original_size")?;
+            enc::uint(&mut b, e.original_size)?;
+            if let Some(m) = &e.metadata {
+                enc::str(&mut b, "metadata")?;
+                enc::value(&mut b, m)?;
+            }
+        }
+    }
+    enc::str(&mut b, "compression_scheme")?;
+    match tail {
+        SchemeTail::None(blobs) => {
+            enc::str(&mut b, SCHEME_NONE)?;
+            enc::str(&mut b, "blobs")?;
+            enc::array(&mut b, blobs.len())?;
+            for &(offset, size) in blobs {
+                enc::map(&mut b, 2)?;
+                enc::str(&mut b, "offset")?;
+                enc::uint(&mut b, offset)?;
+                enc::str(&mut b, "size")?;
+                enc::uint(&mut b, size)?;
+            }
+        }
+        SchemeTail::Zstd { offset, size } => {
+            enc::str(&mut b, SCHEME_ZSTD)?;
+            enc::str(&mut b, "zstd_offset")?;
+            enc::uint(&mut b, *offset)?;
+            enc::str(&mut b, "zstd_size")?;
+            enc::uint(&mut b, *size)?;
+        }
+    }
+    Ok(b)
+}
+
+/// What a finished archive looks like.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WriteSummary {
+    /// Number of kernels written.
+    pub kernels: u32,
+    /// Offset of the TOC (relative to the archive start).
+    pub toc_offset: u64,
+    /// Total archive length in bytes.
+    pub total_size: u64,
+}
+
+/// Streaming writer: kernels go to `W` as they are added; only the TOC is
+/// kept in memory. The archive starts at the position `W` has when
+/// [`KpackStreamWriter::new`] is called.
+pub struct KpackStreamWriter<W: Write + Seek> {
+    w: W,
+    start: u64,
+    /// Bytes written so far, relative to `start`.
+    pos: u64,
+    compression: Compression,
+    header: Header,
+    toc: TocBuilder,
+    blobs: Vec<(u64, u64)>,
+}
+
+impl<W: Write + Seek> KpackStreamWriter<W> {
+    /// Write the header (with a zero `toc_offset`, patched by `finish`).
+    pub fn new(mut w: W, compression: Compression) -> Result<Self> {
+        let start = w.stream_position()?;
+        let mut head = [0u8; BLOB_ALIGNMENT as usize];
+        head[..4].copy_from_slice(&MAGIC);
+        head[4..8].copy_from_slice(&VERSION.to_le_bytes());
+        w.write_all(&head)?;
+        let mut pos = BLOB_ALIGNMENT;
+        if let Compression::Zstd { .. } = compression {
+            // Frame count, patched in `finish`.
+            w.write_all(&0u32.to_le_bytes())?;
+            pos += 4;
+        }
+        Ok(KpackStreamWriter {
+            w,
+            start,
+            pos,
+            compression,
+            header: Header::default(),
+            toc: TocBuilder::default(),
+            blobs: Vec::new(),
+        })
+    }
+
+    /// Set `group_name` (default: empty).
+    pub fn group_name(&mut self, name: impl Into<String>) -> &mut Self {
+        self.header.group_name = name.into();
+        self
+    }
+
+    /// Set `gfx_arch_family` (default: the only arch, or empty).
+    pub fn arch_family(&mut self, family: impl Into<String>) -> &mut Self {
+        self.header.gfx_arch_family = Some(family.into());
+        self
+    }
+
+    /// Set `gfx_arches` (default: the targets added, in first-added order).
+    pub fn arches<I, S>(&mut self, arches: I) -> &mut Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.header.gfx_arches = Some(arches.into_iter().map(Into::into).collect());
+        self
+    }
+
+    /// Number of kernels added so far.
+    pub fn len(&self) -> u32 {
+        self.toc.count
+    }
+
+    /// True when nothing was added.
+    pub fn is_empty(&self) -> bool {
+        self.toc.count == 0
+    }
+
+    /// Add one kernel (compressed here when the scheme is zstd). Returns its ordinal.
+    pub fn add(&mut self, key: &str, target: &str, data: &[u8]) -> Result<u32> {
+        self.add_with_metadata(key, target, data, None)
+    }
+
+    /// Add one kernel with an optional `metadata` map.
+    pub fn add_with_metadata(
+        &mut self,
+        key: &str,
+        target: &str,
+        data: &[u8],
+        metadata: Option<rmpv::Value>,
+    ) -> Result<u32> {
+        match self.compression {
+            Compression::None => {
+                let key = normalize_key(key);
+                self.toc.check(&key, target)?;
+                self.w.write_all(data)?;
+                let offset = self.pos;
+                self.pos = self.pos.checked_add(data.len() as u64).ok_or_else(|| {
+                    Error::new(ErrorKind::Limit("archive larger than 2^64".into()))
+                })?;
+                self.blobs.push((offset, data.len() as u64));
+                Ok(self.toc.push(key, target, data.len() as u64, metadata))
+            }
+            Compression::Zstd { level } => {
+                let frame = compress_frame(data, level)?;
+                self.add_frame(key, target, data.len() as u64, &frame, metadata)
+            }
+        }
+    }
+
+    /// Add a kernel that is already one zstd frame of `original_size` bytes
+    /// (zstd scheme only), e.g. compressed on another thread with
+    /// [`compress_frame`].
+    pub fn add_frame(
+        &mut self,
+        key: &str,
+        target: &str,
+        original_size: u64,
+        frame: &[u8],
+        metadata: Option<rmpv::Value>,
+    ) -> Result<u32> {
+        if !matches!(self.compression, Compression::Zstd { .. }) {
+            return Err(Error::new(ErrorKind::Limit(
+                "add_frame needs the zstd-per-kernel scheme".into(),
+            )));
+        }
+        let key = normalize_key(key);
+        self.toc.check(&key, target)?;
+        if u64::from(self.toc.count) >= ZSTD_MAX_KERNELS {
+            return Err(Error::new(ErrorKind::Limit(format!(
+                "zstd-per-kernel archives hold at most {ZSTD_MAX_KERNELS} kernels (runtime limit)"
+            ))));
+        }
+        let size = u32::try_from(frame.len()).map_err(|_| {
+            Error::new(ErrorKind::Limit(format!(
+                "zstd frame of {} bytes does not fit the u32 size prefix",
+                frame.len()
+            )))
+        })?;
+        self.w.write_all(&size.to_le_bytes())?;
+        self.w.write_all(frame)?;
+        self.pos = self
+            .pos
+            .checked_add(4 + frame.len() as u64)
+            .ok_or_else(|| Error::new(ErrorKind::Limit("archive larger than 2^64".into())))?;
+        Ok(self.toc.push(key, target, original_size, metadata))
+    }
+
+    /// Write the TOC, patch the header, and return the writer (positioned at
+    /// the end of the archive) with a summary.
+    pub fn finish(mut self) -> Result<(W, WriteSummary)> {
+        let toc_offset = self.pos;
+        let tail = match self.compression {
+            Compression::None => SchemeTail::None(std::mem::take(&mut self.blobs)),
+            Compression::Zstd { .. } => SchemeTail::Zstd {
+                offset: BLOB_ALIGNMENT,
+                size: toc_offset - BLOB_ALIGNMENT,
+            },
+        };
+        let toc = encode_toc(&self.header, &self.toc, &tail)?;
+        self.w.write_all(&toc)?;
+        let end = toc_offset + toc.len() as u64;
+        self.w.seek(SeekFrom::Start(self.start + 8))?;
+        self.w.write_all(&toc_offset.to_le_bytes())?;
+        if let SchemeTail::Zstd { .. } = tail {
+            self.w.seek(SeekFrom::Start(self.start + BLOB_ALIGNMENT))?;
+            self.w.write_all(&self.toc.count.to_le_bytes())?;
+        }
+        self.w.seek(SeekFrom::Start(self.start + end))?;
+        self.w.flush()?;
+        debug_assert!(toc_offset >= HEADER_SIZE);
+        Ok((
+            self.w,
+            WriteSummary {
+                kernels: self.toc.count,
+                toc_offset,
+                total_size: end,
+            },
+        ))
+    }
+}
+
+struct Pending<'a> {
+    key: String,
+    target: String,
+    data: Cow<'a, [u8]>,
+    metadata: Option<rmpv::Value>,
+}
+
+/// In-memory archive builder: `add` kernels (borrowed or owned), then write.
+///
+/// ```
+/// use rocpack_kpack::{Compression, KpackReader, KpackWriter};
+/// let mut w = KpackWriter::new(Compression::None);
+/// w.group_name("test").arch_family("gfx900").arches(["gfx900"]);
+/// w.add("lib/libx.so#0", "gfx900", b"code".as_slice()).unwrap();
+/// let bytes = w.to_vec().unwrap();
+/// let r = KpackReader::from_bytes(&bytes).unwrap();
+/// assert_eq!(&*r.get("lib/libx.so#0", "gfx900").unwrap(), b"code");
+/// ```
+pub struct KpackWriter<'a> {
+    compression: Compression,
+    header: Header,
+    seen: HashMap<(String, String), ()>,
+    kernels: Vec<Pending<'a>>,
+}
+
+/// Input bytes compressed per parallel batch (bounds the frames held at once).
+const BATCH_BYTES: usize = 64 << 20;
+
+impl<'a> KpackWriter<'a> {
+    /// An empty archive using `compression`.
+    pub fn new(compression: Compression) -> Self {
+        KpackWriter {
+            compression,
+            header: Header::default(),
+            seen: HashMap::new(),
+            kernels: Vec::new(),
+        }
+    }
+
+    /// The compression this writer uses.
+    pub fn compression(&self) -> Compression {
+        self.compression
+    }
+
+    /// Set `group_name` (default: empty).
+    pub fn group_name(&mut self, name: impl Into<String>) -> &mut Self {
+        self.header.group_name = name.into();
+        self
+    }
+
+    /// Set `gfx_arch_family` (default: the only arch, or empty).
+    pub fn arch_family(&mut self, family: impl Into<String>) -> &mut Self {
+        self.header.gfx_arch_family = Some(family.into());
+        self
+    }
+
+    /// Set `gfx_arches` (default: the targets added, in first-added order).
+    pub fn arches<I, S>(&mut self, arches: I) -> &mut Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.header.gfx_arches = Some(arches.into_iter().map(Into::into).collect());
+        self
+    }
+
+    /// Number of kernels added.
+    pub fn len(&self) -> usize {
+        self.kernels.len()
+    }
+
+    /// True when nothing was added.
+    pub fn is_empty(&self) -> bool {
+        self.kernels.is_empty()
+    }
+
+    /// Add a kernel under TOC key `key` (`<kernel_name>#<co_index>`, see
+    /// [`crate::toc_key`]) and arch `target`. Returns its ordinal.
+    pub fn add(&mut self, key: &str, target: &str, data: impl Into<Cow<'a, [u8]>>) -> Result<u32> {
+        self.add_with_metadata(key, target, data, None)
+    }
+
+    /// Add a kernel with an optional `metadata` map (written after
+    /// `original_size`, as the reference does).
+    pub fn add_with_metadata(
+        &mut self,
+        key: &str,
+        target: &str,
+        data: impl Into<Cow<'a, [u8]>>,
+        metadata: Option<rmpv::Value>,
+    ) -> Result<u32> {
+        let key = normalize_key(key);
+        let id = (key, target.to_owned());
+        if self.seen.contains_key(&id) {
+            return Err(Error::new(ErrorKind::Duplicate {
+                key: id.0,
+                target: id.1,
+            }));
+        }
+        let ordinal = u32::try_from(self.kernels.len())
+            .map_err(|_| Error::new(ErrorKind::Limit("more than 2^32-1 kernels".into())))?;
+        self.seen.insert(id.clone(), ());
+        self.kernels.push(Pending {
+            key: id.0,
+            target: id.1,
+            data: data.into(),
+            metadata,
+        });
+        Ok(ordinal)
+    }
+
+    /// Write the archive to `w` (which may already hold data before it: the
+    /// archive starts at `w`'s current position).
+    pub fn write_to<W: Write + Seek>(&self, w: W) -> Result<(W, WriteSummary)> {
+        let mut s = KpackStreamWriter::new(w, self.compression)?;
+        s.header = self.header.clone();
+        match self.compression {
+            Compression::None => {
+                for k in &self.kernels {
+                    s.add_with_metadata(&k.key, &k.target, &k.data, k.metadata.clone())?;
+                }
+            }
+            Compression::Zstd { level } => {
+                let mut i = 0;
+                while i < self.kernels.len() {
+                    // Batch by input size so memory stays bounded; compress the
+                    // batch in parallel, write it in ordinal order.
+                    let mut j = i;
+                    let mut bytes = 0usize;
+                    while j < self.kernels.len() && (j == i || bytes < BATCH_BYTES) {
+                        bytes =
+                            bytes.saturating_add(self.kernels.get(j).map_or(0, |k| k.data.len()));
+                        j += 1;
+                    }
+                    let batch = self.kernels.get(i..j).unwrap_or(&[]);
+                    let frames: Vec<Result<Vec<u8>>> = batch
+                        .par_iter()
+                        .map(|k| compress_frame(&k.data, level))
+                        .collect();
+                    for (k, f) in batch.iter().zip(frames) {
+                        let f = f?;
+                        s.add_frame(
+                            &k.key,
+                            &k.target,
+                            k.data.len() as u64,
+                            &f,
+                            k.metadata.clone(),
+                        )?;
+                    }
+                    i = j;
+                }
+            }
+        }
+        s.finish()
+    }
+
+    /// The archive as bytes.
+    pub fn to_vec(&self) -> Result<Vec<u8>> {
+        let (c, _) = self.write_to(std::io::Cursor::new(Vec::new()))?;
+        Ok(c.into_inner())
+    }
+
+    /// Write the archive to `path` atomically: a temporary file in the same
+    /// directory is written, synced and renamed, so no partial archive is
+    /// ever visible at `path`.
+    pub fn write_to_path(&self, path: impl AsRef<Path>) -> Result<WriteSummary> {
+        let path = path.as_ref();
+        write_atomically(path, |f| self.write_to(BufWriter::new(f)).map(|(_, s)| s))
+    }
+}
+
+/// Create `path` through a temp file in its directory + rename.
+pub(crate) fn write_atomically<T>(
+    path: &Path,
+    body: impl FnOnce(&mut fs::File) -> Result<T>,
+) -> Result<T> {
+    let dir = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    let mut tmp = tempfile::Builder::new()
+        .prefix(".kpack-tmp-")
+        .tempfile_in(dir)
+        .map_err(|e| Error::from(e).with_path(dir))?;
+    let out = body(tmp.as_file_mut()).map_err(|e| e.with_path(path))?;
+    #[cfg(unix)]
+    {
+        // tempfile creates 0600; archives are ordinary readable outputs.
+        use std::os::unix::fs::PermissionsExt;
+        tmp.as_file()
+            .set_permissions(fs::Permissions::from_mode(0o644))
+            .map_err(|e| Error::from(e).with_path(path))?;
+    }
+    tmp.as_file()
+        .sync_all()
+        .map_err(|e| Error::from(e).with_path(path))?;
+    tmp.persist(path)
+        .map_err(|e| Error::from(e.error).with_path(path))?;
+    Ok(out)
+}

@@ -1,0 +1,294 @@
+//! Marker payload encoding and the runtime's lookup algorithm.
+
+use std::path::Path;
+
+use rocpack_kpack::{
+    candidate_paths, compatible_targets, kpack_file_name, marker_search_path, Compression,
+    KpackWriter, LoadError, Loader, LoaderEnv, Marker,
+};
+
+#[test]
+fn marker_encoding_matches_msgpack_python() {
+    let m = Marker::new(
+        ["../.kpack/hip_lib_@GFXARCH@.kpack"],
+        "hip/stage/lib/libtest_kernel_multi.so.1.0",
+    );
+    let b = m.encode();
+    // packb({'kpack_search_paths': [...], 'kernel_name': ...}, use_bin_type=True)
+    let mut want = vec![0x82, 0xb2];
+    want.extend_from_slice(b"kpack_search_paths");
+    want.push(0x91);
+    want.extend_from_slice(&[0xd9, 33]); // str8 for 32..=255 bytes
+    want.extend_from_slice(b"../.kpack/hip_lib_@GFXARCH@.kpack");
+    want.push(0xab);
+    want.extend_from_slice(b"kernel_name");
+    want.extend_from_slice(&[0xd9, 41]);
+    want.extend_from_slice(b"hip/stage/lib/libtest_kernel_multi.so.1.0");
+    assert_eq!(b, want);
+    assert_eq!(Marker::decode(&b).unwrap(), m);
+    assert_eq!(Marker::decode_strict(&b).unwrap(), m);
+    assert_eq!(
+        m.lookup_key(3),
+        "hip/stage/lib/libtest_kernel_multi.so.1.0#3"
+    );
+
+    // Short strings use fixstr.
+    let s = Marker::new(["a"], "k").encode();
+    assert_eq!(&s[s.len() - 2..], &[0xa1, b'k']);
+}
+
+#[test]
+fn marker_split_paths() {
+    assert_eq!(
+        marker_search_path("hip_lib", 0),
+        ".kpack/hip_lib_@GFXARCH@.kpack"
+    );
+    assert_eq!(
+        marker_search_path("hip_lib", 2),
+        "../../.kpack/hip_lib_@GFXARCH@.kpack"
+    );
+    let m = Marker::for_split("hip_lib", 1, "hip/stage/lib/libx.so");
+    assert_eq!(m.kpack_search_paths, ["../.kpack/hip_lib_@GFXARCH@.kpack"]);
+    assert_eq!(
+        kpack_file_name("x_lib", "gfx942:sramecc+:xnack-"),
+        "x_lib_gfx942:sramecc+:xnack-.kpack"
+    );
+}
+
+#[test]
+fn marker_decode_follows_runtime_rules() {
+    // Trailing padding (PE raw size) is ignored by decode, refused by decode_strict.
+    let mut b = Marker::new(["p"], "k").encode();
+    b.extend_from_slice(&[0; 16]);
+    assert_eq!(Marker::decode(&b).unwrap().kernel_name, "k");
+    assert!(Marker::decode_strict(&b).is_err());
+
+    // Non-str paths skipped; extra keys ignored; key order free.
+    let v = rmpv::Value::Map(vec![
+        ("kernel_name".into(), "k".into()),
+        ("extra".into(), rmpv::Value::from(5)),
+        (
+            "kpack_search_paths".into(),
+            rmpv::Value::Array(vec![rmpv::Value::from(1), "a/b.kpack".into()]),
+        ),
+    ]);
+    let mut b = Vec::new();
+    rmpv::encode::write_value(&mut b, &v).unwrap();
+    let m = Marker::decode(&b).unwrap();
+    assert_eq!(m.kpack_search_paths, ["a/b.kpack"]);
+    assert!(Marker::decode_strict(&b).is_err());
+
+    // Missing kernel_name / no str path / not a map -> errors.
+    for v in [
+        rmpv::Value::Map(vec![(
+            "kpack_search_paths".into(),
+            rmpv::Value::Array(vec!["a".into()]),
+        )]),
+        rmpv::Value::Map(vec![
+            (
+                "kpack_search_paths".into(),
+                rmpv::Value::Array(vec![rmpv::Value::from(1)]),
+            ),
+            ("kernel_name".into(), "k".into()),
+        ]),
+        rmpv::Value::Map(vec![
+            (
+                "kpack_search_paths".into(),
+                rmpv::Value::Array(vec!["a".into()]),
+            ),
+            ("kernel_name".into(), rmpv::Value::from(3)),
+        ]),
+        rmpv::Value::Array(vec![]),
+    ] {
+        let mut b = Vec::new();
+        rmpv::encode::write_value(&mut b, &v).unwrap();
+        assert!(Marker::decode(&b).is_err(), "{v:?}");
+    }
+    assert!(Marker::decode(&[]).is_err());
+}
+
+#[test]
+fn compatible_target_order_is_the_runtimes() {
+    assert_eq!(compatible_targets("gfx1100"), ["gfx1100"]);
+    assert_eq!(
+        compatible_targets("amdgcn-amd-amdhsa--gfx942:sramecc+:xnack-"),
+        [
+            "gfx942:sramecc+:xnack-",
+            "gfx942:sramecc+",
+            "gfx942:xnack-",
+            "gfx942"
+        ]
+    );
+    assert_eq!(
+        compatible_targets("gfx90a:xnack+"),
+        ["gfx90a:xnack+", "gfx90a"]
+    );
+    // n = 3: descending bitmask, not by cardinality.
+    assert_eq!(
+        compatible_targets("gfx9:a:b:c"),
+        [
+            "gfx9:a:b:c",
+            "gfx9:a:b",
+            "gfx9:a:c",
+            "gfx9:a",
+            "gfx9:b:c",
+            "gfx9:b",
+            "gfx9:c",
+            "gfx9"
+        ]
+    );
+    // Empty features dropped; bare prefix is not stripped.
+    assert_eq!(compatible_targets("gfx1100::"), ["gfx1100"]);
+    assert_eq!(
+        compatible_targets("amdgcn-amd-amdhsa--"),
+        ["amdgcn-amd-amdhsa--"]
+    );
+}
+
+/// A split-like tree: `<root>/.kpack/hip_lib_<arch>.kpack`, binary in `<root>/lib`.
+fn tree(root: &Path, arches: &[(&str, &[&str])]) {
+    std::fs::create_dir_all(root.join(".kpack")).unwrap();
+    std::fs::create_dir_all(root.join("lib")).unwrap();
+    for (arch, keys) in arches {
+        let mut w = KpackWriter::new(Compression::None);
+        w.group_name("hip_lib").arch_family(*arch).arches([*arch]);
+        for k in *keys {
+            w.add(k, arch, format!("{k}@{arch}").into_bytes()).unwrap();
+        }
+        w.write_to_path(root.join(".kpack").join(kpack_file_name("hip_lib", arch)))
+            .unwrap();
+    }
+}
+
+#[test]
+fn loader_resolves_like_the_runtime() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().canonicalize().unwrap();
+    tree(
+        &root,
+        &[
+            ("gfx1100", &["hip/lib/libx.so#0", "hip/lib/libx.so#1"]),
+            ("gfx942:sramecc+", &["hip/lib/libx.so#0"]),
+        ],
+    );
+    let m = Marker::for_split("hip_lib", 1, "hip/lib/libx.so");
+    let bin_dir = root.join("lib");
+    let mut l = Loader::new(LoaderEnv::none());
+
+    let (r, bytes) = l
+        .load(&m, &bin_dir, 1, &["amdgcn-amd-amdhsa--gfx1100"])
+        .unwrap();
+    assert_eq!(r.archive, root.join(".kpack/hip_lib_gfx1100.kpack"));
+    assert_eq!(r.target, "gfx1100");
+    assert_eq!(r.key, "hip/lib/libx.so#1");
+    assert_eq!(bytes, b"hip/lib/libx.so#1@gfx1100");
+
+    // Agent with features matches a less specific archive.
+    let r = l
+        .resolve(
+            &m,
+            &bin_dir,
+            0,
+            &["amdgcn-amd-amdhsa--gfx942:sramecc+:xnack-"],
+        )
+        .unwrap();
+    assert_eq!(r.target, "gfx942:sramecc+");
+    assert!(r.archive.ends_with(".kpack/hip_lib_gfx942:sramecc+.kpack"));
+
+    // Runtime-verified outcomes: unknown arch -> 13, missing co_index -> 5.
+    let e = l.resolve(&m, &bin_dir, 0, &["gfx1101"]).unwrap_err();
+    assert_eq!(e.code(), 13, "{e}");
+    let e = l.resolve(&m, &bin_dir, 3, &["gfx1100"]).unwrap_err();
+    assert!(matches!(e, LoadError::KernelNotFound { .. }));
+    assert_eq!(e.code(), 5);
+    // An archive exists, but lists another arch -> 14.
+    let direct = Marker::new(["../.kpack/hip_lib_gfx1100.kpack"], "hip/lib/libx.so");
+    let e = l.resolve(&direct, &bin_dir, 0, &["gfx1101"]).unwrap_err();
+    assert_eq!(e.code(), 14, "{e}");
+    let e = l.resolve(&m, &bin_dir, 0, &[]).unwrap_err();
+    assert_eq!(e.code(), 1);
+
+    // Arch priority: first requested arch that matches wins.
+    let r = l.resolve(&m, &bin_dir, 0, &["gfx1101", "gfx1100"]).unwrap();
+    assert_eq!(r.requested_arch, "gfx1100");
+
+    // Bytes path: runtime decode.
+    let r = l
+        .resolve_bytes(&m.encode(), &bin_dir, 0, &["gfx1100"])
+        .unwrap();
+    assert_eq!(r.key, "hip/lib/libx.so#0");
+    let e = l
+        .resolve_bytes(b"\x90", &bin_dir, 0, &["gfx1100"])
+        .unwrap_err();
+    assert_eq!(e.code(), 12);
+}
+
+#[test]
+fn loader_env_overrides() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().canonicalize().unwrap();
+    tree(&root, &[("gfx1100", &["k#0"])]);
+    let other = root.join("other");
+    std::fs::create_dir_all(&other).unwrap();
+    let mut w = KpackWriter::new(Compression::zstd());
+    w.arches(["gfx1100"]);
+    w.add("k#0", "gfx1100", b"from-prefix".as_slice()).unwrap();
+    let pre = other.join("p.kpack");
+    w.write_to_path(&pre).unwrap();
+
+    let m = Marker::for_split("hip_lib", 1, "k");
+    let bin_dir = root.join("lib");
+    // PREFIX is searched before marker paths.
+    let env = LoaderEnv::from_values(None, Some(&format!("::{}", pre.display())));
+    assert_eq!(env.kpack_path_prefix, [pre.clone()]);
+    let mut l = Loader::new(env);
+    let (r, b) = l.load(&m, &bin_dir, 0, &["gfx1100"]).unwrap();
+    assert_eq!(r.archive, pre);
+    assert_eq!(b, b"from-prefix");
+
+    // ROCM_KPACK_PATH replaces everything, without @GFXARCH@ expansion.
+    let env = LoaderEnv::from_values(Some("/nonexistent/@GFXARCH@.kpack"), None);
+    let c = candidate_paths(&m, &bin_dir, &["gfx1100"], &env);
+    assert_eq!(c, [Path::new("/nonexistent/@GFXARCH@.kpack")]);
+    let e = Loader::new(env)
+        .resolve(&m, &bin_dir, 0, &["gfx1100"])
+        .unwrap_err();
+    assert_eq!(e.code(), 13);
+
+    // Candidate order: each arch, each compatible target; paths normalised.
+    let c = candidate_paths(
+        &m,
+        &bin_dir,
+        &["gfx90a:xnack+", "gfx9-generic"],
+        &LoaderEnv::none(),
+    );
+    let names: Vec<String> = c
+        .iter()
+        .map(|p| p.strip_prefix(&root).unwrap().display().to_string())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            ".kpack/hip_lib_gfx90a:xnack+.kpack",
+            ".kpack/hip_lib_gfx90a.kpack",
+            ".kpack/hip_lib_gfx9-generic.kpack"
+        ]
+    );
+}
+
+#[test]
+fn loader_reports_rejected_archives() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    std::fs::create_dir_all(root.join(".kpack")).unwrap();
+    std::fs::create_dir_all(root.join("lib")).unwrap();
+    std::fs::write(root.join(".kpack/hip_lib_gfx1100.kpack"), b"KPAK garbage").unwrap();
+    let m = Marker::for_split("hip_lib", 1, "k");
+    let e = Loader::new(LoaderEnv::none())
+        .resolve(&m, &root.join("lib"), 0, &["gfx1100"])
+        .unwrap_err();
+    match &e {
+        LoadError::ArchiveNotFound { rejected, .. } => assert_eq!(rejected.len(), 1, "{e}"),
+        other => panic!("{other}"),
+    }
+}

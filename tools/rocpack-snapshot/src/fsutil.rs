@@ -1,0 +1,141 @@
+//! Durable file operations (temp file + fsync + rename) and the fault-injection hook.
+
+use crate::error::{io_at, Error, Result};
+use std::fs::{self, File, OpenOptions};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::OnceLock;
+
+/// Environment variable: abort the process (exit code [`FAULT_EXIT_CODE`]) when the
+/// N-th durable step (write, rename, remove, upload) is about to run. Test hook.
+pub const FAULT_ENV: &str = "SNAPCTL_FAIL_AT";
+/// Environment variable: print every durable step to stderr as `snapctl-step N LABEL`.
+pub const TRACE_ENV: &str = "SNAPCTL_TRACE_STEPS";
+/// Exit code of a process stopped by [`FAULT_ENV`].
+pub const FAULT_EXIT_CODE: i32 = 86;
+
+static STEP: AtomicUsize = AtomicUsize::new(0);
+
+fn fail_at() -> Option<usize> {
+    static FAIL: OnceLock<Option<usize>> = OnceLock::new();
+    *FAIL.get_or_init(|| std::env::var(FAULT_ENV).ok().and_then(|v| v.parse().ok()))
+}
+
+fn trace() -> bool {
+    static TRACE: OnceLock<bool> = OnceLock::new();
+    *TRACE.get_or_init(|| std::env::var_os(TRACE_ENV).is_some())
+}
+
+/// Marks one durable step. Under [`FAULT_ENV`]=N the process exits abruptly
+/// (no destructors, no cleanup) right before the N-th step, simulating a crash.
+pub fn step(label: &str) {
+    let n = STEP.fetch_add(1, Ordering::SeqCst) + 1;
+    if trace() {
+        eprintln!("snapctl-step {n} {label}");
+    }
+    if fail_at() == Some(n) {
+        eprintln!("snapctl: {FAULT_ENV}={n}: simulated crash before step `{label}`");
+        std::process::exit(FAULT_EXIT_CODE);
+    }
+}
+
+/// fsync a directory so that renames/creations inside it are durable.
+pub fn fsync_dir(dir: &Path) -> Result<()> {
+    let d = if dir.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        dir
+    };
+    File::open(d).and_then(|f| f.sync_all()).map_err(io_at(d))
+}
+
+/// Parent directory of `path` ("." when it has none).
+pub fn parent_of(path: &Path) -> PathBuf {
+    match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    }
+}
+
+/// Create `dir` and its missing parents, fsyncing each parent whose entry list changed.
+pub fn create_dir_all_durable(dir: &Path) -> Result<()> {
+    if dir.is_dir() {
+        return Ok(());
+    }
+    let parent = parent_of(dir);
+    if dir.parent().is_some() {
+        create_dir_all_durable(&parent)?;
+    }
+    match fs::create_dir(dir) {
+        Ok(()) => fsync_dir(&parent),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && dir.is_dir() => Ok(()),
+        Err(e) => Err(Error::io(dir, e)),
+    }
+}
+
+/// Write `bytes` to `path` atomically: temp file in the same directory, fsync, rename, fsync dir.
+pub fn atomic_write(path: &Path, bytes: &[u8], label: &str) -> Result<()> {
+    let dir = parent_of(path);
+    create_dir_all_durable(&dir)?;
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
+    step(&format!("write {label} (temp)"));
+    {
+        let mut f = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&tmp)
+            .map_err(io_at(&tmp))?;
+        f.write_all(bytes).map_err(io_at(&tmp))?;
+        f.sync_all().map_err(io_at(&tmp))?;
+    }
+    step(&format!("rename {label}"));
+    fs::rename(&tmp, path).map_err(io_at(path))?;
+    fsync_dir(&dir)
+}
+
+/// Copy `src` to `dst` (which must not be visible half-written: callers use staging
+/// names) and fsync it.
+pub fn copy_durable(src: &Path, dst: &Path) -> Result<()> {
+    let mut from = File::open(src).map_err(io_at(src))?;
+    let mut to = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(dst)
+        .map_err(io_at(dst))?;
+    std::io::copy(&mut from, &mut to).map_err(io_at(dst))?;
+    to.sync_all().map_err(io_at(dst))
+}
+
+/// Write `bytes` to a new file `dst` and fsync it (no rename; for staging areas).
+pub fn write_durable(dst: &Path, bytes: &[u8]) -> Result<()> {
+    let mut f = File::create(dst).map_err(io_at(dst))?;
+    f.write_all(bytes).map_err(io_at(dst))?;
+    f.sync_all().map_err(io_at(dst))
+}
+
+/// Read a whole text file of at most `limit` bytes.
+pub fn read_text_bounded(path: &Path, limit: u64) -> Result<String> {
+    let meta = fs::metadata(path).map_err(io_at(path))?;
+    if meta.len() > limit {
+        return Err(Error::input(
+            path,
+            None,
+            format!("file is {} bytes; expected at most {limit}", meta.len()),
+        ));
+    }
+    let bytes = fs::read(path).map_err(io_at(path))?;
+    String::from_utf8(bytes).map_err(|e| {
+        Error::input(
+            path,
+            None,
+            format!("byte offset {}: not valid UTF-8", e.utf8_error().valid_up_to()),
+        )
+    })
+}

@@ -1,0 +1,314 @@
+//! Content-addressed blob store: `<store>/cas/sha256/<hex>`.
+//!
+//! Blobs are written put-if-absent and verified after the write; nothing here
+//! ever overwrites, moves or deletes a blob. Backends: a local directory (the
+//! default), `http(s)://` (read-only) and `s3://bucket/prefix` (read/write), the
+//! last two through `object_store` (cargo features `http` and `s3`).
+
+use crate::error::{io_at, Error, Result};
+use crate::fsutil::{self, step};
+use crate::hash::{self, FileDigest};
+use crate::metadata::{is_hex, store_key};
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, Ordering};
+
+/// Prefix of in-flight temporary files inside `cas/sha256/` of a local store.
+pub const TEMP_PREFIX: &str = ".tmp-";
+
+/// Result of [`Store::put_file`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PutOutcome {
+    pub digest: FileDigest,
+    /// `cas/sha256/<hex>`.
+    pub key: String,
+    /// The blob was already in the store (and verified to match).
+    pub already_present: bool,
+}
+
+/// State of one blob, from [`Store::check`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum BlobState {
+    Missing,
+    Ok { size: u64 },
+    Corrupt { actual_sha256: String, size: u64 },
+}
+
+/// An entry of [`Store::list`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Listed {
+    /// `cas/sha256/<hex>` or, for leftovers of interrupted uploads, the temp file's key.
+    pub key: String,
+    pub size: u64,
+    pub is_temp: bool,
+}
+
+/// A blob store.
+pub enum Store {
+    Local(LocalStore),
+    #[cfg(feature = "remote")]
+    Remote(crate::remote::RemoteStore),
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Store({})", self.describe())
+    }
+}
+
+impl Store {
+    /// Opens a store from a URL: a path or `file://` path (relative paths resolve against
+    /// `base`), `http(s)://…` (read-only) or `s3://bucket/prefix`.
+    pub fn open(url: &str, base: &Path) -> Result<Store> {
+        if url.starts_with("s3://") || url.starts_with("http://") || url.starts_with("https://") {
+            #[cfg(feature = "remote")]
+            {
+                return crate::remote::RemoteStore::open(url).map(Store::Remote);
+            }
+            #[cfg(not(feature = "remote"))]
+            {
+                return Err(Error::Usage(format!(
+                    "store {url}: this snapctl was built without remote (s3/http) store support"
+                )));
+            }
+        }
+        if let Some((scheme, _)) = url.split_once("://") {
+            if scheme != "file" {
+                return Err(Error::Usage(format!(
+                    "store {url}: unsupported scheme {scheme}:// (expected a path, file://, http(s):// or s3://)"
+                )));
+            }
+        }
+        let p = url.strip_prefix("file://").unwrap_or(url);
+        if p.is_empty() {
+            return Err(Error::Usage("empty store path".into()));
+        }
+        let dir = if Path::new(p).is_absolute() {
+            PathBuf::from(p)
+        } else {
+            base.join(p)
+        };
+        Ok(Store::Local(LocalStore { dir }))
+    }
+
+    /// Human-readable location.
+    pub fn describe(&self) -> String {
+        match self {
+            Store::Local(l) => l.dir.display().to_string(),
+            #[cfg(feature = "remote")]
+            Store::Remote(r) => r.describe(),
+        }
+    }
+
+    /// Hashes `src`, stores it under its sha256 if absent and verifies the stored blob.
+    pub fn put_file(&self, src: &Path) -> Result<PutOutcome> {
+        match self {
+            Store::Local(l) => l.put_file(src),
+            #[cfg(feature = "remote")]
+            Store::Remote(r) => r.put_file(src),
+        }
+    }
+
+    /// Re-hashes the blob of `sha256`.
+    pub fn check(&self, sha256: &str) -> Result<BlobState> {
+        match self {
+            Store::Local(l) => l.check(sha256),
+            #[cfg(feature = "remote")]
+            Store::Remote(r) => r.check(sha256),
+        }
+    }
+
+    /// Downloads the blob of `sha256` to `out`; refuses (and writes nothing at `out`)
+    /// when the content does not hash to `sha256`.
+    pub fn fetch(&self, sha256: &str, out: &Path) -> Result<u64> {
+        if !is_hex(sha256, 64) {
+            return Err(Error::Usage(format!("{sha256:?} is not a sha256 digest")));
+        }
+        let dir = fsutil::parent_of(out);
+        let tmp = dir.join(format!(
+            ".{}.part-{}",
+            out.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(),
+            std::process::id()
+        ));
+        let res = match self {
+            Store::Local(l) => l.fetch_to(sha256, &tmp),
+            #[cfg(feature = "remote")]
+            Store::Remote(r) => r.fetch_to(sha256, &tmp),
+        };
+        let actual = match res {
+            Ok(a) => a,
+            Err(e) => {
+                let _ = fs::remove_file(&tmp);
+                return Err(e);
+            }
+        };
+        if actual.0 != sha256 {
+            let _ = fs::remove_file(&tmp);
+            return Err(Error::Digest {
+                what: format!("refusing blob {} from {}", store_key(sha256), self.describe()),
+                expected: sha256.to_string(),
+                actual: actual.0,
+            });
+        }
+        fs::rename(&tmp, out).map_err(io_at(out))?;
+        fsutil::fsync_dir(&dir)?;
+        Ok(actual.1)
+    }
+
+    /// Every blob (and leftover temp file) in the store, sorted by key.
+    pub fn list(&self) -> Result<Vec<Listed>> {
+        match self {
+            Store::Local(l) => l.list(),
+            #[cfg(feature = "remote")]
+            Store::Remote(r) => r.list(),
+        }
+    }
+}
+
+/// A store in a local directory.
+pub struct LocalStore {
+    pub dir: PathBuf,
+}
+
+static TEMP_COUNTER: AtomicU32 = AtomicU32::new(0);
+
+impl LocalStore {
+    fn cas_dir(&self) -> PathBuf {
+        self.dir.join("cas").join("sha256")
+    }
+
+    /// Path of the blob of `sha256`.
+    pub fn blob_path(&self, sha256: &str) -> PathBuf {
+        self.cas_dir().join(sha256)
+    }
+
+    fn put_file(&self, src: &Path) -> Result<PutOutcome> {
+        let meta = fs::metadata(src).map_err(|e| Error::input(src, None, format!("artifact: {e}")))?;
+        if !meta.is_file() {
+            return Err(Error::input(src, None, "artifact is not a regular file"));
+        }
+        let cas = self.cas_dir();
+        fsutil::create_dir_all_durable(&cas).map_err(|e| Error::Store {
+            store: self.dir.display().to_string(),
+            msg: format!("cannot create {}: {e}", cas.display()),
+        })?;
+        let tmp = cas.join(format!(
+            "{TEMP_PREFIX}{}-{}",
+            std::process::id(),
+            TEMP_COUNTER.fetch_add(1, Ordering::SeqCst)
+        ));
+        step("upload: copy artifact into store temp file");
+        {
+            let mut from = fs::File::open(src).map_err(io_at(src))?;
+            let mut to = fs::File::create(&tmp).map_err(io_at(&tmp))?;
+            std::io::copy(&mut from, &mut to).map_err(io_at(&tmp))?;
+        }
+        step("upload: fsync and verify temp blob");
+        // fsync (disk) runs while both digests are computed from the written copy,
+        // which is also compared byte for byte with the source.
+        let digest = std::thread::scope(|s| {
+            let sync = s.spawn(|| {
+                fs::OpenOptions::new()
+                    .write(true)
+                    .open(&tmp)
+                    .and_then(|f| f.sync_all())
+                    .map_err(io_at(&tmp))
+            });
+            let d = hash::digest_file(&tmp, Some(src));
+            let synced = sync
+                .join()
+                .map_err(|_| Error::Usage("fsync worker thread panicked".into()))?;
+            synced.and(d)
+        });
+        let digest = match digest {
+            Ok(d) => d,
+            Err(e) => {
+                let _ = fs::remove_file(&tmp);
+                return Err(e);
+            }
+        };
+        let mut perms = fs::metadata(&tmp).map_err(io_at(&tmp))?.permissions();
+        perms.set_readonly(true);
+        fs::set_permissions(&tmp, perms).map_err(io_at(&tmp))?;
+        let blob = cas.join(&digest.sha256);
+        step("upload: link blob into place (put-if-absent)");
+        let already_present = match fs::hard_link(&tmp, &blob) {
+            Ok(()) => {
+                fsutil::fsync_dir(&cas)?;
+                false
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                let (actual, size) = hash::sha256_file(&blob)?;
+                if actual != digest.sha256 || size != digest.size {
+                    let _ = fs::remove_file(&tmp);
+                    return Err(Error::Digest {
+                        what: format!("existing blob {} (not overwritten; investigate with `snapctl verify`)", blob.display()),
+                        expected: digest.sha256,
+                        actual,
+                    });
+                }
+                true
+            }
+            Err(e) => return Err(Error::io(&blob, e)),
+        };
+        step("upload: remove temp file");
+        fs::remove_file(&tmp).map_err(io_at(&tmp))?;
+        Ok(PutOutcome {
+            key: store_key(&digest.sha256),
+            digest,
+            already_present,
+        })
+    }
+
+    fn check(&self, sha256: &str) -> Result<BlobState> {
+        let blob = self.blob_path(sha256);
+        match fs::metadata(&blob) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(BlobState::Missing),
+            Err(e) => return Err(Error::io(&blob, e)),
+            Ok(_) => {}
+        }
+        let (actual, size) = hash::sha256_file(&blob)?;
+        Ok(if actual == sha256 {
+            BlobState::Ok { size }
+        } else {
+            BlobState::Corrupt {
+                actual_sha256: actual,
+                size,
+            }
+        })
+    }
+
+    fn fetch_to(&self, sha256: &str, tmp: &Path) -> Result<(String, u64)> {
+        let blob = self.blob_path(sha256);
+        if !blob.exists() {
+            return Err(Error::Store {
+                store: self.dir.display().to_string(),
+                msg: format!("blob {} not found", store_key(sha256)),
+            });
+        }
+        fsutil::copy_durable(&blob, tmp)?;
+        hash::sha256_file(tmp)
+    }
+
+    fn list(&self) -> Result<Vec<Listed>> {
+        let cas = self.cas_dir();
+        let mut out = Vec::new();
+        let rd = match fs::read_dir(&cas) {
+            Ok(rd) => rd,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(out),
+            Err(e) => return Err(Error::io(&cas, e)),
+        };
+        for ent in rd {
+            let ent = ent.map_err(io_at(&cas))?;
+            let name = ent.file_name().to_string_lossy().into_owned();
+            let size = ent.metadata().map_err(io_at(&ent.path()))?.len();
+            out.push(Listed {
+                key: format!("cas/sha256/{name}"),
+                size,
+                is_temp: !is_hex(&name, 64),
+            });
+        }
+        out.sort_by(|a, b| a.key.cmp(&b.key));
+        Ok(out)
+    }
+}

@@ -1,0 +1,543 @@
+//! Crash-safe rotation.
+//!
+//! Every mutation of the snapshots root is a transaction:
+//! 1. (under the root's exclusive lock, after recovering any earlier transaction)
+//!    validate all input and all existing metadata; upload + verify the blob;
+//! 2. **stage**: write every file the transaction will install (new metadata, headers,
+//!    copies of the snapshots being rotated or archived, the regenerated checksums file)
+//!    into `.snapctl/staging/<txid>/`, fsynced;
+//! 3. **commit**: write `.snapctl/journal.json` (temp + fsync + rename) listing the installs
+//!    (staged file → destination) and the removals;
+//! 4. **apply**: rename each staged file onto its destination (atomic replace, dir fsync),
+//!    then remove files that the new state no longer has — every one of them has by then
+//!    been installed elsewhere (archive or last-stable) durably;
+//! 5. remove the staging dir and the journal.
+//!
+//! Recovery ([`recover`], run automatically by every command): with a journal, step 4-5 are
+//! replayed (each step is idempotent: a staged file that is gone was already renamed);
+//! without one, leftover staging is discarded — the repo was never touched.
+
+use crate::checksums::{self, Channels};
+use crate::error::{io_at, Error, Result};
+use crate::fsutil::{self, step};
+use crate::hash;
+use crate::metadata::{validate_file_name, validate_version, Artifact, Metadata};
+use crate::repo::{now_utc, Channel, Repo, Snapshot};
+use crate::store::{PutOutcome, Store};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+const JOURNAL: &str = "journal.json";
+const STAGING: &str = "staging";
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+struct Install {
+    /// File name inside the staging dir.
+    staged: String,
+    /// Destination, relative to the root (or absolute).
+    dest: String,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+struct Journal {
+    format: u32,
+    txid: String,
+    op: String,
+    version: String,
+    installs: Vec<Install>,
+    removes: Vec<String>,
+}
+
+/// What [`recover`] did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Recovery {
+    Nothing,
+    /// An interrupted transaction was rolled back (the repo had not been touched).
+    RolledBack,
+    /// An interrupted, committed transaction was completed.
+    Completed { op: String, version: String },
+}
+
+impl std::fmt::Display for Recovery {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Recovery::Nothing => write!(f, "nothing to recover"),
+            Recovery::RolledBack => write!(f, "rolled back an interrupted transaction that had not committed"),
+            Recovery::Completed { op, version } => {
+                write!(f, "completed an interrupted `{op}` of ROCm {version}")
+            }
+        }
+    }
+}
+
+/// Inputs of [`create`].
+#[derive(Clone, Debug)]
+pub struct CreateRequest {
+    pub version: String,
+    pub artifact: PathBuf,
+    pub headers: Vec<PathBuf>,
+    /// (name, hash) pairs, e.g. ("rcclx", "3a4e…").
+    pub commits: Vec<(String, String)>,
+    /// Checksums file to regenerate (default: from the repo config).
+    pub checksums: Option<PathBuf>,
+    pub prefix: Option<String>,
+    pub lock_timeout: Option<Duration>,
+    /// `--store` as given; recorded in `snapctl.conf` when the root has no store yet.
+    pub store_url: Option<String>,
+}
+
+/// Result of [`create`].
+#[derive(Clone, Debug)]
+pub enum CreateOutcome {
+    Created {
+        meta: Metadata,
+        put: PutOutcome,
+        /// Archive files written (relative to the root).
+        archived: Vec<String>,
+        checksums: PathBuf,
+        recovered: Recovery,
+    },
+    /// stable/<ver> already holds exactly this snapshot (e.g. a re-run after a crash).
+    AlreadyStable { meta: Metadata, recovered: Recovery },
+}
+
+/// Result of [`rollback`].
+#[derive(Clone, Debug)]
+pub struct RollbackOutcome {
+    pub restored: Metadata,
+    pub archived: Vec<String>,
+    pub checksums: PathBuf,
+    pub recovered: Recovery,
+}
+
+fn dest_path(root: &Path, dest: &str) -> PathBuf {
+    let p = Path::new(dest);
+    if p.is_absolute() {
+        p.to_path_buf()
+    } else {
+        root.join(p)
+    }
+}
+
+fn rel(root: &Path, p: &Path) -> String {
+    p.strip_prefix(root).unwrap_or(p).display().to_string()
+}
+
+/// Completes or rolls back an interrupted transaction. Caller holds the exclusive lock.
+pub fn recover_locked(repo: &Repo) -> Result<Recovery> {
+    let pdir = repo.private_dir();
+    let jpath = pdir.join(JOURNAL);
+    if jpath.exists() {
+        let text = fsutil::read_text_bounded(&jpath, 64 << 20)?;
+        let j: Journal = serde_json::from_str(&text).map_err(|e| {
+            Error::input(&jpath, Some(e.line()), format!("corrupt journal: {e}"))
+        })?;
+        apply(repo, &j)?;
+        return Ok(Recovery::Completed {
+            op: j.op,
+            version: j.version,
+        });
+    }
+    let staging = pdir.join(STAGING);
+    let leftovers: Vec<String> = crate::repo::sorted_entries(&pdir)?
+        .into_iter()
+        .filter(|n| n.starts_with(".journal.json.tmp"))
+        .collect();
+    let has_staging = !crate::repo::sorted_entries(&staging)?.is_empty();
+    if !has_staging && leftovers.is_empty() {
+        return Ok(Recovery::Nothing);
+    }
+    step("recover: discard uncommitted staging");
+    for n in leftovers {
+        let p = pdir.join(n);
+        fs::remove_file(&p).map_err(io_at(&p))?;
+    }
+    if staging.exists() {
+        fs::remove_dir_all(&staging).map_err(io_at(&staging))?;
+    }
+    fsutil::fsync_dir(&pdir)?;
+    Ok(Recovery::RolledBack)
+}
+
+/// Takes the lock and recovers (`snapctl recover`).
+pub fn recover(repo: &Repo, lock_timeout: Option<Duration>) -> Result<Recovery> {
+    let _lock = repo.lock(true, lock_timeout)?;
+    recover_locked(repo)
+}
+
+/// `true` when an interrupted transaction is waiting for recovery.
+pub fn needs_recovery(repo: &Repo) -> bool {
+    let pdir = repo.private_dir();
+    pdir.join(JOURNAL).exists()
+        || crate::repo::sorted_entries(&pdir.join(STAGING)).is_ok_and(|v| !v.is_empty())
+}
+
+fn apply(repo: &Repo, j: &Journal) -> Result<()> {
+    let staging = repo.private_dir().join(STAGING).join(&j.txid);
+    for ins in &j.installs {
+        let src = staging.join(&ins.staged);
+        let dst = dest_path(&repo.root, &ins.dest);
+        if !src.exists() {
+            if dst.exists() {
+                continue; // renamed before the interruption
+            }
+            return Err(Error::input(
+                repo.private_dir().join(JOURNAL),
+                None,
+                format!("staged file {} for {} is gone and the destination does not exist", src.display(), ins.dest),
+            ));
+        }
+        let dir = fsutil::parent_of(&dst);
+        fsutil::create_dir_all_durable(&dir)?;
+        step(&format!("install {}", ins.dest));
+        match fs::rename(&src, &dst) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::CrossesDevices => {
+                // Destination on another filesystem (e.g. the checksums file): copy beside it, then rename.
+                let tmp = dir.join(format!(".{}.tmp-{}", ins.staged, std::process::id()));
+                fsutil::copy_durable(&src, &tmp)?;
+                fs::rename(&tmp, &dst).map_err(io_at(&dst))?;
+                fsutil::fsync_dir(&dir)?;
+                fs::remove_file(&src).map_err(io_at(&src))?;
+            }
+            Err(e) => return Err(Error::io(&dst, e)),
+        }
+        fsutil::fsync_dir(&dir)?;
+    }
+    for r in &j.removes {
+        let p = dest_path(&repo.root, r);
+        if p.exists() {
+            step(&format!("remove {r}"));
+            fs::remove_file(&p).map_err(io_at(&p))?;
+            fsutil::fsync_dir(&fsutil::parent_of(&p))?;
+        }
+    }
+    if staging.exists() {
+        step("remove staging dir");
+        fs::remove_dir_all(&staging).map_err(io_at(&staging))?;
+    }
+    let pdir = repo.private_dir();
+    let jpath = pdir.join(JOURNAL);
+    step("remove journal");
+    fs::remove_file(&jpath).map_err(io_at(&jpath))?;
+    fsutil::fsync_dir(&pdir)?;
+    Ok(())
+}
+
+/// Builds a transaction: staged content and where it goes.
+struct Plan {
+    txid: String,
+    op: String,
+    version: String,
+    /// (staged content source, destination relative to root or absolute)
+    installs: Vec<(Source, String)>,
+    removes: Vec<String>,
+}
+
+enum Source {
+    File(PathBuf),
+    Bytes(Vec<u8>),
+}
+
+impl Plan {
+    fn new(op: &str, version: &str, now: &chrono::DateTime<chrono::Utc>) -> Plan {
+        Plan {
+            txid: format!("{}-{}", now.format("%Y%m%d_%H%M%S"), std::process::id()),
+            op: op.to_string(),
+            version: version.to_string(),
+            installs: Vec::new(),
+            removes: Vec::new(),
+        }
+    }
+
+    /// Stage, commit, apply.
+    fn run(self, repo: &Repo) -> Result<()> {
+        let pdir = repo.private_dir();
+        let staging = pdir.join(STAGING).join(&self.txid);
+        fsutil::create_dir_all_durable(&staging)?;
+        let mut installs = Vec::new();
+        for (i, (src, dest)) in self.installs.iter().enumerate() {
+            let name = format!("{i:03}");
+            let p = staging.join(&name);
+            step(&format!("stage {dest}"));
+            match src {
+                Source::File(f) => fsutil::copy_durable(f, &p)?,
+                Source::Bytes(b) => fsutil::write_durable(&p, b)?,
+            }
+            installs.push(Install {
+                staged: name,
+                dest: dest.clone(),
+            });
+        }
+        fsutil::fsync_dir(&staging)?;
+        let j = Journal {
+            format: 1,
+            txid: self.txid,
+            op: self.op,
+            version: self.version,
+            installs,
+            removes: self.removes,
+        };
+        let text = serde_json::to_string_pretty(&j).map_err(|e| Error::Usage(e.to_string()))?;
+        fsutil::atomic_write(&pdir.join(JOURNAL), text.as_bytes(), "journal (commit point)")?;
+        apply(repo, &j)
+    }
+}
+
+/// Archive stamp for `ver`: `now`, moved past the newest existing stamp so names never
+/// collide and sort in rotation order.
+fn archive_stamp(repo: &Repo, ver: &str, now: &chrono::DateTime<chrono::Utc>) -> Result<String> {
+    let mut t = *now;
+    if let Some(last) = repo.archive_stamps(ver)?.last() {
+        if let Ok(lt) = chrono::NaiveDateTime::parse_from_str(last, "%Y%m%d_%H%M%S") {
+            let lt = lt.and_utc();
+            if lt >= t {
+                t = lt + chrono::Duration::seconds(1);
+            }
+        }
+    }
+    Ok(t.format("%Y%m%d_%H%M%S").to_string())
+}
+
+fn read_state(repo: &Repo) -> Result<(BTreeMap<String, Snapshot>, BTreeMap<String, Snapshot>)> {
+    Ok((repo.read_channel(Channel::Stable)?, repo.read_channel(Channel::LastStable)?))
+}
+
+fn channels_of(stable: &BTreeMap<String, Snapshot>, last: &BTreeMap<String, Snapshot>) -> Channels {
+    Channels {
+        stable: stable.iter().map(|(k, s)| (k.clone(), s.meta.clone())).collect(),
+        last_stable: last.iter().map(|(k, s)| (k.clone(), s.meta.clone())).collect(),
+    }
+}
+
+fn checksums_dest(repo: &Repo, path: &Path) -> String {
+    let p = if path.is_absolute() {
+        path.to_path_buf()
+    } else if let Ok(r) = path.strip_prefix(&repo.root) {
+        return r.display().to_string();
+    } else {
+        std::env::current_dir().map(|d| d.join(path)).unwrap_or_else(|_| path.to_path_buf())
+    };
+    p.display().to_string()
+}
+
+/// Reads the repo and renders the checksums file (validated through Starlark).
+pub fn generate_checksums(repo: &Repo, prefix: &str) -> Result<String> {
+    let (stable, last) = read_state(repo)?;
+    checksums::generate(prefix, &channels_of(&stable, &last))
+}
+
+/// `snapctl create`: upload the artifact, rotate last-stable → archives, stable →
+/// last-stable, new → stable, regenerate the checksums file — as one transaction.
+pub fn create(repo: &Repo, store: &Store, req: &CreateRequest) -> Result<CreateOutcome> {
+    // 1. Validate arguments before touching anything.
+    validate_version(&req.version).map_err(Error::Usage)?;
+    let amd = fs::metadata(&req.artifact).map_err(|e| Error::input(&req.artifact, None, format!("artifact: {e}")))?;
+    if !amd.is_file() {
+        return Err(Error::input(&req.artifact, None, "artifact is not a regular file"));
+    }
+    let art_name = req
+        .artifact
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    validate_file_name(&art_name).map_err(|m| Error::input(&req.artifact, None, m))?;
+    let mut header_names = BTreeMap::new();
+    for h in &req.headers {
+        let hm = fs::metadata(h).map_err(|e| Error::input(h, None, format!("header: {e}")))?;
+        if !hm.is_file() {
+            return Err(Error::input(h, None, "header is not a regular file"));
+        }
+        let n = h.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        validate_file_name(&n).map_err(|m| Error::input(h, None, m))?;
+        if header_names.insert(n.clone(), h.clone()).is_some() {
+            return Err(Error::Usage(format!("two headers are named {n}")));
+        }
+    }
+    let mut commits = req.commits.clone();
+    for (n, v) in &commits {
+        if n.is_empty() || v.is_empty() || n.contains([':', ' ', '\t', '\n']) || v.contains(char::is_whitespace) {
+            return Err(Error::Usage(format!("--commit {n}={v}: expected NAME=HASH without spaces or ':' in NAME")));
+        }
+    }
+    commits.sort();
+    if commits.windows(2).any(|w| w.first().map(|a| &a.0) == w.get(1).map(|b| &b.0)) {
+        return Err(Error::Usage("the same --commit NAME is given twice".into()));
+    }
+    let prefix = repo.prefix(req.prefix.as_deref());
+    checksums::validate_prefix(&prefix).map_err(Error::Usage)?;
+    let checksums_path = repo.checksums_path(req.checksums.as_deref());
+
+    // 2. Lock, recover, read and validate the whole repo.
+    let _lock = repo.lock(true, req.lock_timeout)?;
+    let recovered = recover_locked(repo)?;
+    let (stable, last) = read_state(repo)?;
+    let now = now_utc()?;
+
+    // 3. Header digests, then the blob (uploaded and verified before any metadata moves).
+    let mut headers = BTreeMap::new();
+    for (n, p) in &header_names {
+        headers.insert(n.clone(), hash::sha256_file(p)?.0);
+    }
+    let ver = req.version.clone();
+    if let Some(cur) = stable.get(&ver) {
+        let same_files = {
+            let mut want: Vec<String> = headers.keys().cloned().collect();
+            want.push("metadata.txt".into());
+            want.sort();
+            want == cur.files
+        };
+        if same_files && cur.meta.headers == headers && cur.meta.commits == commits {
+            let d = hash::digest_file(&req.artifact, None)?;
+            if cur.meta.sha256 == d.sha256 && cur.meta.artifact.as_ref().is_some_and(|a| a.name == art_name) {
+                return Ok(CreateOutcome::AlreadyStable {
+                    meta: cur.meta.clone(),
+                    recovered,
+                });
+            }
+        }
+    }
+    let put = store.put_file(&req.artifact)?;
+    let meta = Metadata {
+        created: now.format("%Y-%m-%d %H:%M:%S").to_string(),
+        version: ver.clone(),
+        sha1: Some(put.digest.sha1.clone()),
+        sha256: put.digest.sha256.clone(),
+        artifact: Some(Artifact {
+            name: art_name,
+            size: put.digest.size,
+            store_key: put.key.clone(),
+        }),
+        headers,
+        commits,
+    };
+
+    // 4. Plan.
+    let mut plan = Plan::new("create", &ver, &now);
+    let mut archived = Vec::new();
+    let sdir = repo.channel_dir(Channel::Stable, &ver);
+    let ldir = repo.channel_dir(Channel::LastStable, &ver);
+    let mut final_stable = stable.clone();
+    let mut final_last = last.clone();
+    if let Some(cur_stable) = stable.get(&ver) {
+        if let Some(cur_last) = last.get(&ver) {
+            let stamp = archive_stamp(repo, &ver, &now)?;
+            for f in &cur_last.files {
+                let d = format!("archives/{ver}/{stamp}_{f}");
+                plan.installs.push((Source::File(ldir.join(f)), d.clone()));
+                archived.push(d);
+            }
+            for f in &cur_last.files {
+                if !cur_stable.files.contains(f) {
+                    plan.removes.push(rel(&repo.root, &ldir.join(f)));
+                }
+            }
+        }
+        for f in &cur_stable.files {
+            plan.installs.push((Source::File(sdir.join(f)), rel(&repo.root, &ldir.join(f))));
+        }
+        final_last.insert(ver.clone(), Snapshot { dir: ldir.clone(), ..cur_stable.clone() });
+        let mut new_files: Vec<&str> = meta.headers.keys().map(String::as_str).collect();
+        new_files.push("metadata.txt");
+        for f in &cur_stable.files {
+            if !new_files.contains(&f.as_str()) {
+                plan.removes.push(rel(&repo.root, &sdir.join(f)));
+            }
+        }
+    }
+    for (n, p) in &header_names {
+        plan.installs.push((Source::File(p.clone()), rel(&repo.root, &sdir.join(n))));
+    }
+    plan.installs.push((
+        Source::Bytes(meta.render().into_bytes()),
+        rel(&repo.root, &sdir.join("metadata.txt")),
+    ));
+    final_stable.insert(
+        ver.clone(),
+        Snapshot {
+            meta: meta.clone(),
+            dir: sdir.clone(),
+            files: Vec::new(),
+        },
+    );
+    let text = checksums::generate(&prefix, &channels_of(&final_stable, &final_last))?;
+    plan.installs.push((Source::Bytes(text.into_bytes()), checksums_dest(repo, &checksums_path)));
+    if let Some(conf) = repo.config_update(req.store_url.as_deref(), req.checksums.as_deref()) {
+        plan.installs.push((Source::Bytes(conf.into_bytes()), crate::repo::CONFIG_FILE.to_string()));
+    }
+
+    // 5. Stage, commit, apply.
+    plan.run(repo)?;
+    Ok(CreateOutcome::Created {
+        meta,
+        put,
+        archived,
+        checksums: checksums_path,
+        recovered,
+    })
+}
+
+/// `snapctl rollback`: last-stable → stable; the old stable goes to archives; last-stable
+/// becomes empty for that version. Regenerates the checksums file.
+pub fn rollback(
+    repo: &Repo,
+    version: &str,
+    checksums_cli: Option<&Path>,
+    prefix: Option<&str>,
+    lock_timeout: Option<Duration>,
+) -> Result<RollbackOutcome> {
+    validate_version(version).map_err(Error::Usage)?;
+    let prefix = repo.prefix(prefix);
+    checksums::validate_prefix(&prefix).map_err(Error::Usage)?;
+    let checksums_path = repo.checksums_path(checksums_cli);
+    let _lock = repo.lock(true, lock_timeout)?;
+    let recovered = recover_locked(repo)?;
+    let (stable, last) = read_state(repo)?;
+    let Some(cur_last) = last.get(version) else {
+        return Err(Error::Usage(format!(
+            "no last-stable snapshot of ROCm {version} to roll back to (last-stable has: {})",
+            if last.is_empty() { "none".to_string() } else { last.keys().cloned().collect::<Vec<_>>().join(", ") }
+        )));
+    };
+    let now = now_utc()?;
+    let mut plan = Plan::new("rollback", version, &now);
+    let sdir = repo.channel_dir(Channel::Stable, version);
+    let ldir = repo.channel_dir(Channel::LastStable, version);
+    let mut archived = Vec::new();
+    if let Some(cur_stable) = stable.get(version) {
+        let stamp = archive_stamp(repo, version, &now)?;
+        for f in &cur_stable.files {
+            let d = format!("archives/{version}/{stamp}_{f}");
+            plan.installs.push((Source::File(sdir.join(f)), d.clone()));
+            archived.push(d);
+        }
+        for f in &cur_stable.files {
+            if !cur_last.files.contains(f) {
+                plan.removes.push(rel(&repo.root, &sdir.join(f)));
+            }
+        }
+    }
+    for f in &cur_last.files {
+        plan.installs.push((Source::File(ldir.join(f)), rel(&repo.root, &sdir.join(f))));
+    }
+    for f in &cur_last.files {
+        plan.removes.push(rel(&repo.root, &ldir.join(f)));
+    }
+    let mut final_stable = stable.clone();
+    let mut final_last = last.clone();
+    final_stable.insert(version.to_string(), Snapshot { dir: sdir.clone(), ..cur_last.clone() });
+    final_last.remove(version);
+    let text = checksums::generate(&prefix, &channels_of(&final_stable, &final_last))?;
+    plan.installs.push((Source::Bytes(text.into_bytes()), checksums_dest(repo, &checksums_path)));
+    let restored = cur_last.meta.clone();
+    plan.run(repo)?;
+    Ok(RollbackOutcome {
+        restored,
+        archived,
+        checksums: checksums_path,
+        recovered,
+    })
+}
