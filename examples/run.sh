@@ -23,6 +23,7 @@ fi
 
 log "building the helpers: cargo build --release -p kpack -p snapctl"
 cargo build --release --locked -p kpack -p snapctl
+rules/bazel/prebuilt/install.sh
 
 log "kpack: split three CI shards and recombine them per GPU family"
 bazel build --config=prebuilt //examples/kpack:all

@@ -135,7 +135,7 @@ def pages():
              "## Using the rules", "",
              "* Helpers: every action runs `kpack`/`snapctl` through the label_flags `//rules/bazel:kpack` and "
              "`//rules/bazel:snapctl`. Default: built from this repository by cargo (`cargo_binary`, offline, locked). "
-             "`--config=prebuilt` uses `target/release/{kpack,snapctl}` after `cargo build --release -p kpack -p snapctl`. "
+             "`--config=prebuilt` uses `rules/bazel/prebuilt/{kpack,snapctl}`, copied there by `rules/bazel/prebuilt/install.sh` after `cargo build --release -p kpack -p snapctl`. "
              "Outside this repository: `rocpack_release_binaries` (WORKSPACE) or the `rocpack_binaries` module extension "
              "downloads release archives pinned by sha256, then `--@rocpack//rules/bazel:kpack=@rocpack_bin//:kpack` "
              "(same for snapctl).",

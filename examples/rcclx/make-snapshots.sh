@@ -16,7 +16,7 @@ export LC_ALL=C TZ=UTC
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 
-rm -rf snapshots store
+rm -rf snapshots store stable_checksums.bzl
 mkdir -p snapshots store
 
 build_lib() { # VERSION COMMIT OUT
@@ -36,7 +36,8 @@ for ver in 6.2 6.4 7.0; do
         epoch=$((epoch + 86400))
         SOURCE_DATE_EPOCH=$epoch "$snapctl" create --snapshots-root snapshots --store store \
             --version "$ver" --artifact "$work/$ver-$n/librcclx-dev.a" \
-            --header "$work/$ver-$n/rcclx.h" --commit "rcclx=$commit"
+            --header "$work/$ver-$n/rcclx.h" --commit "rcclx=$commit" \
+            --checksums stable_checksums.bzl --prefix RCCLX
     done
 done
 "$snapctl" gen-checksums --snapshots-root snapshots --output stable_checksums.bzl --prefix RCCLX

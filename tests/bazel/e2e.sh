@@ -3,7 +3,8 @@
 # whatever `bazel` is on PATH). Run by tests/ci/50-bazel.sh; can be run by
 # hand from any directory:
 #
-#   tests/bazel/e2e.sh                      # helpers from target/release (cargo build --release -p kpack -p snapctl)
+#   tests/bazel/e2e.sh                      # helpers from target/release (cargo build --release -p kpack -p snapctl),
+#                                           # installed into rules/bazel/prebuilt for --config=prebuilt
 #   HELPER_FLAGS="--//rules/bazel:kpack=... --//rules/bazel:snapctl=..." tests/bazel/e2e.sh
 #
 # Never modifies the checkout: edits happen in a temporary copy. Every Bazel
@@ -16,6 +17,8 @@ export LC_ALL=C
 KPACK_BIN="${KPACK_BIN:-$ROOT/target/release/kpack}"
 SNAPCTL_BIN="${SNAPCTL_BIN:-$ROOT/target/release/snapctl}"
 read -r -a HELPER <<< "${HELPER_FLAGS:---config=prebuilt}"
+# Profile of the cargo_binary check (CI passes dev: its target/debug is warm).
+CARGO_PROFILE="${CARGO_PROFILE:-release}"
 T="$(mktemp -d /tmp/rocpack-bazel-e2e.XXXXXX)"
 BASES=()
 NGINX_PID=""
@@ -51,6 +54,10 @@ DIGEST_ITEMS=(
     examples/kpack/split_gfx120X-build.split examples/rcclx/stable_checksums/stable_checksums.bzl
     examples/rcclx/rcclx_stable_rocm64_blob examples/rcclx/rcclx_last_stable_rocm70_blob
 )
+
+if [ "${HELPER[*]}" = "--config=prebuilt" ]; then
+    rules/bazel/prebuilt/install.sh "$KPACK_BIN" "$SNAPCTL_BIN"
+fi
 
 # ---------------------------------------------------------------------------
 log "bazel build //... && bazel test //...  (helpers: ${HELPER[*]})"
@@ -202,10 +209,6 @@ log "temporary copy of the workspace for edits"
 W="$T/ws"
 mkdir -p "$W"
 tar -C "$ROOT" --exclude='./bazel-*' --exclude=./target --exclude=./.git --exclude=./buck-out -cf - . | tar -C "$W" -xf -
-if [ "${HELPER[*]}" = "--config=prebuilt" ]; then
-    mkdir -p "$W/target/release"
-    cp "$KPACK_BIN" "$SNAPCTL_BIN" "$W/target/release/"
-fi
 cd "$W"
 
 log "caching: changing one shard re-runs only the actions that depend on it"
@@ -235,10 +238,10 @@ got="$(bazel run "${HELPER[@]}" --config=rcclx_last_stable --config=rocm70 //exa
 case "$got" in *"commit=$(commit_of stable 7.0)"*) ;; *) die "after the rollback hello says: $got" ;; esac
 echo "  after update, last-stable 7.0 = stable 7.0: $got" >&2
 
-log "helper default: the label_flags build kpack/snapctl with cargo (warm target dir)"
+log "helper default: the label_flags build kpack/snapctl with cargo (warm target dir, profile $CARGO_PROFILE)"
 if [ "${HELPER[*]}" = "--config=prebuilt" ]; then
-    bazel build --action_env=ROCPACK_CARGO_TARGET_DIR="$ROOT/target" --execution_log_json_file="$T/cargo.json" \
-        //examples/kpack:blas_lib_gfx110X
+    bazel build --action_env=ROCPACK_CARGO_TARGET_DIR="$ROOT/target" --//rules/bazel:cargo_profile="$CARGO_PROFILE" \
+        --execution_log_json_file="$T/cargo.json" //examples/kpack:blas_lib_gfx110X
     spawn_list "$T/cargo.json" > "$T/cargo.list"
     grep -q '^CargoBuild' "$T/cargo.list" || die "no CargoBuild action with the default helper flags"
     diff <(tree_sums "$(bazel info bazel-bin 2>/dev/null)" examples/kpack/blas_lib_gfx110X) \

@@ -8,6 +8,8 @@ into a private temporary target dir (or $ROCPACK_CARGO_TARGET_DIR, passed with
 must already be in ~/.cargo/registry (`cargo fetch`).
 """
 
+load(":providers.bzl", "FlagValueInfo")
+
 _CMD = """set -euo pipefail
 manifest="$1"; package="$2"; binary="$3"; out="$4"; profile="$5"
 # ROCPACK_CARGO_TARGET_DIR (--action_env) reuses a warm target dir, e.g. CI's
@@ -49,7 +51,10 @@ def cargo_binary_action(ctx, manifest, srcs, package, binary, profile, out):
 
 def _cargo_binary_impl(ctx):
     out = ctx.actions.declare_file(ctx.label.name + "/" + ctx.attr.binary)
-    cargo_binary_action(ctx, ctx.file.manifest, ctx.files.srcs, ctx.attr.package, ctx.attr.binary, ctx.attr.profile, out)
+    profile = ctx.attr.profile or ctx.attr._profile_flag[FlagValueInfo].value
+    if profile not in ("release", "dev"):
+        fail("cargo_binary: profile must be release or dev, got '%s'" % profile)
+    cargo_binary_action(ctx, ctx.file.manifest, ctx.files.srcs, ctx.attr.package, ctx.attr.binary, profile, out)
     return [DefaultInfo(files = depset([out]), executable = out)]
 
 cargo_binary = rule(
@@ -61,6 +66,7 @@ cargo_binary = rule(
         "srcs": attr.label_list(allow_files = True, doc = "Every file cargo reads: sources and Cargo.toml of each crate the binary depends on, and Cargo.lock. A change re-runs cargo."),
         "package": attr.string(mandatory = True, doc = "Cargo package (-p)."),
         "binary": attr.string(mandatory = True, doc = "Binary name (--bin); also the output file name."),
-        "profile": attr.string(default = "release", values = ["release", "dev"], doc = "Cargo profile."),
+        "profile": attr.string(default = "", values = ["", "release", "dev"], doc = "Cargo profile; empty takes --//rules/bazel:cargo_profile (default release)."),
+        "_profile_flag": attr.label(default = Label("//rules/bazel:cargo_profile"), doc = "The cargo_profile flag."),
     },
 )

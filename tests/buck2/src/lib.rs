@@ -47,8 +47,8 @@ use starlark::values::none::NoneType;
 use starlark::values::structs::{AllocStruct, StructRef};
 use starlark::values::tuple::TupleRef;
 use starlark::values::{
-    starlark_value, FrozenHeap, FrozenValue, Heap, NoSerialize, OwnedFrozenValue, StarlarkPagable, StarlarkValue, Value,
-    ValueLike,
+    starlark_value, FrozenHeap, FrozenValue, Heap, NoSerialize, OwnedFrozenValue, StarlarkPagable,
+    StarlarkValue, Value, ValueLike,
 };
 use starlark::{starlark_module, starlark_simple_value};
 
@@ -63,7 +63,8 @@ fn attach<'v>(v: &OwnedFrozenValue, keep_alive: &FrozenHeap) -> Value<'v> {
         out = Some(fv);
         fv
     });
-    out.map(FrozenValue::to_value).unwrap_or_else(Value::new_none)
+    out.map(FrozenValue::to_value)
+        .unwrap_or_else(Value::new_none)
 }
 
 /// Which kind of Starlark file is being evaluated (decides dialect and globals).
@@ -131,13 +132,21 @@ starlark_simple_value!(RuleCallable);
 
 impl fmt::Display for RuleCallable {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "<rule {}>", self.name.get().map(String::as_str).unwrap_or("?"))
+        write!(
+            f,
+            "<rule {}>",
+            self.name.get().map(String::as_str).unwrap_or("?")
+        )
     }
 }
 
 #[starlark_value(type = "rule")]
 impl<'v> StarlarkValue<'v> for RuleCallable {
-    fn export_as(&self, variable_name: &str, _eval: &mut Evaluator<'v, '_, '_>) -> starlark::Result<()> {
+    fn export_as(
+        &self,
+        variable_name: &str,
+        _eval: &mut Evaluator<'v, '_, '_>,
+    ) -> starlark::Result<()> {
         let _ = self.name.set(variable_name.to_owned());
         Ok(())
     }
@@ -149,11 +158,10 @@ impl<'v> StarlarkValue<'v> for RuleCallable {
         eval: &mut Evaluator<'v, '_, '_>,
     ) -> starlark::Result<Value<'v>> {
         args.no_positional_args(eval.heap())?;
-        let kind = self
-            .name
-            .get()
-            .cloned()
-            .ok_or_else(|| anyhow!("a rule must be assigned to a global before it is called"))?;
+        let kind =
+            self.name.get().cloned().ok_or_else(|| {
+                anyhow!("a rule must be assigned to a global before it is called")
+            })?;
         let kwargs = args.names_map()?;
         let ctx = eval_ctx(eval)?;
         let engine = ctx.engine.clone();
@@ -162,7 +170,9 @@ impl<'v> StarlarkValue<'v> for RuleCallable {
             .borrow()
             .get(&self.id)
             .cloned()
-            .ok_or_else(|| anyhow!("rule `{kind}` is used before the file defining it was loaded"))?;
+            .ok_or_else(|| {
+                anyhow!("rule `{kind}` is used before the file defining it was loaded")
+            })?;
         let heap = eval.heap();
         let spec = attach(&spec, eval.frozen_heap());
         let dict = heap.alloc(AllocDict(kwargs.iter().map(|(k, v)| (k.to_value(), *v))));
@@ -198,7 +208,11 @@ impl fmt::Display for ProviderCallable {
 
 #[starlark_value(type = "provider_callable")]
 impl<'v> StarlarkValue<'v> for ProviderCallable {
-    fn export_as(&self, variable_name: &str, _eval: &mut Evaluator<'v, '_, '_>) -> starlark::Result<()> {
+    fn export_as(
+        &self,
+        variable_name: &str,
+        _eval: &mut Evaluator<'v, '_, '_>,
+    ) -> starlark::Result<()> {
         let _ = self.name.set(variable_name.to_owned());
         Ok(())
     }
@@ -207,14 +221,19 @@ impl<'v> StarlarkValue<'v> for ProviderCallable {
         Some(Ty::any())
     }
 
-    fn write_hash(&self, hasher: &mut starlark::collections::StarlarkHasher) -> starlark::Result<()> {
+    fn write_hash(
+        &self,
+        hasher: &mut starlark::collections::StarlarkHasher,
+    ) -> starlark::Result<()> {
         use std::hash::Hash;
         self.id.hash(hasher);
         Ok(())
     }
 
     fn equals(&self, other: Value<'v>) -> starlark::Result<bool> {
-        Ok(other.downcast_ref::<ProviderCallable>().is_some_and(|o| o.id == self.id))
+        Ok(other
+            .downcast_ref::<ProviderCallable>()
+            .is_some_and(|o| o.id == self.id))
     }
 
     fn invoke(
@@ -240,7 +259,10 @@ impl<'v> StarlarkValue<'v> for ProviderCallable {
         }
         let mut fields: Vec<(String, Value<'v>)> = vec![("__provider__".to_owned(), me)];
         for f in &self.fields {
-            fields.push((f.clone(), given.get(f).copied().unwrap_or_else(Value::new_none)));
+            fields.push((
+                f.clone(),
+                given.get(f).copied().unwrap_or_else(Value::new_none),
+            ));
         }
         Ok(eval.heap().alloc(AllocStruct(fields)))
     }
@@ -274,22 +296,36 @@ fn fake_natives(builder: &mut GlobalsBuilder) {
     }
 
     fn __new_rule(id: i32) -> anyhow::Result<RuleCallable> {
-        Ok(RuleCallable { id, name: OnceLock::new() })
+        Ok(RuleCallable {
+            id,
+            name: OnceLock::new(),
+        })
     }
 
     fn __new_provider(
         id: i32,
         fields: starlark::values::list_or_tuple::UnpackListOrTuple<String>,
     ) -> anyhow::Result<ProviderCallable> {
-        Ok(ProviderCallable { id, fields: fields.items, name: OnceLock::new() })
+        Ok(ProviderCallable {
+            id,
+            fields: fields.items,
+            name: OnceLock::new(),
+        })
     }
 
-    fn __stash<'v>(name: &str, value: Value<'v>, eval: &mut Evaluator<'v, '_, '_>) -> anyhow::Result<NoneType> {
+    fn __stash<'v>(
+        name: &str,
+        value: Value<'v>,
+        eval: &mut Evaluator<'v, '_, '_>,
+    ) -> anyhow::Result<NoneType> {
         eval.module().set(name, value);
         Ok(NoneType)
     }
 
-    fn __record<'v>(value: Value<'v>, eval: &mut Evaluator<'v, '_, '_>) -> anyhow::Result<NoneType> {
+    fn __record<'v>(
+        value: Value<'v>,
+        eval: &mut Evaluator<'v, '_, '_>,
+    ) -> anyhow::Result<NoneType> {
         let ctx = eval_ctx(eval)?;
         ctx.records.borrow_mut().push(to_json(value)?);
         Ok(NoneType)
@@ -319,7 +355,8 @@ fn fake_natives(builder: &mut GlobalsBuilder) {
             bail!("glob() can only be called while a BUCK file is evaluated");
         }
         let pkg = ctx.package.clone().unwrap_or_default();
-        ctx.engine.glob(&ctx.cell, &pkg, &include.items, &exclude.items)
+        ctx.engine
+            .glob(&ctx.cell, &pkg, &include.items, &exclude.items)
     }
 
     fn __read_config<'v>(
@@ -335,23 +372,45 @@ fn fake_natives(builder: &mut GlobalsBuilder) {
         })
     }
 
-    fn __resolve_select<'v>(d: Value<'v>, what: &str, eval: &mut Evaluator<'v, '_, '_>) -> anyhow::Result<Value<'v>> {
+    fn __resolve_select<'v>(
+        d: Value<'v>,
+        what: &str,
+        eval: &mut Evaluator<'v, '_, '_>,
+    ) -> anyhow::Result<Value<'v>> {
         let ctx = eval_ctx(eval)?;
-        let cfg = ctx.cfg.as_ref().ok_or_else(|| anyhow!("{what}: select() resolved outside of analysis"))?;
-        let dict = DictRef::from_value(d).ok_or_else(|| anyhow!("{what}: select() needs a dict"))?;
+        let cfg = ctx
+            .cfg
+            .as_ref()
+            .ok_or_else(|| anyhow!("{what}: select() resolved outside of analysis"))?;
+        let dict =
+            DictRef::from_value(d).ok_or_else(|| anyhow!("{what}: select() needs a dict"))?;
         let mut keys = Vec::new();
         for (k, v) in dict.iter() {
-            let k = k.unpack_str().ok_or_else(|| anyhow!("{what}: select keys must be strings"))?;
+            let k = k
+                .unpack_str()
+                .ok_or_else(|| anyhow!("{what}: select keys must be strings"))?;
             keys.push((k.to_owned(), v));
         }
         let pkg = ctx.package.clone().unwrap_or_default();
-        let chosen = ctx.engine.resolve_select(&ctx.cell, &pkg, cfg, &keys.iter().map(|(k, _)| k.clone()).collect::<Vec<_>>(), what)?;
+        let chosen = ctx.engine.resolve_select(
+            &ctx.cell,
+            &pkg,
+            cfg,
+            &keys.iter().map(|(k, _)| k.clone()).collect::<Vec<_>>(),
+            what,
+        )?;
         Ok(keys[chosen].1)
     }
 
-    fn __analyze_dep<'v>(label: &str, eval: &mut Evaluator<'v, '_, '_>) -> anyhow::Result<Value<'v>> {
+    fn __analyze_dep<'v>(
+        label: &str,
+        eval: &mut Evaluator<'v, '_, '_>,
+    ) -> anyhow::Result<Value<'v>> {
         let ctx = eval_ctx(eval)?;
-        let cfg = ctx.cfg.clone().ok_or_else(|| anyhow!("dependency `{label}` resolved outside of analysis"))?;
+        let cfg = ctx
+            .cfg
+            .clone()
+            .ok_or_else(|| anyhow!("dependency `{label}` resolved outside of analysis"))?;
         let pkg = ctx.package.clone().unwrap_or_default();
         let target = Label::parse(label, &ctx.cell, &pkg, &ctx.engine)?;
         let analysis = ctx.engine.analyze(&target, &cfg)?;
@@ -361,13 +420,20 @@ fn fake_natives(builder: &mut GlobalsBuilder) {
     fn __source<'v>(path: &str, eval: &mut Evaluator<'v, '_, '_>) -> anyhow::Result<Value<'v>> {
         let ctx = eval_ctx(eval)?;
         let pkg = ctx.package.clone().unwrap_or_default();
-        if path.is_empty() || path.starts_with('/') || path.split('/').any(|s| s == ".." || s == ".") {
+        if path.is_empty()
+            || path.starts_with('/')
+            || path.split('/').any(|s| s == ".." || s == ".")
+        {
             bail!("source path `{path}` must be relative to the package `{pkg}`");
         }
         let rel = join_rel(&pkg, path);
         let abs = ctx.engine.cell_dir(&ctx.cell)?.join(&rel);
         if !ctx.engine.exists(&abs) {
-            bail!("source file `{path}` of package `{}//{pkg}` does not exist ({})", ctx.cell, abs.display());
+            bail!(
+                "source file `{path}` of package `{}//{pkg}` does not exist ({})",
+                ctx.cell,
+                abs.display()
+            );
         }
         let cell_rel = ctx.engine.repo_relative(&ctx.cell, &rel)?;
         let engine = ctx.engine.clone();
@@ -402,10 +468,18 @@ pub fn to_json(v: Value<'_>) -> anyhow::Result<Json> {
         return Ok(Json::String(s.to_owned()));
     }
     if let Some(l) = ListRef::from_value(v) {
-        return l.iter().map(to_json).collect::<anyhow::Result<Vec<_>>>().map(Json::Array);
+        return l
+            .iter()
+            .map(to_json)
+            .collect::<anyhow::Result<Vec<_>>>()
+            .map(Json::Array);
     }
     if let Some(t) = TupleRef::from_value(v) {
-        return t.iter().map(to_json).collect::<anyhow::Result<Vec<_>>>().map(Json::Array);
+        return t
+            .iter()
+            .map(to_json)
+            .collect::<anyhow::Result<Vec<_>>>()
+            .map(Json::Array);
     }
     if let Some(d) = DictRef::from_value(v) {
         let mut m = serde_json::Map::new();
@@ -448,7 +522,10 @@ fn from_json<'v>(heap: Heap<'v>, j: &Json) -> Value<'v> {
                 let d = from_json(heap, sel);
                 return heap.alloc(AllocStruct([("__select__", d)]));
             }
-            heap.alloc(AllocDict(m.iter().map(|(k, x)| (heap.alloc(k.as_str()), from_json(heap, x)))))
+            heap.alloc(AllocDict(
+                m.iter()
+                    .map(|(k, x)| (heap.alloc(k.as_str()), from_json(heap, x))),
+            ))
         }
     }
 }
@@ -474,12 +551,28 @@ impl Label {
     pub fn parse(s: &str, cell: &str, package: &str, engine: &Engine) -> anyhow::Result<Label> {
         let s = s.strip_prefix('@').unwrap_or(s);
         if let Some(name) = s.strip_prefix(':') {
-            return Ok(Label { cell: cell.to_owned(), package: package.to_owned(), name: name.to_owned() });
+            return Ok(Label {
+                cell: cell.to_owned(),
+                package: package.to_owned(),
+                name: name.to_owned(),
+            });
         }
-        let (c, rest) = s.split_once("//").ok_or_else(|| anyhow!("`{s}` is not a target label"))?;
-        let c = if c.is_empty() { cell.to_owned() } else { engine.canonical_cell(c)? };
-        let (pkg, name) = rest.split_once(':').ok_or_else(|| anyhow!("`{s}` is not a target label (no `:name`)"))?;
-        Ok(Label { cell: c, package: pkg.trim_end_matches('/').to_owned(), name: name.to_owned() })
+        let (c, rest) = s
+            .split_once("//")
+            .ok_or_else(|| anyhow!("`{s}` is not a target label"))?;
+        let c = if c.is_empty() {
+            cell.to_owned()
+        } else {
+            engine.canonical_cell(c)?
+        };
+        let (pkg, name) = rest
+            .split_once(':')
+            .ok_or_else(|| anyhow!("`{s}` is not a target label (no `:name`)"))?;
+        Ok(Label {
+            cell: c,
+            package: pkg.trim_end_matches('/').to_owned(),
+            name: name.to_owned(),
+        })
     }
 }
 
@@ -570,7 +663,10 @@ pub fn parse_buckconfig(text: &str) -> BTreeMap<(String, String), String> {
         if l.starts_with('[') && l.ends_with(']') {
             section = l[1..l.len() - 1].trim().to_owned();
         } else if let Some((k, v)) = l.split_once('=') {
-            out.insert((section.clone(), k.trim().to_owned()), v.split_whitespace().collect::<Vec<_>>().join(" "));
+            out.insert(
+                (section.clone(), k.trim().to_owned()),
+                v.split_whitespace().collect::<Vec<_>>().join(" "),
+            );
         }
     }
     out
@@ -591,7 +687,9 @@ pub fn glob_match(pattern: &str, path: &str) -> bool {
         match p.first() {
             None => s.is_empty(),
             Some(&"**") => segs(&p[1..], s) || (!s.is_empty() && segs(p, &s[1..])),
-            Some(x) => !s.is_empty() && seg(x.as_bytes(), s[0].as_bytes()) && segs(&p[1..], &s[1..]),
+            Some(x) => {
+                !s.is_empty() && seg(x.as_bytes(), s[0].as_bytes()) && segs(&p[1..], &s[1..])
+            }
         }
     }
     let p: Vec<&str> = pattern.split('/').collect();
@@ -611,7 +709,11 @@ impl Engine {
         for ((section, key), value) in &buckconfig {
             match section.as_str() {
                 "cells" | "repositories" => {
-                    let dir = if key == "prelude" { fake_dir.join("prelude") } else { repo.join(value) };
+                    let dir = if key == "prelude" {
+                        fake_dir.join("prelude")
+                    } else {
+                        repo.join(value)
+                    };
                     cells.insert(key.clone(), dir);
                 }
                 "cell_aliases" | "repository_aliases" => {
@@ -655,7 +757,9 @@ impl Engine {
             in_progress: RefCell::new(HashSet::new()),
         });
         let builtins_path = engine.fake_dir.join("builtins.bzl");
-        let builtins = engine.eval_file(&builtins_path, "root", FileKind::Bzl, None, None, false)?.0;
+        let builtins = engine
+            .eval_file(&builtins_path, "root", FileKind::Bzl, None, None, false)?
+            .0;
         engine.register_rules(&builtins, &builtins_path);
         *engine.builtins.borrow_mut() = Some(builtins);
         Ok(engine)
@@ -663,17 +767,24 @@ impl Engine {
 
     /// Overrides `[section] key` as `-c section.key=value` would.
     pub fn set_config(&self, section: &str, key: &str, value: &str) {
-        self.buckconfig.borrow_mut().insert((section.to_owned(), key.to_owned()), value.to_owned());
+        self.buckconfig
+            .borrow_mut()
+            .insert((section.to_owned(), key.to_owned()), value.to_owned());
     }
 
     fn read_config(&self, section: &str, key: &str) -> Option<String> {
-        self.buckconfig.borrow().get(&(section.to_owned(), key.to_owned())).cloned()
+        self.buckconfig
+            .borrow()
+            .get(&(section.to_owned(), key.to_owned()))
+            .cloned()
     }
 
     /// Replaces (or adds) a file for this engine only: negative tests use it
     /// to evaluate deliberately broken snippets next to the real files.
     pub fn overlay(&self, repo_relative: &str, content: &str) {
-        self.overlay.borrow_mut().insert(self.repo.join(repo_relative), content.to_owned());
+        self.overlay
+            .borrow_mut()
+            .insert(self.repo.join(repo_relative), content.to_owned());
     }
 
     fn exists(&self, p: &Path) -> bool {
@@ -693,13 +804,19 @@ impl Engine {
         }
         match self.cell_aliases.get(c) {
             Some(a) if self.cells.contains_key(a) => Ok(a.clone()),
-            _ => bail!("unknown cell `{c}` (cells: {:?})", self.cells.keys().collect::<Vec<_>>()),
+            _ => bail!(
+                "unknown cell `{c}` (cells: {:?})",
+                self.cells.keys().collect::<Vec<_>>()
+            ),
         }
     }
 
     /// Directory of a cell.
     pub fn cell_dir(&self, cell: &str) -> anyhow::Result<PathBuf> {
-        self.cells.get(cell).cloned().ok_or_else(|| anyhow!("unknown cell `{cell}`"))
+        self.cells
+            .get(cell)
+            .cloned()
+            .ok_or_else(|| anyhow!("unknown cell `{cell}`"))
     }
 
     fn repo_relative(&self, cell: &str, rel: &str) -> anyhow::Result<String> {
@@ -721,7 +838,10 @@ impl Engine {
     fn register_rules(&self, m: &FrozenModule, path: &Path) {
         for name in m.names() {
             let name = name.as_str();
-            if let Some(id) = name.strip_prefix("__rule_spec_").and_then(|s| s.parse::<i32>().ok()) {
+            if let Some(id) = name
+                .strip_prefix("__rule_spec_")
+                .and_then(|s| s.parse::<i32>().ok())
+            {
                 if let Ok(v) = m.get(name) {
                     self.rules.borrow_mut().insert(id, v);
                 }
@@ -731,7 +851,10 @@ impl Engine {
             if let Ok(v) = m.get(name.as_str()) {
                 if let Some(r) = v.value().downcast_ref::<RuleCallable>() {
                     if let Some(n) = r.name.get() {
-                        self.rule_names.borrow_mut().entry(r.id).or_insert((n.clone(), path.to_owned()));
+                        self.rule_names
+                            .borrow_mut()
+                            .entry(r.id)
+                            .or_insert((n.clone(), path.to_owned()));
                     }
                 }
             }
@@ -752,7 +875,10 @@ impl Engine {
                 if let Ok(Json::Object(s)) = to_json(spec.value().to_value()) {
                     if let Some(Json::Object(attrs)) = s.get("attrs") {
                         for (k, a) in attrs {
-                            docs.insert(k.clone(), a.get("doc").and_then(Json::as_str).unwrap_or("").to_owned());
+                            docs.insert(
+                                k.clone(),
+                                a.get("doc").and_then(Json::as_str).unwrap_or("").to_owned(),
+                            );
                         }
                     }
                 }
@@ -767,7 +893,10 @@ impl Engine {
         let Some(b) = b.as_ref() else { return Ok(()) };
         let buck_only: Vec<String> = match b.get("FAKE_BUCK_ONLY") {
             Ok(v) => match to_json(v.value().to_value())? {
-                Json::Array(a) => a.iter().filter_map(|x| x.as_str().map(str::to_owned)).collect(),
+                Json::Array(a) => a
+                    .iter()
+                    .filter_map(|x| x.as_str().map(str::to_owned))
+                    .collect(),
                 _ => vec![],
             },
             Err(_) => vec![],
@@ -791,8 +920,14 @@ impl Engine {
         if let Some(file) = t.strip_prefix(':') {
             return Ok((cell.to_owned(), join_rel(dir, file)));
         }
-        let (c, rest) = t.split_once("//").ok_or_else(|| anyhow!("bad load path `{s}`"))?;
-        let c = if c.is_empty() { cell.to_owned() } else { self.canonical_cell(c)? };
+        let (c, rest) = t
+            .split_once("//")
+            .ok_or_else(|| anyhow!("bad load path `{s}`"))?;
+        let c = if c.is_empty() {
+            cell.to_owned()
+        } else {
+            self.canonical_cell(c)?
+        };
         let rel = match rest.split_once(':') {
             Some((pkg, file)) => join_rel(pkg, file),
             None => rest.to_owned(),
@@ -814,7 +949,11 @@ impl Engine {
         builtins: bool,
     ) -> anyhow::Result<(FrozenModule, Vec<Json>)> {
         let src = self.read(path)?;
-        let shown = path.strip_prefix(&self.repo).unwrap_or(path).display().to_string();
+        let shown = path
+            .strip_prefix(&self.repo)
+            .unwrap_or(path)
+            .display()
+            .to_string();
         let ast = AstModule::parse(&shown, src, &kind.dialect()).map_err(|e| anyhow!("{e}"))?;
         let cell_dir = self.cell_dir(cell)?;
         let dir = path
@@ -824,8 +963,12 @@ impl Engine {
             .unwrap_or_default();
         let mut loaded: Vec<(String, FrozenModule)> = Vec::new();
         for l in ast.loads() {
-            let (c, rel) = self.resolve_load(cell, &dir, l.module_id).with_context(|| format!("in {shown}"))?;
-            let m = self.eval_bzl(&c, &rel).with_context(|| format!("loading `{}` from {shown}", l.module_id))?;
+            let (c, rel) = self
+                .resolve_load(cell, &dir, l.module_id)
+                .with_context(|| format!("in {shown}"))?;
+            let m = self
+                .eval_bzl(&c, &rel)
+                .with_context(|| format!("loading `{}` from {shown}", l.module_id))?;
             loaded.push((l.module_id.to_owned(), m));
         }
         let modules = loaded.iter().map(|(a, b)| (a.as_str(), b)).collect();
@@ -846,9 +989,12 @@ impl Engine {
                 let mut eval = Evaluator::new(&module);
                 eval.set_loader(&loader);
                 eval.extra = Some(&ctx);
-                eval.eval_module(ast, &self.globals).map_err(|e| anyhow!("{e}"))?;
+                eval.eval_module(ast, &self.globals)
+                    .map_err(|e| anyhow!("{e}"))?;
             }
-            module.freeze().map_err(|e| anyhow!("freezing {shown}: {e:?}"))
+            module
+                .freeze()
+                .map_err(|e| anyhow!("freezing {shown}: {e:?}"))
         })?;
         Ok((frozen, ctx.records.into_inner()))
     }
@@ -877,14 +1023,19 @@ impl Engine {
     }
 
     /// Records of the PACKAGE file of `cell//dir` (empty when there is none).
-    pub fn package_records(self: &Rc<Self>, cell: &str, dir: &str) -> anyhow::Result<Rc<Vec<Json>>> {
+    pub fn package_records(
+        self: &Rc<Self>,
+        cell: &str,
+        dir: &str,
+    ) -> anyhow::Result<Rc<Vec<Json>>> {
         let key = format!("{cell}//{dir}");
         if let Some(r) = self.package_records.borrow().get(&key) {
             return Ok(r.clone());
         }
         let path = self.cell_dir(cell)?.join(dir).join("PACKAGE");
         let records = if self.exists(&path) {
-            self.eval_file(&path, cell, FileKind::Package, Some(dir), None, true)?.1
+            self.eval_file(&path, cell, FileKind::Package, Some(dir), None, true)?
+                .1
         } else {
             Vec::new()
         };
@@ -904,7 +1055,11 @@ impl Engine {
     }
 
     /// Targets of the BUCK file of `cell//dir` (its PACKAGE files are evaluated first).
-    pub fn package(self: &Rc<Self>, cell: &str, dir: &str) -> anyhow::Result<Rc<BTreeMap<String, Target>>> {
+    pub fn package(
+        self: &Rc<Self>,
+        cell: &str,
+        dir: &str,
+    ) -> anyhow::Result<Rc<BTreeMap<String, Target>>> {
         let key = format!("{cell}//{dir}");
         if let Some(p) = self.packages.borrow().get(&key) {
             return Ok(p.clone());
@@ -925,7 +1080,10 @@ impl Engine {
             let name = r["name"].as_str().unwrap_or_default().to_owned();
             let t = Target {
                 kind: r["kind"].as_str().unwrap_or_default().to_owned(),
-                rule_id: r["rule_id"].as_i64().and_then(|x| i32::try_from(x).ok()).unwrap_or(0),
+                rule_id: r["rule_id"]
+                    .as_i64()
+                    .and_then(|x| i32::try_from(x).ok())
+                    .unwrap_or(0),
                 attrs: r["attrs"].as_object().cloned().unwrap_or_default(),
             };
             if targets.insert(name.clone(), t).is_some() {
@@ -940,7 +1098,10 @@ impl Engine {
     fn target(self: &Rc<Self>, l: &Label) -> anyhow::Result<Target> {
         let p = self.package(&l.cell, &l.package)?;
         p.get(&l.name).cloned().ok_or_else(|| {
-            anyhow!("unknown target `{l}` (package has: {})", p.keys().cloned().collect::<Vec<_>>().join(", "))
+            anyhow!(
+                "unknown target `{l}` (package has: {})",
+                p.keys().cloned().collect::<Vec<_>>().join(", ")
+            )
         })
     }
 
@@ -950,7 +1111,10 @@ impl Engine {
         let mut out = Vec::new();
         let mut stack = vec![root.clone()];
         while let Some(d) = stack.pop() {
-            let rel = d.strip_prefix(&root).map(|p| p.to_string_lossy().into_owned()).unwrap_or_default();
+            let rel = d
+                .strip_prefix(&root)
+                .map(|p| p.to_string_lossy().into_owned())
+                .unwrap_or_default();
             if !rel.is_empty() && self.ignored(&root, &d) {
                 continue;
             }
@@ -976,7 +1140,9 @@ impl Engine {
     }
 
     fn ignored(&self, cell_root: &Path, p: &Path) -> bool {
-        let Ok(rel) = p.strip_prefix(&self.repo) else { return false };
+        let Ok(rel) = p.strip_prefix(&self.repo) else {
+            return false;
+        };
         let rel = rel.to_string_lossy();
         if rel == "buck-out" || rel.starts_with("buck-out/") {
             return true;
@@ -990,23 +1156,36 @@ impl Engine {
             .any(|pat| glob_match(pat, &rel) || rel.starts_with(&format!("{pat}/")))
     }
 
-    fn glob(&self, cell: &str, pkg: &str, include: &[String], exclude: &[String]) -> anyhow::Result<Vec<String>> {
+    fn glob(
+        &self,
+        cell: &str,
+        pkg: &str,
+        include: &[String],
+        exclude: &[String],
+    ) -> anyhow::Result<Vec<String>> {
         let cell_root = self.cell_dir(cell)?;
         let base = cell_root.join(pkg);
         let mut out = Vec::new();
         let mut stack = vec![base.clone()];
         while let Some(d) = stack.pop() {
-            let Ok(rd) = std::fs::read_dir(&d) else { continue };
+            let Ok(rd) = std::fs::read_dir(&d) else {
+                continue;
+            };
             for e in rd.filter_map(Result::ok) {
                 let p = e.path();
-                let rel = p.strip_prefix(&base).map(|x| x.to_string_lossy().into_owned()).unwrap_or_default();
+                let rel = p
+                    .strip_prefix(&base)
+                    .map(|x| x.to_string_lossy().into_owned())
+                    .unwrap_or_default();
                 let ft = e.file_type()?;
                 if ft.is_dir() {
                     if self.ignored(&cell_root, &p) || p.join("BUCK").exists() {
                         continue;
                     }
                     stack.push(p);
-                } else if include.iter().any(|g| glob_match(g, &rel)) && !exclude.iter().any(|g| glob_match(g, &rel)) {
+                } else if include.iter().any(|g| glob_match(g, &rel))
+                    && !exclude.iter().any(|g| glob_match(g, &rel))
+                {
                     out.push(rel);
                 }
             }
@@ -1020,7 +1199,11 @@ impl Engine {
         if t.kind != "constraint_value" {
             bail!("`{value}` is a {}, not a constraint_value", t.kind);
         }
-        let s = t.attrs.get("constraint_setting").and_then(Json::as_str).unwrap_or_default();
+        let s = t
+            .attrs
+            .get("constraint_setting")
+            .and_then(Json::as_str)
+            .unwrap_or_default();
         Ok(Label::parse(s, &value.cell, &value.package, self)?.to_string())
     }
 
@@ -1033,8 +1216,19 @@ impl Engine {
                 out.insert(self.constraint_setting_of(key)?, key.to_string());
             }
             "config_setting" => {
-                for v in t.attrs.get("constraint_values").and_then(Json::as_array).cloned().unwrap_or_default() {
-                    let l = Label::parse(v.as_str().unwrap_or_default(), &key.cell, &key.package, self)?;
+                for v in t
+                    .attrs
+                    .get("constraint_values")
+                    .and_then(Json::as_array)
+                    .cloned()
+                    .unwrap_or_default()
+                {
+                    let l = Label::parse(
+                        v.as_str().unwrap_or_default(),
+                        &key.cell,
+                        &key.package,
+                        self,
+                    )?;
                     out.insert(self.constraint_setting_of(&l)?, l.to_string());
                 }
             }
@@ -1045,7 +1239,14 @@ impl Engine {
 
     /// Index of the select key Buck2 would take: all matching keys, the one
     /// refining every other wins; DEFAULT when none matches.
-    pub fn resolve_select(self: &Rc<Self>, cell: &str, pkg: &str, cfg: &Config, keys: &[String], what: &str) -> anyhow::Result<usize> {
+    pub fn resolve_select(
+        self: &Rc<Self>,
+        cell: &str,
+        pkg: &str,
+        cfg: &Config,
+        keys: &[String],
+        what: &str,
+    ) -> anyhow::Result<usize> {
         let mut matching: Vec<(usize, Config)> = Vec::new();
         let mut default = None;
         for (i, k) in keys.iter().enumerate() {
@@ -1092,7 +1293,11 @@ impl Engine {
     /// The configuration of a top-level target: PACKAGE modifiers from the
     /// root down, then the command line's `-m` (aliases from the root
     /// PACKAGE; ignored, as by Buck2, when no cfg constructor is set).
-    pub fn config_for(self: &Rc<Self>, target: &Label, modifiers: &[&str]) -> anyhow::Result<Config> {
+    pub fn config_for(
+        self: &Rc<Self>,
+        target: &Label,
+        modifiers: &[&str],
+    ) -> anyhow::Result<Config> {
         let mut cfg = Config::new();
         for d in Self::package_chain(&target.package) {
             for r in self.package_records(&target.cell, &d)?.iter() {
@@ -1114,7 +1319,10 @@ impl Engine {
             } else {
                 match ctor.get("aliases").and_then(|a| a.get(*m)) {
                     Some(Json::String(s)) => vec![s.clone()],
-                    Some(Json::Array(a)) => a.iter().filter_map(|x| x.as_str().map(str::to_owned)).collect(),
+                    Some(Json::Array(a)) => a
+                        .iter()
+                        .filter_map(|x| x.as_str().map(str::to_owned))
+                        .collect(),
                     _ => bail!("Found invalid modifier alias `{m}`"),
                 }
             };
@@ -1149,8 +1357,19 @@ impl Engine {
     /// Whether `target_compatible_with` of a target holds in `cfg`.
     pub fn compatible(self: &Rc<Self>, label: &Label, cfg: &Config) -> anyhow::Result<bool> {
         let t = self.target(label)?;
-        for v in t.attrs.get("target_compatible_with").and_then(Json::as_array).cloned().unwrap_or_default() {
-            let l = Label::parse(v.as_str().unwrap_or_default(), &label.cell, &label.package, self)?;
+        for v in t
+            .attrs
+            .get("target_compatible_with")
+            .and_then(Json::as_array)
+            .cloned()
+            .unwrap_or_default()
+        {
+            let l = Label::parse(
+                v.as_str().unwrap_or_default(),
+                &label.cell,
+                &label.package,
+                self,
+            )?;
             let c = self.constraints_of(&l)?;
             if !c.iter().all(|(s, v)| cfg.get(s) == Some(v)) {
                 return Ok(false);
@@ -1162,7 +1381,11 @@ impl Engine {
     fn analyze_uncached(self: &Rc<Self>, label: &Label, cfg: &Config) -> anyhow::Result<Analysis> {
         let t = self.target(label)?;
         if !self.compatible(label, cfg)? {
-            return Err(Incompatible(format!("`{label}` is incompatible with configuration `{}`", cfg_key(cfg))).into());
+            return Err(Incompatible(format!(
+                "`{label}` is incompatible with configuration `{}`",
+                cfg_key(cfg)
+            ))
+            .into());
         }
         let spec = self
             .rules
@@ -1178,49 +1401,66 @@ impl Engine {
             cfg: Some(cfg.clone()),
             records: RefCell::new(Vec::new()),
         };
-        let (frozen, actions, providers_json) = Module::with_temp_heap(|module| -> anyhow::Result<(FrozenModule, Vec<Json>, Json)> {
-            let (result, actions, providers_json) = {
-                let mut eval = Evaluator::new(&module);
-                eval.extra = Some(&ctx);
-                let heap = eval.heap();
-                let f = self.builtin("fake_analyze", &eval)?;
-                let label_v = heap.alloc(AllocStruct([
-                    ("cell", heap.alloc(label.cell.as_str())),
-                    ("package", heap.alloc(label.package.as_str())),
-                    ("name", heap.alloc(label.name.as_str())),
-                ]));
-                let given = from_json(heap, &Json::Object(t.attrs.clone()));
-                let spec_v = attach(&spec, eval.frozen_heap());
-                let kind_v = heap.alloc(t.kind.as_str());
-                let result = eval
-                    .eval_function(f, &[kind_v, spec_v, label_v, given], &[])
-                    .map_err(|e| anyhow!("analysing `{label}` ({}): {e}", t.kind))?;
-                let actions = result
-                    .get_attr("actions", heap)
-                    .map_err(|e| anyhow!("{e}"))?
-                    .ok_or_else(|| anyhow!("internal: no actions"))?;
-                let actions = match to_json(actions)? {
-                    Json::Array(a) => a,
-                    _ => Vec::new(),
+        let (frozen, actions, providers_json) = Module::with_temp_heap(
+            |module| -> anyhow::Result<(FrozenModule, Vec<Json>, Json)> {
+                let (result, actions, providers_json) = {
+                    let mut eval = Evaluator::new(&module);
+                    eval.extra = Some(&ctx);
+                    let heap = eval.heap();
+                    let f = self.builtin("fake_analyze", &eval)?;
+                    let label_v = heap.alloc(AllocStruct([
+                        ("cell", heap.alloc(label.cell.as_str())),
+                        ("package", heap.alloc(label.package.as_str())),
+                        ("name", heap.alloc(label.name.as_str())),
+                    ]));
+                    let given = from_json(heap, &Json::Object(t.attrs.clone()));
+                    let spec_v = attach(&spec, eval.frozen_heap());
+                    let kind_v = heap.alloc(t.kind.as_str());
+                    let result = eval
+                        .eval_function(f, &[kind_v, spec_v, label_v, given], &[])
+                        .map_err(|e| anyhow!("analysing `{label}` ({}): {e}", t.kind))?;
+                    let actions = result
+                        .get_attr("actions", heap)
+                        .map_err(|e| anyhow!("{e}"))?
+                        .ok_or_else(|| anyhow!("internal: no actions"))?;
+                    let actions = match to_json(actions)? {
+                        Json::Array(a) => a,
+                        _ => Vec::new(),
+                    };
+                    let providers = result
+                        .get_attr("providers", heap)
+                        .map_err(|e| anyhow!("{e}"))?
+                        .ok_or_else(|| anyhow!("internal: no providers"))?;
+                    let providers_json = to_json(providers)?;
+                    module.set("__providers__", providers);
+                    (result, actions, providers_json)
                 };
-                let providers = result
-                    .get_attr("providers", heap)
-                    .map_err(|e| anyhow!("{e}"))?
-                    .ok_or_else(|| anyhow!("internal: no providers"))?;
-                let providers_json = to_json(providers)?;
-                module.set("__providers__", providers);
-                (result, actions, providers_json)
-            };
-            let _ = result;
-            Ok((module.freeze().map_err(|e| anyhow!("{e:?}"))?, actions, providers_json))
-        })?;
+                let _ = result;
+                Ok((
+                    module.freeze().map_err(|e| anyhow!("{e:?}"))?,
+                    actions,
+                    providers_json,
+                ))
+            },
+        )?;
         let providers = frozen.get("__providers__").map_err(|e| anyhow!("{e}"))?;
-        Ok(Analysis { label: label.clone(), kind: t.kind, providers, actions, providers_json })
+        Ok(Analysis {
+            label: label.clone(),
+            kind: t.kind,
+            providers,
+            actions,
+            providers_json,
+        })
     }
 
     /// Every analysis made so far (label, configuration key) -> result.
     pub fn all_analyses(&self) -> Vec<((Label, String), Rc<Analysis>)> {
-        let mut v: Vec<_> = self.analyses.borrow().iter().map(|(k, a)| (k.clone(), a.clone())).collect();
+        let mut v: Vec<_> = self
+            .analyses
+            .borrow()
+            .iter()
+            .map(|(k, a)| (k.clone(), a.clone()))
+            .collect();
         v.sort_by(|a, b| a.0.cmp(&b.0));
         v
     }
@@ -1228,7 +1468,13 @@ impl Engine {
     /// Calls a function exported by a `.bzl` file with string arguments and
     /// returns its result as JSON (used to compute expected messages with
     /// rules/common itself instead of copying its text).
-    pub fn call_bzl(self: &Rc<Self>, cell: &str, rel: &str, func: &str, args: &[Json]) -> anyhow::Result<Json> {
+    pub fn call_bzl(
+        self: &Rc<Self>,
+        cell: &str,
+        rel: &str,
+        func: &str,
+        args: &[Json],
+    ) -> anyhow::Result<Json> {
         let m = self.eval_bzl(cell, rel)?;
         let f = m.get(func).map_err(|e| anyhow!("{e}"))?;
         let ctx = EvalCtx {
@@ -1245,7 +1491,9 @@ impl Engine {
             let heap = eval.heap();
             let fv = attach(&f, eval.frozen_heap());
             let argv: Vec<Value<'_>> = args.iter().map(|a| from_json(heap, a)).collect();
-            let r = eval.eval_function(fv, &argv, &[]).map_err(|e| anyhow!("{e}"))?;
+            let r = eval
+                .eval_function(fv, &argv, &[])
+                .map_err(|e| anyhow!("{e}"))?;
             to_json(r)
         })
     }
@@ -1263,11 +1511,19 @@ pub struct HelperBins {
 /// `$ROCPACK_KPACK` / `$ROCPACK_SNAPCTL`, else `cargo build -p kpack -p snapctl`
 /// into the workspace's target directory.
 pub fn helper_bins(repo: &Path) -> anyhow::Result<HelperBins> {
-    if let (Ok(k), Ok(s)) = (std::env::var("ROCPACK_KPACK"), std::env::var("ROCPACK_SNAPCTL")) {
-        return Ok(HelperBins { kpack: k.into(), snapctl: s.into() });
+    if let (Ok(k), Ok(s)) = (
+        std::env::var("ROCPACK_KPACK"),
+        std::env::var("ROCPACK_SNAPCTL"),
+    ) {
+        return Ok(HelperBins {
+            kpack: k.into(),
+            snapctl: s.into(),
+        });
     }
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
-    let target = std::env::var("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|_| repo.join("target"));
+    let target = std::env::var("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| repo.join("target"));
     let st = Command::new(cargo)
         .args(["build", "--quiet", "-p", "kpack", "-p", "snapctl"])
         .current_dir(repo)
@@ -1277,7 +1533,10 @@ pub fn helper_bins(repo: &Path) -> anyhow::Result<HelperBins> {
     if !st.success() {
         bail!("cargo build -p kpack -p snapctl failed");
     }
-    Ok(HelperBins { kpack: target.join("debug/kpack"), snapctl: target.join("debug/snapctl") })
+    Ok(HelperBins {
+        kpack: target.join("debug/kpack"),
+        snapctl: target.join("debug/snapctl"),
+    })
 }
 
 /// The helper (`kpack` / `snapctl`) an action runs, if it runs one.
@@ -1294,15 +1553,25 @@ pub fn helper_of(action: &Json) -> Option<&'static str> {
 }
 
 /// Runs the real helper on an action's command line, with every artifact
-/// replaced by a path in a scratch directory (sources by the real file), and
+/// replaced by a path in a scratch directory (sources by a copy), and
 /// fails when the helper's argument parser rejects it (clap's usage error:
 /// exit 2 with a `Usage:` line). Errors the helper reports about the
 /// placeholder inputs themselves are fine: only the command line is checked.
 ///
 /// Returns `Ok(None)` for actions that do not run a helper.
-pub fn check_helper_command(bins: &HelperBins, repo: &Path, action: &Json) -> anyhow::Result<Option<String>> {
-    let Some(tool) = helper_of(action) else { return Ok(None) };
-    let bin = if tool == "kpack" { &bins.kpack } else { &bins.snapctl };
+pub fn check_helper_command(
+    bins: &HelperBins,
+    repo: &Path,
+    action: &Json,
+) -> anyhow::Result<Option<String>> {
+    let Some(tool) = helper_of(action) else {
+        return Ok(None);
+    };
+    let bin = if tool == "kpack" {
+        &bins.kpack
+    } else {
+        &bins.snapctl
+    };
     let scratch = tempfile::tempdir()?;
     let argv = action["argv"].as_array().cloned().unwrap_or_default();
     let mut args: Vec<String> = Vec::new();
@@ -1310,7 +1579,10 @@ pub fn check_helper_command(bins: &HelperBins, repo: &Path, action: &Json) -> an
         match a {
             Json::String(s) => args.push(s.clone()),
             Json::Object(o) if o.contains_key("__output__") => {
-                let p = scratch.path().join("out").join(o["path"].as_str().unwrap_or("x"));
+                let p = scratch
+                    .path()
+                    .join("out")
+                    .join(o["path"].as_str().unwrap_or("x"));
                 if let Some(parent) = p.parent() {
                     std::fs::create_dir_all(parent)?;
                 }
@@ -1319,8 +1591,15 @@ pub fn check_helper_command(bins: &HelperBins, repo: &Path, action: &Json) -> an
             Json::Object(o) if o.contains_key("__artifact__") => {
                 let path = o["path"].as_str().unwrap_or("x");
                 let real = repo.join(path);
-                if o["is_source"].as_bool() == Some(true) && real.exists() {
-                    args.push(real.to_string_lossy().into_owned());
+                if o["is_source"].as_bool() == Some(true) && real.is_file() {
+                    // A copy: a command (e.g. an `.update` target) may write
+                    // to it, and the checkout must never change.
+                    let p = scratch.path().join("src").join(path);
+                    if let Some(parent) = p.parent() {
+                        std::fs::create_dir_all(parent)?;
+                    }
+                    std::fs::copy(&real, &p)?;
+                    args.push(p.to_string_lossy().into_owned());
                     continue;
                 }
                 let p = scratch.path().join("in").join(path);
@@ -1344,9 +1623,13 @@ pub fn check_helper_command(bins: &HelperBins, repo: &Path, action: &Json) -> an
         .output()
         .with_context(|| format!("running {}", bin.display()))?;
     let stderr = String::from_utf8_lossy(&out.stderr);
-    let usage = out.status.code() == Some(2) && (stderr.contains("Usage:") || stderr.starts_with("error:"));
+    let usage =
+        out.status.code() == Some(2) && (stderr.contains("Usage:") || stderr.starts_with("error:"));
     if usage {
-        bail!("`{tool} {}` is rejected by {tool}'s argument parser:\n{stderr}", args.join(" "));
+        bail!(
+            "`{tool} {}` is rejected by {tool}'s argument parser:\n{stderr}",
+            args.join(" ")
+        );
     }
     Ok(Some(format!("{tool} {}", args.join(" "))))
 }
@@ -1361,21 +1644,44 @@ pub fn repo_root() -> PathBuf {
 }
 
 /// Channel x ROCm version combinations from rules/common, as `-m` aliases.
-pub fn modifier_matrix(engine: &Rc<Engine>, library: &str) -> anyhow::Result<Vec<(String, String, Vec<String>)>> {
+pub fn modifier_matrix(
+    engine: &Rc<Engine>,
+    library: &str,
+) -> anyhow::Result<Vec<(String, String, Vec<String>)>> {
     let common = engine.eval_bzl("root", "rules/common/snapshot.bzl")?;
     let get = |n: &str| -> anyhow::Result<Vec<String>> {
         let v = common.get(n).map_err(|e| anyhow!("{e}"))?;
         Ok(match to_json(v.value().to_value())? {
-            Json::Array(a) => a.iter().filter_map(|x| x.as_str().map(str::to_owned)).collect(),
+            Json::Array(a) => a
+                .iter()
+                .filter_map(|x| x.as_str().map(str::to_owned))
+                .collect(),
             _ => vec![],
         })
     };
     let mut out = Vec::new();
     for c in get("SNAPSHOT_CHANNELS")? {
         for v in get("ROCM_VERSIONS")? {
-            let ch = engine.call_bzl("root", "rules/common/snapshot.bzl", "channel_config_name", &[json!(library), json!(c)])?;
-            let ro = engine.call_bzl("root", "rules/common/snapshot.bzl", "rocm_config_name", &[json!(v)])?;
-            out.push((c.clone(), v.clone(), vec![ch.as_str().unwrap_or_default().to_owned(), ro.as_str().unwrap_or_default().to_owned()]));
+            let ch = engine.call_bzl(
+                "root",
+                "rules/common/snapshot.bzl",
+                "channel_config_name",
+                &[json!(library), json!(c)],
+            )?;
+            let ro = engine.call_bzl(
+                "root",
+                "rules/common/snapshot.bzl",
+                "rocm_config_name",
+                &[json!(v)],
+            )?;
+            out.push((
+                c.clone(),
+                v.clone(),
+                vec![
+                    ch.as_str().unwrap_or_default().to_owned(),
+                    ro.as_str().unwrap_or_default().to_owned(),
+                ],
+            ));
         }
     }
     Ok(out)
@@ -1389,7 +1695,11 @@ pub fn targets_under(engine: &Rc<Engine>, prefix: &str) -> anyhow::Result<Vec<La
     for d in engine.buck_dirs("root")? {
         if d == prefix || d.starts_with(&format!("{prefix}/")) || prefix.is_empty() {
             for name in engine.package("root", &d)?.keys() {
-                out.push(Label { cell: "root".into(), package: d.clone(), name: name.clone() });
+                out.push(Label {
+                    cell: "root".into(),
+                    package: d.clone(),
+                    name: name.clone(),
+                });
             }
         }
     }
@@ -1410,13 +1720,24 @@ pub fn configurations(engine: &Rc<Engine>, library: &str) -> anyhow::Result<Vec<
 /// `ExternalRunnerTestInfo.command`, as pseudo `run` actions.
 pub fn runnable_commands(a: &Analysis) -> Vec<Json> {
     let mut out = Vec::new();
-    let Json::Object(p) = &a.providers_json else { return out };
+    let Json::Object(p) = &a.providers_json else {
+        return out;
+    };
     for (_, inst) in p {
-        let name = inst.get("__provider__").and_then(|x| x.get("__provider__")).and_then(Json::as_str).unwrap_or("");
+        let name = inst
+            .get("__provider__")
+            .and_then(|x| x.get("__provider__"))
+            .and_then(Json::as_str)
+            .unwrap_or("");
         let mut cmds = Vec::new();
         match name {
             "RunInfo" => cmds.push(inst.get("args").cloned().unwrap_or(Json::Null)),
-            "ExternalRunnerTestInfo" => cmds.extend(inst.get("command").and_then(Json::as_array).cloned().unwrap_or_default()),
+            "ExternalRunnerTestInfo" => cmds.extend(
+                inst.get("command")
+                    .and_then(Json::as_array)
+                    .cloned()
+                    .unwrap_or_default(),
+            ),
             _ => {}
         }
         for c in cmds {
@@ -1438,7 +1759,11 @@ pub struct SweepResult {
 }
 
 pub fn sweep(engine: &Rc<Engine>, prefix: &str, library: &str) -> anyhow::Result<SweepResult> {
-    let mut res = SweepResult { helper_actions: Vec::new(), missing_snapshot_errors: Vec::new(), analysed: 0 };
+    let mut res = SweepResult {
+        helper_actions: Vec::new(),
+        missing_snapshot_errors: Vec::new(),
+        analysed: 0,
+    };
     let targets = targets_under(engine, prefix)?;
     for mods in configurations(engine, library)? {
         let m: Vec<&str> = mods.iter().map(String::as_str).collect();
@@ -1459,7 +1784,8 @@ pub fn sweep(engine: &Rc<Engine>, prefix: &str, library: &str) -> anyhow::Result
                 Err(e) => {
                     let msg = format!("{e:#}");
                     if msg.contains("snapshot of") && msg.contains("snapctl create") {
-                        res.missing_snapshot_errors.push((t.clone(), mods.clone(), msg));
+                        res.missing_snapshot_errors
+                            .push((t.clone(), mods.clone(), msg));
                     } else {
                         bail!("{t} with -m {:?}: {msg}", mods);
                     }
@@ -1471,7 +1797,11 @@ pub fn sweep(engine: &Rc<Engine>, prefix: &str, library: &str) -> anyhow::Result
 }
 
 /// Runs every distinct helper command line through the real helper's parser.
-pub fn check_helper_commands(bins: &HelperBins, repo: &Path, actions: &[(Label, Json)]) -> anyhow::Result<Vec<String>> {
+pub fn check_helper_commands(
+    bins: &HelperBins,
+    repo: &Path,
+    actions: &[(Label, Json)],
+) -> anyhow::Result<Vec<String>> {
     let mut seen = HashSet::new();
     let mut checked = Vec::new();
     for (label, act) in actions {
@@ -1479,7 +1809,9 @@ pub fn check_helper_commands(bins: &HelperBins, repo: &Path, actions: &[(Label, 
         if !seen.insert(key) {
             continue;
         }
-        if let Some(cmd) = check_helper_command(bins, repo, act).with_context(|| format!("action of {label}"))? {
+        if let Some(cmd) =
+            check_helper_command(bins, repo, act).with_context(|| format!("action of {label}"))?
+        {
             checked.push(cmd);
         }
     }
@@ -1489,11 +1821,18 @@ pub fn check_helper_commands(bins: &HelperBins, repo: &Path, actions: &[(Label, 
 /// The root PACKAGE enables modifiers (set_cfg_constructor with the prelude's
 /// two stages) and every required alias maps onto a constraint value of the
 /// right setting; `-m` really changes the configuration.
-pub fn check_modifier_aliases(engine: &Rc<Engine>, library: &str, required: &[&str]) -> anyhow::Result<()> {
+pub fn check_modifier_aliases(
+    engine: &Rc<Engine>,
+    library: &str,
+    required: &[&str],
+) -> anyhow::Result<()> {
     let ctor = engine
         .cfg_constructor()?
         .ok_or_else(|| anyhow!("the root PACKAGE does not call native.set_cfg_constructor: buck2 would silently ignore every -m"))?;
-    for (field, want) in [("stage0", "cfg_constructor_pre_constraint_analysis"), ("stage1", "cfg_constructor_post_constraint_analysis")] {
+    for (field, want) in [
+        ("stage0", "cfg_constructor_pre_constraint_analysis"),
+        ("stage1", "cfg_constructor_post_constraint_analysis"),
+    ] {
         let got = ctor.get(field).map(Json::to_string).unwrap_or_default();
         if !got.contains(want) {
             bail!("set_cfg_constructor({field} = ...) is {got}, expected the prelude's {want}");
@@ -1502,21 +1841,36 @@ pub fn check_modifier_aliases(engine: &Rc<Engine>, library: &str, required: &[&s
     if ctor.get("key").and_then(Json::as_str) != Some("buck.cfg_modifiers") {
         bail!("set_cfg_constructor(key = ...) must be MODIFIER_METADATA_KEY");
     }
-    let aliases = ctor.get("aliases").and_then(Json::as_object).cloned().unwrap_or_default();
+    let aliases = ctor
+        .get("aliases")
+        .and_then(Json::as_object)
+        .cloned()
+        .unwrap_or_default();
     for a in required {
         if !aliases.contains_key(*a) {
             bail!("modifier alias `{a}` is missing from set_cfg_constructor(aliases = ...) (has {:?})", aliases.keys().collect::<Vec<_>>());
         }
     }
-    let probe = Label { cell: "root".into(), package: String::new(), name: "probe".into() };
+    let probe = Label {
+        cell: "root".into(),
+        package: String::new(),
+        name: "probe".into(),
+    };
     let default = engine.config_for(&probe, &[])?;
     for (channel, version, mods) in modifier_matrix(engine, library)? {
         let m: Vec<&str> = mods.iter().map(String::as_str).collect();
         let cfg = engine.config_for(&probe, &m)?;
         let want_c = format!(":{channel}");
-        let want_v = engine.call_bzl("root", "rules/common/snapshot.bzl", "rocm_config_name", &[json!(version)])?;
+        let want_v = engine.call_bzl(
+            "root",
+            "rules/common/snapshot.bzl",
+            "rocm_config_name",
+            &[json!(version)],
+        )?;
         let want_v = format!(":{}", want_v.as_str().unwrap_or_default());
-        if !cfg.values().any(|v| v.ends_with(&want_c)) || !cfg.values().any(|v| v.ends_with(&want_v)) {
+        if !cfg.values().any(|v| v.ends_with(&want_c))
+            || !cfg.values().any(|v| v.ends_with(&want_v))
+        {
             bail!("-m {} gives configuration {cfg:?} (default {default:?}): the aliases do not select channel {channel} and ROCm {version}", mods.join(" -m "));
         }
     }
@@ -1525,8 +1879,16 @@ pub fn check_modifier_aliases(engine: &Rc<Engine>, library: &str, required: &[&s
 
 /// The select of a rcclx_snapshot alias has a branch for every channel x
 /// ROCm version (dev -> `<name>_dev`, prebuilt -> `<name>_<channel>_rocm<key>`).
-pub fn check_select_coverage(engine: &Rc<Engine>, alias: &Label, library: &str) -> anyhow::Result<usize> {
-    let t = engine.package(&alias.cell, &alias.package)?.get(&alias.name).cloned().ok_or_else(|| anyhow!("no target {alias}"))?;
+pub fn check_select_coverage(
+    engine: &Rc<Engine>,
+    alias: &Label,
+    library: &str,
+) -> anyhow::Result<usize> {
+    let t = engine
+        .package(&alias.cell, &alias.package)?
+        .get(&alias.name)
+        .cloned()
+        .ok_or_else(|| anyhow!("no target {alias}"))?;
     let branches = t
         .attrs
         .get("actual")
@@ -1539,16 +1901,25 @@ pub fn check_select_coverage(engine: &Rc<Engine>, alias: &Label, library: &str) 
     for (channel, version, mods) in modifier_matrix(engine, library)? {
         let m: Vec<&str> = mods.iter().map(String::as_str).collect();
         let cfg = engine.config_for(alias, &m)?;
-        let i = engine.resolve_select(&alias.cell, &alias.package, &cfg, &keys, &alias.to_string())?;
+        let i =
+            engine.resolve_select(&alias.cell, &alias.package, &cfg, &keys, &alias.to_string())?;
         let got = branches[&keys[i]].as_str().unwrap_or_default().to_owned();
         let want = if channel == "dev" {
             format!(":{}_dev", alias.name)
         } else {
-            let n = engine.call_bzl("root", "rules/common/snapshot.bzl", "snapshot_target_name", &[json!(alias.name), json!(channel), json!(version)])?;
+            let n = engine.call_bzl(
+                "root",
+                "rules/common/snapshot.bzl",
+                "snapshot_target_name",
+                &[json!(alias.name), json!(channel), json!(version)],
+            )?;
             format!(":{}", n.as_str().unwrap_or_default())
         };
         if got != want {
-            bail!("{alias} with -m {}: select picks `{got}`, expected `{want}`", mods.join(" -m "));
+            bail!(
+                "{alias} with -m {}: select picks `{got}`, expected `{want}`",
+                mods.join(" -m ")
+            );
         }
         covered += 1;
     }

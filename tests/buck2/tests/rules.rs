@@ -7,38 +7,78 @@ use buck2_harness::*;
 use serde_json::{json, Value as Json};
 
 const LIBRARY: &str = "rcclx";
-const REQUIRED_ALIASES: [&str; 6] = ["rcclx_dev", "rcclx_stable", "rcclx_last_stable", "rocm62", "rocm64", "rocm70"];
+const REQUIRED_ALIASES: [&str; 6] = [
+    "rcclx_dev",
+    "rcclx_stable",
+    "rcclx_last_stable",
+    "rocm62",
+    "rocm64",
+    "rocm70",
+];
 
 fn engine() -> Rc<Engine> {
     Engine::new(&repo_root()).unwrap_or_else(|e| panic!("{e:#}"))
 }
 
 fn label(pkg: &str, name: &str) -> Label {
-    Label { cell: "root".into(), package: pkg.into(), name: name.into() }
+    Label {
+        cell: "root".into(),
+        package: pkg.into(),
+        name: name.into(),
+    }
 }
 
 #[test]
 fn buckconfig_is_offline_and_ignores_other_build_outputs() {
     let text = std::fs::read_to_string(repo_root().join(".buckconfig")).unwrap();
     let c = parse_buckconfig(&text);
-    let get = |s: &str, k: &str| c.get(&(s.to_owned(), k.to_owned())).cloned().unwrap_or_default();
+    let get = |s: &str, k: &str| {
+        c.get(&(s.to_owned(), k.to_owned()))
+            .cloned()
+            .unwrap_or_default()
+    };
     assert_eq!(get("cells", "root"), ".");
     assert_eq!(get("cells", "prelude"), "prelude");
     assert_eq!(get("cells", "toolchains"), "toolchains");
     assert_eq!(get("cells", "none"), "none");
-    assert_eq!(get("external_cells", "prelude"), "bundled", "the prelude must come from the buck2 binary (no network)");
-    assert!(get("parser", "target_platform_detector_spec").contains("target:root//...->prelude//platforms:default"));
-    assert_eq!(get("build", "execution_platforms"), "prelude//platforms:default");
-    let ignore: Vec<String> = get("project", "ignore").split(',').map(|s| s.trim().to_owned()).collect();
+    assert_eq!(
+        get("external_cells", "prelude"),
+        "bundled",
+        "the prelude must come from the buck2 binary (no network)"
+    );
+    assert!(get("parser", "target_platform_detector_spec")
+        .contains("target:root//...->prelude//platforms:default"));
+    assert_eq!(
+        get("build", "execution_platforms"),
+        "prelude//platforms:default"
+    );
+    let ignore: Vec<String> = get("project", "ignore")
+        .split(',')
+        .map(|s| s.trim().to_owned())
+        .collect();
     for want in ["bazel-*", "target"] {
-        assert!(ignore.iter().any(|x| x == want), "[project] ignore lacks {want}: {ignore:?}");
+        assert!(
+            ignore.iter().any(|x| x == want),
+            "[project] ignore lacks {want}: {ignore:?}"
+        );
     }
     let e = engine();
     for d in ["bazel-out", "bazel-bin", "target", "tools/fuzz"] {
-        assert!(!e.buck_dirs("root").unwrap().iter().any(|x| x.starts_with(d)), "{d} is not ignored");
+        assert!(
+            !e.buck_dirs("root")
+                .unwrap()
+                .iter()
+                .any(|x| x.starts_with(d)),
+            "{d} is not ignored"
+        );
     }
     let bazelignore = std::fs::read_to_string(repo_root().join(".bazelignore")).unwrap_or_default();
-    assert!(bazelignore.lines().any(|l| l.trim().trim_end_matches('/') == "buck-out"), ".bazelignore must list buck-out");
+    assert!(
+        bazelignore
+            .lines()
+            .any(|l| l.trim().trim_end_matches('/') == "buck-out"),
+        ".bazelignore must list buck-out"
+    );
 }
 
 #[test]
@@ -47,7 +87,8 @@ fn every_buck2_file_loads() {
     let mut buck_files = 0;
     for cell in ["root", "toolchains"] {
         for d in e.buck_dirs(cell).unwrap() {
-            e.package(cell, &d).unwrap_or_else(|err| panic!("{cell}//{d}/BUCK: {err:#}"));
+            e.package(cell, &d)
+                .unwrap_or_else(|err| panic!("{cell}//{d}/BUCK: {err:#}"));
             buck_files += 1;
         }
     }
@@ -61,19 +102,45 @@ fn every_buck2_file_loads() {
                 if p.is_dir() {
                     stack.push(p);
                 } else if p.extension().is_some_and(|x| x == "bzl") {
-                    let rel = p.strip_prefix(repo_root()).unwrap().to_string_lossy().into_owned();
-                    e.eval_bzl("root", &rel).unwrap_or_else(|err| panic!("{rel}: {err:#}"));
+                    let rel = p
+                        .strip_prefix(repo_root())
+                        .unwrap()
+                        .to_string_lossy()
+                        .into_owned();
+                    e.eval_bzl("root", &rel)
+                        .unwrap_or_else(|err| panic!("{rel}: {err:#}"));
                     bzl += 1;
                 }
             }
         }
     }
     e.package_records("root", "").unwrap();
-    assert!(buck_files >= 5, "expected the root, toolchains, config and both example BUCK files, got {buck_files}");
-    assert!(bzl >= 9, "expected the Buck2 rule files and rules/common, got {bzl}");
-    let toolchains: BTreeSet<String> = e.package("toolchains", "").unwrap().keys().cloned().collect();
-    for t in ["cxx", "python_bootstrap", "python", "genrule", "test", "rocpack"] {
-        assert!(toolchains.contains(t), "toolchains//:{t} is missing ({toolchains:?})");
+    assert!(
+        buck_files >= 5,
+        "expected the root, toolchains, config and both example BUCK files, got {buck_files}"
+    );
+    assert!(
+        bzl >= 9,
+        "expected the Buck2 rule files and rules/common, got {bzl}"
+    );
+    let toolchains: BTreeSet<String> = e
+        .package("toolchains", "")
+        .unwrap()
+        .keys()
+        .cloned()
+        .collect();
+    for t in [
+        "cxx",
+        "python_bootstrap",
+        "python",
+        "genrule",
+        "test",
+        "rocpack",
+    ] {
+        assert!(
+            toolchains.contains(t),
+            "toolchains//:{t} is missing ({toolchains:?})"
+        );
     }
 }
 
@@ -82,27 +149,57 @@ fn the_root_package_declares_every_modifier_alias() {
     let e = engine();
     check_modifier_aliases(&e, LIBRARY, &REQUIRED_ALIASES).unwrap_or_else(|err| panic!("{err:#}"));
     // Defaults from set_cfg_modifiers: dev channel, ROCm 6.4.
-    let cfg = e.config_for(&label("examples/rcclx", "hello"), &[]).unwrap();
+    let cfg = e
+        .config_for(&label("examples/rcclx", "hello"), &[])
+        .unwrap();
     let values: BTreeSet<&str> = cfg.values().map(String::as_str).collect();
-    assert_eq!(values, BTreeSet::from(["root//rules/buck2/config:dev", "root//rules/buck2/config:rocm64"]));
+    assert_eq!(
+        values,
+        BTreeSet::from([
+            "root//rules/buck2/config:dev",
+            "root//rules/buck2/config:rocm64"
+        ])
+    );
     // The last modifier for one setting wins; unknown aliases fail like buck2.
-    let cfg = e.config_for(&label("examples/rcclx", "hello"), &["rcclx_stable", "rcclx_last_stable", "rocm70"]).unwrap();
+    let cfg = e
+        .config_for(
+            &label("examples/rcclx", "hello"),
+            &["rcclx_stable", "rcclx_last_stable", "rocm70"],
+        )
+        .unwrap();
     let values: BTreeSet<&str> = cfg.values().map(String::as_str).collect();
-    assert_eq!(values, BTreeSet::from(["root//rules/buck2/config:last_stable", "root//rules/buck2/config:rocm70"]));
-    let err = e.config_for(&label("examples/rcclx", "hello"), &["rcclx_stabel"]).unwrap_err();
-    assert!(format!("{err:#}").contains("Found invalid modifier alias `rcclx_stabel`"), "{err:#}");
+    assert_eq!(
+        values,
+        BTreeSet::from([
+            "root//rules/buck2/config:last_stable",
+            "root//rules/buck2/config:rocm70"
+        ])
+    );
+    let err = e
+        .config_for(&label("examples/rcclx", "hello"), &["rcclx_stabel"])
+        .unwrap_err();
+    assert!(
+        format!("{err:#}").contains("Found invalid modifier alias `rcclx_stabel`"),
+        "{err:#}"
+    );
 }
 
 #[test]
 fn the_snapshot_select_covers_every_channel_and_rocm_version() {
     let e = engine();
-    let covered = check_select_coverage(&e, &label("examples/rcclx", "rcclx"), LIBRARY).unwrap_or_else(|err| panic!("{err:#}"));
+    let covered = check_select_coverage(&e, &label("examples/rcclx", "rcclx"), LIBRARY)
+        .unwrap_or_else(|err| panic!("{err:#}"));
     let matrix = modifier_matrix(&e, LIBRARY).unwrap();
     assert_eq!(covered, matrix.len());
     assert!(matrix.len() >= 9, "3 channels x at least 3 ROCm versions");
     // The dev source library also selects on every ROCm version.
     let src = e.package("root", "examples/rcclx").unwrap()["rcclx_source"].clone();
-    let keys: BTreeSet<String> = src.attrs["preprocessor_flags"]["__select__"].as_object().unwrap().keys().cloned().collect();
+    let keys: BTreeSet<String> = src.attrs["preprocessor_flags"]["__select__"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .cloned()
+        .collect();
     for (_, v, _) in &matrix {
         let k = format!("root//rules/buck2/config:rocm{}", v.replace('.', ""));
         assert!(keys.contains(&k), "rcclx_source has no flags for {k}");
@@ -114,7 +211,9 @@ fn a_missing_snapshot_fails_at_analysis_with_the_shared_message() {
     let e = engine();
     let t = label("examples/rcclx", "hello");
     // ROCm versions that have no stable snapshot in the checked-in file.
-    let checksums = e.eval_bzl("root", "examples/rcclx/stable_checksums.bzl").unwrap();
+    let checksums = e
+        .eval_bzl("root", "examples/rcclx/stable_checksums.bzl")
+        .unwrap();
     let stable = to_json(checksums.get("RCCLX_STABLE_CHECKSUMS").unwrap().value()).unwrap();
     let have: Vec<String> = stable.as_object().unwrap().keys().cloned().collect();
     let missing: Vec<(String, String, Vec<String>)> = modifier_matrix(&e, LIBRARY)
@@ -122,7 +221,10 @@ fn a_missing_snapshot_fails_at_analysis_with_the_shared_message() {
         .into_iter()
         .filter(|(c, v, _)| c == "stable" && !have.contains(v))
         .collect();
-    assert!(!missing.is_empty(), "the example keeps one ROCm version without a stable snapshot (7.1) to show the error");
+    assert!(
+        !missing.is_empty(),
+        "the example keeps one ROCm version without a stable snapshot (7.1) to show the error"
+    );
     for (channel, version, mods) in missing {
         let m: Vec<&str> = mods.iter().map(String::as_str).collect();
         let cfg = e.config_for(&t, &m).unwrap();
@@ -148,8 +250,14 @@ fn a_missing_snapshot_fails_at_analysis_with_the_shared_message() {
             )
             .unwrap();
         let expected = expected.as_str().unwrap().replace("--config=", "-m ");
-        assert!(err.contains(&expected), "error for -m {mods:?}:\n{err}\n--- expected to contain ---\n{expected}");
-        assert!(!err.contains("--config="), "Bazel spelling leaked into the Buck2 message: {err}");
+        assert!(
+            err.contains(&expected),
+            "error for -m {mods:?}:\n{err}\n--- expected to contain ---\n{expected}"
+        );
+        assert!(
+            !err.contains("--config="),
+            "Bazel spelling leaked into the Buck2 message: {err}"
+        );
     }
 }
 
@@ -160,46 +268,117 @@ fn every_target_analyses_and_helpers_accept_every_command_line() {
     assert!(res.analysed > 50, "analysed only {} targets", res.analysed);
     // Only the deliberately missing snapshots fail, and only where selected.
     for (t, mods, msg) in &res.missing_snapshot_errors {
-        assert!(mods.iter().any(|m| m.starts_with("rcclx_")), "{t} failed without a channel modifier: {msg}");
+        assert!(
+            mods.iter().any(|m| m.starts_with("rcclx_")),
+            "{t} failed without a channel modifier: {msg}"
+        );
     }
     let bins = helper_bins(&repo_root()).unwrap_or_else(|err| panic!("{err:#}"));
-    let checked = check_helper_commands(&bins, &repo_root(), &res.helper_actions).unwrap_or_else(|err| panic!("{err:#}"));
-    for want in ["kpack split", "kpack recombine", "snapctl fetch", "snapctl gen-checksums", "snapctl check"] {
-        assert!(checked.iter().any(|c| c.starts_with(want)), "no `{want}` command was checked: {checked:#?}");
+    let before = std::fs::read(repo_root().join("examples/rcclx/stable_checksums.bzl")).unwrap();
+    let checked = check_helper_commands(&bins, &repo_root(), &res.helper_actions)
+        .unwrap_or_else(|err| panic!("{err:#}"));
+    let after = std::fs::read(repo_root().join("examples/rcclx/stable_checksums.bzl")).unwrap();
+    assert!(
+        before == after,
+        "running the `.update` command line must not touch the checkout"
+    );
+    for want in [
+        "kpack split",
+        "kpack recombine",
+        "snapctl fetch",
+        "snapctl gen-checksums",
+        "snapctl check",
+    ] {
+        assert!(
+            checked.iter().any(|c| c.starts_with(want)),
+            "no `{want}` command was checked: {checked:#?}"
+        );
     }
-    eprintln!("{} helper command lines accepted:\n{}", checked.len(), checked.join("\n"));
+    eprintln!(
+        "{} helper command lines accepted:\n{}",
+        checked.len(),
+        checked.join("\n")
+    );
 }
 
 #[test]
 fn kpack_example_has_one_package_per_group() {
     let e = engine();
     let pkg = e.package("root", "examples/kpack").unwrap();
-    for name in ["blas_lib_generic", "blas_lib_gfx110X", "blas_lib_gfx115X", "blas_lib_gfx120X"] {
-        assert_eq!(pkg.get(name).map(|t| t.kind.as_str()), Some("kpack_recombine"), "{name}");
+    for name in [
+        "blas_lib_generic",
+        "blas_lib_gfx110X",
+        "blas_lib_gfx115X",
+        "blas_lib_gfx120X",
+    ] {
+        assert_eq!(
+            pkg.get(name).map(|t| t.kind.as_str()),
+            Some("kpack_recombine"),
+            "{name}"
+        );
     }
     let t = label("examples/kpack", "blas_lib_gfx110X");
     let cfg = e.config_for(&t, &[]).unwrap();
     let a = e.analyze(&t, &cfg).unwrap_or_else(|err| panic!("{err:#}"));
     let out = &a.providers_json["DefaultInfo"]["default_output"];
-    assert_eq!(out["basename"], json!("blas_lib_gfx110X"), "the package directory is named after the target");
-    assert_eq!(a.providers_json["KpackPackageInfo"]["group"], json!("gfx110X"));
-    let recombine: Vec<&Json> = a.actions.iter().filter(|x| x["category"] == json!("kpack_recombine")).collect();
+    assert_eq!(
+        out["basename"],
+        json!("blas_lib_gfx110X"),
+        "the package directory is named after the target"
+    );
+    assert_eq!(
+        a.providers_json["KpackPackageInfo"]["group"],
+        json!("gfx110X")
+    );
+    let recombine: Vec<&Json> = a
+        .actions
+        .iter()
+        .filter(|x| x["category"] == json!("kpack_recombine"))
+        .collect();
     assert_eq!(recombine.len(), 1);
     let argv = recombine[0]["argv"].to_string();
     assert!(argv.contains("packaging-config.json"), "{argv}");
     // The shards directory stages every split under its shard name.
-    let staged = a.actions.iter().find(|x| x["kind"] == json!("copied_dir")).expect("shards dir");
-    let names: BTreeSet<String> = staged["srcs"].as_object().unwrap().keys().cloned().collect();
-    assert_eq!(names, BTreeSet::from(["gfx110X-build".into(), "gfx1151-build".into(), "gfx120X-build".into()]));
-    let split = e.analyze(&label("examples/kpack", "split_gfx110X-build"), &cfg).unwrap();
-    assert_eq!(split.providers_json["KpackSplitInfo"]["shard"], json!("gfx110X-build"));
-    assert_eq!(split.providers_json["KpackSplitInfo"]["artifact_prefix"], json!("blas_lib"));
+    let staged = a
+        .actions
+        .iter()
+        .find(|x| x["kind"] == json!("copied_dir"))
+        .expect("shards dir");
+    let names: BTreeSet<String> = staged["srcs"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .cloned()
+        .collect();
+    assert_eq!(
+        names,
+        BTreeSet::from([
+            "gfx110X-build".into(),
+            "gfx1151-build".into(),
+            "gfx120X-build".into()
+        ])
+    );
+    let split = e
+        .analyze(&label("examples/kpack", "split_gfx110X-build"), &cfg)
+        .unwrap();
+    assert_eq!(
+        split.providers_json["KpackSplitInfo"]["shard"],
+        json!("gfx110X-build")
+    );
+    assert_eq!(
+        split.providers_json["KpackSplitInfo"]["artifact_prefix"],
+        json!("blas_lib")
+    );
 }
 
 #[test]
 fn the_toolchain_builds_helpers_with_cargo_or_fetches_pinned_binaries() {
     let e = engine();
-    let t = Label { cell: "toolchains".into(), package: String::new(), name: "rocpack".into() };
+    let t = Label {
+        cell: "toolchains".into(),
+        package: String::new(),
+        name: "rocpack".into(),
+    };
     let cfg = e.config_for(&t, &[]).unwrap();
     let a = e.analyze(&t, &cfg).unwrap_or_else(|err| panic!("{err:#}"));
     let kpack = a.providers_json["RocpackToolchainInfo"]["kpack"]["args"].to_string();
@@ -207,7 +386,11 @@ fn the_toolchain_builds_helpers_with_cargo_or_fetches_pinned_binaries() {
     let cargo = e.analyze(&label("", "rocpack_helpers"), &cfg).unwrap();
     let act = &cargo.actions[0];
     assert_eq!(act["category"], json!("cargo_build"));
-    assert_eq!(act["local_only"], json!(true), "cargo needs the local registry cache");
+    assert_eq!(
+        act["local_only"],
+        json!(true),
+        "cargo needs the local registry cache"
+    );
 
     let e = engine();
     e.set_config("rocpack", "tools", "prebuilt");
@@ -218,7 +401,16 @@ fn the_toolchain_builds_helpers_with_cargo_or_fetches_pinned_binaries() {
     let a = e.analyze(&t, &cfg).unwrap_or_else(|err| panic!("{err:#}"));
     let kpack = a.providers_json["RocpackToolchainInfo"]["kpack"]["args"].to_string();
     assert!(kpack.contains("rocpack_kpack_prebuilt"), "{kpack}");
-    let dl = e.analyze(&Label { cell: "toolchains".into(), package: String::new(), name: "rocpack_kpack_prebuilt".into() }, &cfg).unwrap();
+    let dl = e
+        .analyze(
+            &Label {
+                cell: "toolchains".into(),
+                package: String::new(),
+                name: "rocpack_kpack_prebuilt".into(),
+            },
+            &cfg,
+        )
+        .unwrap();
     assert_eq!(dl.actions[0]["kind"], json!("download_file"));
     assert_eq!(dl.actions[0]["sha256"], json!("a".repeat(64)));
 
@@ -233,25 +425,69 @@ fn every_rule_attribute_is_documented() {
     let e = engine();
     e.eval_bzl("root", "rules/buck2/defs.bzl").unwrap();
     let docs = e.rule_attr_docs("rules/buck2");
-    for r in ["kpack_split", "kpack_recombine", "snapshot_blob", "rocpack_toolchain", "rocpack_cargo_build"] {
-        assert!(docs.contains_key(r), "rule {r} not found: {:?}", docs.keys().collect::<Vec<_>>());
+    for r in [
+        "kpack_split",
+        "kpack_recombine",
+        "snapshot_blob",
+        "rocpack_toolchain",
+        "rocpack_cargo_build",
+    ] {
+        assert!(
+            docs.contains_key(r),
+            "rule {r} not found: {:?}",
+            docs.keys().collect::<Vec<_>>()
+        );
     }
     for (rule, attrs) in &docs {
         for (a, doc) in attrs {
-            assert!(!doc.trim().is_empty(), "attribute `{a}` of `{rule}` has no doc");
+            assert!(
+                !doc.trim().is_empty(),
+                "attribute `{a}` of `{rule}` has no doc"
+            );
         }
     }
 }
 
 /// Parameter names of `def name(...)` in a Starlark file (text scan).
 fn def_params(text: &str, name: &str) -> BTreeSet<String> {
-    let start = text.find(&format!("def {name}(")).unwrap_or_else(|| panic!("no def {name}")) + name.len() + 5;
-    let end = start + text[start..].find("):").unwrap();
-    text[start..end]
-        .split(',')
-        .map(|p| p.split([':', '=']).next().unwrap().trim().to_owned())
-        .filter(|p| !p.is_empty() && !p.starts_with('*'))
-        .collect()
+    let start = text
+        .find(&format!("def {name}("))
+        .unwrap_or_else(|| panic!("no def {name}"))
+        + name.len()
+        + 5;
+    let mut depth = 1;
+    let mut end = start;
+    for (i, ch) in text[start..].char_indices() {
+        match ch {
+            '(' | '[' | '{' => depth += 1,
+            ')' | ']' | '}' => depth -= 1,
+            _ => {}
+        }
+        if depth == 0 {
+            end = start + i;
+            break;
+        }
+    }
+    let mut params = BTreeSet::new();
+    let mut depth = 0;
+    let mut cur = String::new();
+    for ch in text[start..end].chars().chain(std::iter::once(',')) {
+        match ch {
+            '(' | '[' | '{' => depth += 1,
+            ')' | ']' | '}' => depth -= 1,
+            ',' if depth == 0 => {
+                let p = cur.split([':', '=']).next().unwrap().trim().to_owned();
+                if !p.is_empty() && !p.starts_with('*') {
+                    params.insert(p);
+                }
+                cur.clear();
+                continue;
+            }
+            _ => {}
+        }
+        cur.push(ch);
+    }
+    params
 }
 
 /// Attribute names of a Bazel `rule(attrs = {...})` in a file (text scan of `"x": attr.`).
@@ -272,22 +508,55 @@ fn rules_and_macros_have_the_bazel_names_and_attributes() {
     e.eval_bzl("root", "rules/buck2/defs.bzl").unwrap();
     let docs = e.rule_attr_docs("rules/buck2");
     let read = |p: &str| std::fs::read_to_string(repo_root().join(p)).unwrap();
-    let buck_attrs = |r: &str| -> BTreeSet<String> { docs[r].keys().filter(|a| !a.starts_with('_')).cloned().collect() };
+    let buck_attrs = |r: &str| -> BTreeSet<String> {
+        docs[r]
+            .keys()
+            .filter(|a| !a.starts_with('_'))
+            .cloned()
+            .collect()
+    };
     for (rule, file) in [
         ("kpack_split", "rules/bazel/private/kpack_split.bzl"),
         ("kpack_recombine", "rules/bazel/private/kpack_recombine.bzl"),
     ] {
-        assert_eq!(buck_attrs(rule), bazel_attrs(&read(file)), "attributes of {rule}");
+        assert_eq!(
+            buck_attrs(rule),
+            bazel_attrs(&read(file)),
+            "attributes of {rule}"
+        );
     }
     for (mac, bazel, buck) in [
-        ("kpack_packages", "rules/bazel/private/kpack_packages.bzl", "rules/buck2/private/kpack_recombine.bzl"),
-        ("stable_checksums", "rules/bazel/private/stable_checksums.bzl", "rules/buck2/private/stable_checksums.bzl"),
-        ("rcclx_snapshot", "rules/bazel/private/rcclx_snapshot.bzl", "rules/buck2/private/rcclx_snapshot.bzl"),
+        (
+            "kpack_packages",
+            "rules/bazel/private/kpack_packages.bzl",
+            "rules/buck2/private/kpack_recombine.bzl",
+        ),
+        (
+            "stable_checksums",
+            "rules/bazel/private/stable_checksums.bzl",
+            "rules/buck2/private/stable_checksums.bzl",
+        ),
+        (
+            "rcclx_snapshot",
+            "rules/bazel/private/rcclx_snapshot.bzl",
+            "rules/buck2/private/rcclx_snapshot.bzl",
+        ),
     ] {
-        assert_eq!(def_params(&read(buck), mac), def_params(&read(bazel), mac), "parameters of {mac}");
+        assert_eq!(
+            def_params(&read(buck), mac),
+            def_params(&read(bazel), mac),
+            "parameters of {mac}"
+        );
     }
     let defs = e.eval_bzl("root", "rules/buck2/defs.bzl").unwrap();
-    for name in ["kpack_split", "kpack_recombine", "kpack_packages", "stable_checksums", "rcclx_snapshot"] {
-        defs.get(name).unwrap_or_else(|err| panic!("defs.bzl does not export {name}: {err}"));
+    for name in [
+        "kpack_split",
+        "kpack_recombine",
+        "kpack_packages",
+        "stable_checksums",
+        "rcclx_snapshot",
+    ] {
+        defs.get(name)
+            .unwrap_or_else(|err| panic!("defs.bzl does not export {name}: {err}"));
     }
 }

@@ -13,7 +13,10 @@ libfuzzer_sys::fuzz_target!(|data: &[u8]| {
         assert!(b.len as usize <= data.len());
         for e in &b.entries {
             assert_eq!(e.data.len() as u64, e.size);
-            assert_eq!(rocpack_bundle::TargetId::parse(e.id.as_str()).ok().as_ref(), Some(&e.id));
+            assert_eq!(
+                rocpack_bundle::TargetId::parse(e.id.as_str()).ok().as_ref(),
+                Some(&e.id)
+            );
         }
     }
     if let Ok(spans) = find_bundles(data) {

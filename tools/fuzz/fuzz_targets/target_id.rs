@@ -4,11 +4,19 @@
 use rocpack_bundle::{compatible_targets, isa_matches, TargetId};
 
 libfuzzer_sys::fuzz_target!(|data: &[u8]| {
-    let Ok(s) = std::str::from_utf8(data) else { return };
+    let Ok(s) = std::str::from_utf8(data) else {
+        return;
+    };
     let (a, b) = s.split_once('\n').unwrap_or((s, "gfx942:sramecc+:xnack-"));
     if let Ok(t) = TargetId::parse(a) {
         assert_eq!(t.to_string(), a);
-        let _ = (t.arch(), t.features(), t.is_host(), t.is_generic(), t.generic_covers());
+        let _ = (
+            t.arch(),
+            t.features(),
+            t.is_host(),
+            t.is_generic(),
+            t.generic_covers(),
+        );
         let c = compatible_targets(&t);
         assert!(c.len() <= 1 << 17);
         if let Ok(d) = TargetId::parse(b) {

@@ -34,7 +34,10 @@ fn shard(name: &str) -> PathBuf {
     use std::sync::OnceLock;
     static COPIES: OnceLock<tempfile::TempDir> = OnceLock::new();
     static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    let root = COPIES.get_or_init(|| tempfile::tempdir().unwrap()).path().to_path_buf();
+    let root = COPIES
+        .get_or_init(|| tempfile::tempdir().unwrap())
+        .path()
+        .to_path_buf();
     let _g = LOCK.lock().unwrap();
     let dst = root.join(name);
     if !dst.exists() {
@@ -44,7 +47,9 @@ fn shard(name: &str) -> PathBuf {
         let want = format!("artifacts/{name}/");
         for l in inv.lines() {
             let c: Vec<&str> = l.split('\t').collect();
-            if let (Some(rel), Some(target)) = (c[0].strip_prefix(&want), c[1].strip_prefix("symlink->")) {
+            if let (Some(rel), Some(target)) =
+                (c[0].strip_prefix(&want), c[1].strip_prefix("symlink->"))
+            {
                 let p = tmp.join(rel);
                 let _ = fs::remove_file(&p);
                 std::os::unix::fs::symlink(target, &p).unwrap();
@@ -91,13 +96,19 @@ fn split(input: &Path, prefix: &str, out: &Path, extra: &[&str]) -> Output {
 }
 
 fn sha256(b: &[u8]) -> String {
-    Sha256::digest(b).iter().map(|x| format!("{x:02x}")).collect()
+    Sha256::digest(b)
+        .iter()
+        .map(|x| format!("{x:02x}"))
+        .collect()
 }
 
 /// Recursively copies a tree, recreating symlinks.
 fn copy_tree(src: &Path, dst: &Path) {
     fs::create_dir_all(dst).unwrap();
-    let mut names: Vec<_> = fs::read_dir(src).unwrap().map(|e| e.unwrap().file_name()).collect();
+    let mut names: Vec<_> = fs::read_dir(src)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
     names.sort();
     for n in names {
         let (a, b) = (src.join(&n), dst.join(&n));
@@ -205,7 +216,10 @@ fn check_component(shard_name: &str, component: &str, prefix: &str, dbs: &[&str]
     let manifest = fs::read_to_string(input.join("artifact_manifest.txt")).unwrap();
     let prefixes: Vec<&str> = manifest.lines().filter(|l| !l.is_empty()).collect();
     let generic = out.join(format!("{prefix}_generic"));
-    assert_eq!(fs::read_to_string(generic.join("artifact_manifest.txt")).unwrap(), manifest);
+    assert_eq!(
+        fs::read_to_string(generic.join("artifact_manifest.txt")).unwrap(),
+        manifest
+    );
 
     // Expected code objects of fat binaries in this component, per binary.
     let rel_root = format!("artifacts/{shard_name}/{component}/");
@@ -220,10 +234,22 @@ fn check_component(shard_name: &str, component: &str, prefix: &str, dbs: &[&str]
         .map(|l| l.split('\t').next().unwrap()[rel_root.len()..].to_string())
         .collect();
 
-    assert_eq!(fat.len(), n_fat, "{component}: fat binaries in the inventory: {fat:?}");
-    assert!(rows.len() >= 2 * n_fat, "{component}: {} expected code objects", rows.len());
+    assert_eq!(
+        fat.len(),
+        n_fat,
+        "{component}: fat binaries in the inventory: {fat:?}"
+    );
+    assert!(
+        rows.len() >= 2 * n_fat,
+        "{component}: {} expected code objects",
+        rows.len()
+    );
     let fat_json = report["fat_binaries"].as_array().unwrap();
-    assert_eq!(fat_json.len(), n_fat, "{component}: report lists {fat_json:?}");
+    assert_eq!(
+        fat_json.len(),
+        n_fat,
+        "{component}: report lists {fat_json:?}"
+    );
     let mut archs_seen = BTreeSet::new();
     let mut kpack_paths = BTreeSet::new();
     for bin in &fat {
@@ -233,10 +259,16 @@ fn check_component(shard_name: &str, component: &str, prefix: &str, dbs: &[&str]
         assert!(host.len() < orig.len(), "{bin}: host-only not smaller");
         let info = rocpack_elf::analyze(&host).unwrap();
         assert_eq!(info.state, rocpack_elf::State::Split, "{bin}");
-        let marker = rocpack_kpack::Marker::decode(&info.marker.as_ref().expect("marker").bytes).unwrap();
+        let marker =
+            rocpack_kpack::Marker::decode(&info.marker.as_ref().expect("marker").bytes).unwrap();
         assert_eq!(marker.kernel_name, *bin, "{bin}: kernel name");
         for w in &info.wrappers {
-            assert_eq!(w.magic, rocpack_elf::HIPK_MAGIC, "{bin}: wrapper {}", w.index);
+            assert_eq!(
+                w.magic,
+                rocpack_elf::HIPK_MAGIC,
+                "{bin}: wrapper {}",
+                w.index
+            );
         }
         // No code object of the original survives in the host binary.
         for r in rows.iter().filter(|r| r.file == format!("{rel_root}{bin}")) {
@@ -249,12 +281,21 @@ fn check_component(shard_name: &str, component: &str, prefix: &str, dbs: &[&str]
             let arch_root = out.join(format!("{prefix}_{arch}"));
             let sp = marker.kpack_search_paths[0].replace("@GFXARCH@", arch);
             let kp = normalize(&arch_root.join(bin_dir_rel).join(&sp));
-            assert!(kp.starts_with(&arch_root), "{bin}: {sp} leaves the artifact");
-            let reader = rocpack_kpack::KpackReader::open(&kp)
-                .unwrap_or_else(|e| panic!("{bin} {arch}: marker path {} does not open: {e}", kp.display()));
+            assert!(
+                kp.starts_with(&arch_root),
+                "{bin}: {sp} leaves the artifact"
+            );
+            let reader = rocpack_kpack::KpackReader::open(&kp).unwrap_or_else(|e| {
+                panic!(
+                    "{bin} {arch}: marker path {} does not open: {e}",
+                    kp.display()
+                )
+            });
             assert_eq!(reader.gfx_arches(), [arch.to_string()]);
             let key = marker.lookup_key(r.bundle);
-            let co = reader.get(&key, arch).unwrap_or_else(|e| panic!("{bin} {key} {arch}: {e}"));
+            let co = reader
+                .get(&key, arch)
+                .unwrap_or_else(|e| panic!("{bin} {key} {arch}: {e}"));
             assert_eq!(sha256(&co), r.sha, "{bin} {key} {arch}");
             let needle = &co[co.len() / 2..co.len() / 2 + 64];
             assert!(
@@ -270,19 +311,29 @@ fn check_component(shard_name: &str, component: &str, prefix: &str, dbs: &[&str]
         for r in rows.iter().filter(|r| r.file == format!("{rel_root}{bin}")) {
             let arch = arch_of(&r.target);
             let top = bin.split("/stage/").next().unwrap();
-            let kp = out.join(format!("{prefix}_{arch}/{top}/stage/.kpack/{prefix}_{arch}.kpack"));
+            let kp = out.join(format!(
+                "{prefix}_{arch}/{top}/stage/.kpack/{prefix}_{arch}.kpack"
+            ));
             *expected_count.entry(kp).or_default() += 1;
         }
     }
     for (kp, n) in &expected_count {
-        assert_eq!(rocpack_kpack::KpackReader::open(kp).unwrap().len(), *n, "{}", kp.display());
+        assert_eq!(
+            rocpack_kpack::KpackReader::open(kp).unwrap().len(),
+            *n,
+            "{}",
+            kp.display()
+        );
     }
 
     // Each arch artifact holds only its manifest, .kpack files of that arch
     // and database files naming that arch.
     let db_arch = |rel: &str| -> Option<String> {
         let name = rel.rsplit('/').next().unwrap();
-        let aot = rel.split("/aotriton/kernels/").nth(1).map(|r| r.split('/').next().unwrap().to_string());
+        let aot = rel
+            .split("/aotriton/kernels/")
+            .nth(1)
+            .map(|r| r.split('/').next().unwrap().to_string());
         aot.or_else(|| rocpack_artifacts::databases::arch_from_file_name(name))
     };
     let mut arch_dirs = Vec::new();
@@ -291,22 +342,35 @@ fn check_component(shard_name: &str, component: &str, prefix: &str, dbs: &[&str]
         if n == format!("{prefix}_generic") {
             continue;
         }
-        let arch = n.strip_prefix(&format!("{prefix}_")).expect("output named NAME_<arch>").to_string();
+        let arch = n
+            .strip_prefix(&format!("{prefix}_"))
+            .expect("output named NAME_<arch>")
+            .to_string();
         arch_dirs.push(arch.clone());
         let root = out.join(&n);
         let m = fs::read_to_string(root.join("artifact_manifest.txt")).unwrap();
         for l in m.lines() {
-            assert!(prefixes.contains(&l), "{n}: manifest lists unknown prefix {l}");
+            assert!(
+                prefixes.contains(&l),
+                "{n}: manifest lists unknown prefix {l}"
+            );
         }
         for f in list_files(&root) {
             if f == "artifact_manifest.txt" {
                 continue;
             }
             if f.ends_with(".kpack") {
-                assert!(f.ends_with(&format!("/.kpack/{prefix}_{arch}.kpack")), "{n}: {f}");
+                assert!(
+                    f.ends_with(&format!("/.kpack/{prefix}_{arch}.kpack")),
+                    "{n}: {f}"
+                );
                 continue;
             }
-            assert_eq!(db_arch(&f).as_deref(), Some(arch.as_str()), "{n}: foreign file {f}");
+            assert_eq!(
+                db_arch(&f).as_deref(),
+                Some(arch.as_str()),
+                "{n}: foreign file {f}"
+            );
             let orig = fs::read(input.join(&f)).unwrap();
             assert_eq!(fs::read(root.join(&f)).unwrap(), orig, "{n}: {f} changed");
         }
@@ -341,11 +405,17 @@ fn check_component(shard_name: &str, component: &str, prefix: &str, dbs: &[&str]
             Node::Link(t) => assert_eq!(gen_snap.get(rel), Some(&Node::Link(t.clone())), "{rel}"),
             Node::Dir => assert_eq!(gen_snap.get(rel), Some(&Node::Dir), "{rel}"),
             Node::File { sha, .. } if is_db => {
-                assert!(!gen_snap.contains_key(rel), "database file {rel} left in generic");
+                assert!(
+                    !gen_snap.contains_key(rel),
+                    "database file {rel} left in generic"
+                );
                 let _ = sha;
             }
             Node::File { sha, .. } if fat.contains(rel) => {
-                assert!(matches!(gen_snap.get(rel), Some(Node::File { sha: s2, .. }) if s2 != sha), "{rel}");
+                assert!(
+                    matches!(gen_snap.get(rel), Some(Node::File { sha: s2, .. }) if s2 != sha),
+                    "{rel}"
+                );
             }
             Node::File { .. } if rel == "artifact_manifest.txt" => {}
             Node::File { .. } => assert_eq!(gen_snap.get(rel), Some(node), "{rel}"),
@@ -384,18 +454,44 @@ fn split_blas_lib_every_shard() {
 
 #[test]
 fn split_blas_test_executable() {
-    check_component("gfx110X-build", "blas_test_gfx110X-dgpu", "blas_test", &[], 1);
+    check_component(
+        "gfx110X-build",
+        "blas_test_gfx110X-dgpu",
+        "blas_test",
+        &[],
+        1,
+    );
 }
 
 #[test]
 fn split_aotriton_and_support() {
-    check_component("gfx110X-build", "aotriton_lib_gfx110X-dgpu", "aotriton_lib", &["aotriton"], 0);
-    check_component("gfx110X-build", "support_dev_gfx110X-dgpu", "support_dev", &["rocblas"], 0);
+    check_component(
+        "gfx110X-build",
+        "aotriton_lib_gfx110X-dgpu",
+        "aotriton_lib",
+        &["aotriton"],
+        0,
+    );
+    check_component(
+        "gfx110X-build",
+        "support_dev_gfx110X-dgpu",
+        "support_dev",
+        &["rocblas"],
+        0,
+    );
     // support_dev has no device code: only the generic artifact.
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("o");
-    ok(&split(&shard("gfx120X-build").join("support_dev_gfx120X-all"), "support_dev", &out, &[]));
-    let names: Vec<_> = fs::read_dir(&out).unwrap().map(|e| e.unwrap().file_name()).collect();
+    ok(&split(
+        &shard("gfx120X-build").join("support_dev_gfx120X-all"),
+        "support_dev",
+        &out,
+        &[],
+    ));
+    let names: Vec<_> = fs::read_dir(&out)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
     assert_eq!(names, ["support_dev_generic"]);
 }
 
@@ -404,12 +500,23 @@ fn database_arch_names_keep_features() {
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("o");
     let input = shard("gfx110X-build").join("blas_lib_gfx110X-dgpu");
-    ok(&split(&input, "blas_lib", &out, &["--split-databases", "rocblas", "hipblaslt"]));
+    ok(&split(
+        &input,
+        "blas_lib",
+        &out,
+        &["--split-databases", "rocblas", "hipblaslt"],
+    ));
     let lib = "math-libs/BLAS/rocBLAS/stage/lib/rocblas/library";
     assert!(out
-        .join(format!("blas_lib_gfx906:xnack-/{lib}/Kernels.so-000-gfx906-xnack-.hsaco"))
+        .join(format!(
+            "blas_lib_gfx906:xnack-/{lib}/Kernels.so-000-gfx906-xnack-.hsaco"
+        ))
         .is_file());
-    assert!(out.join(format!("blas_lib_gfx1100/{lib}/TensileLibrary_lazy_gfx1100.dat")).is_file());
+    assert!(out
+        .join(format!(
+            "blas_lib_gfx1100/{lib}/TensileLibrary_lazy_gfx1100.dat"
+        ))
+        .is_file());
     // No arch in the name: stays generic (also the multi-arch bundle).
     assert!(out
         .join(format!(
@@ -422,7 +529,11 @@ fn database_arch_names_keep_features() {
     // Without --split-databases everything non-fat is generic.
     let out2 = tmp.path().join("o2");
     ok(&split(&input, "blas_lib", &out2, &[]));
-    assert!(out2.join(format!("blas_lib_generic/{lib}/TensileLibrary_lazy_gfx1100.dat")).is_file());
+    assert!(out2
+        .join(format!(
+            "blas_lib_generic/{lib}/TensileLibrary_lazy_gfx1100.dat"
+        ))
+        .is_file());
     assert!(!out2.join("blas_lib_gfx906:xnack-").exists());
 }
 
@@ -432,12 +543,23 @@ fn each_prefix_gets_its_own_kpack() {
     // each library must resolve inside its own prefix.
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("o");
-    ok(&split(&shard("gfx110X-build").join("blas_lib_gfx110X-dgpu"), "blas_lib", &out, &[]));
+    ok(&split(
+        &shard("gfx110X-build").join("blas_lib_gfx110X-dgpu"),
+        "blas_lib",
+        &out,
+        &[],
+    ));
     for p in ["rocBLAS", "hipBLASLt"] {
-        let kp = out.join(format!("blas_lib_gfx1100/math-libs/BLAS/{p}/stage/.kpack/blas_lib_gfx1100.kpack"));
+        let kp = out.join(format!(
+            "blas_lib_gfx1100/math-libs/BLAS/{p}/stage/.kpack/blas_lib_gfx1100.kpack"
+        ));
         let r = rocpack_kpack::KpackReader::open(&kp).unwrap();
         for (key, _) in r.kernels() {
-            assert!(key.starts_with(&format!("math-libs/BLAS/{p}/stage/")), "{key} in {}", kp.display());
+            assert!(
+                key.starts_with(&format!("math-libs/BLAS/{p}/stage/")),
+                "{key} in {}",
+                kp.display()
+            );
         }
     }
 }
@@ -451,8 +573,14 @@ fn compression_and_exclusion() {
     ok(&split(&input, "blas_lib", &z, &[]));
     let n = tmp.path().join("n");
     ok(&split(&input, "blas_lib", &n, &["--compression", "none"]));
-    let rz = rocpack_kpack::KpackReader::open(z.join(format!("blas_lib_gfx1100/{kp}/blas_lib_gfx1100.kpack"))).unwrap();
-    let rn = rocpack_kpack::KpackReader::open(n.join(format!("blas_lib_gfx1100/{kp}/blas_lib_gfx1100.kpack"))).unwrap();
+    let rz = rocpack_kpack::KpackReader::open(
+        z.join(format!("blas_lib_gfx1100/{kp}/blas_lib_gfx1100.kpack")),
+    )
+    .unwrap();
+    let rn = rocpack_kpack::KpackReader::open(
+        n.join(format!("blas_lib_gfx1100/{kp}/blas_lib_gfx1100.kpack")),
+    )
+    .unwrap();
     assert_eq!(rz.scheme(), rocpack_kpack::Scheme::ZstdPerKernel);
     assert_eq!(rn.scheme(), rocpack_kpack::Scheme::None);
     for (key, arch) in rn.kernels() {
@@ -464,14 +592,28 @@ fn compression_and_exclusion() {
         &input,
         "blas_lib",
         &x,
-        &["--exclude-arch", "gfx906", "--split-databases", "rocblas", "--json"],
+        &[
+            "--exclude-arch",
+            "gfx906",
+            "--split-databases",
+            "rocblas",
+            "--json",
+        ],
     );
     ok(&o);
-    let names: BTreeSet<String> = fs::read_dir(&x).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+    let names: BTreeSet<String> = fs::read_dir(&x)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
     assert!(names.iter().all(|n| !n.contains("gfx906")), "{names:?}");
     assert!(names.contains("blas_lib_gfx1100"));
     let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-    let ex: Vec<&str> = j["excluded_architectures"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
+    let ex: Vec<&str> = j["excluded_architectures"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
     assert_eq!(ex, ["gfx906", "gfx906:xnack-"]);
     // The excluded DB file is not left in generic either.
     assert!(!x
@@ -499,7 +641,10 @@ fn aliases_and_ignored_flags() {
     ]);
     ok(&o);
     let err = String::from_utf8_lossy(&o.stderr);
-    assert!(err.contains("--clang-offload-bundler") && err.contains("ignored"), "{err}");
+    assert!(
+        err.contains("--clang-offload-bundler") && err.contains("ignored"),
+        "{err}"
+    );
     assert!(err.contains("--tmp-dir"), "{err}");
     assert!(out.join("blas_test_gfx1151").is_dir());
     // stdout lists the output artifact directories.
@@ -524,7 +669,10 @@ fn batch_mode_splits_every_artifact() {
         "--json",
     ]);
     ok(&o);
-    let names: BTreeSet<String> = fs::read_dir(&out).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+    let names: BTreeSet<String> = fs::read_dir(&out)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
     for n in [
         "aotriton_lib_generic",
         "aotriton_lib_gfx1200",
@@ -536,7 +684,10 @@ fn batch_mode_splits_every_artifact() {
     ] {
         assert!(names.contains(n), "{n} missing: {names:?}");
     }
-    assert!(!names.iter().any(|n| n.starts_with("support_dev_gfx")), "{names:?}");
+    assert!(
+        !names.iter().any(|n| n.starts_with("support_dev_gfx")),
+        "{names:?}"
+    );
     let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(j.as_array().unwrap().len(), 4);
     // Same result as splitting one artifact on its own.
@@ -563,15 +714,35 @@ fn deterministic_across_dirs_and_jobs() {
     let a_out = tmp.path().join("out-a");
     let b_out = tmp.path().join("elsewhere/out-b");
     let dbs = ["--split-databases", "rocblas", "hipblaslt"];
-    ok(&split(&a_in, "blas_lib", &a_out, &[&["--jobs", "1"][..], &dbs].concat()));
-    ok(&split(&b_in, "blas_lib", &b_out, &[&["--jobs", "4"][..], &dbs].concat()));
+    ok(&split(
+        &a_in,
+        "blas_lib",
+        &a_out,
+        &[&["--jobs", "1"][..], &dbs].concat(),
+    ));
+    ok(&split(
+        &b_in,
+        "blas_lib",
+        &b_out,
+        &[&["--jobs", "4"][..], &dbs].concat(),
+    ));
     let (sa, sb) = (snapshot(&a_out), snapshot(&b_out));
     assert!(sa.len() > 50, "{}", sa.len());
     assert_eq!(sa, sb);
     // And with --compression none too.
     let (c, d) = (tmp.path().join("c"), tmp.path().join("d"));
-    ok(&split(&a_in, "blas_lib", &c, &["--compression", "none", "-j", "3"]));
-    ok(&split(&b_in, "blas_lib", &d, &["--compression", "none", "-j", "1"]));
+    ok(&split(
+        &a_in,
+        "blas_lib",
+        &c,
+        &["--compression", "none", "-j", "3"],
+    ));
+    ok(&split(
+        &b_in,
+        "blas_lib",
+        &d,
+        &["--compression", "none", "-j", "1"],
+    ));
     assert_eq!(snapshot(&c), snapshot(&d));
 }
 
@@ -601,7 +772,10 @@ fn bad_manifest_prefixes() {
     ] {
         let tmp = tempfile::tempdir().unwrap();
         let input = tmp.path().join("in");
-        copy_tree(&shard("gfx110X-build").join("blas_lib_gfx110X-dgpu"), &input);
+        copy_tree(
+            &shard("gfx110X-build").join("blas_lib_gfx110X-dgpu"),
+            &input,
+        );
         fs::write(input.join("artifact_manifest.txt"), text).unwrap();
         let out = tmp.path().join("outdir/out");
         let o = split(&input, "blas_lib", &out, &[]);
@@ -613,7 +787,10 @@ fn bad_manifest_prefixes() {
 fn symlink_escaping_the_tree() {
     let tmp = tempfile::tempdir().unwrap();
     let input = tmp.path().join("in");
-    copy_tree(&shard("gfx110X-build").join("blas_lib_gfx110X-dgpu"), &input);
+    copy_tree(
+        &shard("gfx110X-build").join("blas_lib_gfx110X-dgpu"),
+        &input,
+    );
     let lib = input.join("math-libs/BLAS/rocBLAS/stage/lib");
     std::os::unix::fs::symlink("../../../../../../etc/passwd", lib.join("evil")).unwrap();
     let out = tmp.path().join("out");
@@ -630,7 +807,10 @@ fn symlink_escaping_the_tree() {
 fn truncated_elf_names_file_and_offset() {
     let tmp = tempfile::tempdir().unwrap();
     let input = tmp.path().join("in");
-    copy_tree(&shard("gfx110X-build").join("blas_lib_gfx110X-dgpu"), &input);
+    copy_tree(
+        &shard("gfx110X-build").join("blas_lib_gfx110X-dgpu"),
+        &input,
+    );
     let f = input.join("math-libs/BLAS/rocBLAS/stage/lib/librocblas.so.5.2");
     let bytes = fs::read(&f).unwrap();
     // Cut inside .hip_fatbin (bundles start at 12288).
@@ -649,13 +829,21 @@ fn refuses_existing_output_and_output_inside_input() {
     fs::write(out.join("blas_test_generic/keep"), b"mine").unwrap();
     let o = split(&input, "blas_test", &out, &[]);
     assert_eq!(o.status.code(), Some(2));
-    assert_eq!(fs::read(out.join("blas_test_generic/keep")).unwrap(), b"mine");
+    assert_eq!(
+        fs::read(out.join("blas_test_generic/keep")).unwrap(),
+        b"mine"
+    );
     assert!(!out.join("blas_test_gfx1151").exists());
 
     let copy = tmp.path().join("copy");
     copy_tree(&input, &copy);
     let o = split(&copy, "blas_test", &copy.join("math-libs/out"), &[]);
-    assert_eq!(o.status.code(), Some(2), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(
+        o.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     assert!(!copy.join("math-libs/out").exists());
 }
 
@@ -664,10 +852,21 @@ fn usage_errors_exit_2() {
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("o");
     // --artifact-dir without --artifact-prefix
-    let o = kpack(&["split", "--artifact-dir", s(&shard("gfx1151-build")), "--output-dir", s(&out)]);
+    let o = kpack(&[
+        "split",
+        "--artifact-dir",
+        s(&shard("gfx1151-build")),
+        "--output-dir",
+        s(&out),
+    ]);
     assert_eq!(o.status.code(), Some(2));
     // unknown database handler
-    let o = split(&shard("gfx1151-build").join("blas_lib_gfx1151"), "blas_lib", &out, &["--split-databases", "nope"]);
+    let o = split(
+        &shard("gfx1151-build").join("blas_lib_gfx1151"),
+        "blas_lib",
+        &out,
+        &["--split-databases", "nope"],
+    );
     assert_eq!(o.status.code(), Some(2));
     // missing manifest
     let empty = tmp.path().join("empty");

@@ -93,7 +93,9 @@ pub enum ConfigError {
         size: u64,
     },
     /// Not valid JSON.
-    #[error("{path}: line {line} column {column} (byte offset {offset}): malformed JSON: {message}")]
+    #[error(
+        "{path}: line {line} column {column} (byte offset {offset}): malformed JSON: {message}"
+    )]
     Syntax {
         /// Config file.
         path: PathBuf,
@@ -225,7 +227,10 @@ impl PackagingConfig {
     pub fn parse(bytes: &[u8], origin: &Path) -> Result<Self, ConfigError> {
         let text = std::str::from_utf8(bytes).map_err(|e| {
             let offset = e.valid_up_to();
-            let line = bytes.get(..offset).map_or(0, |b| b.iter().filter(|&&c| c == b'\n').count()) + 1;
+            let line = bytes
+                .get(..offset)
+                .map_or(0, |b| b.iter().filter(|&&c| c == b'\n').count())
+                + 1;
             ConfigError::Syntax {
                 path: origin.to_path_buf(),
                 line,
@@ -258,7 +263,11 @@ impl PackagingConfig {
                         message: strip_position(&inner.to_string()),
                     });
                 }
-                return Err(schema(origin, json_path, strip_position(&inner.to_string())));
+                return Err(schema(
+                    origin,
+                    json_path,
+                    strip_position(&inner.to_string()),
+                ));
             }
         };
         if let Err(e) = de.end() {
@@ -314,7 +323,8 @@ impl PackagingConfig {
             }
             for (i, arch) in g.architectures.iter().enumerate() {
                 let apath = format!("{gpath}.architectures[{i}]");
-                let target = Target::parse(arch).map_err(|e| schema(origin, &apath, e.to_string()))?;
+                let target =
+                    Target::parse(arch).map_err(|e| schema(origin, &apath, e.to_string()))?;
                 if arch.starts_with(crate::select::AGENT_PREFIX) || arch.starts_with("hipv4-") {
                     return Err(schema(
                         origin,
@@ -393,7 +403,11 @@ mod tests {
     fn parses_with_defaults_and_order() {
         let c = parse(GOOD).unwrap();
         assert_eq!(c.primary_shard, "a");
-        let names: Vec<_> = c.architecture_groups.iter().map(|g| g.name.as_str()).collect();
+        let names: Vec<_> = c
+            .architecture_groups
+            .iter()
+            .map(|g| g.name.as_str())
+            .collect();
         assert_eq!(names, ["gfx110X", "gfx90a"]);
         assert_eq!(c.architecture_groups[1].display_name, "gfx90a");
         assert_eq!(c.validation, Validation::default());
@@ -402,21 +416,31 @@ mod tests {
 
     fn schema_err(s: &str) -> (String, String) {
         match parse(s) {
-            Err(ConfigError::Schema { json_path, message, .. }) => (json_path, message),
+            Err(ConfigError::Schema {
+                json_path, message, ..
+            }) => (json_path, message),
             other => panic!("{s}: expected schema error, got {other:?}"),
         }
     }
 
     #[test]
     fn unknown_keys_and_wrong_types_name_the_path() {
-        let (p, m) = schema_err(r#"{"primary_shard":"a","architecture_groups":{"g":{"architectures":["gfx1100"],"colour":1}}}"#);
+        let (p, m) = schema_err(
+            r#"{"primary_shard":"a","architecture_groups":{"g":{"architectures":["gfx1100"],"colour":1}}}"#,
+        );
         assert_eq!(p, "architecture_groups.g.colour");
         assert!(m.contains("unknown field"), "{m}");
-        let (p, _) = schema_err(r#"{"primary_shard":"a","architecture_groups":{"g":{"architectures":["gfx1100", 7]}}}"#);
+        let (p, _) = schema_err(
+            r#"{"primary_shard":"a","architecture_groups":{"g":{"architectures":["gfx1100", 7]}}}"#,
+        );
         assert_eq!(p, "architecture_groups.g.architectures[1]");
-        let (p, _) = schema_err(r#"{"primary_shard":"a","architecture_groups":{"g":{"architectures":["gfx1100"]}},"validation":{"error_on_missing_architecture":"yes"}}"#);
+        let (p, _) = schema_err(
+            r#"{"primary_shard":"a","architecture_groups":{"g":{"architectures":["gfx1100"]}},"validation":{"error_on_missing_architecture":"yes"}}"#,
+        );
         assert_eq!(p, "validation.error_on_missing_architecture");
-        let (p, m) = schema_err(r#"{"primary_shard":"a","architecture_groups":{"g":{"architectures":["gfx1100"]}},"version":2}"#);
+        let (p, m) = schema_err(
+            r#"{"primary_shard":"a","architecture_groups":{"g":{"architectures":["gfx1100"]}},"version":2}"#,
+        );
         assert_eq!(p, "version");
         assert!(m.contains("unknown field"), "{m}");
         let (_, m) = schema_err(r#"{"architecture_groups":{"g":{"architectures":["gfx1100"]}}}"#);
@@ -427,32 +451,53 @@ mod tests {
 
     #[test]
     fn semantic_rules() {
-        let (p, m) = schema_err(r#"{"primary_shard":"a","architecture_groups":{"g":{"architectures":[]}}}"#);
+        let (p, m) =
+            schema_err(r#"{"primary_shard":"a","architecture_groups":{"g":{"architectures":[]}}}"#);
         assert_eq!(p, "architecture_groups.g.architectures");
         assert!(m.contains("no architectures"), "{m}");
-        let (p, m) = schema_err(r#"{"primary_shard":"a","architecture_groups":{"g":{"architectures":["gfx1100"]},"h":{"architectures":["gfx1101","gfx1100"]}}}"#);
+        let (p, m) = schema_err(
+            r#"{"primary_shard":"a","architecture_groups":{"g":{"architectures":["gfx1100"]},"h":{"architectures":["gfx1101","gfx1100"]}}}"#,
+        );
         assert_eq!(p, "architecture_groups.h.architectures[1]");
-        assert!(m.contains("two groups") && m.contains("`g`") && m.contains("`h`"), "{m}");
-        let (p, _) = schema_err(r#"{"primary_shard":"a","architecture_groups":{"g":{"architectures":["gfx90a"]},"h":{"architectures":["gfx90a:xnack+"]}}}"#);
+        assert!(
+            m.contains("two groups") && m.contains("`g`") && m.contains("`h`"),
+            "{m}"
+        );
+        let (p, _) = schema_err(
+            r#"{"primary_shard":"a","architecture_groups":{"g":{"architectures":["gfx90a"]},"h":{"architectures":["gfx90a:xnack+"]}}}"#,
+        );
         assert_eq!(p, "architecture_groups.h.architectures[0]");
         // xnack+ and xnack- are different archs: allowed in different groups.
         parse(r#"{"primary_shard":"a","architecture_groups":{"g":{"architectures":["gfx90a:xnack-"]},"h":{"architectures":["gfx90a:xnack+"]}}}"#).unwrap();
-        let (p, _) = schema_err(r#"{"primary_shard":"a","architecture_groups":{"g":{"architectures":["sm_80"]}}}"#);
+        let (p, _) = schema_err(
+            r#"{"primary_shard":"a","architecture_groups":{"g":{"architectures":["sm_80"]}}}"#,
+        );
         assert_eq!(p, "architecture_groups.g.architectures[0]");
         let (p, _) = schema_err(r#"{"primary_shard":"a","architecture_groups":{}}"#);
         assert_eq!(p, "architecture_groups");
-        let (p, _) = schema_err(r#"{"primary_shard":"a","architecture_groups":{"generic":{"architectures":["gfx1100"]}}}"#);
+        let (p, _) = schema_err(
+            r#"{"primary_shard":"a","architecture_groups":{"generic":{"architectures":["gfx1100"]}}}"#,
+        );
         assert_eq!(p, "architecture_groups.generic");
-        let (p, _) = schema_err(r#"{"primary_shard":"../x","architecture_groups":{"g":{"architectures":["gfx1100"]}}}"#);
+        let (p, _) = schema_err(
+            r#"{"primary_shard":"../x","architecture_groups":{"g":{"architectures":["gfx1100"]}}}"#,
+        );
         assert_eq!(p, "primary_shard");
-        let (_, m) = schema_err(r#"{"primary_shard":"a","architecture_groups":{"g":{"architectures":["gfx1100"]},"g":{"architectures":["gfx1101"]}}}"#);
+        let (_, m) = schema_err(
+            r#"{"primary_shard":"a","architecture_groups":{"g":{"architectures":["gfx1100"]},"g":{"architectures":["gfx1101"]}}}"#,
+        );
         assert!(m.contains("defined twice"), "{m}");
     }
 
     #[test]
     fn malformed_json_reports_position() {
         match parse("{\n  \"primary_shard\": \"a\",\n  oops\n}") {
-            Err(ConfigError::Syntax { line, column, offset, .. }) => {
+            Err(ConfigError::Syntax {
+                line,
+                column,
+                offset,
+                ..
+            }) => {
                 assert_eq!(line, 3);
                 assert!(column >= 3);
                 assert_eq!(offset, 26 + column - 1);
@@ -460,8 +505,14 @@ mod tests {
             other => panic!("{other:?}"),
         }
         assert!(matches!(parse(""), Err(ConfigError::Syntax { .. })));
-        assert!(matches!(parse(&format!("{GOOD} {{}}")), Err(ConfigError::Syntax { .. })));
-        assert!(matches!(parse("{\"primary_shard\": \"a\""), Err(ConfigError::Syntax { .. })));
+        assert!(matches!(
+            parse(&format!("{GOOD} {{}}")),
+            Err(ConfigError::Syntax { .. })
+        ));
+        assert!(matches!(
+            parse("{\"primary_shard\": \"a\""),
+            Err(ConfigError::Syntax { .. })
+        ));
     }
 
     #[test]

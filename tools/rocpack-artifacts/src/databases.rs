@@ -59,7 +59,9 @@ impl DatabaseKind {
                     "hipblaslt"
                 };
                 let in_library = dirs.windows(2).any(|w| w[0] == lib && w[1] == "library");
-                let db_suffix = [".co", ".hsaco", ".dat"].iter().any(|s| file_name.ends_with(s));
+                let db_suffix = [".co", ".hsaco", ".dat"]
+                    .iter()
+                    .any(|s| file_name.ends_with(s));
                 if in_library && db_suffix {
                     arch_from_file_name(file_name)
                 } else {
@@ -68,9 +70,9 @@ impl DatabaseKind {
             }
             DatabaseKind::Aotriton => {
                 // `…/aotriton/kernels/<X>/…`: X must be a directory (not the file).
-                let pos = dirs
-                    .windows(3)
-                    .position(|w| w[0] == "aotriton" && w[1] == "kernels" && w[2].starts_with("gfx"))?;
+                let pos = dirs.windows(3).position(|w| {
+                    w[0] == "aotriton" && w[1] == "kernels" && w[2].starts_with("gfx")
+                })?;
                 let x = dirs.get(pos + 2)?;
                 Some(parse_target_exact(x).unwrap_or_else(|| (*x).to_string()))
             }
@@ -146,7 +148,9 @@ fn parse_target_at(s: &str) -> Option<(String, usize)> {
                 j = k;
             }
         }
-        s.get(j..)?.starts_with("-generic").then_some(j + "-generic".len())
+        s.get(j..)?
+            .starts_with("-generic")
+            .then_some(j + "-generic".len())
     })();
     if let Some(end) = generic {
         out = s[..end].to_string();
@@ -222,13 +226,22 @@ mod tests {
             ("TensileLibrary_lazy_gfx1100.dat", Some("gfx1100")),
             ("Kernels.so-000-gfx906-xnack-.hsaco", Some("gfx906:xnack-")),
             ("Kernels.so-000-gfx90a-xnack+.hsaco", Some("gfx90a:xnack+")),
-            ("Kernels.so-000-gfx942-sramecc+-xnack-.hsaco", Some("gfx942:sramecc+:xnack-")),
-            ("TensileLibrary_Type_HH_gfx9-4-generic.co", Some("gfx9-4-generic")),
+            (
+                "Kernels.so-000-gfx942-sramecc+-xnack-.hsaco",
+                Some("gfx942:sramecc+:xnack-"),
+            ),
+            (
+                "TensileLibrary_Type_HH_gfx9-4-generic.co",
+                Some("gfx9-4-generic"),
+            ),
             ("gfx9-4-generic_x.ktn.model", Some("gfx9-4-generic")),
             ("x_gfx11-generic.hsaco", Some("gfx11-generic")),
             ("gfx942.tn.model", Some("gfx942")),
             ("gfx908_ConvAsm1x1U_decoder.ktn.model", Some("gfx908")),
-            ("TensileLibrary_Type_HH_Contraction_l_Ailk_Bljk_Cijk_Dijk_fallback.dat", None),
+            (
+                "TensileLibrary_Type_HH_Contraction_l_Ailk_Bljk_Cijk_Dijk_fallback.dat",
+                None,
+            ),
             ("hipblasltTransform.hsaco", None),
             ("extop_gfx1151.co", Some("gfx1151")),
             ("libgfx1100.co", None),
@@ -240,17 +253,29 @@ mod tests {
     #[test]
     fn handlers() {
         let p = "lib/rocblas/library/TensileLibrary_lazy_gfx1100.dat";
-        assert_eq!(DatabaseKind::Rocblas.classify(p).as_deref(), Some("gfx1100"));
+        assert_eq!(
+            DatabaseKind::Rocblas.classify(p).as_deref(),
+            Some("gfx1100")
+        );
         assert_eq!(DatabaseKind::Hipblaslt.classify(p), None);
         assert_eq!(
             DatabaseKind::Rocblas.classify("lib/rocblas/library/x_gfx1100.json"),
             None
         );
         let h = "lib/hipblaslt/library/extop_gfx906.co";
-        assert_eq!(DatabaseKind::Hipblaslt.classify(h).as_deref(), Some("gfx906"));
+        assert_eq!(
+            DatabaseKind::Hipblaslt.classify(h).as_deref(),
+            Some("gfx906")
+        );
         let a = "lib/aotriton/kernels/gfx1100/flash/attn_fwd/a-Gpu-gfx1100.json";
-        assert_eq!(DatabaseKind::Aotriton.classify(a).as_deref(), Some("gfx1100"));
-        assert_eq!(DatabaseKind::Aotriton.classify("lib/aotriton/kernels/gfx1100"), None);
+        assert_eq!(
+            DatabaseKind::Aotriton.classify(a).as_deref(),
+            Some("gfx1100")
+        );
+        assert_eq!(
+            DatabaseKind::Aotriton.classify("lib/aotriton/kernels/gfx1100"),
+            None
+        );
         assert_eq!(
             DatabaseKind::Aotriton
                 .classify("lib/aotriton/kernels/gfx942-sramecc+/x")
@@ -258,17 +283,25 @@ mod tests {
             Some("gfx942:sramecc+")
         );
         assert_eq!(
-            DatabaseKind::Miopen.classify("share/miopen/db/gfx9-4-generic_x.ktn.model").as_deref(),
+            DatabaseKind::Miopen
+                .classify("share/miopen/db/gfx9-4-generic_x.ktn.model")
+                .as_deref(),
             Some("gfx9-4-generic")
         );
         let kinds = [DatabaseKind::Hipblaslt, DatabaseKind::Rocblas];
-        assert_eq!(classify(&kinds, p), Some((DatabaseKind::Rocblas, "gfx1100".into())));
+        assert_eq!(
+            classify(&kinds, p),
+            Some((DatabaseKind::Rocblas, "gfx1100".into()))
+        );
         assert_eq!(classify(&[], p), None);
     }
 
     #[test]
     fn parse_names() {
-        assert_eq!("ROCBLAS".parse::<DatabaseKind>().unwrap(), DatabaseKind::Rocblas);
+        assert_eq!(
+            "ROCBLAS".parse::<DatabaseKind>().unwrap(),
+            DatabaseKind::Rocblas
+        );
         assert!("x".parse::<DatabaseKind>().is_err());
     }
 }

@@ -128,7 +128,10 @@ impl StagingDir {
             Ok(meta) if !meta.is_dir() => Err(FsError::new(
                 &self.dest,
                 "use as output directory",
-                io::Error::new(io::ErrorKind::AlreadyExists, "exists and is not a directory"),
+                io::Error::new(
+                    io::ErrorKind::AlreadyExists,
+                    "exists and is not a directory",
+                ),
             )),
             Ok(_) => {
                 let names = sorted_names(tmp.path()).ctx(tmp.path(), "list directory")?;
@@ -204,7 +207,8 @@ pub fn link_or_copy(src: &Path, dst: &Path) -> Result<(), FsError> {
 /// Copies the permission bits of `src_mode` (masked to `0o777`) onto `path`.
 pub fn set_mode(path: &Path, src_mode: u32) -> Result<(), FsError> {
     use std::os::unix::fs::PermissionsExt;
-    fs::set_permissions(path, fs::Permissions::from_mode(src_mode & 0o777)).ctx(path, "set permissions")
+    fs::set_permissions(path, fs::Permissions::from_mode(src_mode & 0o777))
+        .ctx(path, "set permissions")
 }
 
 /// Recreates a symlink at `dst` with exactly the target text `target`.
@@ -223,7 +227,11 @@ pub fn symlink_stays_inside(link_rel: &Path, target: &Path) -> bool {
     // Depth of the directory holding the link, below the root.
     let mut depth: usize = link_rel
         .parent()
-        .map(|p| p.components().filter(|c| matches!(c, Component::Normal(_))).count())
+        .map(|p| {
+            p.components()
+                .filter(|c| matches!(c, Component::Normal(_)))
+                .count()
+        })
         .unwrap_or(0);
     for c in target.components() {
         match c {

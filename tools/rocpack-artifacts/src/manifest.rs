@@ -41,8 +41,12 @@ impl fmt::Display for PrefixProblem {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
             PrefixProblem::Empty => "empty prefix",
-            PrefixProblem::Absolute => "absolute prefix (must be relative to the artifact directory)",
-            PrefixProblem::ParentDir => "prefix has a `..` component (would leave the artifact directory)",
+            PrefixProblem::Absolute => {
+                "absolute prefix (must be relative to the artifact directory)"
+            }
+            PrefixProblem::ParentDir => {
+                "prefix has a `..` component (would leave the artifact directory)"
+            }
             PrefixProblem::NonNormalComponent => "prefix has a `.` or empty path component",
             PrefixProblem::BadCharacter => "prefix contains a backslash or NUL character",
         })

@@ -254,6 +254,9 @@ struct TreeEntry {
 
 type Tree = BTreeMap<String, TreeEntry>;
 
+/// A package to write: directory name, manifest, entries keyed by relpath.
+type PackagePlan = (String, ArtifactManifest, Vec<(String, TreeEntry)>);
+
 /// Parses an artifact directory name into (component, kind).
 fn parse_artifact_name(name: &str) -> Option<(String, ArtifactKind)> {
     if let Some(c) = name.strip_suffix("_generic") {
@@ -296,7 +299,10 @@ fn artifact_tree(a: &Artifact) -> Result<Tree, RecombineError> {
                 return Err(FsError::new(
                     root,
                     "read prefix",
-                    io::Error::new(io::ErrorKind::InvalidData, "manifest prefix is not a directory"),
+                    io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        "manifest prefix is not a directory",
+                    ),
                 )
                 .into())
             }
@@ -424,7 +430,11 @@ fn same_device_content(rel: &str, a: &TreeEntry, b: &TreeEntry) -> Result<(), St
             if x == y {
                 Ok(())
             } else {
-                Err(format!("symlink targets differ (`{}` vs `{}`)", x.display(), y.display()))
+                Err(format!(
+                    "symlink targets differ (`{}` vs `{}`)",
+                    x.display(),
+                    y.display()
+                ))
             }
         }
         (EntryKind::File { .. }, EntryKind::File { .. }) => match files_equal(&a.path, &b.path) {
@@ -468,7 +478,7 @@ fn host_binary_signature(p: &Path) -> Option<(Vec<u8>, Vec<u32>)> {
 struct Plan {
     report: RecombineReport,
     /// (package name, manifest, entries to materialise).
-    packages: Vec<(String, ArtifactManifest, Vec<(String, TreeEntry)>)>,
+    packages: Vec<PackagePlan>,
 }
 
 /// Runs recombine. `log` receives progress and warning lines (stderr).
@@ -477,7 +487,10 @@ pub fn recombine(
     log: &mut (dyn FnMut(&str) + Send),
 ) -> Result<RecombineReport, RecombineError> {
     match opts.jobs {
-        Some(n) => match rayon::ThreadPoolBuilder::new().num_threads(n.max(1)).build() {
+        Some(n) => match rayon::ThreadPoolBuilder::new()
+            .num_threads(n.max(1))
+            .build()
+        {
             Ok(pool) => pool.install(|| recombine_inner(opts, log)),
             Err(_) => recombine_inner(opts, log),
         },
@@ -494,7 +507,11 @@ fn recombine_inner(
         if !meta.is_dir() {
             return Err(RecombineError::OutputNotEmpty(out.clone()));
         }
-        if fs::read_dir(out).ctx(out, "read directory")?.next().is_some() {
+        if fs::read_dir(out)
+            .ctx(out, "read directory")?
+            .next()
+            .is_some()
+        {
             return Err(RecombineError::OutputNotEmpty(out.clone()));
         }
     }
@@ -563,7 +580,10 @@ fn write_package(
     Ok(())
 }
 
-fn plan(opts: &RecombineOptions, log: &mut (dyn FnMut(&str) + Send)) -> Result<Plan, RecombineError> {
+fn plan(
+    opts: &RecombineOptions,
+    log: &mut (dyn FnMut(&str) + Send),
+) -> Result<Plan, RecombineError> {
     let cfg = &opts.config;
     let input = &opts.input_shards_dir;
     match fs::metadata(input) {
@@ -582,7 +602,7 @@ fn plan(opts: &RecombineOptions, log: &mut (dyn FnMut(&str) + Send)) -> Result<P
         }
     }
     let shards = list_dirs(input)?;
-    if !shards.iter().any(|s| *s == cfg.primary_shard) {
+    if !shards.contains(&cfg.primary_shard) {
         return Err(RecombineError::MissingPrimaryShard {
             shard: cfg.primary_shard.clone(),
             dir: input.clone(),
@@ -645,7 +665,8 @@ fn plan(opts: &RecombineOptions, log: &mut (dyn FnMut(&str) + Send)) -> Result<P
     let mut violations: Vec<Violation> = Vec::new();
 
     // 2. Arch → groups; excluded and missing archs.
-    let mut arch_names: BTreeMap<String, (Target, BTreeSet<String>, BTreeSet<String>)> = BTreeMap::new();
+    let mut arch_names: BTreeMap<String, (Target, BTreeSet<String>, BTreeSet<String>)> =
+        BTreeMap::new();
     for a in &artifacts {
         if let ArtifactKind::Arch(t) = &a.kind {
             let e = arch_names
@@ -679,7 +700,10 @@ fn plan(opts: &RecombineOptions, log: &mut (dyn FnMut(&str) + Send)) -> Result<P
     for g in &cfg.architecture_groups {
         for arch in &g.architectures {
             let Ok(t) = Target::parse(arch) else { continue };
-            if !arch_names.values().any(|(found, _, _)| found.compatible_with(&t)) {
+            if !arch_names
+                .values()
+                .any(|(found, _, _)| found.compatible_with(&t))
+            {
                 missing.push(MissingArch {
                     architecture: arch.clone(),
                     group: g.name.clone(),
@@ -706,7 +730,7 @@ fn plan(opts: &RecombineOptions, log: &mut (dyn FnMut(&str) + Send)) -> Result<P
 
     // 3. Per component: generic source, arch sources, duplicate checks.
     let mut duplicates = Vec::new();
-    let mut packages: Vec<(String, ArtifactManifest, Vec<(String, TreeEntry)>)> = Vec::new();
+    let mut packages: Vec<PackagePlan> = Vec::new();
     let mut reports: Vec<PackageReport> = Vec::new();
     let mut generic_only = Vec::new();
     for comp in &components {
@@ -716,7 +740,11 @@ fn plan(opts: &RecombineOptions, log: &mut (dyn FnMut(&str) + Send)) -> Result<P
             .copied()
             .filter(|a| matches!(a.kind, ArtifactKind::Generic))
             .collect();
-        let Some(primary) = generics.iter().copied().find(|a| a.shard == cfg.primary_shard) else {
+        let Some(primary) = generics
+            .iter()
+            .copied()
+            .find(|a| a.shard == cfg.primary_shard)
+        else {
             violations.push(Violation {
                 kind: "missing_generic",
                 message: format!(
@@ -725,7 +753,11 @@ fn plan(opts: &RecombineOptions, log: &mut (dyn FnMut(&str) + Send)) -> Result<P
                     if generics.is_empty() {
                         "no shard".to_string()
                     } else {
-                        generics.iter().map(|a| a.shard.as_str()).collect::<Vec<_>>().join(", ")
+                        generics
+                            .iter()
+                            .map(|a| a.shard.as_str())
+                            .collect::<Vec<_>>()
+                            .join(", ")
                     }
                 ),
             });
@@ -782,13 +814,19 @@ fn plan(opts: &RecombineOptions, log: &mut (dyn FnMut(&str) + Send)) -> Result<P
             }
         }
         // arch → (chosen tree, shards used)
-        let mut chosen: BTreeMap<String, (Target, Tree, Vec<String>, ArtifactManifest)> = BTreeMap::new();
+        let mut chosen: BTreeMap<String, (Target, Tree, Vec<String>, ArtifactManifest)> =
+            BTreeMap::new();
         for (arch, mut list) in by_arch {
             list.sort_by(|a, b| {
-                (a.shard != cfg.primary_shard, &a.shard).cmp(&(b.shard != cfg.primary_shard, &b.shard))
+                (a.shard != cfg.primary_shard, &a.shard)
+                    .cmp(&(b.shard != cfg.primary_shard, &b.shard))
             });
-            let Some(first) = list.first().copied() else { continue };
-            let ArtifactKind::Arch(target) = &first.kind else { continue };
+            let Some(first) = list.first().copied() else {
+                continue;
+            };
+            let ArtifactKind::Arch(target) = &first.kind else {
+                continue;
+            };
             let mut tree = artifact_tree(first)?;
             let mut manifest = first.manifest.clone();
             let mut identical = true;
@@ -798,13 +836,13 @@ fn plan(opts: &RecombineOptions, log: &mut (dyn FnMut(&str) + Send)) -> Result<P
                 .map(|a| artifact_tree(a).map(|t| (*a, t)))
                 .collect::<Result<_, _>>()?;
             for (other, otree) in &trees {
-                let diffs: Vec<String> = otree
+                let diffs: Vec<(String, String)> = otree
                     .par_iter()
                     .filter_map(|(rel, oe)| {
                         let e = tree.get(rel)?;
                         same_device_content(rel, e, oe)
                             .err()
-                            .map(|d| format!("{rel} ({d})"))
+                            .map(|d| (rel.clone(), d))
                     })
                     .collect();
                 if !diffs.is_empty() {
@@ -815,7 +853,10 @@ fn plan(opts: &RecombineOptions, log: &mut (dyn FnMut(&str) + Send)) -> Result<P
                         other.shard,
                         diffs
                             .iter()
-                            .map(|d| format!("{}/{d} vs {}/{d}", first.name, other.name))
+                            .map(|(rel, d)| format!(
+                                "{}/{}/{rel} vs {}/{}/{rel}: {d}",
+                                first.shard, first.name, other.shard, other.name
+                            ))
                             .collect::<Vec<_>>()
                             .join("; ")
                     );
@@ -894,7 +935,10 @@ fn plan(opts: &RecombineOptions, log: &mut (dyn FnMut(&str) + Send)) -> Result<P
             }
             let entries: Vec<(String, TreeEntry)> =
                 merged.into_iter().map(|(rel, (e, _))| (rel, e)).collect();
-            if !entries.iter().any(|(_, e)| matches!(e.kind, EntryKind::File { .. })) {
+            if !entries
+                .iter()
+                .any(|(_, e)| matches!(e.kind, EntryKind::File { .. }))
+            {
                 continue;
             }
             wrote_any = true;
@@ -975,7 +1019,12 @@ fn package_report(
 }
 
 /// Differences between a shard's generic artifact and the primary's.
-fn compare_generic(primary: &Artifact, ptree: &Tree, other: &Artifact, otree: &Tree) -> Vec<String> {
+fn compare_generic(
+    primary: &Artifact,
+    ptree: &Tree,
+    other: &Artifact,
+    otree: &Tree,
+) -> Vec<String> {
     let mut out = Vec::new();
     let head = format!(
         "component {}: generic artifact of shard {} differs from primary shard {}",
@@ -1004,7 +1053,10 @@ fn compare_generic(primary: &Artifact, ptree: &Tree, other: &Artifact, otree: &T
             let oe = otree.get(rel)?;
             let d = same_device_content(rel, pe, oe).err()?;
             if let (EntryKind::File { .. }, EntryKind::File { .. }) = (&pe.kind, &oe.kind) {
-                match (host_binary_signature(&pe.path), host_binary_signature(&oe.path)) {
+                match (
+                    host_binary_signature(&pe.path),
+                    host_binary_signature(&oe.path),
+                ) {
                     (Some(a), Some(b)) if a == b => return None,
                     (Some(a), Some(b)) if a.0 != b.0 => {
                         return Some(format!(
@@ -1032,7 +1084,9 @@ mod tests {
 
     #[test]
     fn artifact_names() {
-        assert!(matches!(parse_artifact_name("blas_lib_generic"), Some((c, ArtifactKind::Generic)) if c == "blas_lib"));
+        assert!(
+            matches!(parse_artifact_name("blas_lib_generic"), Some((c, ArtifactKind::Generic)) if c == "blas_lib")
+        );
         match parse_artifact_name("blas_lib_gfx1100") {
             Some((c, ArtifactKind::Arch(t))) => {
                 assert_eq!(c, "blas_lib");

@@ -314,9 +314,20 @@ mod tests {
             t("amdgcn-amd-amdhsa--gfx942:sramecc+:xnack-").to_string(),
             "gfx942:sramecc+:xnack-"
         );
-        assert_eq!(t("hipv4-amdgcn-amd-amdhsa--gfx90a:xnack+").to_string(), "gfx90a:xnack+");
+        assert_eq!(
+            t("hipv4-amdgcn-amd-amdhsa--gfx90a:xnack+").to_string(),
+            "gfx90a:xnack+"
+        );
         assert_eq!(t("gfx9-4-generic").processor, "gfx9-4-generic");
-        for bad in ["", "gfx", "sm_80", "gfx90a:xnack", "gfx90a:xnack+:xnack-", "gfxABC", "gfx1100:+"] {
+        for bad in [
+            "",
+            "gfx",
+            "sm_80",
+            "gfx90a:xnack",
+            "gfx90a:xnack+:xnack-",
+            "gfxABC",
+            "gfx1100:+",
+        ] {
             assert!(Target::parse(bad).is_err(), "{bad}");
         }
     }
@@ -328,7 +339,15 @@ mod tests {
             .iter()
             .map(ToString::to_string)
             .collect();
-        assert_eq!(got, ["gfx942:sramecc+:xnack-", "gfx942:sramecc+", "gfx942:xnack-", "gfx942"]);
+        assert_eq!(
+            got,
+            [
+                "gfx942:sramecc+:xnack-",
+                "gfx942:sramecc+",
+                "gfx942:xnack-",
+                "gfx942"
+            ]
+        );
         assert_eq!(t("gfx1100").compatible_targets(), vec![t("gfx1100")]);
     }
 
@@ -343,7 +362,10 @@ mod tests {
     #[test]
     fn generic_fallback_table() {
         assert_eq!(t("gfx1151").generic().unwrap().processor, "gfx11-generic");
-        assert_eq!(t("gfx942:xnack-").generic().unwrap().to_string(), "gfx9-4-generic:xnack-");
+        assert_eq!(
+            t("gfx942:xnack-").generic().unwrap().to_string(),
+            "gfx9-4-generic:xnack-"
+        );
         assert!(t("gfx90a").generic().is_none());
     }
 }

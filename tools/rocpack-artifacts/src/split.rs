@@ -317,7 +317,8 @@ fn collect_kernels(
     counts: &mut (u64, u64),
 ) -> Result<(), SplitError> {
     for b in &info.bundles {
-        let bytes = rocpack_elf::bundle_bytes(image, info, b.index).map_err(|e| elf_err(path, e))?;
+        let bytes =
+            rocpack_elf::bundle_bytes(image, info, b.index).map_err(|e| elf_err(path, e))?;
         let bundle_off = offset_in(whole, bytes).unwrap_or(b.file_offset);
         let parsed = rocpack_bundle::parse_bundle(bytes).map_err(|e| SplitError::Bundle {
             path: path.to_path_buf(),
@@ -386,7 +387,8 @@ fn classify_file(
         read_up_to(&mut f, &mut magic).ctx(path, "read")?
     };
     let magic = &magic[..n];
-    let is_elf64le = magic.len() >= 6 && magic.starts_with(b"\x7fELF") && magic[4] == 2 && magic[5] == 1;
+    let is_elf64le =
+        magic.len() >= 6 && magic.starts_with(b"\x7fELF") && magic[4] == 2 && magic[5] == 1;
     let is_ar = magic == b"!<arch>\n";
     if is_elf64le || is_ar {
         if let Some(fat) = split_fat(opts, prefix, rel, path, host_dst, mode)? {
@@ -434,7 +436,9 @@ fn split_fat(
                 Ok(i) => i,
                 // Members that are not ELF64 objects (e.g. other archives'
                 // payloads) carry no HIP device code we can split.
-                Err(rocpack_elf::Error::NotElf | rocpack_elf::Error::Unsupported { .. }) => continue,
+                Err(rocpack_elf::Error::NotElf | rocpack_elf::Error::Unsupported { .. }) => {
+                    continue
+                }
                 Err(e) => {
                     return Err(elf_err(
                         path,
@@ -451,13 +455,27 @@ fn split_fat(
             }
             any = true;
             let member_name = format!("{kernel_name}({})", m.name);
-            collect_kernels(data, m.data, &info, &member_name, path, &mut kernels, &mut archs, &mut counts)?;
+            collect_kernels(
+                data,
+                m.data,
+                &info,
+                &member_name,
+                path,
+                &mut kernels,
+                &mut archs,
+                &mut counts,
+            )?;
         }
         if !any {
             return Ok(None);
         }
         let mut marker_for = |name: &str, _info: &rocpack_elf::FatBinaryInfo| {
-            Ok(Marker::for_split(&opts.artifact_prefix, depth, format!("{kernel_name}({name})")).encode())
+            Ok(Marker::for_split(
+                &opts.artifact_prefix,
+                depth,
+                format!("{kernel_name}({name})"),
+            )
+            .encode())
         };
         rocpack_elf::split_archive(data, &mut marker_for).map_err(|e| elf_err(path, e))?
     } else {
@@ -469,7 +487,16 @@ fn split_fat(
         if !info.has_device_code() {
             return Ok(None);
         }
-        collect_kernels(data, data, &info, &kernel_name, path, &mut kernels, &mut archs, &mut counts)?;
+        collect_kernels(
+            data,
+            data,
+            &info,
+            &kernel_name,
+            path,
+            &mut kernels,
+            &mut archs,
+            &mut counts,
+        )?;
         let marker = Marker::for_split(&opts.artifact_prefix, depth, kernel_name.clone()).encode();
         rocpack_elf::split_host(data, &marker).map_err(|e| elf_err(path, e))?
     };
@@ -482,10 +509,7 @@ fn split_fat(
         input_bytes: data.len() as u64,
         output_bytes: host.len() as u64,
     };
-    Ok(Some(FatOutcome {
-        kernels,
-        summary,
-    }))
+    Ok(Some(FatOutcome { kernels, summary }))
 }
 
 /// Reads one code object's bytes.
@@ -494,29 +518,35 @@ fn read_kernel(k: &KernelRef) -> Result<Vec<u8>, SplitError> {
         KernelSrc::Range { offset } => {
             use std::os::unix::fs::FileExt;
             let f = File::open(&k.file).ctx(&k.file, "open")?;
-            let len = usize::try_from(k.size)
-                .map_err(|_| SplitError::Usage(format!("{}: code object too large", k.file.display())))?;
+            let len = usize::try_from(k.size).map_err(|_| {
+                SplitError::Usage(format!("{}: code object too large", k.file.display()))
+            })?;
             let mut buf = vec![0u8; len];
-            f.read_exact_at(&mut buf, *offset).ctx(&k.file, "read code object")?;
+            f.read_exact_at(&mut buf, *offset)
+                .ctx(&k.file, "read code object")?;
             Ok(buf)
         }
         KernelSrc::Ccob { offset, len, entry } => {
             let (_f, map) = map_file(&k.file)?;
             let start = usize::try_from(*offset).unwrap_or(usize::MAX);
             let end = usize::try_from(offset.saturating_add(*len)).unwrap_or(usize::MAX);
-            let bytes = map.get(start..end).ok_or_else(|| SplitError::Usage(format!(
-                "{}: byte offset {offset}: bundle changed while splitting",
-                k.file.display()
-            )))?;
+            let bytes = map.get(start..end).ok_or_else(|| {
+                SplitError::Usage(format!(
+                    "{}: byte offset {offset}: bundle changed while splitting",
+                    k.file.display()
+                ))
+            })?;
             let parsed = rocpack_bundle::parse_bundle(bytes).map_err(|e| SplitError::Bundle {
                 path: k.file.clone(),
                 offset: *offset + e.offset().unwrap_or(0),
                 error: e,
             })?;
-            let e = parsed.entries.get(*entry).ok_or_else(|| SplitError::Usage(format!(
-                "{}: byte offset {offset}: bundle changed while splitting",
-                k.file.display()
-            )))?;
+            let e = parsed.entries.get(*entry).ok_or_else(|| {
+                SplitError::Usage(format!(
+                    "{}: byte offset {offset}: bundle changed while splitting",
+                    k.file.display()
+                ))
+            })?;
             Ok(e.data.to_vec())
         }
     }
@@ -557,7 +587,10 @@ fn write_archive(
         // Batch: up to BATCH_KERNELS kernels or BATCH_BYTES input bytes.
         let mut j = i;
         let mut bytes = 0u64;
-        while j < kernels.len() && j - i < BATCH_KERNELS && (j == i || bytes + kernels[j].size <= BATCH_BYTES) {
+        while j < kernels.len()
+            && j - i < BATCH_KERNELS
+            && (j == i || bytes + kernels[j].size <= BATCH_BYTES)
+        {
             bytes += kernels[j].size;
             j += 1;
         }
@@ -577,7 +610,8 @@ fn write_archive(
                     .par_iter()
                     .map(|k| {
                         let data = read_kernel(k)?;
-                        let frame = rocpack_kpack::compress_frame(&data, level).map_err(|e| kpack_err(path, e))?;
+                        let frame = rocpack_kpack::compress_frame(&data, level)
+                            .map_err(|e| kpack_err(path, e))?;
                         Ok((data.len() as u64, frame))
                     })
                     .collect();
@@ -594,7 +628,8 @@ fn write_archive(
     }
     let (bw, summary) = w.finish().map_err(|e| kpack_err(path, e))?;
     // Flush; no fsync: split outputs are build products, staged and renamed.
-    bw.into_inner().map_err(|e| FsError::new(path, "write", e.into_error()))?;
+    bw.into_inner()
+        .map_err(|e| FsError::new(path, "write", e.into_error()))?;
     Ok(KpackSummary {
         path: String::new(),
         kernels: kernels.len() as u64,
@@ -636,7 +671,11 @@ fn check_dirs(artifact_dir: &Path, output_dir: &Path) -> Result<(), SplitError> 
 
 /// Splits one artifact directory into `stage` (a directory that will be
 /// moved into the output as a whole). Returns the report.
-fn split_into(opts: &SplitOptions, stage: &Path, progress: &dyn Progress) -> Result<SplitReport, SplitError> {
+fn split_into(
+    opts: &SplitOptions,
+    stage: &Path,
+    progress: &dyn Progress,
+) -> Result<SplitReport, SplitError> {
     check_name("artifact prefix", &opts.artifact_prefix)?;
     let name = &opts.artifact_prefix;
     let manifest = ArtifactManifest::read_dir(&opts.artifact_dir)?;
@@ -687,7 +726,12 @@ fn split_into(opts: &SplitOptions, stage: &Path, progress: &dyn Progress) -> Res
     //    and their host-only rewrite written here.
     let total_files: u64 = scans
         .iter()
-        .map(|s| s.entries.iter().filter(|e| matches!(e.kind, EntryKind::File { .. })).count() as u64)
+        .map(|s| {
+            s.entries
+                .iter()
+                .filter(|e| matches!(e.kind, EntryKind::File { .. }))
+                .count() as u64
+        })
         .sum();
     progress.begin("scanning", total_files);
     for scan in &mut scans {
@@ -741,7 +785,8 @@ fn split_into(opts: &SplitOptions, stage: &Path, progress: &dyn Progress) -> Res
     let mut symlinks = 0u64;
     let mut fat_summaries = Vec::new();
     // (arch) -> prefix -> (db files, kernels)
-    let mut per_arch: BTreeMap<String, BTreeMap<usize, (Vec<String>, Vec<KernelRef>)>> = BTreeMap::new();
+    let mut per_arch: BTreeMap<String, BTreeMap<usize, (Vec<String>, Vec<KernelRef>)>> =
+        BTreeMap::new();
     let mut processed = ArtifactManifest::new();
     for (pi, scan) in scans.iter_mut().enumerate() {
         processed.push(&scan.prefix)?;
@@ -760,13 +805,25 @@ fn split_into(opts: &SplitOptions, stage: &Path, progress: &dyn Progress) -> Res
                 }
                 (EntryKind::File { .. }, Some(Class::Database(arch))) => {
                     if kept.contains(&arch) {
-                        per_arch.entry(arch).or_default().entry(pi).or_default().0.push(e.rel.clone());
+                        per_arch
+                            .entry(arch)
+                            .or_default()
+                            .entry(pi)
+                            .or_default()
+                            .0
+                            .push(e.rel.clone());
                     }
                 }
                 (EntryKind::File { .. }, Some(Class::Fat(fat))) => {
                     for k in fat.kernels {
                         if kept.contains(&k.arch) {
-                            per_arch.entry(k.arch.clone()).or_default().entry(pi).or_default().1.push(k);
+                            per_arch
+                                .entry(k.arch.clone())
+                                .or_default()
+                                .entry(pi)
+                                .or_default()
+                                .1
+                                .push(k);
                         }
                     }
                     fat_summaries.push(fat.summary);
@@ -802,7 +859,8 @@ fn split_into(opts: &SplitOptions, stage: &Path, progress: &dyn Progress) -> Res
                 if let Some(parent) = dst.parent() {
                     mkdir_p(parent)?;
                 }
-                let src = fsutil::join_rel(&fsutil::join_rel(&opts.artifact_dir, &scan.prefix), rel);
+                let src =
+                    fsutil::join_rel(&fsutil::join_rel(&opts.artifact_dir, &scan.prefix), rel);
                 fsutil::link_or_copy(&src, &dst)?;
                 dbs.push(format!("{}/{rel}", scan.prefix));
             }
@@ -815,7 +873,11 @@ fn split_into(opts: &SplitOptions, stage: &Path, progress: &dyn Progress) -> Res
                     arch: arch.clone(),
                     prefix: scan.prefix.clone(),
                     path: kdir.join(&file),
-                    rel: format!("{aname}/{}/{}/{file}", scan.prefix, rocpack_kpack::KPACK_DIR),
+                    rel: format!(
+                        "{aname}/{}/{}/{file}",
+                        scan.prefix,
+                        rocpack_kpack::KPACK_DIR
+                    ),
                     kernels: std::mem::take(kernels),
                 });
             }
@@ -832,7 +894,15 @@ fn split_into(opts: &SplitOptions, stage: &Path, progress: &dyn Progress) -> Res
     let total_kernels: u64 = jobs.iter().map(|j| j.kernels.len() as u64).sum();
     progress.begin("packing", total_kernels);
     let write_one = |j: &ArchiveJob| -> Result<(String, KpackSummary), SplitError> {
-        let mut s = write_archive(&j.path, name, &j.arch, &j.prefix, opts.compression, &j.kernels, progress)?;
+        let mut s = write_archive(
+            &j.path,
+            name,
+            &j.arch,
+            &j.prefix,
+            opts.compression,
+            &j.kernels,
+            progress,
+        )?;
         fsutil::set_mode(&j.path, 0o644)?;
         s.path = j.rel.clone();
         Ok((j.arch.clone(), s))
@@ -888,21 +958,33 @@ fn with_pool<T: Send>(jobs: Option<usize>, f: impl FnOnce() -> T + Send) -> Resu
 
 /// Splits one artifact directory. Nothing appears in the output directory
 /// unless the whole split succeeds.
-pub fn split_artifact(opts: &SplitOptions, progress: &dyn Progress) -> Result<SplitReport, SplitError> {
+pub fn split_artifact(
+    opts: &SplitOptions,
+    progress: &dyn Progress,
+) -> Result<SplitReport, SplitError> {
     with_pool(opts.jobs, || split_artifact_inner(opts, progress))?
 }
 
-fn split_artifact_inner(opts: &SplitOptions, progress: &dyn Progress) -> Result<SplitReport, SplitError> {
+fn split_artifact_inner(
+    opts: &SplitOptions,
+    progress: &dyn Progress,
+) -> Result<SplitReport, SplitError> {
     check_name("artifact prefix", &opts.artifact_prefix)?;
     check_dirs(&opts.artifact_dir, &opts.output_dir)?;
     let staging = StagingDir::new(&opts.output_dir)?;
     let generic = OsString::from(format!("{}_generic", opts.artifact_prefix));
     if let Some(c) = staging.conflicts(&[generic]).into_iter().next() {
-        return Err(SplitError::Usage(format!("{}: already exists", c.display())));
+        return Err(SplitError::Usage(format!(
+            "{}: already exists",
+            c.display()
+        )));
     }
     let report = split_into(opts, staging.path(), progress)?;
     if let Some(c) = staging.conflicts(&output_names(&report)).into_iter().next() {
-        return Err(SplitError::Usage(format!("{}: already exists", c.display())));
+        return Err(SplitError::Usage(format!(
+            "{}: already exists",
+            c.display()
+        )));
     }
     staging.commit()?;
     Ok(report)
@@ -925,11 +1007,15 @@ pub fn batch_artifacts(parent: &Path) -> Result<Vec<BatchItem>, SplitError> {
     for n in fsutil::sorted_names(parent).ctx(parent, "read directory")? {
         let dir = parent.join(&n);
         let Some(n) = n.to_str() else { continue };
-        let is_dir = fs::symlink_metadata(&dir).map(|m| m.is_dir()).unwrap_or(false);
+        let is_dir = fs::symlink_metadata(&dir)
+            .map(|m| m.is_dir())
+            .unwrap_or(false);
         if !is_dir || !dir.join(crate::manifest::MANIFEST_FILE).is_file() {
             continue;
         }
-        let Some((prefix, family)) = n.rsplit_once('_') else { continue };
+        let Some((prefix, family)) = n.rsplit_once('_') else {
+            continue;
+        };
         if family == "generic" || prefix.is_empty() {
             continue;
         }
@@ -949,7 +1035,9 @@ pub fn split_batch(
     template: &SplitOptions,
     progress: &dyn Progress,
 ) -> Result<Vec<SplitReport>, SplitError> {
-    with_pool(template.jobs, || split_batch_inner(parent, template, progress))?
+    with_pool(template.jobs, || {
+        split_batch_inner(parent, template, progress)
+    })?
 }
 
 fn split_batch_inner(
@@ -971,7 +1059,9 @@ fn split_batch_inner(
         };
         // Two artifact dirs with one prefix (e.g. `x_gfx110X` and `x_gfx120X`
         // in one parent) would write the same outputs.
-        let sub = staging.path().join(format!(".{}", reports.len() + errors.len()));
+        let sub = staging
+            .path()
+            .join(format!(".{}", reports.len() + errors.len()));
         let r = fs::create_dir(&sub)
             .ctx(&sub, "create directory")
             .map_err(SplitError::from)
@@ -1006,7 +1096,10 @@ fn split_batch_inner(
         });
     }
     if let Some(c) = staging.conflicts(&names).into_iter().next() {
-        return Err(SplitError::Usage(format!("{}: already exists", c.display())));
+        return Err(SplitError::Usage(format!(
+            "{}: already exists",
+            c.display()
+        )));
     }
     staging.commit()?;
     Ok(reports)

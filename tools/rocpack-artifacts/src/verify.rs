@@ -136,7 +136,12 @@ impl ArchSet {
 
 fn arch_set(suffix: &str, config: Option<&PackagingConfig>) -> ArchSet {
     if let Some(g) = config.and_then(|c| c.group(suffix)) {
-        return ArchSet::Exact(g.architectures.iter().filter_map(|a| Target::parse(a).ok()).collect());
+        return ArchSet::Exact(
+            g.architectures
+                .iter()
+                .filter_map(|a| Target::parse(a).ok())
+                .collect(),
+        );
     }
     if let Ok(t) = Target::parse(suffix) {
         return ArchSet::Exact(vec![t]);
@@ -145,7 +150,10 @@ fn arch_set(suffix: &str, config: Option<&PackagingConfig>) -> ArchSet {
         return ArchSet::Exact(vec![t]);
     }
     if let Some(stem) = suffix.strip_suffix('X') {
-        if stem.starts_with("gfx") && stem.len() > 3 && stem[3..].bytes().all(|b| b.is_ascii_alphanumeric()) {
+        if stem.starts_with("gfx")
+            && stem.len() > 3
+            && stem[3..].bytes().all(|b| b.is_ascii_alphanumeric())
+        {
             return ArchSet::Pattern(stem.to_string());
         }
     }
@@ -213,7 +221,12 @@ fn check_generic_file(pkg: &Package, rel: &str, path: &Path) -> Vec<GenericFindi
         return out;
     }
     let Ok(data) = fs::read(path) else {
-        out.push(GenericFinding::Violation(v(&pkg.name, rel, "unreadable", "cannot read file")));
+        out.push(GenericFinding::Violation(v(
+            &pkg.name,
+            rel,
+            "unreadable",
+            "cannot read file",
+        )));
         return out;
     };
     if data.starts_with(b"__CLANG_OFFLOAD_BUNDLE__") || data.starts_with(b"CCOB") {
@@ -285,7 +298,11 @@ fn check_generic_file(pkg: &Package, rel: &str, path: &Path) -> Vec<GenericFindi
                     component: pkg.component.clone(),
                     rel: rel.to_string(),
                     marker,
-                    co_indices: info.wrappers.iter().map(|w| u64::from(w.co_index())).collect(),
+                    co_indices: info
+                        .wrappers
+                        .iter()
+                        .map(|w| u64::from(w.co_index()))
+                        .collect(),
                 })),
                 Err(e) => out.push(GenericFinding::Violation(v(
                     &pkg.name,
@@ -300,7 +317,10 @@ fn check_generic_file(pkg: &Package, rel: &str, path: &Path) -> Vec<GenericFindi
 }
 
 /// Runs every check. `log` gets warning lines.
-pub fn verify(opts: &VerifyOptions, log: &mut dyn FnMut(&str)) -> Result<VerifyReport, VerifyError> {
+pub fn verify(
+    opts: &VerifyOptions,
+    log: &mut dyn FnMut(&str),
+) -> Result<VerifyReport, VerifyError> {
     let root = &opts.artifacts_dir;
     if !fs::metadata(root).ctx(root, "stat")?.is_dir() {
         return Err(VerifyError::NotADir(root.clone()));
@@ -323,7 +343,12 @@ pub fn verify(opts: &VerifyOptions, log: &mut dyn FnMut(&str)) -> Result<VerifyR
             continue;
         }
         let Some((component, kind)) = parse_package_name(&name) else {
-            vio.push(v(&name, "", "bad_package_name", "name is neither <component>_generic nor <component>_<arch or group>"));
+            vio.push(v(
+                &name,
+                "",
+                "bad_package_name",
+                "name is neither <component>_generic nor <component>_<arch or group>",
+            ));
             continue;
         };
         let manifest = match ArtifactManifest::read_dir(&path) {
@@ -349,12 +374,18 @@ pub fn verify(opts: &VerifyOptions, log: &mut dyn FnMut(&str)) -> Result<VerifyR
                         continue;
                     }
                     if let Some(m) = &manifest {
-                        let inside = m
-                            .prefixes()
-                            .iter()
-                            .any(|p| e.rel.strip_prefix(p.as_str()).is_some_and(|r| r.starts_with('/')));
+                        let inside = m.prefixes().iter().any(|p| {
+                            e.rel
+                                .strip_prefix(p.as_str())
+                                .is_some_and(|r| r.starts_with('/'))
+                        });
                         if !inside {
-                            vio.push(v(&name, &e.rel, "outside_manifest", "file is under no prefix listed in artifact_manifest.txt"));
+                            vio.push(v(
+                                &name,
+                                &e.rel,
+                                "outside_manifest",
+                                "file is under no prefix listed in artifact_manifest.txt",
+                            ));
                         }
                     }
                     files.push((e.rel, e.path, e.kind));
@@ -381,7 +412,12 @@ pub fn verify(opts: &VerifyOptions, log: &mut dyn FnMut(&str)) -> Result<VerifyR
     report.packages = packages.len();
     report.files = packages
         .iter()
-        .map(|p| p.files.iter().filter(|f| matches!(f.2, EntryKind::File { .. })).count())
+        .map(|p| {
+            p.files
+                .iter()
+                .filter(|f| matches!(f.2, EntryKind::File { .. }))
+                .count()
+        })
         .sum();
 
     // 2. Generic packages (parallel per file).
@@ -422,8 +458,13 @@ pub fn verify(opts: &VerifyOptions, log: &mut dyn FnMut(&str)) -> Result<VerifyR
     // package suffix → archs seen in that suffix across components
     let mut suffix_archs: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     let db_kinds = DatabaseKind::ALL;
-    for p in packages.iter().filter(|p| matches!(p.kind, PkgKind::Arch(_))) {
-        let PkgKind::Arch(suffix) = &p.kind else { continue };
+    for p in packages
+        .iter()
+        .filter(|p| matches!(p.kind, PkgKind::Arch(_)))
+    {
+        let PkgKind::Arch(suffix) = &p.kind else {
+            continue;
+        };
         let set = arch_set(suffix, opts.config.as_ref());
         if matches!(set, ArchSet::Unknown) {
             let msg = format!(
@@ -449,7 +490,8 @@ pub fn verify(opts: &VerifyOptions, log: &mut dyn FnMut(&str)) -> Result<VerifyR
                 let r = rocpack_kpack::KpackReader::open(path).map_err(|e| e.to_string());
                 let r = r.and_then(|r| {
                     for e in r.entries() {
-                        r.get_entry(e).map_err(|err| format!("kernel {} [{}]: {err}", e.key, e.target))?;
+                        r.get_entry(e)
+                            .map_err(|err| format!("kernel {} [{}]: {err}", e.key, e.target))?;
                     }
                     Ok(r)
                 });
@@ -460,12 +502,22 @@ pub fn verify(opts: &VerifyOptions, log: &mut dyn FnMut(&str)) -> Result<VerifyR
             let _ = path;
             report.kpack_files += 1;
             if !rel.split('/').any(|c| c == rocpack_kpack::KPACK_DIR) {
-                vio.push(v(&p.name, &rel, "misplaced_kpack", "`.kpack` file outside a `.kpack` directory"));
+                vio.push(v(
+                    &p.name,
+                    &rel,
+                    "misplaced_kpack",
+                    "`.kpack` file outside a `.kpack` directory",
+                ));
             }
             let r = match r {
                 Ok(r) => r,
                 Err(e) => {
-                    vio.push(v(&p.name, &rel, "bad_kpack", format!("does not parse strictly: {e}")));
+                    vio.push(v(
+                        &p.name,
+                        &rel,
+                        "bad_kpack",
+                        format!("does not parse strictly: {e}"),
+                    ));
                     continue;
                 }
             };
@@ -480,7 +532,17 @@ pub fn verify(opts: &VerifyOptions, log: &mut dyn FnMut(&str)) -> Result<VerifyR
                 vio.push(v(&p.name, &rel, "unlisted_target", format!("TOC targets {unlisted:?} missing from gfx_arches {listed:?}: the runtime can never load them")));
             }
             for a in r.gfx_arches() {
-                note_arch(&mut vio, p, &rel, a, &set, &mut arch_homes, &mut shipped, &mut suffix_archs, suffix);
+                note_arch(
+                    &mut vio,
+                    p,
+                    &rel,
+                    a,
+                    &set,
+                    &mut arch_homes,
+                    &mut shipped,
+                    &mut suffix_archs,
+                    suffix,
+                );
             }
             kpacks.insert(rel, (p.name.clone(), r));
         }
@@ -489,15 +551,40 @@ pub fn verify(opts: &VerifyOptions, log: &mut dyn FnMut(&str)) -> Result<VerifyR
                 continue;
             }
             if matches!(kind, EntryKind::Symlink { .. }) {
-                vio.push(v(&p.name, rel, "non_arch_file", "symlink in an arch package (only .kpack and arch database files belong there)"));
+                vio.push(v(
+                    &p.name,
+                    rel,
+                    "non_arch_file",
+                    "symlink in an arch package (only .kpack and arch database files belong there)",
+                ));
                 continue;
             }
             match databases::classify(&db_kinds, rel) {
                 Some((_, arch)) => match Target::parse(&arch) {
-                    Ok(_) => note_arch(&mut vio, p, rel, &arch, &set, &mut arch_homes, &mut shipped, &mut suffix_archs, suffix),
-                    Err(_) => vio.push(v(&p.name, rel, "non_arch_file", format!("database file with unparsable arch `{arch}`"))),
+                    Ok(_) => note_arch(
+                        &mut vio,
+                        p,
+                        rel,
+                        &arch,
+                        &set,
+                        &mut arch_homes,
+                        &mut shipped,
+                        &mut suffix_archs,
+                        suffix,
+                    ),
+                    Err(_) => vio.push(v(
+                        &p.name,
+                        rel,
+                        "non_arch_file",
+                        format!("database file with unparsable arch `{arch}`"),
+                    )),
                 },
-                None => vio.push(v(&p.name, rel, "non_arch_file", "not a .kpack or arch database file: generic content in an arch package")),
+                None => vio.push(v(
+                    &p.name,
+                    rel,
+                    "non_arch_file",
+                    "not a .kpack or arch database file: generic content in an arch package",
+                )),
             }
         }
     }
@@ -509,7 +596,10 @@ pub fn verify(opts: &VerifyOptions, log: &mut dyn FnMut(&str)) -> Result<VerifyR
                     list.first().copied().unwrap_or_default(),
                     "",
                     "arch_in_two_packages",
-                    format!("component {comp}: {arch} content is in several packages: {}", list.join(", ")),
+                    format!(
+                        "component {comp}: {arch} content is in several packages: {}",
+                        list.join(", ")
+                    ),
                 ));
             }
         }
@@ -519,7 +609,10 @@ pub fn verify(opts: &VerifyOptions, log: &mut dyn FnMut(&str)) -> Result<VerifyR
     for p in &packages {
         if let PkgKind::Arch(suffix) = &p.kind {
             if let Some(a) = suffix_archs.get(suffix) {
-                shipped.entry(p.component.clone()).or_default().extend(a.iter().cloned());
+                shipped
+                    .entry(p.component.clone())
+                    .or_default()
+                    .extend(a.iter().cloned());
             }
         }
     }
@@ -539,7 +632,15 @@ pub fn verify(opts: &VerifyOptions, log: &mut dyn FnMut(&str)) -> Result<VerifyR
             for other in &list[1..] {
                 let same = fs::read(first.1).ok() == fs::read(other.1).ok();
                 if !same {
-                    vio.push(v(&first.0.name, rel, "overlay_conflict", format!("{} and {} install different files at {rel}", first.0.name, other.0.name)));
+                    vio.push(v(
+                        &first.0.name,
+                        rel,
+                        "overlay_conflict",
+                        format!(
+                            "{} and {} install different files at {rel}",
+                            first.0.name, other.0.name
+                        ),
+                    ));
                 }
             }
         }
@@ -553,15 +654,29 @@ pub fn verify(opts: &VerifyOptions, log: &mut dyn FnMut(&str)) -> Result<VerifyR
         }
         let archs = shipped.get(&h.component).cloned().unwrap_or_default();
         let dir = h.rel.rsplit_once('/').map(|(d, _)| d).unwrap_or("");
-        if h.marker.kpack_search_paths.iter().any(|s| Path::new(s).is_absolute()) {
-            vio.push(v(&h.package, &h.rel, "absolute_search_path", "marker has an absolute search path: not relocatable and not checkable in the tree"));
+        if h.marker
+            .kpack_search_paths
+            .iter()
+            .any(|s| Path::new(s).is_absolute())
+        {
+            vio.push(v(
+                &h.package,
+                &h.rel,
+                "absolute_search_path",
+                "marker has an absolute search path: not relocatable and not checkable in the tree",
+            ));
         }
         for arch in &archs {
             for &co in &h.co_indices {
                 report.lookups += 1;
                 match lookup(&h.marker, dir, co, arch, &kpacks) {
                     Ok(()) => report.lookups_resolved += 1,
-                    Err(msg) => vio.push(v(&h.package, &h.rel, "unresolved", format!("wrapper co_index {co}, arch {arch}: {msg}"))),
+                    Err(msg) => vio.push(v(
+                        &h.package,
+                        &h.rel,
+                        "unresolved",
+                        format!("wrapper co_index {co}, arch {arch}: {msg}"),
+                    )),
                 }
             }
         }
@@ -577,7 +692,15 @@ pub fn verify(opts: &VerifyOptions, log: &mut dyn FnMut(&str)) -> Result<VerifyR
         }
         if !orphans.is_empty() {
             let list: Vec<&str> = orphans.into_iter().take(8).collect();
-            vio.push(v(pkg, rel, "orphan_kernel", format!("kernels no split host binary in the tree asks for: {}", list.join(", "))));
+            vio.push(v(
+                pkg,
+                rel,
+                "orphan_kernel",
+                format!(
+                    "kernels no split host binary in the tree asks for: {}",
+                    list.join(", ")
+                ),
+            ));
         }
     }
 
@@ -602,11 +725,24 @@ fn note_arch(
     suffix: &str,
 ) {
     let Ok(t) = Target::parse(arch) else {
-        vio.push(v(&p.name, rel, "bad_arch", format!("`{arch}` is not a target ID")));
+        vio.push(v(
+            &p.name,
+            rel,
+            "bad_arch",
+            format!("`{arch}` is not a target ID"),
+        ));
         return;
     };
     if set.allows(&t) == Some(false) {
-        vio.push(v(&p.name, rel, "cross_arch", format!("{arch} content in package {} (suffix `{suffix}` does not cover {arch})", p.name)));
+        vio.push(v(
+            &p.name,
+            rel,
+            "cross_arch",
+            format!(
+                "{arch} content in package {} (suffix `{suffix}` does not cover {arch})",
+                p.name
+            ),
+        ));
         return;
     }
     homes
@@ -616,8 +752,14 @@ fn note_arch(
         .or_default()
         .insert(p.name.clone());
     if rel.ends_with(".kpack") {
-        shipped.entry(p.component.clone()).or_default().insert(t.to_string());
-        suffix_archs.entry(suffix.to_string()).or_default().insert(t.to_string());
+        shipped
+            .entry(p.component.clone())
+            .or_default()
+            .insert(t.to_string());
+        suffix_archs
+            .entry(suffix.to_string())
+            .or_default()
+            .insert(t.to_string());
     }
 }
 
@@ -665,12 +807,14 @@ fn lookup(
     for t in &targets {
         for (path, r) in &valid {
             if r.gfx_arches().iter().any(|a| a == t) {
-                let bytes = r
-                    .get(&key, t)
-                    .map_err(|e| format!("{path} lists {t} but has no kernel {key} (KERNEL_NOT_FOUND): {e}"))?;
+                let bytes = r.get(&key, t).map_err(|e| {
+                    format!("{path} lists {t} but has no kernel {key} (KERNEL_NOT_FOUND): {e}")
+                })?;
                 let machine = bytes.get(18..20).map(|b| u16::from_le_bytes([b[0], b[1]]));
                 if !bytes.starts_with(b"\x7fELF") || machine != Some(EM_AMDGPU) {
-                    return Err(format!("{path}: kernel {key} [{t}] is not an AMDGPU ELF code object"));
+                    return Err(format!(
+                        "{path}: kernel {key} [{t}] is not an AMDGPU ELF code object"
+                    ));
                 }
                 return Ok(());
             }
@@ -678,7 +822,11 @@ fn lookup(
     }
     Err(format!(
         "no archive lists a target compatible with {arch} (ARCH_NOT_FOUND); archives: {}",
-        valid.iter().map(|(p, _)| p.as_str()).collect::<Vec<_>>().join(", ")
+        valid
+            .iter()
+            .map(|(p, _)| p.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
     ))
 }
 
@@ -688,7 +836,10 @@ mod tests {
 
     #[test]
     fn lexical_join() {
-        assert_eq!(join_lexical("a/lib", "../.kpack/x.kpack").as_deref(), Some("a/.kpack/x.kpack"));
+        assert_eq!(
+            join_lexical("a/lib", "../.kpack/x.kpack").as_deref(),
+            Some("a/.kpack/x.kpack")
+        );
         assert_eq!(join_lexical("", ".kpack/x").as_deref(), Some(".kpack/x"));
         assert_eq!(join_lexical("a", "../../x"), None);
     }

@@ -80,7 +80,12 @@ pub fn walk(root: &Path) -> Result<Vec<Entry>, WalkError> {
     Ok(out)
 }
 
-fn walk_into(root: &Path, dir: &Path, rel_dir: &str, out: &mut Vec<Entry>) -> Result<(), WalkError> {
+fn walk_into(
+    root: &Path,
+    dir: &Path,
+    rel_dir: &str,
+    out: &mut Vec<Entry>,
+) -> Result<(), WalkError> {
     use std::os::unix::fs::PermissionsExt;
     for name in fsutil::sorted_names(dir).ctx(dir, "read directory")? {
         let path = dir.join(&name);
@@ -146,7 +151,10 @@ mod tests {
         std::os::unix::fs::symlink("../lib/b", r.join("lib/sub/c")).unwrap();
         let e = walk(r).unwrap();
         let rels: Vec<_> = e.iter().map(|e| e.rel.as_str()).collect();
-        assert_eq!(rels, ["lib", "lib/a", "lib/a.so", "lib/b", "lib/sub", "lib/sub/c"]);
+        assert_eq!(
+            rels,
+            ["lib", "lib/a", "lib/a.so", "lib/b", "lib/sub", "lib/sub/c"]
+        );
         assert!(matches!(e[1].kind, EntryKind::File { size: 2, .. }));
 
         std::os::unix::fs::symlink("../../x", r.join("lib/bad")).unwrap();

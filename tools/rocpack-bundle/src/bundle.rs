@@ -406,7 +406,9 @@ pub fn decompress_ccob(b: &[u8], opts: &ParseOptions) -> Result<(CcobHeader, u64
     let start = h.header_len as usize;
     let end = match h.total_size {
         Some(t) => t as usize,
-        None => start + v1_payload_len(&b[start..], h.method).map_err(|e| e.shifted(start as u64))?,
+        None => {
+            start + v1_payload_len(&b[start..], h.method).map_err(|e| e.shifted(start as u64))?
+        }
     };
     let payload = &b[start..end];
     let claim = h.uncompressed_size;
@@ -431,7 +433,11 @@ pub fn decompress_ccob(b: &[u8], opts: &ParseOptions) -> Result<(CcobHeader, u64
             ),
         });
     }
-    let cap = claim.min((payload.len() as u64).saturating_mul(64).saturating_add(1 << 20));
+    let cap = claim.min(
+        (payload.len() as u64)
+            .saturating_mul(64)
+            .saturating_add(1 << 20),
+    );
     let mut out = Vec::with_capacity(cap as usize);
     let decoded = match h.method {
         Method::Zstd => zstd::stream::read::Decoder::with_buffer(payload)

@@ -20,7 +20,9 @@ pub enum Error {
     #[error("malformed bundle at byte offset {offset}: {what}")]
     Malformed { offset: u64, what: String },
     /// Neither bundle magic where one was required.
-    #[error("byte offset {offset}: expected `__CLANG_OFFLOAD_BUNDLE__` or `CCOB` magic, found {found}")]
+    #[error(
+        "byte offset {offset}: expected `__CLANG_OFFLOAD_BUNDLE__` or `CCOB` magic, found {found}"
+    )]
     BadMagic { offset: u64, found: String },
     /// A CCOB header names a version or method this crate does not know.
     #[error("CCOB at byte offset {offset}: unsupported {what}")]
@@ -126,7 +128,12 @@ pub(crate) fn read_u64(b: &[u8], at: usize, what: &'static str) -> Result<u64> {
     Ok(u64::from_le_bytes(a))
 }
 
-pub(crate) fn slice<'a>(b: &'a [u8], at: usize, len: usize, what: &'static str) -> Result<&'a [u8]> {
+pub(crate) fn slice<'a>(
+    b: &'a [u8],
+    at: usize,
+    len: usize,
+    what: &'static str,
+) -> Result<&'a [u8]> {
     at.checked_add(len)
         .and_then(|end| b.get(at..end))
         .ok_or(Error::Truncated {

@@ -125,11 +125,14 @@ impl TargetId {
                     n = 4;
                 }
             }
-            if let Some(c) = rest[..n]
-                .iter()
-                .find(|c| !c.chars().all(|ch| ch.is_ascii_alphanumeric() || ch == '_' || ch == '.'))
-            {
-                return Err(bad(s, format!("triple component {c:?} has invalid characters")));
+            if let Some(c) = rest[..n].iter().find(|c| {
+                !c.chars()
+                    .all(|ch| ch.is_ascii_alphanumeric() || ch == '_' || ch == '.')
+            }) {
+                return Err(bad(
+                    s,
+                    format!("triple component {c:?} has invalid characters"),
+                ));
             }
             let triple = rest[..n].join("-");
             let target = rest[n..].join("-");
@@ -148,22 +151,19 @@ impl TargetId {
                 .chars()
                 .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-' || c == '.')
             {
-                return Err(bad(s, format!("processor {processor:?} has invalid characters")));
+                return Err(bad(
+                    s,
+                    format!("processor {processor:?} has invalid characters"),
+                ));
             }
             let mut features: Vec<Feature> = Vec::new();
             for p in parts {
                 let (name, enabled) = match p.as_bytes().last() {
                     Some(b'+') => (&p[..p.len() - 1], true),
                     Some(b'-') => (&p[..p.len() - 1], false),
-                    _ => {
-                        return Err(bad(
-                            s,
-                            format!("feature {p:?} must end in '+' or '-'"),
-                        ))
-                    }
+                    _ => return Err(bad(s, format!("feature {p:?} must end in '+' or '-'"))),
                 };
-                if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
-                {
+                if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
                     return Err(bad(s, format!("feature {p:?} has an invalid name")));
                 }
                 if features.iter().any(|f| f.name == name) {
@@ -385,8 +385,14 @@ mod tests {
         assert_eq!(
             id.features(),
             &[
-                Feature { name: "sramecc".into(), enabled: true },
-                Feature { name: "xnack".into(), enabled: false }
+                Feature {
+                    name: "sramecc".into(),
+                    enabled: true
+                },
+                Feature {
+                    name: "xnack".into(),
+                    enabled: false
+                }
             ]
         );
         let id = t("hipv4-amdgcn-amd-amdhsa--gfx10-3-generic");
@@ -417,7 +423,10 @@ mod tests {
             assert_eq!(id.arch(), "");
             assert_eq!(id.to_string(), s);
         }
-        assert_eq!(t("host-x86_64-pc-linux-gnu-").triple(), Some("x86_64-pc-linux-gnu"));
+        assert_eq!(
+            t("host-x86_64-pc-linux-gnu-").triple(),
+            Some("x86_64-pc-linux-gnu")
+        );
     }
 
     #[test]
@@ -492,8 +501,14 @@ mod tests {
         assert!(!isa_matches(&t("gfx90a:xnack-"), &bare));
         // xnack+ device
         let x = t("gfx90a:xnack+");
-        assert!(isa_matches(&t("hipv4-amdgcn-amd-amdhsa--gfx90a:xnack+"), &x));
-        assert!(!isa_matches(&t("hipv4-amdgcn-amd-amdhsa--gfx90a:xnack-"), &x));
+        assert!(isa_matches(
+            &t("hipv4-amdgcn-amd-amdhsa--gfx90a:xnack+"),
+            &x
+        ));
+        assert!(!isa_matches(
+            &t("hipv4-amdgcn-amd-amdhsa--gfx90a:xnack-"),
+            &x
+        ));
         assert!(isa_matches(&t("hipv4-amdgcn-amd-amdhsa--gfx90a"), &x));
         // generics
         for (g, yes, no) in [

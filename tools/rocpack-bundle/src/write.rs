@@ -81,8 +81,9 @@ pub fn write_ccob_level(
         v => return Err(Error::Write(format!("CCOB version {v} (known: 1, 2, 3)"))),
     };
     let compressed = match compression {
-        Method::Zstd => zstd::bulk::compress(bundle, level)
-            .map_err(|e| Error::Write(format!("zstd: {e}")))?,
+        Method::Zstd => {
+            zstd::bulk::compress(bundle, level).map_err(|e| Error::Write(format!("zstd: {e}")))?
+        }
         Method::Zlib => {
             let lvl = flate2::Compression::new(level.clamp(0, 9) as u32);
             let mut enc = flate2::write::ZlibEncoder::new(Vec::new(), lvl);
@@ -99,8 +100,9 @@ pub fn write_ccob_level(
     out.extend_from_slice(&compression.code().to_le_bytes());
     match version {
         1 => {
-            let u = u32::try_from(usize_)
-                .map_err(|_| Error::Write(format!("bundle of {usize_} bytes too large for CCOB v1")))?;
+            let u = u32::try_from(usize_).map_err(|_| {
+                Error::Write(format!("bundle of {usize_} bytes too large for CCOB v1"))
+            })?;
             out.extend_from_slice(&u.to_le_bytes());
         }
         2 => {
@@ -108,7 +110,9 @@ pub fn write_ccob_level(
                 Error::Write(format!("CCOB of {total} bytes too large for v2 (use v3)"))
             })?;
             let u = u32::try_from(usize_).map_err(|_| {
-                Error::Write(format!("bundle of {usize_} bytes too large for CCOB v2 (use v3)"))
+                Error::Write(format!(
+                    "bundle of {usize_} bytes too large for CCOB v2 (use v3)"
+                ))
             })?;
             out.extend_from_slice(&t.to_le_bytes());
             out.extend_from_slice(&u.to_le_bytes());

@@ -37,7 +37,10 @@ const DEVICE: &[&str] = &[
 fn entries() -> Vec<(String, Vec<u8>)> {
     let mut v = vec![("host-x86_64-unknown-linux--".to_string(), Vec::new())];
     for (i, id) in DEVICE.iter().enumerate() {
-        v.push((id.to_string(), common::pseudo_random(i as u64 + 10, 3000 + 1111 * i)));
+        v.push((
+            id.to_string(),
+            common::pseudo_random(i as u64 + 10, 3000 + 1111 * i),
+        ));
     }
     v
 }
@@ -48,37 +51,70 @@ fn unbundle_and_compare(tool: &Path, dir: &Path, input: &Path, want: &[(String, 
         .arg(format!("--input={}", input.display()))
         .output()
         .unwrap();
-    assert!(list.status.success(), "--list {}: {}", input.display(), String::from_utf8_lossy(&list.stderr));
-    let mut listed: Vec<String> = String::from_utf8_lossy(&list.stdout).lines().map(str::to_string).collect();
+    assert!(
+        list.status.success(),
+        "--list {}: {}",
+        input.display(),
+        String::from_utf8_lossy(&list.stderr)
+    );
+    let mut listed: Vec<String> = String::from_utf8_lossy(&list.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect();
     listed.sort();
     let mut ids: Vec<String> = want.iter().map(|(i, _)| i.clone()).collect();
     ids.sort();
     assert_eq!(listed, ids, "--list {}", input.display());
 
-    let devices: Vec<&(String, Vec<u8>)> = want.iter().filter(|(i, _)| !i.starts_with("host")).collect();
+    let devices: Vec<&(String, Vec<u8>)> = want
+        .iter()
+        .filter(|(i, _)| !i.starts_with("host"))
+        .collect();
     let mut cmd = Command::new(tool);
-    cmd.args(["--unbundle", "--type=o"]).arg(format!("--input={}", input.display()));
+    cmd.args(["--unbundle", "--type=o"])
+        .arg(format!("--input={}", input.display()));
     let targets: Vec<&str> = devices.iter().map(|(i, _)| i.as_str()).collect();
     cmd.arg(format!("--targets={}", targets.join(",")));
-    let outs: Vec<PathBuf> = (0..devices.len()).map(|i| dir.join(format!("out{i}.co"))).collect();
+    let outs: Vec<PathBuf> = (0..devices.len())
+        .map(|i| dir.join(format!("out{i}.co")))
+        .collect();
     for o in &outs {
         cmd.arg(format!("--output={}", o.display()));
     }
     let r = cmd.output().unwrap();
-    assert!(r.status.success(), "--unbundle {}: {}", input.display(), String::from_utf8_lossy(&r.stderr));
+    assert!(
+        r.status.success(),
+        "--unbundle {}: {}",
+        input.display(),
+        String::from_utf8_lossy(&r.stderr)
+    );
     for ((id, data), o) in devices.iter().zip(&outs) {
         let got = std::fs::read(o).unwrap();
-        assert!(got == *data, "{}: {id} differs after unbundling ({} vs {} bytes)", input.display(), got.len(), data.len());
+        assert!(
+            got == *data,
+            "{}: {id} differs after unbundling ({} vs {} bytes)",
+            input.display(),
+            got.len(),
+            data.len()
+        );
     }
     // host entry (LLVM 19 only accepts it without the trailing `--`)
     let host = dir.join("host.bin");
     let r = Command::new(tool)
-        .args(["--unbundle", "--type=o", "--targets=host-x86_64-unknown-linux"])
+        .args([
+            "--unbundle",
+            "--type=o",
+            "--targets=host-x86_64-unknown-linux",
+        ])
         .arg(format!("--input={}", input.display()))
         .arg(format!("--output={}", host.display()))
         .output()
         .unwrap();
-    assert!(r.status.success(), "host unbundle: {}", String::from_utf8_lossy(&r.stderr));
+    assert!(
+        r.status.success(),
+        "host unbundle: {}",
+        String::from_utf8_lossy(&r.stderr)
+    );
     assert_eq!(std::fs::read(&host).unwrap().len(), 0);
 }
 
@@ -91,8 +127,14 @@ fn clang_offload_bundler_accepts_our_bundles() {
     let mut cases: Vec<(String, Vec<u8>)> = vec![("uncompressed".into(), raw.clone())];
     cases.push(("unaligned".into(), write_uncompressed_aligned(&want, 1)));
     for method in [Method::Zstd, Method::Zlib] {
-        cases.push((format!("ccob-v2-{method}"), write_ccob(&raw, 2, method).unwrap()));
-        cases.push((format!("ccob-v1-{method}"), write_ccob(&raw, 1, method).unwrap()));
+        cases.push((
+            format!("ccob-v2-{method}"),
+            write_ccob(&raw, 2, method).unwrap(),
+        ));
+        cases.push((
+            format!("ccob-v1-{method}"),
+            write_ccob(&raw, 1, method).unwrap(),
+        ));
     }
     for (name, bytes) in &cases {
         let p = dir.path().join(format!("{name}.bundle"));
@@ -109,7 +151,10 @@ fn clang_offload_bundler_accepts_our_bundles() {
         .arg(format!("--input={}", v3.display()))
         .output()
         .unwrap();
-    assert!(!r.status.success(), "this clang-offload-bundler accepts CCOB v3 now: test it");
+    assert!(
+        !r.status.success(),
+        "this clang-offload-bundler accepts CCOB v3 now: test it"
+    );
 }
 
 #[test]
@@ -138,22 +183,41 @@ fn clang_offload_bundler_output_parses_identically() {
             cmd.arg(format!("--input={}", p.display()));
         }
         let r = cmd.output().unwrap();
-        assert!(r.status.success(), "bundle {name}: {}", String::from_utf8_lossy(&r.stderr));
+        assert!(
+            r.status.success(),
+            "bundle {name}: {}",
+            String::from_utf8_lossy(&r.stderr)
+        );
         let bytes = std::fs::read(&out).unwrap();
-        let opts = ParseOptions { verify_hash: true, ..Default::default() };
+        let opts = ParseOptions {
+            verify_hash: true,
+            ..Default::default()
+        };
         let b = parse_bundle_with(&bytes, &opts).unwrap();
         assert_eq!(b.len, bytes.len() as u64, "{name}");
         for (id, data) in &want {
             if id.starts_with("host") {
                 continue;
             }
-            let e = b.entries.iter().find(|e| e.id.as_str() == id).unwrap_or_else(|| panic!("{name}: {id} missing"));
+            let e = b
+                .entries
+                .iter()
+                .find(|e| e.id.as_str() == id)
+                .unwrap_or_else(|| panic!("{name}: {id} missing"));
             assert!(*e.data == data[..], "{name}: {id}");
         }
         if name == "plain" {
             // our writer reproduces clang's uncompressed layout byte for byte
-            let ours: Vec<(&str, &[u8])> = b.entries.iter().map(|e| (e.id.as_str(), &*e.data)).collect();
-            assert_eq!(write_uncompressed(&ours), bytes, "uncompressed layout differs from clang's");
+            let ours: Vec<(&str, &[u8])> = b
+                .entries
+                .iter()
+                .map(|e| (e.id.as_str(), &*e.data))
+                .collect();
+            assert_eq!(
+                write_uncompressed(&ours),
+                bytes,
+                "uncompressed layout differs from clang's"
+            );
         }
     }
 }

@@ -9,8 +9,14 @@ use rocpack_bundle::*;
 fn seeds() -> Vec<Vec<u8>> {
     let entries = vec![
         ("host-x86_64-unknown-linux--", Vec::new()),
-        ("hipv4-amdgcn-amd-amdhsa--gfx1100", common::pseudo_random(7, 700)),
-        ("hipv4-amdgcn-amd-amdhsa--gfx90a:xnack+", common::pseudo_random(8, 300)),
+        (
+            "hipv4-amdgcn-amd-amdhsa--gfx1100",
+            common::pseudo_random(7, 700),
+        ),
+        (
+            "hipv4-amdgcn-amd-amdhsa--gfx90a:xnack+",
+            common::pseudo_random(8, 300),
+        ),
     ];
     let raw = write_uncompressed_aligned(&entries, 64);
     let mut v = vec![raw.clone()];
@@ -24,7 +30,10 @@ fn seeds() -> Vec<Vec<u8>> {
 
 /// Exercise every entry point on one input.
 fn exercise(b: &[u8]) {
-    let opts = ParseOptions { verify_hash: true, max_decompressed_size: 1 << 24 };
+    let opts = ParseOptions {
+        verify_hash: true,
+        max_decompressed_size: 1 << 24,
+    };
     let _ = parse_bundle_with(b, &opts);
     let _ = parse_bundle(b);
     let _ = bundle_extent(b);
@@ -43,7 +52,11 @@ fn every_truncation_is_an_error() {
         for n in 0..seed.len() {
             let cut = &seed[..n];
             exercise(cut);
-            assert!(parse_bundle(cut).is_err(), "prefix of {n}/{} bytes parsed", seed.len());
+            assert!(
+                parse_bundle(cut).is_err(),
+                "prefix of {n}/{} bytes parsed",
+                seed.len()
+            );
         }
         assert!(parse_bundle(&seed).is_ok());
     }
@@ -74,7 +87,10 @@ fn oversized_counts_and_sizes_are_rejected_cheaply() {
     // entry size past the end
     let mut m = raw.clone();
     m[40..48].copy_from_slice(&u64::MAX.to_le_bytes());
-    assert!(matches!(parse_bundle(&m), Err(Error::Malformed { offset: 32, .. })));
+    assert!(matches!(
+        parse_bundle(&m),
+        Err(Error::Malformed { offset: 32, .. })
+    ));
     // offset + size overflow
     let mut m = raw.clone();
     m[32..40].copy_from_slice(&(u64::MAX - 1).to_le_bytes());
@@ -100,7 +116,10 @@ fn oversized_counts_and_sizes_are_rejected_cheaply() {
     // a zstd bomb: 2 MiB of zeros claimed and delivered, but limit 1 MiB
     let zeros = vec![0u8; 2 << 20];
     let mut bomb = write_ccob(&zeros, 3, Method::Zstd).unwrap();
-    let opts = ParseOptions { verify_hash: false, max_decompressed_size: 1 << 20 };
+    let opts = ParseOptions {
+        verify_hash: false,
+        max_decompressed_size: 1 << 20,
+    };
     assert!(decompress_ccob(&bomb, &opts).is_err());
     // ... and more than MAX_CCOB_RATIO, claimed by a tiny payload
     bomb.truncate(40);
@@ -110,10 +129,16 @@ fn oversized_counts_and_sizes_are_rejected_cheaply() {
     // unknown version and method
     let mut c = write_ccob(&raw, 2, Method::Zstd).unwrap();
     c[4] = 9;
-    assert!(matches!(parse_bundle(&c), Err(Error::Unsupported { offset: 4, .. })));
+    assert!(matches!(
+        parse_bundle(&c),
+        Err(Error::Unsupported { offset: 4, .. })
+    ));
     c[4] = 2;
     c[6] = 7;
-    assert!(matches!(parse_bundle(&c), Err(Error::Unsupported { offset: 6, .. })));
+    assert!(matches!(
+        parse_bundle(&c),
+        Err(Error::Unsupported { offset: 6, .. })
+    ));
 }
 
 #[test]
@@ -128,8 +153,17 @@ fn decompressed_payload_must_be_a_bundle() {
 #[test]
 fn target_id_round_trips_or_errors() {
     for s in [
-        "hipv4-amdgcn-amd-amdhsa--gfx90a:xnack+", "x", "-", "--", "host", "host-", "gfx", "gfx:",
-        "hipv4-amdgcn-amd-amdhsa--gfx10-3-generic:xnack-", "\u{e9}", "a-b-c-d-e-f-g",
+        "hipv4-amdgcn-amd-amdhsa--gfx90a:xnack+",
+        "x",
+        "-",
+        "--",
+        "host",
+        "host-",
+        "gfx",
+        "gfx:",
+        "hipv4-amdgcn-amd-amdhsa--gfx10-3-generic:xnack-",
+        "\u{e9}",
+        "a-b-c-d-e-f-g",
     ] {
         if let Ok(t) = TargetId::parse(s) {
             assert_eq!(t.to_string(), s);

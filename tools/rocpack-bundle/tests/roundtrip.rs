@@ -8,10 +8,22 @@ use rocpack_bundle::*;
 fn sample_entries() -> Vec<(String, Vec<u8>)> {
     vec![
         ("host-x86_64-unknown-linux--".to_string(), Vec::new()),
-        ("hipv4-amdgcn-amd-amdhsa--gfx1100".to_string(), common::pseudo_random(1, 5000)),
-        ("hipv4-amdgcn-amd-amdhsa--gfx11-generic".to_string(), common::pseudo_random(2, 100)),
-        ("hipv4-amdgcn-amd-amdhsa--gfx90a:xnack+".to_string(), common::pseudo_random(3, 9000)),
-        ("hipv4-amdgcn-amd-amdhsa--gfx942:sramecc+:xnack-".to_string(), common::pseudo_random(4, 1)),
+        (
+            "hipv4-amdgcn-amd-amdhsa--gfx1100".to_string(),
+            common::pseudo_random(1, 5000),
+        ),
+        (
+            "hipv4-amdgcn-amd-amdhsa--gfx11-generic".to_string(),
+            common::pseudo_random(2, 100),
+        ),
+        (
+            "hipv4-amdgcn-amd-amdhsa--gfx90a:xnack+".to_string(),
+            common::pseudo_random(3, 9000),
+        ),
+        (
+            "hipv4-amdgcn-amd-amdhsa--gfx942:sramecc+:xnack-".to_string(),
+            common::pseudo_random(4, 1),
+        ),
     ]
 }
 
@@ -58,7 +70,10 @@ fn ccob_every_version_and_method() {
             assert_eq!(h.method, method);
             assert_eq!(h.uncompressed_size, raw.len() as u64);
             assert_eq!(h.hash, ccob_hash(&raw));
-            let opts = ParseOptions { verify_hash: true, ..Default::default() };
+            let opts = ParseOptions {
+                verify_hash: true,
+                ..Default::default()
+            };
             let b = parse_bundle_with(&c, &opts).unwrap();
             check_entries(&b, &entries);
             assert_eq!(b.format, Format::Ccob { version, method });
@@ -68,7 +83,11 @@ fn ccob_every_version_and_method() {
             // v1 has no total size: trailing padding must not be swallowed
             let mut padded = c.clone();
             padded.extend_from_slice(&[0u8; 100]);
-            assert_eq!(bundle_extent(&padded).unwrap().1, c.len() as u64, "v{version} {method}");
+            assert_eq!(
+                bundle_extent(&padded).unwrap().1,
+                c.len() as u64,
+                "v{version} {method}"
+            );
             assert_eq!(parse_bundle(&padded).unwrap().len, c.len() as u64);
         }
     }
@@ -77,7 +96,10 @@ fn ccob_every_version_and_method() {
 #[test]
 fn hash_is_truncated_md5() {
     // md5("") = d41d8cd98f00b204e9800998ecf8427e; low() reads the first 8 bytes LE
-    assert_eq!(ccob_hash(b""), u64::from_le_bytes([0xd4, 0x1d, 0x8c, 0xd9, 0x8f, 0x00, 0xb2, 0x04]));
+    assert_eq!(
+        ccob_hash(b""),
+        u64::from_le_bytes([0xd4, 0x1d, 0x8c, 0xd9, 0x8f, 0x00, 0xb2, 0x04])
+    );
 }
 
 #[test]
@@ -86,9 +108,14 @@ fn hash_mismatch_is_reported_only_when_asked() {
     let mut c = write_ccob(&raw, 2, Method::Zstd).unwrap();
     c[16] ^= 0x55; // hash byte
     assert!(parse_bundle(&c).is_ok());
-    let opts = ParseOptions { verify_hash: true, ..Default::default() };
+    let opts = ParseOptions {
+        verify_hash: true,
+        ..Default::default()
+    };
     match parse_bundle_with(&c, &opts) {
-        Err(Error::HashMismatch { stored, computed, .. }) => assert_ne!(stored, computed),
+        Err(Error::HashMismatch {
+            stored, computed, ..
+        }) => assert_ne!(stored, computed),
         other => panic!("expected hash mismatch, got {other:?}"),
     }
 }
@@ -101,15 +128,43 @@ fn finds_every_bundle_in_a_section() {
     let mut expect = Vec::new();
     let pieces: Vec<(Vec<u8>, Format)> = vec![
         (raw.clone(), Format::Uncompressed),
-        (write_ccob(&raw, 2, Method::Zstd).unwrap(), Format::Ccob { version: 2, method: Method::Zstd }),
-        (write_ccob(&raw, 1, Method::Zlib).unwrap(), Format::Ccob { version: 1, method: Method::Zlib }),
-        (write_ccob(&raw, 3, Method::Zlib).unwrap(), Format::Ccob { version: 3, method: Method::Zlib }),
-        (write_ccob(&raw, 1, Method::Zstd).unwrap(), Format::Ccob { version: 1, method: Method::Zstd }),
+        (
+            write_ccob(&raw, 2, Method::Zstd).unwrap(),
+            Format::Ccob {
+                version: 2,
+                method: Method::Zstd,
+            },
+        ),
+        (
+            write_ccob(&raw, 1, Method::Zlib).unwrap(),
+            Format::Ccob {
+                version: 1,
+                method: Method::Zlib,
+            },
+        ),
+        (
+            write_ccob(&raw, 3, Method::Zlib).unwrap(),
+            Format::Ccob {
+                version: 3,
+                method: Method::Zlib,
+            },
+        ),
+        (
+            write_ccob(&raw, 1, Method::Zstd).unwrap(),
+            Format::Ccob {
+                version: 1,
+                method: Method::Zstd,
+            },
+        ),
         (raw.clone(), Format::Uncompressed),
     ];
     for (p, f) in &pieces {
         section.resize(section.len().div_ceil(4096) * 4096, 0);
-        expect.push(BundleSpan { offset: section.len() as u64, len: p.len() as u64, format: *f });
+        expect.push(BundleSpan {
+            offset: section.len() as u64,
+            len: p.len() as u64,
+            format: *f,
+        });
         section.extend_from_slice(p);
     }
     section.resize(section.len() + 333, 0);

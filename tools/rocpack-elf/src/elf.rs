@@ -475,3 +475,19 @@ pub(crate) fn align_down(v: u64, a: u64) -> u64 {
         v / a * a
     }
 }
+
+/// Zero-extend `out` to `to` bytes, refusing to grow past `limit` (outputs
+/// are bounded by the input size, so malformed offsets or alignments cannot
+/// trigger huge allocations).
+pub(crate) fn grow(out: &mut Vec<u8>, to: u64, limit: u64) -> Result<()> {
+    if to > limit {
+        return Err(Error::layout(
+            to,
+            format!("output would grow to {to:#x} bytes, more than the input allows ({limit:#x})"),
+        ));
+    }
+    if to > out.len() as u64 {
+        out.resize(to as usize, 0);
+    }
+    Ok(())
+}

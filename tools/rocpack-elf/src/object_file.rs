@@ -13,7 +13,7 @@ use object::elf;
 use crate::analyze::{
     FatBinaryInfo, PointerModel, HIPF_MAGIC, HIPK_MAGIC, MARKER_SECTION,
 };
-use crate::elf::{align_up, put_u16, put_u32, put_u64, Elf, Shdr, EHDR_SIZE, SYM_SIZE};
+use crate::elf::{align_up, grow, put_u16, put_u32, put_u64, Elf, Shdr, EHDR_SIZE, SYM_SIZE};
 use crate::error::{Error, Result};
 
 const BUNDLE_ALIGN: u64 = 4096;
@@ -33,6 +33,8 @@ fn relayout(
 ) -> Result<(Vec<u8>, Vec<u64>)> {
     let data = elf.data;
     let mut out = crate::elf::get(data, 0, EHDR_SIZE, "ELF header")?.to_vec();
+    let extra: u64 = replace.iter().map(|e| e.data.len() as u64).sum();
+    let limit = (data.len() as u64).saturating_add(extra).saturating_add(1 << 16);
     let mut order: Vec<usize> = (1..shdrs.len()).collect();
     // Sections keep their original order; appended ones (offset 0 in the
     // template) go last.
@@ -54,7 +56,7 @@ fn relayout(
             Some(c) => {
                 let pos = align_up(out.len() as u64, sh.sh_addralign.max(1))
                     .ok_or_else(|| Error::layout(sh.sh_offset, "alignment overflow"))?;
-                out.resize(pos as usize, 0);
+                grow(&mut out, pos, limit)?;
                 out.extend_from_slice(c);
                 sh.sh_size = c.len() as u64;
                 pos
@@ -65,7 +67,7 @@ fn relayout(
                 let pos = align_up(out.len() as u64, sh.sh_addralign.max(1))
                     .ok_or_else(|| Error::layout(sh.sh_offset, "alignment overflow"))?;
                 if sh.sh_type == elf::SHT_NOBITS && sh.sh_size > 0 {
-                    out.resize(pos as usize, 0);
+                    grow(&mut out, pos, limit)?;
                     pos
                 } else {
                     out.len() as u64

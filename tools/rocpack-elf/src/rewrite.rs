@@ -26,7 +26,7 @@ use crate::analyze::{
     R_AARCH64_RELATIVE, R_X86_64_RELATIVE,
 };
 use crate::elf::{
-    align_down, align_up, get, put, put_u16, put_u32, put_u64, u64_at, Elf, Phdr, Shdr, EHDR_SIZE,
+    align_down, align_up, get, grow, put, put_u16, put_u32, put_u64, u64_at, Elf, Phdr, Shdr, EHDR_SIZE,
     PHDR_SIZE, SHT_RELR, SYM_SIZE,
 };
 use crate::error::{Error, Result};
@@ -211,6 +211,7 @@ fn layout_tail(
     shstrtab: &[u8],
     map: &mut OffMap,
     out: &mut Vec<u8>,
+    limit: u64,
 ) -> Result<()> {
     let mut tail: Vec<usize> = (0..elf.shdrs.len())
         .filter(|&i| i != 0 && !elf.shdrs[i].is_alloc() && elf.shdrs[i].sh_offset >= end)
@@ -227,7 +228,7 @@ fn layout_tail(
         let align = s.sh_addralign.max(1);
         let pos = align_up(out.len() as u64, align)
             .ok_or_else(|| Error::layout(s.sh_offset, "alignment overflow"))?;
-        out.resize(pos as usize, 0);
+        grow(out, pos, limit)?;
         if i == elf.shstrndx {
             out.extend_from_slice(shstrtab);
             shdrs[i].sh_size = shstrtab.len() as u64;
@@ -352,6 +353,60 @@ fn check_no_other_refs(elf: &Elf<'_>, info: &FatBinaryInfo, lo: u64, hi: u64) ->
     Ok(())
 }
 
+/// Check the invariants the layout arithmetic relies on, so that it can use
+/// plain arithmetic afterwards: segments and sections inside the file, no
+/// address overflow, file-backed sizes within memory sizes, loaded sections
+/// at offsets matching their addresses.
+fn validate_layout(elf: &Elf<'_>, page: u64) -> Result<()> {
+    let len = elf.data.len() as u64;
+    let limit = 1u64 << 56;
+    for (i, p) in elf.phdrs.iter().enumerate() {
+        let at = elf.ehdr.e_phoff + i as u64 * PHDR_SIZE;
+        let bad = |what: &str| Err(Error::malformed(at, format!("program header {i}: {what}")));
+        if p.p_offset.checked_add(p.p_filesz).is_none_or(|e| e > len) && p.p_filesz > 0 {
+            return bad("file range outside the file");
+        }
+        if p.p_vaddr >= limit || p.p_memsz >= limit || p.p_offset >= limit {
+            return bad("address or size out of range");
+        }
+        if p.p_type == elf::PT_LOAD {
+            if p.p_filesz > p.p_memsz {
+                return bad("p_filesz > p_memsz");
+            }
+            if p.p_offset % page != p.p_vaddr % page {
+                return bad("offset and address not congruent");
+            }
+        }
+    }
+    for (i, s) in elf.shdrs.iter().enumerate() {
+        let at = elf.shdr_offset(i);
+        if s.sh_addr >= limit || s.sh_size >= limit || s.sh_offset >= limit || s.sh_addralign > (1 << 24) {
+            return Err(Error::malformed(at, format!("section {i}: value out of range")));
+        }
+        if s.has_file_data() && s.sh_offset + s.sh_size > len {
+            return Err(Error::malformed(at, format!("section {} lies outside the file", s.name_str())));
+        }
+        if s.is_alloc() && s.has_file_data() && s.sh_size > 0 {
+            let inside = elf.phdrs.iter().any(|p| {
+                p.p_type == elf::PT_LOAD
+                    && s.sh_addr >= p.p_vaddr
+                    && s.sh_addr + s.sh_size <= p.p_vaddr + p.p_filesz
+                    && s.sh_offset.wrapping_sub(p.p_offset) == s.sh_addr - p.p_vaddr
+            });
+            if !inside {
+                return Err(Error::malformed(
+                    at,
+                    format!("section {} is not where its PT_LOAD maps it", s.name_str()),
+                ));
+            }
+        }
+    }
+    if elf.ehdr.e_phoff >= limit {
+        return Err(Error::malformed(32, "e_phoff out of range"));
+    }
+    Ok(())
+}
+
 /// Index of the PT_LOAD whose file image holds the ELF and program headers.
 fn header_load(elf: &Elf<'_>) -> Result<usize> {
     elf.phdrs
@@ -399,6 +454,7 @@ fn split_linked(elf: &Elf<'_>, info: &FatBinaryInfo, marker: &[u8]) -> Result<Ve
     }
     let l_off = |a: u64| l.p_offset + (a - l.p_vaddr);
     let page = page_size(elf)?;
+    validate_layout(elf, page)?;
     check_no_other_refs(elf, info, v, r)?;
     for (i, sh) in elf.shdrs.iter().enumerate() {
         if i != fb.index
@@ -696,7 +752,8 @@ fn split_linked(elf: &Elf<'_>, info: &FatBinaryInfo, marker: &[u8]) -> Result<Ve
         )?;
     }
 
-    layout_tail(elf, end, &mut shdrs, &shstrtab, &mut map, &mut out)?;
+    let limit = data.len() as u64 + shstrtab.len() as u64 + 2 * page;
+    layout_tail(elf, end, &mut shdrs, &shstrtab, &mut map, &mut out, limit)?;
     // References into the moved block.
     relocate_block_refs(elf, &mut out, &map, b0, l0_addr(b1_off), delta, &moved)?;
 
@@ -817,6 +874,7 @@ fn reassemble_linked(elf: &Elf<'_>, info: &FatBinaryInfo, bundles: &[Vec<u8>]) -
             Error::unsupported(fb.file_offset, "no PT_LOAD follows .hip_fatbin at its end")
         })?;
     let page = page_size(elf)?;
+    validate_layout(elf, page)?;
     let n = elf.phdrs.len() as u64;
     let new_n = n - 1;
     let ph_new_end = elf.ehdr.e_phoff + new_n * PHDR_SIZE;
@@ -908,10 +966,10 @@ fn reassemble_linked(elf: &Elf<'_>, info: &FatBinaryInfo, bundles: &[Vec<u8>]) -
     let lo = |a: u64| l1.p_offset + (a - l1.p_vaddr);
     let split_r_off = l2.p_offset + (r_end - w);
     let new_r_off = lo(r_end);
-    let grow = new_r_off
+    let growth = new_r_off
         .checked_sub(split_r_off)
         .ok_or_else(|| Error::malformed(l2.p_offset, "L2 offset is not below its merged place"))?;
-    if grow % page != 0 {
+    if growth % page != 0 {
         return Err(Error::malformed(
             l2.p_offset,
             "segment offsets are not congruent",
@@ -926,9 +984,12 @@ fn reassemble_linked(elf: &Elf<'_>, info: &FatBinaryInfo, bundles: &[Vec<u8>]) -
     map.add(split_r_off, end.saturating_sub(split_r_off), new_r_off);
     let mut out: Vec<u8> = Vec::with_capacity(data.len() + fat.len());
     out.extend_from_slice(get(data, 0, d_off, "file prefix")?);
-    out.resize(lo(v) as usize, 0);
+    let limit = (data.len() as u64)
+        .saturating_add(fat.len() as u64)
+        .saturating_add(4 * page);
+    grow(&mut out, lo(v), limit)?;
     out.extend_from_slice(&fat);
-    out.resize(new_r_off as usize, 0);
+    grow(&mut out, new_r_off, limit)?;
     out.extend_from_slice(get(data, split_r_off, end - split_r_off, "loaded content")?);
     // Headers area: program headers shrink by one; the block goes back.
     let hdr_end = (b0_off + blocklen) as usize;
@@ -954,7 +1015,7 @@ fn reassemble_linked(elf: &Elf<'_>, info: &FatBinaryInfo, bundles: &[Vec<u8>]) -
             sh.sh_offset = l0.p_offset + (sh.sh_addr - l0.p_vaddr);
         } else if sh.is_alloc() || sh.sh_offset < end {
             if sh.sh_offset >= split_r_off {
-                sh.sh_offset += grow;
+                sh.sh_offset += growth;
             } else if sh.sh_offset >= d_off && sh.sh_type == elf::SHT_NOBITS {
                 sh.sh_offset = sh.sh_offset.max(d_off);
             }
@@ -994,7 +1055,7 @@ fn reassemble_linked(elf: &Elf<'_>, info: &FatBinaryInfo, bundles: &[Vec<u8>]) -
             p.p_paddr = p.p_paddr.wrapping_add(delta);
             p.p_offset = l0.p_offset + (p.p_vaddr - l0.p_vaddr);
         } else if p.p_offset >= split_r_off {
-            p.p_offset += grow;
+            p.p_offset += growth;
         }
         phdrs.push(p);
     }
@@ -1005,7 +1066,7 @@ fn reassemble_linked(elf: &Elf<'_>, info: &FatBinaryInfo, bundles: &[Vec<u8>]) -
             &p.encode(),
         )?;
     }
-    layout_tail(elf, end, &mut shdrs, &shstrtab, &mut map, &mut out)?;
+    layout_tail(elf, end, &mut shdrs, &shstrtab, &mut map, &mut out, limit)?;
     relocate_block_refs(elf, &mut out, &map, w, m, delta, &moved)?;
 
     for wr in &info.wrappers {

@@ -12,9 +12,14 @@ use std::path::{Path, PathBuf};
 /// Result alias used throughout the crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-/// An error with its location.
+/// An error with its location (boxed: one pointer wide, cheap to return).
 #[derive(Debug)]
 pub struct Error {
+    inner: Box<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
     path: Option<PathBuf>,
     offset: Option<u64>,
     kind: ErrorKind,
@@ -139,32 +144,36 @@ impl Error {
     /// A new error without location.
     pub fn new(kind: ErrorKind) -> Self {
         Error {
-            path: None,
-            offset: None,
-            kind,
+            inner: Box::new(Inner {
+                path: None,
+                offset: None,
+                kind,
+            }),
         }
     }
 
     /// A new error at a byte offset.
     pub fn at(offset: u64, kind: ErrorKind) -> Self {
         Error {
-            path: None,
-            offset: Some(offset),
-            kind,
+            inner: Box::new(Inner {
+                path: None,
+                offset: Some(offset),
+                kind,
+            }),
         }
     }
 
     /// Attach the file this error is about (kept if already set).
     pub fn with_path(mut self, path: impl AsRef<Path>) -> Self {
-        if self.path.is_none() {
-            self.path = Some(path.as_ref().to_path_buf());
+        if self.inner.path.is_none() {
+            self.inner.path = Some(path.as_ref().to_path_buf());
         }
         self
     }
 
     /// Shift the byte offset by `base` (for parsers run on a sub-slice).
     pub fn shifted(mut self, base: u64) -> Self {
-        if let Some(o) = self.offset.as_mut() {
+        if let Some(o) = self.inner.offset.as_mut() {
             *o = o.saturating_add(base);
         }
         self
@@ -172,17 +181,17 @@ impl Error {
 
     /// The file, if known.
     pub fn path(&self) -> Option<&Path> {
-        self.path.as_deref()
+        self.inner.path.as_deref()
     }
 
     /// Byte offset in the file (or in the buffer given to a `from_bytes`/`decode`).
     pub fn offset(&self) -> Option<u64> {
-        self.offset
+        self.inner.offset
     }
 
     /// What went wrong.
     pub fn kind(&self) -> &ErrorKind {
-        &self.kind
+        &self.inner.kind
     }
 }
 
@@ -194,19 +203,19 @@ impl From<io::Error> for Error {
 
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if let Some(p) = &self.path {
+        if let Some(p) = &self.inner.path {
             write!(f, "{}: ", p.display())?;
         }
-        if let Some(o) = self.offset {
+        if let Some(o) = self.inner.offset {
             write!(f, "byte offset {o} (0x{o:x}): ")?;
         }
-        write!(f, "{}", self.kind)
+        write!(f, "{}", self.inner.kind)
     }
 }
 
 impl std::error::Error for Error {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match &self.kind {
+        match &self.inner.kind {
             ErrorKind::Io(e) => Some(e),
             _ => None,
         }

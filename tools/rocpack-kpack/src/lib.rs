@@ -41,7 +41,7 @@ pub use loader::{
 };
 pub use marker::{Marker, MARKER_MAX_LEN, MARKER_SECTION, MARKER_SECTION_PE};
 pub use reader::KpackReader;
-pub use writer::{compress_frame, KpackStreamWriter, KpackWriter, WriteSummary};
+pub use writer::{compress_frame, KpackFileWriter, KpackStreamWriter, KpackWriter, WriteSummary};
 
 /// Re-exported so callers can build and inspect entry `metadata` values.
 pub use rmpv;

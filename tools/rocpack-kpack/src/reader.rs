@@ -263,6 +263,16 @@ impl KpackReader {
         }
     }
 
+    /// Decode every kernel (in parallel) and check its length; structure is
+    /// already validated by `open`, this also proves every zstd frame decodes.
+    pub fn validate_kernels(&self) -> Result<()> {
+        use rayon::prelude::*;
+        self.p
+            .entries
+            .par_iter()
+            .try_for_each(|e| self.get_entry(e).map(|_| ()))
+    }
+
     fn err_not_found(&self, key: &str, target: &str) -> Error {
         Error::new(ErrorKind::NotFound {
             key: key.to_owned(),

@@ -580,3 +580,56 @@ pub(crate) fn write_atomically<T>(
         .map_err(|e| Error::from(e.error).with_path(path))?;
     Ok(out)
 }
+
+/// A [`KpackStreamWriter`] onto a temporary file next to `path`, renamed
+/// to `path` by [`KpackFileWriter::finish`]; dropped unfinished, it leaves
+/// nothing behind. Use it to write big archives without holding them.
+pub struct KpackFileWriter {
+    path: std::path::PathBuf,
+    inner: KpackStreamWriter<BufWriter<tempfile::NamedTempFile>>,
+}
+
+impl KpackFileWriter {
+    /// Start writing the archive that will appear at `path`.
+    pub fn create(path: impl AsRef<Path>, compression: Compression) -> Result<Self> {
+        let path = path.as_ref().to_path_buf();
+        let dir = match path.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+            _ => std::path::PathBuf::from("."),
+        };
+        let tmp = tempfile::Builder::new()
+            .prefix(".kpack-tmp-")
+            .tempfile_in(&dir)
+            .map_err(|e| Error::from(e).with_path(&dir))?;
+        let inner = KpackStreamWriter::new(BufWriter::with_capacity(1 << 20, tmp), compression)
+            .map_err(|e| e.with_path(&path))?;
+        Ok(KpackFileWriter { path, inner })
+    }
+
+    /// The underlying stream writer (set group/family/arches, add kernels).
+    pub fn writer(&mut self) -> &mut KpackStreamWriter<BufWriter<tempfile::NamedTempFile>> {
+        &mut self.inner
+    }
+
+    /// Write the TOC, sync, and rename into place.
+    pub fn finish(self) -> Result<WriteSummary> {
+        let path = self.path;
+        let (buf, summary) = self.inner.finish().map_err(|e| e.with_path(&path))?;
+        let tmp = buf
+            .into_inner()
+            .map_err(|e| Error::from(e.into_error()).with_path(&path))?;
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            tmp.as_file()
+                .set_permissions(fs::Permissions::from_mode(0o644))
+                .map_err(|e| Error::from(e).with_path(&path))?;
+        }
+        tmp.as_file()
+            .sync_all()
+            .map_err(|e| Error::from(e).with_path(&path))?;
+        tmp.persist(&path)
+            .map_err(|e| Error::from(e.error).with_path(&path))?;
+        Ok(summary)
+    }
+}

@@ -240,7 +240,7 @@ fn loader_env_overrides() {
     let bin_dir = root.join("lib");
     // PREFIX is searched before marker paths.
     let env = LoaderEnv::from_values(None, Some(&format!("::{}", pre.display())));
-    assert_eq!(env.kpack_path_prefix, [pre.clone()]);
+    assert_eq!(env.kpack_path_prefix, std::slice::from_ref(&pre));
     let mut l = Loader::new(env);
     let (r, b) = l.load(&m, &bin_dir, 0, &["gfx1100"]).unwrap();
     assert_eq!(r.archive, pre);

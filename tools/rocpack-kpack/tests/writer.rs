@@ -267,3 +267,31 @@ fn unpack_dir_round_trip() {
     .unwrap();
     assert!(UnpackManifest::read(&out).is_err());
 }
+
+#[test]
+fn file_writer_is_atomic() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("a_gfx1100.kpack");
+    let mut f = rocpack_kpack::KpackFileWriter::create(&p, Compression::zstd()).unwrap();
+    f.writer().group_name("a").arches(["gfx1100"]);
+    f.writer().add("k#0", "gfx1100", &sample(4000, 9)).unwrap();
+    let frame = rocpack_kpack::compress_frame(&sample(100, 2), 3).unwrap();
+    f.writer()
+        .add_frame("k#1", "gfx1100", 100, &frame, None)
+        .unwrap();
+    assert!(!p.exists(), "nothing visible before finish");
+    let sum = f.finish().unwrap();
+    assert_eq!(sum.kernels, 2);
+    let r = KpackReader::open(&p).unwrap();
+    assert_eq!(&*r.get("k#1", "gfx1100").unwrap(), &sample(100, 2)[..]);
+    assert_eq!(r.bytes().len() as u64, sum.total_size);
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+
+    // Dropped unfinished: no file, no temp left.
+    let q = dir.path().join("b.kpack");
+    let mut f = rocpack_kpack::KpackFileWriter::create(&q, Compression::None).unwrap();
+    f.writer().add("k#0", "gfx900", b"x").unwrap();
+    drop(f);
+    assert!(!q.exists());
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+}

@@ -321,8 +321,9 @@ impl Repo {
         let file = if exclusive {
             fsutil::create_dir_all_durable(&pdir)?;
             let gi = pdir.join(".gitignore");
-            if !gi.exists() {
-                fsutil::atomic_write(&gi, b"*\n", ".snapctl/.gitignore")?;
+            if fs::read(&gi).ok().as_deref() != Some(b"*\n".as_slice()) {
+                // Static content, rewritten whenever it is not exactly this: no temp file needed.
+                fs::write(&gi, b"*\n").map_err(io_at(&gi))?;
             }
             OpenOptions::new()
                 .read(true)

@@ -88,7 +88,19 @@ impl Store {
         } else {
             base.join(p)
         };
-        Ok(Store::Local(LocalStore { dir }))
+        match std::fs::metadata(&dir) {
+            Ok(m) if !m.is_dir() => Err(Error::Usage(format!(
+                "store {}: exists but is not a directory",
+                dir.display()
+            ))),
+            Ok(_) => match std::fs::read_dir(&dir) {
+                Ok(_) => Ok(Store::Local(LocalStore { dir })),
+                Err(e) => Err(Error::Usage(format!("store {}: unreadable: {e}", dir.display()))),
+            },
+            // Created on first upload.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Store::Local(LocalStore { dir })),
+            Err(e) => Err(Error::Usage(format!("store {}: {e}", dir.display()))),
+        }
     }
 
     /// Human-readable location.

@@ -238,20 +238,6 @@ impl<'a> Desc<'a> {
             notes: Vec::new(),
         }
     }
-
-    /// Every code object in this description and its members, depth first.
-    pub(crate) fn code_objects(&self) -> Vec<(&Desc<'a>, &BundleDesc<'a>, &CodeObjectDesc<'a>)> {
-        let mut v = Vec::new();
-        for b in &self.bundles {
-            for c in &b.code_objects {
-                v.push((self, b, c));
-            }
-        }
-        for m in &self.members {
-            v.extend(m.code_objects());
-        }
-        v
-    }
 }
 
 // ---------------------------------------------------------------------------
@@ -313,10 +299,14 @@ fn describe_bytes<'a>(
         return Ok(d);
     }
     if data.starts_with(BUNDLE_MAGIC) || data.starts_with(CCOB_MAGIC) {
-        let kind = if data.starts_with(CCOB_MAGIC) { "ccob" } else { "bundle" };
+        let kind = if data.starts_with(CCOB_MAGIC) {
+            "ccob"
+        } else {
+            "bundle"
+        };
         let mut d = Desc::new(name.to_string(), file_offset, size, kind);
-        d.bundles = describe_section(data, "file", 0)
-            .with_context(|| format!("{name}: {kind} file"))?;
+        d.bundles =
+            describe_section(data, "file", 0).with_context(|| format!("{name}: {kind} file"))?;
         return Ok(d);
     }
     if data.starts_with(KPAK_MAGIC) {
@@ -334,7 +324,9 @@ fn describe_bytes<'a>(
 /// Note occurrences of the bundle magic outside any bundle section (a
 /// string constant in a bundle-parsing library is not a fat binary).
 fn note_stray_magic(d: &mut Desc<'_>, data: &[u8]) {
-    let hits: Vec<usize> = memchr::memmem::find_iter(data, BUNDLE_MAGIC).take(5).collect();
+    let hits: Vec<usize> = memchr::memmem::find_iter(data, BUNDLE_MAGIC)
+        .take(5)
+        .collect();
     if let Some(first) = hits.first() {
         d.notes.push(format!(
             "contains the string __CLANG_OFFLOAD_BUNDLE__ outside any bundle section ({}{} occurrence(s), first at byte offset {first}); ignored",
@@ -357,7 +349,12 @@ fn describe_section<'a>(bytes: &'a [u8], source: &str, base: u64) -> Result<Vec<
     Ok(out)
 }
 
-fn describe_bundle<'a>(index: usize, source: &str, bytes: &'a [u8], abs: u64) -> Result<BundleDesc<'a>> {
+fn describe_bundle<'a>(
+    index: usize,
+    source: &str,
+    bytes: &'a [u8],
+    abs: u64,
+) -> Result<BundleDesc<'a>> {
     let b = rocpack_bundle::parse_bundle(bytes)
         .map_err(|e| anyhow::anyhow!("bundle {index} at byte offset {abs}: {}", e.shifted(abs)))?;
     let (format, version, compression) = match b.format {
@@ -434,7 +431,12 @@ fn pointer_model(m: &rocpack_elf::PointerModel, machine: u16) -> String {
         P::RelaRelative { .. } => format!("rela:{rel}"),
         P::RelaSymbol { symbol, .. } => format!("rela:{abs}:{symbol}"),
         P::Rel { r_type, .. } => format!("rel:{r_type}"),
-        P::Relr { bitmap } => if *bitmap { "relr:bitmap" } else { "relr:address" }.into(),
+        P::Relr { bitmap } => if *bitmap {
+            "relr:bitmap"
+        } else {
+            "relr:address"
+        }
+        .into(),
         P::Object { symbol, .. } => format!("object:{symbol}"),
     }
 }
@@ -465,7 +467,11 @@ fn describe_elf<'a>(data: &'a [u8], name: &str, file_offset: u64) -> Result<Desc
         d.wrappers.push(WrapperDesc {
             index: w.index,
             file_offset: w.file_offset,
-            magic: if w.magic == rocpack_elf::HIPK_MAGIC { "HIPK" } else { "HIPF" },
+            magic: if w.magic == rocpack_elf::HIPK_MAGIC {
+                "HIPK"
+            } else {
+                "HIPF"
+            },
             version: w.version,
             pointer: pointer_model(&w.model, info.machine),
             target: format!("{:#x}", w.target),
@@ -495,7 +501,8 @@ fn describe_elf<'a>(data: &'a [u8], name: &str, file_offset: u64) -> Result<Desc
     }
     // -fgpu-rdc objects: each __CLANG_OFFLOAD_BUNDLE__<id> section is one entry.
     if !info.offload_bundle_sections.is_empty() {
-        d.bundles.push(describe_rdc_sections(data, d.bundles.len())?);
+        d.bundles
+            .push(describe_rdc_sections(data, d.bundles.len())?);
     }
     if info.fatbin.is_none() && info.offload_bundle_sections.is_empty() {
         note_stray_magic(&mut d, data);
@@ -641,7 +648,11 @@ fn write_text(out: &mut dyn Write, d: &Desc<'_>, indent: usize) -> Result<()> {
     }
     writeln!(out, ")")?;
     if let Some(e) = &d.elf {
-        write!(out, "{pad}  ELF {} machine {} state {}", e.elf_type, e.machine, e.state)?;
+        write!(
+            out,
+            "{pad}  ELF {} machine {} state {}",
+            e.elf_type, e.machine, e.state
+        )?;
         if let Some(f) = &e.hip_fatbin {
             write!(
                 out,
@@ -662,7 +673,11 @@ fn write_text(out: &mut dyn Write, d: &Desc<'_>, indent: usize) -> Result<()> {
         if let (Some(v), Some(c)) = (b.version, b.compression) {
             write!(out, " v{v} {c}")?;
             if let (Some(u), Some(h), Some(ok)) = (b.uncompressed_size, &b.hash, b.hash_matches) {
-                write!(out, " uncompressed {u} hash {h} ({})", if ok { "ok" } else { "MISMATCH" })?;
+                write!(
+                    out,
+                    " uncompressed {u} hash {h} ({})",
+                    if ok { "ok" } else { "MISMATCH" }
+                )?;
             }
         }
         if !b.wrappers.is_empty() {
@@ -670,7 +685,11 @@ fn write_text(out: &mut dyn Write, d: &Desc<'_>, indent: usize) -> Result<()> {
         }
         writeln!(out)?;
         for c in &b.code_objects {
-            writeln!(out, "{pad}    {:<50} {:>10}  {}", c.target, c.size, c.sha256)?;
+            writeln!(
+                out,
+                "{pad}    {:<50} {:>10}  {}",
+                c.target, c.size, c.sha256
+            )?;
         }
     }
     for w in &d.wrappers {
@@ -698,14 +717,22 @@ fn write_text(out: &mut dyn Write, d: &Desc<'_>, indent: usize) -> Result<()> {
             m.size,
             m.kernel_name.as_deref().unwrap_or(""),
             m.kpack_search_paths,
-            m.error.as_deref().map(|e| format!(" error: {e}")).unwrap_or_default()
+            m.error
+                .as_deref()
+                .map(|e| format!(" error: {e}"))
+                .unwrap_or_default()
         )?;
     }
     if let Some(k) = &d.kpack {
         writeln!(
             out,
             "{pad}  kpack v{} group {} family {} arches {:?} scheme {} toc at {}",
-            k.format_version, k.group_name, k.gfx_arch_family, k.gfx_arches, k.compression_scheme, k.toc_offset
+            k.format_version,
+            k.group_name,
+            k.gfx_arch_family,
+            k.gfx_arches,
+            k.compression_scheme,
+            k.toc_offset
         )?;
         for e in &k.kernels {
             writeln!(

@@ -2,6 +2,9 @@
 //!
 //! Inputs are added in this order (it fixes the ordinals): `--input-dir`
 //! directories, then `--entry` triples, then `--code-object` pairs.
+//! Plain directories are read in natural name order (digit runs compared
+//! as numbers), so `kpack unbundle`'s `b<bundle>-e<entry>-…` files get
+//! per-target indices in bundle order.
 //! A directory written by `kpack unpack` (it has `kpack-unpack.json`) is
 //! rebuilt exactly: same keys, targets, order, metadata, group, family,
 //! arches and scheme. Any other directory contributes its regular files in
@@ -63,7 +66,7 @@ pub struct PackArgs {
 fn target_from_file_name(path: &Path) -> Option<String> {
     let name = path.file_name()?.to_str()?;
     let stem = match name.rsplit_once('.') {
-        Some((s, ext)) if matches!(ext, "hsaco" | "co" | "elf" | "o") => s,
+        Some((s, ext)) if matches!(ext, "hsaco" | "co" | "elf" | "o" | "bin") => s,
         _ => name,
     };
     if let Some((_, t)) = stem.rsplit_once("--") {
@@ -72,6 +75,35 @@ fn target_from_file_name(path: &Path) -> Option<String> {
         }
     }
     stem.starts_with("gfx").then(|| stem.to_owned())
+}
+
+/// Sort key that orders digit runs numerically (`b2-…` before `b10-…`),
+/// so per-target indices follow bundle order for `kpack unbundle` output.
+fn natural_key(p: &Path) -> Vec<(u8, u128, String)> {
+    let name = p
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let mut out = Vec::new();
+    let mut chars = name.chars().peekable();
+    while let Some(&c) = chars.peek() {
+        let mut run = String::new();
+        let digit = c.is_ascii_digit();
+        while let Some(&d) = chars.peek() {
+            if d.is_ascii_digit() != digit {
+                break;
+            }
+            run.push(d);
+            chars.next();
+        }
+        if digit {
+            let n = run.parse::<u128>().unwrap_or(u128::MAX);
+            out.push((0, n, run));
+        } else {
+            out.push((1, 0, run));
+        }
+    }
+    out
 }
 
 pub fn run(args: PackArgs) -> anyhow::Result<ExitCode> {
@@ -109,7 +141,7 @@ pub fn run(args: PackArgs) -> anyhow::Result<ExitCode> {
                 .collect::<Result<_, _>>()
                 .with_context(|| format!("{}: cannot list directory", dir.display()))?;
             files.retain(|p| p.is_file());
-            files.sort();
+            files.sort_by(|a, b| natural_key(a).cmp(&natural_key(b)));
             if files.is_empty() {
                 bail!("{}: no code object files", dir.display());
             }

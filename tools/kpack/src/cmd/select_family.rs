@@ -30,7 +30,8 @@ pub fn run(args: SelectFamilyArgs) -> anyhow::Result<ExitCode> {
         Ok(s) => s,
         Err(e @ SelectError::NoGroup { .. }) => {
             if args.json {
-                let v = serde_json::json!({"ok": false, "agent": args.arch, "error": e.to_string()});
+                let v =
+                    serde_json::json!({"ok": false, "agent": args.arch, "error": e.to_string()});
                 println!("{}", serde_json::to_string_pretty(&v)?);
             }
             eprintln!("kpack select-family: {e}");
@@ -49,13 +50,14 @@ pub fn run(args: SelectFamilyArgs) -> anyhow::Result<ExitCode> {
     let packages: Vec<String> = match &args.packages_dir {
         Some(dir) => {
             let mut names = Vec::new();
-            for e in std::fs::read_dir(dir)
-                .map_err(|e| anyhow::anyhow!("{}: {e}", dir.display()))?
+            for e in
+                std::fs::read_dir(dir).map_err(|e| anyhow::anyhow!("{}: {e}", dir.display()))?
             {
                 let e = e?;
                 if let Some(n) = e.file_name().to_str() {
                     let group_suffix = format!("_{}", sel.group);
-                    if (n.ends_with("_generic") || n.ends_with(&group_suffix)) && e.path().is_dir() {
+                    if (n.ends_with("_generic") || n.ends_with(&group_suffix)) && e.path().is_dir()
+                    {
                         names.push(n.to_string());
                     }
                 }
@@ -79,7 +81,11 @@ pub fn run(args: SelectFamilyArgs) -> anyhow::Result<ExitCode> {
     } else {
         writeln!(out, "{}", sel.group)?;
         writeln!(out, "display_name: {}", sel.display_name)?;
-        writeln!(out, "matched: {} ({:?})", sel.matched_architecture, sel.match_kind)?;
+        writeln!(
+            out,
+            "matched: {} ({:?})",
+            sel.matched_architecture, sel.match_kind
+        )?;
         writeln!(out, "packages: {}", packages.join(" "))?;
     }
     Ok(ExitCode::SUCCESS)

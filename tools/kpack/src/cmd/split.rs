@@ -12,7 +12,12 @@ use rocpack_artifacts::split::{self, Progress, SplitOptions, SplitReport};
 #[command(group(clap::ArgGroup::new("input").required(true).args(["artifact_dir", "batch_artifact_parent_dir"])))]
 pub struct SplitArgs {
     /// Artifact directory holding `artifact_manifest.txt` and its prefixes.
-    #[arg(long, value_name = "DIR", visible_alias = "input-dir", requires = "artifact_prefix")]
+    #[arg(
+        long,
+        value_name = "DIR",
+        visible_alias = "input-dir",
+        requires = "artifact_prefix"
+    )]
     artifact_dir: Option<PathBuf>,
 
     /// Split every artifact directory under DIR (names `<prefix>_<family>`;
@@ -108,27 +113,43 @@ fn log_discovery(r: &SplitReport) {
         list(&r.architectures)
     );
     if !r.excluded_architectures.is_empty() {
-        line.push_str(&format!(" (excluded: {})", r.excluded_architectures.join(" ")));
+        line.push_str(&format!(
+            " (excluded: {})",
+            r.excluded_architectures.join(" ")
+        ));
     }
     line.push_str(&format!(
         "; {} fat binar{} split, {} generic file(s), {} symlink(s)",
         r.fat_binaries.len(),
-        if r.fat_binaries.len() == 1 { "y" } else { "ies" },
+        if r.fat_binaries.len() == 1 {
+            "y"
+        } else {
+            "ies"
+        },
         r.generic_files,
         r.symlinks
     ));
     eprintln!("{line}");
     for p in &r.missing_prefixes {
-        eprintln!("kpack split: {}: prefix `{p}` listed in the manifest does not exist; skipped", r.artifact_prefix);
+        eprintln!(
+            "kpack split: {}: prefix `{p}` listed in the manifest does not exist; skipped",
+            r.artifact_prefix
+        );
     }
 }
 
 pub fn run(args: SplitArgs) -> anyhow::Result<ExitCode> {
     if let Some(p) = &args.clang_offload_bundler {
-        eprintln!("kpack split: note: --clang-offload-bundler {} ignored (bundles are parsed in-process)", p.display());
+        eprintln!(
+            "kpack split: note: --clang-offload-bundler {} ignored (bundles are parsed in-process)",
+            p.display()
+        );
     }
     if let Some(p) = &args.tmp_dir {
-        eprintln!("kpack split: note: --tmp-dir {} ignored (output is staged beside --output-dir)", p.display());
+        eprintln!(
+            "kpack split: note: --tmp-dir {} ignored (output is staged beside --output-dir)",
+            p.display()
+        );
     }
     let opts = SplitOptions {
         artifact_dir: args.artifact_dir.clone().unwrap_or_default(),
@@ -141,7 +162,9 @@ pub fn run(args: SplitArgs) -> anyhow::Result<ExitCode> {
     };
     let bar = std::io::stderr().is_terminal().then(|| {
         let pb = indicatif::ProgressBar::new(0);
-        if let Ok(style) = indicatif::ProgressStyle::with_template("{msg:>10} [{bar:40}] {pos}/{len} {elapsed}") {
+        if let Ok(style) =
+            indicatif::ProgressStyle::with_template("{msg:>10} [{bar:40}] {pos}/{len} {elapsed}")
+        {
             pb.set_style(style.progress_chars("=> "));
         }
         Bar(pb)
@@ -151,10 +174,14 @@ pub fn run(args: SplitArgs) -> anyhow::Result<ExitCode> {
         None => &split::NoProgress,
     };
     let reports = match &args.batch_artifact_parent_dir {
-        Some(parent) => split::split_batch(parent, &opts, progress)
-            .with_context(|| format!("split of {} failed; nothing was written", parent.display()))?,
+        Some(parent) => split::split_batch(parent, &opts, progress).with_context(|| {
+            format!("split of {} failed; nothing was written", parent.display())
+        })?,
         None => vec![split::split_artifact(&opts, progress).with_context(|| {
-            format!("split of {} failed; nothing was written", opts.artifact_dir.display())
+            format!(
+                "split of {} failed; nothing was written",
+                opts.artifact_dir.display()
+            )
         })?],
     };
     for r in &reports {

@@ -67,7 +67,13 @@ fn plan<'d>(d: &'d Desc<'_>, dir: &Path, out: &mut Vec<Planned<'d>>, used: &mut 
             if c.is_host && c.size == 0 {
                 continue;
             }
-            let name = format!("b{}-e{}-{}.{}", b.index, c.index, sanitize(&c.target), ext(&c.data));
+            let name = format!(
+                "b{}-e{}-{}.{}",
+                b.index,
+                c.index,
+                sanitize(&c.target),
+                ext(&c.data)
+            );
             out.push(Planned {
                 rel: dir.join(name),
                 target: c.target.clone(),
@@ -79,7 +85,9 @@ fn plan<'d>(d: &'d Desc<'_>, dir: &Path, out: &mut Vec<Planned<'d>>, used: &mut 
     if let Some(k) = &d.kpack {
         for e in &k.kernels {
             out.push(Planned {
-                rel: dir.join(rocpack_kpack::unpack_file_name(e.ordinal, &e.key, &e.target)),
+                rel: dir.join(rocpack_kpack::unpack_file_name(
+                    e.ordinal, &e.key, &e.target,
+                )),
                 target: e.target.clone(),
                 sha256: e.sha256.clone(),
                 data: &e.data,
@@ -119,14 +127,18 @@ pub fn run(args: UnbundleArgs) -> Result<ExitCode> {
             .next()
             .is_none();
         if !empty {
-            bail!("output directory {} exists and is not empty", outdir.display());
+            bail!(
+                "output directory {} exists and is not empty",
+                outdir.display()
+            );
         }
     }
     let parent = match outdir.parent() {
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
         _ => PathBuf::from("."),
     };
-    std::fs::create_dir_all(&parent).with_context(|| format!("{}: cannot create", parent.display()))?;
+    std::fs::create_dir_all(&parent)
+        .with_context(|| format!("{}: cannot create", parent.display()))?;
     let tmp = tempfile::Builder::new()
         .prefix(".kpack-unbundle-")
         .tempdir_in(&parent)
@@ -134,17 +146,19 @@ pub fn run(args: UnbundleArgs) -> Result<ExitCode> {
     for f in &files {
         let path = tmp.path().join(&f.rel);
         if let Some(p) = path.parent() {
-            std::fs::create_dir_all(p).with_context(|| format!("{}: cannot create", p.display()))?;
+            std::fs::create_dir_all(p)
+                .with_context(|| format!("{}: cannot create", p.display()))?;
         }
-        std::fs::write(&path, f.data).with_context(|| format!("{}: cannot write", path.display()))?;
+        std::fs::write(&path, f.data)
+            .with_context(|| format!("{}: cannot write", path.display()))?;
     }
     if outdir.exists() {
-        std::fs::remove_dir(outdir).with_context(|| format!("{}: cannot replace", outdir.display()))?;
+        std::fs::remove_dir(outdir)
+            .with_context(|| format!("{}: cannot replace", outdir.display()))?;
     }
     let kept = tmp.keep();
-    std::fs::rename(&kept, outdir).with_context(|| {
-        format!("cannot move {} to {}", kept.display(), outdir.display())
-    })?;
+    std::fs::rename(&kept, outdir)
+        .with_context(|| format!("cannot move {} to {}", kept.display(), outdir.display()))?;
 
     let stdout = std::io::stdout();
     let mut out = stdout.lock();

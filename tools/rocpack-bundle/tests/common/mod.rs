@@ -25,7 +25,11 @@ pub fn pseudo_random(seed: u64, len: usize) -> Vec<u8> {
             x ^= x >> 7;
             x ^= x << 17;
             // compressible but not trivially: runs of text-like bytes
-            if i % 7 == 0 { (x & 0xff) as u8 } else { b"ELF.text.data"[(x % 13) as usize] }
+            if i % 7 == 0 {
+                (x & 0xff) as u8
+            } else {
+                b"ELF.text.data"[(x % 13) as usize]
+            }
         })
         .collect()
 }

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Benchmark (not a test): `kpack recombine` of the three fixture shards,
+# split and replicated to >= 1 GB by bench/gen-shards.sh, against `cp -r` of
+# the same input measured in the same run (page cache warm for both).
+#
+# Target (issue 5): recombine wall time <= 1.5x `cp -r`.
+# Also reported: recombine --hardlink, and `kpack verify` of the output.
+#
+# Usage: bench/recombine.sh [TARGET_MIB=1100]
+. "$(dirname "$0")/lib.sh"
+
+KPACK="$(kpack_release)"
+export KPACK
+WORK="$(mktemp -d "${TMPDIR:-/tmp}/rocpack-bench-recombine.XXXXXX")"
+trap 'rm -rf "$WORK"' EXIT
+SHARED="${ROCPACK_SHARED:-$BENCH_ROOT/../shared}"
+CONFIG="$SHARED/fixtures/artifacts/packaging-config.json"
+[ -f "$CONFIG" ] || CONFIG="$BENCH_ROOT/examples/kpack/packaging-config.json"
+
+"$BENCH_ROOT/bench/gen-shards.sh" "$WORK/shards" "${1:-1100}"
+IN_BYTES=$(du -sb --apparent-size "$WORK/shards" | cut -f1)
+IN_FILES=$(find "$WORK/shards" -type f | wc -l)
+
+blog "warming the page cache"
+find "$WORK/shards" -type f -exec cat {} + > /dev/null
+
+blog "cp -r"
+timed "$WORK/cp.time" cp -r "$WORK/shards" "$WORK/cp-out"
+rm -rf "$WORK/cp-out"
+sync
+
+blog "kpack recombine"
+timed "$WORK/rec.time" "$KPACK" recombine --input-shards-dir "$WORK/shards" --config "$CONFIG" \
+    --output-dir "$WORK/rec-out"
+OUT_BYTES=$(du -sb --apparent-size "$WORK/rec-out" | cut -f1)
+sync
+
+blog "kpack recombine --hardlink"
+timed "$WORK/hl.time" "$KPACK" recombine --input-shards-dir "$WORK/shards" --config "$CONFIG" \
+    --output-dir "$WORK/rec-hl" --hardlink
+rm -rf "$WORK/rec-hl"
+
+blog "kpack verify (recombined tree)"
+timed "$WORK/verify.time" "$KPACK" verify --artifacts-dir "$WORK/rec-out"
+
+cp_s=$(wall_s "$WORK/cp.time")
+rec_s=$(wall_s "$WORK/rec.time")
+hl_s=$(wall_s "$WORK/hl.time")
+ver_s=$(wall_s "$WORK/verify.time")
+r=$(ratio "$rec_s" "$cp_s")
+cat <<REPORT
+recombine benchmark: ${IN_BYTES} bytes in ${IN_FILES} files (3 shards), $(nproc) CPUs
+  cp -r (same input)              ${cp_s} s
+  kpack recombine                 ${rec_s} s   ratio to cp -r: ${r}x (target <= 1.5x)   peak RSS $(rss_mib "$WORK/rec.time") MiB   output ${OUT_BYTES} bytes
+  kpack recombine --hardlink      ${hl_s} s   ratio to cp -r: $(ratio "$hl_s" "$cp_s")x
+  kpack verify (output)           ${ver_s} s   peak RSS $(rss_mib "$WORK/verify.time") MiB
+REPORT
+awk -v r="$r" 'BEGIN { if (r > 1.5) { print "MISSED: recombine/cp ratio " r " > 1.5" > "/dev/stderr"; exit 1 } }'

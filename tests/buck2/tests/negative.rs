@@ -1,0 +1,246 @@
+//! Each kind of mistake the harness exists to catch, made on purpose in a
+//! copy of a real file (an overlay seen only by one engine), and caught.
+
+use std::rc::Rc;
+
+use buck2_harness::*;
+use serde_json::json;
+
+fn engine() -> Rc<Engine> {
+    Engine::new(&repo_root()).unwrap_or_else(|e| panic!("{e:#}"))
+}
+
+fn read(rel: &str) -> String {
+    std::fs::read_to_string(repo_root().join(rel)).unwrap()
+}
+
+/// An engine where `rel` has `from` replaced by `to` (which must occur).
+fn broken(rel: &str, from: &str, to: &str) -> Rc<Engine> {
+    let text = read(rel);
+    assert!(
+        text.contains(from),
+        "{rel} no longer contains {from:?}: update this test"
+    );
+    let e = engine();
+    e.overlay(rel, &text.replacen(from, to, 1));
+    e
+}
+
+fn label(pkg: &str, name: &str) -> Label {
+    Label {
+        cell: "root".into(),
+        package: pkg.into(),
+        name: name.into(),
+    }
+}
+
+fn analyze_err(e: &Rc<Engine>, pkg: &str, name: &str) -> String {
+    let l = label(pkg, name);
+    let r = e.package("root", pkg).and_then(|_| {
+        let cfg = e.config_for(&l, &[])?;
+        e.analyze(&l, &cfg)
+    });
+    match r {
+        Ok(_) => panic!("{l} analysed although it is broken"),
+        Err(err) => format!("{err:#}"),
+    }
+}
+
+#[test]
+fn a_misspelled_attribute_is_rejected() {
+    let e = broken(
+        "examples/kpack/BUCK",
+        "    artifact_prefix = \"blas_lib\",",
+        "    artifact_prefx = \"blas_lib\",",
+    );
+    let err = format!("{:#}", e.package("root", "examples/kpack").unwrap_err());
+    assert!(
+        err.contains("unexpected parameter named `artifact_prefx`"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_missing_mandatory_attribute_is_rejected() {
+    let e = broken(
+        "examples/kpack/BUCK",
+        "    config = \"packaging-config.json\",\n",
+        "",
+    );
+    let err = format!("{:#}", e.package("root", "examples/kpack").unwrap_err());
+    assert!(
+        err.contains("kpack_packages") || err.contains("config"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_wrongly_typed_attribute_is_rejected() {
+    let e = broken(
+        "examples/kpack/BUCK",
+        "    split_databases = [\"rocblas\"],",
+        "    split_databases = \"rocblas\",",
+    );
+    let err = format!("{:#}", e.package("root", "examples/kpack").unwrap_err());
+    assert!(
+        err.contains("attribute `split_databases` expects list"),
+        "{err}"
+    );
+}
+
+#[test]
+fn an_undefined_symbol_is_caught() {
+    let e = broken(
+        "rules/buck2/private/kpack_split.bzl",
+        "kpack_split_arg_list(artifact_prefix,",
+        "kpack_split_args(artifact_prefix,",
+    );
+    let err = format!("{:#}", e.package("root", "examples/kpack").unwrap_err());
+    assert!(
+        err.contains("kpack_split_args") && err.contains("not found"),
+        "{err}"
+    );
+}
+
+#[test]
+fn bazel_only_apis_are_caught() {
+    // ctx.actions.declare_directory (Bazel) instead of declare_output(dir = True).
+    let e = broken(
+        "rules/buck2/private/kpack_split.bzl",
+        "actions.declare_output(out_name, dir = True)",
+        "actions.declare_directory(out_name)",
+    );
+    let err = analyze_err(&e, "examples/kpack", "split_gfx110X-build");
+    assert!(err.contains("declare_directory"), "{err}");
+
+    // ctx.attr (Bazel) instead of ctx.attrs.
+    let e = broken(
+        "rules/buck2/private/kpack_recombine.bzl",
+        "ctx.attrs.shards",
+        "ctx.attr.shards",
+    );
+    let err = analyze_err(&e, "examples/kpack", "blas_lib_gfx110X");
+    assert!(err.contains("attr"), "{err}");
+
+    // native.cc_library (Bazel) in a macro.
+    let e = broken(
+        "rules/buck2/private/rcclx_snapshot.bzl",
+        "native.cxx_library(",
+        "native.cc_library(",
+    );
+    let err = format!("{:#}", e.package("root", "examples/rcclx").unwrap_err());
+    assert!(err.contains("cc_library"), "{err}");
+
+    // attr.string (Bazel) instead of attrs.string.
+    let e = broken(
+        "rules/buck2/private/kpack_recombine.bzl",
+        "\"component\": attrs.string(",
+        "\"component\": attr.string(",
+    );
+    let err = format!("{:#}", e.package("root", "examples/kpack").unwrap_err());
+    assert!(err.contains("attr") && err.contains("not found"), "{err}");
+
+    // Bazel's mnemonic spelling is not a valid Buck2 category.
+    let e = broken(
+        "rules/buck2/private/kpack_split.bzl",
+        "category = \"kpack_split\"",
+        "category = \"KpackSplit\"",
+    );
+    let err = analyze_err(&e, "examples/kpack", "split_gfx110X-build");
+    assert!(err.contains("snake_case"), "{err}");
+}
+
+#[test]
+fn buck_files_cannot_define_functions() {
+    let text = read("examples/rcclx/BUCK");
+    let e = engine();
+    e.overlay(
+        "examples/rcclx/BUCK",
+        &format!("{text}\ndef helper():\n    pass\n"),
+    );
+    assert!(
+        e.package("root", "examples/rcclx").is_err(),
+        "def in a BUCK file must be rejected"
+    );
+}
+
+#[test]
+fn a_declared_but_unbound_output_is_caught() {
+    let e = broken(
+        "rules/buck2/private/kpack_split.bzl",
+        "    archs_file = actions.declare_output(out_name + \".archs\")",
+        "    actions.declare_output(out_name + \".unused\")\n    archs_file = actions.declare_output(out_name + \".archs\")",
+    );
+    let err = analyze_err(&e, "examples/kpack", "split_gfx110X-build");
+    assert!(err.contains("not bound"), "{err}");
+}
+
+#[test]
+fn a_package_without_set_cfg_constructor_is_caught() {
+    // Buck2 itself would silently ignore `-m rcclx_stable` here.
+    let e = broken(
+        "PACKAGE",
+        "native.set_cfg_constructor(",
+        "_unused = struct(",
+    );
+    let err = check_modifier_aliases(&e, "rcclx", &["rcclx_stable", "rocm64"]).unwrap_err();
+    assert!(format!("{err:#}").contains("silently ignore"), "{err:#}");
+    // ... and the configuration really stays the default one.
+    let l = label("examples/rcclx", "hello");
+    assert_eq!(
+        e.config_for(&l, &["rcclx_stable"]).unwrap(),
+        e.config_for(&l, &[]).unwrap()
+    );
+}
+
+#[test]
+fn a_missing_alias_is_caught() {
+    let e = broken(
+        "rules/buck2/private/config.bzl",
+        "aliases[rocm_config_name(v)] = rocm_constraint(v)",
+        "pass",
+    );
+    let err = check_modifier_aliases(&e, "rcclx", &["rcclx_stable", "rocm64"]).unwrap_err();
+    assert!(format!("{err:#}").contains("rocm64"), "{err:#}");
+}
+
+#[test]
+fn a_select_without_a_version_is_caught() {
+    let e = broken(
+        "rules/buck2/private/rcclx_snapshot.bzl",
+        "        for version in ROCM_VERSIONS:",
+        "        for version in ROCM_VERSIONS[:-1]:",
+    );
+    let err = check_select_coverage(&e, &label("examples/rcclx", "rcclx"), "rcclx").unwrap_err();
+    assert!(format!("{err:#}").contains("None of"), "{err:#}");
+}
+
+#[test]
+fn a_command_line_the_helper_rejects_is_caught() {
+    let bins = helper_bins(&repo_root()).unwrap_or_else(|err| panic!("{err:#}"));
+    let action = json!({
+        "kind": "run",
+        "category": "kpack_split",
+        "argv": [
+            {"__artifact__": true, "path": "x/release/kpack", "basename": "kpack", "is_source": false, "is_dir": false},
+            "split", "--artifact-directory", "in", "--output-dir", "out"
+        ]
+    });
+    let err = check_helper_command(&bins, &repo_root(), &action).unwrap_err();
+    assert!(
+        format!("{err:#}").contains("rejected by kpack's argument parser"),
+        "{err:#}"
+    );
+    // The same through the rules: a misspelled flag in kpack_split.bzl.
+    let e = broken(
+        "rules/buck2/private/kpack_split.bzl",
+        "\"--artifact-dir\",",
+        "\"--artifact-directory\",",
+    );
+    let l = label("examples/kpack", "split_gfx110X-build");
+    let cfg = e.config_for(&l, &[]).unwrap();
+    let a = e.analyze(&l, &cfg).unwrap();
+    let acts: Vec<(Label, serde_json::Value)> =
+        a.actions.iter().map(|x| (l.clone(), x.clone())).collect();
+    assert!(check_helper_commands(&bins, &repo_root(), &acts).is_err());
+}

@@ -1,0 +1,2 @@
+/* rccl.h as snapshotted for ROCm 6.2 (stable) */
+#define NCCL_MAJOR 2

@@ -1,0 +1,128 @@
+//! `kpack reassemble`: split fixtures with rocpack-elf, pack their code
+//! objects per arch with rocpack-kpack (TOC key `<kernel_name>#<co_index>`),
+//! then rebuild with the CLI and compare code objects with the original.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use rocpack_kpack::{Compression, KpackWriter, Marker};
+
+fn fixtures() -> PathBuf {
+    match std::env::var_os("ROCPACK_SHARED") {
+        Some(p) => PathBuf::from(p).join("fixtures"),
+        None => PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/fixtures")),
+    }
+}
+
+/// Sorted (target id, bytes) per bundle.
+fn code_objects(data: &[u8]) -> Vec<Vec<(String, Vec<u8>)>> {
+    let info = rocpack_elf::analyze(data).unwrap();
+    (0..info.bundles.len())
+        .map(|i| {
+            let b = rocpack_bundle::parse_bundle(rocpack_elf::bundle_bytes(data, &info, i).unwrap()).unwrap();
+            let mut v: Vec<_> = b
+                .device_entries()
+                .map(|e| (e.id.as_str().to_string(), e.data.to_vec()))
+                .collect();
+            v.sort();
+            v
+        })
+        .collect()
+}
+
+/// Split `data`, write the host file and per-arch .kpack files under `dir`.
+fn split_and_pack(data: &[u8], dir: &Path, compression: Compression) -> PathBuf {
+    let marker = Marker::new(["../.kpack/test_@GFXARCH@.kpack"], "lib/fixture").encode();
+    let host = rocpack_elf::split_host(data, &marker).unwrap();
+    let info = rocpack_elf::analyze(data).unwrap();
+    let mut per_arch: std::collections::BTreeMap<String, KpackWriter<'static>> = Default::default();
+    for i in 0..info.bundles.len() {
+        let b = rocpack_bundle::parse_bundle(rocpack_elf::bundle_bytes(data, &info, i).unwrap()).unwrap();
+        for e in b.device_entries() {
+            let arch = e.id.target_id().to_string();
+            let w = per_arch.entry(arch.clone()).or_insert_with(|| {
+                let mut w = KpackWriter::new(compression);
+                w.arches([arch.clone()]);
+                w
+            });
+            w.add(&format!("lib/fixture#{i}"), &arch, e.data.to_vec()).unwrap();
+        }
+    }
+    let kdir = dir.join(".kpack");
+    std::fs::create_dir_all(&kdir).unwrap();
+    for (arch, w) in per_arch {
+        let name = format!("test_{}.kpack", arch.replace(':', "_"));
+        w.write_to_path(kdir.join(name)).unwrap();
+    }
+    let libdir = dir.join("lib");
+    std::fs::create_dir_all(&libdir).unwrap();
+    let p = libdir.join("fixture");
+    std::fs::write(&p, host).unwrap();
+    p
+}
+
+#[test]
+fn reassemble_cli_round_trips_every_fixture() {
+    let dir = fixtures().join("fatbins");
+    if !dir.is_dir() {
+        assert!(std::env::var_os("CI").is_none(), "fixtures missing");
+        eprintln!("note: fixtures missing, skipping");
+        return;
+    }
+    let mut n = 0;
+    for name in [
+        "libfx_multi.so",
+        "libfx_multi_compressed.so",
+        "libfx_mixed.so",
+        "libfx_two_tu.so",
+        "libfx_rdc.so",
+        "libfx_relr.so",
+        "fx_app_nopie",
+        "libfx_generic.so",
+    ] {
+        let data = std::fs::read(dir.join(name)).unwrap();
+        let tmp = tempfile::tempdir().unwrap();
+        let comp = if n % 2 == 0 { Compression::None } else { Compression::Zstd { level: 3 } };
+        let host = split_and_pack(&data, tmp.path(), comp);
+        let out = tmp.path().join("out.bin");
+        let o = Command::new(env!("CARGO_BIN_EXE_kpack"))
+            .arg("reassemble")
+            .arg("--host")
+            .arg(&host)
+            .arg("--kpack-dir")
+            .arg(tmp.path().join(".kpack"))
+            .arg("-o")
+            .arg(&out)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{name}: {}", String::from_utf8_lossy(&o.stderr));
+        let back = std::fs::read(&out).unwrap();
+        assert_eq!(code_objects(&back), code_objects(&data), "{name}");
+        n += 1;
+    }
+}
+
+#[test]
+fn reassemble_cli_fails_with_exit_2_on_missing_kpack() {
+    let p = fixtures().join("fatbins/libfx_multi.so");
+    if !p.exists() {
+        return;
+    }
+    let data = std::fs::read(p).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let host = split_and_pack(&data, tmp.path(), Compression::None);
+    let empty = tmp.path().join("empty");
+    std::fs::create_dir_all(&empty).unwrap();
+    let out = tmp.path().join("out.bin");
+    let o = Command::new(env!("CARGO_BIN_EXE_kpack"))
+        .args(["reassemble", "--host"])
+        .arg(&host)
+        .arg("--kpack-dir")
+        .arg(&empty)
+        .arg("-o")
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(!out.exists(), "no partial output");
+}

@@ -1,0 +1,415 @@
+//! `kpack recombine` / `kpack verify` / `kpack select-family` driven as a
+//! user would: real `kpack split` output of the fixture shards, exit codes,
+//! stdout/stderr and the tree on disk.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+const KPACK: &str = env!("CARGO_BIN_EXE_kpack");
+const SHARDS: [&str; 3] = ["gfx110X-build", "gfx1151-build", "gfx120X-build"];
+
+fn artifacts() -> PathBuf {
+    std::env::var_os("ROCPACK_SHARED")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared")))
+        .join("fixtures/artifacts")
+}
+
+fn kpack(args: &[&str]) -> Output {
+    Command::new(KPACK).args(args).output().unwrap()
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+/// `kpack split --batch-artifact-parent-dir` for every fixture shard.
+fn split_all(dir: &Path) -> PathBuf {
+    let out = dir.join("shards");
+    for sh in SHARDS {
+        let o = kpack(&[
+            "split",
+            "--batch-artifact-parent-dir",
+            s(&artifacts().join(sh)),
+            "--output-dir",
+            s(&out.join(sh)),
+            "--split-databases",
+            "rocblas",
+            "hipblaslt",
+            "aotriton",
+        ]);
+        assert!(
+            o.status.success(),
+            "split {sh}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+    out
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn recombine(input: &Path, config: &Path, out: &Path, extra: &[&str]) -> Output {
+    let mut args = vec![
+        "recombine",
+        "--input-shards-dir",
+        s(input),
+        "--config",
+        s(config),
+        "--output-dir",
+        s(out),
+    ];
+    args.extend_from_slice(extra);
+    kpack(&args)
+}
+
+/// Nothing but `keep` in `dir` (no output, no staging leftovers).
+fn only(dir: &Path, keep: &[&str]) {
+    let mut names: Vec<String> = fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    let mut want: Vec<String> = keep.iter().map(|s| s.to_string()).collect();
+    want.sort();
+    assert_eq!(names, want);
+}
+
+#[test]
+fn recombine_json_report_and_verify_round_trip() {
+    let tmp = tempfile::tempdir().unwrap();
+    let shards = split_all(tmp.path());
+    let out = tmp.path().join("out");
+    let o = recombine(
+        &shards,
+        &artifacts().join("packaging-config.json"),
+        &out,
+        &["--json"],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["ok"], true);
+    assert_eq!(
+        v["generic_only_components"],
+        serde_json::json!(["support_dev"])
+    );
+    let excluded: Vec<&str> = v["excluded_architectures"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["architecture"].as_str().unwrap())
+        .collect();
+    assert!(excluded.contains(&"gfx906"), "{excluded:?}");
+    let err = stderr(&o);
+    assert!(
+        err.contains("generic-only") && err.contains("support_dev"),
+        "{err}"
+    );
+    assert!(err.contains("excluded") && err.contains("gfx906"), "{err}");
+    let pkgs: Vec<&str> = v["packages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["name"].as_str().unwrap())
+        .collect();
+    assert!(pkgs.contains(&"blas_lib_gfx110X") && pkgs.contains(&"support_dev_generic"));
+    assert!(!pkgs.iter().any(|p| p.starts_with("support_dev_gfx")));
+
+    // verify: passes on the recombined tree and on every split shard.
+    let o = kpack(&["verify", "--artifacts-dir", s(&out)]);
+    assert!(o.status.success(), "{}{}", stdout(&o), stderr(&o));
+    assert!(
+        stdout(&o).contains("24/24 lookups resolved"),
+        "{}",
+        stdout(&o)
+    );
+    for sh in SHARDS {
+        let o = kpack(&["verify", "--artifacts-dir", s(&shards.join(sh)), "--json"]);
+        assert!(o.status.success(), "{sh}: {}", stdout(&o));
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        assert_eq!(v["ok"], true);
+    }
+
+    // verify: a removed .kpack and a fat host binary → exit 1, each listed.
+    fs::remove_file(
+        out.join("blas_lib_gfx120X/math-libs/BLAS/rocBLAS/stage/.kpack/blas_lib_gfx1201.kpack"),
+    )
+    .unwrap();
+    let host = "blas_test_generic/math-libs/BLAS/rocBLAS/stage/bin/rocblas-test";
+    fs::remove_file(out.join(host)).unwrap();
+    fs::copy(
+        artifacts().join(
+            "gfx110X-build/blas_test_gfx110X-dgpu/math-libs/BLAS/rocBLAS/stage/bin/rocblas-test",
+        ),
+        out.join(host),
+    )
+    .unwrap();
+    let o = kpack(&["verify", "--artifacts-dir", s(&out)]);
+    assert_eq!(o.status.code(), Some(1), "{}", stdout(&o));
+    let text = stdout(&o);
+    assert!(
+        text.contains(
+            "FAIL [unresolved] blas_lib_generic/math-libs/BLAS/rocBLAS/stage/lib/librocblas.so.5.2"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!("FAIL [fat_binary] {host}")),
+        "{text}"
+    );
+    assert!(text.lines().last().unwrap().starts_with("FAILED"), "{text}");
+
+    // select-family against the recombined tree lists its packages.
+    let o = kpack(&[
+        "select-family",
+        "--arch",
+        "amdgcn-amd-amdhsa--gfx1101",
+        "--config",
+        s(&artifacts().join("packaging-config.json")),
+        "--packages-dir",
+        s(&out),
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["group"], "gfx110X");
+    let p: Vec<&str> = v["packages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_str().unwrap())
+        .collect();
+    assert!(
+        p.contains(&"blas_lib_gfx110X")
+            && p.contains(&"blas_lib_generic")
+            && !p.contains(&"blas_lib_gfx120X"),
+        "{p:?}"
+    );
+}
+
+#[test]
+fn strict_config_fails_with_exit_1_naming_gfx1150() {
+    let tmp = tempfile::tempdir().unwrap();
+    let shards = split_all(tmp.path());
+    let out = tmp.path().join("out");
+    let o = recombine(
+        &shards,
+        &artifacts().join("packaging-config-strict.json"),
+        &out,
+        &[],
+    );
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let err = stderr(&o);
+    assert!(
+        err.contains("gfx1150") && err.contains("error_on_missing_architecture"),
+        "{err}"
+    );
+    only(tmp.path(), &["shards"]);
+}
+
+#[test]
+fn bad_inputs_exit_2_without_partial_output() {
+    let tmp = tempfile::tempdir().unwrap();
+    let shards = split_all(tmp.path());
+    let cfgdir = tmp.path().join("cfg");
+    fs::create_dir(&cfgdir).unwrap();
+    let good = fs::read_to_string(artifacts().join("packaging-config.json")).unwrap();
+    let cases: Vec<(&str, String, &[&str])> = vec![
+        (
+            "malformed.json",
+            good.replacen("\"gfx110X\":", "\"gfx110X\"", 1),
+            &["malformed JSON", "line 4"],
+        ),
+        (
+            "empty-group.json",
+            good.replacen("[\"gfx1151\"]", "[]", 1),
+            &[
+                "architecture_groups.gfx115X.architectures",
+                "no architectures",
+            ],
+        ),
+        (
+            "two-groups.json",
+            good.replacen("[\"gfx1151\"]", "[\"gfx1151\", \"gfx1101\"]", 1),
+            &[
+                "architecture_groups.gfx115X.architectures[1]",
+                "gfx1101",
+                "two groups",
+            ],
+        ),
+        (
+            "unknown-key.json",
+            good.replacen(
+                "\"validation\": {",
+                "\"validation\": {\"error_on_everything\": true,",
+                1,
+            ),
+            &["validation.error_on_everything", "unknown field"],
+        ),
+        (
+            "wrong-type.json",
+            good.replacen(
+                "\"verify_generic_artifacts_match\": false",
+                "\"verify_generic_artifacts_match\": \"no\"",
+                1,
+            ),
+            &[
+                "validation.verify_generic_artifacts_match",
+                "expected a boolean",
+            ],
+        ),
+        (
+            "missing-shard.json",
+            good.replacen(
+                "\"primary_shard\": \"gfx110X-build\"",
+                "\"primary_shard\": \"gfx942-build\"",
+                1,
+            ),
+            &["primary shard `gfx942-build` not found", "gfx110X-build"],
+        ),
+    ];
+    for (name, text, needles) in cases {
+        assert_ne!(text, good, "{name}: replacement did not apply");
+        let cfg = cfgdir.join(name);
+        fs::write(&cfg, text).unwrap();
+        let out = tmp.path().join("out");
+        let o = recombine(&shards, &cfg, &out, &[]);
+        assert_eq!(o.status.code(), Some(2), "{name}: {}", stderr(&o));
+        let err = stderr(&o);
+        for n in needles {
+            assert!(err.contains(n), "{name}: `{n}` not in: {err}");
+        }
+        assert!(
+            err.contains(name) || name == "missing-shard.json",
+            "{name}: file not named: {err}"
+        );
+        only(tmp.path(), &["shards", "cfg"]);
+    }
+    // Missing shards directory.
+    let o = recombine(
+        &tmp.path().join("nope"),
+        &artifacts().join("packaging-config.json"),
+        &tmp.path().join("out"),
+        &[],
+    );
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("nope"), "{}", stderr(&o));
+    only(tmp.path(), &["shards", "cfg"]);
+    // Output directory not empty.
+    let out = tmp.path().join("busy");
+    fs::create_dir(&out).unwrap();
+    fs::write(out.join("x"), b"x").unwrap();
+    let o = recombine(
+        &shards,
+        &artifacts().join("packaging-config.json"),
+        &out,
+        &[],
+    );
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("not empty"), "{}", stderr(&o));
+    only(&out, &["x"]);
+    // An existing empty output directory is fine.
+    let out = tmp.path().join("empty");
+    fs::create_dir(&out).unwrap();
+    let o = recombine(
+        &shards,
+        &artifacts().join("packaging-config.json"),
+        &out,
+        &[],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(out.join("blas_lib_generic/artifact_manifest.txt").is_file());
+}
+
+#[test]
+fn tampered_shard_fails_duplicate_check_naming_both_shards_and_file() {
+    let tmp = tempfile::tempdir().unwrap();
+    let shards = split_all(tmp.path());
+    let rel = "ml-libs/aotriton/stage/lib/aotriton/kernels/gfx906/flash/attn_fwd/attn_fwd-Sig-F__^fp16@16_128_False_False_0-Gpu-gfx906.hsaco";
+    let p = shards.join("gfx1151-build/aotriton_lib_gfx906").join(rel);
+    let mut d = fs::read(&p).unwrap();
+    d[300] ^= 0x55;
+    fs::remove_file(&p).unwrap(); // never write through a hard link to the fixtures
+    fs::write(&p, d).unwrap();
+    let out = tmp.path().join("out");
+    let o = recombine(
+        &shards,
+        &artifacts().join("packaging-config.json"),
+        &out,
+        &["--json"],
+    );
+    assert_eq!(o.status.code(), Some(1));
+    let err = stderr(&o);
+    assert!(
+        err.contains("gfx110X-build") && err.contains("gfx1151-build") && err.contains(rel),
+        "{err}"
+    );
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["ok"], false);
+    assert_eq!(v["violations"][0]["kind"], "duplicate_device_code");
+    only(tmp.path(), &["shards"]);
+}
+
+#[test]
+fn select_family_matches_features_like_the_runtime() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = tmp.path().join("c.json");
+    fs::write(
+        &cfg,
+        r#"{"primary_shard": "a", "architecture_groups": {
+            "gfx90X": {"display_name": "CDNA2", "architectures": ["gfx90a", "gfx908"]},
+            "gfx94X": {"architectures": ["gfx942:sramecc+"]},
+            "gfx11-generic": {"architectures": ["gfx11-generic"]}}}"#,
+    )
+    .unwrap();
+    let sel = |arch: &str| -> (Option<i32>, String) {
+        let o = kpack(&["select-family", "--arch", arch, "--config", s(&cfg)]);
+        (o.status.code(), stdout(&o))
+    };
+    let (c, out) = sel("gfx90a:xnack+");
+    assert_eq!(c, Some(0));
+    assert_eq!(out.lines().next(), Some("gfx90X"));
+    assert!(out.contains("<component>_gfx90X"), "{out}");
+    assert_eq!(
+        sel("amdgcn-amd-amdhsa--gfx942:sramecc+:xnack-")
+            .1
+            .lines()
+            .next(),
+        Some("gfx94X")
+    );
+    // sramecc- cannot load sramecc+ code.
+    assert_eq!(sel("gfx942:sramecc-:xnack-").0, Some(1));
+    // Generic fallback, as CLR does.
+    assert_eq!(sel("gfx1103").1.lines().next(), Some("gfx11-generic"));
+    assert_eq!(sel("gfx1030").0, Some(1));
+    let o = kpack(&["select-family", "--arch", "nvidia", "--config", s(&cfg)]);
+    assert_eq!(o.status.code(), Some(2));
+    let o = kpack(&[
+        "select-family",
+        "--arch",
+        "gfx908",
+        "--config",
+        s(&cfg),
+        "--json",
+    ]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["group"], "gfx90X");
+    assert_eq!(v["display_name"], "CDNA2");
+    assert_eq!(v["match_kind"], "exact");
+    // Fixture config.
+    let o = kpack(&[
+        "select-family",
+        "--arch",
+        "gfx1151",
+        "--config",
+        s(&artifacts().join("packaging-config.json")),
+    ]);
+    assert_eq!(stdout(&o).lines().next(), Some("gfx115X"));
+}

@@ -1,0 +1,207 @@
+//! Helpers shared by the snapctl integration tests (they drive the real binary).
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+pub const EPOCH: &str = "1769508672"; // 2026-01-27 10:11:12 UTC
+
+pub fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_snapctl")
+}
+
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+pub fn seed_dir() -> PathBuf {
+    repo_root().join("tests/snapshot/seed")
+}
+
+pub fn golden_dir() -> PathBuf {
+    repo_root().join("tests/snapshot/golden")
+}
+
+/// Runs snapctl with `args` in `cwd`, SOURCE_DATE_EPOCH fixed, extra env applied.
+pub fn snapctl(cwd: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut c = Command::new(bin());
+    c.current_dir(cwd).args(args).env("SOURCE_DATE_EPOCH", EPOCH);
+    c.env_remove("SNAPCTL_FAIL_AT").env_remove("SNAPCTL_TRACE_STEPS");
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    c.output().expect("run snapctl")
+}
+
+pub fn ok(o: &Output) -> String {
+    assert!(
+        o.status.success(),
+        "snapctl failed ({:?})\nstdout:\n{}\nstderr:\n{}",
+        o.status.code(),
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+pub fn code(o: &Output) -> i32 {
+    o.status.code().unwrap_or(-1)
+}
+
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+pub fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// Deterministic pseudo-random bytes (xorshift), so digests are stable across runs.
+pub fn det_bytes(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 24) as u8
+        })
+        .collect()
+}
+
+pub fn copy_tree(src: &Path, dst: &Path) {
+    fs::create_dir_all(dst).unwrap();
+    for e in fs::read_dir(src).unwrap() {
+        let e = e.unwrap();
+        let ft = e.file_type().unwrap();
+        let to = dst.join(e.file_name());
+        if ft.is_dir() {
+            copy_tree(&e.path(), &to);
+        } else if ft.is_file() {
+            fs::copy(e.path(), &to).unwrap();
+        }
+    }
+}
+
+/// Every regular file under `dir`: relative path → content. Skips the lock file and
+/// temp files of interrupted blob uploads (`cas/sha256/.tmp-*`).
+pub fn tree(dir: &Path) -> BTreeMap<String, Vec<u8>> {
+    let mut out = BTreeMap::new();
+    walk(dir, dir, &mut out);
+    out
+}
+
+fn walk(base: &Path, dir: &Path, out: &mut BTreeMap<String, Vec<u8>>) {
+    let Ok(rd) = fs::read_dir(dir) else { return };
+    for e in rd {
+        let e = e.unwrap();
+        let p = e.path();
+        let rel = p.strip_prefix(base).unwrap().to_string_lossy().into_owned();
+        if e.file_type().unwrap().is_dir() {
+            walk(base, &p, out);
+        } else if !(rel.ends_with(".snapctl/lock")
+            || rel.ends_with(".snapctl/.gitignore")
+            || rel.contains("cas/sha256/.tmp-"))
+        {
+            out.insert(rel, fs::read(&p).unwrap());
+        }
+    }
+}
+
+/// (inode, mtime ns) of every blob in a local store.
+pub fn blob_stats(store: &Path) -> BTreeMap<String, (u64, i64, u64)> {
+    let mut out = BTreeMap::new();
+    let cas = store.join("cas/sha256");
+    for e in fs::read_dir(&cas).unwrap() {
+        let e = e.unwrap();
+        let name = e.file_name().to_string_lossy().into_owned();
+        if name.starts_with('.') {
+            continue;
+        }
+        let m = e.metadata().unwrap();
+        out.insert(name, (m.ino(), m.mtime() * 1_000_000_000 + m.mtime_nsec(), m.nlink()));
+    }
+    out
+}
+
+pub fn sha256_hex(b: &[u8]) -> String {
+    use sha2::{Digest, Sha256};
+    hex::encode(Sha256::digest(b))
+}
+
+/// A scratch dir holding `root/` (copy of the seed), `art/` (artifacts, headers).
+pub struct Scratch {
+    pub dir: tempfile::TempDir,
+}
+
+impl Scratch {
+    pub fn new(with_seed: bool) -> Scratch {
+        let dir = tempfile::tempdir().unwrap();
+        if with_seed {
+            copy_tree(&seed_dir(), &dir.path().join("root"));
+        } else {
+            fs::create_dir_all(dir.path().join("root")).unwrap();
+        }
+        fs::create_dir_all(dir.path().join("art")).unwrap();
+        Scratch { dir }
+    }
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+    pub fn root(&self) -> PathBuf {
+        self.path().join("root")
+    }
+    pub fn store(&self) -> PathBuf {
+        self.root().join("store")
+    }
+    /// Writes artifact `n` (deterministic content) and header `rccl.h` variant `n`; returns
+    /// the artifact's sha256.
+    pub fn artifact(&self, n: u64) -> String {
+        let bytes = det_bytes(n, 50_000 + n as usize * 1000);
+        fs::create_dir_all(self.path().join(format!("art/lib{n}"))).unwrap();
+        fs::write(self.path().join(format!("art/lib{n}/librcclx-dev.a")), &bytes).unwrap();
+        fs::write(
+            self.path().join(format!("art/lib{n}/rccl.h")),
+            format!("/* rccl.h of build {n} */\n#define RCCLX_BUILD {n}\n"),
+        )
+        .unwrap();
+        sha256_hex(&bytes)
+    }
+    /// Args of `snapctl create` for artifact `n` and version `ver` (paths relative to the scratch dir).
+    pub fn create_args(&self, n: u64, ver: &str) -> Vec<String> {
+        vec![
+            "create".into(),
+            "--snapshots-root".into(),
+            "root".into(),
+            "--version".into(),
+            ver.into(),
+            "--artifact".into(),
+            format!("art/lib{n}/librcclx-dev.a"),
+            "--header".into(),
+            format!("art/lib{n}/rccl.h"),
+            "--commit".into(),
+            format!("rcclx={:040x}", n),
+        ]
+    }
+    pub fn run(&self, args: &[String], env: &[(&str, &str)]) -> Output {
+        let a: Vec<&str> = args.iter().map(String::as_str).collect();
+        snapctl(self.path(), &a, env)
+    }
+    pub fn cmd(&self, args: &[&str]) -> Output {
+        snapctl(self.path(), args, &[])
+    }
+}
+
+/// Asserts two trees are equal, printing only the differing paths.
+pub fn assert_same_tree(a: &BTreeMap<String, Vec<u8>>, b: &BTreeMap<String, Vec<u8>>, what: &str) {
+    let mut diff = Vec::new();
+    for k in a.keys().chain(b.keys()) {
+        if a.get(k) != b.get(k) && !diff.contains(k) {
+            diff.push(k.clone());
+        }
+    }
+    assert!(diff.is_empty(), "{what}: trees differ at {diff:?}");
+}
