@@ -18,20 +18,17 @@ load("//rules/buck2/private:rcclx_snapshot.bzl", _rcclx_snapshot = "rcclx_snapsh
 load("//rules/buck2/private:stable_checksums.bzl", _stable_checksums = "stable_checksums")
 load("//rules/buck2/private:toolchain.bzl", _rocpack_helper_tools = "rocpack_helper_tools", _rocpack_toolchain = "rocpack_toolchain")
 
-kpack_split = _kpack_split
-kpack_recombine = _kpack_recombine
-kpack_packages = _kpack_packages
-stable_checksums = _stable_checksums
-rcclx_snapshot = _rcclx_snapshot
-snapshot_blob = _snapshot_blob
-rocpack_cargo_build = _rocpack_cargo_build
-rocpack_toolchain = _rocpack_toolchain
-rocpack_helper_tools = _rocpack_helper_tools
-snapshot_constraints = _snapshot_constraints
-snapshot_modifier_aliases = _snapshot_modifier_aliases
-default_modifiers = _default_modifiers
+# Kernel packs: split one artifact directory, recombine shards, one package per group.
+kpack_split, kpack_recombine, kpack_packages = _kpack_split, _kpack_recombine, _kpack_packages
 
-KpackSplitInfo = _KpackSplitInfo
-KpackPackageInfo = _KpackPackageInfo
-RocpackToolchainInfo = _RocpackToolchainInfo
-SnapshotBlobInfo = _SnapshotBlobInfo
+# Prebuilt snapshots: dev / stable / last-stable selection and the checksums file.
+rcclx_snapshot, snapshot_blob, stable_checksums = _rcclx_snapshot, _snapshot_blob, _stable_checksums
+
+# The helper binaries and the toolchain that hands them to actions.
+rocpack_cargo_build, rocpack_toolchain, rocpack_helper_tools = _rocpack_cargo_build, _rocpack_toolchain, _rocpack_helper_tools
+
+# Channel and ROCm version constraints, -m aliases, PACKAGE defaults.
+snapshot_constraints, snapshot_modifier_aliases, default_modifiers = _snapshot_constraints, _snapshot_modifier_aliases, _default_modifiers
+
+# Providers.
+KpackSplitInfo, KpackPackageInfo, RocpackToolchainInfo, SnapshotBlobInfo = _KpackSplitInfo, _KpackPackageInfo, _RocpackToolchainInfo, _SnapshotBlobInfo

@@ -73,8 +73,15 @@ for a in "$@"; do
     a="${a//@OUT@/$out}"
     cmd+=("$a")
 done
+# The helper's report is noise in a build log (and `bazel run` would mix it
+# into the program's output): keep it, show it only when the helper fails.
 if [ ${#cmd[@]} -gt 0 ]; then
-    "${cmd[@]}"
+    rc=0
+    "${cmd[@]}" > "$work/tool.log" 2>&1 || rc=$?
+    if [ "$rc" -ne 0 ]; then
+        cat "$work/tool.log" >&2
+        exit "$rc"
+    fi
 fi
 
 subdirs() { [ -d "$out" ] || return 0; (cd "$out" && find . -mindepth 1 -maxdepth 1 -type d | sed 's|^\./||' | sort); }

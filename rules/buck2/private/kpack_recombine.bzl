@@ -79,31 +79,23 @@ that group no content.
 )
 
 def kpack_packages(component: str, shards: list[str], config: str, groups: list[str], **kwargs) -> list[str]:
-    """Creates `<component>_generic` and `<component>_<group>` for every group.
+    """One kpack_recombine target per package: `<component>_generic`, then `<component>_<group>`.
 
-    BUCK files cannot read the JSON config, so the group names are passed in
-    `groups` (config order); a group that is not in the config makes its
-    package action fail naming the config's groups.
+    The group names come in `groups` (in the order of the config) because a
+    BUCK file cannot read JSON; a name missing from the config fails that
+    package's action, which lists the config's groups.
 
     Args:
-      component: component (artifact prefix) name, e.g. "blas_lib".
-      shards: kpack_split targets, one per CI shard.
-      config: the packaging-config JSON.
-      groups: architecture group names of the config, e.g. ["gfx110X", "gfx115X"].
-      **kwargs: common attributes (visibility, labels, ...) for every target.
+      component: the shards' artifact prefix, e.g. "blas_lib".
+      shards: the kpack_split targets (one per CI shard).
+      config: packaging-config JSON file.
+      groups: the config's architecture groups, e.g. ["gfx110X", "gfx115X"].
+      **kwargs: attributes given to every created target (visibility, ...).
 
     Returns:
-      The list of created target names.
+      Names of the created targets.
     """
-    names = []
-    for target, group in kpack_package_target_names(component, groups):
-        kpack_recombine(
-            name = target,
-            shards = shards,
-            config = config,
-            component = component,
-            group = group,
-            **kwargs
-        )
-        names.append(target)
-    return names
+    targets = kpack_package_target_names(component, groups)
+    for target, group in targets:
+        kpack_recombine(name = target, component = component, group = group, config = config, shards = shards, **kwargs)
+    return [target for target, _ in targets]

@@ -90,23 +90,17 @@ def _kpack_split_impl(ctx: AnalysisContext) -> list[Provider]:
                 "generic": [DefaultInfo(default_output = out_dir.project(kpack_package_dir_name(prefix, "generic")))],
             },
         ),
-        KpackSplitInfo(
-            dir = out_dir,
-            artifact_prefix = prefix,
-            shard = ctx.attrs.shard or ctx.label.name,
-            archs = expect,
-            archs_file = archs_file,
-        ),
+        KpackSplitInfo(archs = expect, archs_file = archs_file, artifact_prefix = prefix, dir = out_dir, shard = ctx.attrs.shard or ctx.label.name),
     ]
 
 kpack_split = rule(
     impl = _kpack_split_impl,
-    doc = """Splits one TheRock artifact directory with `kpack split`.
+    doc = """`kpack split` of one TheRock artifact directory.
 
-Output: a directory `<name>.split/` holding `<artifact_prefix>_generic/` (host
-code with markers, generic files, artifact_manifest.txt) and one
-`<artifact_prefix>_<arch>/` per discovered arch (only `.kpack` files and arch
-database files); sub-target `[archs]` is the file listing the archs.
+The output directory `<name>.split/` has `<artifact_prefix>_generic/` (the
+host code, with markers, the generic files and artifact_manifest.txt) and, for
+each arch found, `<artifact_prefix>_<arch>/` (its `.kpack` files and database
+files only). Sub-targets: `[archs]` (the archs, one per line), `[generic]`.
 """,
     attrs = dict({
         "archs": attrs.list(attrs.string(), default = [], doc = "Archs the split must produce (e.g. [\"gfx1100\", \"gfx906\"]). When given, the build fails unless exactly these come out, and the provider carries the list."),

@@ -94,17 +94,13 @@ snapshot_blob = rule(
     }, **toolchain_attr()),
 )
 
+_MESSAGE_ARGS = ["library", "channel", "version", "available", "snapshots_root", "store", "artifact", "update_command"]
+
 def _missing_impl(ctx: AnalysisContext) -> list[Provider]:
-    fail(buck2_spelling(missing_snapshot_message(
-        ctx.attrs.library,
-        ctx.attrs.channel,
-        ctx.attrs.version,
-        ctx.attrs.available,
-        ctx.attrs.snapshots_root,
-        ctx.attrs.store,
-        ctx.attrs.artifact,
-        ctx.attrs.update_command or None,
-    )))
+    # Positional arguments of missing_snapshot_message, in its order.
+    args = [getattr(ctx.attrs, a) for a in _MESSAGE_ARGS]
+    args[-1] = args[-1] or None
+    fail(buck2_spelling(missing_snapshot_message(*args)))
 
 _missing_snapshot = rule(
     impl = _missing_impl,
@@ -157,14 +153,14 @@ def rcclx_snapshot(
       <name>_<channel>_rocm<key>_blob: the verified static library.
 
     Args:
-      name: target name, e.g. "rcclx".
-      dev: the source-built cxx_library.
-      stable_checksums: dict ROCm version -> sha256 (<PREFIX>_STABLE_CHECKSUMS).
-      last_stable_checksums: dict ROCm version -> sha256 (<PREFIX>_LAST_STABLE_CHECKSUMS).
-      snapshots_root: snapshots root relative to the package (headers live in
-        <root>/stable/<ver>/ and <root>/last-stable/<ver>/).
-      local_store: directory of a local content-addressed store relative to
-        the package; blobs are <local_store>/cas/sha256/<hex>.
+      name: the alias users depend on, e.g. "rcclx".
+      dev: the cxx_library built from source.
+      stable_checksums: <PREFIX>_STABLE_CHECKSUMS of stable_checksums.bzl (version -> sha256).
+      last_stable_checksums: <PREFIX>_LAST_STABLE_CHECKSUMS (version -> sha256).
+      snapshots_root: where the snapshots are, relative to the package; the
+        headers of a snapshot are in <root>/stable/<ver>/ or <root>/last-stable/<ver>/.
+      local_store: a content-addressed store in the repository, relative to
+        the package (blobs at <local_store>/cas/sha256/<hex>).
       store_url: instead of local_store: an http(s) store; blobs are fetched
         with http_file from <store_url>/cas/sha256/<hex>, pinned by sha256.
       artifact: file name of the prebuilt static library.
@@ -236,17 +232,8 @@ def rcclx_snapshot(
                     sha256 = sha,
                     out = artifact,
                 )
-            snapshot_blob(
-                name = target + "_blob",
-                blob = blob,
-                sha256 = sha,
-                out = artifact,
-                channel = channel,
-                version = version,
-                metadata_files = native.glob([snap_dir + "/**"]),
-                snapshots_root_path = snapshots_root,
-                **kwargs
-            )
+            files = native.glob([snap_dir + "/**"])
+            snapshot_blob(name = target + "_blob", blob = blob, sha256 = sha, channel = channel, version = version, out = artifact, metadata_files = files, snapshots_root_path = snapshots_root, **kwargs)
             headers = native.glob([snap_dir + "/" + p for p in header_patterns])
             native.prebuilt_cxx_library(
                 name = target,

@@ -77,6 +77,12 @@ _stable_checksums_gen = rule(
     }, **toolchain_attr()),
 )
 
+# The .update and _test targets: the checked-in file and its generator.
+_CHECKED_IN_ATTRS = dict({
+    "checked_in": attrs.source(doc = "The checked-in stable_checksums.bzl."),
+    "generated": attrs.dep(providers = [_StableChecksumsInfo], doc = "The stable_checksums generating target."),
+}, **toolchain_attr())
+
 def _update_impl(ctx: AnalysisContext) -> list[Provider]:
     toolchain = ctx.attrs._rocpack_toolchain[RocpackToolchainInfo]
     info = ctx.attrs.generated[_StableChecksumsInfo]
@@ -89,10 +95,7 @@ def _update_impl(ctx: AnalysisContext) -> list[Provider]:
 _stable_checksums_update = rule(
     impl = _update_impl,
     doc = "`buck2 run` target regenerating the checked-in stable_checksums.bzl.",
-    attrs = dict({
-        "checked_in": attrs.source(doc = "The checked-in file to rewrite."),
-        "generated": attrs.dep(providers = [_StableChecksumsInfo], doc = "The stable_checksums generating target."),
-    }, **toolchain_attr()),
+    attrs = _CHECKED_IN_ATTRS,
 )
 
 def _test_impl(ctx: AnalysisContext) -> list[Provider]:
@@ -114,28 +117,23 @@ def _test_impl(ctx: AnalysisContext) -> list[Provider]:
 _stable_checksums_test = rule(
     impl = _test_impl,
     doc = "Fails (`snapctl check`, exit 1) when the checked-in file differs from what the metadata gives.",
-    attrs = dict({
-        "checked_in": attrs.source(doc = "The checked-in file."),
-        "generated": attrs.dep(providers = [_StableChecksumsInfo], doc = "The stable_checksums generating target."),
-        "labels": attrs.list(attrs.string(), default = [], doc = "Test labels."),
-    }, **toolchain_attr()),
+    attrs = dict(_CHECKED_IN_ATTRS, labels = attrs.list(attrs.string(), default = [], doc = "Test labels.")),
 )
 
 def stable_checksums(name: str, srcs: list[str], snapshots_root: str = "snapshots", prefix: str = "RCCLX", out: str = "stable_checksums.bzl", **kwargs):
-    """Generates stable_checksums.bzl; adds `<name>.update` and `<name>_test`.
+    """Three targets around one checked-in stable_checksums.bzl.
 
-    Targets:
-      <name>: the generated file (`buck2 build`).
-      <name>.update: `buck2 run` rewrites <package>/<out> in the source tree.
-      <name>_test: `buck2 test` fails when <out> is stale.
+    * `<name>`: `buck2 build` writes the file from the snapshot metadata.
+    * `<name>.update`: `buck2 run` rewrites `<package>/<out>` in place.
+    * `<name>_test`: `buck2 test` fails while `<out>` is stale.
 
     Args:
-      name: target name.
-      srcs: snapshot metadata files (glob(["snapshots/**/metadata.txt"])).
-      snapshots_root: snapshots root relative to the package.
-      prefix: dict name prefix, e.g. "RCCLX".
-      out: name of the checked-in file in this package.
-      **kwargs: common attributes (visibility, ...) for all three targets.
+      name: name of the generating target.
+      srcs: the metadata files, e.g. glob(["snapshots/**/metadata.txt"]).
+      snapshots_root: directory of the snapshots, relative to the package.
+      prefix: dict names start with it ("RCCLX" -> RCCLX_STABLE_CHECKSUMS).
+      out: the checked-in file, in this package.
+      **kwargs: attributes for the three targets (visibility, ...).
     """
     _stable_checksums_gen(name = name, srcs = srcs, snapshots_root = snapshots_root, prefix = prefix, out = out, **kwargs)
     _stable_checksums_update(name = name + ".update", generated = ":" + name, checked_in = out, **kwargs)

@@ -281,6 +281,25 @@ struct EvalCtx {
     records: RefCell<Vec<Json>>,
 }
 
+impl EvalCtx {
+    fn new(
+        engine: &Rc<Engine>,
+        kind: FileKind,
+        cell: &str,
+        package: Option<&str>,
+        cfg: Option<Config>,
+    ) -> EvalCtx {
+        EvalCtx {
+            engine: engine.clone(),
+            kind,
+            cell: cell.to_owned(),
+            package: package.map(str::to_owned),
+            cfg,
+            records: RefCell::new(Vec::new()),
+        }
+    }
+}
+
 fn eval_ctx<'a, 'e: 'a>(eval: &Evaluator<'_, 'a, 'e>) -> anyhow::Result<&'a EvalCtx> {
     let extra = eval.extra;
     extra
@@ -973,14 +992,7 @@ impl Engine {
         }
         let modules = loaded.iter().map(|(a, b)| (a.as_str(), b)).collect();
         let loader = ReturnFileLoader { modules: &modules };
-        let ctx = EvalCtx {
-            engine: self.clone(),
-            kind,
-            cell: cell.to_owned(),
-            package: package.map(str::to_owned),
-            cfg,
-            records: RefCell::new(Vec::new()),
-        };
+        let ctx = EvalCtx::new(self, kind, cell, package, cfg);
         let frozen = Module::with_temp_heap(|module| -> anyhow::Result<FrozenModule> {
             if builtins {
                 self.import_builtins(&module, kind)?;
@@ -1216,19 +1228,7 @@ impl Engine {
                 out.insert(self.constraint_setting_of(key)?, key.to_string());
             }
             "config_setting" => {
-                for v in t
-                    .attrs
-                    .get("constraint_values")
-                    .and_then(Json::as_array)
-                    .cloned()
-                    .unwrap_or_default()
-                {
-                    let l = Label::parse(
-                        v.as_str().unwrap_or_default(),
-                        &key.cell,
-                        &key.package,
-                        self,
-                    )?;
+                for l in self.label_list(&t, "constraint_values", key)? {
                     out.insert(self.constraint_setting_of(&l)?, l.to_string());
                 }
             }
@@ -1354,22 +1354,29 @@ impl Engine {
         Ok(a)
     }
 
+    /// A list-of-labels attribute of a target, parsed relative to its package.
+    fn label_list(
+        self: &Rc<Self>,
+        t: &Target,
+        attr: &str,
+        at: &Label,
+    ) -> anyhow::Result<Vec<Label>> {
+        let items = t
+            .attrs
+            .get(attr)
+            .and_then(Json::as_array)
+            .cloned()
+            .unwrap_or_default();
+        items
+            .iter()
+            .map(|v| Label::parse(v.as_str().unwrap_or_default(), &at.cell, &at.package, self))
+            .collect()
+    }
+
     /// Whether `target_compatible_with` of a target holds in `cfg`.
     pub fn compatible(self: &Rc<Self>, label: &Label, cfg: &Config) -> anyhow::Result<bool> {
         let t = self.target(label)?;
-        for v in t
-            .attrs
-            .get("target_compatible_with")
-            .and_then(Json::as_array)
-            .cloned()
-            .unwrap_or_default()
-        {
-            let l = Label::parse(
-                v.as_str().unwrap_or_default(),
-                &label.cell,
-                &label.package,
-                self,
-            )?;
+        for l in self.label_list(&t, "target_compatible_with", label)? {
             let c = self.constraints_of(&l)?;
             if !c.iter().all(|(s, v)| cfg.get(s) == Some(v)) {
                 return Ok(false);
@@ -1393,14 +1400,13 @@ impl Engine {
             .get(&t.rule_id)
             .cloned()
             .ok_or_else(|| anyhow!("`{label}`: rule `{}` was never loaded", t.kind))?;
-        let ctx = EvalCtx {
-            engine: self.clone(),
-            kind: FileKind::Analysis,
-            cell: label.cell.clone(),
-            package: Some(label.package.clone()),
-            cfg: Some(cfg.clone()),
-            records: RefCell::new(Vec::new()),
-        };
+        let ctx = EvalCtx::new(
+            self,
+            FileKind::Analysis,
+            &label.cell,
+            Some(&label.package),
+            Some(cfg.clone()),
+        );
         let (frozen, actions, providers_json) = Module::with_temp_heap(
             |module| -> anyhow::Result<(FrozenModule, Vec<Json>, Json)> {
                 let (result, actions, providers_json) = {
@@ -1477,14 +1483,7 @@ impl Engine {
     ) -> anyhow::Result<Json> {
         let m = self.eval_bzl(cell, rel)?;
         let f = m.get(func).map_err(|e| anyhow!("{e}"))?;
-        let ctx = EvalCtx {
-            engine: self.clone(),
-            kind: FileKind::Bzl,
-            cell: cell.to_owned(),
-            package: None,
-            cfg: None,
-            records: RefCell::new(Vec::new()),
-        };
+        let ctx = EvalCtx::new(self, FileKind::Bzl, cell, None, None);
         Module::with_temp_heap(|module| {
             let mut eval = Evaluator::new(&module);
             eval.extra = Some(&ctx);

@@ -12,7 +12,11 @@ libfuzzer_sys::fuzz_target!(|data: &[u8]| {
     };
     let _ = rocpack_elf::reassemble(data, &[b"__CLANG_OFFLOAD_BUNDLE__".to_vec()]);
     let bundles: Vec<Vec<u8>> = (0..info.bundles.len())
-        .filter_map(|i| rocpack_elf::bundle_bytes(data, &info, i).ok().map(<[u8]>::to_vec))
+        .filter_map(|i| {
+            rocpack_elf::bundle_bytes(data, &info, i)
+                .ok()
+                .map(<[u8]>::to_vec)
+        })
         .collect();
     if let Ok(split) = rocpack_elf::split_host(data, b"fuzz-marker") {
         if info.has_device_code() {

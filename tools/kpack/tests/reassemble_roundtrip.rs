@@ -10,7 +10,10 @@ use rocpack_kpack::{Compression, KpackWriter, Marker};
 fn fixtures() -> PathBuf {
     match std::env::var_os("ROCPACK_SHARED") {
         Some(p) => PathBuf::from(p).join("fixtures"),
-        None => PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/fixtures")),
+        None => PathBuf::from(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../../shared/fixtures"
+        )),
     }
 }
 
@@ -19,7 +22,9 @@ fn code_objects(data: &[u8]) -> Vec<Vec<(String, Vec<u8>)>> {
     let info = rocpack_elf::analyze(data).unwrap();
     (0..info.bundles.len())
         .map(|i| {
-            let b = rocpack_bundle::parse_bundle(rocpack_elf::bundle_bytes(data, &info, i).unwrap()).unwrap();
+            let b =
+                rocpack_bundle::parse_bundle(rocpack_elf::bundle_bytes(data, &info, i).unwrap())
+                    .unwrap();
             let mut v: Vec<_> = b
                 .device_entries()
                 .map(|e| (e.id.as_str().to_string(), e.data.to_vec()))
@@ -37,7 +42,8 @@ fn split_and_pack(data: &[u8], dir: &Path, compression: Compression) -> PathBuf 
     let info = rocpack_elf::analyze(data).unwrap();
     let mut per_arch: std::collections::BTreeMap<String, KpackWriter<'static>> = Default::default();
     for i in 0..info.bundles.len() {
-        let b = rocpack_bundle::parse_bundle(rocpack_elf::bundle_bytes(data, &info, i).unwrap()).unwrap();
+        let b = rocpack_bundle::parse_bundle(rocpack_elf::bundle_bytes(data, &info, i).unwrap())
+            .unwrap();
         for e in b.device_entries() {
             let arch = e.id.target_id().to_string();
             let w = per_arch.entry(arch.clone()).or_insert_with(|| {
@@ -45,7 +51,8 @@ fn split_and_pack(data: &[u8], dir: &Path, compression: Compression) -> PathBuf 
                 w.arches([arch.clone()]);
                 w
             });
-            w.add(&format!("lib/fixture#{i}"), &arch, e.data.to_vec()).unwrap();
+            w.add(&format!("lib/fixture#{i}"), &arch, e.data.to_vec())
+                .unwrap();
         }
     }
     let kdir = dir.join(".kpack");
@@ -82,7 +89,11 @@ fn reassemble_cli_round_trips_every_fixture() {
     ] {
         let data = std::fs::read(dir.join(name)).unwrap();
         let tmp = tempfile::tempdir().unwrap();
-        let comp = if n % 2 == 0 { Compression::None } else { Compression::Zstd { level: 3 } };
+        let comp = if n % 2 == 0 {
+            Compression::None
+        } else {
+            Compression::Zstd { level: 3 }
+        };
         let host = split_and_pack(&data, tmp.path(), comp);
         let out = tmp.path().join("out.bin");
         let o = Command::new(env!("CARGO_BIN_EXE_kpack"))
@@ -95,7 +106,11 @@ fn reassemble_cli_round_trips_every_fixture() {
             .arg(&out)
             .output()
             .unwrap();
-        assert!(o.status.success(), "{name}: {}", String::from_utf8_lossy(&o.stderr));
+        assert!(
+            o.status.success(),
+            "{name}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
         let back = std::fs::read(&out).unwrap();
         assert_eq!(code_objects(&back), code_objects(&data), "{name}");
         n += 1;

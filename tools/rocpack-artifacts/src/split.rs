@@ -29,11 +29,13 @@
 //! written in sorted key order, so the result is byte-identical whatever the
 //! thread count or the directories involved.
 
+use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::OsString;
 use std::fs::{self, File};
-use std::io::{BufWriter, Read};
+use std::io::{BufWriter, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
+use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use rayon::prelude::*;
@@ -559,6 +561,157 @@ fn kpack_err(path: &Path, e: rocpack_kpack::Error) -> SplitError {
     }
 }
 
+/// The source a [`CopyWriter`] may copy from kernel-side: the address
+/// range of a read-only mapping of `file`.
+struct MappedSource {
+    base: usize,
+    len: usize,
+    file: File,
+}
+
+/// Output of an uncompressed archive. Small writes (header, TOC) are
+/// buffered; a write whose buffer lies inside the current [`MappedSource`]
+/// mapping is performed with `copy_file_range` from the source file (via
+/// `std::io::copy`), so code-object bytes go from page cache to page cache
+/// without passing through (or faulting in) this process's memory. Only
+/// addresses are compared; the mapping is never read here.
+struct CopyWriter {
+    out: File,
+    buf: Vec<u8>,
+    src: Rc<RefCell<Option<MappedSource>>>,
+}
+
+impl CopyWriter {
+    fn flush_buf(&mut self) -> std::io::Result<()> {
+        if !self.buf.is_empty() {
+            self.out.write_all(&self.buf)?;
+            self.buf.clear();
+        }
+        Ok(())
+    }
+
+    /// File offset of `data` in the current source mapping, if it lies there.
+    fn source_offset(&self, data: &[u8]) -> Option<u64> {
+        let src = self.src.borrow();
+        let m = src.as_ref()?;
+        let p = data.as_ptr() as usize;
+        let off = p.checked_sub(m.base)?;
+        (data.len() >= 4096 && off.checked_add(data.len())? <= m.len).then_some(off as u64)
+    }
+}
+
+impl Write for CopyWriter {
+    fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
+        if let Some(off) = self.source_offset(data) {
+            self.flush_buf()?;
+            let src = self.src.borrow();
+            let m = src
+                .as_ref()
+                .ok_or_else(|| std::io::Error::other("copy source vanished"))?;
+            let mut f = &m.file;
+            f.seek(SeekFrom::Start(off))?;
+            let want = data.len() as u64;
+            let n = std::io::copy(&mut Read::take(f, want), &mut self.out)?;
+            if n != want {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::UnexpectedEof,
+                    format!("source file shrank: copied {n} of {want} bytes"),
+                ));
+            }
+            return Ok(data.len());
+        }
+        self.buf.extend_from_slice(data);
+        if self.buf.len() >= 1 << 20 {
+            self.flush_buf()?;
+        }
+        Ok(data.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.flush_buf()?;
+        self.out.flush()
+    }
+}
+
+impl Seek for CopyWriter {
+    fn seek(&mut self, pos: SeekFrom) -> std::io::Result<u64> {
+        self.flush_buf()?;
+        self.out.seek(pos)
+    }
+}
+
+/// Writes an uncompressed archive: code objects of uncompressed bundles are
+/// copied file-to-file by the kernel; CCOB entries are decompressed.
+fn write_archive_none(
+    path: &Path,
+    group: &str,
+    arch: &str,
+    prefix: &str,
+    kernels: &[KernelRef],
+    progress: &dyn Progress,
+) -> Result<KpackSummary, SplitError> {
+    use rocpack_kpack::rmpv::Value;
+    let out = File::create(path).ctx(path, "create")?;
+    let src = Rc::new(RefCell::new(None::<MappedSource>));
+    let cw = CopyWriter {
+        out,
+        buf: Vec::with_capacity(1 << 16),
+        src: src.clone(),
+    };
+    let mut w = KpackStreamWriter::new(cw, Compression::None).map_err(|e| kpack_err(path, e))?;
+    w.group_name(group).arch_family(arch).arches([arch]);
+    let mut code_bytes = 0u64;
+    // The mapping of the file the current kernels come from (sorted keys
+    // keep one binary's kernels together).
+    let mut current: Option<(PathBuf, memmap2::Mmap)> = None;
+    for k in kernels {
+        let meta = Some(Value::Map(vec![
+            (Value::from("target"), Value::from(k.bundle_id.as_str())),
+            (Value::from("source_prefix"), Value::from(prefix)),
+        ]));
+        match k.src {
+            KernelSrc::Range { offset } => {
+                if current.as_ref().is_none_or(|(p, _)| p != &k.file) {
+                    let (file, map) = map_file(&k.file)?;
+                    *src.borrow_mut() = Some(MappedSource {
+                        base: map.as_ptr() as usize,
+                        len: map.len(),
+                        file,
+                    });
+                    current = Some((k.file.clone(), map));
+                }
+                let changed = || {
+                    SplitError::Usage(format!(
+                        "{}: byte offset {offset}: file changed while splitting",
+                        k.file.display()
+                    ))
+                };
+                let (_, map) = current.as_ref().ok_or_else(changed)?;
+                let start = usize::try_from(offset).map_err(|_| changed())?;
+                let end = usize::try_from(offset.saturating_add(k.size)).map_err(|_| changed())?;
+                let data = map.get(start..end).ok_or_else(changed)?;
+                w.add_with_metadata(&k.key, &k.arch, data, meta)
+                    .map_err(|e| kpack_err(path, e))?;
+            }
+            KernelSrc::Ccob { .. } => {
+                let data = read_kernel(k)?;
+                w.add_with_metadata(&k.key, &k.arch, &data, meta)
+                    .map_err(|e| kpack_err(path, e))?;
+            }
+        }
+        code_bytes += k.size;
+        progress.advance(1);
+    }
+    let (mut cw, summary) = w.finish().map_err(|e| kpack_err(path, e))?;
+    cw.flush().ctx(path, "write")?;
+    Ok(KpackSummary {
+        path: String::new(),
+        kernels: kernels.len() as u64,
+        code_bytes,
+        file_bytes: summary.total_size,
+    })
+}
+
 /// Writes one archive from `kernels` (sorted by key), streaming, with
 /// parallel compression in bounded batches.
 fn write_archive(
@@ -894,15 +1047,12 @@ fn split_into(
     let total_kernels: u64 = jobs.iter().map(|j| j.kernels.len() as u64).sum();
     progress.begin("packing", total_kernels);
     let write_one = |j: &ArchiveJob| -> Result<(String, KpackSummary), SplitError> {
-        let mut s = write_archive(
-            &j.path,
-            name,
-            &j.arch,
-            &j.prefix,
-            opts.compression,
-            &j.kernels,
-            progress,
-        )?;
+        let mut s = match opts.compression {
+            Compression::None => {
+                write_archive_none(&j.path, name, &j.arch, &j.prefix, &j.kernels, progress)?
+            }
+            c => write_archive(&j.path, name, &j.arch, &j.prefix, c, &j.kernels, progress)?,
+        };
         fsutil::set_mode(&j.path, 0o644)?;
         s.path = j.rel.clone();
         Ok((j.arch.clone(), s))

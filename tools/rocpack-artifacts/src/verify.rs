@@ -77,6 +77,9 @@ pub struct VerifyReport {
     pub lookups: usize,
     /// Lookups that found a code object.
     pub lookups_resolved: usize,
+    /// Lookups for an arch the binary was never built for (the archive is
+    /// there, and no archive in the tree has code of that binary for it).
+    pub lookups_not_built: usize,
     /// Everything that failed, sorted.
     pub violations: Vec<Violation>,
     /// Things that could not be checked.
@@ -189,6 +192,8 @@ struct HostBinary {
     package: String,
     component: String,
     rel: String,
+    /// `rel`, or `rel(member)` for a static-archive member.
+    label: String,
     marker: rocpack_kpack::Marker,
     co_indices: BTreeSet<u64>,
 }
@@ -236,9 +241,33 @@ fn check_generic_file(pkg: &Package, rel: &str, path: &Path) -> Vec<GenericFindi
         )));
         return out;
     }
+    if rocpack_elf::is_archive(&data) {
+        match rocpack_elf::archive_members(&data) {
+            Ok(members) => {
+                for m in members {
+                    if m.data.starts_with(b"\x7fELF") {
+                        let label = format!("{rel}({})", m.name);
+                        out.extend(judge_elf(pkg, rel, &label, m.data));
+                    }
+                }
+            }
+            Err(e) => out.push(GenericFinding::Warning(format!(
+                "{}/{rel}: static archive could not be read: {e}",
+                pkg.name
+            ))),
+        }
+        return out;
+    }
     if !data.starts_with(b"\x7fELF") {
         return out;
     }
+    out.extend(judge_elf(pkg, rel, rel, &data));
+    out
+}
+
+/// Judges one ELF image (a file, or an archive member labelled `label`).
+fn judge_elf(pkg: &Package, rel: &str, label: &str, data: &[u8]) -> Vec<GenericFinding> {
+    let mut out = Vec::new();
     let machine = data
         .get(18..20)
         .map(|b| u16::from_le_bytes([b[0], b[1]]))
@@ -248,7 +277,7 @@ fn check_generic_file(pkg: &Package, rel: &str, path: &Path) -> Vec<GenericFindi
         // split (nothing names their arch); only report them.
         return out;
     }
-    let info = match rocpack_elf::analyze(&data) {
+    let info = match rocpack_elf::analyze(data) {
         Ok(i) => i,
         Err(_) => return out, // not a HIP binary we can judge (other ELF flavours)
     };
@@ -258,7 +287,7 @@ fn check_generic_file(pkg: &Package, rel: &str, path: &Path) -> Vec<GenericFindi
             if info.has_device_code() {
                 out.push(GenericFinding::Violation(v(
                     &pkg.name,
-                    rel,
+                    label,
                     "fat_binary",
                     format!(
                         "fat binary with device code left in a generic package ({} bundle(s) in .hip_fatbin, {} HIPF wrapper(s))",
@@ -278,7 +307,7 @@ fn check_generic_file(pkg: &Package, rel: &str, path: &Path) -> Vec<GenericFindi
             if !bad.is_empty() {
                 out.push(GenericFinding::Violation(v(
                     &pkg.name,
-                    rel,
+                    label,
                     "bad_wrapper",
                     format!("wrapper(s) {bad:?} are not HIPK wrappers pointing at the marker"),
                 )));
@@ -286,7 +315,7 @@ fn check_generic_file(pkg: &Package, rel: &str, path: &Path) -> Vec<GenericFindi
             let Some(m) = info.marker else {
                 out.push(GenericFinding::Violation(v(
                     &pkg.name,
-                    rel,
+                    label,
                     "bad_marker",
                     "HIPK wrappers but no .rocm_kpack_ref marker",
                 )));
@@ -297,6 +326,7 @@ fn check_generic_file(pkg: &Package, rel: &str, path: &Path) -> Vec<GenericFindi
                     package: pkg.name.clone(),
                     component: pkg.component.clone(),
                     rel: rel.to_string(),
+                    label: label.to_string(),
                     marker,
                     co_indices: info
                         .wrappers
@@ -306,7 +336,7 @@ fn check_generic_file(pkg: &Package, rel: &str, path: &Path) -> Vec<GenericFindi
                 })),
                 Err(e) => out.push(GenericFinding::Violation(v(
                     &pkg.name,
-                    rel,
+                    label,
                     "bad_marker",
                     format!(".rocm_kpack_ref marker does not decode: {e}"),
                 ))),
@@ -647,6 +677,18 @@ pub fn verify(
     }
 
     // 5. Runtime lookups.
+    // (kernel name, target) → co_indices present in some archive of the tree.
+    let mut built: BTreeMap<(String, String), BTreeSet<u64>> = BTreeMap::new();
+    for (_, r) in kpacks.values() {
+        for (key, t) in r.kernels() {
+            if let Some((name, i)) = rocpack_kpack::split_toc_key(key) {
+                built
+                    .entry((name.to_string(), t.to_string()))
+                    .or_default()
+                    .insert(i);
+            }
+        }
+    }
     let mut requested: BTreeSet<(String, u64)> = BTreeSet::new();
     for h in &hosts {
         for i in &h.co_indices {
@@ -671,9 +713,33 @@ pub fn verify(
                 report.lookups += 1;
                 match lookup(&h.marker, dir, co, arch, &kpacks) {
                     Ok(()) => report.lookups_resolved += 1,
-                    Err(msg) => vio.push(v(
+                    Err(LookupError::NoKernel(msg)) => {
+                        // The archive for this arch is where the marker says
+                        // but lacks the key: fine when the binary was never
+                        // built for the arch (no entry for it anywhere), a
+                        // violation when its code for the arch is elsewhere.
+                        let built: Vec<u64> = rocpack_kpack::compatible_targets(arch)
+                            .iter()
+                            .filter_map(|t| built.get(&(h.marker.kernel_name.clone(), t.clone())))
+                            .flatten()
+                            .copied()
+                            .collect();
+                        if built.is_empty() {
+                            report.lookups_not_built += 1;
+                        } else {
+                            vio.push(v(
+                                &h.package,
+                                &h.label,
+                                "unresolved",
+                                format!(
+                                    "wrapper co_index {co}, arch {arch}: {msg} (the tree holds {arch} code for co_index {built:?} of this binary)"
+                                ),
+                            ));
+                        }
+                    }
+                    Err(LookupError::Other(msg)) => vio.push(v(
                         &h.package,
-                        &h.rel,
+                        &h.label,
                         "unresolved",
                         format!("wrapper co_index {co}, arch {arch}: {msg}"),
                     )),
@@ -770,7 +836,7 @@ fn lookup(
     co_index: u64,
     arch: &str,
     kpacks: &BTreeMap<String, (String, rocpack_kpack::KpackReader)>,
-) -> Result<(), String> {
+) -> Result<(), LookupError> {
     let key = marker.lookup_key(co_index);
     let targets = rocpack_kpack::compatible_targets(arch);
     let mut candidates: Vec<String> = Vec::new();
@@ -799,35 +865,48 @@ fn lookup(
         .filter_map(|c| kpacks.get(c).map(|(_, r)| (c, r)))
         .collect();
     if valid.is_empty() {
-        return Err(format!(
+        return Err(LookupError::Other(format!(
             "no archive found (ARCHIVE_NOT_FOUND); looked for {}",
             candidates.join(", ")
-        ));
+        )));
     }
     for t in &targets {
         for (path, r) in &valid {
             if r.gfx_arches().iter().any(|a| a == t) {
+                if r.entry(&key, t).is_none() {
+                    return Err(LookupError::NoKernel(format!(
+                        "{path} lists {t} but has no kernel {key} (KERNEL_NOT_FOUND)"
+                    )));
+                }
                 let bytes = r.get(&key, t).map_err(|e| {
-                    format!("{path} lists {t} but has no kernel {key} (KERNEL_NOT_FOUND): {e}")
+                    LookupError::Other(format!("{path}: kernel {key} [{t}] does not read: {e}"))
                 })?;
                 let machine = bytes.get(18..20).map(|b| u16::from_le_bytes([b[0], b[1]]));
                 if !bytes.starts_with(b"\x7fELF") || machine != Some(EM_AMDGPU) {
-                    return Err(format!(
+                    return Err(LookupError::Other(format!(
                         "{path}: kernel {key} [{t}] is not an AMDGPU ELF code object"
-                    ));
+                    )));
                 }
                 return Ok(());
             }
         }
     }
-    Err(format!(
+    Err(LookupError::Other(format!(
         "no archive lists a target compatible with {arch} (ARCH_NOT_FOUND); archives: {}",
         valid
             .iter()
             .map(|(p, _)| p.as_str())
             .collect::<Vec<_>>()
             .join(", ")
-    ))
+    )))
+}
+
+/// Why a lookup failed.
+enum LookupError {
+    /// The archive that matched the arch lacks the key.
+    NoKernel(String),
+    /// Anything else (no archive, no arch, unreadable or non-AMDGPU code).
+    Other(String),
 }
 
 #[cfg(test)]

@@ -176,15 +176,17 @@ fn rewrite(
     // Symbol tables list member header offsets: map them to the new ones.
     for (start, kind, len) in symtabs {
         let w = if kind == Kind::SymTab64 { 8 } else { 4 };
-        let read = |b: &[u8]| -> u64 {
-            b.iter().fold(0u64, |acc, &x| (acc << 8) | u64::from(x))
-        };
+        let read = |b: &[u8]| -> u64 { b.iter().fold(0u64, |acc, &x| (acc << 8) | u64::from(x)) };
         let table = out.get(start..start + len).ok_or_else(|| Error::Archive {
             offset: start as u64,
             what: "symbol table truncated".into(),
         })?;
         let count = read(table.get(..w).unwrap_or(&[])) as usize;
-        if count.checked_mul(w).and_then(|x| x.checked_add(w)).is_none_or(|need| need > len) {
+        if count
+            .checked_mul(w)
+            .and_then(|x| x.checked_add(w))
+            .is_none_or(|need| need > len)
+        {
             return Err(Error::Archive {
                 offset: start as u64,
                 what: format!("symbol table lists {count} symbols but has {len} bytes"),

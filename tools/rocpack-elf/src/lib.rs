@@ -61,10 +61,7 @@ pub type BundlesFn<'a> = dyn FnMut(&str, &FatBinaryInfo) -> Result<Vec<Vec<u8>>>
 /// Split an ELF file or an `ar` archive. For archives, `marker_for` is
 /// called with each member that has device code (its name and analysis)
 /// and returns that member's marker payload; ELF files use `marker_for("", info)`.
-pub fn split_file(
-    data: &[u8],
-    marker_for: &mut MarkerFn<'_>,
-) -> Result<Vec<u8>> {
+pub fn split_file(data: &[u8], marker_for: &mut MarkerFn<'_>) -> Result<Vec<u8>> {
     if is_archive(data) {
         split_archive(data, marker_for)
     } else {
@@ -79,10 +76,7 @@ pub fn split_file(
 
 /// Reassemble an ELF file or an `ar` archive; `bundles_for(member_name,
 /// marker_bytes)` returns the bundles of one split member (by `co_index`).
-pub fn reassemble_file(
-    data: &[u8],
-    bundles_for: &mut BundlesFn<'_>,
-) -> Result<Vec<u8>> {
+pub fn reassemble_file(data: &[u8], bundles_for: &mut BundlesFn<'_>) -> Result<Vec<u8>> {
     if is_archive(data) {
         reassemble_archive(data, bundles_for)
     } else {

@@ -10,9 +10,7 @@ use std::collections::HashSet;
 
 use object::elf;
 
-use crate::analyze::{
-    FatBinaryInfo, PointerModel, HIPF_MAGIC, HIPK_MAGIC, MARKER_SECTION,
-};
+use crate::analyze::{FatBinaryInfo, PointerModel, HIPF_MAGIC, HIPK_MAGIC, MARKER_SECTION};
 use crate::elf::{align_up, grow, put_u16, put_u32, put_u64, Elf, Shdr, EHDR_SIZE, SYM_SIZE};
 use crate::error::{Error, Result};
 
@@ -26,15 +24,13 @@ struct Edit {
 
 /// Lay the object out again with `replace` applied and `extra` appended;
 /// returns the output and each section's new offset.
-fn relayout(
-    elf: &Elf<'_>,
-    shdrs: &mut [Shdr],
-    replace: &[Edit],
-) -> Result<(Vec<u8>, Vec<u64>)> {
+fn relayout(elf: &Elf<'_>, shdrs: &mut [Shdr], replace: &[Edit]) -> Result<(Vec<u8>, Vec<u64>)> {
     let data = elf.data;
     let mut out = crate::elf::get(data, 0, EHDR_SIZE, "ELF header")?.to_vec();
     let extra: u64 = replace.iter().map(|e| e.data.len() as u64).sum();
-    let limit = (data.len() as u64).saturating_add(extra).saturating_add(1 << 16);
+    let limit = (data.len() as u64)
+        .saturating_add(extra)
+        .saturating_add(1 << 16);
     let mut order: Vec<usize> = (1..shdrs.len()).collect();
     // Sections keep their original order; appended ones (offset 0 in the
     // template) go last.
@@ -123,7 +119,10 @@ fn wrapper_symbols(elf: &Elf<'_>, info: &FatBinaryInfo) -> Result<(usize, HashSe
             if entries.contains(&r.entry_offset) {
                 let st = s.sh_link as usize;
                 if symtab.is_some_and(|t| t != st) {
-                    return Err(Error::unsupported(r.entry_offset, "wrapper relocations use two symbol tables"));
+                    return Err(Error::unsupported(
+                        r.entry_offset,
+                        "wrapper relocations use two symbol tables",
+                    ));
                 }
                 symtab = Some(st);
             }
@@ -131,7 +130,8 @@ fn wrapper_symbols(elf: &Elf<'_>, info: &FatBinaryInfo) -> Result<(usize, HashSe
     }
     let symtab = symtab.ok_or_else(|| Error::malformed(0, "no wrapper relocation found"))?;
     for (i, s) in elf.shdrs.iter().enumerate() {
-        if (s.sh_type != elf::SHT_RELA && s.sh_type != elf::SHT_REL) || s.sh_link as usize != symtab {
+        if (s.sh_type != elf::SHT_RELA && s.sh_type != elf::SHT_REL) || s.sh_link as usize != symtab
+        {
             continue;
         }
         for r in elf.relocations(i)? {
@@ -154,10 +154,21 @@ fn section_index_u16(i: usize) -> Result<u16> {
 }
 
 /// Patch symbol `k` of `symtab` (at its new offset) to section `shndx`, value `value`.
-fn patch_symbol(elf: &Elf<'_>, out: &mut [u8], new_off: &[u64], symtab: usize, k: u32, shndx: u16, value: u64) -> Result<()> {
+fn patch_symbol(
+    elf: &Elf<'_>,
+    out: &mut [u8],
+    new_off: &[u64],
+    symtab: usize,
+    k: u32,
+    shndx: u16,
+    value: u64,
+) -> Result<()> {
     let base = new_off[symtab] + u64::from(k) * SYM_SIZE;
     if base + SYM_SIZE > out.len() as u64 || u64::from(k) * SYM_SIZE >= elf.shdrs[symtab].sh_size {
-        return Err(Error::malformed(elf.shdrs[symtab].sh_offset, format!("symbol {k} out of range")));
+        return Err(Error::malformed(
+            elf.shdrs[symtab].sh_offset,
+            format!("symbol {k} out of range"),
+        ));
     }
     put_u16(out, base + 6, shndx)?;
     put_u64(out, base + 8, value)
@@ -178,7 +189,10 @@ pub(crate) fn split_object(elf: &Elf<'_>, info: &FatBinaryInfo, marker: &[u8]) -
         .fatbin
         .ok_or_else(|| Error::malformed(0, "object without .hip_fatbin"))?;
     if elf.ehdr.e_phnum != 0 {
-        return Err(Error::unsupported(56, "relocatable object with program headers"));
+        return Err(Error::unsupported(
+            56,
+            "relocatable object with program headers",
+        ));
     }
     let (symtab, syms) = wrapper_symbols(elf, info)?;
     let mut shdrs = elf.shdrs.clone();
@@ -190,7 +204,8 @@ pub(crate) fn split_object(elf: &Elf<'_>, info: &FatBinaryInfo, marker: &[u8]) -
         f.sh_size = 0;
     }
     let mut shstrtab = elf.shdrs[elf.shstrndx].data(elf.data)?.to_vec();
-    let name_off = u32::try_from(shstrtab.len()).map_err(|_| Error::layout(0, ".shstrtab too large"))?;
+    let name_off =
+        u32::try_from(shstrtab.len()).map_err(|_| Error::layout(0, ".shstrtab too large"))?;
     shstrtab.extend_from_slice(MARKER_SECTION.as_bytes());
     shstrtab.push(0);
     shdrs.push(Shdr {
@@ -207,8 +222,14 @@ pub(crate) fn split_object(elf: &Elf<'_>, info: &FatBinaryInfo, marker: &[u8]) -
         name: MARKER_SECTION.as_bytes().to_vec(),
     });
     let edits = [
-        Edit { index: elf.shstrndx, data: shstrtab },
-        Edit { index: marker_index, data: marker.to_vec() },
+        Edit {
+            index: elf.shstrndx,
+            data: shstrtab,
+        },
+        Edit {
+            index: marker_index,
+            data: marker.to_vec(),
+        },
     ];
     let (mut out, new_off) = relayout(elf, &mut shdrs, &edits)?;
     for &k in &syms {
@@ -222,7 +243,11 @@ pub(crate) fn split_object(elf: &Elf<'_>, info: &FatBinaryInfo, marker: &[u8]) -
         })?;
         let woff = moved(elf, &new_off, w.file_offset)?;
         put_u32(&mut out, woff, HIPK_MAGIC)?;
-        put_u32(&mut out, woff + 16, u32::try_from(co).map_err(|_| Error::layout(woff, "too many bundles"))?)?;
+        put_u32(
+            &mut out,
+            woff + 16,
+            u32::try_from(co).map_err(|_| Error::layout(woff, "too many bundles"))?,
+        )?;
         if let PointerModel::Object { entry_offset, .. } = &w.model {
             let e = moved(elf, &new_off, *entry_offset)?;
             if is_rela_entry(elf, *entry_offset) {
@@ -235,7 +260,10 @@ pub(crate) fn split_object(elf: &Elf<'_>, info: &FatBinaryInfo, marker: &[u8]) -
     let out = finish(out, &shdrs, elf.ehdr.e_shnum != 0)?;
     let check = crate::analyze::analyze(&out)?;
     if check.state != crate::State::Split {
-        return Err(Error::layout(0, "internal: rewritten object does not analyse as split"));
+        return Err(Error::layout(
+            0,
+            "internal: rewritten object does not analyse as split",
+        ));
     }
     Ok(out)
 }
@@ -246,7 +274,11 @@ fn is_rela_entry(elf: &Elf<'_>, entry: u64) -> bool {
     })
 }
 
-pub(crate) fn reassemble_object(elf: &Elf<'_>, info: &FatBinaryInfo, bundles: &[Vec<u8>]) -> Result<Vec<u8>> {
+pub(crate) fn reassemble_object(
+    elf: &Elf<'_>,
+    info: &FatBinaryInfo,
+    bundles: &[Vec<u8>],
+) -> Result<Vec<u8>> {
     let fb = info
         .fatbin
         .ok_or_else(|| Error::malformed(0, "split object without .hip_fatbin"))?;
@@ -279,8 +311,14 @@ pub(crate) fn reassemble_object(elf: &Elf<'_>, info: &FatBinaryInfo, bundles: &[
         shstrtab.truncate(mname);
     }
     let edits = [
-        Edit { index: elf.shstrndx, data: shstrtab },
-        Edit { index: fb.index, data: fat },
+        Edit {
+            index: elf.shstrndx,
+            data: shstrtab,
+        },
+        Edit {
+            index: fb.index,
+            data: fat,
+        },
     ];
     let (mut out, new_off) = relayout(elf, &mut shdrs, &edits)?;
     for &k in &syms {

@@ -26,8 +26,8 @@ use crate::analyze::{
     R_AARCH64_RELATIVE, R_X86_64_RELATIVE,
 };
 use crate::elf::{
-    align_down, align_up, get, grow, put, put_u16, put_u32, put_u64, u64_at, Elf, Phdr, Shdr, EHDR_SIZE,
-    PHDR_SIZE, SHT_RELR, SYM_SIZE,
+    align_down, align_up, get, grow, put, put_u16, put_u32, put_u64, u64_at, Elf, Phdr, Shdr,
+    EHDR_SIZE, PHDR_SIZE, SHT_RELR, SYM_SIZE,
 };
 use crate::error::{Error, Result};
 
@@ -380,11 +380,21 @@ fn validate_layout(elf: &Elf<'_>, page: u64) -> Result<()> {
     }
     for (i, s) in elf.shdrs.iter().enumerate() {
         let at = elf.shdr_offset(i);
-        if s.sh_addr >= limit || s.sh_size >= limit || s.sh_offset >= limit || s.sh_addralign > (1 << 24) {
-            return Err(Error::malformed(at, format!("section {i}: value out of range")));
+        if s.sh_addr >= limit
+            || s.sh_size >= limit
+            || s.sh_offset >= limit
+            || s.sh_addralign > (1 << 24)
+        {
+            return Err(Error::malformed(
+                at,
+                format!("section {i}: value out of range"),
+            ));
         }
         if s.has_file_data() && s.sh_offset + s.sh_size > len {
-            return Err(Error::malformed(at, format!("section {} lies outside the file", s.name_str())));
+            return Err(Error::malformed(
+                at,
+                format!("section {} lies outside the file", s.name_str()),
+            ));
         }
         if s.is_alloc() && s.has_file_data() && s.sh_size > 0 {
             let inside = elf.phdrs.iter().any(|p| {
@@ -725,9 +735,15 @@ fn split_linked(elf: &Elf<'_>, info: &FatBinaryInfo, marker: &[u8]) -> Result<Ve
             p.p_filesz = new_n * PHDR_SIZE;
             p.p_memsz = new_n * PHDR_SIZE;
         } else if p.p_filesz > 0 && p.p_offset >= b0_off && p.p_offset + p.p_filesz <= b1_off {
+            if p.p_vaddr != l0_addr(p.p_offset) {
+                return Err(Error::malformed(
+                    elf.ehdr.e_phoff + i as u64 * PHDR_SIZE,
+                    "segment address does not match its offset",
+                ));
+            }
             p.p_vaddr = p.p_vaddr.wrapping_add(delta);
             p.p_paddr = p.p_paddr.wrapping_add(delta);
-            p.p_offset = o2 + (p.p_vaddr - w);
+            p.p_offset = o2 + (p.p_offset - b0_off);
         } else if p.p_offset >= o_r {
             p.p_offset -= shift;
         } else if p.p_filesz > 0 && p.p_offset + p.p_filesz > d_off && p.p_offset < o_r {

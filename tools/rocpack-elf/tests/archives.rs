@@ -10,7 +10,10 @@ use common::*;
 use rocpack_elf::{analyze, archive_members, reassemble_file, split_file, State};
 
 fn split_archive_bytes(data: &[u8]) -> Vec<u8> {
-    split_file(data, &mut |name, _| Ok(format!("marker-of:{name}").into_bytes())).unwrap()
+    split_file(data, &mut |name, _| {
+        Ok(format!("marker-of:{name}").into_bytes())
+    })
+    .unwrap()
 }
 
 #[test]
@@ -32,7 +35,10 @@ fn static_archive_members_are_split_and_round_trip() {
             let ni = analyze(n.data).unwrap();
             assert_eq!(ni.state, State::Split, "{}", n.name);
             for w in &ni.wrappers {
-                assert_eq!(w.marker_bytes(&ni).unwrap(), format!("marker-of:{}", n.name).as_bytes());
+                assert_eq!(
+                    w.marker_bytes(&ni).unwrap(),
+                    format!("marker-of:{}", n.name).as_bytes()
+                );
             }
             for bundle in code_objects(o.data) {
                 for (_, co) in bundle {

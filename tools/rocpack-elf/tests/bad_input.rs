@@ -49,10 +49,15 @@ fn wrapper_pointing_outside_fatbin_names_its_offset() {
     // Point the addend (and the in-place value) past the end of .hip_fatbin.
     let fb = info.fatbin.unwrap();
     let bad = fb.addr + fb.size + 0x100;
-    data[entry_offset as usize + 16..entry_offset as usize + 24].copy_from_slice(&bad.to_le_bytes());
+    data[entry_offset as usize + 16..entry_offset as usize + 24]
+        .copy_from_slice(&bad.to_le_bytes());
     let e = analyze(&data).unwrap_err();
     match &e {
-        Error::Wrapper { index, offset, what } => {
+        Error::Wrapper {
+            index,
+            offset,
+            what,
+        } => {
             assert_eq!(*index, 0);
             assert_eq!(*offset, w.file_offset + 8);
             assert!(what.contains("outside .hip_fatbin"), "{what}");
@@ -62,7 +67,8 @@ fn wrapper_pointing_outside_fatbin_names_its_offset() {
     assert!(split_host(&data, b"m").is_err());
     // Inside the section but not at a bundle start.
     let mid = fb.addr + 8;
-    data[entry_offset as usize + 16..entry_offset as usize + 24].copy_from_slice(&mid.to_le_bytes());
+    data[entry_offset as usize + 16..entry_offset as usize + 24]
+        .copy_from_slice(&mid.to_le_bytes());
     let e = analyze(&data).unwrap_err();
     assert!(e.to_string().contains("not the start of a bundle"), "{e}");
 }
@@ -97,7 +103,13 @@ fn overlapping_bundle_entries_are_refused_with_offset() {
 
 #[test]
 fn garbage_and_non_elf_inputs() {
-    for d in [&b""[..], b"\x7fELF", b"!<arch>\n", b"!<arch>\nshort", b"hello world"] {
+    for d in [
+        &b""[..],
+        b"\x7fELF",
+        b"!<arch>\n",
+        b"!<arch>\nshort",
+        b"hello world",
+    ] {
         let _ = analyze(d);
         let _ = split_host(d, b"m");
         let _ = rocpack_elf::split_file(d, &mut |_, _| Ok(b"m".to_vec()));

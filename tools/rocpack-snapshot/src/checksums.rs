@@ -62,7 +62,11 @@ fn artifact_entry(md: &Metadata) -> (String, Value) {
     let text = format!(
         "{{\"file\": {}, \"headers\": [{}], \"key\": {}, \"sha256\": {}, \"size\": {}}}",
         str_lit(md.artifact_name()),
-        md.headers.keys().map(|h| str_lit(h)).collect::<Vec<_>>().join(", "),
+        md.headers
+            .keys()
+            .map(|h| str_lit(h))
+            .collect::<Vec<_>>()
+            .join(", "),
         str_lit(&md.store_key()),
         str_lit(&md.sha256),
         size.map_or_else(|| "None".to_string(), |n| n.to_string()),
@@ -87,9 +91,17 @@ pub fn render(prefix: &str, ch: &Channels) -> String {
     s.push_str("\n# Stable snapshot checksums, by ROCm version\n");
     checksum_dict(&mut s, &format!("{prefix}_STABLE_CHECKSUMS"), &ch.stable);
     s.push_str("\n# Last-stable snapshot checksums, by ROCm version\n");
-    checksum_dict(&mut s, &format!("{prefix}_LAST_STABLE_CHECKSUMS"), &ch.last_stable);
-    s.push_str("\n# Artifacts by channel and ROCm version: store key (cas/sha256/<hex>), sha256,\n");
-    s.push_str("# size in bytes (None when the metadata predates snapctl), file name and headers.\n");
+    checksum_dict(
+        &mut s,
+        &format!("{prefix}_LAST_STABLE_CHECKSUMS"),
+        &ch.last_stable,
+    );
+    s.push_str(
+        "\n# Artifacts by channel and ROCm version: store key (cas/sha256/<hex>), sha256,\n",
+    );
+    s.push_str(
+        "# size in bytes (None when the metadata predates snapctl), file name and headers.\n",
+    );
     let _ = writeln!(s, "{prefix}_SNAPSHOT_ARTIFACTS = {{");
     for (chname, m) in [("last_stable", &ch.last_stable), ("stable", &ch.stable)] {
         if m.is_empty() {
@@ -109,14 +121,25 @@ pub fn render(prefix: &str, ch: &Channels) -> String {
 /// The dicts [`render`] must evaluate to, as JSON values keyed by variable name.
 pub fn expected_values(prefix: &str, ch: &Channels) -> BTreeMap<String, Value> {
     let sums = |m: &BTreeMap<String, Metadata>| {
-        Value::Object(m.iter().map(|(v, md)| (v.clone(), json!(md.sha256))).collect::<Map<_, _>>())
+        Value::Object(
+            m.iter()
+                .map(|(v, md)| (v.clone(), json!(md.sha256)))
+                .collect::<Map<_, _>>(),
+        )
     };
     let arts = |m: &BTreeMap<String, Metadata>| {
-        Value::Object(m.iter().map(|(v, md)| (v.clone(), artifact_entry(md).1)).collect::<Map<_, _>>())
+        Value::Object(
+            m.iter()
+                .map(|(v, md)| (v.clone(), artifact_entry(md).1))
+                .collect::<Map<_, _>>(),
+        )
     };
     let mut out = BTreeMap::new();
     out.insert(format!("{prefix}_STABLE_CHECKSUMS"), sums(&ch.stable));
-    out.insert(format!("{prefix}_LAST_STABLE_CHECKSUMS"), sums(&ch.last_stable));
+    out.insert(
+        format!("{prefix}_LAST_STABLE_CHECKSUMS"),
+        sums(&ch.last_stable),
+    );
     out.insert(
         format!("{prefix}_SNAPSHOT_ARTIFACTS"),
         json!({"last_stable": arts(&ch.last_stable), "stable": arts(&ch.stable)}),
@@ -133,17 +156,24 @@ pub fn evaluate(file: &str, text: &str, names: &[String]) -> Result<BTreeMap<Str
         file: file.to_string(),
         msg,
     };
-    let ast = AstModule::parse(file, text.to_string(), &Dialect::Standard).map_err(|e| serr(e.to_string()))?;
+    let ast = AstModule::parse(file, text.to_string(), &Dialect::Standard)
+        .map_err(|e| serr(e.to_string()))?;
     let globals = Globals::standard();
     Module::with_temp_heap(|module| {
         {
             let mut eval = Evaluator::new(&module);
-            eval.eval_module(ast, &globals).map_err(|e| serr(e.to_string()))?;
+            eval.eval_module(ast, &globals)
+                .map_err(|e| serr(e.to_string()))?;
         }
         let mut out = BTreeMap::new();
         for n in names {
-            let v = module.get(n).ok_or_else(|| serr(format!("{n} is not defined")))?;
-            out.insert(n.clone(), v.to_json_value().map_err(|e| serr(e.to_string()))?);
+            let v = module
+                .get(n)
+                .ok_or_else(|| serr(format!("{n} is not defined")))?;
+            out.insert(
+                n.clone(),
+                v.to_json_value().map_err(|e| serr(e.to_string()))?,
+            );
         }
         Ok(out)
     })

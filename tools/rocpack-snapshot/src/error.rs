@@ -57,7 +57,11 @@ impl Error {
         }
     }
 
-    pub(crate) fn input(path: impl Into<PathBuf>, line: Option<usize>, msg: impl Into<String>) -> Self {
+    pub(crate) fn input(
+        path: impl Into<PathBuf>,
+        line: Option<usize>,
+        msg: impl Into<String>,
+    ) -> Self {
         Error::Input {
             path: path.into(),
             line,

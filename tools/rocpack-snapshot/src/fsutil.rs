@@ -135,7 +135,10 @@ pub fn read_text_bounded(path: &Path, limit: u64) -> Result<String> {
         Error::input(
             path,
             None,
-            format!("byte offset {}: not valid UTF-8", e.utf8_error().valid_up_to()),
+            format!(
+                "byte offset {}: not valid UTF-8",
+                e.utf8_error().valid_up_to()
+            ),
         )
     })
 }

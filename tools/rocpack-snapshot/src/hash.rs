@@ -49,7 +49,11 @@ pub fn digest_file(path: &Path, same_as: Option<&Path>) -> Result<FileDigest> {
             .map_err(|_| Error::Usage("sha256 worker thread panicked".into()))??;
         let (sha1, size1) = sha1?;
         if size != size1 {
-            return Err(Error::input(path, None, "file changed while it was being read"));
+            return Err(Error::input(
+                path,
+                None,
+                "file changed while it was being read",
+            ));
         }
         Ok(FileDigest { sha256, sha1, size })
     })
@@ -69,9 +73,16 @@ fn sha1_and_compare(path: &Path, same_as: Option<&Path>) -> Result<(String, u64)
     loop {
         let n = read_full(&mut a, &mut ba).map_err(io_at(path))?;
         let m = read_full(&mut b, &mut bb).map_err(io_at(other))?;
-        let (ca, cb) = (ba.get(..n).unwrap_or_default(), bb.get(..m).unwrap_or_default());
+        let (ca, cb) = (
+            ba.get(..n).unwrap_or_default(),
+            bb.get(..m).unwrap_or_default(),
+        );
         if ca != cb {
-            let at = ca.iter().zip(cb).position(|(x, y)| x != y).unwrap_or(n.min(m));
+            let at = ca
+                .iter()
+                .zip(cb)
+                .position(|(x, y)| x != y)
+                .unwrap_or(n.min(m));
             return Err(Error::input(
                 path,
                 None,
@@ -93,7 +104,9 @@ fn sha1_and_compare(path: &Path, same_as: Option<&Path>) -> Result<(String, u64)
 fn read_full(f: &mut File, buf: &mut [u8]) -> std::io::Result<usize> {
     let mut filled = 0;
     while filled < buf.len() {
-        let Some(rest) = buf.get_mut(filled..) else { break };
+        let Some(rest) = buf.get_mut(filled..) else {
+            break;
+        };
         match f.read(rest) {
             Ok(0) => break,
             Ok(n) => filled += n,

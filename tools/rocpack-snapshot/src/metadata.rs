@@ -91,7 +91,9 @@ pub fn validate_file_name(name: &str) -> std::result::Result<(), String> {
         || name.starts_with('.')
         || name.contains('/')
         || name.contains('\\')
-        || name.chars().any(|c| c.is_control() || c == ':' || c.is_whitespace())
+        || name
+            .chars()
+            .any(|c| c.is_control() || c == ':' || c.is_whitespace())
     {
         return Err(format!(
             "{name:?} is not a usable file name (no '/', ':', whitespace, leading '.')"
@@ -141,7 +143,10 @@ impl Metadata {
             if line.starts_with([' ', '\t']) {
                 let entry = line.trim();
                 let Some((key, value)) = entry.split_once(':') else {
-                    return Err(err(lineno, format!("expected `  name: value`, found {entry:?}")));
+                    return Err(err(
+                        lineno,
+                        format!("expected `  name: value`, found {entry:?}"),
+                    ));
                 };
                 let (key, value) = (key.trim(), value.trim());
                 if value.is_empty() {
@@ -238,8 +243,13 @@ impl Metadata {
                     let Some(ts) = rest.strip_suffix(" UTC") else {
                         return Err(err(lineno, format!("expected `Snapshot created: YYYY-MM-DD HH:MM:SS UTC`, found {rest:?}")));
                     };
-                    if chrono::NaiveDateTime::parse_from_str(ts, "%Y-%m-%d %H:%M:%S").is_err() || ts.len() != 19 {
-                        return Err(err(lineno, format!("timestamp {ts:?} is not YYYY-MM-DD HH:MM:SS")));
+                    if chrono::NaiveDateTime::parse_from_str(ts, "%Y-%m-%d %H:%M:%S").is_err()
+                        || ts.len() != 19
+                    {
+                        return Err(err(
+                            lineno,
+                            format!("timestamp {ts:?} is not YYYY-MM-DD HH:MM:SS"),
+                        ));
                     }
                     created = Some(ts.to_string());
                 }
@@ -248,7 +258,10 @@ impl Metadata {
                     version = Some(rest.to_string());
                 }
                 "Checksums" | "Artifact" | "Headers" | "Commit Hashes" if !rest.is_empty() => {
-                    return Err(err(lineno, format!("`{tag}:` must be followed by indented entries on the next lines")));
+                    return Err(err(
+                        lineno,
+                        format!("`{tag}:` must be followed by indented entries on the next lines"),
+                    ));
                 }
                 "Checksums" => {
                     section = Section::Checksums;
@@ -264,7 +277,8 @@ impl Metadata {
             }
         }
         let end = last_line.max(1);
-        let created = created.ok_or_else(|| err(1, "missing `Snapshot created: … UTC` line".into()))?;
+        let created =
+            created.ok_or_else(|| err(1, "missing `Snapshot created: … UTC` line".into()))?;
         let version = version.ok_or_else(|| err(end, "missing `ROCm version:` line".into()))?;
         let sha256 = sha256.ok_or_else(|| {
             err(
@@ -276,9 +290,19 @@ impl Metadata {
             (None, None, None) => None,
             (Some((_, name)), Some((_, size)), Some((kl, key))) => {
                 if key != store_key(&sha256) {
-                    return Err(err(kl, format!("store_key {key:?} does not match sha256 (expected {})", store_key(&sha256))));
+                    return Err(err(
+                        kl,
+                        format!(
+                            "store_key {key:?} does not match sha256 (expected {})",
+                            store_key(&sha256)
+                        ),
+                    ));
                 }
-                Some(Artifact { name, size, store_key: key })
+                Some(Artifact {
+                    name,
+                    size,
+                    store_key: key,
+                })
             }
             _ => {
                 return Err(err(
@@ -311,7 +335,9 @@ impl Metadata {
 
     /// Artifact file name (the seed's hard-coded name for era-1 files).
     pub fn artifact_name(&self) -> &str {
-        self.artifact.as_ref().map_or(SEED_ARTIFACT_NAME, |a| a.name.as_str())
+        self.artifact
+            .as_ref()
+            .map_or(SEED_ARTIFACT_NAME, |a| a.name.as_str())
     }
 
     /// Renders the file. Deterministic; round-trips through [`Metadata::parse`].
@@ -375,16 +401,34 @@ mod tests {
 
     #[test]
     fn errors_name_line() {
-        let bad = SEED.replace("f020955817372efaabc97be6f3687a2480640074931c5cb0b1082701b9af479f", "xyz");
-        let e = Metadata::parse(Path::new("m.txt"), &bad).unwrap_err().to_string();
+        let bad = SEED.replace(
+            "f020955817372efaabc97be6f3687a2480640074931c5cb0b1082701b9af479f",
+            "xyz",
+        );
+        let e = Metadata::parse(Path::new("m.txt"), &bad)
+            .unwrap_err()
+            .to_string();
         assert!(e.starts_with("m.txt:6:"), "{e}");
-        let missing = SEED.replace("  sha256: f020955817372efaabc97be6f3687a2480640074931c5cb0b1082701b9af479f\n", "");
-        let e = Metadata::parse(Path::new("m.txt"), &missing).unwrap_err().to_string();
-        assert!(e.contains("m.txt:4:") && e.contains("missing checksum"), "{e}");
-        let short = SEED.replace("f020955817372efaabc97be6f3687a2480640074931c5cb0b1082701b9af479f", "f0209558");
+        let missing = SEED.replace(
+            "  sha256: f020955817372efaabc97be6f3687a2480640074931c5cb0b1082701b9af479f\n",
+            "",
+        );
+        let e = Metadata::parse(Path::new("m.txt"), &missing)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("m.txt:4:") && e.contains("missing checksum"),
+            "{e}"
+        );
+        let short = SEED.replace(
+            "f020955817372efaabc97be6f3687a2480640074931c5cb0b1082701b9af479f",
+            "f0209558",
+        );
         assert!(Metadata::parse(Path::new("m.txt"), &short).is_err());
         let ver = SEED.replace("ROCm version: 6.4", "ROCm version: six");
-        let e = Metadata::parse(Path::new("m.txt"), &ver).unwrap_err().to_string();
+        let e = Metadata::parse(Path::new("m.txt"), &ver)
+            .unwrap_err()
+            .to_string();
         assert!(e.starts_with("m.txt:2:"), "{e}");
     }
 

@@ -43,11 +43,12 @@ impl RemoteStore {
             .enable_all()
             .build()
             .map_err(|e| store_err(url, e))?;
-        let (store, writable): (Arc<dyn ObjectStore>, bool) = if let Some(rest) = url.strip_prefix("s3://") {
-            open_s3(url, rest)?
-        } else {
-            open_http(url)?
-        };
+        let (store, writable): (Arc<dyn ObjectStore>, bool) =
+            if let Some(rest) = url.strip_prefix("s3://") {
+                open_s3(url, rest)?
+            } else {
+                open_http(url)?
+            };
         Ok(RemoteStore {
             url: url.to_string(),
             store,
@@ -71,7 +72,8 @@ impl RemoteStore {
                 self.url
             )));
         }
-        let meta = std::fs::metadata(src).map_err(|e| Error::input(src, None, format!("artifact: {e}")))?;
+        let meta = std::fs::metadata(src)
+            .map_err(|e| Error::input(src, None, format!("artifact: {e}")))?;
         if !meta.is_file() {
             return Err(Error::input(src, None, "artifact is not a regular file"));
         }
@@ -93,9 +95,14 @@ impl RemoteStore {
         match self.check(&digest.sha256)? {
             BlobState::Ok { size } if size == digest.size => {}
             BlobState::Ok { size } => {
-                return Err(self.err(format!("blob {key}: size {size} after upload, expected {}", digest.size)))
+                return Err(self.err(format!(
+                    "blob {key}: size {size} after upload, expected {}",
+                    digest.size
+                )))
             }
-            BlobState::Missing => return Err(self.err(format!("blob {key} missing right after upload"))),
+            BlobState::Missing => {
+                return Err(self.err(format!("blob {key} missing right after upload")))
+            }
             BlobState::Corrupt { actual_sha256, .. } => {
                 return Err(Error::Digest {
                     what: format!("blob {key} in {} after upload", self.url),
@@ -125,13 +132,21 @@ impl RemoteStore {
                 Ok(_) | Err(object_store::Error::AlreadyExists { .. }) => Ok(()),
                 // Servers without conditional PUT: content addressing makes a racing
                 // identical write harmless, so a plain PUT after the HEAD check is fine.
-                Err(object_store::Error::NotImplemented { .. }) | Err(object_store::Error::NotSupported { .. }) => {
-                    self.store.put(path, payload).await.map(|_| ()).map_err(|e| self.err(e))
-                }
+                Err(object_store::Error::NotImplemented { .. })
+                | Err(object_store::Error::NotSupported { .. }) => self
+                    .store
+                    .put(path, payload)
+                    .await
+                    .map(|_| ())
+                    .map_err(|e| self.err(e)),
                 Err(e) => Err(self.err(e)),
             };
         }
-        let upload = self.store.put_multipart(path).await.map_err(|e| self.err(e))?;
+        let upload = self
+            .store
+            .put_multipart(path)
+            .await
+            .map_err(|e| self.err(e))?;
         let mut w = object_store::WriteMultipart::new_with_chunk_size(upload, PART);
         let mut buf = vec![0u8; PART];
         loop {
@@ -146,7 +161,11 @@ impl RemoteStore {
     }
 
     /// Streams the blob, hashing it; optionally writes it to `sink`.
-    fn stream(&self, sha256: &str, mut sink: Option<(&Path, &mut std::fs::File)>) -> Result<Option<(String, u64)>> {
+    fn stream(
+        &self,
+        sha256: &str,
+        mut sink: Option<(&Path, &mut std::fs::File)>,
+    ) -> Result<Option<(String, u64)>> {
         let path = ObjPath::from(store_key(sha256).as_str());
         self.rt.block_on(async {
             let got = match self.store.get(&path).await {
@@ -173,7 +192,10 @@ impl RemoteStore {
         Ok(match self.stream(sha256, None)? {
             None => BlobState::Missing,
             Some((a, size)) if a == sha256 => BlobState::Ok { size },
-            Some((actual_sha256, size)) => BlobState::Corrupt { actual_sha256, size },
+            Some((actual_sha256, size)) => BlobState::Corrupt {
+                actual_sha256,
+                size,
+            },
         })
     }
 
@@ -216,7 +238,9 @@ fn open_s3(url: &str, rest: &str) -> Result<(Arc<dyn ObjectStore>, bool)> {
     use object_store::aws::AmazonS3Builder;
     let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
     if bucket.is_empty() {
-        return Err(Error::Usage(format!("store {url}: expected s3://BUCKET[/PREFIX]")));
+        return Err(Error::Usage(format!(
+            "store {url}: expected s3://BUCKET[/PREFIX]"
+        )));
     }
     let mut b = AmazonS3Builder::from_env().with_bucket_name(bucket);
     // The AWS CLI's variable for custom endpoints; object_store reads AWS_ENDPOINT too.
@@ -230,9 +254,13 @@ fn open_s3(url: &str, rest: &str) -> Result<(Arc<dyn ObjectStore>, bool)> {
         }
         b = b.with_endpoint(ep);
     }
-    if std::env::var_os("AWS_REGION").is_none() && std::env::var_os("AWS_DEFAULT_REGION").is_none() {
+    if std::env::var_os("AWS_REGION").is_none() && std::env::var_os("AWS_DEFAULT_REGION").is_none()
+    {
         b = b.with_region("us-east-1");
-    } else if let (None, Ok(r)) = (std::env::var_os("AWS_REGION"), std::env::var("AWS_DEFAULT_REGION")) {
+    } else if let (None, Ok(r)) = (
+        std::env::var_os("AWS_REGION"),
+        std::env::var("AWS_DEFAULT_REGION"),
+    ) {
         b = b.with_region(r);
     }
     let s3 = b.build().map_err(|e| store_err(url, e))?;
@@ -247,7 +275,9 @@ fn open_s3(url: &str, rest: &str) -> Result<(Arc<dyn ObjectStore>, bool)> {
 
 #[cfg(not(feature = "s3"))]
 fn open_s3(url: &str, _rest: &str) -> Result<(Arc<dyn ObjectStore>, bool)> {
-    Err(Error::Usage(format!("store {url}: this snapctl was built without the `s3` feature")))
+    Err(Error::Usage(format!(
+        "store {url}: this snapctl was built without the `s3` feature"
+    )))
 }
 
 #[cfg(feature = "http")]
@@ -264,5 +294,7 @@ fn open_http(url: &str) -> Result<(Arc<dyn ObjectStore>, bool)> {
 
 #[cfg(not(feature = "http"))]
 fn open_http(url: &str) -> Result<(Arc<dyn ObjectStore>, bool)> {
-    Err(Error::Usage(format!("store {url}: this snapctl was built without the `http` feature")))
+    Err(Error::Usage(format!(
+        "store {url}: this snapctl was built without the `http` feature"
+    )))
 }

@@ -98,11 +98,19 @@ impl Config {
                 continue;
             }
             let Some((k, v)) = line.split_once('=') else {
-                return Err(Error::input(path, Some(i + 1), format!("expected `key = value`, found {line:?}")));
+                return Err(Error::input(
+                    path,
+                    Some(i + 1),
+                    format!("expected `key = value`, found {line:?}"),
+                ));
             };
             let (k, v) = (k.trim(), v.trim());
             if v.is_empty() {
-                return Err(Error::input(path, Some(i + 1), format!("`{k}` has an empty value")));
+                return Err(Error::input(
+                    path,
+                    Some(i + 1),
+                    format!("`{k}` has an empty value"),
+                ));
             }
             let slot = match k {
                 "store" => &mut c.store,
@@ -117,7 +125,11 @@ impl Config {
                 }
             };
             if slot.is_some() {
-                return Err(Error::input(path, Some(i + 1), format!("duplicate key {k:?}")));
+                return Err(Error::input(
+                    path,
+                    Some(i + 1),
+                    format!("duplicate key {k:?}"),
+                ));
             }
             *slot = Some(ConfValue {
                 value: v.to_string(),
@@ -131,7 +143,11 @@ impl Config {
         let mut s = String::from(
             "# snapctl configuration of this snapshots root (relative paths are relative to it).\n",
         );
-        for (k, v) in [("store", &self.store), ("checksums", &self.checksums), ("prefix", &self.prefix)] {
+        for (k, v) in [
+            ("store", &self.store),
+            ("checksums", &self.checksums),
+            ("prefix", &self.prefix),
+        ] {
             if let Some(v) = v {
                 s.push_str(&format!("{k} = {}\n", v.value));
             }
@@ -150,9 +166,14 @@ pub struct Repo {
 impl Repo {
     /// Opens `root` (which must be a directory) and reads its configuration.
     pub fn open(root: &Path) -> Result<Repo> {
-        let md = fs::metadata(root).map_err(|e| Error::input(root, None, format!("snapshots root: {e}")))?;
+        let md = fs::metadata(root)
+            .map_err(|e| Error::input(root, None, format!("snapshots root: {e}")))?;
         if !md.is_dir() {
-            return Err(Error::input(root, None, "snapshots root is not a directory"));
+            return Err(Error::input(
+                root,
+                None,
+                "snapshots root is not a directory",
+            ));
         }
         let cpath = root.join(CONFIG_FILE);
         let config = if cpath.exists() {
@@ -186,8 +207,13 @@ impl Repo {
             return Store::open(url, Path::new("."));
         }
         if let Some(v) = &self.config.store {
-            return Store::open(&v.value, &self.root)
-                .map_err(|e| Error::input(self.config_path(), Some(v.line), format!("store = {}: {e}", v.value)));
+            return Store::open(&v.value, &self.root).map_err(|e| {
+                Error::input(
+                    self.config_path(),
+                    Some(v.line),
+                    format!("store = {}: {e}", v.value),
+                )
+            });
         }
         Store::open(DEFAULT_STORE, &self.root)
     }
@@ -264,7 +290,11 @@ impl Repo {
         let mut names = Vec::new();
         for ent in rd {
             let ent = ent.map_err(io_at(&dir))?;
-            if ent.file_type().map_err(io_at(&ent.path()))?.is_dir() {
+            // Follows symlinks: build systems stage snapshot trees as symlink farms.
+            if fs::metadata(ent.path())
+                .map_err(io_at(&ent.path()))?
+                .is_dir()
+            {
                 names.push(ent.file_name().to_string_lossy().into_owned());
             }
         }
@@ -342,7 +372,11 @@ impl Repo {
         let start = Instant::now();
         let mut announced = false;
         loop {
-            let r = if exclusive { file.try_lock() } else { file.try_lock_shared() };
+            let r = if exclusive {
+                file.try_lock()
+            } else {
+                file.try_lock_shared()
+            };
             match r {
                 Ok(()) => break,
                 Err(fs::TryLockError::WouldBlock) => {}
@@ -361,8 +395,15 @@ impl Repo {
                 eprintln!(
                     "snapctl: waiting for the lock on {} (held by {}){}",
                     self.root.display(),
-                    if holder.trim().is_empty() { "another snapctl" } else { holder.trim() },
-                    timeout.map_or(String::new(), |t| format!("; giving up after {} s", t.as_secs()))
+                    if holder.trim().is_empty() {
+                        "another snapctl"
+                    } else {
+                        holder.trim()
+                    },
+                    timeout.map_or(String::new(), |t| format!(
+                        "; giving up after {} s",
+                        t.as_secs()
+                    ))
                 );
                 announced = true;
             }
@@ -392,7 +433,10 @@ fn read_snapshot_dir(vdir: &Path, ver: &str) -> Result<Option<Snapshot>> {
         return Err(Error::input(
             &mpath,
             Some(2),
-            format!("ROCm version {} does not match its directory {ver}", meta.version),
+            format!(
+                "ROCm version {} does not match its directory {ver}",
+                meta.version
+            ),
         ));
     }
     let mut files = Vec::new();
@@ -401,8 +445,7 @@ fn read_snapshot_dir(vdir: &Path, ver: &str) -> Result<Option<Snapshot>> {
             continue;
         }
         let p = vdir.join(&f);
-        let ft = fs::symlink_metadata(&p).map_err(io_at(&p))?.file_type();
-        if ft.is_file() {
+        if fs::metadata(&p).is_ok_and(|m| m.is_file()) {
             files.push(f);
         }
     }
@@ -422,7 +465,12 @@ pub fn sorted_entries(dir: &Path) -> Result<Vec<String>> {
     };
     let mut v = Vec::new();
     for ent in rd {
-        v.push(ent.map_err(io_at(dir))?.file_name().to_string_lossy().into_owned());
+        v.push(
+            ent.map_err(io_at(dir))?
+                .file_name()
+                .to_string_lossy()
+                .into_owned(),
+        );
     }
     v.sort();
     Ok(v)
@@ -431,14 +479,21 @@ pub fn sorted_entries(dir: &Path) -> Result<Vec<String>> {
 fn is_stamp(s: &str) -> bool {
     let b = s.as_bytes();
     b.len() == 15
-        && b.iter()
-            .enumerate()
-            .all(|(i, c)| if i == 8 { *c == b'_' } else { c.is_ascii_digit() })
+        && b.iter().enumerate().all(|(i, c)| {
+            if i == 8 {
+                *c == b'_'
+            } else {
+                c.is_ascii_digit()
+            }
+        })
 }
 
 /// `YYYYMMDD_HHMMSS_<file>`.
 pub fn is_archive_name(name: &str, file: &str) -> bool {
-    name.len() == 16 + file.len() && is_stamp(&name[..15]) && name.ends_with(file) && name.as_bytes().get(15) == Some(&b'_')
+    name.len() == 16 + file.len()
+        && is_stamp(&name[..15])
+        && name.ends_with(file)
+        && name.as_bytes().get(15) == Some(&b'_')
 }
 
 /// Current time: `SOURCE_DATE_EPOCH` when set, else the clock; always UTC.
@@ -460,7 +515,9 @@ fn absolutize(p: &Path) -> PathBuf {
     if p.is_absolute() {
         p.to_path_buf()
     } else {
-        std::env::current_dir().map(|d| d.join(p)).unwrap_or_else(|_| p.to_path_buf())
+        std::env::current_dir()
+            .map(|d| d.join(p))
+            .unwrap_or_else(|_| p.to_path_buf())
     }
 }
 

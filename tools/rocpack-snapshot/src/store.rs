@@ -95,10 +95,15 @@ impl Store {
             ))),
             Ok(_) => match std::fs::read_dir(&dir) {
                 Ok(_) => Ok(Store::Local(LocalStore { dir })),
-                Err(e) => Err(Error::Usage(format!("store {}: unreadable: {e}", dir.display()))),
+                Err(e) => Err(Error::Usage(format!(
+                    "store {}: unreadable: {e}",
+                    dir.display()
+                ))),
             },
             // Created on first upload.
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Store::Local(LocalStore { dir })),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                Ok(Store::Local(LocalStore { dir }))
+            }
             Err(e) => Err(Error::Usage(format!("store {}: {e}", dir.display()))),
         }
     }
@@ -139,7 +144,9 @@ impl Store {
         let dir = fsutil::parent_of(out);
         let tmp = dir.join(format!(
             ".{}.part-{}",
-            out.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(),
+            out.file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default(),
             std::process::id()
         ));
         let res = match self {
@@ -157,7 +164,11 @@ impl Store {
         if actual.0 != sha256 {
             let _ = fs::remove_file(&tmp);
             return Err(Error::Digest {
-                what: format!("refusing blob {} from {}", store_key(sha256), self.describe()),
+                what: format!(
+                    "refusing blob {} from {}",
+                    store_key(sha256),
+                    self.describe()
+                ),
                 expected: sha256.to_string(),
                 actual: actual.0,
             });
@@ -195,7 +206,8 @@ impl LocalStore {
     }
 
     fn put_file(&self, src: &Path) -> Result<PutOutcome> {
-        let meta = fs::metadata(src).map_err(|e| Error::input(src, None, format!("artifact: {e}")))?;
+        let meta =
+            fs::metadata(src).map_err(|e| Error::input(src, None, format!("artifact: {e}")))?;
         if !meta.is_file() {
             return Err(Error::input(src, None, "artifact is not a regular file"));
         }
@@ -254,7 +266,10 @@ impl LocalStore {
                 if actual != digest.sha256 || size != digest.size {
                     let _ = fs::remove_file(&tmp);
                     return Err(Error::Digest {
-                        what: format!("existing blob {} (not overwritten; investigate with `snapctl verify`)", blob.display()),
+                        what: format!(
+                            "existing blob {} (not overwritten; investigate with `snapctl verify`)",
+                            blob.display()
+                        ),
                         expected: digest.sha256,
                         actual,
                     });

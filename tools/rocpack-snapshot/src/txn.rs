@@ -58,14 +58,20 @@ pub enum Recovery {
     /// An interrupted transaction was rolled back (the repo had not been touched).
     RolledBack,
     /// An interrupted, committed transaction was completed.
-    Completed { op: String, version: String },
+    Completed {
+        op: String,
+        version: String,
+    },
 }
 
 impl std::fmt::Display for Recovery {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Recovery::Nothing => write!(f, "nothing to recover"),
-            Recovery::RolledBack => write!(f, "rolled back an interrupted transaction that had not committed"),
+            Recovery::RolledBack => write!(
+                f,
+                "rolled back an interrupted transaction that had not committed"
+            ),
             Recovery::Completed { op, version } => {
                 write!(f, "completed an interrupted `{op}` of ROCm {version}")
             }
@@ -132,9 +138,8 @@ pub fn recover_locked(repo: &Repo) -> Result<Recovery> {
     let jpath = pdir.join(JOURNAL);
     if jpath.exists() {
         let text = fsutil::read_text_bounded(&jpath, 64 << 20)?;
-        let j: Journal = serde_json::from_str(&text).map_err(|e| {
-            Error::input(&jpath, Some(e.line()), format!("corrupt journal: {e}"))
-        })?;
+        let j: Journal = serde_json::from_str(&text)
+            .map_err(|e| Error::input(&jpath, Some(e.line()), format!("corrupt journal: {e}")))?;
         apply(repo, &j)?;
         return Ok(Recovery::Completed {
             op: j.op,
@@ -187,7 +192,11 @@ fn apply(repo: &Repo, j: &Journal) -> Result<()> {
             return Err(Error::input(
                 repo.private_dir().join(JOURNAL),
                 None,
-                format!("staged file {} for {} is gone and the destination does not exist", src.display(), ins.dest),
+                format!(
+                    "staged file {} for {} is gone and the destination does not exist",
+                    src.display(),
+                    ins.dest
+                ),
             ));
         }
         let dir = fsutil::parent_of(&dst);
@@ -282,7 +291,11 @@ impl Plan {
             removes: self.removes,
         };
         let text = serde_json::to_string_pretty(&j).map_err(|e| Error::Usage(e.to_string()))?;
-        fsutil::atomic_write(&pdir.join(JOURNAL), text.as_bytes(), "journal (commit point)")?;
+        fsutil::atomic_write(
+            &pdir.join(JOURNAL),
+            text.as_bytes(),
+            "journal (commit point)",
+        )?;
         apply(repo, &j)
     }
 }
@@ -303,13 +316,22 @@ fn archive_stamp(repo: &Repo, ver: &str, now: &chrono::DateTime<chrono::Utc>) ->
 }
 
 fn read_state(repo: &Repo) -> Result<(BTreeMap<String, Snapshot>, BTreeMap<String, Snapshot>)> {
-    Ok((repo.read_channel(Channel::Stable)?, repo.read_channel(Channel::LastStable)?))
+    Ok((
+        repo.read_channel(Channel::Stable)?,
+        repo.read_channel(Channel::LastStable)?,
+    ))
 }
 
 fn channels_of(stable: &BTreeMap<String, Snapshot>, last: &BTreeMap<String, Snapshot>) -> Channels {
     Channels {
-        stable: stable.iter().map(|(k, s)| (k.clone(), s.meta.clone())).collect(),
-        last_stable: last.iter().map(|(k, s)| (k.clone(), s.meta.clone())).collect(),
+        stable: stable
+            .iter()
+            .map(|(k, s)| (k.clone(), s.meta.clone()))
+            .collect(),
+        last_stable: last
+            .iter()
+            .map(|(k, s)| (k.clone(), s.meta.clone()))
+            .collect(),
     }
 }
 
@@ -319,7 +341,9 @@ fn checksums_dest(repo: &Repo, path: &Path) -> String {
     } else if let Ok(r) = path.strip_prefix(&repo.root) {
         return r.display().to_string();
     } else {
-        std::env::current_dir().map(|d| d.join(path)).unwrap_or_else(|_| path.to_path_buf())
+        std::env::current_dir()
+            .map(|d| d.join(path))
+            .unwrap_or_else(|_| path.to_path_buf())
     };
     p.display().to_string()
 }
@@ -335,9 +359,14 @@ pub fn generate_checksums(repo: &Repo, prefix: &str) -> Result<String> {
 pub fn create(repo: &Repo, store: &Store, req: &CreateRequest) -> Result<CreateOutcome> {
     // 1. Validate arguments before touching anything.
     validate_version(&req.version).map_err(Error::Usage)?;
-    let amd = fs::metadata(&req.artifact).map_err(|e| Error::input(&req.artifact, None, format!("artifact: {e}")))?;
+    let amd = fs::metadata(&req.artifact)
+        .map_err(|e| Error::input(&req.artifact, None, format!("artifact: {e}")))?;
     if !amd.is_file() {
-        return Err(Error::input(&req.artifact, None, "artifact is not a regular file"));
+        return Err(Error::input(
+            &req.artifact,
+            None,
+            "artifact is not a regular file",
+        ));
     }
     let art_name = req
         .artifact
@@ -351,7 +380,10 @@ pub fn create(repo: &Repo, store: &Store, req: &CreateRequest) -> Result<CreateO
         if !hm.is_file() {
             return Err(Error::input(h, None, "header is not a regular file"));
         }
-        let n = h.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let n = h
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
         validate_file_name(&n).map_err(|m| Error::input(h, None, m))?;
         if header_names.insert(n.clone(), h.clone()).is_some() {
             return Err(Error::Usage(format!("two headers are named {n}")));
@@ -359,12 +391,21 @@ pub fn create(repo: &Repo, store: &Store, req: &CreateRequest) -> Result<CreateO
     }
     let mut commits = req.commits.clone();
     for (n, v) in &commits {
-        if n.is_empty() || v.is_empty() || n.contains([':', ' ', '\t', '\n']) || v.contains(char::is_whitespace) {
-            return Err(Error::Usage(format!("--commit {n}={v}: expected NAME=HASH without spaces or ':' in NAME")));
+        if n.is_empty()
+            || v.is_empty()
+            || n.contains([':', ' ', '\t', '\n'])
+            || v.contains(char::is_whitespace)
+        {
+            return Err(Error::Usage(format!(
+                "--commit {n}={v}: expected NAME=HASH without spaces or ':' in NAME"
+            )));
         }
     }
     commits.sort();
-    if commits.windows(2).any(|w| w.first().map(|a| &a.0) == w.get(1).map(|b| &b.0)) {
+    if commits
+        .windows(2)
+        .any(|w| w.first().map(|a| &a.0) == w.get(1).map(|b| &b.0))
+    {
         return Err(Error::Usage("the same --commit NAME is given twice".into()));
     }
     let prefix = repo.prefix(req.prefix.as_deref());
@@ -392,7 +433,13 @@ pub fn create(repo: &Repo, store: &Store, req: &CreateRequest) -> Result<CreateO
         };
         if same_files && cur.meta.headers == headers && cur.meta.commits == commits {
             let d = hash::digest_file(&req.artifact, None)?;
-            if cur.meta.sha256 == d.sha256 && cur.meta.artifact.as_ref().is_some_and(|a| a.name == art_name) {
+            if cur.meta.sha256 == d.sha256
+                && cur
+                    .meta
+                    .artifact
+                    .as_ref()
+                    .is_some_and(|a| a.name == art_name)
+            {
                 return Ok(CreateOutcome::AlreadyStable {
                     meta: cur.meta.clone(),
                     recovered,
@@ -437,9 +484,16 @@ pub fn create(repo: &Repo, store: &Store, req: &CreateRequest) -> Result<CreateO
             }
         }
         for f in &cur_stable.files {
-            plan.installs.push((Source::File(sdir.join(f)), rel(&repo.root, &ldir.join(f))));
+            plan.installs
+                .push((Source::File(sdir.join(f)), rel(&repo.root, &ldir.join(f))));
         }
-        final_last.insert(ver.clone(), Snapshot { dir: ldir.clone(), ..cur_stable.clone() });
+        final_last.insert(
+            ver.clone(),
+            Snapshot {
+                dir: ldir.clone(),
+                ..cur_stable.clone()
+            },
+        );
         let mut new_files: Vec<&str> = meta.headers.keys().map(String::as_str).collect();
         new_files.push("metadata.txt");
         for f in &cur_stable.files {
@@ -449,7 +503,8 @@ pub fn create(repo: &Repo, store: &Store, req: &CreateRequest) -> Result<CreateO
         }
     }
     for (n, p) in &header_names {
-        plan.installs.push((Source::File(p.clone()), rel(&repo.root, &sdir.join(n))));
+        plan.installs
+            .push((Source::File(p.clone()), rel(&repo.root, &sdir.join(n))));
     }
     plan.installs.push((
         Source::Bytes(meta.render().into_bytes()),
@@ -464,9 +519,15 @@ pub fn create(repo: &Repo, store: &Store, req: &CreateRequest) -> Result<CreateO
         },
     );
     let text = checksums::generate(&prefix, &channels_of(&final_stable, &final_last))?;
-    plan.installs.push((Source::Bytes(text.into_bytes()), checksums_dest(repo, &checksums_path)));
+    plan.installs.push((
+        Source::Bytes(text.into_bytes()),
+        checksums_dest(repo, &checksums_path),
+    ));
     if let Some(conf) = repo.config_update(req.store_url.as_deref(), req.checksums.as_deref()) {
-        plan.installs.push((Source::Bytes(conf.into_bytes()), crate::repo::CONFIG_FILE.to_string()));
+        plan.installs.push((
+            Source::Bytes(conf.into_bytes()),
+            crate::repo::CONFIG_FILE.to_string(),
+        ));
     }
 
     // 5. Stage, commit, apply.
@@ -499,7 +560,11 @@ pub fn rollback(
     let Some(cur_last) = last.get(version) else {
         return Err(Error::Usage(format!(
             "no last-stable snapshot of ROCm {version} to roll back to (last-stable has: {})",
-            if last.is_empty() { "none".to_string() } else { last.keys().cloned().collect::<Vec<_>>().join(", ") }
+            if last.is_empty() {
+                "none".to_string()
+            } else {
+                last.keys().cloned().collect::<Vec<_>>().join(", ")
+            }
         )));
     };
     let now = now_utc()?;
@@ -521,17 +586,27 @@ pub fn rollback(
         }
     }
     for f in &cur_last.files {
-        plan.installs.push((Source::File(ldir.join(f)), rel(&repo.root, &sdir.join(f))));
+        plan.installs
+            .push((Source::File(ldir.join(f)), rel(&repo.root, &sdir.join(f))));
     }
     for f in &cur_last.files {
         plan.removes.push(rel(&repo.root, &ldir.join(f)));
     }
     let mut final_stable = stable.clone();
     let mut final_last = last.clone();
-    final_stable.insert(version.to_string(), Snapshot { dir: sdir.clone(), ..cur_last.clone() });
+    final_stable.insert(
+        version.to_string(),
+        Snapshot {
+            dir: sdir.clone(),
+            ..cur_last.clone()
+        },
+    );
     final_last.remove(version);
     let text = checksums::generate(&prefix, &channels_of(&final_stable, &final_last))?;
-    plan.installs.push((Source::Bytes(text.into_bytes()), checksums_dest(repo, &checksums_path)));
+    plan.installs.push((
+        Source::Bytes(text.into_bytes()),
+        checksums_dest(repo, &checksums_path),
+    ));
     let restored = cur_last.meta.clone();
     plan.run(repo)?;
     Ok(RollbackOutcome {

@@ -18,7 +18,11 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 #[derive(Parser)]
-#[command(name = "snapctl", version, about = "Prebuilt snapshots: content-addressed store, crash-safe rotation, stable_checksums.bzl")]
+#[command(
+    name = "snapctl",
+    version,
+    about = "Prebuilt snapshots: content-addressed store, crash-safe rotation, stable_checksums.bzl"
+)]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
@@ -182,7 +186,10 @@ fn parse_commits(v: &[String]) -> Result<Vec<(String, String)>> {
         .map(|c| {
             c.split_once('=')
                 .map(|(a, b)| (a.to_string(), b.to_string()))
-                .ok_or_else(|| rocpack_snapshot::Error::Usage(format!("--commit {c:?}: expected NAME=HASH")).into())
+                .ok_or_else(|| {
+                    rocpack_snapshot::Error::Usage(format!("--commit {c:?}: expected NAME=HASH"))
+                        .into()
+                })
         })
         .collect()
 }
@@ -229,7 +236,11 @@ fn run(cli: Cli) -> Result<u8> {
                     note_recovery(&recovered);
                     println!(
                         "{} {} ({} bytes) in {}{}",
-                        if put.already_present { "reused" } else { "uploaded" },
+                        if put.already_present {
+                            "reused"
+                        } else {
+                            "uploaded"
+                        },
                         put.key,
                         put.digest.size,
                         st.describe(),
@@ -238,7 +249,10 @@ fn run(cli: Cli) -> Result<u8> {
                     for a in &archived {
                         println!("archived {a}");
                     }
-                    println!("stable/{} <- sha256 {} ({})", meta.version, meta.sha256, meta.created);
+                    println!(
+                        "stable/{} <- sha256 {} ({})",
+                        meta.version, meta.sha256, meta.created
+                    );
                     println!("wrote {}", cpath.display());
                 }
             }
@@ -251,16 +265,29 @@ fn run(cli: Cli) -> Result<u8> {
             prefix,
         } => {
             let repo = Repo::open(&root.snapshots_root)?;
-            let out = txn::rollback(&repo, &version, checksums.as_deref(), prefix.as_deref(), root.timeout())?;
+            let out = txn::rollback(
+                &repo,
+                &version,
+                checksums.as_deref(),
+                prefix.as_deref(),
+                root.timeout(),
+            )?;
             note_recovery(&out.recovered);
             for a in &out.archived {
                 println!("archived {a}");
             }
-            println!("stable/{version} <- sha256 {} ({})", out.restored.sha256, out.restored.created);
+            println!(
+                "stable/{version} <- sha256 {} ({})",
+                out.restored.sha256, out.restored.created
+            );
             println!("wrote {}", out.checksums.display());
             Ok(0)
         }
-        Cmd::GenChecksums { root, output, prefix } => {
+        Cmd::GenChecksums {
+            root,
+            output,
+            prefix,
+        } => {
             let (repo, _l) = open_for_read(&root)?;
             let text = txn::generate_checksums(&repo, &repo.prefix(prefix.as_deref()))?;
             if output == Path::new("-") {
@@ -270,27 +297,45 @@ fn run(cli: Cli) -> Result<u8> {
             }
             Ok(0)
         }
-        Cmd::Check { root, checksums: file, prefix } => {
+        Cmd::Check {
+            root,
+            checksums: file,
+            prefix,
+        } => {
             let (repo, _l) = open_for_read(&root)?;
             let want = txn::generate_checksums(&repo, &repo.prefix(prefix.as_deref()))?;
             let have = match std::fs::read(&file) {
                 Ok(b) => String::from_utf8_lossy(&b).into_owned(),
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
-                Err(e) => return Err(rocpack_snapshot::Error::Io { path: file, source: e }.into()),
+                Err(e) => {
+                    return Err(rocpack_snapshot::Error::Io {
+                        path: file,
+                        source: e,
+                    }
+                    .into())
+                }
             };
             if have == want {
                 eprintln!("{} is up to date", file.display());
                 return Ok(0);
             }
             let name = file.display().to_string();
-            print!("{}", checksums::unified_diff(&name, &have, &format!("{name} (expected)"), &want));
+            print!(
+                "{}",
+                checksums::unified_diff(&name, &have, &format!("{name} (expected)"), &want)
+            );
             eprintln!(
                 "snapctl: {name} is stale; regenerate it with: snapctl gen-checksums --snapshots-root {} --output {name}",
                 root.snapshots_root.display()
             );
             Ok(1)
         }
-        Cmd::Verify { root, store, all, json } => {
+        Cmd::Verify {
+            root,
+            store,
+            all,
+            json,
+        } => {
             let (repo, _l) = open_for_read(&root)?;
             let st = repo.store(store.as_deref())?;
             verify(&repo, &st, all, json)
@@ -304,7 +349,8 @@ fn run(cli: Cli) -> Result<u8> {
         } => {
             let (repo, _l) = open_for_read(&root)?;
             let ch = Channel::parse(&channel)?;
-            rocpack_snapshot::metadata::validate_version(&version).map_err(rocpack_snapshot::Error::Usage)?;
+            rocpack_snapshot::metadata::validate_version(&version)
+                .map_err(rocpack_snapshot::Error::Usage)?;
             let snaps = repo.read_channel(ch)?;
             let Some(s) = snaps.get(&version) else {
                 let have: Vec<&str> = snaps.keys().map(String::as_str).collect();
@@ -319,10 +365,19 @@ fn run(cli: Cli) -> Result<u8> {
             };
             let st = repo.store(store.as_deref())?;
             let n = st.fetch(&s.meta.sha256, &output)?;
-            println!("{} {} ({n} bytes) -> {}", s.meta.store_key(), ch.dir(), output.display());
+            println!(
+                "{} {} ({n} bytes) -> {}",
+                s.meta.store_key(),
+                ch.dir(),
+                output.display()
+            );
             Ok(0)
         }
-        Cmd::Gc { root, store, dry_run } => {
+        Cmd::Gc {
+            root,
+            store,
+            dry_run,
+        } => {
             if !dry_run {
                 return Err(rocpack_snapshot::Error::Usage(
                     "gc only reports (pass --dry-run); delete the listed blobs with your store's tools".into(),
@@ -347,13 +402,20 @@ fn run(cli: Cli) -> Result<u8> {
                         "would delete {} ({} bytes){}",
                         b.key,
                         b.size,
-                        if b.is_temp { " [leftover of an interrupted upload]" } else { "" }
+                        if b.is_temp {
+                            " [leftover of an interrupted upload]"
+                        } else {
+                            ""
+                        }
                     );
                     n += 1;
                     bytes = bytes.saturating_add(b.size);
                 }
             }
-            eprintln!("gc --dry-run: {n} unreferenced object(s), {bytes} bytes; {} referenced", referenced.len());
+            eprintln!(
+                "gc --dry-run: {n} unreferenced object(s), {bytes} bytes; {} referenced",
+                referenced.len()
+            );
             Ok(0)
         }
         Cmd::Status { root, json } => {
@@ -365,7 +427,10 @@ fn run(cli: Cli) -> Result<u8> {
                 }
             }
             if json {
-                let v: Vec<_> = rows.iter().map(|(ch, ver, m)| status_json(*ch, ver, m)).collect();
+                let v: Vec<_> = rows
+                    .iter()
+                    .map(|(ch, ver, m)| status_json(*ch, ver, m))
+                    .collect();
                 println!("{}", serde_json::to_string_pretty(&v)?);
             } else {
                 println!(
@@ -373,13 +438,19 @@ fn run(cli: Cli) -> Result<u8> {
                     "CHANNEL", "VERSION", "SHA256", "SIZE", "CREATED (UTC)"
                 );
                 for (ch, ver, m) in &rows {
-                    let commits: Vec<String> = m.commits.iter().map(|(k, v)| format!("{k}={}", short(v))).collect();
+                    let commits: Vec<String> = m
+                        .commits
+                        .iter()
+                        .map(|(k, v)| format!("{k}={}", short(v)))
+                        .collect();
                     println!(
                         "{:<12} {:<8} {:<16} {:>12} {:<20} {}",
                         ch.dir(),
                         ver,
                         short(&m.sha256),
-                        m.artifact.as_ref().map_or("?".to_string(), |a| a.size.to_string()),
+                        m.artifact
+                            .as_ref()
+                            .map_or("?".to_string(), |a| a.size.to_string()),
                         m.created,
                         commits.join(" ")
                     );
@@ -435,7 +506,11 @@ fn verify(repo: &Repo, st: &Store, all: bool, as_json: bool) -> Result<u8> {
             BlobState::Ok { size } => {
                 if let Some(a) = &m.artifact {
                     if a.size != size {
-                        problems.push(format!("blob {} has {size} bytes, metadata says {}", m.store_key(), a.size));
+                        problems.push(format!(
+                            "blob {} has {size} bytes, metadata says {}",
+                            m.store_key(),
+                            a.size
+                        ));
                     }
                 }
             }
@@ -457,8 +532,12 @@ fn verify(repo: &Repo, st: &Store, all: bool, as_json: bool) -> Result<u8> {
                 let p = d.join(h);
                 match rocpack_snapshot::hash::sha256_file(&p) {
                     Ok((got, _)) if &got == want => {}
-                    Ok((got, _)) => problems.push(format!("header {h}: expected sha256 {want}, actual sha256 {got}")),
-                    Err(_) => problems.push(format!("header {h}: expected sha256 {want}, actual: missing")),
+                    Ok((got, _)) => problems.push(format!(
+                        "header {h}: expected sha256 {want}, actual sha256 {got}"
+                    )),
+                    Err(_) => problems.push(format!(
+                        "header {h}: expected sha256 {want}, actual: missing"
+                    )),
                 }
             }
         }
@@ -474,7 +553,10 @@ fn verify(repo: &Repo, st: &Store, all: bool, as_json: bool) -> Result<u8> {
             .iter()
             .map(|(ver, ch, p)| json!({"version": ver, "channel": ch, "problem": p}))
             .collect();
-        println!("{}", serde_json::to_string_pretty(&json!({"ok": ok, "bad": v}))?);
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&json!({"ok": ok, "bad": v}))?
+        );
     } else {
         for (ver, ch, p) in &bad {
             println!("BAD {ver} {ch}: {p}");

@@ -23,7 +23,11 @@ fn traced_steps(s: &Scratch, args: &[String]) -> Vec<String> {
 
 /// Every piece of content that existed (metadata, headers, blobs) must still exist
 /// somewhere under the root after a crash: nothing lost.
-fn assert_nothing_lost(before: &BTreeMap<String, Vec<u8>>, now: &BTreeMap<String, Vec<u8>>, ctx: &str) {
+fn assert_nothing_lost(
+    before: &BTreeMap<String, Vec<u8>>,
+    now: &BTreeMap<String, Vec<u8>>,
+    ctx: &str,
+) {
     let contents: std::collections::HashSet<&Vec<u8>> = now.values().collect();
     for (k, v) in before {
         if k.ends_with("stable_checksums.bzl") || k.ends_with("snapctl.conf") {
@@ -47,20 +51,29 @@ fn enumerate_faults(template: &Scratch, op: &[String], what: &str, idempotent: b
     copy_tree(template.path(), reference.path());
     let steps = traced_steps(&reference, op);
     let expected = tree(&reference.root());
-    assert!(steps.len() >= 5, "{what}: suspiciously few steps: {steps:?}");
+    assert!(
+        steps.len() >= 5,
+        "{what}: suspiciously few steps: {steps:?}"
+    );
     let before = tree(&template.root());
     for (i, label) in steps.iter().enumerate() {
         let n = i + 1;
         let s = Scratch::new(false);
         copy_tree(template.path(), s.path());
         let o = s.run(op, &[("SNAPCTL_FAIL_AT", &n.to_string())]);
-        assert_eq!(code(&o), FAULT_EXIT, "{what}: step {n} ({label}) did not fire: {}", stderr(&o));
+        assert_eq!(
+            code(&o),
+            FAULT_EXIT,
+            "{what}: step {n} ({label}) did not fire: {}",
+            stderr(&o)
+        );
         let ctx = format!("{what}: crash before step {n} ({label})");
         let crashed = tree(&s.root());
         assert_nothing_lost(&before, &crashed, &ctx);
         let bzl_now = crashed.get("stable_checksums.bzl");
         assert!(
-            bzl_now == before.get("stable_checksums.bzl") || bzl_now == expected.get("stable_checksums.bzl"),
+            bzl_now == before.get("stable_checksums.bzl")
+                || bzl_now == expected.get("stable_checksums.bzl"),
             "{ctx}: checksums file is neither old nor new"
         );
         let mut completed = false;
@@ -68,7 +81,10 @@ fn enumerate_faults(template: &Scratch, op: &[String], what: &str, idempotent: b
             // Explicit recovery.
             let r = ok(&s.cmd(&["recover", "--snapshots-root", "root"]));
             completed = r.starts_with("completed");
-            assert!(completed || r.starts_with("rolled back") || r.starts_with("nothing"), "{ctx}: {r}");
+            assert!(
+                completed || r.starts_with("rolled back") || r.starts_with("nothing"),
+                "{ctx}: {r}"
+            );
         } else if !idempotent {
             // Automatic recovery by any command.
             let o = s.cmd(&["status", "--snapshots-root", "root"]);
@@ -139,7 +155,11 @@ fn two_concurrent_creates_both_land_in_order() {
     assert!(p5.wait().unwrap().success());
     let stable = fs::read_to_string(s.root().join("stable/6.4/metadata.txt")).unwrap();
     let last = fs::read_to_string(s.root().join("last-stable/6.4/metadata.txt")).unwrap();
-    let (first, second) = if stable.contains(&a5) { (&a4, &a5) } else { (&a5, &a4) };
+    let (first, second) = if stable.contains(&a5) {
+        (&a4, &a5)
+    } else {
+        (&a5, &a4)
+    };
     assert!(stable.contains(&format!("sha256: {second}")), "{stable}");
     assert!(last.contains(&format!("sha256: {first}")), "{last}");
     // History in order: archive 1 = build 1 (from create #3 of the pair), archive 2 = build 2.
@@ -153,11 +173,32 @@ fn two_concurrent_creates_both_land_in_order() {
     assert_eq!(arch.len(), 2, "{arch:?}");
     let a1 = sha256_hex(&fs::read(s.path().join("art/lib1/librcclx-dev.a")).unwrap());
     let a2 = sha256_hex(&fs::read(s.path().join("art/lib2/librcclx-dev.a")).unwrap());
-    assert!(fs::read_to_string(s.root().join("archives/6.4").join(&arch[0])).unwrap().contains(&a1));
-    assert!(fs::read_to_string(s.root().join("archives/6.4").join(&arch[1])).unwrap().contains(&a2));
+    assert!(
+        fs::read_to_string(s.root().join("archives/6.4").join(&arch[0]))
+            .unwrap()
+            .contains(&a1)
+    );
+    assert!(
+        fs::read_to_string(s.root().join("archives/6.4").join(&arch[1]))
+            .unwrap()
+            .contains(&a2)
+    );
     assert_eq!(blob_stats(&s.store()).len(), 4);
-    ok(&s.cmd(&["verify", "--snapshots-root", "root", "--all", "--store", "root/store"]));
-    ok(&s.cmd(&["check", "--snapshots-root", "root", "--checksums", "root/stable_checksums.bzl"]));
+    ok(&s.cmd(&[
+        "verify",
+        "--snapshots-root",
+        "root",
+        "--all",
+        "--store",
+        "root/store",
+    ]));
+    ok(&s.cmd(&[
+        "check",
+        "--snapshots-root",
+        "root",
+        "--checksums",
+        "root/stable_checksums.bzl",
+    ]));
 }
 
 #[test]
@@ -178,7 +219,11 @@ fn second_create_waits_for_the_lock_or_times_out() {
     let before = tree(&s.root());
     let o = s.run(&a, &[]);
     assert_eq!(code(&o), 2);
-    assert!(stderr(&o).contains("waiting for the lock"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("waiting for the lock"),
+        "{}",
+        stderr(&o)
+    );
     assert!(stderr(&o).contains("timed out after 1 s"), "{}", stderr(&o));
     assert_same_tree(&before, &tree(&s.root()), "timed-out create");
     // Waits, then proceeds once the lock is released.

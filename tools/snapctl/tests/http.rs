@@ -40,7 +40,8 @@ fn serve(dir: PathBuf) -> String {
                     }
                     v
                 }
-                _ => b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n".to_vec(),
+                _ => b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+                    .to_vec(),
             };
             let _ = c.write_all(&resp);
         }
@@ -57,7 +58,17 @@ fn http_store_fetch_verify_and_read_only() {
     ok(&s.run(&s.create_args(2, "6.4"), &[]));
     let url = serve(s.store());
 
-    ok(&s.cmd(&["fetch", "--snapshots-root", "root", "--store", &url, "--version", "6.4", "-o", "got.a"]));
+    ok(&s.cmd(&[
+        "fetch",
+        "--snapshots-root",
+        "root",
+        "--store",
+        &url,
+        "--version",
+        "6.4",
+        "-o",
+        "got.a",
+    ]));
     assert_eq!(sha256_hex(&fs::read(s.path().join("got.a")).unwrap()), a2);
     let o = s.cmd(&["verify", "--snapshots-root", "root", "--store", &url]);
     assert_eq!(code(&o), 0, "{}{}", stdout(&o), stderr(&o));
@@ -73,7 +84,19 @@ fn http_store_fetch_verify_and_read_only() {
     let o = s.cmd(&["verify", "--snapshots-root", "root", "--store", &url]);
     assert_eq!(code(&o), 1);
     assert!(stdout(&o).contains(&format!("BAD 6.4 last-stable: blob cas/sha256/{a1} corrupt in {url}: expected sha256 {a1}, actual sha256 {bad}")), "{}", stdout(&o));
-    let o = s.cmd(&["fetch", "--snapshots-root", "root", "--store", &url, "--channel", "last-stable", "--version", "6.4", "-o", "bad.a"]);
+    let o = s.cmd(&[
+        "fetch",
+        "--snapshots-root",
+        "root",
+        "--store",
+        &url,
+        "--channel",
+        "last-stable",
+        "--version",
+        "6.4",
+        "-o",
+        "bad.a",
+    ]);
     assert_eq!(code(&o), 1, "{}", stderr(&o));
     assert!(!s.path().join("bad.a").exists());
     // Missing on the server.

@@ -20,10 +20,23 @@ fn meta(s: &Scratch, rel: &str) -> String {
 #[test]
 fn three_creates_rotate_and_never_touch_blobs_or_other_versions() {
     let s = Scratch::new(true);
-    let before_other: Vec<_> = ["stable/6.2", "stable/7.0", "last-stable/6.2", "last-stable/7.0"]
-        .iter()
-        .map(|d| (tree(&s.root().join(d)), fs::metadata(s.root().join(d).join("metadata.txt")).unwrap().modified().unwrap()))
-        .collect();
+    let before_other: Vec<_> = [
+        "stable/6.2",
+        "stable/7.0",
+        "last-stable/6.2",
+        "last-stable/7.0",
+    ]
+    .iter()
+    .map(|d| {
+        (
+            tree(&s.root().join(d)),
+            fs::metadata(s.root().join(d).join("metadata.txt"))
+                .unwrap()
+                .modified()
+                .unwrap(),
+        )
+    })
+    .collect();
 
     let a1 = s.artifact(1);
     ok(&s.run(&s.create_args(1, "6.4"), &[]));
@@ -34,7 +47,10 @@ fn three_creates_rotate_and_never_touch_blobs_or_other_versions() {
     let stats2 = blob_stats(&s.store());
     let a3 = s.artifact(3);
     let out = ok(&s.run(&s.create_args(3, "6.4"), &[]));
-    assert!(out.contains("archived archives/6.4/20260127_101112_metadata.txt"), "{out}");
+    assert!(
+        out.contains("archived archives/6.4/20260127_101112_metadata.txt"),
+        "{out}"
+    );
     let stats3 = blob_stats(&s.store());
 
     // Store: exactly three blobs, named by digest, each written once (same inode and mtime
@@ -52,7 +68,10 @@ fn three_creates_rotate_and_never_touch_blobs_or_other_versions() {
     }
     for (k, (_, _, nlink)) in &stats3 {
         assert_eq!(*nlink, 1, "{k}");
-        assert_eq!(sha256_hex(&fs::read(s.store().join("cas/sha256").join(k)).unwrap()), *k);
+        assert_eq!(
+            sha256_hex(&fs::read(s.store().join("cas/sha256").join(k)).unwrap()),
+            *k
+        );
     }
 
     // stable = 3rd, last-stable = 2nd, archives = 1st (metadata + header).
@@ -60,32 +79,78 @@ fn three_creates_rotate_and_never_touch_blobs_or_other_versions() {
     assert!(meta(&s, "last-stable/6.4/metadata.txt").contains(&format!("sha256: {a2}")));
     let arch = meta(&s, "archives/6.4/20260127_101112_metadata.txt");
     assert!(arch.contains(&format!("sha256: {a1}")), "{arch}");
-    assert_eq!(meta(&s, "stable/6.4/rccl.h"), "/* rccl.h of build 3 */\n#define RCCLX_BUILD 3\n");
-    assert_eq!(meta(&s, "last-stable/6.4/rccl.h"), "/* rccl.h of build 2 */\n#define RCCLX_BUILD 2\n");
-    assert_eq!(meta(&s, "archives/6.4/20260127_101112_rccl.h"), "/* rccl.h of build 1 */\n#define RCCLX_BUILD 1\n");
+    assert_eq!(
+        meta(&s, "stable/6.4/rccl.h"),
+        "/* rccl.h of build 3 */\n#define RCCLX_BUILD 3\n"
+    );
+    assert_eq!(
+        meta(&s, "last-stable/6.4/rccl.h"),
+        "/* rccl.h of build 2 */\n#define RCCLX_BUILD 2\n"
+    );
+    assert_eq!(
+        meta(&s, "archives/6.4/20260127_101112_rccl.h"),
+        "/* rccl.h of build 1 */\n#define RCCLX_BUILD 1\n"
+    );
     let archives = fs::read_dir(s.root().join("archives/6.4")).unwrap().count();
     assert_eq!(archives, 2);
     assert!(!s.root().join("archives/6.2").exists() && !s.root().join("archives/7.0").exists());
 
     // Metadata written by snapctl: seed fields plus artifact name, size, store key.
     let m = meta(&s, "stable/6.4/metadata.txt");
-    assert!(m.starts_with("Snapshot created: 2026-01-27 10:11:12 UTC\nROCm version: 6.4\n\nChecksums:\n  sha1: "), "{m}");
-    assert!(m.contains(&format!("Artifact:\n  name: librcclx-dev.a\n  size: 53000\n  store_key: cas/sha256/{a3}\n")), "{m}");
-    assert!(m.contains(&format!("Commit Hashes:\n  rcclx: {:040x}\n", 3)), "{m}");
+    assert!(
+        m.starts_with(
+            "Snapshot created: 2026-01-27 10:11:12 UTC\nROCm version: 6.4\n\nChecksums:\n  sha1: "
+        ),
+        "{m}"
+    );
+    assert!(
+        m.contains(&format!(
+            "Artifact:\n  name: librcclx-dev.a\n  size: 53000\n  store_key: cas/sha256/{a3}\n"
+        )),
+        "{m}"
+    );
+    assert!(
+        m.contains(&format!("Commit Hashes:\n  rcclx: {:040x}\n", 3)),
+        "{m}"
+    );
 
     // Other versions untouched (content and mtime).
-    let after_other: Vec<_> = ["stable/6.2", "stable/7.0", "last-stable/6.2", "last-stable/7.0"]
-        .iter()
-        .map(|d| (tree(&s.root().join(d)), fs::metadata(s.root().join(d).join("metadata.txt")).unwrap().modified().unwrap()))
-        .collect();
+    let after_other: Vec<_> = [
+        "stable/6.2",
+        "stable/7.0",
+        "last-stable/6.2",
+        "last-stable/7.0",
+    ]
+    .iter()
+    .map(|d| {
+        (
+            tree(&s.root().join(d)),
+            fs::metadata(s.root().join(d).join("metadata.txt"))
+                .unwrap()
+                .modified()
+                .unwrap(),
+        )
+    })
+    .collect();
     assert_eq!(before_other, after_other);
 
     // No transaction leftovers.
     assert!(!s.root().join(".snapctl/journal.json").exists());
-    assert_eq!(fs::read_dir(s.root().join(".snapctl/staging")).map(|d| d.count()).unwrap_or(0), 0);
+    assert_eq!(
+        fs::read_dir(s.root().join(".snapctl/staging"))
+            .map(|d| d.count())
+            .unwrap_or(0),
+        0
+    );
 
     // The checksums file is fresh and verify passes for 6.4 (the seed's blobs are not in this store).
-    ok(&s.cmd(&["check", "--snapshots-root", "root", "--checksums", "root/stable_checksums.bzl"]));
+    ok(&s.cmd(&[
+        "check",
+        "--snapshots-root",
+        "root",
+        "--checksums",
+        "root/stable_checksums.bzl",
+    ]));
 }
 
 #[test]
@@ -105,27 +170,57 @@ fn rollback_swaps_last_stable_back() {
     let out = ok(&s.cmd(&["rollback", "--snapshots-root", "root", "--version", "6.4"]));
     assert!(out.contains(&format!("stable/6.4 <- sha256 {a2}")), "{out}");
     assert!(meta(&s, "stable/6.4/metadata.txt").contains(&format!("sha256: {a2}")));
-    assert_eq!(meta(&s, "stable/6.4/rccl.h"), "/* rccl.h of build 2 */\n#define RCCLX_BUILD 2\n");
+    assert_eq!(
+        meta(&s, "stable/6.4/rccl.h"),
+        "/* rccl.h of build 2 */\n#define RCCLX_BUILD 2\n"
+    );
     assert!(!s.root().join("last-stable/6.4/metadata.txt").exists());
     // The old stable went to archives, with a stamp after the previous archive's.
     let m = meta(&s, "archives/6.4/20260127_101113_metadata.txt");
     assert!(m.contains(&format!("sha256: {a3}")), "{m}");
-    assert!(s.root().join("archives/6.4/20260127_101113_rccl.h").exists());
+    assert!(s
+        .root()
+        .join("archives/6.4/20260127_101113_rccl.h")
+        .exists());
     let bzl = meta(&s, "stable_checksums.bzl");
     assert!(bzl.contains(&format!("    \"6.4\": \"{a2}\",")), "{bzl}");
-    ok(&s.cmd(&["check", "--snapshots-root", "root", "--checksums", "root/stable_checksums.bzl"]));
+    ok(&s.cmd(&[
+        "check",
+        "--snapshots-root",
+        "root",
+        "--checksums",
+        "root/stable_checksums.bzl",
+    ]));
     // Nothing left to roll back to.
     let o = s.cmd(&["rollback", "--snapshots-root", "root", "--version", "6.4"]);
     assert_eq!(code(&o), 2, "{}", stderr(&o));
-    assert!(stderr(&o).contains("no last-stable snapshot of ROCm 6.4"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("no last-stable snapshot of ROCm 6.4"),
+        "{}",
+        stderr(&o)
+    );
 }
 
 #[test]
 fn golden_checksums() {
     let s = Scratch::new(true);
     three_creates(&s);
-    ok(&s.cmd(&["gen-checksums", "--snapshots-root", "root", "--output", "a.bzl"]));
-    ok(&s.cmd(&["gen-checksums", "--snapshots-root", "root", "--output", "b.bzl", "--prefix", "RCCLX"]));
+    ok(&s.cmd(&[
+        "gen-checksums",
+        "--snapshots-root",
+        "root",
+        "--output",
+        "a.bzl",
+    ]));
+    ok(&s.cmd(&[
+        "gen-checksums",
+        "--snapshots-root",
+        "root",
+        "--output",
+        "b.bzl",
+        "--prefix",
+        "RCCLX",
+    ]));
     let a = fs::read_to_string(s.path().join("a.bzl")).unwrap();
     let b = fs::read_to_string(s.path().join("b.bzl")).unwrap();
     assert_eq!(a, b, "gen-checksums is not byte-stable");
@@ -136,14 +231,37 @@ fn golden_checksums() {
         fs::create_dir_all(golden_dir()).unwrap();
         fs::write(&golden, &a).unwrap();
     }
-    assert_eq!(a, fs::read_to_string(&golden).unwrap(), "differs from {}", golden.display());
+    assert_eq!(
+        a,
+        fs::read_to_string(&golden).unwrap(),
+        "differs from {}",
+        golden.display()
+    );
     // The seed's own metadata (6.2, 7.0) is read unchanged.
-    assert!(a.contains("\"6.2\": \"d20d911c72f1295cc8782b023118647660d6e814610b5a102a59fa9eee7f50ad\","));
+    assert!(a.contains(
+        "\"6.2\": \"d20d911c72f1295cc8782b023118647660d6e814610b5a102a59fa9eee7f50ad\","
+    ));
 
     // Custom prefix renames the dicts.
-    let o = ok(&s.cmd(&["gen-checksums", "--snapshots-root", "root", "--output", "-", "--prefix", "NCCLX"]));
+    let o = ok(&s.cmd(&[
+        "gen-checksums",
+        "--snapshots-root",
+        "root",
+        "--output",
+        "-",
+        "--prefix",
+        "NCCLX",
+    ]));
     assert!(o.contains("NCCLX_STABLE_CHECKSUMS = {") && o.contains("NCCLX_SNAPSHOT_ARTIFACTS = {"));
-    let o = s.cmd(&["gen-checksums", "--snapshots-root", "root", "--output", "-", "--prefix", "bad-prefix"]);
+    let o = s.cmd(&[
+        "gen-checksums",
+        "--snapshots-root",
+        "root",
+        "--output",
+        "-",
+        "--prefix",
+        "bad-prefix",
+    ]);
     assert_eq!(code(&o), 2);
 }
 
@@ -169,17 +287,42 @@ fn check_reports_stale_file_with_diff() {
     ok(&s.run(&s.create_args(1, "6.4"), &[]));
     let stale = fs::read_to_string(s.root().join("stable_checksums.bzl")).unwrap();
     fs::write(s.path().join("checked_in.bzl"), &stale).unwrap();
-    ok(&s.cmd(&["check", "--snapshots-root", "root", "--checksums", "checked_in.bzl"]));
+    ok(&s.cmd(&[
+        "check",
+        "--snapshots-root",
+        "root",
+        "--checksums",
+        "checked_in.bzl",
+    ]));
     let a2 = s.artifact(2);
     ok(&s.run(&s.create_args(2, "6.4"), &[]));
-    let o = s.cmd(&["check", "--snapshots-root", "root", "--checksums", "checked_in.bzl"]);
+    let o = s.cmd(&[
+        "check",
+        "--snapshots-root",
+        "root",
+        "--checksums",
+        "checked_in.bzl",
+    ]);
     assert_eq!(code(&o), 1);
     let d = stdout(&o);
-    assert!(d.starts_with("--- checked_in.bzl\n+++ checked_in.bzl (expected)\n@@"), "{d}");
+    assert!(
+        d.starts_with("--- checked_in.bzl\n+++ checked_in.bzl (expected)\n@@"),
+        "{d}"
+    );
     assert!(d.contains(&format!("+    \"6.4\": \"{a2}\",")), "{d}");
-    assert!(stderr(&o).contains("snapctl gen-checksums"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("snapctl gen-checksums"),
+        "{}",
+        stderr(&o)
+    );
     // A missing checked-in file is stale too.
-    let o = s.cmd(&["check", "--snapshots-root", "root", "--checksums", "nope.bzl"]);
+    let o = s.cmd(&[
+        "check",
+        "--snapshots-root",
+        "root",
+        "--checksums",
+        "nope.bzl",
+    ]);
     assert_eq!(code(&o), 1);
 }
 
@@ -204,14 +347,35 @@ fn verify_detects_corrupt_and_missing_blobs() {
     assert_eq!(code(&o), 1);
     let out = stdout(&o);
     assert!(out.contains("BAD 6.4 stable:"), "{out}");
-    assert!(out.contains(&format!("expected sha256 {a3}, actual sha256 {actual}")), "{out}");
+    assert!(
+        out.contains(&format!("expected sha256 {a3}, actual sha256 {actual}")),
+        "{out}"
+    );
 
     // fetch refuses it and writes nothing.
-    let o = s.cmd(&["fetch", "--snapshots-root", "root", "--channel", "stable", "--version", "6.4", "-o", "out.a"]);
+    let o = s.cmd(&[
+        "fetch",
+        "--snapshots-root",
+        "root",
+        "--channel",
+        "stable",
+        "--version",
+        "6.4",
+        "-o",
+        "out.a",
+    ]);
     assert_eq!(code(&o), 1, "{}", stderr(&o));
-    assert!(stderr(&o).contains(&format!("expected sha256 {a3}, actual {actual}")), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains(&format!("expected sha256 {a3}, actual {actual}")),
+        "{}",
+        stderr(&o)
+    );
     assert!(!s.path().join("out.a").exists());
-    assert!(fs::read_dir(s.path()).unwrap().all(|e| !e.unwrap().file_name().to_string_lossy().contains(".part")));
+    assert!(fs::read_dir(s.path()).unwrap().all(|e| !e
+        .unwrap()
+        .file_name()
+        .to_string_lossy()
+        .contains(".part")));
 
     // Missing last-stable blob.
     fs::remove_file(s.store().join("cas/sha256").join(&a2)).unwrap();
@@ -222,7 +386,10 @@ fn verify_detects_corrupt_and_missing_blobs() {
     assert_eq!(bad.len(), 2, "{v}");
     assert!(bad.iter().any(|b| b["channel"] == "last-stable"
         && b["version"] == "6.4"
-        && b["problem"].as_str().unwrap().contains(&format!("expected sha256 {a2}, actual: missing"))));
+        && b["problem"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("expected sha256 {a2}, actual: missing"))));
 
     // Archived snapshot's blob is fine, and is checked with --all only.
     let o = s.cmd(&["verify", "--snapshots-root", "root", "--all"]);
@@ -231,18 +398,44 @@ fn verify_detects_corrupt_and_missing_blobs() {
     // A tampered header is reported too.
     fs::write(s.root().join("stable/6.4/rccl.h"), "tampered").unwrap();
     let o = s.cmd(&["verify", "--snapshots-root", "root"]);
-    assert!(stdout(&o).contains("BAD 6.4 stable: header rccl.h: expected sha256"), "{}", stdout(&o));
+    assert!(
+        stdout(&o).contains("BAD 6.4 stable: header rccl.h: expected sha256"),
+        "{}",
+        stdout(&o)
+    );
 }
 
 #[test]
 fn fetch_status_gc() {
     let s = Scratch::new(false);
     let [a1, a2, a3] = three_creates(&s);
-    ok(&s.cmd(&["fetch", "--snapshots-root", "root", "--channel", "last-stable", "--version", "6.4", "-o", "got.a"]));
+    ok(&s.cmd(&[
+        "fetch",
+        "--snapshots-root",
+        "root",
+        "--channel",
+        "last-stable",
+        "--version",
+        "6.4",
+        "-o",
+        "got.a",
+    ]));
     assert_eq!(sha256_hex(&fs::read(s.path().join("got.a")).unwrap()), a2);
-    let o = s.cmd(&["fetch", "--snapshots-root", "root", "--version", "7.0", "-o", "x.a"]);
+    let o = s.cmd(&[
+        "fetch",
+        "--snapshots-root",
+        "root",
+        "--version",
+        "7.0",
+        "-o",
+        "x.a",
+    ]);
     assert_eq!(code(&o), 2);
-    assert!(stderr(&o).contains("no stable snapshot of ROCm 7.0") && stderr(&o).contains("it has: 6.4"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("no stable snapshot of ROCm 7.0") && stderr(&o).contains("it has: 6.4"),
+        "{}",
+        stderr(&o)
+    );
 
     let o = ok(&s.cmd(&["status", "--snapshots-root", "root", "--json"]));
     let v: serde_json::Value = serde_json::from_str(&o).unwrap();
@@ -252,14 +445,23 @@ fn fetch_status_gc() {
     assert_eq!(v[0]["created"], "2026-01-27 10:11:12");
     assert_eq!(v[1]["channel"], "last_stable");
     let o = ok(&s.cmd(&["status", "--snapshots-root", "root"]));
-    assert!(o.lines().nth(1).unwrap().starts_with("stable       6.4      "), "{o}");
+    assert!(
+        o.lines()
+            .nth(1)
+            .unwrap()
+            .starts_with("stable       6.4      "),
+        "{o}"
+    );
 
     // Every blob is referenced (archives count); an extra one is reported, not deleted.
     let o = ok(&s.cmd(&["gc", "--snapshots-root", "root", "--dry-run"]));
     assert_eq!(o, "");
     fs::write(s.store().join("cas/sha256").join("ab".repeat(32)), "x").unwrap();
     let o = ok(&s.cmd(&["gc", "--snapshots-root", "root", "--dry-run"]));
-    assert_eq!(o.trim(), format!("would delete cas/sha256/{} (1 bytes)", "ab".repeat(32)));
+    assert_eq!(
+        o.trim(),
+        format!("would delete cas/sha256/{} (1 bytes)", "ab".repeat(32))
+    );
     assert!(!o.contains(&a1));
     assert_eq!(code(&s.cmd(&["gc", "--snapshots-root", "root"])), 2);
 }
@@ -268,7 +470,11 @@ fn assert_bad_input(s: &Scratch, args: &[String], needle: &str) {
     let before = tree(s.path());
     let o = s.run(args, &[]);
     assert_eq!(code(&o), 2, "stdout {} stderr {}", stdout(&o), stderr(&o));
-    assert!(stderr(&o).contains(needle), "expected {needle:?} in: {}", stderr(&o));
+    assert!(
+        stderr(&o).contains(needle),
+        "expected {needle:?} in: {}",
+        stderr(&o)
+    );
     assert_same_tree(&before, &tree(s.path()), "bad input must write nothing");
 }
 
@@ -282,17 +488,41 @@ fn bad_input_exits_2_naming_file_and_line_and_writes_nothing() {
     let sha = "d20d911c72f1295cc8782b023118647660d6e814610b5a102a59fa9eee7f50ad";
 
     fs::write(&m62, good.replace(&format!("  sha256: {sha}\n"), "")).unwrap();
-    assert_bad_input(&s, &args, "root/stable/6.2/metadata.txt:4: missing checksum");
+    assert_bad_input(
+        &s,
+        &args,
+        "root/stable/6.2/metadata.txt:4: missing checksum",
+    );
     fs::write(&m62, good.replace(sha, &sha.replace('d', "z"))).unwrap();
-    assert_bad_input(&s, &args, "root/stable/6.2/metadata.txt:6: sha256 must be 64 hex digits");
+    assert_bad_input(
+        &s,
+        &args,
+        "root/stable/6.2/metadata.txt:6: sha256 must be 64 hex digits",
+    );
     fs::write(&m62, good.replace(sha, &sha[..60])).unwrap();
-    assert_bad_input(&s, &args, "root/stable/6.2/metadata.txt:6: sha256 must be 64 hex digits, found");
+    assert_bad_input(
+        &s,
+        &args,
+        "root/stable/6.2/metadata.txt:6: sha256 must be 64 hex digits, found",
+    );
     fs::write(&m62, good.replace("ROCm version: 6.2", "ROCm version: 6.x")).unwrap();
-    assert_bad_input(&s, &args, "root/stable/6.2/metadata.txt:2: unknown ROCm version string \"6.x\"");
+    assert_bad_input(
+        &s,
+        &args,
+        "root/stable/6.2/metadata.txt:2: unknown ROCm version string \"6.x\"",
+    );
     fs::write(&m62, good.replace("ROCm version: 6.2", "ROCm version: 6.4")).unwrap();
-    assert_bad_input(&s, &args, "root/stable/6.2/metadata.txt:2: ROCm version 6.4 does not match");
+    assert_bad_input(
+        &s,
+        &args,
+        "root/stable/6.2/metadata.txt:2: ROCm version 6.4 does not match",
+    );
     fs::write(&m62, good.replace("Commit Hashes:", "Commit hashes:")).unwrap();
-    assert_bad_input(&s, &args, "root/stable/6.2/metadata.txt:8: unknown field \"Commit hashes\"");
+    assert_bad_input(
+        &s,
+        &args,
+        "root/stable/6.2/metadata.txt:8: unknown field \"Commit hashes\"",
+    );
     fs::write(&m62, &good).unwrap();
 
     // Unknown version string on the command line.
@@ -335,7 +565,12 @@ fn store_and_checksums_are_configured_once() {
     s.artifact(1);
     s.artifact(2);
     let mut a = s.create_args(1, "6.4");
-    a.extend(["--store".into(), "blobs".into(), "--checksums".into(), "out/stable_checksums.bzl".into()]);
+    a.extend([
+        "--store".into(),
+        "blobs".into(),
+        "--checksums".into(),
+        "out/stable_checksums.bzl".into(),
+    ]);
     ok(&s.run(&a, &[]));
     assert_eq!(
         fs::read_to_string(s.root().join("snapctl.conf")).unwrap(),
@@ -345,6 +580,54 @@ fn store_and_checksums_are_configured_once() {
     ok(&s.run(&s.create_args(2, "6.4"), &[]));
     assert_eq!(blob_stats(&s.path().join("blobs")).len(), 2);
     assert!(!s.root().join("store").exists());
-    ok(&s.cmd(&["check", "--snapshots-root", "root", "--checksums", "out/stable_checksums.bzl"]));
+    ok(&s.cmd(&[
+        "check",
+        "--snapshots-root",
+        "root",
+        "--checksums",
+        "out/stable_checksums.bzl",
+    ]));
     ok(&s.cmd(&["verify", "--snapshots-root", "root"]));
+}
+
+#[test]
+fn gen_checksums_on_a_symlink_farm_matches() {
+    // Build systems stage the snapshots root as symlinks (files and whole directories).
+    let s = Scratch::new(true);
+    three_creates(&s);
+    let farm = s.path().join("farm");
+    for ch in ["stable", "last-stable"] {
+        fs::create_dir_all(farm.join(ch)).unwrap();
+        for v in ["6.2", "6.4"] {
+            fs::create_dir_all(farm.join(ch).join(v)).unwrap();
+            std::os::unix::fs::symlink(
+                s.root().join(ch).join(v).join("metadata.txt"),
+                farm.join(ch).join(v).join("metadata.txt"),
+            )
+            .unwrap();
+        }
+        std::os::unix::fs::symlink(s.root().join(ch).join("7.0"), farm.join(ch).join("7.0"))
+            .unwrap();
+    }
+    let o = ok(&s.cmd(&["gen-checksums", "--snapshots-root", "farm", "--output", "-"]));
+    assert_eq!(o, meta(&s, "stable_checksums.bzl"));
+    ok(&s.cmd(&[
+        "check",
+        "--snapshots-root",
+        "farm",
+        "--checksums",
+        "root/stable_checksums.bzl",
+    ]));
+    ok(&s.cmd(&[
+        "fetch",
+        "--snapshots-root",
+        "farm",
+        "--store",
+        "root/store",
+        "--version",
+        "6.4",
+        "-o",
+        "f.a",
+    ]));
+    assert!(!farm.join(".snapctl").exists());
 }

@@ -9,17 +9,23 @@ use std::fs;
 #[test]
 #[ignore = "needs an S3-compatible server; run by tests/ci/30-snapshot.sh"]
 fn s3_store_create_verify_fetch_gc() {
-    let url = std::env::var("SNAPCTL_TEST_S3_URL").expect("SNAPCTL_TEST_S3_URL (s3://bucket/prefix)");
+    let url =
+        std::env::var("SNAPCTL_TEST_S3_URL").expect("SNAPCTL_TEST_S3_URL (s3://bucket/prefix)");
     let s = Scratch::new(false);
     let shas: Vec<String> = (1..=3).map(|n| s.artifact(n)).collect();
     for n in 1..=3u64 {
         let mut a = s.create_args(n, "6.4");
         a.extend(["--store".into(), url.clone()]);
         let out = ok(&s.run(&a, &[]));
-        assert!(out.contains(&format!("uploaded cas/sha256/{}", shas[n as usize - 1])), "{out}");
+        assert!(
+            out.contains(&format!("uploaded cas/sha256/{}", shas[n as usize - 1])),
+            "{out}"
+        );
     }
     // Store URL recorded once; later commands use it.
-    assert!(fs::read_to_string(s.root().join("snapctl.conf")).unwrap().contains(&format!("store = {url}")));
+    assert!(fs::read_to_string(s.root().join("snapctl.conf"))
+        .unwrap()
+        .contains(&format!("store = {url}")));
     assert!(!s.root().join("store").exists());
     // Put-if-absent: the same artifact for another version is reused, not re-uploaded.
     let mut a = s.create_args(3, "7.0");
@@ -28,10 +34,26 @@ fn s3_store_create_verify_fetch_gc() {
 
     let o = s.cmd(&["verify", "--snapshots-root", "root", "--all"]);
     assert_eq!(code(&o), 0, "{}{}", stdout(&o), stderr(&o));
-    ok(&s.cmd(&["fetch", "--snapshots-root", "root", "--channel", "last-stable", "--version", "6.4", "-o", "got.a"]));
-    assert_eq!(sha256_hex(&fs::read(s.path().join("got.a")).unwrap()), shas[1]);
+    ok(&s.cmd(&[
+        "fetch",
+        "--snapshots-root",
+        "root",
+        "--channel",
+        "last-stable",
+        "--version",
+        "6.4",
+        "-o",
+        "got.a",
+    ]));
+    assert_eq!(
+        sha256_hex(&fs::read(s.path().join("got.a")).unwrap()),
+        shas[1]
+    );
     let gc = ok(&s.cmd(&["gc", "--snapshots-root", "root", "--dry-run"]));
-    assert_eq!(gc, "", "all three blobs are referenced (stable, last-stable, archive)");
+    assert_eq!(
+        gc, "",
+        "all three blobs are referenced (stable, last-stable, archive)"
+    );
 
     // A blob that is not in the bucket is reported by verify.
     let m = s.root().join("stable/7.0/metadata.txt");
@@ -40,8 +62,20 @@ fn s3_store_create_verify_fetch_gc() {
     fs::write(&m, text.replace(&shas[2], &fake)).unwrap();
     let o = s.cmd(&["verify", "--snapshots-root", "root"]);
     assert_eq!(code(&o), 1);
-    assert!(stdout(&o).contains(&format!("BAD 7.0 stable: blob cas/sha256/{fake} missing")), "{}", stdout(&o));
-    let o = s.cmd(&["fetch", "--snapshots-root", "root", "--version", "7.0", "-o", "x.a"]);
+    assert!(
+        stdout(&o).contains(&format!("BAD 7.0 stable: blob cas/sha256/{fake} missing")),
+        "{}",
+        stdout(&o)
+    );
+    let o = s.cmd(&[
+        "fetch",
+        "--snapshots-root",
+        "root",
+        "--version",
+        "7.0",
+        "-o",
+        "x.a",
+    ]);
     assert_eq!(code(&o), 2, "{}", stderr(&o));
     assert!(!s.path().join("x.a").exists());
 }

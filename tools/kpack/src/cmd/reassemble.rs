@@ -57,7 +57,10 @@ fn bundles_for(
     what: &str,
     compress: bool,
 ) -> rocpack_elf::Result<Vec<Vec<u8>>> {
-    let err = |msg: String| rocpack_elf::Error::Layout { offset: 0, what: msg };
+    let err = |msg: String| rocpack_elf::Error::Layout {
+        offset: 0,
+        what: msg,
+    };
     let w0 = info
         .wrappers
         .first()
@@ -103,13 +106,8 @@ fn bundles_for(
         entries.extend(objs);
         let bundle = rocpack_bundle::write_uncompressed(&entries);
         if compress {
-            let c = rocpack_bundle::write_ccob_level(
-                &bundle,
-                2,
-                rocpack_bundle::Method::Zstd,
-                19,
-            )
-            .map_err(|x| err(format!("{what}: {x}")))?;
+            let c = rocpack_bundle::write_ccob_level(&bundle, 2, rocpack_bundle::Method::Zstd, 19)
+                .map_err(|x| err(format!("{what}: {x}")))?;
             bundles.push(c);
         } else {
             bundles.push(bundle);
@@ -128,7 +126,8 @@ pub fn run(args: ReassembleArgs) -> anyhow::Result<ExitCode> {
     }
     let mut readers = Vec::with_capacity(paths.len());
     for p in paths {
-        let r = KpackReader::open(&p).with_context(|| format!("failed to open `{}`", p.display()))?;
+        let r =
+            KpackReader::open(&p).with_context(|| format!("failed to open `{}`", p.display()))?;
         readers.push((p, r));
     }
     let name = args.host.display().to_string();
@@ -144,9 +143,12 @@ pub fn run(args: ReassembleArgs) -> anyhow::Result<ExitCode> {
     };
     let out = match build(false) {
         Ok(o) => o,
-        Err(rocpack_elf::Error::Layout { .. }) => build(true)
-            .with_context(|| format!("failed to reassemble `{name}`"))?,
-        Err(e) => return Err(anyhow::Error::new(e).context(format!("failed to reassemble `{name}`"))),
+        Err(rocpack_elf::Error::Layout { .. }) => {
+            build(true).with_context(|| format!("failed to reassemble `{name}`"))?
+        }
+        Err(e) => {
+            return Err(anyhow::Error::new(e).context(format!("failed to reassemble `{name}`")))
+        }
     };
     // Write atomically next to the output, with the host file's mode.
     let dir = args
@@ -158,7 +160,10 @@ pub fn run(args: ReassembleArgs) -> anyhow::Result<ExitCode> {
         .output
         .file_name()
         .with_context(|| format!("bad output path `{}`", args.output.display()))?;
-    let tmp = dir.join(format!(".{}.kpack-reassemble.tmp", file_name.to_string_lossy()));
+    let tmp = dir.join(format!(
+        ".{}.kpack-reassemble.tmp",
+        file_name.to_string_lossy()
+    ));
     let written = (|| -> anyhow::Result<()> {
         let mut f = std::fs::File::create(&tmp)?;
         f.write_all(&out)?;

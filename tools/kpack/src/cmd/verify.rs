@@ -51,7 +51,7 @@ pub fn run(args: VerifyArgs) -> anyhow::Result<ExitCode> {
         }
         writeln!(
             out,
-            "{}: {} packages, {} files, {} kpack archives, {} split host binaries, {}/{} lookups resolved, {} violation(s)",
+            "{}: {} packages, {} files, {} kpack archives, {} split host binaries, {}/{} lookups resolved ({} for archs a binary was not built for), {} violation(s)",
             if report.ok { "OK" } else { "FAILED" },
             report.packages,
             report.files,
@@ -59,6 +59,7 @@ pub fn run(args: VerifyArgs) -> anyhow::Result<ExitCode> {
             report.host_binaries,
             report.lookups_resolved,
             report.lookups,
+            report.lookups_not_built,
             report.violations.len()
         )?;
     }

@@ -28,8 +28,11 @@ pub fn golden_dir() -> PathBuf {
 /// Runs snapctl with `args` in `cwd`, SOURCE_DATE_EPOCH fixed, extra env applied.
 pub fn snapctl(cwd: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
     let mut c = Command::new(bin());
-    c.current_dir(cwd).args(args).env("SOURCE_DATE_EPOCH", EPOCH);
-    c.env_remove("SNAPCTL_FAIL_AT").env_remove("SNAPCTL_TRACE_STEPS");
+    c.current_dir(cwd)
+        .args(args)
+        .env("SOURCE_DATE_EPOCH", EPOCH);
+    c.env_remove("SNAPCTL_FAIL_AT")
+        .env_remove("SNAPCTL_TRACE_STEPS");
     for (k, v) in env {
         c.env(k, v);
     }
@@ -122,7 +125,14 @@ pub fn blob_stats(store: &Path) -> BTreeMap<String, (u64, i64, u64)> {
             continue;
         }
         let m = e.metadata().unwrap();
-        out.insert(name, (m.ino(), m.mtime() * 1_000_000_000 + m.mtime_nsec(), m.nlink()));
+        out.insert(
+            name,
+            (
+                m.ino(),
+                m.mtime() * 1_000_000_000 + m.mtime_nsec(),
+                m.nlink(),
+            ),
+        );
     }
     out
 }
@@ -162,7 +172,11 @@ impl Scratch {
     pub fn artifact(&self, n: u64) -> String {
         let bytes = det_bytes(n, 50_000 + n as usize * 1000);
         fs::create_dir_all(self.path().join(format!("art/lib{n}"))).unwrap();
-        fs::write(self.path().join(format!("art/lib{n}/librcclx-dev.a")), &bytes).unwrap();
+        fs::write(
+            self.path().join(format!("art/lib{n}/librcclx-dev.a")),
+            &bytes,
+        )
+        .unwrap();
         fs::write(
             self.path().join(format!("art/lib{n}/rccl.h")),
             format!("/* rccl.h of build {n} */\n#define RCCLX_BUILD {n}\n"),

@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# snapctl against real servers on loopback:
+#  * s3:// — moto's S3-compatible server (PyPI `moto[server]`) on a free 127.0.0.1 port,
+#    driving `cargo test -p snapctl --test s3 -- --ignored`;
+#  * http:// — `python3 -m http.server` serving a local store, driven by the snapctl binary.
+# Servers are stopped on exit. (The in-process http test runs with `cargo test` in 10-rust.sh.)
+. "$(dirname "$0")/lib.sh"
+cd "$ROOT"
+
+VENV="${ROCPACK_MOTO_VENV:-/tmp/rocpack-moto-venv}"
+if [ ! -x "$VENV/bin/moto_server" ]; then
+    log "installing moto[server] into $VENV (PyPI)"
+    if ! python3 -m venv "$VENV" 2>/dev/null; then
+        need_pkgs python3-venv python3-pip
+        /usr/bin/python3 -m venv "$VENV"
+    fi
+    "$VENV/bin/pip" install -q --disable-pip-version-check 'moto[server]>=5,<6'
+fi
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+PIDS=()
+WORK="$(mktemp -d)"
+cleanup() {
+    for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+    for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
+    rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+wait_http() { # URL
+    for _ in $(seq 1 100); do
+        python3 - "$1" <<'PY' && return 0
+import sys, urllib.request, urllib.error
+try:
+    urllib.request.urlopen(sys.argv[1], timeout=1)
+except urllib.error.HTTPError:
+    pass
+except Exception:
+    sys.exit(1)
+PY
+        sleep 0.2
+    done
+    die "server at $1 did not come up"
+}
+
+# --- s3:// -----------------------------------------------------------------
+S3_PORT="$(free_port)"
+log "starting moto S3 server on 127.0.0.1:$S3_PORT"
+"$VENV/bin/moto_server" -H 127.0.0.1 -p "$S3_PORT" >"$WORK/moto.log" 2>&1 &
+PIDS+=($!)
+wait_http "http://127.0.0.1:$S3_PORT/"
+python3 - "$S3_PORT" <<'PY'
+import sys, urllib.request
+req = urllib.request.Request(f"http://127.0.0.1:{sys.argv[1]}/rocpack-snapshots", method="PUT")
+assert urllib.request.urlopen(req, timeout=10).status == 200
+PY
+
+log "cargo test -p snapctl --test s3 -- --ignored"
+AWS_ENDPOINT_URL="http://127.0.0.1:$S3_PORT" \
+AWS_ACCESS_KEY_ID=rocpack AWS_SECRET_ACCESS_KEY=rocpack AWS_REGION=us-east-1 \
+SNAPCTL_TEST_S3_URL="s3://rocpack-snapshots/ci" \
+    cargo test -p snapctl --locked --test s3 -- --ignored 2>&1 | tee "$WORK/s3-test.log"
+grep -q "test result: ok. 1 passed" "$WORK/s3-test.log" || die "s3 test did not run"
+
+# --- http:// (python3 -m http.server) ---------------------------------------
+cargo build -q -p snapctl --locked
+SNAPCTL="$ROOT/target/debug/snapctl"
+mkdir -p "$WORK/h/root"
+head -c 300000 /dev/urandom >"$WORK/h/lib.a"
+printf '/* rccl.h */\n' >"$WORK/h/rccl.h"
+"$SNAPCTL" create --snapshots-root "$WORK/h/root" --version 6.4 --artifact "$WORK/h/lib.a" --header "$WORK/h/rccl.h" >/dev/null
+HTTP_PORT="$(free_port)"
+log "python3 -m http.server on 127.0.0.1:$HTTP_PORT serving the store"
+python3 -m http.server --bind 127.0.0.1 --directory "$WORK/h/root/store" "$HTTP_PORT" >"$WORK/http.log" 2>&1 &
+PIDS+=($!)
+wait_http "http://127.0.0.1:$HTTP_PORT/"
+URL="http://127.0.0.1:$HTTP_PORT/"
+"$SNAPCTL" verify --snapshots-root "$WORK/h/root" --store "$URL"
+"$SNAPCTL" fetch --snapshots-root "$WORK/h/root" --store "$URL" --version 6.4 -o "$WORK/h/got.a"
+cmp "$WORK/h/lib.a" "$WORK/h/got.a" || die "http fetch returned different bytes"
+# A corrupted blob on the server is refused.
+blob="$(ls "$WORK/h/root/store/cas/sha256/")"
+chmod u+w "$WORK/h/root/store/cas/sha256/$blob"
+printf 'corrupt' >"$WORK/h/root/store/cas/sha256/$blob"
+set +e
+"$SNAPCTL" fetch --snapshots-root "$WORK/h/root" --store "$URL" --version 6.4 -o "$WORK/h/bad.a"
+rc=$?
+set -e
+[ "$rc" -eq 1 ] || die "fetch of a corrupted blob exited $rc, expected 1"
+[ ! -e "$WORK/h/bad.a" ] || die "fetch wrote a corrupted blob"
+echo "snapshot: 2 passed, 0 failed"
