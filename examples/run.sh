@@ -5,7 +5,8 @@
 #   ./examples/run.sh
 #
 # Installs Debian's Bazel (bazel-bootstrap) when it is missing and we are root,
-# builds the helpers with cargo, then runs the examples.
+# builds the helpers with cargo (copied to rules/bazel/prebuilt for
+# --config=prebuilt), then runs the examples.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 log() { printf '\n==> %s\n' "$*" >&2; }
@@ -18,12 +19,12 @@ if ! command -v bazel >/dev/null; then
     log "installing Debian's bazel-bootstrap"
     apt-get update -q
     DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
-        -o DPkg::Lock::Timeout=600 bazel-bootstrap gcc libc6-dev
+        -o DPkg::Lock::Timeout=600 bazel-bootstrap gcc libc6-dev binutils
 fi
 
-log "building the helpers: cargo build --release -p kpack -p snapctl"
-cargo build --release --locked -p kpack -p snapctl
-rules/bazel/prebuilt/install.sh
+log "building the helpers: cargo build -p kpack -p snapctl"
+cargo build --locked -p kpack -p snapctl
+rules/bazel/prebuilt/install.sh target/debug/kpack target/debug/snapctl
 
 log "kpack: split three CI shards and recombine them per GPU family"
 bazel build --config=prebuilt //examples/kpack:all

@@ -11,9 +11,12 @@ need_pkgs bazel-bootstrap nginx gcc libc6-dev binutils python3 curl
 # the examples are tiny; a release build would add minutes on 2 cores.
 log "cargo build -p kpack -p snapctl (helpers for --config=prebuilt)"
 cargo fetch --locked
-cargo build --locked -p kpack -p snapctl
+# One package per cargo run: the same feature sets as the cargo_binary actions.
+cargo build --locked -p kpack
+cargo build --locked -p snapctl
 
 # Without debug info: Bazel hashes, copies and archives them several times.
+# (e2e.sh installs them into rules/bazel/prebuilt, gitignored.)
 helpers="$(mktemp -d /tmp/rocpack-helpers.XXXXXX)"
 trap 'rm -rf "$helpers"' EXIT
 strip --strip-debug -o "$helpers/kpack" target/debug/kpack

@@ -9,7 +9,7 @@
 # Skipped unless ROCPACK_BAZEL7=1 (it does not fit CI's time budget on 2 cores
 # next to the other stages). The chroot is kept in $ROCPACK_SID_CHROOT
 # (default /var/tmp/rocpack-sid) for reuse; ROCPACK_SID_REMOVE=1 deletes it.
-# Helpers: target/release/{kpack,snapctl} (cargo build --release -p kpack -p snapctl),
+# Helpers: target/release (else target/debug) {kpack,snapctl},
 # or $KPACK_BIN / $SNAPCTL_BIN; copied into the chroot's rules/bazel/prebuilt/.
 . "$(dirname "$0")/lib.sh"
 cd "$ROOT"
@@ -58,8 +58,7 @@ log "copy the workspace into the chroot"
 rm -rf "$CHROOT/workspace"
 mkdir -p "$CHROOT/workspace"
 tar -C "$ROOT" --exclude='./bazel-*' --exclude=./target --exclude=./.git --exclude=./buck-out -cf - . | tar -C "$CHROOT/workspace" -xf -
-install -m 0755 "${KPACK_BIN:-target/release/kpack}" "$CHROOT/workspace/rules/bazel/prebuilt/kpack"
-install -m 0755 "${SNAPCTL_BIN:-target/release/snapctl}" "$CHROOT/workspace/rules/bazel/prebuilt/snapctl"
+"$CHROOT/workspace/rules/bazel/prebuilt/install.sh" ${KPACK_BIN:+"$KPACK_BIN"} ${SNAPCTL_BIN:+"$SNAPCTL_BIN"}
 
 log "Bazel 7.7.1, bzlmod (MODULE.bazel): build, test, hello per channel"
 chroot "$CHROOT" env -i PATH=/usr/bin:/bin HOME=/root TARGETS="$TARGETS" bash -euo pipefail -c '

@@ -78,7 +78,7 @@ def _kpack_split_impl(ctx: AnalysisContext) -> list[Provider]:
         artifact_prefix = prefix,
         out_name = ctx.label.name + ".split",
         split_databases = ctx.attrs.split_databases,
-        compression = ctx.attrs.compression,
+        compression = ctx.attrs.compression or "",
         exclude_archs = ctx.attrs.exclude_archs,
         expect_archs = expect,
     )
@@ -105,7 +105,7 @@ files only). Sub-targets: `[archs]` (the archs, one per line), `[generic]`.
     attrs = dict({
         "archs": attrs.list(attrs.string(), default = [], doc = "Archs the split must produce (e.g. [\"gfx1100\", \"gfx906\"]). When given, the build fails unless exactly these come out, and the provider carries the list."),
         "artifact_prefix": attrs.string(default = "", doc = "Component name for --artifact-prefix (e.g. \"blas_lib\"); defaults to the target name."),
-        "compression": attrs.enum(["", "zstd", "none"], default = "", doc = "--compression of the .kpack archives; empty uses the tool's default."),
+        "compression": attrs.option(attrs.enum(["zstd", "none"]), default = None, doc = "--compression of the .kpack archives (zstd or none); unset uses the tool's default."),
         "exclude_archs": attrs.list(attrs.string(), default = [], doc = "Archs passed to --exclude-arch (kept in the host code, not split out)."),
         "shard": attrs.string(default = "", doc = "Name of the CI shard this split belongs to (e.g. \"gfx110X-build\"); kpack_recombine stages it under this name, which the packaging config's primary_shard refers to. Defaults to the target name."),
         "split_databases": attrs.list(attrs.string(), default = [], doc = "Database handlers for --split-databases: rocblas, hipblaslt, aotriton, miopen."),

@@ -188,6 +188,11 @@ def rcclx_snapshot(
     root_path = (pkg + "/" + snapshots_root) if pkg else snapshots_root
     store_shown = store_url or ((pkg + "/" + local_store) if pkg else local_store)
     by_channel = {"stable": stable_checksums, "last_stable": last_stable_checksums}
+    for channel, checksums in by_channel.items():
+        for version in checksums:
+            if version not in ROCM_VERSIONS:
+                # No constraint value could ever select it: a typo or a new version.
+                fail("rcclx_snapshot: %s checksums list ROCm %s, which is not one of ROCM_VERSIONS %s (rules/common/snapshot.bzl)" % (channel, version, ROCM_VERSIONS))
 
     def _flags(channel):
         return ["-D" + channel_define + "=" + channel] if channel_define else []

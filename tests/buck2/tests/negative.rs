@@ -244,3 +244,18 @@ fn a_command_line_the_helper_rejects_is_caught() {
         a.actions.iter().map(|x| (l.clone(), x.clone())).collect();
     assert!(check_helper_commands(&bins, &repo_root(), &acts).is_err());
 }
+
+#[test]
+fn a_checksum_for_an_unknown_rocm_version_is_caught() {
+    // The seed's `.get(ver, "0" * 64)` let typos pass silently.
+    let e = broken(
+        "examples/rcclx/stable_checksums.bzl",
+        "    \"6.4\": ",
+        "    \"6.4.2\": ",
+    );
+    let err = format!("{:#}", e.package("root", "examples/rcclx").unwrap_err());
+    assert!(
+        err.contains("ROCm 6.4.2, which is not one of ROCM_VERSIONS"),
+        "{err}"
+    );
+}

@@ -560,3 +560,38 @@ fn rules_and_macros_have_the_bazel_names_and_attributes() {
             .unwrap_or_else(|err| panic!("defs.bzl does not export {name}: {err}"));
     }
 }
+
+#[test]
+fn every_kpack_split_option_reaches_the_helper_in_a_form_it_accepts() {
+    // The example uses few options; set them all on a copy of its BUCK file.
+    let e = engine();
+    let text = std::fs::read_to_string(repo_root().join("examples/kpack/BUCK")).unwrap();
+    let from = "    split_databases = [\"rocblas\"],\n";
+    assert!(text.contains(from));
+    e.overlay(
+        "examples/kpack/BUCK",
+        &text.replace(
+            from,
+            "    split_databases = [\"rocblas\", \"hipblaslt\"],\n    compression = \"none\",\n    exclude_archs = [\"gfx1101\", \"gfx1102\"],\n",
+        ),
+    );
+    let t = label("examples/kpack", "split_gfx110X-build");
+    let cfg = e.config_for(&t, &[]).unwrap();
+    let a = e.analyze(&t, &cfg).unwrap_or_else(|err| panic!("{err:#}"));
+    let acts: Vec<(Label, Json)> = a.actions.iter().map(|x| (t.clone(), x.clone())).collect();
+    let bins = helper_bins(&repo_root()).unwrap_or_else(|err| panic!("{err:#}"));
+    let checked =
+        check_helper_commands(&bins, &repo_root(), &acts).unwrap_or_else(|err| panic!("{err:#}"));
+    assert_eq!(checked.len(), 1, "{checked:?}");
+    for want in [
+        "--compression none",
+        "--exclude-arch gfx1101 --exclude-arch gfx1102",
+        "--split-databases rocblas hipblaslt",
+    ] {
+        assert!(
+            checked[0].contains(want),
+            "{want} missing from {}",
+            checked[0]
+        );
+    }
+}

@@ -18,7 +18,7 @@ libfuzzer_sys::fuzz_target!(|data: &[u8]| {
             t.generic_covers(),
         );
         let c = compatible_targets(&t);
-        assert!(c.len() <= 1 << 17);
+        assert!(c.len() <= 2 << rocpack_bundle::MAX_FEATURES);
         if let Ok(d) = TargetId::parse(b) {
             let m = isa_matches(&t, &d);
             // matching agrees with the runtime's candidate list for canonical spellings

@@ -321,3 +321,29 @@ fn json_is_deterministic_and_text_mode_works() {
         "{text}"
     );
 }
+
+#[test]
+fn split_binary_shows_hipk_wrappers_and_marker() {
+    let so = std::fs::read(shared().join("fixtures/fatbins/libfx_two_tu.so")).unwrap();
+    let marker = rocpack_kpack::Marker::new(["../.kpack/x_@GFXARCH@.kpack"], "lib/libfx_two_tu.so");
+    let split = rocpack_elf::split_host(&so, &marker.encode()).expect("split");
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("split.so");
+    std::fs::write(&p, &split).unwrap();
+    let v = inspect(&p);
+    assert_eq!(v["kind"], "elf");
+    assert_eq!(v["elf"]["state"], "split");
+    assert_eq!(v["bundles"].as_array().unwrap().len(), 0);
+    let ws = v["wrappers"].as_array().unwrap();
+    assert_eq!(ws.len(), 2);
+    for (i, w) in ws.iter().enumerate() {
+        assert_eq!(w["magic"], "HIPK");
+        assert_eq!(w["points_to_marker"], true);
+        assert_eq!(w["co_index"], i);
+    }
+    assert_eq!(v["marker"]["kernel_name"], "lib/libfx_two_tu.so");
+    assert_eq!(
+        v["marker"]["kpack_search_paths"],
+        serde_json::json!(["../.kpack/x_@GFXARCH@.kpack"])
+    );
+}

@@ -280,7 +280,8 @@ fn list_dirs(dir: &Path) -> Result<Vec<String>, FsError> {
             continue;
         }
         let p = dir.join(n);
-        if fs::symlink_metadata(&p).ctx(&p, "stat")?.is_dir() {
+        // Shard and artifact directories may be symlinks (staged inputs).
+        if fs::metadata(&p).ctx(&p, "stat")?.is_dir() {
             out.push(n.to_string());
         }
     }

@@ -26,7 +26,9 @@ pub use bundle::{
     ParseOptions, BUNDLE_MAGIC, CCOB_MAGIC, MAX_CCOB_RATIO,
 };
 pub use error::{Error, Result};
-pub use target::{compatible_targets, generic_covers, generic_for, isa_matches, Feature, TargetId};
+pub use target::{
+    compatible_targets, generic_covers, generic_for, isa_matches, Feature, TargetId, MAX_FEATURES,
+};
 pub use write::{
     write_ccob, write_ccob_level, write_uncompressed, write_uncompressed_aligned, DEFAULT_ALIGN,
     DEFAULT_ZLIB_LEVEL, DEFAULT_ZSTD_LEVEL,

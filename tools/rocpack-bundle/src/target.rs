@@ -19,6 +19,10 @@ const KINDS: &[&str] = &[
     "host", "hip", "hipv4", "openmp", "hcc", "cuda", "sycl", "fpga", "hipspv",
 ];
 
+/// Most target features an ID may carry (real ones have at most two:
+/// `sramecc`, `xnack`); bounds the runtime's 2^n candidate list.
+pub const MAX_FEATURES: usize = 8;
+
 /// One `:name+` / `:name-` target feature.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Feature {
@@ -165,6 +169,9 @@ impl TargetId {
                 };
                 if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
                     return Err(bad(s, format!("feature {p:?} has an invalid name")));
+                }
+                if features.len() >= MAX_FEATURES {
+                    return Err(bad(s, format!("more than {MAX_FEATURES} target features")));
                 }
                 if features.iter().any(|f| f.name == name) {
                     return Err(bad(s, format!("feature {name:?} given twice")));
@@ -315,9 +322,9 @@ pub fn compatible_targets(device: &TargetId) -> Vec<String> {
 }
 
 fn push_subsets(out: &mut Vec<String>, processor: &str, features: &[Feature]) {
-    // Feature counts are tiny (sramecc, xnack); cap defensively so a
-    // hostile ID cannot ask for 2^64 candidates.
-    let n = features.len().min(16);
+    // Feature counts are tiny (sramecc, xnack); parse() refuses more than
+    // MAX_FEATURES, so at most 256 candidates.
+    let n = features.len().min(MAX_FEATURES);
     let full: u32 = (1u32 << n) - 1;
     for mask in (0..=full).rev() {
         let mut s = processor.to_string();
@@ -452,6 +459,7 @@ mod tests {
             "hip v4-amdgcn",
             ":xnack+",
             "gfx90a:+",
+            "gfx1:a+:b+:c+:d+:e+:f+:g+:h+:i+",
         ] {
             assert!(TargetId::parse(s).is_err(), "{s:?} should fail");
         }

@@ -13,7 +13,11 @@
 //!   wrapper ([`WrapperInfo`]: magic, version, `co_index`, pointer model and
 //!   the bundle it *really* points at), the marker bytes of split binaries.
 //! * [`bundle_bytes`]`(data, &info, bundle_index) -> &[u8]` — the raw bytes
-//!   of one bundle (parse them with `rocpack_bundle::parse_bundle`).
+//!   of one bundle; [`parse_bundles`]`(data, &info) -> Vec<rocpack_bundle::Bundle>`
+//!   — every bundle parsed (element *i* = `co_index` *i*; code objects are
+//!   borrowed for uncompressed bundles), overlapping entries refused.
+//! * [`WrapperInfo::marker_bytes`] — the marker payload a HIPK wrapper
+//!   points at; [`WrapperInfo::co_index`].
 //! * [`split_host`]`(data, marker_payload) -> Result<Vec<u8>>` — host-only
 //!   rewrite of an ELF file. Host-only input comes back byte-identical.
 //!   Each HIPK wrapper's `co_index` (low u32 of its `reserved1`) is the
@@ -24,8 +28,16 @@
 //!   [`split_host`]: `bundles[i]` is the bundle (uncompressed or CCOB bytes)
 //!   for `co_index` *i*.
 //! * Archives: [`is_archive`], [`archive_members`], [`split_archive`],
-//!   [`reassemble_archive`]; [`split_file`] / [`reassemble_file`] dispatch
-//!   on ELF vs archive.
+//!   [`reassemble_archive`]; [`split_file`]`(data, &mut |member, info| marker)`
+//!   / [`reassemble_file`]`(data, &mut |member, info| bundles)` dispatch on
+//!   ELF vs archive (member name is `""` for a plain ELF file). Members
+//!   without device code (and `-fgpu-rdc` objects) are kept byte for byte.
+//! * Guarantees: deterministic output; no panics or unbounded allocation on
+//!   any input; the output of [`split_host`] survives GNU `strip` and
+//!   `llvm-strip` (program headers stay at `e_phoff`, no section-less
+//!   PT_LOAD), every relocation model (RELA, REL, RELR, absolute `ET_EXEC`)
+//!   keeps working; [`reassemble`] is the exact inverse (byte-identical when
+//!   the bundles are).
 //! * Errors: [`Error`] (every variant names a byte offset; `Error::offset`).
 
 mod analyze;
@@ -42,7 +54,7 @@ pub use analyze::{
 };
 pub use archive::{archive_members, is_archive, reassemble_archive, split_archive, ArchiveMember};
 pub use error::{Error, Result};
-pub use rewrite::{reassemble, split_host};
+pub use rewrite::{parse_bundles, reassemble, split_host};
 
 /// Raw bytes of bundle `index` of an analysed fat binary.
 pub fn bundle_bytes<'a>(data: &'a [u8], info: &FatBinaryInfo, index: usize) -> Result<&'a [u8]> {

@@ -123,6 +123,17 @@ pub fn reassemble(host: &[u8], bundles: &[Vec<u8>]) -> Result<Vec<u8>> {
 /// Every bundle must parse and its code objects must not overlap: device
 /// code is only removed once it is known to be extractable.
 pub(crate) fn validate_bundles(data: &[u8], info: &FatBinaryInfo) -> Result<()> {
+    parse_bundles(data, info).map(|_| ())
+}
+
+/// Parse every bundle of an analysed fat binary: element *i* is bundle *i*
+/// (`co_index` *i*; `info.bundles[i].wrappers` point at it). Errors name the
+/// file offset; bundles whose code objects overlap are refused.
+pub fn parse_bundles<'a>(
+    data: &'a [u8],
+    info: &FatBinaryInfo,
+) -> Result<Vec<rocpack_bundle::Bundle<'a>>> {
+    let mut out = Vec::with_capacity(info.bundles.len());
     for b in &info.bundles {
         let bytes = get(data, b.file_offset, b.len, "bundle")?;
         let parsed = rocpack_bundle::parse_bundle(bytes).map_err(|e| Error::Bundle {
@@ -148,8 +159,9 @@ pub(crate) fn validate_bundles(data: &[u8], info: &FatBinaryInfo) -> Result<()> 
                 ));
             }
         }
+        out.push(parsed);
     }
-    Ok(())
+    Ok(out)
 }
 
 fn movable(s: &Shdr) -> bool {

@@ -235,7 +235,7 @@ fn run(cli: Cli) -> Result<u8> {
                 } => {
                     note_recovery(&recovered);
                     println!(
-                        "{} {} ({} bytes) in {}{}",
+                        "{} {} ({} bytes) in {}",
                         if put.already_present {
                             "reused"
                         } else {
@@ -244,7 +244,6 @@ fn run(cli: Cli) -> Result<u8> {
                         put.key,
                         put.digest.size,
                         st.describe(),
-                        ""
                     );
                     for a in &archived {
                         println!("archived {a}");

@@ -243,3 +243,53 @@ fn second_create_waits_for_the_lock_or_times_out() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("waiting for the lock"));
     assert!(Path::new(&s.root().join("last-stable/6.4/metadata.txt")).exists());
 }
+
+#[test]
+fn every_step_of_a_rotation_with_removals_survives_a_crash() {
+    // Build 1 has rccl.h + extra.h, build 2 only rccl.h, build 3 no header: the third create
+    // must remove last-stable/6.4/extra.h (archived first) and stable/6.4/rccl.h (rotated first).
+    let t = Scratch::new(false);
+    for n in [1, 2, 3] {
+        t.artifact(n);
+    }
+    fs::write(t.path().join("art/lib1/extra.h"), "/* extra */\n").unwrap();
+    let args = |n: u64, headers: &[&str]| {
+        let mut a: Vec<String> = [
+            "create",
+            "--snapshots-root",
+            "root",
+            "--version",
+            "6.4",
+            "--artifact",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        a.push(format!("art/lib{n}/librcclx-dev.a"));
+        for h in headers {
+            a.push("--header".into());
+            a.push(format!("art/lib{n}/{h}"));
+        }
+        a
+    };
+    ok(&t.run(&args(1, &["rccl.h", "extra.h"]), &[]));
+    ok(&t.run(&args(2, &["rccl.h"]), &[]));
+    let op = args(3, &[]);
+    let reference = Scratch::new(false);
+    copy_tree(t.path(), reference.path());
+    let steps = traced_steps(&reference, &op);
+    assert!(
+        steps.iter().any(|s| s == "remove last-stable/6.4/extra.h"),
+        "{steps:?}"
+    );
+    assert!(
+        steps.iter().any(|s| s == "remove stable/6.4/rccl.h"),
+        "{steps:?}"
+    );
+    assert!(!reference.root().join("stable/6.4/rccl.h").exists());
+    assert!(reference
+        .root()
+        .join("archives/6.4/20260127_101112_extra.h")
+        .exists());
+    enumerate_faults(&t, &op, "create #3 with removals", true);
+}

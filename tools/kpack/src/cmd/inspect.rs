@@ -588,12 +588,14 @@ fn sha256_of(input: &Input, data: &[u8]) -> Result<String> {
     const CHUNK: usize = 1 << 20;
     let mut h = Sha256::new();
     match input.offset_of(data) {
-        Some(off) if data.len() > CHUNK => {
+        // File-backed: positioned reads into a small buffer, so the mapping's
+        // pages never become resident (peak RSS stays flat for huge inputs).
+        Some(off) if !data.is_empty() => {
             use std::os::unix::fs::FileExt;
-            let mut buf = vec![0u8; CHUNK];
+            let mut buf = vec![0u8; CHUNK.min(data.len())];
             let mut done = 0usize;
             while done < data.len() {
-                let n = CHUNK.min(data.len() - done);
+                let n = buf.len().min(data.len() - done);
                 input
                     .file
                     .read_exact_at(&mut buf[..n], off + done as u64)
