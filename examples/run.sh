@@ -37,7 +37,7 @@ log "rcclx: one library, three channels"
 for cfg in "" "--config=rcclx_stable --config=rocm64" "--config=rcclx_last_stable --config=rocm64" \
     "--config=rcclx_stable --config=rocm70"; do
     # shellcheck disable=SC2086
-    printf '  %-45s ' "bazel run ${cfg:-(default: dev)}"
+    printf '  %-56s ' "bazel run ${cfg:-(default: dev)}"
     bazel run --config=prebuilt $cfg //examples/rcclx:hello 2>/dev/null
 done
 

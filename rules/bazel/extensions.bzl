@@ -1,7 +1,7 @@
 """Module extensions of rocpack (bzlmod only; never loaded from WORKSPACE).
 
     rocpack_bin = use_extension("@rocpack//rules/bazel:extensions.bzl", "rocpack_binaries")
-    rocpack_bin.release(name = "rocpack_bin", version = "0.1.0", base_urls = [...], sha256 = {...})
+    rocpack_bin.release(repo = "rocpack_bin", version = "0.1.0", base_urls = [...], sha256 = {...})
     use_repo(rocpack_bin, "rocpack_bin")
 
     snaps = use_extension("@rocpack//rules/bazel:extensions.bzl", "rocpack_snapshots")
@@ -16,7 +16,7 @@ load("//rules/common:snapshot.bzl", "PREBUILT_CHANNELS", "parse_checksums_bzl", 
 _release = tag_class(
     doc = "One set of release binaries.",
     attrs = {
-        "name": attr.string(default = "rocpack_bin", doc = "Repository name."),
+        "repo": attr.string(default = "rocpack_bin", doc = "Repository name (its targets: :kpack, :snapctl)."),
         "version": attr.string(mandatory = True, doc = "Release version."),
         "base_urls": attr.string_list(mandatory = True, doc = "Base URLs holding rocpack-<version>-<platform>.tar.gz; file:// works."),
         "sha256": attr.string_dict(mandatory = True, doc = "Platform -> archive sha256."),
@@ -27,7 +27,7 @@ _release = tag_class(
 def _binaries_impl(mctx):
     for mod in mctx.modules:
         for t in mod.tags.release:
-            rocpack_release_binaries(name = t.name, version = t.version, base_urls = t.base_urls, sha256 = t.sha256, platform = t.platform)
+            rocpack_release_binaries(name = t.repo, version = t.version, base_urls = t.base_urls, sha256 = t.sha256, platform = t.platform)
 
 rocpack_binaries = module_extension(
     implementation = _binaries_impl,

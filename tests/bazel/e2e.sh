@@ -208,7 +208,7 @@ bazel --output_base="$OB2" shutdown
 log "temporary copy of the workspace for edits"
 W="$T/ws"
 mkdir -p "$W"
-tar -C "$ROOT" --exclude='./bazel-*' --exclude=./target --exclude=./.git --exclude=./buck-out -cf - . | tar -C "$W" -xf -
+tar -C "$ROOT" --exclude='./bazel-*' --exclude=./target --exclude=./.git --exclude=./buck-out --exclude=./tools/fuzz -cf - . | tar -C "$W" -xf -
 cd "$W"
 
 log "caching: changing one shard re-runs only the actions that depend on it"

@@ -30,7 +30,7 @@ fi
 mounted=()
 cleanup() {
     local rc=$?
-    chroot "$CHROOT" bash -c 'cd /workspace 2>/dev/null && bazel shutdown' >/dev/null 2>&1 || true
+    chroot "$CHROOT" bash -c 'cd /workspace 2>/dev/null && bazel shutdown; cd /consumer 2>/dev/null && bazel shutdown' >/dev/null 2>&1 || true
     for m in "${mounted[@]}"; do mount --make-rslave "$CHROOT$m" 2>/dev/null || true; done
     for m in "${mounted[@]}"; do umount -R "$CHROOT$m" 2>/dev/null || umount -lR "$CHROOT$m" || true; done
     if findmnt -rno TARGET | grep -q "^$CHROOT/"; then
@@ -57,7 +57,7 @@ chroot "$CHROOT" env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin bash -c 'set -e; dpkg
 log "copy the workspace into the chroot"
 rm -rf "$CHROOT/workspace"
 mkdir -p "$CHROOT/workspace"
-tar -C "$ROOT" --exclude='./bazel-*' --exclude=./target --exclude=./.git --exclude=./buck-out -cf - . | tar -C "$CHROOT/workspace" -xf -
+tar -C "$ROOT" --exclude='./bazel-*' --exclude=./target --exclude=./.git --exclude=./buck-out --exclude=./tools/fuzz -cf - . | tar -C "$CHROOT/workspace" -xf -
 "$CHROOT/workspace/rules/bazel/prebuilt/install.sh" ${KPACK_BIN:+"$KPACK_BIN"} ${SNAPCTL_BIN:+"$SNAPCTL_BIN"}
 
 log "Bazel 7.7.1, bzlmod (MODULE.bazel): build, test, hello per channel"
@@ -81,6 +81,53 @@ bazel shutdown
 echo "== Bazel 7.7.1, WORKSPACE mode (--noenable_bzlmod): //examples/kpack/... //tests/bazel/..."
 bazel build --noenable_bzlmod --config=prebuilt //examples/kpack/... //tests/bazel/...
 bazel test --noenable_bzlmod --config=prebuilt //examples/kpack/... //tests/bazel/...
+bazel shutdown
+
+echo "== Bazel 7.7.1, a bzlmod consumer module: release binaries + remote snapshot store via module extensions"
+rm -rf /release /consumer && mkdir -p /release /consumer/pkg /consumer/snap
+tar --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner -C /workspace/rules/bazel/prebuilt \
+    -czf /release/rocpack-0.1.0-x86_64-unknown-linux-gnu.tar.gz kpack snapctl
+sha="$(sha256sum /release/rocpack-0.1.0-x86_64-unknown-linux-gnu.tar.gz | cut -c1-64)"
+cp -R /workspace/examples/kpack/shards /workspace/examples/kpack/packaging-config.json /consumer/pkg/
+cat > /consumer/MODULE.bazel <<EOF
+module(name = "consumer")
+bazel_dep(name = "rocpack", version = "0.1.0")
+local_path_override(module_name = "rocpack", path = "/workspace")
+bin = use_extension("@rocpack//rules/bazel:extensions.bzl", "rocpack_binaries")
+bin.release(repo = "rocpack_bin", version = "0.1.0", base_urls = ["file:///release"], sha256 = {"x86_64-unknown-linux-gnu": "$sha"})
+use_repo(bin, "rocpack_bin")
+snaps = use_extension("@rocpack//rules/bazel:extensions.bzl", "rocpack_snapshots")
+snaps.store(prefix = "rcclx_snapshots", url = "file:///workspace/examples/rcclx/store", checksums = "@rocpack//examples/rcclx:stable_checksums.bzl")
+use_repo(snaps, "rcclx_snapshots_stable_rocm64")
+EOF
+: > /consumer/WORKSPACE.bzlmod
+cat > /consumer/.bazelrc <<EOF
+common --override_module=zlib=/workspace/rules/bazel/offline/modules/zlib
+common --override_module=buildozer=/workspace/rules/bazel/offline/modules/buildozer
+common --override_module=protobuf=/workspace/rules/bazel/offline/modules/protobuf
+common --override_module=apple_support=/workspace/rules/bazel/offline/modules/apple_support
+common --lockfile_mode=off
+build --nosandbox_debug
+build --@rocpack//rules/bazel:kpack=@rocpack_bin//:kpack
+build --@rocpack//rules/bazel:snapctl=@rocpack_bin//:snapctl
+EOF
+cat > /consumer/pkg/BUILD.bazel <<EOF
+load("@rocpack//rules/bazel:defs.bzl", "kpack_packages", "kpack_split")
+SHARDS = {"gfx110X-build": "blas_lib_gfx110X-dgpu", "gfx1151-build": "blas_lib_gfx1151", "gfx120X-build": "blas_lib_gfx120X-all"}
+[kpack_split(name = "split_" + s, srcs = glob(["shards/%s/%s/**" % (s, a)]), artifact_prefix = "blas_lib", shard = s, split_databases = ["rocblas"]) for s, a in SHARDS.items()]
+kpack_packages(component = "blas_lib", config = "packaging-config.json", groups = ["gfx110X", "gfx115X", "gfx120X"], shards = [":split_" + s for s in SHARDS])
+EOF
+cat > /consumer/snap/BUILD.bazel <<EOF
+load("@rocpack//examples/rcclx:stable_checksums.bzl", "RCCLX_STABLE_CHECKSUMS")
+load("@rocpack//rules/bazel:defs.bzl", "snapshot_blob")
+snapshot_blob(name = "stable_rocm64", blob = "@rcclx_snapshots_stable_rocm64//file", sha256 = RCCLX_STABLE_CHECKSUMS["6.4"], out = "librcclx-dev.a", channel = "stable", version = "6.4")
+EOF
+cd /consumer
+bazel build //pkg:blas_lib_gfx110X //snap:stable_rocm64
+diff <(cd bazel-bin/pkg/blas_lib_gfx110X && find -L . -type f | sort | xargs sha256sum) \
+     <(cd /workspace/bazel-bin/examples/kpack/blas_lib_gfx110X && find -L . -type f | sort | xargs sha256sum)
+cmp bazel-bin/snap/stable_rocm64/librcclx-dev.a /workspace/examples/rcclx/store/cas/sha256/$(awk "/sha256:/ {print \$2; exit}" /workspace/examples/rcclx/snapshots/stable/6.4/metadata.txt)
+echo "  consumer module OK: downloaded helpers give identical blas_lib_gfx110X; stable 6.4 blob fetched and verified"
 bazel shutdown
 '
 log "Bazel 7.7.1 check passed"

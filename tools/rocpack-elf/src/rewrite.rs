@@ -878,12 +878,6 @@ fn reassemble_linked(elf: &Elf<'_>, info: &FatBinaryInfo, bundles: &[Vec<u8>]) -
     let w = v + fb.size;
     let m = mk.section.addr;
     let mlen = mk.section.size;
-    if mk.section.index + 1 != elf.shdrs.len() {
-        return Err(Error::unsupported(
-            elf.shdr_offset(mk.section.index),
-            ".rocm_kpack_ref is not the last section (not written by rocpack)",
-        ));
-    }
     let l1i = elf
         .phdrs
         .iter()
@@ -1029,7 +1023,8 @@ fn reassemble_linked(elf: &Elf<'_>, info: &FatBinaryInfo, bundles: &[Vec<u8>]) -
     )?;
 
     let mut shdrs = elf.shdrs.clone();
-    shdrs.pop(); // the marker
+    // The marker section is removed at the end (after the tail layout, which
+    // indexes sections by their input index).
     for (i, sh) in shdrs.iter_mut().enumerate() {
         if i == 0 {
             continue;
@@ -1104,7 +1099,60 @@ fn reassemble_linked(elf: &Elf<'_>, info: &FatBinaryInfo, bundles: &[Vec<u8>]) -
         put_u32(&mut out, woff + 16, 0)?;
         write_pointer(&mut out, &map, wr, bundle_addr[co])?;
     }
+    remove_section(elf, &mut out, &map, &mut shdrs, mk.section.index, fb.index)?;
     let shoff = write_shdrs(&shdrs, &mut out)?;
     write_ehdr(&mut out, new_n, shoff, shdrs.len() as u64)?;
     Ok(out)
+}
+
+/// Drop section header `k` and renumber every reference to later sections
+/// (`sh_link`, `sh_info` of relocation / INFO_LINK sections, symbol
+/// `st_shndx`, `e_shstrndx`). Symbols defined in `k` move to `fallback`.
+/// GNU strip does not keep the marker last, so it can be anywhere.
+fn remove_section(
+    elf: &Elf<'_>,
+    out: &mut [u8],
+    map: &OffMap,
+    shdrs: &mut Vec<Shdr>,
+    k: usize,
+    fallback: usize,
+) -> Result<()> {
+    if k == 0 || k >= shdrs.len() {
+        return Err(Error::layout(0, "internal: bad section index to remove"));
+    }
+    shdrs.remove(k);
+    for sh in shdrs.iter_mut() {
+        if sh.sh_link as usize > k {
+            sh.sh_link -= 1;
+        }
+        let info_link = sh.sh_type == elf::SHT_REL
+            || sh.sh_type == elf::SHT_RELA
+            || sh.sh_flags & u64::from(elf::SHF_INFO_LINK) != 0;
+        if info_link && sh.sh_info as usize > k {
+            sh.sh_info -= 1;
+        }
+    }
+    let fallback = u16::try_from(if fallback > k { fallback - 1 } else { fallback })
+        .map_err(|_| Error::unsupported(0, "section index needs SHN_XINDEX"))?;
+    for (i, s) in elf.shdrs.iter().enumerate() {
+        if s.sh_type != elf::SHT_SYMTAB && s.sh_type != elf::SHT_DYNSYM {
+            continue;
+        }
+        for (n, sym) in elf.symbols(i)?.iter().enumerate() {
+            let idx = usize::from(sym.st_shndx);
+            let new = if idx == k {
+                fallback
+            } else if idx > k && sym.st_shndx < elf::SHN_LORESERVE {
+                sym.st_shndx - 1
+            } else {
+                continue;
+            };
+            let at = map.map_or_err(s.sh_offset + n as u64 * SYM_SIZE + 6, "symbol")?;
+            put_u16(out, at, new)?;
+        }
+    }
+    if elf.ehdr.e_shstrndx != elf::SHN_XINDEX && usize::from(elf.ehdr.e_shstrndx) > k {
+        put_u16(out, 62, elf.ehdr.e_shstrndx - 1)?;
+    }
+    Ok(())
 }
