@@ -3,13 +3,15 @@
 # of the same file, measured in the same run (best of N). Target: ratio <= 1.3.
 # snapctl also fsyncs the blob (durability before metadata moves), so a second ratio against
 # `openssl dgst -sha256` + `cp` + `sync FILE` is printed too.
-#   usage: bench/snapctl-create.sh [SIZE_MIB=150] [RUNS=5]
+#   usage: [SNAPCTL=path] bench/snapctl-create.sh [SIZE_MIB=150] [RUNS=5]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SIZE_MIB="${1:-150}"
 RUNS="${2:-5}"
-cargo build -q --release -p snapctl
-SNAPCTL="$PWD/target/release/snapctl"
+if [ -z "${SNAPCTL:-}" ]; then # SNAPCTL=path/to/snapctl skips the build
+    cargo build -q --release -p snapctl
+    SNAPCTL="$PWD/target/release/snapctl"
+fi
 W="$(mktemp -d "${TMPDIR:-/tmp}/snapctl-bench.XXXXXX")"
 trap 'chmod -R u+w "$W"; rm -rf "$W"' EXIT
 head -c "$((SIZE_MIB * 1024 * 1024))" /dev/urandom >"$W/librcclx-dev.a"

@@ -10,7 +10,7 @@
 #                               ROCPACK_BENCH_CACHE=/tmp/rocpack-bench by default)
 . "$(dirname "$0")/lib.sh"
 
-KPACK="$(kpack_release)"
+KPACK="${KPACK:-$(kpack_release)}"   # KPACK=path/to/kpack skips the build
 LIB="$(rocsparse)"
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/rocpack-bench-split.XXXXXX")"
 trap 'rm -rf "$WORK"' EXIT

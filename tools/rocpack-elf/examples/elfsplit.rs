@@ -40,8 +40,13 @@ fn run(args: &[String]) -> Result<(), Box<dyn std::error::Error>> {
             let out = rocpack_elf::reassemble_file(&s, &mut |name, _| {
                 if rocpack_elf::is_archive(&d) {
                     let m = rocpack_elf::archive_members(&d)?;
-                    let m = m.iter().find(|m| m.name == name).expect("member");
-                    bundles_of(m.data)
+                    match m.iter().find(|m| m.name == name) {
+                        Some(m) => bundles_of(m.data),
+                        None => Err(rocpack_elf::Error::Archive {
+                            offset: 0,
+                            what: format!("member {name} not in the original archive"),
+                        }),
+                    }
                 } else {
                     bundles_of(&d)
                 }

@@ -134,6 +134,7 @@ fn split_binaries_load_and_register_hipk_after_every_strip() {
         std::fs::write(&fat, &data).unwrap();
         let lines = load(&loader, &libdir, &fat, 24);
         assert!(!lines.is_empty(), "{name}: nothing registered");
+        let mut bundle_hex: Vec<String> = Vec::new();
         for l in &lines {
             // "FPIH" is how HIPF's little-endian bytes print.
             assert!(l.starts_with("magic=FPIH version=1"), "{name}: {l}");
@@ -148,7 +149,7 @@ fn split_binaries_load_and_register_hipk_after_every_strip() {
                 .unwrap();
             assert_eq!(idx, 0, "{name}: {l}");
             let hexdata = l.split("data=").nth(1).unwrap();
-            let mut bundle_hex: Vec<String> = orig
+            bundle_hex = orig
                 .bundles
                 .iter()
                 .map(|b| hex::encode(&data[b.file_offset as usize..b.file_offset as usize + 24]))
@@ -197,6 +198,27 @@ fn split_binaries_load_and_register_hipk_after_every_strip() {
                 let rocblas_lib =
                     has_rocblas && l.contains(&format!("data={}", hex::encode(b"rocblas-marker")));
                 assert!(ours || rocblas_lib, "{name} {variant}: {l}");
+            }
+            // Reassembling the (stripped) split binary gives a loadable fat
+            // binary registering HIPF and the original bundles again.
+            let stripped = std::fs::read(&split_path).unwrap();
+            let back = rocpack_elf::reassemble(&stripped, &bundles_of(&data)).unwrap();
+            assert_eq!(code_objects(&back), code_objects(&data), "{name} {variant}");
+            std::fs::write(&split_path, &back).unwrap();
+            let lines = load(&loader, &libdir, &split_path, 24);
+            for l in &lines {
+                if has_rocblas && l.starts_with("magic=HIPK") {
+                    continue; // the split librocblas beside it
+                }
+                assert!(
+                    l.starts_with("magic=FPIH version=1"),
+                    "{name} {variant} reassembled: {l}"
+                );
+                let hexdata = l.split("data=").nth(1).unwrap();
+                assert!(
+                    bundle_hex.iter().any(|h| h == hexdata),
+                    "{name} {variant} reassembled: {l}"
+                );
             }
         }
         checked += 1;

@@ -22,17 +22,17 @@ fn fail_at() -> Option<usize> {
     *FAIL.get_or_init(|| std::env::var(FAULT_ENV).ok().and_then(|v| v.parse().ok()))
 }
 
-fn trace() -> bool {
-    static TRACE: OnceLock<bool> = OnceLock::new();
-    *TRACE.get_or_init(|| std::env::var_os(TRACE_ENV).is_some())
+fn trace() -> Option<std::time::Instant> {
+    static TRACE: OnceLock<Option<std::time::Instant>> = OnceLock::new();
+    *TRACE.get_or_init(|| std::env::var_os(TRACE_ENV).map(|_| std::time::Instant::now()))
 }
 
 /// Marks one durable step. Under [`FAULT_ENV`]=N the process exits abruptly
 /// (no destructors, no cleanup) right before the N-th step, simulating a crash.
 pub fn step(label: &str) {
     let n = STEP.fetch_add(1, Ordering::SeqCst) + 1;
-    if trace() {
-        eprintln!("snapctl-step {n} {label}");
+    if let Some(t0) = trace() {
+        eprintln!("snapctl-step {n} {label} [+{} ms]", t0.elapsed().as_millis());
     }
     if fail_at() == Some(n) {
         eprintln!("snapctl: {FAULT_ENV}={n}: simulated crash before step `{label}`");

@@ -17,7 +17,8 @@ fn traced_steps(s: &Scratch, args: &[String]) -> Vec<String> {
     stderr(&o)
         .lines()
         .filter_map(|l| l.strip_prefix("snapctl-step "))
-        .map(|l| l.split_once(' ').map(|x| x.1).unwrap_or("").to_string())
+        .map(|l| l.split_once(' ').map(|x| x.1).unwrap_or(""))
+        .map(|l| l.rsplit_once(" [+").map_or(l, |x| x.0).to_string())
         .collect()
 }
 
