@@ -876,3 +876,75 @@ fn usage_errors_exit_2() {
     assert!(String::from_utf8_lossy(&o.stderr).contains("artifact_manifest.txt"));
     assert!(!out.exists());
 }
+
+#[test]
+fn batch_mode_is_all_or_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let parent = tmp.path().join("shard");
+    copy_tree(&shard("gfx1151-build"), &parent);
+    // Break one of the four artifacts: its manifest escapes the directory.
+    fs::write(
+        parent.join("blas_test_gfx1151/artifact_manifest.txt"),
+        "../../x\n",
+    )
+    .unwrap();
+    let out = tmp.path().join("out");
+    let o = kpack(&[
+        "split",
+        "--batch-artifact-parent-dir",
+        s(&parent),
+        "--output-dir",
+        s(&out),
+    ]);
+    fails_cleanly(&o, &out, &["blas_test_gfx1151/artifact_manifest.txt"]);
+    // A `<name>_generic` directory is never treated as an input artifact.
+    fs::write(
+        parent.join("blas_test_gfx1151/artifact_manifest.txt"),
+        "math-libs/BLAS/rocBLAS/stage\n",
+    )
+    .unwrap();
+    copy_tree(
+        &parent.join("support_dev_gfx1151"),
+        &parent.join("support_dev_generic"),
+    );
+    let o = kpack(&[
+        "split",
+        "--batch-artifact-parent-dir",
+        s(&parent),
+        "--output-dir",
+        s(&out),
+        "--json",
+    ]);
+    ok(&o);
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(j.as_array().unwrap().len(), 4);
+}
+
+#[test]
+fn overlapping_bundle_entries_name_file_and_offset() {
+    let tmp = tempfile::tempdir().unwrap();
+    let input = tmp.path().join("in");
+    copy_tree(
+        &shard("gfx110X-build").join("blas_lib_gfx110X-dgpu"),
+        &input,
+    );
+    let f = input.join("math-libs/BLAS/rocBLAS/stage/lib/librocblas.so.5.2");
+    let mut b = fs::read(&f).unwrap();
+    // First bundle at 12288 (expected-unbundle.tsv): magic, u64 count, then
+    // entries {u64 offset, u64 size, u64 id_len, id}. Point entry 2 into entry 1.
+    let base = 12288;
+    assert_eq!(&b[base..base + 24], b"__CLANG_OFFLOAD_BUNDLE__");
+    let u64_at = |b: &[u8], p: usize| u64::from_le_bytes(b[p..p + 8].try_into().unwrap());
+    let mut pos = base + 32;
+    let mut entries = Vec::new();
+    for _ in 0..3 {
+        entries.push((pos, u64_at(&b, pos)));
+        pos += 24 + u64_at(&b, pos + 16) as usize;
+    }
+    let overlap = entries[1].1 + 16;
+    b[entries[2].0..entries[2].0 + 8].copy_from_slice(&overlap.to_le_bytes());
+    fs::write(&f, &b).unwrap();
+    let out = tmp.path().join("out");
+    let o = split(&input, "blas_lib", &out, &[]);
+    fails_cleanly(&o, &out, &["librocblas.so.5.2", "offset 12288", "overlap"]);
+}

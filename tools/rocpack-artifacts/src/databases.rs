@@ -166,9 +166,8 @@ fn parse_target_at(s: &str) -> Option<(String, usize)> {
         out = s[..i].to_string();
     }
     // Features: ([-:](sramecc|xnack)[+-])*
-    loop {
-        let Some(sep) = b.get(i) else { break };
-        if *sep != b':' && *sep != b'-' {
+    while let Some(&sep) = b.get(i) {
+        if sep != b':' && sep != b'-' {
             break;
         }
         let rest = &s[i + 1..];

@@ -248,6 +248,9 @@ enum KernelSrc {
     Ccob { offset: u64, len: u64, entry: usize },
 }
 
+/// Per prefix index: database files (relative paths) and code objects.
+type PerPrefix = BTreeMap<usize, (Vec<String>, Vec<KernelRef>)>;
+
 #[derive(Debug, Clone)]
 struct KernelRef {
     key: String,
@@ -938,8 +941,7 @@ fn split_into(
     let mut symlinks = 0u64;
     let mut fat_summaries = Vec::new();
     // (arch) -> prefix -> (db files, kernels)
-    let mut per_arch: BTreeMap<String, BTreeMap<usize, (Vec<String>, Vec<KernelRef>)>> =
-        BTreeMap::new();
+    let mut per_arch: BTreeMap<String, PerPrefix> = BTreeMap::new();
     let mut processed = ArtifactManifest::new();
     for (pi, scan) in scans.iter_mut().enumerate() {
         processed.push(&scan.prefix)?;

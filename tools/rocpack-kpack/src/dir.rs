@@ -202,6 +202,7 @@ impl UnpackManifest {
     /// the manifest's group, family, arches and metadata.
     pub fn to_writer(&self, dir: &Path, compression: Compression) -> Result<KpackWriter<'static>> {
         let mut w = KpackWriter::new(compression);
+        w.normalize_keys(false);
         w.group_name(self.group_name.clone())
             .arch_family(self.gfx_arch_family.clone())
             .arches(self.gfx_arches.iter().cloned());

@@ -287,6 +287,7 @@ impl KpackReader {
     /// create it) reproduces the file byte for byte.
     pub fn to_writer(&self, compression: Compression) -> Result<KpackWriter<'_>> {
         let mut w = KpackWriter::new(compression);
+        w.normalize_keys(false);
         w.group_name(self.group_name())
             .arch_family(self.gfx_arch_family())
             .arches(self.gfx_arches().iter().cloned());

@@ -217,6 +217,7 @@ pub struct KpackStreamWriter<W: Write + Seek> {
     header: Header,
     toc: TocBuilder,
     blobs: Vec<(u64, u64)>,
+    normalize: bool,
 }
 
 impl<W: Write + Seek> KpackStreamWriter<W> {
@@ -241,6 +242,7 @@ impl<W: Write + Seek> KpackStreamWriter<W> {
             header: Header::default(),
             toc: TocBuilder::default(),
             blobs: Vec::new(),
+            normalize: true,
         })
     }
 
@@ -264,6 +266,21 @@ impl<W: Write + Seek> KpackStreamWriter<W> {
     {
         self.header.gfx_arches = Some(arches.into_iter().map(Into::into).collect());
         self
+    }
+
+    /// Whether `add*` replaces `\` with `/` in keys like the reference
+    /// writer (default `true`); `false` writes keys verbatim.
+    pub fn normalize_keys(&mut self, on: bool) -> &mut Self {
+        self.normalize = on;
+        self
+    }
+
+    fn key(&self, key: &str) -> String {
+        if self.normalize {
+            normalize_key(key)
+        } else {
+            key.to_owned()
+        }
     }
 
     /// Number of kernels added so far.
@@ -291,7 +308,7 @@ impl<W: Write + Seek> KpackStreamWriter<W> {
     ) -> Result<u32> {
         match self.compression {
             Compression::None => {
-                let key = normalize_key(key);
+                let key = self.key(key);
                 self.toc.check(&key, target)?;
                 self.w.write_all(data)?;
                 let offset = self.pos;
@@ -324,7 +341,7 @@ impl<W: Write + Seek> KpackStreamWriter<W> {
                 "add_frame needs the zstd-per-kernel scheme".into(),
             )));
         }
-        let key = normalize_key(key);
+        let key = self.key(key);
         self.toc.check(&key, target)?;
         if u64::from(self.toc.count) >= ZSTD_MAX_KERNELS {
             return Err(Error::new(ErrorKind::Limit(format!(
@@ -403,6 +420,7 @@ pub struct KpackWriter<'a> {
     header: Header,
     seen: HashMap<(String, String), ()>,
     kernels: Vec<Pending<'a>>,
+    normalize: bool,
 }
 
 /// Input bytes compressed per parallel batch (bounds the frames held at once).
@@ -416,7 +434,16 @@ impl<'a> KpackWriter<'a> {
             header: Header::default(),
             seen: HashMap::new(),
             kernels: Vec::new(),
+            normalize: true,
         }
+    }
+
+    /// Whether `add*` replaces `\` with `/` in keys like the reference
+    /// writer (default `true`); `false` keeps keys verbatim (used when
+    /// rewriting an existing archive).
+    pub fn normalize_keys(&mut self, on: bool) -> &mut Self {
+        self.normalize = on;
+        self
     }
 
     /// The compression this writer uses.
@@ -471,7 +498,11 @@ impl<'a> KpackWriter<'a> {
         data: impl Into<Cow<'a, [u8]>>,
         metadata: Option<rmpv::Value>,
     ) -> Result<u32> {
-        let key = normalize_key(key);
+        let key = if self.normalize {
+            normalize_key(key)
+        } else {
+            key.to_owned()
+        };
         let id = (key, target.to_owned());
         if self.seen.contains_key(&id) {
             return Err(Error::new(ErrorKind::Duplicate {
@@ -496,6 +527,8 @@ impl<'a> KpackWriter<'a> {
     pub fn write_to<W: Write + Seek>(&self, w: W) -> Result<(W, WriteSummary)> {
         let mut s = KpackStreamWriter::new(w, self.compression)?;
         s.header = self.header.clone();
+        // Keys were normalised (or not) when added.
+        s.normalize = false;
         match self.compression {
             Compression::None => {
                 for k in &self.kernels {

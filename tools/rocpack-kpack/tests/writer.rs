@@ -295,3 +295,27 @@ fn file_writer_is_atomic() {
     assert!(!q.exists());
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
 }
+
+#[test]
+fn verbatim_keys_survive_a_rewrite() {
+    // Regression (fuzz): a key with a backslash, written by some other tool,
+    // must be rewritten verbatim by to_writer and unpack/pack.
+    let mut w = KpackWriter::new(Compression::zstd());
+    w.normalize_keys(false);
+    w.add("li\\/libhip.so#0", "gfx1100", sample(300, 1))
+        .unwrap();
+    w.add("li//libhip.so#0", "gfx1100", sample(300, 2)).unwrap();
+    let bytes = w.to_vec().unwrap();
+    let r = KpackReader::from_bytes(&bytes).unwrap();
+    assert_eq!(r.entries()[0].key, "li\\/libhip.so#0");
+    assert_eq!(
+        r.to_writer(Compression::zstd()).unwrap().to_vec().unwrap(),
+        bytes
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let m = unpack_to_dir(&r, &dir.path().join("u")).unwrap();
+    let again = m
+        .to_writer(&dir.path().join("u"), Compression::zstd())
+        .unwrap();
+    assert_eq!(again.to_vec().unwrap(), bytes);
+}

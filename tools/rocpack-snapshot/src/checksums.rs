@@ -222,7 +222,12 @@ mod tests {
     fn evaluation_catches_broken_or_different_files() {
         assert!(evaluate("x.bzl", "X = {\n", &["X".to_string()]).is_err());
         assert!(evaluate("x.bzl", "Y = {}\n", &["X".to_string()]).is_err());
-        let got = evaluate("x.bzl", "X = {\"6.4\": None, \"a\": [1]}\n", &["X".to_string()]).unwrap();
+        let got = evaluate(
+            "x.bzl",
+            "X = {\"6.4\": None, \"a\": [1]}\n",
+            &["X".to_string()],
+        )
+        .unwrap();
         assert_eq!(got["X"], json!({"6.4": null, "a": [1]}));
     }
 

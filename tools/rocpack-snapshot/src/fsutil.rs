@@ -32,7 +32,10 @@ fn trace() -> Option<std::time::Instant> {
 pub fn step(label: &str) {
     let n = STEP.fetch_add(1, Ordering::SeqCst) + 1;
     if let Some(t0) = trace() {
-        eprintln!("snapctl-step {n} {label} [+{} ms]", t0.elapsed().as_millis());
+        eprintln!(
+            "snapctl-step {n} {label} [+{} ms]",
+            t0.elapsed().as_millis()
+        );
     }
     if fail_at() == Some(n) {
         eprintln!("snapctl: {FAULT_ENV}={n}: simulated crash before step `{label}`");

@@ -38,81 +38,106 @@ pub fn sha256_file(path: &Path) -> Result<(String, u64)> {
     Ok((hex::encode(h.finalize()), n))
 }
 
-/// sha256 and sha1 of `path`, in parallel. When `same_as` is given, the sha1 thread
-/// also checks byte-for-byte that `path` equals that file (verify-after-write).
+/// Read-only map of a whole file (`None` for an empty file).
+#[allow(unsafe_code)]
+fn map(path: &Path) -> Result<Option<memmap2::Mmap>> {
+    let f = File::open(path).map_err(io_at(path))?;
+    if f.metadata().map_err(io_at(path))?.len() == 0 {
+        return Ok(None);
+    }
+    // SAFETY: the map is only read. The files are the blob store's own temp file and the
+    // artifact being published; if another process truncated or rewrote the artifact
+    // meanwhile, the byte-for-byte comparison and the size check below report it.
+    let m = unsafe { memmap2::Mmap::map(&f) }.map_err(io_at(path))?;
+    Ok(Some(m))
+}
+
+/// sha256 and sha1 of `path`, in parallel over a memory map. When `same_as` is given,
+/// the sha1 thread also checks byte for byte that `path` equals that file
+/// (verify-after-write).
 pub fn digest_file(path: &Path, same_as: Option<&Path>) -> Result<FileDigest> {
+    let a = map(path)?;
+    let b = same_as.map(map).transpose()?;
+    let da: &[u8] = a.as_deref().unwrap_or_default();
     std::thread::scope(|s| {
-        let t256 = s.spawn(|| sha256_file(path));
-        let sha1 = sha1_and_compare(path, same_as);
-        let (sha256, size) = t256
-            .join()
-            .map_err(|_| Error::Usage("sha256 worker thread panicked".into()))??;
-        let (sha1, size1) = sha1?;
-        if size != size1 {
-            return Err(Error::input(
-                path,
-                None,
-                "file changed while it was being read",
-            ));
+        let t256 = s.spawn(|| {
+            let mut h = Sha256::new();
+            for c in da.chunks(CHUNK) {
+                h.update(c);
+            }
+            hex::encode(h.finalize())
+        });
+        let mut h1 = Sha1::new();
+        let mut mismatch = None;
+        if let (Some(other), Some(b)) = (same_as, &b) {
+            let db: &[u8] = b.as_deref().unwrap_or_default();
+            if da.len() != db.len() {
+                mismatch = Some(format!(
+                    "written copy has {} bytes, {} has {}",
+                    da.len(),
+                    other.display(),
+                    db.len()
+                ));
+            }
+            for (i, (ca, cb)) in da.chunks(CHUNK).zip(db.chunks(CHUNK)).enumerate() {
+                if mismatch.is_none() && ca != cb {
+                    let at = ca.iter().zip(cb).position(|(x, y)| x != y).unwrap_or(0);
+                    mismatch = Some(format!(
+                        "byte offset {}: written copy differs from {}",
+                        i.saturating_mul(CHUNK).saturating_add(at),
+                        other.display()
+                    ));
+                }
+                h1.update(ca);
+            }
+        } else {
+            for c in da.chunks(CHUNK) {
+                h1.update(c);
+            }
         }
-        Ok(FileDigest { sha256, sha1, size })
+        let sha256 = t256
+            .join()
+            .map_err(|_| Error::Usage("sha256 worker thread panicked".into()))?;
+        if let Some(m) = mismatch {
+            return Err(Error::input(path, None, m));
+        }
+        Ok(FileDigest {
+            sha256,
+            sha1: hex::encode(h1.finalize()),
+            size: da.len() as u64,
+        })
     })
 }
 
-fn sha1_and_compare(path: &Path, same_as: Option<&Path>) -> Result<(String, u64)> {
-    let mut h = Sha1::new();
-    let Some(other) = same_as else {
-        let n = read_all_chunks(path, |b| h.update(b))?;
-        return Ok((hex::encode(h.finalize()), n));
-    };
-    let mut a = File::open(path).map_err(io_at(path))?;
-    let mut b = File::open(other).map_err(io_at(other))?;
-    let mut ba = vec![0u8; CHUNK];
-    let mut bb = vec![0u8; CHUNK];
-    let mut offset = 0u64;
-    loop {
-        let n = read_full(&mut a, &mut ba).map_err(io_at(path))?;
-        let m = read_full(&mut b, &mut bb).map_err(io_at(other))?;
-        let (ca, cb) = (
-            ba.get(..n).unwrap_or_default(),
-            bb.get(..m).unwrap_or_default(),
-        );
-        if ca != cb {
-            let at = ca
-                .iter()
-                .zip(cb)
-                .position(|(x, y)| x != y)
-                .unwrap_or(n.min(m));
-            return Err(Error::input(
-                path,
-                None,
-                format!(
-                    "byte offset {}: written copy differs from {}",
-                    offset.saturating_add(at as u64),
-                    other.display()
-                ),
-            ));
-        }
-        if n == 0 {
-            return Ok((hex::encode(h.finalize()), offset));
-        }
-        h.update(ca);
-        offset = offset.saturating_add(n as u64);
-    }
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-fn read_full(f: &mut File, buf: &mut [u8]) -> std::io::Result<usize> {
-    let mut filled = 0;
-    while filled < buf.len() {
-        let Some(rest) = buf.get_mut(filled..) else {
-            break;
-        };
-        match f.read(rest) {
-            Ok(0) => break,
-            Ok(n) => filled += n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
+    #[test]
+    fn digests_and_compare() {
+        let d = tempfile::tempdir().unwrap();
+        let (a, b, e) = (d.path().join("a"), d.path().join("b"), d.path().join("e"));
+        std::fs::write(&a, b"abc").unwrap();
+        std::fs::write(&b, b"abd").unwrap();
+        std::fs::write(&e, b"").unwrap();
+        let da = digest_file(&a, Some(&a)).unwrap();
+        assert_eq!(
+            da.sha256,
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+        assert_eq!(da.sha1, "a9993e364706816aba3e25717850c26c9cd0d89d");
+        assert_eq!(da.size, 3);
+        let err = digest_file(&a, Some(&b)).unwrap_err().to_string();
+        assert!(err.contains("byte offset 2: written copy differs"), "{err}");
+        let de = digest_file(&e, None).unwrap();
+        assert_eq!(
+            de.sha256,
+            "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+        );
+        assert!(digest_file(&e, Some(&a))
+            .unwrap_err()
+            .to_string()
+            .contains("written copy has 0 bytes"));
+        assert_eq!(sha256_file(&a).unwrap(), (da.sha256.clone(), 3));
     }
-    Ok(filled)
 }

@@ -18,7 +18,9 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{bail, Context};
-use rocpack_kpack::{toc_key, Compression, KpackWriter, UnpackManifest, UNPACK_MANIFEST};
+use rocpack_kpack::{
+    normalize_key, toc_key, Compression, KpackWriter, UnpackManifest, UNPACK_MANIFEST,
+};
 
 #[derive(Debug, clap::Args)]
 pub struct PackArgs {
@@ -66,7 +68,7 @@ pub struct PackArgs {
 fn target_from_file_name(path: &Path) -> Option<String> {
     let name = path.file_name()?.to_str()?;
     let stem = match name.rsplit_once('.') {
-        Some((s, ext)) if matches!(ext, "hsaco" | "co" | "elf" | "o" | "bin") => s,
+        Some((s, "hsaco" | "co" | "elf" | "o" | "bin")) => s,
         _ => name,
     };
     if let Some((_, t)) = stem.rsplit_once("--") {
@@ -120,7 +122,7 @@ pub fn run(args: PackArgs) -> anyhow::Result<ExitCode> {
                 bail!("{what} needs --kernel-name (the TOC key stem)");
             };
             let n = per_target.entry(target.to_owned()).or_insert(0);
-            let k = toc_key(name, *n);
+            let k = normalize_key(&toc_key(name, *n));
             *n += 1;
             Ok(k)
         };
@@ -141,7 +143,7 @@ pub fn run(args: PackArgs) -> anyhow::Result<ExitCode> {
                 .collect::<Result<_, _>>()
                 .with_context(|| format!("{}: cannot list directory", dir.display()))?;
             files.retain(|p| p.is_file());
-            files.sort_by(|a, b| natural_key(a).cmp(&natural_key(b)));
+            files.sort_by_key(|p| natural_key(p));
             if files.is_empty() {
                 bail!("{}: no code object files", dir.display());
             }
@@ -167,7 +169,7 @@ pub fn run(args: PackArgs) -> anyhow::Result<ExitCode> {
             bail!("--entry takes KEY TARGET FILE");
         };
         let data = fs::read(file).with_context(|| format!("{file}: cannot read"))?;
-        items.push((key.clone(), target.clone(), data, None));
+        items.push((normalize_key(key), target.clone(), data, None));
     }
     for spec in &args.code_objects {
         let Some((target, file)) = spec.split_once('=') else {
@@ -187,6 +189,9 @@ pub fn run(args: PackArgs) -> anyhow::Result<ExitCode> {
         (None, None) => Compression::None,
     };
     let mut w = KpackWriter::new(compression);
+    // Keys are final here: `\` was normalised for command-line keys, and
+    // keys from an unpacked manifest are kept verbatim.
+    w.normalize_keys(false);
     if let Some(m) = &manifest_defaults {
         w.group_name(m.group_name.clone())
             .arch_family(m.gfx_arch_family.clone())

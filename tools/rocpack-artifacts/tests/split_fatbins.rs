@@ -1,0 +1,164 @@
+//! Library-level split over an artifact directory built from every fixture
+//! fat binary (shared libraries, PIE / non-PIE / RELR executables, static
+//! archives, `-fgpu-rdc`, compressed, multi-TU, generic targets): every
+//! `.kpack` holds exactly the code objects `expected-unbundle.tsv` lists,
+//! under `<kernel_name>#<bundle index>`, and nothing else.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+
+use rocpack_artifacts::split::{split_artifact, CountingProgress, SplitOptions};
+use sha2::{Digest, Sha256};
+
+fn fixtures() -> PathBuf {
+    std::env::var_os("ROCPACK_SHARED")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared")))
+        .join("fixtures")
+}
+
+const PREFIX: &str = "hip/stage";
+
+/// (fixture file, path below the prefix)
+const FILES: &[(&str, &str)] = &[
+    ("fx_app", "bin/fx_app"),
+    ("fx_app_nopie", "bin/fx_app_nopie"),
+    ("fx_app_relr", "bin/fx_app_relr"),
+    ("libfx_clang15.so", "lib/libfx_clang15.so"),
+    ("libfx_generic.so", "lib/libfx_generic.so"),
+    ("libfx_mixed.so", "lib/libfx_mixed.so"),
+    ("libfx_multi.so", "lib/libfx_multi.so"),
+    ("libfx_multi_compressed.so", "lib/libfx_multi_compressed.so"),
+    ("libfx_multi_lld.so", "lib/libfx_multi_lld.so"),
+    ("libfx_multi_stripped.so", "lib/libfx_multi_stripped.so"),
+    ("libfx_rdc.so", "lib/libfx_rdc.so"),
+    ("libfx_relr.so", "lib/libfx_relr.so"),
+    ("libfx_two_tu.so", "lib/libfx_two_tu.so"),
+    ("libfx_static.a", "lib/static/libfx_static.a"),
+    ("libfx_rdc.a", "lib/static/libfx_rdc.a"),
+    ("libfx_hostonly.so", "lib/libfx_hostonly.so"),
+];
+
+#[test]
+fn every_fixture_binary_splits_into_the_expected_code_objects() {
+    let tmp = tempfile::tempdir().unwrap();
+    let art = tmp.path().join("hip_lib_gfxall");
+    for (src, rel) in FILES {
+        let dst = art.join(PREFIX).join(rel);
+        fs::create_dir_all(dst.parent().unwrap()).unwrap();
+        fs::copy(fixtures().join("fatbins").join(src), &dst).unwrap();
+    }
+    fs::write(
+        art.join("artifact_manifest.txt"),
+        format!("{PREFIX}\nnot/there\n"),
+    )
+    .unwrap();
+    let out = tmp.path().join("out");
+    let opts = SplitOptions {
+        artifact_dir: art.clone(),
+        artifact_prefix: "hip_lib".into(),
+        output_dir: out.clone(),
+        databases: vec![],
+        compression: rocpack_kpack::Compression::zstd(),
+        exclude_arch: vec![],
+        jobs: Some(2),
+    };
+    let progress = CountingProgress::default();
+    let report = split_artifact(&opts, &progress).unwrap();
+    assert_eq!(report.missing_prefixes, ["not/there"]);
+    assert_eq!(report.prefixes, [PREFIX]);
+
+    // Expected: (kpack arch, toc key) -> sha256 for every device entry.
+    let tsv = fs::read_to_string(fixtures().join("expected-unbundle.tsv")).unwrap();
+    let mut expected = BTreeMap::new();
+    for l in tsv.lines().skip(1) {
+        let c: Vec<&str> = l.split('\t').collect();
+        let Some(name) = c[0].strip_prefix("fatbins/") else {
+            continue;
+        };
+        if c[7].starts_with("host") || c[4] == "elf-sections" || c[4] == "hetero-archive" {
+            continue;
+        }
+        let (file, member) = match name.split_once('(') {
+            Some((f, m)) => (f, Some(m.trim_end_matches(')'))),
+            None => (name, None),
+        };
+        let rel = FILES.iter().find(|(s, _)| *s == file).unwrap().1;
+        let kernel = match member {
+            Some(m) => format!("{PREFIX}/{rel}({m})"),
+            None => format!("{PREFIX}/{rel}"),
+        };
+        let arch = c[7].rsplit_once("--").unwrap().1.to_string();
+        expected.insert((arch, format!("{kernel}#{}", c[1])), c[8].to_string());
+    }
+    assert!(expected.len() > 70, "{}", expected.len());
+
+    let mut found = BTreeMap::new();
+    for a in &report.arch_artifacts {
+        for k in &a.kpacks {
+            let r = rocpack_kpack::KpackReader::open(out.join(&k.path)).unwrap();
+            assert_eq!(r.gfx_arches(), std::slice::from_ref(&a.arch));
+            assert_eq!(r.group_name(), "hip_lib");
+            for (key, arch) in r.kernels() {
+                let co = r.get(key, arch).unwrap();
+                let sha: String = Sha256::digest(&co)
+                    .iter()
+                    .map(|b| format!("{b:02x}"))
+                    .collect();
+                found.insert((arch.to_string(), key.to_string()), sha);
+            }
+        }
+    }
+    assert_eq!(found, expected);
+    assert_eq!(
+        progress.done.load(Ordering::Relaxed) as usize,
+        FILES.len() + expected.len()
+    );
+
+    // Host-only, RDC archive (bitcode, no .hip_fatbin) pass through unchanged.
+    let generic = out.join("hip_lib_generic").join(PREFIX);
+    for (src, rel) in [
+        ("libfx_hostonly.so", "lib/libfx_hostonly.so"),
+        ("libfx_rdc.a", "lib/static/libfx_rdc.a"),
+    ] {
+        assert_eq!(
+            fs::read(generic.join(rel)).unwrap(),
+            fs::read(fixtures().join("fatbins").join(src)).unwrap(),
+            "{rel}"
+        );
+    }
+    // Every other binary became smaller and holds no bundle magic.
+    for (src, rel) in FILES
+        .iter()
+        .filter(|(s, _)| !s.contains("hostonly") && !s.contains("rdc.a"))
+    {
+        let host = fs::read(generic.join(rel)).unwrap();
+        let orig = fs::read(fixtures().join("fatbins").join(src)).unwrap();
+        assert!(
+            host.len() < orig.len(),
+            "{rel}: {} >= {}",
+            host.len(),
+            orig.len()
+        );
+        assert!(
+            !host.windows(24).any(|w| w == b"__CLANG_OFFLOAD_BUNDLE__"),
+            "{rel}: bundle left"
+        );
+    }
+    // Executables stay executable.
+    use std::os::unix::fs::PermissionsExt;
+    let m = fs::metadata(generic.join("bin/fx_app"))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(
+        m & 0o111,
+        0o111
+            & fs::metadata(fixtures().join("fatbins/fx_app"))
+                .unwrap()
+                .permissions()
+                .mode()
+    );
+}
