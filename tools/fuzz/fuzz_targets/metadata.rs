@@ -9,7 +9,8 @@ libfuzzer_sys::fuzz_target!(|data: &[u8]| {
         return;
     };
     if let Ok(m) = Metadata::parse(Path::new("metadata.txt"), text) {
-        let again = Metadata::parse(Path::new("metadata.txt"), &m.render()).expect("rendered metadata parses");
+        let again = Metadata::parse(Path::new("metadata.txt"), &m.render())
+            .expect("rendered metadata parses");
         assert_eq!(again, m);
     }
 });

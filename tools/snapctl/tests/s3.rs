@@ -32,8 +32,40 @@ fn s3_store_create_verify_fetch_gc() {
     a.extend(["--store".into(), url.clone()]);
     assert!(ok(&s.run(&a, &[])).contains(&format!("reused cas/sha256/{}", shas[2])));
 
+    // A blob above the single-PUT limit (64 MiB) goes up as a multipart upload.
+    let big = det_bytes(99, 70 << 20);
+    fs::create_dir_all(s.path().join("art/big")).unwrap();
+    fs::write(s.path().join("art/big/librcclx-dev.a"), &big).unwrap();
+    let o = ok(&s.cmd(&[
+        "create",
+        "--snapshots-root",
+        "root",
+        "--version",
+        "6.2",
+        "--artifact",
+        "art/big/librcclx-dev.a",
+    ]));
+    assert!(
+        o.contains(&format!(
+            "uploaded cas/sha256/{} ({} bytes)",
+            sha256_hex(&big),
+            big.len()
+        )),
+        "{o}"
+    );
+
     let o = s.cmd(&["verify", "--snapshots-root", "root", "--all"]);
     assert_eq!(code(&o), 0, "{}{}", stdout(&o), stderr(&o));
+    ok(&s.cmd(&[
+        "fetch",
+        "--snapshots-root",
+        "root",
+        "--version",
+        "6.2",
+        "-o",
+        "big.a",
+    ]));
+    assert!(fs::read(s.path().join("big.a")).unwrap() == big);
     ok(&s.cmd(&[
         "fetch",
         "--snapshots-root",
