@@ -71,6 +71,9 @@ impl Input {
             // readers; inputs are build artifacts that are not modified in place.
             let m = unsafe { memmap2::Mmap::map(&file) }
                 .with_context(|| format!("{}: cannot map", path.display()))?;
+            // Only headers are read through the mapping: no read-ahead or
+            // fault-around, so resident memory stays small on huge inputs.
+            let _ = m.advise(memmap2::Advice::Random);
             Some(m)
         };
         Ok(Input { file, map })
