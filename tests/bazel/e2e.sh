@@ -221,6 +221,15 @@ got="$(awk '{printf "%s=%s ", $2, $1}' "$T/shard.counts")"
 [ "$got" = "KpackRecombine=4 KpackSplit=1 " ] || die "after changing one shard: [$got], expected [KpackRecombine=4 KpackSplit=1]"
 grep -q 'split_gfx1151-build' "$T/shard.json" || die "the re-run split is not the gfx1151 one"
 
+log "kpack_split archs: a split that does not produce exactly the declared archs fails"
+sed -i 's/"gfx1100", "gfx1101", "gfx1102"\]/"gfx1100", "gfx1101"]/' examples/kpack/BUILD.bazel
+if bazel build "${HELPER[@]}" //examples/kpack:split_gfx110X-build >"$T/archs.out" 2>&1; then
+    die "kpack_split accepted an undeclared arch"
+fi
+grep -q 'expected exactly' "$T/archs.out" || { tail -20 "$T/archs.out" >&2; die "no archs mismatch message"; }
+grep -m1 'produced directories' "$T/archs.out" >&2 || true
+sed -i 's/"gfx1100", "gfx1101"\]/"gfx1100", "gfx1101", "gfx1102"]/' examples/kpack/BUILD.bazel
+
 log "staleness: stable_checksums_test fails after a metadata edit, passes after bazel run ...update"
 bazel test "${HELPER[@]}" //examples/rcclx:stable_checksums_test
 # Roll last-stable 7.0 back to what stable 7.0 is (a real, present blob).

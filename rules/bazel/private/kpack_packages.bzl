@@ -8,9 +8,8 @@ def kpack_packages(component, shards, config, groups, **kwargs):
 
     Starlark cannot read the JSON config while loading BUILD files, so the
     group names are passed in `groups` (in config order); a group that is not
-    in the config makes its package action fail with the config's groups.
-    `kpack_packaging_config` (repositories.bzl / extensions.bzl) can generate
-    the list from the JSON.
+    in the config (or has no content in the shards) makes its package action
+    fail, naming the packages `kpack recombine` did write.
 
     Args:
       component: component (artifact prefix) name, e.g. "blas_lib".

@@ -28,6 +28,7 @@ def kpack_split_action(ctx, kpack, stage, artifact_files, out_dir, archs_file, a
     args.add("--collect-all", out_dir.path)
     args.add("--list-dirs", archs_file)
     args.add(artifact_prefix + "_")
+    args.add("--list-skip", "generic")
     if expect_archs != None:
         args.add("--expect-dirs", " ".join([kpack_package_dir_name(artifact_prefix, a) for a in ["generic"] + expect_archs]))
     args.add("--")

@@ -18,13 +18,14 @@
 #   --collect-all DEST    after TOOL: copy @OUT@/. into directory DEST.
 #   --list-dirs FILE STRIP  write the sorted names of @OUT@'s subdirectories
 #                         to FILE, removing the prefix STRIP from each.
+#   --list-skip NAME      leave NAME (after stripping) out of that list.
 #   --expect-dirs NAMES   fail unless @OUT@'s subdirectories are exactly the
 #                         space-separated NAMES.
 #   --sha256 HEX FILE     fail unless FILE's sha256 is HEX (before TOOL).
 set -euo pipefail
 export LC_ALL=C
 stage_list="" tmp_out=0 collect_sub="" collect_dest="" collect_all="" list_file="" list_strip=""
-expect_dirs="" have_expect=0
+expect_dirs="" have_expect=0 list_skip=""
 sha_hex="" sha_file=""
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -33,6 +34,7 @@ while [ $# -gt 0 ]; do
         --collect) collect_sub="$2"; collect_dest="$3"; tmp_out=1; shift 3 ;;
         --collect-all) collect_all="$2"; tmp_out=1; shift 2 ;;
         --list-dirs) list_file="$2"; list_strip="$3"; shift 3 ;;
+        --list-skip) list_skip="$2"; shift 2 ;;
         --expect-dirs) expect_dirs="$2"; have_expect=1; shift 2 ;;
         --sha256) sha_hex="$2"; sha_file="$3"; shift 3 ;;
         --) shift; break ;;
@@ -95,7 +97,9 @@ if [ "$have_expect" = 1 ]; then
 fi
 if [ -n "$list_file" ]; then
     subdirs | while IFS= read -r d; do
-        case "$d" in "$list_strip"*) printf '%s\n' "${d#"$list_strip"}" ;; esac
+        case "$d" in "$list_strip"*) ;; *) continue ;; esac
+        name="${d#"$list_strip"}"
+        [ "$name" = "$list_skip" ] || printf '%s\n' "$name"
     done > "$list_file"
 fi
 if [ -n "$collect_sub" ]; then

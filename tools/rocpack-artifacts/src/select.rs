@@ -368,4 +368,46 @@ mod tests {
         );
         assert!(t("gfx90a").generic().is_none());
     }
+
+    #[test]
+    fn select_family_matching_kinds() {
+        let cfg = crate::config::PackagingConfig::parse(
+            br#"{"primary_shard":"a","architecture_groups":{
+                "cdna2":{"architectures":["gfx90a:xnack+","gfx908"]},
+                "cdna2off":{"architectures":["gfx90a:xnack-"]},
+                "rdna3":{"architectures":["gfx11-generic"]}}}"#,
+            std::path::Path::new("c.json"),
+        )
+        .unwrap();
+        let sel = |a: &str| select_family(&cfg, a).map(|s| (s.group, s.match_kind));
+        assert_eq!(
+            sel("gfx90a:sramecc+:xnack+").unwrap(),
+            ("cdna2".into(), MatchKind::Exact)
+        );
+        assert_eq!(
+            sel("gfx90a:xnack-").unwrap(),
+            ("cdna2off".into(), MatchKind::Exact)
+        );
+        assert_eq!(
+            sel("gfx908:xnack-").unwrap(),
+            ("cdna2".into(), MatchKind::Exact)
+        );
+        assert_eq!(
+            sel("gfx1102").unwrap(),
+            ("rdna3".into(), MatchKind::Generic)
+        );
+        // Bare processor: first group listing it with features.
+        assert_eq!(
+            sel("gfx90a").unwrap(),
+            ("cdna2".into(), MatchKind::Processor)
+        );
+        assert!(matches!(sel("gfx942"), Err(SelectError::NoGroup { .. })));
+        assert!(matches!(sel("sm_90"), Err(SelectError::BadArch(_))));
+        // Every listed arch selects its own group (the fuzz target's invariant).
+        for g in &cfg.architecture_groups {
+            for a in &g.architectures {
+                assert_eq!(select_family(&cfg, a).unwrap().group, g.name, "{a}");
+            }
+        }
+    }
 }
