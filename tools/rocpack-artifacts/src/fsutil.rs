@@ -204,6 +204,15 @@ pub fn link_or_copy(src: &Path, dst: &Path) -> Result<(), FsError> {
     Ok(())
 }
 
+/// Copies `src` to `dst` (`copy_file_range` on Linux, so file systems that
+/// support it share extents), never hard-linking: outputs must not share an
+/// inode with inputs, or a later `chmod` or write to the output (Bazel makes
+/// outputs read-only) would change the input too.
+pub fn copy_file(src: &Path, dst: &Path) -> Result<(), FsError> {
+    fs::copy(src, dst).ctx(dst, "copy file")?;
+    Ok(())
+}
+
 /// Copies the permission bits of `src_mode` (masked to `0o777`) onto `path`.
 pub fn set_mode(path: &Path, src_mode: u32) -> Result<(), FsError> {
     use std::os::unix::fs::PermissionsExt;

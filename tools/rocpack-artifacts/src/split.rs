@@ -955,7 +955,7 @@ fn split_into(
                     symlinks += 1;
                 }
                 (EntryKind::File { .. }, Some(Class::Generic) | None) => {
-                    fsutil::link_or_copy(&e.path, &dst)?;
+                    fsutil::copy_file(&e.path, &dst)?;
                     generic_files += 1;
                 }
                 (EntryKind::File { .. }, Some(Class::Database(arch))) => {
@@ -1016,7 +1016,7 @@ fn split_into(
                 }
                 let src =
                     fsutil::join_rel(&fsutil::join_rel(&opts.artifact_dir, &scan.prefix), rel);
-                fsutil::link_or_copy(&src, &dst)?;
+                fsutil::copy_file(&src, &dst)?;
                 dbs.push(format!("{}/{rel}", scan.prefix));
             }
             if !kernels.is_empty() {
