@@ -10,5 +10,8 @@ log "cargo fmt --check"
 cargo fmt --all --check
 log "cargo clippy"
 cargo clippy --workspace --all-targets --locked -- -D warnings
+log "cargo build (helpers used by the Buck2 harness)"
+cargo build --workspace --locked
+export ROCPACK_KPACK="$ROOT/target/debug/kpack" ROCPACK_SNAPCTL="$ROOT/target/debug/snapctl"
 log "cargo test"
 cargo test --workspace --locked 2>&1 | tee /tmp/rocpack-cargo-test.log
