@@ -76,8 +76,7 @@ fn reassemble_cli_round_trips_every_fixture() {
         eprintln!("note: fixtures missing, skipping");
         return;
     }
-    let mut n = 0;
-    for name in [
+    for (n, name) in [
         "libfx_multi.so",
         "libfx_multi_compressed.so",
         "libfx_mixed.so",
@@ -86,7 +85,10 @@ fn reassemble_cli_round_trips_every_fixture() {
         "libfx_relr.so",
         "fx_app_nopie",
         "libfx_generic.so",
-    ] {
+    ]
+    .into_iter()
+    .enumerate()
+    {
         let data = std::fs::read(dir.join(name)).unwrap();
         let tmp = tempfile::tempdir().unwrap();
         let comp = if n % 2 == 0 {
@@ -113,7 +115,6 @@ fn reassemble_cli_round_trips_every_fixture() {
         );
         let back = std::fs::read(&out).unwrap();
         assert_eq!(code_objects(&back), code_objects(&data), "{name}");
-        n += 1;
     }
 }
 

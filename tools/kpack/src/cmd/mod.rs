@@ -1,10 +1,10 @@
 //! One module per subcommand; each owns its clap `Args` and a `run`.
 pub mod inspect;
-pub mod unbundle;
 pub mod pack;
-pub mod unpack;
-pub mod split;
 pub mod reassemble;
 pub mod recombine;
-pub mod verify;
 pub mod select_family;
+pub mod split;
+pub mod unbundle;
+pub mod unpack;
+pub mod verify;
