@@ -16,7 +16,7 @@ FUZZ_DIR="$ROOT/tools/fuzz"
 log "cargo fuzz build -O (all targets)"
 cargo fuzz build -O --fuzz-dir "$FUZZ_DIR"
 
-RUNS="${ROCPACK_FUZZ_RUNS:-20000}"
+RUNS="${ROCPACK_FUZZ_RUNS:-100000}"
 seeds="$(mktemp -d)"
 trap 'rm -rf "$seeds"' EXIT
 mkdir -p "$seeds/bundle" "$seeds/ccob" "$seeds/target_id"
