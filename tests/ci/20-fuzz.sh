@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Fuzz targets: build every target of tools/fuzz (all parsers, every owner's),
-# then run the bundle / CCOB / target-ID targets for a bounded number of
+# then run every target for a bounded time (ROCPACK_FUZZ_SECONDS, default 20 s each),
 # inputs, seeded with real bundles from the fixtures. cargo-fuzz needs nightly
 # features; RUSTC_BOOTSTRAP=1 enables them on stable for this build only.
 . "$(dirname "$0")/lib.sh"
@@ -16,10 +16,12 @@ FUZZ_DIR="$ROOT/tools/fuzz"
 log "cargo fuzz build -O (all targets)"
 cargo fuzz build -O --fuzz-dir "$FUZZ_DIR"
 
-RUNS="${ROCPACK_FUZZ_RUNS:-100000}"
+RUNS="${ROCPACK_FUZZ_RUNS:-50000}"
+SECS="${ROCPACK_FUZZ_SECONDS:-20}"
 seeds="$(mktemp -d)"
 trap 'rm -rf "$seeds"' EXIT
-mkdir -p "$seeds/bundle" "$seeds/ccob" "$seeds/target_id"
+targets=(bundle ccob target_id kpack marker elf packaging_config metadata)
+for t in "${targets[@]}"; do mkdir -p "$seeds/$t"; done
 fx="$ROCPACK_SHARED/fixtures"
 if [ -d "$fx/fatbins" ]; then
     # raw bundles cut out of fat binaries: uncompressed (small) and CCOB v2
@@ -28,16 +30,20 @@ if [ -d "$fx/fatbins" ]; then
     tail -c +5 "$seeds/bundle/ccob_v2" >"$seeds/ccob/ccob_v2_body"
     dd if="$fx/fatbins/fx_app" of="$seeds/bundle/uncompressed" \
         iflag=skip_bytes,count_bytes skip=12288 count=8192 status=none
+    cp "$fx/fatbins/libfx_relr.so" "$seeds/elf/relr.so"
+    cp "$fx/fatbins/fx_app_nopie" "$seeds/elf/nopie"
+    cp "$fx/kpack-golden/test_zstd.kpack" "$seeds/kpack/zstd.kpack"
+    cp "$fx/artifacts/packaging-config.json" "$seeds/packaging_config/config.json"
 fi
 printf 'hipv4-amdgcn-amd-amdhsa--gfx90a:xnack+\ngfx90a:xnack+' >"$seeds/target_id/a"
 printf 'hipv4-amdgcn-amd-amdhsa--gfx11-generic\ngfx1151' >"$seeds/target_id/b"
 printf 'host-x86_64-unknown-linux--' >"$seeds/target_id/c"
 printf 'gfx942:sramecc+:xnack-\namdgcn-amd-amdhsa--gfx942:sramecc+:xnack-' >"$seeds/target_id/d"
 
-for t in bundle ccob target_id; do
+for t in "${targets[@]}"; do
     log "fuzz $t ($RUNS runs)"
     # rss_limit guards "no huge allocations"; max_len keeps inputs bundle-sized
-    cargo fuzz run -O --fuzz-dir "$FUZZ_DIR" "$t" "$seeds/$t" -- -runs="$RUNS" -max_len=16384 \
-        -rss_limit_mb=1024 -malloc_limit_mb=512 -max_total_time=60 -print_final_stats=1
+    cargo fuzz run -O --fuzz-dir "$FUZZ_DIR" "$t" "$seeds/$t" -- -runs="$RUNS" -max_len=131072 \
+        -rss_limit_mb=1024 -malloc_limit_mb=512 -max_total_time="$SECS" -print_final_stats=1
 done
 log "fuzz ok"
