@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Fuzz targets: build every target of tools/fuzz (all parsers, every owner's),
 # then run every target for a bounded time (ROCPACK_FUZZ_SECONDS, default 20 s each),
-# inputs, seeded with real bundles from the fixtures. cargo-fuzz needs nightly
+# seeded with real bundles, ELFs and archives from the fixtures. cargo-fuzz needs nightly
 # features; RUSTC_BOOTSTRAP=1 enables them on stable for this build only.
 . "$(dirname "$0")/lib.sh"
 cd "$ROOT"
