@@ -17,15 +17,18 @@ use std::fmt;
 
 use serde::Serialize;
 
+use rocpack_bundle::TargetId;
+
 use crate::config::{ArchGroup, PackagingConfig};
 
 /// Prefix of HSA agent ISA names.
-pub const AGENT_PREFIX: &str = "amdgcn-amd-amdhsa--";
-
-/// Upper bound on target features we expand (2^n candidates).
-const MAX_FEATURES: usize = 8;
+pub const AGENT_PREFIX: &str = rocpack_bundle::AMDHSA_PREFIX;
 
 /// A parsed target ID: `gfxNNN[:feature(+|-)]*`.
+///
+/// Parsing and matching are delegated to [`rocpack_bundle::TargetId`],
+/// which owns target IDs; this type keeps the processor/feature view the
+/// packaging code works with.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Target {
     /// `gfx1100`, `gfx90a`, `gfx9-4-generic`, …
@@ -40,7 +43,7 @@ pub struct TargetError {
     /// The text that was parsed.
     pub text: String,
     /// What was expected.
-    pub expected: &'static str,
+    pub expected: String,
 }
 
 impl fmt::Display for TargetError {
@@ -53,56 +56,52 @@ impl std::error::Error for TargetError {}
 
 impl Target {
     /// Parses `gfx…[:feat±]*`, optionally prefixed by `amdgcn-amd-amdhsa--`
-    /// (or `hipv4-amdgcn-amd-amdhsa--`, a bundle entry ID).
+    /// (an HSA ISA name) or `hip[v4]-amdgcn-amd-amdhsa--` (a bundle entry
+    /// ID), with [`TargetId::parse`]. The processor must be an AMDGPU one
+    /// ([`rocpack_bundle::is_gfx_processor`]).
     pub fn parse(text: &str) -> Result<Self, TargetError> {
-        let err = |expected| TargetError {
+        let err = |expected: String| TargetError {
             text: text.to_string(),
             expected,
         };
-        let body = text.strip_prefix("hipv4-").unwrap_or(text);
-        let body = body.strip_prefix(AGENT_PREFIX).unwrap_or(body);
-        let mut parts = body.split(':');
-        let processor = parts.next().unwrap_or_default();
-        let rest = processor
-            .strip_prefix("gfx")
-            .ok_or_else(|| err("a processor name starting with `gfx`"))?;
-        if rest.is_empty()
-            || !rest
-                .bytes()
-                .all(|b| b.is_ascii_digit() || b.is_ascii_lowercase() || b == b'-')
-            || !rest.as_bytes()[0].is_ascii_digit()
-        {
+        let id = TargetId::parse(text).map_err(|e| match e {
+            rocpack_bundle::Error::TargetId { reason, .. } => err(reason),
+            other => err(other.to_string()),
+        })?;
+        let amdgpu_triple = id
+            .triple()
+            .is_none_or(|t| t.starts_with("amdgcn-amd-amdhsa"));
+        let offload_kind = matches!(id.kind(), None | Some("hip") | Some("hipv4"));
+        if !amdgpu_triple || !offload_kind || id.is_host() {
             return Err(err(
-                "`gfx` followed by digits, lowercase letters or `-` (e.g. gfx1100, gfx90a, gfx9-4-generic)",
+                "an AMDGPU target (`gfx…`, `amdgcn-amd-amdhsa--gfx…` or `hipv4-amdgcn-amd-amdhsa--gfx…`)"
+                    .to_string(),
             ));
         }
-        let mut features: Vec<(String, bool)> = Vec::new();
-        for part in parts {
-            if part.is_empty() {
-                continue; // the runtime drops empty feature strings
-            }
-            let (name, on) = if let Some(n) = part.strip_suffix('+') {
-                (n, true)
-            } else if let Some(n) = part.strip_suffix('-') {
-                (n, false)
-            } else {
-                return Err(err("each feature to end in `+` or `-` (e.g. xnack+)"));
-            };
-            if name.is_empty() || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
-                return Err(err("a feature name made of letters and digits"));
-            }
-            if features.iter().any(|(n, _)| n == name) {
-                return Err(err("each feature at most once"));
-            }
-            features.push((name.to_string(), on));
+        if !rocpack_bundle::is_gfx_processor(id.arch()) {
+            return Err(err(
+                "`gfx` followed by digits, lowercase letters or `-` (e.g. gfx1100, gfx90a, gfx9-4-generic)"
+                    .to_string(),
+            ));
         }
-        if features.len() > MAX_FEATURES {
-            return Err(err("at most 8 features"));
+        Ok(Self::from_id(&id))
+    }
+
+    fn from_id(id: &TargetId) -> Self {
+        Target {
+            processor: id.arch().to_string(),
+            features: id
+                .features()
+                .iter()
+                .map(|f| (f.name.clone(), f.enabled))
+                .collect(),
         }
-        Ok(Target {
-            processor: processor.to_string(),
-            features,
-        })
+    }
+
+    /// This target as a [`TargetId`] (bare form, `gfx942:sramecc+`);
+    /// `None` only for a hand-built `Target` that is not a valid ID.
+    pub fn id(&self) -> Option<TargetId> {
+        TargetId::parse(&self.to_string()).ok()
     }
 
     /// Whether the processor is a generic one (`gfx11-generic`).
@@ -111,37 +110,23 @@ impl Target {
     }
 
     /// The runtime's compatible targets for an agent with this ISA, most
-    /// specific first (descending feature bitmask, kpack-reference §4.5).
+    /// specific first (descending feature bitmask, kpack-reference §4.5),
+    /// without generic fallback ([`rocpack_bundle::runtime_compatible_targets`]).
     pub fn compatible_targets(&self) -> Vec<Target> {
-        let n = self.features.len().min(MAX_FEATURES);
-        let mut out = Vec::with_capacity(1 << n);
-        for mask in (0u32..(1u32 << n)).rev() {
-            let features = self
-                .features
-                .iter()
-                .take(n)
-                .enumerate()
-                .filter(|(i, _)| mask & (1 << (n - 1 - i)) != 0)
-                .map(|(_, f)| f.clone())
-                .collect();
-            out.push(Target {
-                processor: self.processor.clone(),
-                features,
-            });
-        }
-        out
+        rocpack_bundle::runtime_compatible_targets(&self.to_string())
+            .iter()
+            .filter_map(|c| Target::parse(c).ok())
+            .collect()
     }
 
     /// Same processor and no feature set to opposite values: code built for
-    /// one can serve a device described by the other.
+    /// one can serve a device described by the other
+    /// ([`rocpack_bundle::targets_overlap`]).
     pub fn compatible_with(&self, other: &Target) -> bool {
-        self.processor == other.processor
-            && self.features.iter().all(|(name, on)| {
-                other
-                    .features
-                    .iter()
-                    .all(|(oname, oon)| oname != name || oon == on)
-            })
+        match (self.id(), other.id()) {
+            (Some(a), Some(b)) => rocpack_bundle::targets_overlap(&a, &b),
+            _ => false,
+        }
     }
 
     /// The target with features in canonical (alphabetical) order, used to
@@ -152,7 +137,8 @@ impl Target {
         t
     }
 
-    /// CLR's `TargetToGeneric`: the generic processor this one falls back to.
+    /// CLR's `TargetToGeneric`: the generic processor this one falls back to
+    /// ([`rocpack_bundle::generic_for`]), with the same features.
     pub fn generic(&self) -> Option<Target> {
         let g = generic_processor(&self.processor)?;
         Some(Target {
@@ -172,20 +158,10 @@ impl fmt::Display for Target {
     }
 }
 
-/// The generic processor a specific one belongs to (LLVM's generic targets).
+/// The generic processor a specific one belongs to
+/// ([`rocpack_bundle::generic_for`], CLR's `TargetToGeneric` table).
 pub fn generic_processor(processor: &str) -> Option<&'static str> {
-    Some(match processor {
-        "gfx900" | "gfx902" | "gfx904" | "gfx906" | "gfx909" | "gfx90c" => "gfx9-generic",
-        "gfx940" | "gfx941" | "gfx942" | "gfx950" => "gfx9-4-generic",
-        "gfx1010" | "gfx1011" | "gfx1012" | "gfx1013" => "gfx10-1-generic",
-        "gfx1030" | "gfx1031" | "gfx1032" | "gfx1033" | "gfx1034" | "gfx1035" | "gfx1036" => {
-            "gfx10-3-generic"
-        }
-        "gfx1100" | "gfx1101" | "gfx1102" | "gfx1103" | "gfx1150" | "gfx1151" | "gfx1152"
-        | "gfx1153" => "gfx11-generic",
-        "gfx1200" | "gfx1201" => "gfx12-generic",
-        _ => return None,
-    })
+    rocpack_bundle::generic_for(processor)
 }
 
 /// How the agent matched the selected group.
@@ -261,11 +237,18 @@ pub fn select_family(config: &PackagingConfig, agent: &str) -> Result<Selection,
         }
         None
     };
-    let mut hit = found(&target.compatible_targets()).map(|(g, a)| (g, a, MatchKind::Exact));
+    // The device's own candidates, then CLR's generic fallback, in the
+    // runtime's order (rocpack_bundle::compatible_targets).
+    let (own, generic): (Vec<Target>, Vec<Target>) = target
+        .id()
+        .map(|id| rocpack_bundle::compatible_targets(&id))
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|c| Target::parse(c).ok())
+        .partition(|c| c.processor == target.processor);
+    let mut hit = found(&own).map(|(g, a)| (g, a, MatchKind::Exact));
     if hit.is_none() {
-        if let Some(gen) = target.generic() {
-            hit = found(&gen.compatible_targets()).map(|(g, a)| (g, a, MatchKind::Generic));
-        }
+        hit = found(&generic).map(|(g, a)| (g, a, MatchKind::Generic));
     }
     if hit.is_none() && target.features.is_empty() {
         'outer: for (g, ts) in &groups {
@@ -408,6 +391,38 @@ mod tests {
             for a in &g.architectures {
                 assert_eq!(select_family(&cfg, a).unwrap().group, g.name, "{a}");
             }
+        }
+    }
+
+    #[test]
+    fn generic_fallback_uses_the_bundle_table() {
+        let cfg = crate::config::PackagingConfig::parse(
+            br#"{"primary_shard":"a","architecture_groups":{
+                "cdna3":{"architectures":["gfx9-4-generic:xnack-"]}}}"#,
+            std::path::Path::new("c.json"),
+        )
+        .unwrap();
+        for agent in [
+            "amdgcn-amd-amdhsa--gfx942:sramecc+:xnack-",
+            "gfx940:xnack-",
+            "gfx950:sramecc-:xnack-",
+        ] {
+            let s = select_family(&cfg, agent).unwrap();
+            assert_eq!(
+                (s.group.as_str(), s.match_kind),
+                ("cdna3", MatchKind::Generic),
+                "{agent}"
+            );
+        }
+        assert!(select_family(&cfg, "gfx942:xnack+").is_err());
+        // A device that does not report xnack cannot load xnack- code.
+        assert!(select_family(&cfg, "gfx950").is_err());
+        // Non-AMDGPU ids the bundle parser accepts are still refused here.
+        for bad in [
+            "host-x86_64-unknown-linux--",
+            "openmp-x86_64-unknown-linux--gfx90a",
+        ] {
+            assert!(Target::parse(bad).is_err(), "{bad}");
         }
     }
 }

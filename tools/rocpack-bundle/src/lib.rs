@@ -27,7 +27,9 @@ pub use bundle::{
 };
 pub use error::{Error, Result};
 pub use target::{
-    compatible_targets, generic_covers, generic_for, isa_matches, Feature, TargetId, MAX_FEATURES,
+    compatible_targets, generic_covers, generic_for, is_gfx_processor, isa_matches,
+    runtime_compatible_targets, strip_target_prefix, targets_overlap, Feature, TargetId,
+    AMDHSA_PREFIX, MAX_FEATURES, RUNTIME_MAX_FEATURES,
 };
 pub use write::{
     write_ccob, write_ccob_level, write_uncompressed, write_uncompressed_aligned, DEFAULT_ALIGN,

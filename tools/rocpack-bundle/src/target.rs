@@ -250,14 +250,27 @@ impl TargetId {
     }
 }
 
+/// Whether `name` is an AMDGPU processor name as LLVM spells them: `gfx`,
+/// a digit, then digits, lowercase letters or `-` (`gfx1100`, `gfx90a`,
+/// `gfx9-4-generic`).
+pub fn is_gfx_processor(name: &str) -> bool {
+    name.strip_prefix("gfx").is_some_and(|rest| {
+        rest.as_bytes().first().is_some_and(u8::is_ascii_digit)
+            && rest
+                .bytes()
+                .all(|b| b.is_ascii_digit() || b.is_ascii_lowercase() || b == b'-')
+    })
+}
+
 /// Generic processor → concrete processors, as the HIP runtime (CLR's
-/// `TargetToGeneric` table) maps them.
+/// `TargetToGeneric` table) and LLVM's generic processor table map them
+/// (`gfx9-4-generic` covers `gfx940` and `gfx941` too).
 const GENERICS: &[(&str, &[&str])] = &[
     (
         "gfx9-generic",
         &["gfx900", "gfx902", "gfx904", "gfx906", "gfx909", "gfx90c"],
     ),
-    ("gfx9-4-generic", &["gfx942", "gfx950"]),
+    ("gfx9-4-generic", &["gfx940", "gfx941", "gfx942", "gfx950"]),
     (
         "gfx10-1-generic",
         &["gfx1010", "gfx1011", "gfx1012", "gfx1013"],
@@ -294,25 +307,69 @@ pub fn generic_for(processor: &str) -> Option<&'static str> {
         .map(|(g, _)| *g)
 }
 
-/// Candidate target IDs for a device, in the order the ROCm runtime tries
-/// them: first the device's own processor with every subset of its features
-/// (the kpack loader's descending bit mask over the features in the order
-/// given, full set first, bare processor last), then the same for the
-/// generic processor the HIP runtime falls back to, which keeps only the
-/// `sramecc` and `xnack` settings (in that order).
+/// The prefix HSA agent ISA names carry.
+pub const AMDHSA_PREFIX: &str = "amdgcn-amd-amdhsa--";
+
+/// Most features [`runtime_compatible_targets`] expands (2^n candidates);
+/// the runtime has no bound, real ISAs carry at most two.
+pub const RUNTIME_MAX_FEATURES: usize = 16;
+
+/// The runtime's `strip_target_prefix`: remove a leading
+/// `amdgcn-amd-amdhsa--`, only when something follows it.
+pub fn strip_target_prefix(isa: &str) -> &str {
+    match isa.strip_prefix(AMDHSA_PREFIX) {
+        Some(rest) if !rest.is_empty() => rest,
+        _ => isa,
+    }
+}
+
+/// The kpack runtime's `for_each_compatible_target` (kpack-reference §4.5)
+/// on raw agent ISA text, total on any input: strip the
+/// `amdgcn-amd-amdhsa--` prefix, split on `:`, drop empty feature strings
+/// (features are taken verbatim, not validated), then every subset of the
+/// features in descending bitmask order over the features as given (bit
+/// `n-1-i` selects feature `i`): `gfx942:sramecc+:xnack-` →
+/// `gfx942:sramecc+:xnack-`, `gfx942:sramecc+`, `gfx942:xnack-`, `gfx942`.
+/// No generic fallback: the runtime's caller (CLR) passes the generic ISA
+/// as a separate, lower-priority arch. Features beyond the first
+/// [`RUNTIME_MAX_FEATURES`] are ignored.
+pub fn runtime_compatible_targets(isa: &str) -> Vec<String> {
+    let t = strip_target_prefix(isa);
+    let mut parts = t.split(':');
+    let processor = parts.next().unwrap_or("");
+    let features: Vec<&str> = parts
+        .filter(|f| !f.is_empty())
+        .take(RUNTIME_MAX_FEATURES)
+        .collect();
+    let mut out = Vec::with_capacity(1 << features.len());
+    push_subsets(&mut out, processor, &features);
+    out
+}
+
+/// Candidate target IDs for a device, in the order the ROCm runtime (CLR
+/// plus the kpack loader) tries them: first the device's own processor with
+/// every subset of its features ([`runtime_compatible_targets`] order: the
+/// kpack loader's descending bit mask over the features in the order given,
+/// full set first, bare processor last), then the same for the generic
+/// processor CLR's `TargetToGeneric` falls back to, which keeps only the
+/// `sramecc` and `xnack` settings (in that order). Host entries have none.
 pub fn compatible_targets(device: &TargetId) -> Vec<String> {
     let mut out = Vec::new();
     if device.arch().is_empty() {
         return out;
     }
-    push_subsets(&mut out, device.arch(), device.features());
+    let own: Vec<String> = device.features().iter().map(|f| f.to_string()).collect();
+    push_subsets(&mut out, device.arch(), &own);
     if let Some(g) = generic_for(device.arch()) {
-        let kept: Vec<Feature> = ["sramecc", "xnack"]
+        let kept: Vec<String> = ["sramecc", "xnack"]
             .iter()
             .filter_map(|n| {
-                device.feature(n).map(|enabled| Feature {
-                    name: n.to_string(),
-                    enabled,
+                device.feature(n).map(|enabled| {
+                    Feature {
+                        name: n.to_string(),
+                        enabled,
+                    }
+                    .to_string()
                 })
             })
             .collect();
@@ -321,21 +378,36 @@ pub fn compatible_targets(device: &TargetId) -> Vec<String> {
     out
 }
 
-fn push_subsets(out: &mut Vec<String>, processor: &str, features: &[Feature]) {
-    // Feature counts are tiny (sramecc, xnack); parse() refuses more than
-    // MAX_FEATURES, so at most 256 candidates.
-    let n = features.len().min(MAX_FEATURES);
+fn push_subsets<S: AsRef<str>>(out: &mut Vec<String>, processor: &str, features: &[S]) {
+    // Callers bound the feature count (MAX_FEATURES for parsed IDs,
+    // RUNTIME_MAX_FEATURES for raw text), so the shifts cannot overflow.
+    let n = features.len().min(RUNTIME_MAX_FEATURES);
     let full: u32 = (1u32 << n) - 1;
     for mask in (0..=full).rev() {
         let mut s = processor.to_string();
         for (i, f) in features.iter().take(n).enumerate() {
             if mask & (1 << (n - 1 - i)) != 0 {
                 s.push(':');
-                s.push_str(&f.to_string());
+                s.push_str(f.as_ref());
             }
         }
         out.push(s);
     }
+}
+
+/// Whether two target IDs can describe the same device mode: same
+/// processor and no feature set to opposite values (a feature one side
+/// leaves unspecified matches either setting on the other). Symmetric,
+/// unlike [`isa_matches`]: this is the "overlap" test for user-written
+/// targets (a config listing `gfx906` covers `gfx906:xnack-` content and
+/// vice versa), not the runtime's load decision. Host entries overlap
+/// nothing.
+pub fn targets_overlap(a: &TargetId, b: &TargetId) -> bool {
+    !a.arch().is_empty()
+        && a.arch() == b.arch()
+        && a.features()
+            .iter()
+            .all(|f| b.feature(&f.name).is_none_or(|e| e == f.enabled))
 }
 
 /// Whether a code object built for `code_object_target` can run on a device
@@ -551,5 +623,141 @@ mod tests {
                 "gfx9000",
             ]
         );
+    }
+
+    #[test]
+    fn candidate_order_is_pinned_for_real_devices() {
+        let cases: &[(&str, &[&str])] = &[
+            ("gfx90a:xnack+", &["gfx90a:xnack+", "gfx90a"]),
+            (
+                "amdgcn-amd-amdhsa--gfx942:sramecc+:xnack-",
+                &[
+                    "gfx942:sramecc+:xnack-",
+                    "gfx942:sramecc+",
+                    "gfx942:xnack-",
+                    "gfx942",
+                    "gfx9-4-generic:sramecc+:xnack-",
+                    "gfx9-4-generic:sramecc+",
+                    "gfx9-4-generic:xnack-",
+                    "gfx9-4-generic",
+                ],
+            ),
+            ("gfx1102", &["gfx1102", "gfx11-generic"]),
+            ("amdgcn-amd-amdhsa--gfx1151", &["gfx1151", "gfx11-generic"]),
+            ("gfx906", &["gfx906", "gfx9-generic"]),
+            (
+                "gfx906:sramecc+:xnack-",
+                &[
+                    "gfx906:sramecc+:xnack-",
+                    "gfx906:sramecc+",
+                    "gfx906:xnack-",
+                    "gfx906",
+                    "gfx9-generic:sramecc+:xnack-",
+                    "gfx9-generic:sramecc+",
+                    "gfx9-generic:xnack-",
+                    "gfx9-generic",
+                ],
+            ),
+            // gfx940/gfx941 fall back to gfx9-4-generic (CLR's table)
+            ("gfx940", &["gfx940", "gfx9-4-generic"]),
+            (
+                "gfx941:xnack+",
+                &[
+                    "gfx941:xnack+",
+                    "gfx941",
+                    "gfx9-4-generic:xnack+",
+                    "gfx9-4-generic",
+                ],
+            ),
+            // generic fallback keeps sramecc/xnack in canonical order
+            (
+                "gfx942:xnack-:sramecc+",
+                &[
+                    "gfx942:xnack-:sramecc+",
+                    "gfx942:xnack-",
+                    "gfx942:sramecc+",
+                    "gfx942",
+                    "gfx9-4-generic:sramecc+:xnack-",
+                    "gfx9-4-generic:sramecc+",
+                    "gfx9-4-generic:xnack-",
+                    "gfx9-4-generic",
+                ],
+            ),
+            ("host-x86_64-unknown-linux--", &[]),
+        ];
+        for (dev, want) in cases {
+            assert_eq!(compatible_targets(&t(dev)), *want, "{dev}");
+        }
+        // The loader-level expansion has no generic fallback.
+        assert_eq!(runtime_compatible_targets("gfx1102"), ["gfx1102"]);
+        assert_eq!(
+            runtime_compatible_targets("amdgcn-amd-amdhsa--gfx90a:xnack+"),
+            ["gfx90a:xnack+", "gfx90a"]
+        );
+        assert!(isa_matches(&t("gfx9-4-generic"), &t("gfx940")));
+        assert!(isa_matches(
+            &t("gfx9-4-generic:xnack+"),
+            &t("gfx941:xnack+")
+        ));
+    }
+
+    #[test]
+    fn runtime_expansion_is_textual_and_total() {
+        assert_eq!(
+            runtime_compatible_targets("gfx942:sramecc+:xnack-"),
+            [
+                "gfx942:sramecc+:xnack-",
+                "gfx942:sramecc+",
+                "gfx942:xnack-",
+                "gfx942"
+            ]
+        );
+        // features are not validated, empty ones are dropped
+        assert_eq!(
+            runtime_compatible_targets("gfx9:a::b"),
+            ["gfx9:a:b", "gfx9:a", "gfx9:b", "gfx9"]
+        );
+        assert_eq!(runtime_compatible_targets("gfx1100::"), ["gfx1100"]);
+        // the bare prefix is not stripped; empty input gives one empty candidate
+        assert_eq!(
+            runtime_compatible_targets("amdgcn-amd-amdhsa--"),
+            ["amdgcn-amd-amdhsa--"]
+        );
+        assert_eq!(runtime_compatible_targets(""), [""]);
+        assert_eq!(strip_target_prefix("amdgcn-amd-amdhsa--gfx90a"), "gfx90a");
+        let many = format!("gfx1{}", ":f+".repeat(20));
+        assert_eq!(
+            runtime_compatible_targets(&many).len(),
+            1 << RUNTIME_MAX_FEATURES
+        );
+    }
+
+    #[test]
+    fn gfx_processor_names() {
+        for ok in ["gfx1100", "gfx90a", "gfx9-4-generic", "gfx90c"] {
+            assert!(is_gfx_processor(ok), "{ok}");
+        }
+        for bad in ["", "gfx", "gfxABC", "gfx90A", "sm_80", "gfxa1", "gfx9_0"] {
+            assert!(!is_gfx_processor(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn overlap_is_symmetric_and_treats_unspecified_as_any() {
+        for (a, b, want) in [
+            ("gfx906", "gfx906:xnack-", true),
+            ("gfx942:sramecc+", "gfx942:xnack-", true),
+            ("gfx90a:xnack+", "gfx90a:xnack-", false),
+            ("gfx1100", "gfx1101", false),
+            ("gfx11-generic", "gfx1100", false),
+            (
+                "host-x86_64-unknown-linux--",
+                "host-x86_64-unknown-linux--",
+                false,
+            ),
+        ] {
+            assert_eq!(targets_overlap(&t(a), &t(b)), want, "{a} {b}");
+            assert_eq!(targets_overlap(&t(b), &t(a)), want, "{b} {a}");
+        }
     }
 }

@@ -36,47 +36,25 @@ use crate::reader::KpackReader;
 pub const ENV_KPACK_PATH: &str = "ROCM_KPACK_PATH";
 /// Environment variable: archives searched before the marker paths.
 pub const ENV_KPACK_PATH_PREFIX: &str = "ROCM_KPACK_PATH_PREFIX";
-/// The prefix HSA agent ISA names carry.
-pub const AMDHSA_PREFIX: &str = "amdgcn-amd-amdhsa--";
+/// The prefix HSA agent ISA names carry (owned by `rocpack_bundle`).
+pub use rocpack_bundle::AMDHSA_PREFIX;
 /// Separator of the environment path lists on this platform.
 pub const ENV_PATH_SEPARATOR: char = if cfg!(windows) { ';' } else { ':' };
 
 /// Remove a leading `amdgcn-amd-amdhsa--` (only when something follows it).
-pub fn strip_target_prefix(isa: &str) -> &str {
-    match isa.strip_prefix(AMDHSA_PREFIX) {
-        Some(rest) if !rest.is_empty() => rest,
-        _ => isa,
-    }
-}
+/// Re-exported from `rocpack_bundle`, which owns target-ID handling.
+pub use rocpack_bundle::strip_target_prefix;
 
 /// The targets an agent ISA can load, most specific first, exactly in the
 /// runtime's order: for `n` features, bitmask `2^n-1` down to `0`, bit
 /// `n-1-i` selecting feature `i` (given order). `gfx942:sramecc+:xnack-` →
 /// `gfx942:sramecc+:xnack-`, `gfx942:sramecc+`, `gfx942:xnack-`, `gfx942`.
-/// The `amdgcn-amd-amdhsa--` prefix is stripped; empty features are dropped.
-/// More than 16 features are truncated to the first 16 (the runtime would
-/// enumerate 2^n candidates; real targets have at most 2).
+/// The `amdgcn-amd-amdhsa--` prefix is stripped; empty features are dropped;
+/// no generic fallback (the caller lists the generic ISA as its own arch).
+/// Delegates to [`rocpack_bundle::runtime_compatible_targets`] (features
+/// beyond the first 16 are ignored).
 pub fn compatible_targets(isa: &str) -> Vec<String> {
-    let t = strip_target_prefix(isa);
-    let mut parts = t.split(':');
-    let processor = parts.next().unwrap_or("");
-    let features: Vec<&str> = parts.filter(|f| !f.is_empty()).take(16).collect();
-    let n = features.len();
-    if n == 0 {
-        return vec![processor.to_owned()];
-    }
-    let mut out = Vec::with_capacity(1 << n);
-    for mask in (0..(1u32 << n)).rev() {
-        let mut s = processor.to_owned();
-        for (i, f) in features.iter().enumerate() {
-            if mask >> (n - 1 - i) & 1 == 1 {
-                s.push(':');
-                s.push_str(f);
-            }
-        }
-        out.push(s);
-    }
-    out
+    rocpack_bundle::runtime_compatible_targets(isa)
 }
 
 /// The loader's environment (`ROCM_KPACK_PATH`, `ROCM_KPACK_PATH_PREFIX`).
