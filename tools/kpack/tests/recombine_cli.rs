@@ -3,58 +3,11 @@
 //! stdout/stderr and the tree on disk.
 
 use std::fs;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::path::Path;
+use std::process::Output;
 
-const KPACK: &str = env!("CARGO_BIN_EXE_kpack");
-const SHARDS: [&str; 3] = ["gfx110X-build", "gfx1151-build", "gfx120X-build"];
-
-fn artifacts() -> PathBuf {
-    std::env::var_os("ROCPACK_SHARED")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared")))
-        .join("fixtures/artifacts")
-}
-
-fn kpack(args: &[&str]) -> Output {
-    Command::new(KPACK).args(args).output().unwrap()
-}
-
-fn s(p: &Path) -> &str {
-    p.to_str().unwrap()
-}
-
-/// `kpack split --batch-artifact-parent-dir` for every fixture shard.
-fn split_all(dir: &Path) -> PathBuf {
-    let out = dir.join("shards");
-    for sh in SHARDS {
-        let o = kpack(&[
-            "split",
-            "--batch-artifact-parent-dir",
-            s(&artifacts().join(sh)),
-            "--output-dir",
-            s(&out.join(sh)),
-            "--split-databases",
-            "rocblas",
-            "hipblaslt",
-            "aotriton",
-        ]);
-        assert!(
-            o.status.success(),
-            "split {sh}: {}",
-            String::from_utf8_lossy(&o.stderr)
-        );
-    }
-    out
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
+mod common;
+use common::{artifacts, kpack, s, split_all, stderr, stdout, SHARDS};
 
 fn recombine(input: &Path, config: &Path, out: &Path, extra: &[&str]) -> Output {
     let mut args = vec![

@@ -1,29 +1,9 @@
 //! `kpack select-family`: runtime-style ISA feature matching, exit codes, JSON.
 
 use std::fs;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
 
-const KPACK: &str = env!("CARGO_BIN_EXE_kpack");
-
-fn artifacts() -> PathBuf {
-    std::env::var_os("ROCPACK_SHARED")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared")))
-        .join("fixtures/artifacts")
-}
-
-fn kpack(args: &[&str]) -> Output {
-    Command::new(KPACK).args(args).output().unwrap()
-}
-
-fn s(p: &Path) -> &str {
-    p.to_str().unwrap()
-}
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
+mod common;
+use common::{artifacts, kpack, s, stdout};
 
 #[test]
 fn select_family_matches_features_like_the_runtime() {

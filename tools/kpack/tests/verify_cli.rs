@@ -3,42 +3,12 @@
 
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
 
-const KPACK: &str = env!("CARGO_BIN_EXE_kpack");
-const SHARDS: [&str; 3] = ["gfx110X-build", "gfx1151-build", "gfx120X-build"];
-
-fn artifacts() -> PathBuf {
-    std::env::var_os("ROCPACK_SHARED")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared")))
-        .join("fixtures/artifacts")
-}
-
-fn kpack(args: &[&str]) -> Output {
-    Command::new(KPACK).args(args).output().unwrap()
-}
-
-fn s(p: &Path) -> &str {
-    p.to_str().unwrap()
-}
+mod common;
+use common::{artifacts, kpack, s, split_all};
 
 fn recombined(dir: &Path) -> PathBuf {
-    let shards = dir.join("shards");
-    for sh in SHARDS {
-        let o = kpack(&[
-            "split",
-            "--batch-artifact-parent-dir",
-            s(&artifacts().join(sh)),
-            "--output-dir",
-            s(&shards.join(sh)),
-            "--split-databases",
-            "rocblas",
-            "hipblaslt",
-            "aotriton",
-        ]);
-        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    }
+    let shards = split_all(dir);
     let out = dir.join("out");
     let o = kpack(&[
         "recombine",
