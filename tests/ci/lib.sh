@@ -2,8 +2,12 @@
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-# Fixtures (real fat binaries, golden files) live beside the checkout.
-export ROCPACK_SHARED="${ROCPACK_SHARED:-$ROOT/../shared}"
+# ../shared beside the checkout is optional: it only adds large corpora and a
+# buck2 binary. The fixtures the tests need are built from tests/fixtures
+# (HIP sources + generator, about 30 s) into target/rocpack-shared/fixtures,
+# so a plain clone runs every test. Tests read $ROCPACK_SHARED/fixtures.
+export ROCPACK_SHARED_DIR="${ROCPACK_SHARED_DIR:-$ROOT/../shared}"
+export ROCPACK_SHARED="${ROCPACK_SHARED:-$ROOT/target/rocpack-shared}"
 
 log() { printf '\n==> %s\n' "$*" >&2; }
 die() { printf 'FAILED: %s\n' "$*" >&2; exit 1; }
@@ -27,3 +31,35 @@ need_pkgs() {
     || DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
         -o DPkg::Lock::Timeout=600 "${missing[@]}"
 }
+
+# Debian packages the fixture generator needs (clang-19 builds the HIP
+# binaries; hipcc + clang-15 build the one ROCm-5.2 fixture).
+FIXTURE_PKGS=(clang-19 lld-19 llvm-19 clang-tools-19 binutils coreutils
+    libamdhip64-dev hipcc rocm-device-libs clang-tools-15)
+
+# ensure_fixtures: build $ROCPACK_SHARED/fixtures from tests/fixtures unless an
+# up-to-date build is there (keyed by the generator and the toolchain versions).
+# A ROCPACK_SHARED that points elsewhere (set by the caller) is used as it is.
+ensure_fixtures() {
+    local dest="$ROOT/target/rocpack-shared"
+    [ "$ROCPACK_SHARED" = "$dest" ] || return 0
+    need_pkgs "${FIXTURE_PKGS[@]}"
+    local key
+    key=$( { sha256sum "$ROOT/tests/fixtures/make-fatbins.sh";
+             (cd "$ROOT/tests/fixtures" && find kpack-golden -type f | LC_ALL=C sort | xargs sha256sum);
+             dpkg-query -W "${FIXTURE_PKGS[@]}"; } | sha256sum | cut -d' ' -f1)
+    if [ "$(cat "$dest/.stamp" 2>/dev/null)" != "$key" ]; then
+        log "building test fixtures from tests/fixtures into $dest/fixtures"
+        rm -rf "$dest" && mkdir -p "$dest"
+        WORK_DIR="$dest/.work" bash "$ROOT/tests/fixtures/make-fatbins.sh" "$dest/fixtures" \
+            >"$dest/make-fatbins.log" 2>&1 || { tail -20 "$dest/make-fatbins.log" >&2; die "fixture build"; }
+        rm -rf "$dest/.work"
+        cp -r "$ROOT/tests/fixtures/kpack-golden" "$dest/fixtures/"
+        printf '%s\n' "$key" >"$dest/.stamp"
+    fi
+    # Optional extras from ../shared: the buck2 binary.
+    if [ -d "$ROCPACK_SHARED_DIR/tools" ] && [ ! -e "$dest/tools" ]; then
+        ln -s "$(cd "$ROCPACK_SHARED_DIR/tools" && pwd)" "$dest/tools"
+    fi
+}
+ensure_fixtures
