@@ -20,7 +20,7 @@ RUNS="${ROCPACK_FUZZ_RUNS:-50000}"
 SECS="${ROCPACK_FUZZ_SECONDS:-20}"
 seeds="$(mktemp -d)"
 trap 'rm -rf "$seeds"' EXIT
-targets=(bundle ccob target_id kpack marker elf packaging_config metadata)
+targets=(bundle ccob target_id kpack marker elf packaging_config metadata runtime)
 for t in "${targets[@]}"; do mkdir -p "$seeds/$t"; done
 fx="$ROCPACK_SHARED/fixtures"
 if [ -d "$fx/fatbins" ]; then
@@ -33,6 +33,7 @@ if [ -d "$fx/fatbins" ]; then
     cp "$fx/fatbins/libfx_relr.so" "$seeds/elf/relr.so"
     cp "$fx/fatbins/fx_app_nopie" "$seeds/elf/nopie"
     cp "$fx/kpack-golden/test_zstd.kpack" "$seeds/kpack/zstd.kpack"
+    cp "$fx/kpack-golden/test_zstd.kpack" "$fx/kpack-golden/test_noop.kpack" "$seeds/runtime/"
     cp "$fx/artifacts/packaging-config.json" "$seeds/packaging_config/config.json"
 fi
 printf 'hipv4-amdgcn-amd-amdhsa--gfx90a:xnack+\ngfx90a:xnack+' >"$seeds/target_id/a"

@@ -421,15 +421,27 @@ impl std::io::Read for RawMarker {
     }
 }
 
+/// Deepest msgpack nesting the metadata reader accepts.
+const MAX_DEPTH: usize = 32;
+
 /// Decode the marker map at `p` (its length is the first msgpack object's).
 ///
 /// # Safety
 /// `p` points to a msgpack object (the HIPK wrapper's metadata pointer).
 unsafe fn decode_marker(p: *const u8) -> Option<Marker> {
     let mut r = RawMarker { base: p, pos: 0 };
-    rmpv::decode::read_value_with_max_depth(&mut r, 32).ok()?;
-    let bytes = std::slice::from_raw_parts(p, r.pos);
-    Marker::decode(bytes).ok()
+    rmpv::decode::read_value_with_max_depth(&mut r, MAX_DEPTH).ok()?;
+    Marker::decode(std::slice::from_raw_parts(p, r.pos)).ok()
+}
+
+/// The marker `kpack_load_code_object` would decode from `bytes` (the first
+/// msgpack object, at most [`MAX_METADATA`] bytes; what follows is ignored).
+/// The safe twin of the raw-pointer path, for tests and fuzzing.
+pub fn parse_metadata(bytes: &[u8]) -> Option<Marker> {
+    let mut cur = std::io::Cursor::new(&bytes[..bytes.len().min(MAX_METADATA)]);
+    rmpv::decode::read_value_with_max_depth(&mut cur, MAX_DEPTH).ok()?;
+    let end = usize::try_from(cur.position()).ok()?;
+    Marker::decode(&bytes[..end]).ok()
 }
 
 fn load_error_code(e: &LoadError) -> kpack_error_t {
