@@ -1,0 +1,87 @@
+/* bench/runtime.sh's measuring program: librocm_kpack against plain reads.
+ * Usage: runtime_bench ARCHIVE ARCH
+ * Prints key=value lines: open_first_us (median of 25 fresh open + first
+ * lookup + close), all_s (every kernel of ARCH, one open), kernels, bytes,
+ * read_s (pread of the same number of bytes from the blob region, in
+ * kernel-sized reads: the bytes-read baseline). */
+#define _POSIX_C_SOURCE 200809L
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "rocm_kpack/kpack.h"
+
+static double now(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return t.tv_sec + t.tv_nsec * 1e-9;
+}
+static int cmp(const void* a, const void* b) {
+  double x = *(const double*)a, y = *(const double*)b;
+  return (x > y) - (x < y);
+}
+
+int main(int argc, char** argv) {
+  if (argc != 3) return 2;
+  const char* path = argv[1];
+  const char* arch = argv[2];
+  double lat[25];
+  for (int i = 0; i < 25; i++) {
+    double t0 = now();
+    kpack_archive_t a;
+    if (kpack_open(path, &a) != KPACK_SUCCESS) return 1;
+    const char* b;
+    void* k;
+    size_t ks;
+    if (kpack_get_binary(a, 0, &b) != KPACK_SUCCESS) return 1;
+    if (kpack_get_kernel(a, b, arch, &k, &ks) != KPACK_SUCCESS) return 1;
+    kpack_free_kernel(k);
+    kpack_close(a);
+    lat[i] = now() - t0;
+  }
+  qsort(lat, 25, sizeof lat[0], cmp);
+
+  kpack_archive_t a;
+  double t0 = now();
+  if (kpack_open(path, &a) != KPACK_SUCCESS) return 1;
+  size_t n = 0, kernels = 0, bytes = 0;
+  kpack_get_binary_count(a, &n);
+  size_t* sizes = calloc(n ? n : 1, sizeof *sizes);
+  for (size_t i = 0; i < n; i++) {
+    const char* b;
+    void* k;
+    size_t ks;
+    kpack_get_binary(a, i, &b);
+    if (kpack_get_kernel(a, b, arch, &k, &ks) == KPACK_SUCCESS) {
+      sizes[kernels++] = ks;
+      bytes += ks;
+      kpack_free_kernel(k);
+    }
+  }
+  kpack_close(a);
+  double all = now() - t0;
+
+  int fd = open(path, O_RDONLY);
+  size_t max = 1;
+  for (size_t i = 0; i < kernels; i++) max = sizes[i] > max ? sizes[i] : max;
+  char* buf = malloc(max);
+  t0 = now();
+  off_t off = 64;
+  for (size_t i = 0; i < kernels; i++) {
+    /* a fresh buffer per kernel, as the API hands out */
+    char* dst = malloc(sizes[i] ? sizes[i] : 1);
+    if (pread(fd, dst, sizes[i], off) < 0) return 1;
+    off += sizes[i];
+    free(dst);
+  }
+  double rd = now() - t0;
+  close(fd);
+  free(buf);
+  free(sizes);
+  printf("open_first_us=%.1f\nall_s=%.4f\nkernels=%zu\nbytes=%zu\nread_s=%.4f\n", lat[12] * 1e6,
+         all, kernels, bytes, rd);
+  return 0;
+}
