@@ -18,13 +18,14 @@
 #![allow(unsafe_code)]
 #![deny(missing_docs)]
 
+use std::collections::HashMap;
 use std::ffi::{c_char, c_void, CStr, CString, OsStr};
 use std::os::unix::ffi::OsStrExt;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
-use rocpack_kpack::{ErrorKind, KpackReader, LoadError, Loader, Marker};
+use rocpack_kpack::{ErrorKind, KpackReader, LoadError, Loader, Marker, Scheme};
 
 mod discover;
 mod env;
@@ -60,6 +61,9 @@ use kpack_error_t::*;
 /// An open archive (`kpack_archive_t` is a pointer to it).
 pub struct KpackArchive {
     reader: KpackReader,
+    /// The same file, for `pread` of `none` kernels straight into the
+    /// caller's buffer (no page-fault walk over the mapping).
+    file: std::fs::File,
     arches: Vec<CString>,
     binaries: Vec<CString>,
 }
@@ -67,7 +71,25 @@ pub struct KpackArchive {
 /// A lookup cache (`kpack_cache_t` is a pointer to it).
 pub struct KpackCache {
     env: RuntimeEnv,
+    /// Resolution (which archive, target and key); held only while resolving.
     loader: Mutex<Loader>,
+    /// Archives kernels are fetched from, by the path the loader chose.
+    archives: Mutex<HashMap<PathBuf, Arc<KpackArchive>>>,
+}
+
+impl KpackCache {
+    fn archive(&self, path: &Path) -> Result<Arc<KpackArchive>, kpack_error_t> {
+        let mut map = self
+            .archives
+            .lock()
+            .map_err(|_| KPACK_ERROR_OUT_OF_MEMORY)?;
+        if let Some(a) = map.get(path) {
+            return Ok(Arc::clone(a));
+        }
+        let a = Arc::new(KpackArchive::open(path)?);
+        map.insert(path.to_path_buf(), Arc::clone(&a));
+        Ok(a)
+    }
 }
 
 /// Map a reader error to the C++ library's code for the same failure.
@@ -84,14 +106,6 @@ fn open_error_code(kind: &ErrorKind) -> kpack_error_t {
         | ErrorKind::OutOfBounds { .. } => KPACK_ERROR_INVALID_FORMAT,
         ErrorKind::Zstd(_) => KPACK_ERROR_DECOMPRESSION_FAILED,
         _ => KPACK_ERROR_MSGPACK_PARSE_FAILED,
-    }
-}
-
-fn read_error_code(kind: &ErrorKind) -> kpack_error_t {
-    match kind {
-        ErrorKind::NotFound { .. } => KPACK_ERROR_KERNEL_NOT_FOUND,
-        ErrorKind::Io(_) => KPACK_ERROR_IO_ERROR,
-        _ => KPACK_ERROR_DECOMPRESSION_FAILED,
     }
 }
 
@@ -113,19 +127,6 @@ unsafe fn c_path<'a>(p: *const c_char) -> &'a Path {
     Path::new(OsStr::from_bytes(CStr::from_ptr(p).to_bytes()))
 }
 
-/// Copy `bytes` into a fresh `malloc` block (freed by `kpack_free_*`).
-fn malloc_copy(bytes: &[u8]) -> Option<*mut c_void> {
-    // malloc(0) may return NULL; always ask for at least one byte.
-    // SAFETY: plain allocation; the result is checked for NULL.
-    let p = unsafe { libc::malloc(bytes.len().max(1)) };
-    if p.is_null() {
-        return None;
-    }
-    // SAFETY: `p` has room for `bytes.len()` bytes and does not overlap `bytes`.
-    unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), p.cast::<u8>(), bytes.len()) };
-    Some(p)
-}
-
 fn cstrings<'a>(it: impl Iterator<Item = &'a str>) -> Vec<CString> {
     // TOC keys never hold NUL (the reader takes them from msgpack strings,
     // which could); a key with NUL cannot be asked for from C, so drop it.
@@ -143,6 +144,7 @@ impl KpackArchive {
             Ok(m) if m.len() == 0 => return Err(KPACK_ERROR_IO_ERROR),
             Ok(_) => {}
         }
+        let file = std::fs::File::open(path).map_err(|_| KPACK_ERROR_IO_ERROR)?;
         let reader = KpackReader::open(path).map_err(|e| open_error_code(e.kind()))?;
         let arches = cstrings(reader.gfx_arches().iter().map(String::as_str));
         let mut keys: Vec<&str> = reader.binary_keys().collect();
@@ -151,9 +153,79 @@ impl KpackArchive {
         let binaries = cstrings(keys.into_iter());
         Ok(KpackArchive {
             reader,
+            file,
             arches,
             binaries,
         })
+    }
+}
+
+impl KpackArchive {
+    /// The code object of `(key, target)` in a fresh `malloc` block: `none`
+    /// kernels are read with `pread` into it, zstd frames decoded from the
+    /// mapping into it. One copy, no intermediate buffer, no lock.
+    fn fetch(&self, key: &str, target: &str) -> Result<(*mut c_void, usize), kpack_error_t> {
+        use std::os::unix::fs::FileExt;
+        let e = self
+            .reader
+            .entry(key, target)
+            .ok_or(KPACK_ERROR_KERNEL_NOT_FOUND)?;
+        let loc = self
+            .reader
+            .blob_location(e.ordinal)
+            .ok_or(KPACK_ERROR_INVALID_FORMAT)?;
+        let (len, scheme_none) = match self.reader.scheme() {
+            Scheme::None => (loc.size, true),
+            Scheme::ZstdPerKernel => (e.original_size, false),
+        };
+        let len = usize::try_from(len).map_err(|_| KPACK_ERROR_OUT_OF_MEMORY)?;
+        let mut buf = MallocBuf::new(len).ok_or(KPACK_ERROR_OUT_OF_MEMORY)?;
+        if scheme_none {
+            self.file
+                .read_exact_at(buf.as_mut_slice(), loc.offset)
+                .map_err(|_| KPACK_ERROR_IO_ERROR)?;
+        } else {
+            let frame = self
+                .reader
+                .stored_bytes(e.ordinal)
+                .ok_or(KPACK_ERROR_INVALID_FORMAT)?;
+            match zstd::bulk::decompress_to_buffer(frame, buf.as_mut_slice()) {
+                Ok(n) if n == len => {}
+                _ => return Err(KPACK_ERROR_DECOMPRESSION_FAILED),
+            }
+        }
+        Ok((buf.into_raw(), len))
+    }
+}
+
+/// A `malloc` block that is freed unless handed out with `into_raw`.
+struct MallocBuf {
+    ptr: *mut u8,
+    len: usize,
+}
+
+impl MallocBuf {
+    fn new(len: usize) -> Option<MallocBuf> {
+        // SAFETY: plain allocation (at least one byte: malloc(0) may be NULL).
+        let ptr = unsafe { libc::malloc(len.max(1)) }.cast::<u8>();
+        (!ptr.is_null()).then_some(MallocBuf { ptr, len })
+    }
+    fn as_mut_slice(&mut self) -> &mut [u8] {
+        // SAFETY: `ptr` owns `len` bytes (uninitialised bytes are only
+        // written to before being read).
+        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
+    }
+    fn into_raw(self) -> *mut c_void {
+        let p = self.ptr.cast::<c_void>();
+        std::mem::forget(self);
+        p
+    }
+}
+
+impl Drop for MallocBuf {
+    fn drop(&mut self) {
+        // SAFETY: allocated by libc::malloc in `new`, not handed out.
+        unsafe { libc::free(self.ptr.cast::<c_void>()) }
     }
 }
 
@@ -305,20 +377,13 @@ pub unsafe extern "C" fn kpack_get_kernel(
         ) else {
             return KPACK_ERROR_KERNEL_NOT_FOUND;
         };
-        let reader = &(&*archive).reader;
-        if reader.entry(key, arch).is_none() {
-            return KPACK_ERROR_KERNEL_NOT_FOUND;
-        }
-        match reader.get(key, arch) {
-            Ok(bytes) => match malloc_copy(&bytes) {
-                Some(p) => {
-                    *kernel_data = p;
-                    *kernel_size = bytes.len();
-                    KPACK_SUCCESS
-                }
-                None => KPACK_ERROR_OUT_OF_MEMORY,
-            },
-            Err(e) => read_error_code(e.kind()),
+        match (&*archive).fetch(key, arch) {
+            Ok((p, n)) => {
+                *kernel_data = p;
+                *kernel_size = n;
+                KPACK_SUCCESS
+            }
+            Err(code) => code,
         }
     })
 }
@@ -348,6 +413,7 @@ pub unsafe extern "C" fn kpack_cache_create(cache: *mut *mut KpackCache) -> kpac
         *cache = Box::into_raw(Box::new(KpackCache {
             env,
             loader: Mutex::new(loader),
+            archives: Mutex::new(HashMap::new()),
         }));
         KPACK_SUCCESS
     })
@@ -506,36 +572,39 @@ pub unsafe extern "C" fn kpack_load_code_object(
         let dir = binary
             .parent()
             .map_or_else(|| PathBuf::from("."), Path::to_path_buf);
-        let result = match cache.loader.lock() {
-            Ok(mut l) => l.load(&marker, &dir, u64::from(co_index), &archs),
+        let resolved = match cache.loader.lock() {
+            Ok(mut l) => l.resolve(&marker, &dir, u64::from(co_index), &archs),
             Err(_) => return KPACK_ERROR_OUT_OF_MEMORY,
         };
-        match result {
-            Ok((resolved, bytes)) => {
-                if cache.env.debug {
-                    eprintln!(
-                        "kpack: {}#{co_index} -> {} [{}] ({} bytes)",
-                        marker.kernel_name,
-                        resolved.archive.display(),
-                        resolved.target,
-                        bytes.len()
-                    );
-                }
-                match malloc_copy(&bytes) {
-                    Some(p) => {
-                        *code_object_out = p;
-                        *code_object_size_out = bytes.len();
-                        KPACK_SUCCESS
-                    }
-                    None => KPACK_ERROR_OUT_OF_MEMORY,
-                }
+        let fetched = match &resolved {
+            Ok(r) => cache
+                .archive(&r.archive)
+                .and_then(|a| a.fetch(&r.key, &r.target)),
+            Err(e) => Err(load_error_code(e)),
+        };
+        if cache.env.debug {
+            match (&resolved, &fetched) {
+                (Ok(r), Ok((_, n))) => eprintln!(
+                    "kpack: {}#{co_index} -> {} [{}] ({n} bytes)",
+                    marker.kernel_name,
+                    r.archive.display(),
+                    r.target
+                ),
+                (Ok(r), Err(code)) => eprintln!(
+                    "kpack: {}#{co_index}: {}: error {code:?}",
+                    marker.kernel_name,
+                    r.archive.display()
+                ),
+                (Err(e), _) => eprintln!("kpack: {}#{co_index}: {e}", marker.kernel_name),
             }
-            Err(e) => {
-                if cache.env.debug {
-                    eprintln!("kpack: {}#{co_index}: {e}", marker.kernel_name);
-                }
-                load_error_code(&e)
+        }
+        match fetched {
+            Ok((p, n)) => {
+                *code_object_out = p;
+                *code_object_size_out = n;
+                KPACK_SUCCESS
             }
+            Err(code) => code,
         }
     })
 }
