@@ -15,10 +15,18 @@
 //!    valid archive (same canonical file = same archive); failures are skipped.
 //!    None valid → `ARCHIVE_NOT_FOUND`.
 //! 4. For each requested arch, for each compatible target, for each valid
-//!    archive in candidate order: the first archive whose `gfx_arches`
-//!    contains the target wins, and its `(lookup_key, target)` kernel is the
-//!    answer — a missing kernel is an error (no further probing). No arch
-//!    matched → `ARCH_NOT_FOUND`.
+//!    archive in candidate order that lists the target in `gfx_arches`: the
+//!    kernel `(lookup_key, target)` if the archive has it, else the lookup
+//!    **falls through** to the next archive (the 2026 runtime; before, the
+//!    first archive listing the target ended the search).
+//! 5. Error precedence: no valid archive → `ARCHIVE_NOT_FOUND`; archives
+//!    listed a compatible target but none held the key → the last of those
+//!    misses (`KERNEL_NOT_FOUND`); no archive listed any compatible target →
+//!    `ARCH_NOT_FOUND`.
+//!
+//! Limits (as the bounded C resolver): at most [`MAX_SEARCH_PATHS`] marker
+//! paths (more → invalid metadata) and [`MAX_ARCHIVES`] valid archives per
+//! lookup (later candidates are not opened).
 //!
 //! One difference by design: archives are opened with this crate's strict
 //! reader, so an archive the C++ reader would half-accept (unknown scheme,
@@ -38,6 +46,10 @@ pub const ENV_KPACK_PATH: &str = "ROCM_KPACK_PATH";
 pub const ENV_KPACK_PATH_PREFIX: &str = "ROCM_KPACK_PATH_PREFIX";
 /// The prefix HSA agent ISA names carry (owned by `rocpack_bundle`).
 pub use rocpack_bundle::AMDHSA_PREFIX;
+/// Most marker search paths a lookup accepts.
+pub const MAX_SEARCH_PATHS: usize = 32;
+/// Most valid archives one lookup opens.
+pub const MAX_ARCHIVES: usize = 64;
 /// Separator of the environment path lists on this platform.
 pub const ENV_PATH_SEPARATOR: char = if cfg!(windows) { ';' } else { ':' };
 
@@ -346,11 +358,25 @@ impl Loader {
         if arch_list.is_empty() {
             return Err(LoadError::NoArch);
         }
+        if marker.kpack_search_paths.len() > MAX_SEARCH_PATHS {
+            return Err(LoadError::InvalidMetadata(crate::Error::new(
+                crate::ErrorKind::Invalid {
+                    field: "kpack_search_paths".into(),
+                    message: format!(
+                        "{} paths, at most {MAX_SEARCH_PATHS} are accepted",
+                        marker.kpack_search_paths.len()
+                    ),
+                },
+            )));
+        }
         let key = marker.lookup_key(co_index);
         let candidates = candidate_paths(marker, binary_dir, arch_list, &self.env);
         let mut valid: Vec<(PathBuf, Arc<KpackReader>)> = Vec::new();
         let mut rejected = Vec::new();
         for c in &candidates {
+            if valid.len() == MAX_ARCHIVES {
+                break;
+            }
             match self.open(c) {
                 Ok(Some(r)) => valid.push((c.clone(), r)),
                 Ok(None) => {}
@@ -363,29 +389,36 @@ impl Loader {
                 rejected,
             });
         }
+        let mut last_miss = None;
         for arch in arch_list {
             for target in compatible_targets(arch) {
                 for (path, r) in &valid {
-                    if r.gfx_arches().contains(&target) {
-                        if r.entry(&key, &target).is_none() {
-                            return Err(LoadError::KernelNotFound {
-                                archive: path.clone(),
-                                key,
-                                target,
-                            });
-                        }
-                        return Ok((
-                            Resolved {
-                                archive: path.clone(),
-                                target,
-                                key,
-                                requested_arch: (*arch).to_owned(),
-                            },
-                            Arc::clone(r),
-                        ));
+                    if !r.gfx_arches().contains(&target) {
+                        continue;
                     }
+                    if r.entry(&key, &target).is_none() {
+                        // Fall through to the next archive listing the target.
+                        last_miss = Some(LoadError::KernelNotFound {
+                            archive: path.clone(),
+                            key: key.clone(),
+                            target: target.clone(),
+                        });
+                        continue;
+                    }
+                    return Ok((
+                        Resolved {
+                            archive: path.clone(),
+                            target,
+                            key,
+                            requested_arch: (*arch).to_owned(),
+                        },
+                        Arc::clone(r),
+                    ));
                 }
             }
+        }
+        if let Some(miss) = last_miss {
+            return Err(miss);
         }
         Err(LoadError::ArchNotFound {
             requested: arch_list.iter().map(|s| (*s).to_owned()).collect(),

@@ -292,3 +292,65 @@ fn loader_reports_rejected_archives() {
         other => panic!("{other}"),
     }
 }
+
+/// One archive: `dir/<name>` listing `arches`, holding `keys` for each.
+fn archive(dir: &Path, name: &str, arches: &[&str], keys: &[&str]) {
+    std::fs::create_dir_all(dir).unwrap();
+    let mut w = KpackWriter::new(Compression::None);
+    w.group_name("g")
+        .arch_family("f")
+        .arches(arches.iter().copied());
+    for a in arches {
+        for k in keys {
+            w.add(k, a, format!("{name}:{k}@{a}").into_bytes()).unwrap();
+        }
+    }
+    w.write_to_path(dir.join(name)).unwrap();
+}
+
+#[test]
+fn loader_falls_through_archives_listing_the_target() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().canonicalize().unwrap();
+    let k = root.join(".kpack");
+    // a: lists gfx90a but lacks libx (the torch-on-gfx90a case); b has it.
+    archive(&k, "a_gfx90a.kpack", &["gfx90a"], &["other#0"]);
+    archive(&k, "b_gfx90a.kpack", &["gfx90a"], &["libx.so#0"]);
+    archive(&k, "c_gfx90a.kpack", &["gfx90a"], &[]);
+    let m = Marker::new(
+        [".kpack/a_@GFXARCH@.kpack", ".kpack/b_@GFXARCH@.kpack"],
+        "libx.so",
+    );
+    let mut l = Loader::new(LoaderEnv::none());
+    let (r, bytes) = l.load(&m, &root, 0, &["gfx90a:xnack-"]).unwrap();
+    assert_eq!(r.archive, k.join("b_gfx90a.kpack"));
+    assert_eq!(bytes, b"b_gfx90a.kpack:libx.so#0@gfx90a");
+
+    // Every listing archive misses: the last miss is reported (5).
+    let m2 = Marker::new(
+        [".kpack/b_@GFXARCH@.kpack", ".kpack/a_@GFXARCH@.kpack"],
+        "liby.so",
+    );
+    match l.resolve(&m2, &root, 0, &["gfx90a"]).unwrap_err() {
+        LoadError::KernelNotFound { archive, .. } => assert_eq!(archive, k.join("a_gfx90a.kpack")),
+        e => panic!("expected KERNEL_NOT_FOUND, got {e}"),
+    }
+    // No archive lists a compatible target: 14 even though archives exist.
+    assert_eq!(
+        l.resolve(&m, &root, 0, &["gfx1100"]).unwrap_err().code(),
+        13
+    );
+    let direct = Marker::new([".kpack/a_gfx90a.kpack"], "libx.so");
+    assert_eq!(
+        l.resolve(&direct, &root, 0, &["gfx1100"])
+            .unwrap_err()
+            .code(),
+        14
+    );
+    // Too many search paths: invalid metadata.
+    let many = Marker::new((0..33).map(|i| format!("p{i}")), "libx.so");
+    assert_eq!(
+        l.resolve(&many, &root, 0, &["gfx90a"]).unwrap_err().code(),
+        12
+    );
+}

@@ -29,8 +29,11 @@ fn manifest_dir() -> PathBuf {
 }
 
 fn lib_dir() -> PathBuf {
+    // `cargo test` builds every crate type of the library into `deps/` (it
+    // uplifts them to `target/<profile>` only on `cargo build`), so `deps/`
+    // holds the libraries of this very build.
     let exe = std::env::current_exe().unwrap();
-    exe.parent().unwrap().parent().unwrap().to_path_buf()
+    exe.parent().unwrap().to_path_buf()
 }
 
 fn fixtures() -> PathBuf {
@@ -51,7 +54,7 @@ fn kpack() -> PathBuf {
     if let Some(p) = std::env::var_os("ROCPACK_KPACK") {
         return PathBuf::from(p);
     }
-    let p = lib_dir().join("kpack");
+    let p = lib_dir().parent().unwrap().join("kpack");
     if !p.is_file() {
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
         let st = Command::new(cargo)

@@ -29,10 +29,12 @@ fn manifest_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// `target/<profile>`, where cargo put `librocm_kpack.{so,a}`.
 fn lib_dir() -> PathBuf {
+    // `cargo test` builds every crate type of the library into `deps/` (it
+    // uplifts them to `target/<profile>` only on `cargo build`), so `deps/`
+    // holds the libraries of this very build.
     let exe = std::env::current_exe().unwrap();
-    exe.parent().unwrap().parent().unwrap().to_path_buf()
+    exe.parent().unwrap().to_path_buf()
 }
 
 fn golden() -> PathBuf {
@@ -158,7 +160,6 @@ fn run(exe: &Path, mode: &str, dir: &Path, env: &[(&str, String)]) {
         "ROCM_KPACK_PATH",
         "ROCM_KPACK_PATH_PREFIX",
         "ROCM_KPACK_DISABLE",
-        "ROCM_KPACK_DEBUG",
     ] {
         cmd.env_remove(k);
     }
