@@ -123,9 +123,28 @@ pub fn write_durable(dst: &Path, bytes: &[u8]) -> Result<()> {
     f.sync_all().map_err(io_at(dst))
 }
 
-/// Read a whole text file of at most `limit` bytes.
-pub fn read_text_bounded(path: &Path, limit: u64) -> Result<String> {
-    let meta = fs::metadata(path).map_err(io_at(path))?;
+/// Read a whole regular file of at most `limit` bytes.
+///
+/// Snapshot trees are repository content, so a pull request controls them:
+/// a symlink to `/dev/zero` must not be read forever and a FIFO must not
+/// hang. The file is opened non-blocking, checked with `fstat` on the open
+/// descriptor (no race with a rename), and read through `take(limit + 1)`.
+pub fn read_bounded(path: &Path, limit: u64) -> Result<Vec<u8>> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let f = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+        .map_err(io_at(path))?;
+    let meta = f.metadata().map_err(io_at(path))?;
+    if !meta.is_file() {
+        return Err(Error::input(
+            path,
+            None,
+            format!("not a regular file ({})", file_kind(&meta)),
+        ));
+    }
     if meta.len() > limit {
         return Err(Error::input(
             path,
@@ -133,7 +152,42 @@ pub fn read_text_bounded(path: &Path, limit: u64) -> Result<String> {
             format!("file is {} bytes; expected at most {limit}", meta.len()),
         ));
     }
-    let bytes = fs::read(path).map_err(io_at(path))?;
+    let mut bytes = Vec::with_capacity(meta.len() as usize);
+    f.take(limit + 1)
+        .read_to_end(&mut bytes)
+        .map_err(io_at(path))?;
+    if bytes.len() as u64 > limit {
+        return Err(Error::input(
+            path,
+            None,
+            format!("file grew past {limit} bytes while being read"),
+        ));
+    }
+    Ok(bytes)
+}
+
+/// What kind of non-regular file `meta` describes, for messages.
+pub fn file_kind(meta: &fs::Metadata) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    let t = meta.file_type();
+    if t.is_dir() {
+        "a directory"
+    } else if t.is_fifo() {
+        "a FIFO"
+    } else if t.is_char_device() {
+        "a character device"
+    } else if t.is_block_device() {
+        "a block device"
+    } else if t.is_socket() {
+        "a socket"
+    } else {
+        "not a regular file"
+    }
+}
+
+/// Read a whole text file of at most `limit` bytes (see [`read_bounded`]).
+pub fn read_text_bounded(path: &Path, limit: u64) -> Result<String> {
+    let bytes = read_bounded(path, limit)?;
     String::from_utf8(bytes).map_err(|e| {
         Error::input(
             path,

@@ -351,7 +351,7 @@ impl Repo {
         let file = if exclusive {
             fsutil::create_dir_all_durable(&pdir)?;
             let gi = pdir.join(".gitignore");
-            if fs::read(&gi).ok().as_deref() != Some(b"*\n".as_slice()) {
+            if fsutil::read_bounded(&gi, 64).ok().as_deref() != Some(b"*\n".as_slice()) {
                 // Static content, rewritten whenever it is not exactly this: no temp file needed.
                 fs::write(&gi, b"*\n").map_err(io_at(&gi))?;
             }
@@ -391,7 +391,7 @@ impl Repo {
                 }
             }
             if !announced {
-                let holder = fs::read_to_string(&path).unwrap_or_default();
+                let holder = fsutil::read_text_bounded(&path, 4096).unwrap_or_default();
                 eprintln!(
                     "snapctl: waiting for the lock on {} (held by {}){}",
                     self.root.display(),

@@ -180,6 +180,33 @@ pub fn needs_recovery(repo: &Repo) -> bool {
         || crate::repo::sorted_entries(&pdir.join(STAGING)).is_ok_and(|v| !v.is_empty())
 }
 
+/// Archives are append-only: install `src` at `dst` with `link` + `unlink`,
+/// which fails instead of replacing an existing archive. A `dst` that already
+/// holds the same bytes is a replay after an interruption between the two.
+fn install_no_clobber(src: &Path, dst: &Path) -> Result<()> {
+    match fs::hard_link(src, dst) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            let same = fsutil::read_bounded(src, ARCHIVE_MAX)
+                .and_then(|a| fsutil::read_bounded(dst, ARCHIVE_MAX).map(|b| a == b))
+                .unwrap_or(false);
+            if !same {
+                return Err(Error::input(
+                    dst,
+                    None,
+                    "an archived snapshot with this name already exists; archives are never replaced"
+                        .to_string(),
+                ));
+            }
+        }
+        Err(e) => return Err(Error::io(dst, e)),
+    }
+    fs::remove_file(src).map_err(io_at(src))
+}
+
+/// Largest archived file compared byte for byte on a replay.
+const ARCHIVE_MAX: u64 = 64 << 20;
+
 fn apply(repo: &Repo, j: &Journal) -> Result<()> {
     let staging = repo.private_dir().join(STAGING).join(&j.txid);
     for ins in &j.installs {
@@ -202,6 +229,11 @@ fn apply(repo: &Repo, j: &Journal) -> Result<()> {
         let dir = fsutil::parent_of(&dst);
         fsutil::create_dir_all_durable(&dir)?;
         step(&format!("install {}", ins.dest));
+        if ins.dest.starts_with("archives/") {
+            install_no_clobber(&src, &dst)?;
+            fsutil::fsync_dir(&dir)?;
+            continue;
+        }
         match fs::rename(&src, &dst) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::CrossesDevices => {
@@ -302,8 +334,14 @@ impl Plan {
 
 /// Archive stamp for `ver`: `now`, moved past the newest existing stamp so names never
 /// collide and sort in rotation order.
+///
+/// Stamps have one-second resolution, so `now` is truncated to the second
+/// before the comparison: two rotations within the same second must not get
+/// the same name (the second `rename` would replace the first archive).
+/// Called under the root's lock, so the newest stamp cannot change meanwhile.
 fn archive_stamp(repo: &Repo, ver: &str, now: &chrono::DateTime<chrono::Utc>) -> Result<String> {
-    let mut t = *now;
+    use chrono::Timelike;
+    let mut t = now.with_nanosecond(0).unwrap_or(*now);
     if let Some(last) = repo.archive_stamps(ver)?.last() {
         if let Ok(lt) = chrono::NaiveDateTime::parse_from_str(last, "%Y%m%d_%H%M%S") {
             let lt = lt.and_utc();

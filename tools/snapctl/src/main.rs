@@ -303,16 +303,11 @@ fn run(cli: Cli) -> Result<u8> {
         } => {
             let (repo, _l) = open_for_read(&root)?;
             let want = txn::generate_checksums(&repo, &repo.prefix(prefix.as_deref()))?;
-            let have = match std::fs::read(&file) {
-                Ok(b) => String::from_utf8_lossy(&b).into_owned(),
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
-                Err(e) => {
-                    return Err(rocpack_snapshot::Error::Io {
-                        path: file,
-                        source: e,
-                    }
-                    .into())
-                }
+            let have = if file.exists() || file.is_symlink() {
+                let b = rocpack_snapshot::fsutil::read_bounded(&file, 16 << 20)?;
+                String::from_utf8_lossy(&b).into_owned()
+            } else {
+                String::new()
             };
             if have == want {
                 eprintln!("{} is up to date", file.display());

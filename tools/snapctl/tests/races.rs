@@ -1,0 +1,171 @@
+//! Races and hostile trees with the real clock (no SOURCE_DATE_EPOCH): a
+//! pinned clock cannot see two rotations within one second.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+
+/// snapctl with the real clock.
+fn real_clock(s: &Scratch, args: &[String]) -> Output {
+    Command::new(bin())
+        .current_dir(s.path())
+        .args(args)
+        .env_remove("SOURCE_DATE_EPOCH")
+        .env_remove("SNAPCTL_FAIL_AT")
+        .output()
+        .unwrap()
+}
+
+/// Every commit reachable from stable, last-stable and archives of `ver`.
+fn reachable_commits(root: &Path, ver: &str) -> Vec<String> {
+    let mut files = vec![
+        root.join("stable").join(ver).join("metadata.txt"),
+        root.join("last-stable").join(ver).join("metadata.txt"),
+    ];
+    if let Ok(rd) = std::fs::read_dir(root.join("archives").join(ver)) {
+        for e in rd {
+            let p = e.unwrap().path();
+            if p.to_string_lossy().ends_with("_metadata.txt") {
+                files.push(p);
+            }
+        }
+    }
+    let mut commits = Vec::new();
+    for f in files {
+        let Ok(text) = std::fs::read_to_string(&f) else {
+            continue;
+        };
+        for line in text.lines() {
+            if let Some(rest) = line.trim().strip_prefix("rcclx:") {
+                commits.push(rest.trim().to_owned());
+            }
+        }
+    }
+    commits
+}
+
+fn assert_none_lost(root: &Path, ver: &str, n: u64) {
+    let got = reachable_commits(root, ver);
+    let set: BTreeSet<&String> = got.iter().collect();
+    assert_eq!(
+        set.len(),
+        got.len(),
+        "a snapshot is reachable twice: {got:?}"
+    );
+    let want: BTreeSet<String> = (1..=n).map(|i| format!("{i:040x}")).collect();
+    let have: BTreeSet<String> = got.iter().cloned().collect();
+    let lost: Vec<&String> = want.difference(&have).collect();
+    assert!(
+        lost.is_empty(),
+        "{} of {n} snapshots lost: {lost:?}",
+        lost.len()
+    );
+}
+
+#[test]
+fn quick_sequential_creates_lose_no_snapshot() {
+    let s = Scratch::new(false);
+    let n = 8;
+    for i in 1..=n {
+        s.artifact(i);
+        ok(&real_clock(&s, &s.create_args(i, "6.4")));
+    }
+    assert_none_lost(&s.root(), "6.4", n);
+    // verify and check agree with what is there.
+    ok(&s.cmd(&["verify", "--snapshots-root", "root"]));
+}
+
+#[test]
+fn concurrent_creates_lose_no_snapshot() {
+    let s = Scratch::new(false);
+    let (rounds, per_round) = (3u64, 8u64);
+    for i in 1..=rounds * per_round {
+        s.artifact(i);
+    }
+    for r in 0..rounds {
+        let children: Vec<_> = (1..=per_round)
+            .map(|k| {
+                let i = r * per_round + k;
+                Command::new(bin())
+                    .current_dir(s.path())
+                    .args(s.create_args(i, "7.0"))
+                    .env_remove("SOURCE_DATE_EPOCH")
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::piped())
+                    .spawn()
+                    .unwrap()
+            })
+            .collect();
+        for c in children {
+            let o = c.wait_with_output().unwrap();
+            assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        }
+    }
+    assert_none_lost(&s.root(), "7.0", rounds * per_round);
+}
+
+/// Run snapctl with a 256 MiB address-space ceiling and a 20 s hang guard.
+fn bounded(s: &Scratch, args: &[&str]) -> Output {
+    let mut child = Command::new("sh")
+        .current_dir(s.path())
+        .arg("-c")
+        .arg("ulimit -v 262144; exec \"$0\" \"$@\"")
+        .arg(bin())
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    loop {
+        if child.try_wait().unwrap().is_some() {
+            return child.wait_with_output().unwrap();
+        }
+        if start.elapsed() > Duration::from_secs(20) {
+            let _ = child.kill();
+            panic!("snapctl {args:?} hangs");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn special_files_are_refused_not_read() {
+    let s = Scratch::new(false);
+    s.artifact(1);
+    ok(&s.run(&s.create_args(1, "6.4"), &[]));
+    let meta = s.root().join("stable/6.4/metadata.txt");
+    let conf = s.root().join("snapctl.conf");
+    let conf_text = std::fs::read(&conf).ok();
+
+    // metadata.txt -> /dev/zero, then a FIFO.
+    std::fs::remove_file(&meta).unwrap();
+    std::os::unix::fs::symlink("/dev/zero", &meta).unwrap();
+    let o = bounded(&s, &["status", "--snapshots-root", "root"]);
+    assert_eq!(code(&o), 2, "{}", stderr(&o));
+    assert!(stderr(&o).contains("not a regular file"), "{}", stderr(&o));
+    std::fs::remove_file(&meta).unwrap();
+    let st = Command::new("mkfifo").arg(&meta).status().unwrap();
+    assert!(st.success());
+    let o = bounded(&s, &["status", "--snapshots-root", "root"]);
+    assert_eq!(code(&o), 2, "{}", stderr(&o));
+    assert!(stderr(&o).contains("FIFO"), "{}", stderr(&o));
+    std::fs::remove_file(&meta).unwrap();
+
+    // snapctl.conf -> /dev/zero.
+    let _ = std::fs::remove_file(&conf);
+    std::os::unix::fs::symlink("/dev/zero", &conf).unwrap();
+    let o = bounded(&s, &["status", "--snapshots-root", "root"]);
+    assert_eq!(code(&o), 2, "{}", stderr(&o));
+    assert!(stderr(&o).contains("snapctl.conf"), "{}", stderr(&o));
+    std::fs::remove_file(&conf).unwrap();
+    if let Some(t) = conf_text {
+        std::fs::write(&conf, t).unwrap();
+    }
+    ok(&s.cmd(&["status", "--snapshots-root", "root"]));
+}
