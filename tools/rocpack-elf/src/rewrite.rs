@@ -181,6 +181,16 @@ fn movable(s: &Shdr) -> bool {
     ) || (s.sh_type == elf::SHT_PROGBITS && s.name == b".interp")
 }
 
+/// The smallest page the loader of `e_machine` may use: segments must be
+/// congruent modulo it. Every machine HIP supports (x86-64, aarch64,
+/// ppc64le) has 4 KiB as its smallest page.
+fn machine_page(_e_machine: u16) -> u64 {
+    4096
+}
+
+/// The shift granularity of the rewrite: the largest PT_LOAD alignment, so
+/// that moving file content by a multiple of it keeps every segment
+/// congruent modulo its own alignment.
 fn page_size(elf: &Elf<'_>) -> Result<u64> {
     let mut page = 4096u64;
     for p in elf.phdrs.iter().filter(|p| p.p_type == elf::PT_LOAD) {
@@ -385,7 +395,16 @@ fn validate_layout(elf: &Elf<'_>, page: u64) -> Result<()> {
             if p.p_filesz > p.p_memsz {
                 return bad("p_filesz > p_memsz");
             }
-            if p.p_offset % page != p.p_vaddr % page {
+            // Each segment is congruent modulo its own alignment and the
+            // machine page (what the loader needs), never modulo the largest
+            // alignment in the file: lld gives the first PT_LOAD 0x8000
+            // and the others 0x1000, which is valid ELF.
+            let own = if p.p_align > 1 { p.p_align } else { 1 };
+            if !own.is_power_of_two() {
+                return bad("p_align is not a power of two");
+            }
+            let m = machine_page(elf.ehdr.e_machine).min(page);
+            if p.p_offset % own != p.p_vaddr % own || p.p_offset % m != p.p_vaddr % m {
                 return bad("offset and address not congruent");
             }
         }

@@ -73,44 +73,209 @@ fn load(loader: &Path, libdir: &Path, file: &Path, dump_len: usize) -> Vec<Strin
         .collect()
 }
 
-fn strip(variant: &str, input: &Path, output: &Path) {
-    let mut c = match variant {
-        "strip-debug" => {
-            let mut c = Command::new("strip");
-            c.arg("--strip-debug");
-            c
-        }
-        "strip-unneeded" => {
-            let mut c = Command::new("strip");
-            c.arg("--strip-unneeded");
-            c
-        }
-        "llvm-strip-19" => Command::new("llvm-strip-19"),
-        _ => unreachable!(),
-    };
-    let o = c.arg("-o").arg(output).arg(input).output().unwrap();
+/// Distribution tools a split binary must survive, in the order tested.
+const TOOLS: [&str; 8] = [
+    "none",
+    "strip-debug",
+    "strip-unneeded",
+    "llvm-strip-19",
+    "eu-strip",
+    "objcopy-debuglink",
+    "dh_strip",
+    "debugedit",
+];
+
+fn run_tool(mut c: Command, what: &str) {
+    let o = c.output().unwrap();
     assert!(
         o.status.success(),
-        "{variant} {}: {}",
-        input.display(),
+        "{what}: {c:?}: {}{}",
+        String::from_utf8_lossy(&o.stdout),
         String::from_utf8_lossy(&o.stderr)
     );
 }
 
+/// Apply distribution tool `variant` to `input`, writing `output`.
+fn strip(variant: &str, input: &Path, output: &Path) {
+    let cmd = |prog: &str, args: &[&str]| {
+        let mut c = Command::new(prog);
+        c.args(args);
+        c
+    };
+    match variant {
+        "strip-debug" | "strip-unneeded" => {
+            let mut c = cmd("strip", &[&format!("--{variant}")]);
+            c.arg("-o").arg(output).arg(input);
+            run_tool(c, variant);
+        }
+        "llvm-strip-19" | "eu-strip" => {
+            let mut c = cmd(variant, &[]);
+            c.arg("-o").arg(output).arg(input);
+            run_tool(c, variant);
+        }
+        "objcopy-debuglink" => {
+            // Separate debug info, strip, link the two (what rpm and many
+            // packagers do by hand).
+            let dbg = output.with_extension("debug");
+            let mut c = cmd("objcopy", &["--only-keep-debug"]);
+            c.arg(input).arg(&dbg);
+            run_tool(c, variant);
+            let mut c = cmd("objcopy", &["--strip-debug"]);
+            c.arg(format!("--add-gnu-debuglink={}", dbg.display()))
+                .arg(input)
+                .arg(output);
+            run_tool(c, variant);
+            // The separated debug file keeps `.hip_fatbin` only as NOBITS.
+            let d = std::fs::read(&dbg).unwrap();
+            if let Ok(info) = analyze(&d) {
+                assert!(
+                    !info.has_device_code(),
+                    "{}: debug file has device code",
+                    dbg.display()
+                );
+            }
+        }
+        "dh_strip" => {
+            // Debian's packaging path, run for real in a minimal source tree.
+            let tree = output.with_extension("deb-tree");
+            let inst = tree.join("debian/fxpkg/usr/lib/x86_64-linux-gnu");
+            std::fs::create_dir_all(&inst).unwrap();
+            std::fs::write(tree.join("debian/control"), DEB_CONTROL).unwrap();
+            std::fs::write(tree.join("debian/changelog"), DEB_CHANGELOG).unwrap();
+            let name = input.file_name().unwrap();
+            std::fs::copy(input, inst.join(name)).unwrap();
+            let mut c = cmd("dh_strip", &[]);
+            c.current_dir(&tree);
+            run_tool(c, variant);
+            std::fs::copy(inst.join(name), output).unwrap();
+            std::fs::remove_dir_all(&tree).unwrap();
+        }
+        "debugedit" => {
+            // Rewrites DWARF paths and recomputes the build ID in place,
+            // through libelf.
+            std::fs::copy(input, output).unwrap();
+            let mut c = cmd("debugedit", &["-b", "/", "-d", "/usr/src/debug", "-i"]);
+            c.arg(output);
+            run_tool(c, variant);
+        }
+        _ => unreachable!("{variant}"),
+    }
+}
+
+const DEB_CONTROL: &str = "Source: fxpkg\nSection: libs\nPriority: optional\n\
+Maintainer: rocpack tests <tests@example.invalid>\nBuild-Depends: debhelper-compat (= 13)\n\
+Standards-Version: 4.6.2\n\nPackage: fxpkg\nArchitecture: any\nDescription: split fixture\n test\n";
+const DEB_CHANGELOG: &str = "fxpkg (1.0-1) unstable; urgency=medium\n\n  * test\n\n \
+-- rocpack tests <tests@example.invalid>  Thu, 01 Jan 2026 00:00:00 +0000\n";
+
+/// Program headers as `readelf -lW` (binutils, not our reader) prints them:
+/// (type, offset, vaddr, filesz).
+fn readelf_phdrs(file: &Path) -> Vec<(String, u64, u64, u64)> {
+    let o = Command::new("readelf")
+        .arg("-lW")
+        .arg(file)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "readelf -lW {}", file.display());
+    let hex = |s: &str| u64::from_str_radix(s.trim_start_matches("0x"), 16).unwrap();
+    String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f.len() >= 6 && f[1].starts_with("0x") && f[2].starts_with("0x"))
+                .then(|| (f[0].to_owned(), hex(f[1]), hex(f[2]), hex(f[4])))
+        })
+        .collect()
+}
+
+/// The program-header table sits inside the first PT_LOAD at the congruent
+/// place: EL8's kernel computes AT_PHDR = load address + e_phoff.
+fn assert_phdr_invariant(file: &Path, what: &str) {
+    let ph = readelf_phdrs(file);
+    let Some(phdr) = ph.iter().find(|p| p.0 == "PHDR") else {
+        return; // shared libraries usually have none
+    };
+    let load = ph.iter().find(|p| p.0 == "LOAD").expect("a PT_LOAD");
+    assert_eq!(
+        phdr.2.wrapping_sub(phdr.1),
+        load.2.wrapping_sub(load.1),
+        "{what}: PT_PHDR vaddr-offset differs from the first PT_LOAD's"
+    );
+    assert!(
+        phdr.1 >= load.1 && phdr.1 + phdr.3 <= load.1 + load.3,
+        "{what}: program headers outside the first PT_LOAD"
+    );
+}
+
+/// Copies of the lld-linked fixtures whose first PT_LOAD says p_align
+/// 0x8000 while the others keep 0x1000 (as lld-linked ROCm plugins on PyPI
+/// do): valid ELF that a rewrite must accept.
+fn mixed_align_copies(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for name in ["libfx_multi_lld.so", "libfx_relr.so", "fx_app_relr"] {
+        let src = fixtures().join("fatbins").join(name);
+        let Ok(mut d) = std::fs::read(&src) else {
+            continue;
+        };
+        let phoff = u64::from_le_bytes(d[32..40].try_into().unwrap()) as usize;
+        let phnum = u16::from_le_bytes(d[56..58].try_into().unwrap()) as usize;
+        for i in 0..phnum {
+            let at = phoff + i * 56;
+            if u32::from_le_bytes(d[at..at + 4].try_into().unwrap()) == 1 {
+                let off = u64::from_le_bytes(d[at + 8..at + 16].try_into().unwrap());
+                let va = u64::from_le_bytes(d[at + 16..at + 24].try_into().unwrap());
+                assert_eq!(off % 0x8000, va % 0x8000, "{name}: first PT_LOAD");
+                d[at + 48..at + 56].copy_from_slice(&0x8000u64.to_le_bytes());
+                break;
+            }
+        }
+        let dst = dir.join(format!("{name}.align8000"));
+        std::fs::write(&dst, d).unwrap();
+        std::fs::set_permissions(&dst, std::fs::metadata(&src).unwrap().permissions()).unwrap();
+        out.push(dst);
+    }
+    out
+}
+
 #[test]
 fn split_binaries_load_and_register_hipk_after_every_strip() {
-    if !have_fixtures() || !have_tool("gcc") || !have_tool("strip") || !have_tool("llvm-strip-19") {
-        return;
+    assert!(have_fixtures(), "fixtures missing (set ROCPACK_SHARED)");
+    for t in [
+        "gcc",
+        "strip",
+        "llvm-strip-19",
+        "eu-strip",
+        "objcopy",
+        "dh_strip",
+        "debugedit",
+    ] {
+        assert!(
+            have_tool(t),
+            "{t} is needed (tests/ci/10-rust.sh installs it)"
+        );
     }
     let tmp = tempfile::tempdir().unwrap();
     let loader = build_harness(tmp.path());
     let mut checked = 0;
-    for p in fat_elfs() {
+    let mixed = tmp.path().join("mixed");
+    std::fs::create_dir_all(&mixed).unwrap();
+    let mut inputs = fat_elfs();
+    inputs.extend(mixed_align_copies(&mixed));
+    for p in inputs {
         let data = std::fs::read(&p).unwrap();
         let orig = analyze(&data).unwrap();
-        let marker = marker_for(&p);
-        let split = split_host(&data, &marker).unwrap();
-        let name = p.file_name().unwrap().to_string_lossy().into_owned();
+        let name = p
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .trim_end_matches(".align8000")
+            .to_owned();
+        let marker = if p.starts_with(fixtures()) {
+            marker_for(&p)
+        } else {
+            marker_for(&fixtures().join("fatbins").join(&name))
+        };
+        let split = split_host(&data, &marker).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
         // rocblas-test needs librocblas.so.5: give it the (split or fat) library.
         let libdir = tmp.path().join(format!("lib-{checked}"));
         std::fs::create_dir_all(&libdir).unwrap();
@@ -174,12 +339,14 @@ fn split_binaries_load_and_register_hipk_after_every_strip() {
             .unwrap();
         }
         let split_path = libdir.join(&name);
-        for variant in ["none", "strip-debug", "strip-unneeded", "llvm-strip-19"] {
+        for variant in TOOLS {
             std::fs::write(&split_path, &split).unwrap();
+            assert_phdr_invariant(&split_path, &format!("{name} split"));
             if variant != "none" {
                 let stripped = libdir.join(format!("{name}.stripped"));
                 strip(variant, &split_path, &stripped);
                 std::fs::rename(&stripped, &split_path).unwrap();
+                assert_phdr_invariant(&split_path, &format!("{name} split, {variant}"));
                 // Still a split binary whose wrappers point at the marker.
                 let again = analyze(&std::fs::read(&split_path).unwrap()).unwrap();
                 assert!(
@@ -223,5 +390,5 @@ fn split_binaries_load_and_register_hipk_after_every_strip() {
         }
         checked += 1;
     }
-    assert!(checked >= 20);
+    assert!(checked >= 23, "{checked} binaries checked");
 }
