@@ -441,8 +441,19 @@ fn split_fat(
                 Ok(i) => i,
                 // Members that are not ELF64 objects (e.g. other archives'
                 // payloads) carry no HIP device code we can split.
-                Err(rocpack_elf::Error::NotElf | rocpack_elf::Error::Unsupported { .. }) => {
-                    continue
+                Err(rocpack_elf::Error::NotElf) => continue,
+                Err(e @ rocpack_elf::Error::Unsupported { .. }) => {
+                    if carries_device_code(m.data) {
+                        return Err(elf_err(
+                            path,
+                            rocpack_elf::Error::Member {
+                                name: m.name.clone(),
+                                offset: m.header_offset,
+                                source: Box::new(e),
+                            },
+                        ));
+                    }
+                    continue;
                 }
                 Err(e) => {
                     return Err(elf_err(
@@ -486,12 +497,25 @@ fn split_fat(
     } else {
         let info = match rocpack_elf::analyze(data) {
             Ok(i) => i,
-            Err(rocpack_elf::Error::Unsupported { .. }) => return Ok(None),
+            // An ELF we cannot read (32-bit, big-endian, PN_XNUM, odd
+            // e_type) is copied as it is only when it has no device code;
+            // keeping device code in the generic package silently would
+            // ship a fat binary that verify cannot see.
+            Err(e @ rocpack_elf::Error::Unsupported { .. }) => {
+                if carries_device_code(data) {
+                    return Err(elf_err(path, e));
+                }
+                return Ok(None);
+            }
             Err(e) => return Err(elf_err(path, e)),
         };
         if !info.has_device_code() {
             return Ok(None);
         }
+        // Rewrite first: every layout problem is reported before a single
+        // bundle is decompressed.
+        let marker = Marker::for_split(&opts.artifact_prefix, depth, kernel_name.clone()).encode();
+        let host = rocpack_elf::split_host(data, &marker).map_err(|e| elf_err(path, e))?;
         collect_kernels(
             data,
             data,
@@ -502,8 +526,7 @@ fn split_fat(
             &mut archs,
             &mut counts,
         )?;
-        let marker = Marker::for_split(&opts.artifact_prefix, depth, kernel_name.clone()).encode();
-        rocpack_elf::split_host(data, &marker).map_err(|e| elf_err(path, e))?
+        host
     };
     write_file_mode(host_dst, &host, mode)?;
     let summary = FatBinarySummary {
@@ -515,6 +538,15 @@ fn split_fat(
         output_bytes: host.len() as u64,
     };
     Ok(Some(FatOutcome { kernels, summary }))
+}
+
+/// Whether bytes an ELF reader could not handle still hold HIP device code
+/// (a `.hip_fatbin` section name or an offload bundle magic).
+fn carries_device_code(data: &[u8]) -> bool {
+    const NEEDLES: [&[u8]; 2] = [b".hip_fatbin", b"__CLANG_OFFLOAD_BUNDLE__"];
+    NEEDLES
+        .iter()
+        .any(|n| data.windows(n.len()).any(|w| w == *n))
 }
 
 /// Reads one code object's bytes.

@@ -162,3 +162,41 @@ fn every_fixture_binary_splits_into_the_expected_code_objects() {
                 .mode()
     );
 }
+
+/// A fat binary the ELF reader cannot handle (odd `e_type`, PN_XNUM
+/// program headers) must fail the split naming the file, never be copied
+/// into the generic package with its device code.
+#[test]
+fn unreadable_fat_elf_fails_the_split() {
+    for (what, patch) in [
+        ("e_type", (16usize, 4u16)),    // ET_CORE
+        ("PN_XNUM", (56usize, 0xffff)), // e_phnum
+    ] {
+        let tmp = tempfile::tempdir().unwrap();
+        let art = tmp.path().join("hip_lib_gfxall");
+        let dst = art.join(PREFIX).join("lib/libfx_multi.so");
+        fs::create_dir_all(dst.parent().unwrap()).unwrap();
+        let mut d = fs::read(fixtures().join("fatbins/libfx_multi.so")).unwrap();
+        d[patch.0..patch.0 + 2].copy_from_slice(&patch.1.to_le_bytes());
+        fs::write(&dst, d).unwrap();
+        fs::write(art.join("artifact_manifest.txt"), format!("{PREFIX}\n")).unwrap();
+        let out = tmp.path().join("out");
+        let opts = SplitOptions {
+            artifact_dir: art.clone(),
+            artifact_prefix: "hip_lib".into(),
+            output_dir: out.clone(),
+            databases: Vec::new(),
+            compression: rocpack_kpack::Compression::None,
+            exclude_arch: Vec::new(),
+            jobs: Some(1),
+        };
+        let err = split_artifact(&opts, &CountingProgress::default())
+            .expect_err(what)
+            .to_string();
+        assert!(err.contains("libfx_multi.so"), "{what}: {err}");
+        assert!(
+            !out.join("hip_lib_generic").exists(),
+            "{what}: partial output"
+        );
+    }
+}
