@@ -39,6 +39,7 @@ use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use rayon::prelude::*;
+use rocpack_bundle::EntryData;
 use rocpack_kpack::{Compression, KpackStreamWriter, Marker};
 use serde::Serialize;
 
@@ -239,13 +240,34 @@ fn check_name(kind: &str, name: &str) -> Result<(), SplitError> {
     }
 }
 
-/// Where the bytes of one code object come from.
-#[derive(Debug, Clone)]
-enum KernelSrc {
-    /// Raw slice of the input file.
-    Range { offset: u64 },
-    /// Entry `entry` of the compressed bundle at `[offset, offset+len)`.
-    Ccob { offset: u64, len: u64, entry: usize },
+/// Decompressed CCOB payloads, written once per bundle so that code objects
+/// are read back as plain file ranges: each compressed bundle is
+/// decompressed exactly once, and memory does not grow with the number of
+/// code objects, architectures or workers.
+struct Spill {
+    dir: tempfile::TempDir,
+    next: AtomicU64,
+}
+
+impl Spill {
+    fn new(stage: &Path) -> Result<Spill, SplitError> {
+        let dir = tempfile::Builder::new()
+            .prefix(".spill-")
+            .tempdir_in(stage)
+            .ctx(stage, "create spill directory")?;
+        Ok(Spill {
+            dir,
+            next: AtomicU64::new(0),
+        })
+    }
+
+    /// Write one decompressed payload; returns its file.
+    fn write(&self, bytes: &[u8]) -> Result<PathBuf, SplitError> {
+        let n = self.next.fetch_add(1, Ordering::Relaxed);
+        let p = self.dir.path().join(format!("{n}.bundle"));
+        fs::write(&p, bytes).ctx(&p, "write decompressed bundle")?;
+        Ok(p)
+    }
 }
 
 /// Per prefix index: database files (relative paths) and code objects.
@@ -256,9 +278,12 @@ struct KernelRef {
     key: String,
     arch: String,
     bundle_id: String,
+    /// The file holding the code object: the input itself, or the spill
+    /// file of its decompressed CCOB.
     file: PathBuf,
     size: u64,
-    src: KernelSrc,
+    /// Byte offset of the code object in `file`.
+    offset: u64,
 }
 
 /// Classification of one regular file.
@@ -320,6 +345,7 @@ fn collect_kernels(
     out: &mut Vec<KernelRef>,
     archs: &mut BTreeSet<String>,
     counts: &mut (u64, u64),
+    spill: &Spill,
 ) -> Result<(), SplitError> {
     for b in &info.bundles {
         let bytes =
@@ -331,8 +357,12 @@ fn collect_kernels(
             error: e,
         })?;
         counts.0 += 1;
+        let spilled = match &parsed.decompressed {
+            Some(payload) => Some(spill.write(payload)?),
+            None => None,
+        };
         let key = rocpack_kpack::toc_key(kernel_name, b.index as u64);
-        for (ei, entry) in parsed.entries.iter().enumerate() {
+        for entry in &parsed.entries {
             if entry.id.is_host() {
                 continue;
             }
@@ -346,28 +376,21 @@ fn collect_kernels(
             }
             counts.1 += 1;
             archs.insert(arch.clone());
-            let src = match &entry.data {
-                std::borrow::Cow::Borrowed(d) => match offset_in(whole, d) {
-                    Some(offset) => KernelSrc::Range { offset },
-                    None => KernelSrc::Ccob {
-                        offset: bundle_off,
-                        len: parsed.len,
-                        entry: ei,
-                    },
+            let (file, offset) = match (&entry.data, &spilled) {
+                (EntryData::Payload { start, .. }, Some(f)) => (f.clone(), *start as u64),
+                (EntryData::Borrowed(d), _) => match offset_in(whole, d) {
+                    Some(o) => (path.to_path_buf(), o),
+                    None => return Err(changed_err(path, bundle_off)),
                 },
-                std::borrow::Cow::Owned(_) => KernelSrc::Ccob {
-                    offset: bundle_off,
-                    len: parsed.len,
-                    entry: ei,
-                },
+                _ => return Err(changed_err(path, bundle_off)),
             };
             out.push(KernelRef {
                 key: key.clone(),
                 arch,
                 bundle_id: entry.id.to_string(),
-                file: path.to_path_buf(),
+                file,
                 size: entry.size,
-                src,
+                offset,
             });
         }
     }
@@ -383,6 +406,7 @@ fn classify_file(
     size: u64,
     host_dst: &Path,
     mode: u32,
+    spill: &Spill,
 ) -> Result<Class, SplitError> {
     let mut magic = [0u8; 8];
     let n = if size == 0 {
@@ -396,7 +420,7 @@ fn classify_file(
         magic.len() >= 6 && magic.starts_with(b"\x7fELF") && magic[4] == 2 && magic[5] == 1;
     let is_ar = magic == b"!<arch>\n";
     if is_elf64le || is_ar {
-        if let Some(fat) = split_fat(opts, prefix, rel, path, host_dst, mode)? {
+        if let Some(fat) = split_fat(opts, prefix, rel, path, host_dst, mode, spill)? {
             return Ok(Class::Fat(fat));
         }
     }
@@ -425,6 +449,7 @@ fn split_fat(
     path: &Path,
     host_dst: &Path,
     mode: u32,
+    spill: &Spill,
 ) -> Result<Option<FatOutcome>, SplitError> {
     let (_file, map) = map_file(path)?;
     let data: &[u8] = &map;
@@ -480,6 +505,7 @@ fn split_fat(
                 &mut kernels,
                 &mut archs,
                 &mut counts,
+                spill,
             )?;
         }
         if !any {
@@ -525,6 +551,7 @@ fn split_fat(
             &mut kernels,
             &mut archs,
             &mut counts,
+            spill,
         )?;
         host
     };
@@ -551,42 +578,21 @@ fn carries_device_code(data: &[u8]) -> bool {
 
 /// Reads one code object's bytes.
 fn read_kernel(k: &KernelRef) -> Result<Vec<u8>, SplitError> {
-    match &k.src {
-        KernelSrc::Range { offset } => {
-            use std::os::unix::fs::FileExt;
-            let f = File::open(&k.file).ctx(&k.file, "open")?;
-            let len = usize::try_from(k.size).map_err(|_| {
-                SplitError::Usage(format!("{}: code object too large", k.file.display()))
-            })?;
-            let mut buf = vec![0u8; len];
-            f.read_exact_at(&mut buf, *offset)
-                .ctx(&k.file, "read code object")?;
-            Ok(buf)
-        }
-        KernelSrc::Ccob { offset, len, entry } => {
-            let (_f, map) = map_file(&k.file)?;
-            let start = usize::try_from(*offset).unwrap_or(usize::MAX);
-            let end = usize::try_from(offset.saturating_add(*len)).unwrap_or(usize::MAX);
-            let bytes = map.get(start..end).ok_or_else(|| {
-                SplitError::Usage(format!(
-                    "{}: byte offset {offset}: bundle changed while splitting",
-                    k.file.display()
-                ))
-            })?;
-            let parsed = rocpack_bundle::parse_bundle(bytes).map_err(|e| SplitError::Bundle {
-                path: k.file.clone(),
-                offset: *offset + e.offset().unwrap_or(0),
-                error: e,
-            })?;
-            let e = parsed.entries.get(*entry).ok_or_else(|| {
-                SplitError::Usage(format!(
-                    "{}: byte offset {offset}: bundle changed while splitting",
-                    k.file.display()
-                ))
-            })?;
-            Ok(e.data.to_vec())
-        }
-    }
+    use std::os::unix::fs::FileExt;
+    let f = File::open(&k.file).ctx(&k.file, "open")?;
+    let len = usize::try_from(k.size)
+        .map_err(|_| SplitError::Usage(format!("{}: code object too large", k.file.display())))?;
+    let mut buf = vec![0u8; len];
+    f.read_exact_at(&mut buf, k.offset)
+        .ctx(&k.file, "read code object")?;
+    Ok(buf)
+}
+
+fn changed_err(path: &Path, offset: u64) -> SplitError {
+    SplitError::Usage(format!(
+        "{}: byte offset {offset}: file changed while splitting",
+        path.display()
+    ))
 }
 
 fn kpack_err(path: &Path, e: rocpack_kpack::Error) -> SplitError {
@@ -704,36 +710,23 @@ fn write_archive_none(
             (Value::from("target"), Value::from(k.bundle_id.as_str())),
             (Value::from("source_prefix"), Value::from(prefix)),
         ]));
-        match k.src {
-            KernelSrc::Range { offset } => {
-                if current.as_ref().is_none_or(|(p, _)| p != &k.file) {
-                    let (file, map) = map_file(&k.file)?;
-                    *src.borrow_mut() = Some(MappedSource {
-                        base: map.as_ptr() as usize,
-                        len: map.len(),
-                        file,
-                    });
-                    current = Some((k.file.clone(), map));
-                }
-                let changed = || {
-                    SplitError::Usage(format!(
-                        "{}: byte offset {offset}: file changed while splitting",
-                        k.file.display()
-                    ))
-                };
-                let (_, map) = current.as_ref().ok_or_else(changed)?;
-                let start = usize::try_from(offset).map_err(|_| changed())?;
-                let end = usize::try_from(offset.saturating_add(k.size)).map_err(|_| changed())?;
-                let data = map.get(start..end).ok_or_else(changed)?;
-                w.add_with_metadata(&k.key, &k.arch, data, meta)
-                    .map_err(|e| kpack_err(path, e))?;
-            }
-            KernelSrc::Ccob { .. } => {
-                let data = read_kernel(k)?;
-                w.add_with_metadata(&k.key, &k.arch, &data, meta)
-                    .map_err(|e| kpack_err(path, e))?;
-            }
+        let offset = k.offset;
+        if current.as_ref().is_none_or(|(p, _)| p != &k.file) {
+            let (file, map) = map_file(&k.file)?;
+            *src.borrow_mut() = Some(MappedSource {
+                base: map.as_ptr() as usize,
+                len: map.len(),
+                file,
+            });
+            current = Some((k.file.clone(), map));
         }
+        let changed = || changed_err(&k.file, offset);
+        let (_, map) = current.as_ref().ok_or_else(changed)?;
+        let start = usize::try_from(offset).map_err(|_| changed())?;
+        let end = usize::try_from(offset.saturating_add(k.size)).map_err(|_| changed())?;
+        let data = map.get(start..end).ok_or_else(changed)?;
+        w.add_with_metadata(&k.key, &k.arch, data, meta)
+            .map_err(|e| kpack_err(path, e))?;
         code_bytes += k.size;
         progress.advance(1);
     }
@@ -911,7 +904,9 @@ fn split_into(
     }
 
     // 3. Classify every regular file, in parallel; fat binaries are analysed
-    //    and their host-only rewrite written here.
+    //    and their host-only rewrite written here; compressed bundles are
+    //    decompressed once, into the spill directory.
+    let spill = Spill::new(stage)?;
     let total_files: u64 = scans
         .iter()
         .map(|s| {
@@ -931,7 +926,7 @@ fn split_into(
             .map(|e| match e.kind {
                 EntryKind::File { size, mode } => {
                     let dst = fsutil::join_rel(&groot, &e.rel);
-                    let c = classify_file(opts, &prefix, &e.rel, &e.path, size, &dst, mode);
+                    let c = classify_file(opts, &prefix, &e.rel, &e.path, size, &dst, mode, &spill);
                     progress.advance(1);
                     c.map(Some)
                 }

@@ -2,9 +2,9 @@
 //! bundles, compressed `CCOB` bundles (v1, v2, v3; zlib or zstd), and the
 //! sequence of bundles in a `.hip_fatbin` section.
 
-use std::borrow::Cow;
 use std::fmt;
 use std::io::Read;
+use std::sync::Arc;
 
 use md5::{Digest, Md5};
 
@@ -123,8 +123,60 @@ pub struct Entry<'a> {
     pub offset: u64,
     pub size: u64,
     /// The code object: borrowed from the input for uncompressed bundles,
-    /// owned for CCOB.
-    pub data: Cow<'a, [u8]>,
+    /// a window of the one decompressed payload for CCOB.
+    pub data: EntryData<'a>,
+}
+
+/// A code object's bytes. For a CCOB every entry shares the one
+/// decompressed payload (no per-entry copy), so entries that overlap or
+/// repeat cost nothing: memory is the payload, whatever the entry count.
+#[derive(Clone)]
+pub enum EntryData<'a> {
+    /// A slice of the input (uncompressed bundle).
+    Borrowed(&'a [u8]),
+    /// `payload[start..end]` of a decompressed CCOB.
+    Payload {
+        /// The decompressed bundle.
+        payload: Arc<[u8]>,
+        /// Start of the code object in `payload`.
+        start: usize,
+        /// End (exclusive).
+        end: usize,
+    },
+}
+
+impl std::ops::Deref for EntryData<'_> {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            EntryData::Borrowed(b) => b,
+            EntryData::Payload {
+                payload,
+                start,
+                end,
+            } => &payload[*start..*end],
+        }
+    }
+}
+
+impl AsRef<[u8]> for EntryData<'_> {
+    fn as_ref(&self) -> &[u8] {
+        self
+    }
+}
+
+impl PartialEq for EntryData<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        **self == **other
+    }
+}
+
+impl Eq for EntryData<'_> {}
+
+impl fmt::Debug for EntryData<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} bytes", self.len())
+    }
 }
 
 /// A parsed bundle.
@@ -137,8 +189,9 @@ pub struct Bundle<'a> {
     pub ccob: Option<CcobHeader>,
     /// Entries in header order.
     pub entries: Vec<Entry<'a>>,
-    /// The decompressed payload (an uncompressed bundle), for CCOB.
-    pub decompressed: Option<Vec<u8>>,
+    /// The decompressed payload (an uncompressed bundle), for CCOB; shared
+    /// with the entries.
+    pub decompressed: Option<Arc<[u8]>>,
 }
 
 impl Bundle<'_> {
@@ -188,7 +241,7 @@ pub fn parse_bundle_with<'a>(bytes: &'a [u8], opts: &ParseOptions) -> Result<Bun
             .entries
             .into_iter()
             .map(|(id, offset, size)| Entry {
-                data: Cow::Borrowed(&bytes[offset as usize..(offset + size) as usize]),
+                data: EntryData::Borrowed(&bytes[offset as usize..(offset + size) as usize]),
                 id,
                 offset,
                 size,
@@ -213,11 +266,16 @@ pub fn parse_bundle_with<'a>(bytes: &'a [u8], opts: &ParseOptions) -> Result<Bun
                 &header,
             ));
         }
+        let payload: Arc<[u8]> = payload.into();
         let entries = table
             .entries
             .into_iter()
             .map(|(id, offset, size)| Entry {
-                data: Cow::Owned(payload[offset as usize..(offset + size) as usize].to_vec()),
+                data: EntryData::Payload {
+                    payload: Arc::clone(&payload),
+                    start: offset as usize,
+                    end: (offset + size) as usize,
+                },
                 id,
                 offset,
                 size,

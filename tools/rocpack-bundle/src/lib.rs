@@ -22,8 +22,8 @@ mod write;
 
 pub use bundle::{
     bundle_extent, ccob_hash, decompress_ccob, find_bundles, parse_bundle, parse_bundle_with,
-    parse_ccob_header, Bundle, BundleSpan, CcobHeader, Compression, Entry, Format, Method,
-    ParseOptions, BUNDLE_MAGIC, CCOB_MAGIC, MAX_CCOB_RATIO,
+    parse_ccob_header, Bundle, BundleSpan, CcobHeader, Compression, Entry, EntryData, Format,
+    Method, ParseOptions, BUNDLE_MAGIC, CCOB_MAGIC, MAX_CCOB_RATIO,
 };
 pub use error::{Error, Result};
 pub use target::{

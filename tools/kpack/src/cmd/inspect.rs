@@ -14,7 +14,7 @@ use std::process::ExitCode;
 
 use anyhow::{Context, Result};
 use rayon::prelude::*;
-use rocpack_bundle::{Format, BUNDLE_MAGIC, CCOB_MAGIC};
+use rocpack_bundle::{EntryData, Format, BUNDLE_MAGIC, CCOB_MAGIC};
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
@@ -172,7 +172,7 @@ pub(crate) struct CodeObjectDesc<'a> {
     pub size: u64,
     pub sha256: String,
     #[serde(skip)]
-    pub data: Cow<'a, [u8]>,
+    pub data: EntryData<'a>,
 }
 
 #[derive(Debug, Serialize)]
@@ -537,7 +537,7 @@ fn describe_rdc_sections(data: &[u8], index: usize) -> Result<BundleDesc<'_>> {
             file_offset: Some(off),
             size,
             sha256: String::new(),
-            data: Cow::Borrowed(bytes),
+            data: EntryData::Borrowed(bytes),
         });
     }
     Ok(BundleDesc {
@@ -558,21 +558,27 @@ fn describe_rdc_sections(data: &[u8], index: usize) -> Result<BundleDesc<'_>> {
 
 fn describe_kpack(data: &[u8]) -> Result<KpackDesc<'static>> {
     let r = rocpack_kpack::KpackReader::from_bytes(data).map_err(|e| anyhow::anyhow!("{e}"))?;
-    let mut kernels = Vec::new();
-    for e in r.entries() {
-        let bytes = r.get_entry(e).map_err(|err| anyhow::anyhow!("{err}"))?;
-        let loc = r.blob_location(e.ordinal);
-        kernels.push(KernelDesc {
-            key: e.key.clone(),
-            target: e.target.clone(),
-            ordinal: e.ordinal,
-            original_size: e.original_size,
-            stored_offset: loc.map(|l| l.offset),
-            stored_size: loc.map(|l| l.size),
-            sha256: String::new(),
-            data: Cow::Owned(bytes.into_owned()),
-        });
-    }
+    // Hash each kernel as it is decoded (in parallel), never holding more
+    // than one decoded kernel per worker: memory stays flat however large
+    // the archive or however its blobs overlap.
+    let kernels = r
+        .entries()
+        .par_iter()
+        .map(|e| -> Result<KernelDesc<'static>> {
+            let bytes = r.get_entry(e).map_err(|err| anyhow::anyhow!("{err}"))?;
+            let loc = r.blob_location(e.ordinal);
+            Ok(KernelDesc {
+                key: e.key.clone(),
+                target: e.target.clone(),
+                ordinal: e.ordinal,
+                original_size: e.original_size,
+                stored_offset: loc.map(|l| l.offset),
+                stored_size: loc.map(|l| l.size),
+                sha256: hex::encode(Sha256::digest(&bytes)),
+                data: Cow::Borrowed(&[]),
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
     Ok(KpackDesc {
         format_version: r.format_version(),
         group_name: r.group_name().to_string(),
@@ -618,11 +624,7 @@ fn collect_slots<'d, 'a>(d: &'d mut Desc<'a>, out: &mut Vec<(&'d [u8], &'d mut S
             out.push((&c.data, &mut c.sha256));
         }
     }
-    if let Some(k) = &mut d.kpack {
-        for e in &mut k.kernels {
-            out.push((&e.data, &mut e.sha256));
-        }
-    }
+    // .kpack kernels are hashed while they are decoded (describe_kpack).
     for m in &mut d.members {
         collect_slots(m, out);
     }
