@@ -240,6 +240,12 @@ fn check_name(kind: &str, name: &str) -> Result<(), SplitError> {
     }
 }
 
+/// What every file of a scan shares.
+struct ScanCx<'a> {
+    opts: &'a SplitOptions,
+    spill: &'a Spill,
+}
+
 /// Decompressed CCOB payloads, written once per bundle so that code objects
 /// are read back as plain file ranges: each compressed bundle is
 /// decompressed exactly once, and memory does not grow with the number of
@@ -399,14 +405,13 @@ fn collect_kernels(
 
 /// Analyses one regular file; `Fat` when it carries device code.
 fn classify_file(
-    opts: &SplitOptions,
+    cx: &ScanCx<'_>,
     prefix: &str,
     rel: &str,
     path: &Path,
     size: u64,
     host_dst: &Path,
     mode: u32,
-    spill: &Spill,
 ) -> Result<Class, SplitError> {
     let mut magic = [0u8; 8];
     let n = if size == 0 {
@@ -420,11 +425,11 @@ fn classify_file(
         magic.len() >= 6 && magic.starts_with(b"\x7fELF") && magic[4] == 2 && magic[5] == 1;
     let is_ar = magic == b"!<arch>\n";
     if is_elf64le || is_ar {
-        if let Some(fat) = split_fat(opts, prefix, rel, path, host_dst, mode, spill)? {
+        if let Some(fat) = split_fat(cx, prefix, rel, path, host_dst, mode)? {
             return Ok(Class::Fat(fat));
         }
     }
-    if let Some((_, arch)) = databases::classify(&opts.databases, rel) {
+    if let Some((_, arch)) = databases::classify(&cx.opts.databases, rel) {
         return Ok(Class::Database(arch));
     }
     Ok(Class::Generic)
@@ -443,14 +448,14 @@ fn read_up_to(f: &mut File, buf: &mut [u8]) -> std::io::Result<usize> {
 
 /// Analyses and rewrites one ELF file or archive; `None` if it has no device code.
 fn split_fat(
-    opts: &SplitOptions,
+    cx: &ScanCx<'_>,
     prefix: &str,
     rel: &str,
     path: &Path,
     host_dst: &Path,
     mode: u32,
-    spill: &Spill,
 ) -> Result<Option<FatOutcome>, SplitError> {
+    let (opts, spill) = (cx.opts, cx.spill);
     let (_file, map) = map_file(path)?;
     let data: &[u8] = &map;
     let kernel_name = format!("{prefix}/{rel}");
@@ -907,6 +912,10 @@ fn split_into(
     //    and their host-only rewrite written here; compressed bundles are
     //    decompressed once, into the spill directory.
     let spill = Spill::new(stage)?;
+    let cx = ScanCx {
+        opts,
+        spill: &spill,
+    };
     let total_files: u64 = scans
         .iter()
         .map(|s| {
@@ -926,7 +935,7 @@ fn split_into(
             .map(|e| match e.kind {
                 EntryKind::File { size, mode } => {
                     let dst = fsutil::join_rel(&groot, &e.rel);
-                    let c = classify_file(opts, &prefix, &e.rel, &e.path, size, &dst, mode, &spill);
+                    let c = classify_file(&cx, &prefix, &e.rel, &e.path, size, &dst, mode);
                     progress.advance(1);
                     c.map(Some)
                 }
