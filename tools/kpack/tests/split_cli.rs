@@ -305,8 +305,10 @@ fn check_component(shard_name: &str, component: &str, prefix: &str, dbs: &[&str]
             kpack_paths.insert(kp);
         }
     }
-    // Archives hold exactly the expected code objects (no extras).
-    let mut expected_count = BTreeMap::<PathBuf, usize>::new();
+    // Each arch has one archive holding exactly the expected code objects of
+    // every prefix (no extras), the same bytes in each prefix's `.kpack/`.
+    let mut expected_count = BTreeMap::<String, usize>::new();
+    let mut homes = BTreeMap::<String, BTreeSet<PathBuf>>::new();
     for bin in &fat {
         for r in rows.iter().filter(|r| r.file == format!("{rel_root}{bin}")) {
             let arch = arch_of(&r.target);
@@ -314,15 +316,22 @@ fn check_component(shard_name: &str, component: &str, prefix: &str, dbs: &[&str]
             let kp = out.join(format!(
                 "{prefix}_{arch}/{top}/stage/.kpack/{prefix}_{arch}.kpack"
             ));
-            *expected_count.entry(kp).or_default() += 1;
+            *expected_count.entry(arch.to_string()).or_default() += 1;
+            homes.entry(arch.to_string()).or_default().insert(kp);
         }
     }
-    for (kp, n) in &expected_count {
+    for (arch, n) in &expected_count {
+        let copies: Vec<Vec<u8>> = homes[arch].iter().map(|p| fs::read(p).unwrap()).collect();
+        assert!(
+            copies.windows(2).all(|w| w[0] == w[1]),
+            "{arch}: copies differ"
+        );
+        let first = homes[arch].iter().next().unwrap();
         assert_eq!(
-            rocpack_kpack::KpackReader::open(kp).unwrap().len(),
+            rocpack_kpack::KpackReader::open(first).unwrap().len(),
             *n,
             "{}",
-            kp.display()
+            first.display()
         );
     }
 
@@ -538,9 +547,12 @@ fn database_arch_names_keep_features() {
 }
 
 #[test]
-fn each_prefix_gets_its_own_kpack() {
-    // rocBLAS and hipBLASLt are two prefixes of one artifact; the marker of
-    // each library must resolve inside its own prefix.
+fn every_prefix_kpack_serves_both_install_models() {
+    // rocBLAS and hipBLASLt are two prefixes of one artifact. Installed with
+    // prefixes kept, each library's marker resolves inside its own prefix;
+    // flattened into one root (TheRock's dist/), both prefixes' `.kpack/`
+    // meet at one path. So each prefix holds the same archive, with the
+    // kernels of both.
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("o");
     ok(&split(
@@ -549,19 +561,31 @@ fn each_prefix_gets_its_own_kpack() {
         &out,
         &[],
     ));
+    let mut bytes = Vec::new();
     for p in ["rocBLAS", "hipBLASLt"] {
         let kp = out.join(format!(
             "blas_lib_gfx1100/math-libs/BLAS/{p}/stage/.kpack/blas_lib_gfx1100.kpack"
         ));
         let r = rocpack_kpack::KpackReader::open(&kp).unwrap();
-        for (key, _) in r.kernels() {
+        for q in ["rocBLAS", "hipBLASLt"] {
             assert!(
-                key.starts_with(&format!("math-libs/BLAS/{p}/stage/")),
-                "{key} in {}",
+                r.kernels()
+                    .any(|(key, _)| key.starts_with(&format!("math-libs/BLAS/{q}/stage/"))),
+                "no {q} kernel in {}",
                 kp.display()
             );
         }
+        bytes.push(fs::read(&kp).unwrap());
     }
+    assert_eq!(bytes[0], bytes[1], "the two prefixes' archives differ");
+    // kpack verify checks both install models.
+    let o = kpack(&["verify", "--artifacts-dir", out.to_str().unwrap()]);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{text}");
+    assert!(
+        text.contains("overlay install:") && text.contains("flatten install:"),
+        "{text}"
+    );
 }
 
 #[test]

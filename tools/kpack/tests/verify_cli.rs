@@ -5,7 +5,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 mod common;
-use common::{artifacts, kpack, s, split_all};
+use common::{artifacts, kpack, s, split_all, stdout};
 
 fn recombined(dir: &Path) -> PathBuf {
     let shards = split_all(dir);
@@ -44,8 +44,22 @@ fn verify_lists_every_violation_as_json() {
             v["lookups"].as_u64(),
             v["lookups_resolved"].as_u64()
         ),
-        (Some(true), Some(24), Some(24))
+        (Some(true), Some(48), Some(48))
     );
+    // 24 lookups per install model, all resolved in both.
+    for (m, name) in v["models"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .zip(["overlay", "flatten"])
+    {
+        assert_eq!(m["model"], name);
+        assert_eq!(
+            (m["lookups"].as_u64(), m["resolved"].as_u64()),
+            (Some(24), Some(24)),
+            "{m}"
+        );
+    }
 
     // Move an aotriton gfx1151 kernel into the gfx110X package, remove the
     // hipBLASLt gfx1102 archive.
@@ -81,9 +95,77 @@ fn verify_lists_every_violation_as_json() {
             has("unresolved", "blas_lib_generic", "libhipblaslt.so.1.0"),
             "{vio:#?}"
         );
-        assert_eq!(v["lookups_resolved"].as_u64(), Some(23));
+        // Overlaid, hipBLASLt's gfx1102 lookup now fails; flattened, the
+        // rocBLAS prefix's copy of the same archive still serves it.
+        let per_model: Vec<(u64, u64)> = v["models"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| {
+                (
+                    m["lookups"].as_u64().unwrap(),
+                    m["resolved"].as_u64().unwrap(),
+                )
+            })
+            .collect();
+        assert_eq!(per_model, [(24, 23), (24, 24)]);
     }
     // Missing directory → exit 2.
     let o = kpack(&["verify", "--artifacts-dir", s(&tmp.path().join("nope"))]);
     assert_eq!(o.status.code(), Some(2));
+}
+
+/// The layout rocpack 0.1 wrote (each prefix's `.kpack/` holding only its
+/// own binaries' kernels) resolves overlaid but breaks flattened: verify
+/// must say so, per model.
+#[test]
+fn verify_fails_a_tree_that_breaks_when_flattened() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = recombined(tmp.path());
+    // Hand-break: strip the hipBLASLt kernels from rocBLAS's copy of every
+    // gfx110X archive (rocBLAS sorts last, so its copy wins when flattened).
+    let pkg = out.join("blas_lib_gfx110X");
+    for arch in ["gfx1100", "gfx1101", "gfx1102"] {
+        let kp = pkg.join(format!(
+            "math-libs/BLAS/rocBLAS/stage/.kpack/blas_lib_{arch}.kpack"
+        ));
+        let r = rocpack_kpack::KpackReader::open(&kp).unwrap();
+        let mut w = rocpack_kpack::KpackWriter::new(rocpack_kpack::Compression::None);
+        w.group_name(r.group_name())
+            .arch_family(r.gfx_arch_family())
+            .arches(r.gfx_arches().iter().map(String::as_str));
+        for e in r.entries() {
+            if e.key.starts_with("math-libs/BLAS/rocBLAS/") {
+                w.add(&e.key, &e.target, r.get_entry(e).unwrap().into_owned())
+                    .unwrap();
+            }
+        }
+        drop(r);
+        w.write_to_path(&kp).unwrap();
+    }
+    let run = |model: &str| {
+        let o = kpack(&[
+            "verify",
+            "--artifacts-dir",
+            s(&out),
+            "--install-model",
+            model,
+        ]);
+        (o.status.code(), stdout(&o))
+    };
+    let (code, text) = run("overlay");
+    assert_eq!(code, Some(0), "{text}");
+    let (code, text) = run("flatten");
+    assert_eq!(code, Some(1), "{text}");
+    assert!(
+        text.contains("flatten install: wrapper co_index 0, arch gfx1100"),
+        "{text}"
+    );
+    assert!(text.contains("libhipblaslt.so"), "{text}");
+    let (code, text) = run("both");
+    assert_eq!(code, Some(1), "{text}");
+    assert!(
+        text.contains("overlay install: 24/24") || text.contains("overlay install:"),
+        "{text}"
+    );
 }

@@ -290,6 +290,8 @@ struct KernelRef {
     size: u64,
     /// Byte offset of the code object in `file`.
     offset: u64,
+    /// The artifact prefix of the binary it comes from.
+    prefix: String,
 }
 
 /// Classification of one regular file.
@@ -397,6 +399,7 @@ fn collect_kernels(
                 file,
                 size: entry.size,
                 offset,
+                prefix: String::new(),
             });
         }
     }
@@ -687,12 +690,11 @@ impl Seek for CopyWriter {
 }
 
 /// Writes an uncompressed archive: code objects of uncompressed bundles are
-/// copied file-to-file by the kernel; CCOB entries are decompressed.
+/// copied file-to-file by the kernel (CCOB entries from their spill file).
 fn write_archive_none(
     path: &Path,
     group: &str,
     arch: &str,
-    prefix: &str,
     kernels: &[KernelRef],
     progress: &dyn Progress,
 ) -> Result<KpackSummary, SplitError> {
@@ -713,7 +715,7 @@ fn write_archive_none(
     for k in kernels {
         let meta = Some(Value::Map(vec![
             (Value::from("target"), Value::from(k.bundle_id.as_str())),
-            (Value::from("source_prefix"), Value::from(prefix)),
+            (Value::from("source_prefix"), Value::from(k.prefix.as_str())),
         ]));
         let offset = k.offset;
         if current.as_ref().is_none_or(|(p, _)| p != &k.file) {
@@ -751,7 +753,6 @@ fn write_archive(
     path: &Path,
     group: &str,
     arch: &str,
-    prefix: &str,
     compression: Compression,
     kernels: &[KernelRef],
     progress: &dyn Progress,
@@ -764,7 +765,7 @@ fn write_archive(
     let meta = |k: &KernelRef| {
         Some(Value::Map(vec![
             (Value::from("target"), Value::from(k.bundle_id.as_str())),
-            (Value::from("source_prefix"), Value::from(prefix)),
+            (Value::from("source_prefix"), Value::from(k.prefix.as_str())),
         ]))
     };
     let mut code_bytes = 0u64;
@@ -1006,7 +1007,8 @@ fn split_into(
                     }
                 }
                 (EntryKind::File { .. }, Some(Class::Fat(fat))) => {
-                    for k in fat.kernels {
+                    for mut k in fat.kernels {
+                        k.prefix.clone_from(&scan.prefix);
                         if kept.contains(&k.arch) {
                             per_arch
                                 .entry(k.arch.clone())
@@ -1025,11 +1027,17 @@ fn split_into(
     processed.write_dir(&generic_root)?;
 
     // 6. Per-arch artifacts: database files, then archives (in parallel).
+    //    One archive per arch holds the kernels of every prefix (TOC keys
+    //    start with the prefix, so they never collide) and is written
+    //    identically into the `.kpack/` of each prefix that has binaries:
+    //    installed overlaid (prefixes kept) or flattened (every prefix into
+    //    one root, where the copies meet at one path) every marker resolves.
     struct ArchiveJob {
         arch: String,
-        prefix: String,
         path: PathBuf,
         rel: String,
+        /// Further prefixes' copies: (path, report path).
+        copies: Vec<(PathBuf, String)>,
         kernels: Vec<KernelRef>,
     }
     let mut jobs = Vec::new();
@@ -1040,6 +1048,9 @@ fn split_into(
         mkdir_p(&aroot)?;
         let mut m = ArtifactManifest::new();
         let mut dbs = Vec::new();
+        let file = rocpack_kpack::kpack_file_name(name, arch);
+        let mut homes: Vec<(PathBuf, String)> = Vec::new();
+        let mut all_kernels = Vec::new();
         for (pi, (db_files, kernels)) in prefixes.iter_mut() {
             let scan = &scans[*pi];
             m.push(&scan.prefix)?;
@@ -1056,22 +1067,28 @@ fn split_into(
                 dbs.push(format!("{}/{rel}", scan.prefix));
             }
             if !kernels.is_empty() {
-                kernels.sort_by(|a, b| a.key.cmp(&b.key));
                 let kdir = proot.join(rocpack_kpack::KPACK_DIR);
                 mkdir_p(&kdir)?;
-                let file = rocpack_kpack::kpack_file_name(name, arch);
-                jobs.push(ArchiveJob {
-                    arch: arch.clone(),
-                    prefix: scan.prefix.clone(),
-                    path: kdir.join(&file),
-                    rel: format!(
+                homes.push((
+                    kdir.join(&file),
+                    format!(
                         "{aname}/{}/{}/{file}",
                         scan.prefix,
                         rocpack_kpack::KPACK_DIR
                     ),
-                    kernels: std::mem::take(kernels),
-                });
+                ));
+                all_kernels.append(kernels);
             }
+        }
+        if let Some((path, rel)) = homes.first().cloned() {
+            all_kernels.sort_by(|a, b| a.key.cmp(&b.key));
+            jobs.push(ArchiveJob {
+                arch: arch.clone(),
+                path,
+                rel,
+                copies: homes.split_off(1),
+                kernels: all_kernels,
+            });
         }
         m.write_dir(&aroot)?;
         arch_artifacts.push(ArchArtifact {
@@ -1084,25 +1101,35 @@ fn split_into(
     }
     let total_kernels: u64 = jobs.iter().map(|j| j.kernels.len() as u64).sum();
     progress.begin("packing", total_kernels);
-    let write_one = |j: &ArchiveJob| -> Result<(String, KpackSummary), SplitError> {
+    let write_one = |j: &ArchiveJob| -> Result<Vec<(String, KpackSummary)>, SplitError> {
         let mut s = match opts.compression {
-            Compression::None => {
-                write_archive_none(&j.path, name, &j.arch, &j.prefix, &j.kernels, progress)?
-            }
-            c => write_archive(&j.path, name, &j.arch, &j.prefix, c, &j.kernels, progress)?,
+            Compression::None => write_archive_none(&j.path, name, &j.arch, &j.kernels, progress)?,
+            c => write_archive(&j.path, name, &j.arch, c, &j.kernels, progress)?,
         };
         fsutil::set_mode(&j.path, 0o644)?;
         s.path = j.rel.clone();
-        Ok((j.arch.clone(), s))
+        let mut out = vec![(j.arch.clone(), s.clone())];
+        for (path, rel) in &j.copies {
+            fsutil::copy_file(&j.path, path)?;
+            fsutil::set_mode(path, 0o644)?;
+            out.push((
+                j.arch.clone(),
+                KpackSummary {
+                    path: rel.clone(),
+                    ..s.clone()
+                },
+            ));
+        }
+        Ok(out)
     };
     // Memory stays bounded: uncompressed archives are written in parallel,
     // one code object in flight per archive; zstd archives one after the
     // other, each compressing a bounded batch of code objects in parallel.
-    let written: Result<Vec<(String, KpackSummary)>, SplitError> = match opts.compression {
+    let written: Result<Vec<Vec<(String, KpackSummary)>>, SplitError> = match opts.compression {
         Compression::None => jobs.par_iter().map(write_one).collect(),
         Compression::Zstd { .. } => jobs.iter().map(write_one).collect(),
     };
-    for (arch, s) in written? {
+    for (arch, s) in written?.into_iter().flatten() {
         if let Some(a) = arch_artifacts.iter_mut().find(|a| a.arch == arch) {
             a.kpacks.push(s);
         }

@@ -45,6 +45,46 @@ pub struct VerifyOptions {
     pub artifacts_dir: PathBuf,
     /// Packaging config: gives the exact archs of group packages.
     pub config: Option<PackagingConfig>,
+    /// Install models whose lookups are checked (empty: both).
+    pub install_models: Vec<InstallModel>,
+}
+
+/// How packages are installed (`kpack-reference.md` §12.7).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum InstallModel {
+    /// Packages extracted into one root, prefix directories kept.
+    Overlay,
+    /// Every prefix of every package copied into one install root (TheRock's
+    /// `dist/`, tarballs); a later prefix's file replaces an earlier one's
+    /// (packages in name order, prefixes in sorted order).
+    Flatten,
+}
+
+impl InstallModel {
+    /// Both models, in report order.
+    pub const ALL: [InstallModel; 2] = [InstallModel::Overlay, InstallModel::Flatten];
+
+    /// `overlay` / `flatten`.
+    pub fn name(self) -> &'static str {
+        match self {
+            InstallModel::Overlay => "overlay",
+            InstallModel::Flatten => "flatten",
+        }
+    }
+}
+
+/// Lookups of one install model.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct ModelReport {
+    /// `overlay` or `flatten`.
+    pub model: String,
+    /// (binary, co_index, arch) lookups tried.
+    pub lookups: usize,
+    /// Lookups that found a code object.
+    pub resolved: usize,
+    /// Lookups for an arch the binary was never built for.
+    pub not_built: usize,
 }
 
 /// One failed check.
@@ -73,13 +113,15 @@ pub struct VerifyReport {
     pub host_binaries: usize,
     /// `.kpack` archives checked.
     pub kpack_files: usize,
-    /// (binary, co_index, arch) lookups tried.
+    /// (binary, co_index, arch) lookups tried, over every install model.
     pub lookups: usize,
-    /// Lookups that found a code object.
+    /// Lookups that found a code object, over every install model.
     pub lookups_resolved: usize,
     /// Lookups for an arch the binary was never built for (the archive is
     /// there, and no archive in the tree has code of that binary for it).
     pub lookups_not_built: usize,
+    /// The same counts per install model.
+    pub models: Vec<ModelReport>,
     /// Everything that failed, sorted.
     pub violations: Vec<Violation>,
     /// Things that could not be checked.
@@ -112,6 +154,22 @@ struct Package {
     kind: PkgKind,
     /// Regular files and symlinks keyed by path relative to the package.
     files: Vec<(String, PathBuf, EntryKind)>,
+    /// Prefixes of its manifest, sorted.
+    prefixes: Vec<String>,
+}
+
+impl Package {
+    /// Where package path `rel` lands in `model`'s install root.
+    fn installed<'r>(&self, rel: &'r str, model: InstallModel) -> &'r str {
+        if model == InstallModel::Overlay {
+            return rel;
+        }
+        self.prefixes
+            .iter()
+            .filter_map(|p| rel.strip_prefix(p.as_str())?.strip_prefix('/'))
+            .min_by_key(|r| r.len())
+            .unwrap_or(rel)
+    }
 }
 
 /// Archs a package may hold.
@@ -432,11 +490,17 @@ pub fn verify(
                 }
             }
         }
+        let mut prefixes: Vec<String> = manifest
+            .as_ref()
+            .map(|m| m.prefixes().to_vec())
+            .unwrap_or_default();
+        prefixes.sort();
         packages.push(Package {
             name,
             component,
             kind,
             files,
+            prefixes,
         });
     }
     report.packages = packages.len();
@@ -694,8 +758,6 @@ pub fn verify(
         for i in &h.co_indices {
             requested.insert((h.marker.kernel_name.clone(), *i));
         }
-        let archs = shipped.get(&h.component).cloned().unwrap_or_default();
-        let dir = h.rel.rsplit_once('/').map(|(d, _)| d).unwrap_or("");
         if h.marker
             .kpack_search_paths
             .iter()
@@ -708,44 +770,92 @@ pub fn verify(
                 "marker has an absolute search path: not relocatable and not checkable in the tree",
             ));
         }
-        for arch in &archs {
-            for &co in &h.co_indices {
-                report.lookups += 1;
-                match lookup(&h.marker, dir, co, arch, &kpacks) {
-                    Ok(()) => report.lookups_resolved += 1,
-                    Err(LookupError::NoKernel(msg)) => {
-                        // The archive for this arch is where the marker says
-                        // but lacks the key: fine when the binary was never
-                        // built for the arch (no entry for it anywhere), a
-                        // violation when its code for the arch is elsewhere.
-                        let built: Vec<u64> = rocpack_kpack::compatible_targets(arch)
-                            .iter()
-                            .filter_map(|t| built.get(&(h.marker.kernel_name.clone(), t.clone())))
-                            .flatten()
-                            .copied()
-                            .collect();
-                        if built.is_empty() {
-                            report.lookups_not_built += 1;
-                        } else {
-                            vio.push(v(
-                                &h.package,
-                                &h.label,
-                                "unresolved",
-                                format!(
-                                    "wrapper co_index {co}, arch {arch}: {msg} (the tree holds {arch} code for co_index {built:?} of this binary)"
-                                ),
-                            ));
+    }
+    let by_name: BTreeMap<&str, &Package> = packages.iter().map(|p| (p.name.as_str(), p)).collect();
+    let models: Vec<InstallModel> = if opts.install_models.is_empty() {
+        InstallModel::ALL.to_vec()
+    } else {
+        let mut m = opts.install_models.clone();
+        m.sort();
+        m.dedup();
+        m
+    };
+    for model in models {
+        // The archives as installed in this model; a later file at the same
+        // place replaces an earlier one (packages by name, then prefixes).
+        let mut order: Vec<(&str, &str, &str)> = kpacks
+            .iter()
+            .map(|(rel, (pkg, _))| {
+                let inst = by_name
+                    .get(pkg.as_str())
+                    .map_or(rel.as_str(), |p| p.installed(rel, model));
+                (pkg.as_str(), rel.as_str(), inst)
+            })
+            .collect();
+        order.sort();
+        let mut installed: BTreeMap<&str, &rocpack_kpack::KpackReader> = BTreeMap::new();
+        for (_, rel, inst) in order {
+            installed.insert(inst, &kpacks[rel].1);
+        }
+        let mut mr = ModelReport {
+            model: model.name().to_string(),
+            ..ModelReport::default()
+        };
+        for h in &hosts {
+            let archs = shipped.get(&h.component).cloned().unwrap_or_default();
+            let rel = by_name
+                .get(h.package.as_str())
+                .map_or(h.rel.as_str(), |p| p.installed(&h.rel, model));
+            let dir = rel.rsplit_once('/').map(|(d, _)| d).unwrap_or("");
+            for arch in &archs {
+                for &co in &h.co_indices {
+                    mr.lookups += 1;
+                    match lookup(&h.marker, dir, co, arch, &installed) {
+                        Ok(()) => mr.resolved += 1,
+                        Err(LookupError::NoKernel(msg)) => {
+                            // Every archive for this arch lacks the key: fine
+                            // when the binary was never built for the arch (no
+                            // entry for it anywhere in the tree), a violation
+                            // when its code for the arch is elsewhere.
+                            let built: Vec<u64> = rocpack_kpack::compatible_targets(arch)
+                                .iter()
+                                .filter_map(|t| {
+                                    built.get(&(h.marker.kernel_name.clone(), t.clone()))
+                                })
+                                .flatten()
+                                .copied()
+                                .collect();
+                            if built.is_empty() {
+                                mr.not_built += 1;
+                            } else {
+                                vio.push(v(
+                                    &h.package,
+                                    &h.label,
+                                    "unresolved",
+                                    format!(
+                                        "{} install: wrapper co_index {co}, arch {arch}: {msg} (the tree holds {arch} code for co_index {built:?} of this binary)",
+                                        model.name()
+                                    ),
+                                ));
+                            }
                         }
+                        Err(LookupError::Other(msg)) => vio.push(v(
+                            &h.package,
+                            &h.label,
+                            "unresolved",
+                            format!(
+                                "{} install: wrapper co_index {co}, arch {arch}: {msg}",
+                                model.name()
+                            ),
+                        )),
                     }
-                    Err(LookupError::Other(msg)) => vio.push(v(
-                        &h.package,
-                        &h.label,
-                        "unresolved",
-                        format!("wrapper co_index {co}, arch {arch}: {msg}"),
-                    )),
                 }
             }
         }
+        report.lookups += mr.lookups;
+        report.lookups_resolved += mr.resolved;
+        report.lookups_not_built += mr.not_built;
+        report.models.push(mr);
     }
     for (rel, (pkg, r)) in &kpacks {
         let mut orphans = BTreeSet::new();
@@ -829,13 +939,15 @@ fn note_arch(
     }
 }
 
-/// The runtime's lookup over the overlaid tree.
+/// The runtime's lookup (2026 rules: fall-through across every archive
+/// listing the target) over one install root, `installed` mapping each
+/// archive's path in that root to the archive.
 fn lookup(
     marker: &rocpack_kpack::Marker,
     dir: &str,
     co_index: u64,
     arch: &str,
-    kpacks: &BTreeMap<String, (String, rocpack_kpack::KpackReader)>,
+    installed: &BTreeMap<&str, &rocpack_kpack::KpackReader>,
 ) -> Result<(), LookupError> {
     let key = marker.lookup_key(co_index);
     let targets = rocpack_kpack::compatible_targets(arch);
@@ -862,7 +974,7 @@ fn lookup(
     }
     let valid: Vec<(&String, &rocpack_kpack::KpackReader)> = candidates
         .iter()
-        .filter_map(|c| kpacks.get(c).map(|(_, r)| (c, r)))
+        .filter_map(|c| installed.get(c.as_str()).map(|r| (c, *r)))
         .collect();
     if valid.is_empty() {
         return Err(LookupError::Other(format!(
@@ -870,26 +982,32 @@ fn lookup(
             candidates.join(", ")
         )));
     }
+    let mut last_miss = None;
     for t in &targets {
         for (path, r) in &valid {
-            if r.gfx_arches().iter().any(|a| a == t) {
-                if r.entry(&key, t).is_none() {
-                    return Err(LookupError::NoKernel(format!(
-                        "{path} lists {t} but has no kernel {key} (KERNEL_NOT_FOUND)"
-                    )));
-                }
-                let bytes = r.get(&key, t).map_err(|e| {
-                    LookupError::Other(format!("{path}: kernel {key} [{t}] does not read: {e}"))
-                })?;
-                let machine = bytes.get(18..20).map(|b| u16::from_le_bytes([b[0], b[1]]));
-                if !bytes.starts_with(b"\x7fELF") || machine != Some(EM_AMDGPU) {
-                    return Err(LookupError::Other(format!(
-                        "{path}: kernel {key} [{t}] is not an AMDGPU ELF code object"
-                    )));
-                }
-                return Ok(());
+            if !r.gfx_arches().iter().any(|a| a == t) {
+                continue;
             }
+            if r.entry(&key, t).is_none() {
+                last_miss = Some(format!(
+                    "{path} lists {t} but has no kernel {key} (KERNEL_NOT_FOUND)"
+                ));
+                continue;
+            }
+            let bytes = r.get(&key, t).map_err(|e| {
+                LookupError::Other(format!("{path}: kernel {key} [{t}] does not read: {e}"))
+            })?;
+            let machine = bytes.get(18..20).map(|b| u16::from_le_bytes([b[0], b[1]]));
+            if !bytes.starts_with(b"\x7fELF") || machine != Some(EM_AMDGPU) {
+                return Err(LookupError::Other(format!(
+                    "{path}: kernel {key} [{t}] is not an AMDGPU ELF code object"
+                )));
+            }
+            return Ok(());
         }
+    }
+    if let Some(m) = last_miss {
+        return Err(LookupError::NoKernel(m));
     }
     Err(LookupError::Other(format!(
         "no archive lists a target compatible with {arch} (ARCH_NOT_FOUND); archives: {}",

@@ -70,6 +70,7 @@ fn verify_dir(dir: &Path) -> VerifyReport {
         &VerifyOptions {
             artifacts_dir: dir.to_path_buf(),
             config: None,
+            ..VerifyOptions::default()
         },
         &mut |_| {},
     )
@@ -274,8 +275,16 @@ fn recombined_fixture_tree_has_the_promised_layout() {
     // verify passes on the recombined tree and on every split shard.
     let r = verify_dir(&out);
     assert!(r.ok, "{:#?}", r.violations);
-    assert_eq!(r.lookups, 24);
-    assert_eq!(r.lookups_resolved, 24);
+    // Every (binary, wrapper, arch) lookup resolves installed overlaid and
+    // installed flattened.
+    assert_eq!(r.lookups, 48);
+    assert_eq!(r.lookups_resolved, 48);
+    let models: Vec<(&str, usize, usize)> = r
+        .models
+        .iter()
+        .map(|m| (m.model.as_str(), m.lookups, m.resolved))
+        .collect();
+    assert_eq!(models, [("overlay", 24, 24), ("flatten", 24, 24)]);
     for s in SHARDS {
         let r = verify_dir(&split.join(s));
         assert!(r.ok, "{s}: {:#?}", r.violations);
@@ -363,6 +372,7 @@ fn strict_config_without_gfx1150_packages_gfx906_once() {
         &VerifyOptions {
             artifacts_dir: out.clone(),
             config: Some(cfg),
+            ..VerifyOptions::default()
         },
         &mut |_| {},
     )

@@ -21,6 +21,7 @@ fn check(dir: &Path) -> rocpack_artifacts::verify::VerifyReport {
         &VerifyOptions {
             artifacts_dir: dir.to_path_buf(),
             config: None,
+            ..VerifyOptions::default()
         },
         &mut |_| {},
     )

@@ -6,7 +6,18 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use rocpack_artifacts::config::PackagingConfig;
-use rocpack_artifacts::verify::{verify, VerifyOptions};
+use rocpack_artifacts::verify::{verify, InstallModel, VerifyOptions};
+
+/// `--install-model` values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ModelArg {
+    /// Packages extracted into one root with their prefix directories.
+    Overlay,
+    /// Every prefix copied into one install root (TheRock's dist/, tarballs).
+    Flatten,
+    /// Both (the default).
+    Both,
+}
 
 #[derive(Debug, clap::Args)]
 pub struct VerifyArgs {
@@ -16,6 +27,9 @@ pub struct VerifyArgs {
     /// Packaging config: exact archs of group packages (else inferred from names like gfx110X).
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
+    /// Install layouts whose lookups must all resolve.
+    #[arg(long, value_enum, default_value = "both")]
+    pub install_model: ModelArg,
     /// Print the report as JSON on stdout.
     #[arg(long)]
     pub json: bool,
@@ -32,9 +46,15 @@ pub fn run(args: VerifyArgs) -> anyhow::Result<ExitCode> {
         Some(p) => Some(PackagingConfig::load(p)?),
         None => None,
     };
+    let install_models = match args.install_model {
+        ModelArg::Overlay => vec![InstallModel::Overlay],
+        ModelArg::Flatten => vec![InstallModel::Flatten],
+        ModelArg::Both => InstallModel::ALL.to_vec(),
+    };
     let opts = VerifyOptions {
         artifacts_dir: args.artifacts_dir.clone(),
         config,
+        install_models,
     };
     let report = verify(&opts, &mut |s| eprintln!("kpack verify: {s}"))?;
     let mut out = std::io::stdout().lock();
@@ -48,6 +68,13 @@ pub fn run(args: VerifyArgs) -> anyhow::Result<ExitCode> {
                 format!("{}/{}", v.package, v.path)
             };
             writeln!(out, "FAIL [{}] {loc}: {}", v.kind, v.message)?;
+        }
+        for m in &report.models {
+            writeln!(
+                out,
+                "{} install: {}/{} lookups resolved ({} for archs a binary was not built for)",
+                m.model, m.resolved, m.lookups, m.not_built
+            )?;
         }
         writeln!(
             out,
