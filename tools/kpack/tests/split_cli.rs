@@ -412,7 +412,17 @@ fn check_component(shard_name: &str, component: &str, prefix: &str, dbs: &[&str]
         };
         match node {
             Node::Link(t) => assert_eq!(gen_snap.get(rel), Some(&Node::Link(t.clone())), "{rel}"),
-            Node::Dir => assert_eq!(gen_snap.get(rel), Some(&Node::Dir), "{rel}"),
+            Node::Dir => {
+                // Kept, unless everything below it moved to arch artifacts.
+                let below = format!("{rel}/");
+                let kept_below = gen_snap.keys().any(|k| k.starts_with(&below));
+                let had_below = in_snap.keys().any(|k| k.starts_with(&below));
+                if kept_below || !had_below {
+                    assert_eq!(gen_snap.get(rel), Some(&Node::Dir), "{rel}");
+                } else {
+                    assert!(!gen_snap.contains_key(rel), "{rel}: emptied directory left");
+                }
+            }
             Node::File { sha, .. } if is_db => {
                 assert!(
                     !gen_snap.contains_key(rel),
@@ -971,4 +981,102 @@ fn overlapping_bundle_entries_name_file_and_offset() {
     let out = tmp.path().join("out");
     let o = split(&input, "blas_lib", &out, &[]);
     fails_cleanly(&o, &out, &["librocblas.so.5.2", "offset 12288", "overlap"]);
+}
+
+#[test]
+fn generic_packages_keep_no_emptied_directories() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("o");
+    ok(&split(
+        &shard("gfx110X-build").join("aotriton_lib_gfx110X-dgpu"),
+        "aotriton_lib",
+        &out,
+        &["--split-databases", "aotriton"],
+    ));
+    let generic = snapshot(&out.join("aotriton_lib_generic"));
+    let empty: Vec<&String> = generic
+        .iter()
+        .filter(|(k, n)| {
+            **n == Node::Dir && !generic.keys().any(|o| o.starts_with(&format!("{k}/")))
+        })
+        .map(|(k, _)| k)
+        .collect();
+    assert!(
+        empty.is_empty(),
+        "empty directories left in the generic package: {empty:?}"
+    );
+}
+
+/// Splitting an already split tree changes nothing: the generic package
+/// split again is byte-identical, and no arch package appears.
+#[test]
+fn re_split_is_byte_identical() {
+    let tmp = tempfile::tempdir().unwrap();
+    for (i, sh) in ["gfx110X-build", "gfx1151-build", "gfx120X-build"]
+        .iter()
+        .enumerate()
+    {
+        for comp in ["blas_lib", "blas_test", "aotriton_lib", "support_dev"] {
+            let Some(input) = fs::read_dir(shard(sh))
+                .unwrap()
+                .map(|e| e.unwrap().path())
+                .find(|p| p.file_name().unwrap().to_string_lossy().starts_with(comp))
+            else {
+                continue;
+            };
+            let once = tmp.path().join(format!("{i}-{comp}-1"));
+            ok(&split(
+                &input,
+                comp,
+                &once,
+                &["--split-databases", "rocblas", "hipblaslt", "aotriton"],
+            ));
+            let generic = once.join(format!("{comp}_generic"));
+            let twice = tmp.path().join(format!("{i}-{comp}-2"));
+            ok(&split(
+                &generic,
+                comp,
+                &twice,
+                &["--split-databases", "rocblas", "hipblaslt", "aotriton"],
+            ));
+            let names: Vec<String> = fs::read_dir(&twice)
+                .unwrap()
+                .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .collect();
+            assert_eq!(names, [format!("{comp}_generic")], "{sh} {comp}");
+            assert!(
+                snapshot(&generic) == snapshot(&twice.join(format!("{comp}_generic"))),
+                "{sh} {comp}: re-split changed the generic package"
+            );
+        }
+    }
+}
+
+/// Separated debug files (`objcopy --only-keep-debug`: `.hip_fatbin` is
+/// NOBITS) are copied untouched, as are `*_dbg` artifacts' files.
+#[test]
+fn debug_files_pass_through() {
+    let tmp = tempfile::tempdir().unwrap();
+    let art = tmp.path().join("fx_lib_dbg");
+    let lib = art.join("hip/lib");
+    fs::create_dir_all(lib.join(".debug")).unwrap();
+    let fat = fixtures().join("fatbins/libfx_multi.so");
+    let dbg = lib.join(".debug/libfx_multi.so.debug");
+    let st = Command::new("objcopy")
+        .arg("--only-keep-debug")
+        .arg(&fat)
+        .arg(&dbg)
+        .status()
+        .expect("objcopy (binutils)");
+    assert!(st.success());
+    fs::write(art.join("artifact_manifest.txt"), "hip\n").unwrap();
+    let out = tmp.path().join("o");
+    ok(&split(&art, "fx_lib", &out, &[]));
+    let copied = out.join("fx_lib_generic/hip/lib/.debug/libfx_multi.so.debug");
+    assert_eq!(fs::read(&copied).unwrap(), fs::read(&dbg).unwrap());
+    let names: Vec<String> = fs::read_dir(&out)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(names, ["fx_lib_generic"]);
 }

@@ -1025,6 +1025,34 @@ fn split_into(
         }
     }
     processed.write_dir(&generic_root)?;
+    // Directories whose every file moved to arch artifacts (database trees
+    // such as `lib/aotriton/kernels/gfx1100/…`) are not left behind empty;
+    // directories that were empty in the input stay.
+    for scan in &scans {
+        let groot = fsutil::join_rel(&generic_root, &scan.prefix);
+        let had_content: BTreeSet<&str> = scan
+            .entries
+            .iter()
+            .flat_map(|e| {
+                let mut parents = Vec::new();
+                let mut r = e.rel.as_str();
+                while let Some((parent, _)) = r.rsplit_once('/') {
+                    parents.push(parent);
+                    r = parent;
+                }
+                parents
+            })
+            .collect();
+        // Deepest first, so a parent is looked at after its children.
+        for e in scan.entries.iter().rev() {
+            if e.kind == EntryKind::Dir && had_content.contains(e.rel.as_str()) {
+                let d = fsutil::join_rel(&groot, &e.rel);
+                if fs::read_dir(&d).ctx(&d, "read directory")?.next().is_none() {
+                    fs::remove_dir(&d).ctx(&d, "remove empty directory")?;
+                }
+            }
+        }
+    }
 
     // 6. Per-arch artifacts: database files, then archives (in parallel).
     //    One archive per arch holds the kernels of every prefix (TOC keys

@@ -273,7 +273,11 @@ pub(crate) fn analyze_elf(elf: &Elf<'_>) -> Result<FatBinaryInfo> {
 
     // Wrappers.
     let mut wrappers = Vec::new();
-    if let Some(ws) = wrapper_section {
+    // A separated debug file (`objcopy --only-keep-debug`, `*_dbg`
+    // artifacts) keeps every allocated section only as NOBITS: no device
+    // code and no wrappers to read, nothing to split.
+    let debug_only = fatbin.as_ref().is_none_or(|f| f.nobits);
+    if let Some(ws) = wrapper_section.filter(|w| !(w.nobits && debug_only)) {
         if ws.nobits {
             return Err(Error::malformed(
                 elf.shdr_offset(ws.index),
