@@ -1080,3 +1080,111 @@ fn debug_files_pass_through() {
         .collect();
     assert_eq!(names, ["fx_lib_generic"]);
 }
+
+/// `--gpu-targets` keeps targets by base arch and never drops a feature
+/// variant (ROCM-25535: rocBLAS lost `…_gfx90a-xnack-.hsaco` with
+/// `--gpu-targets gfx90a`); what it does not keep is gone from every
+/// artifact; a filter that keeps nothing fails.
+#[test]
+fn gpu_targets_keep_variants_and_fail_when_empty() {
+    let tmp = tempfile::tempdir().unwrap();
+    let art = tmp.path().join("blas_lib_gfxall");
+    let lib = art.join("blas/lib");
+    fs::create_dir_all(lib.join("rocblas/library")).unwrap();
+    fs::copy(
+        fixtures().join("fatbins/libfx_multi.so"),
+        lib.join("librocblas.so"),
+    )
+    .unwrap();
+    for t in ["gfx90a-xnack-", "gfx90a-xnack+", "gfx1100", "gfx942"] {
+        fs::write(
+            lib.join(format!("rocblas/library/TensileLibrary_lazy_{t}.hsaco")),
+            t,
+        )
+        .unwrap();
+    }
+    fs::write(art.join("artifact_manifest.txt"), "blas\n").unwrap();
+    let out = tmp.path().join("o");
+    ok(&split(
+        &art,
+        "blas_lib",
+        &out,
+        &[
+            "--split-databases",
+            "rocblas",
+            "--gpu-targets",
+            "gfx90a",
+            "gfx1100",
+        ],
+    ));
+    let mut names: Vec<String> = fs::read_dir(&out)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    assert_eq!(
+        names,
+        [
+            "blas_lib_generic",
+            "blas_lib_gfx1100",
+            "blas_lib_gfx90a:xnack+",
+            "blas_lib_gfx90a:xnack-"
+        ]
+    );
+    for (t, dir) in [
+        ("gfx90a-xnack-", "gfx90a:xnack-"),
+        ("gfx90a-xnack+", "gfx90a:xnack+"),
+    ] {
+        let f = out.join(format!(
+            "blas_lib_{dir}/blas/lib/rocblas/library/TensileLibrary_lazy_{t}.hsaco"
+        ));
+        assert!(f.is_file(), "{} missing", f.display());
+    }
+    // gfx942 is gone everywhere: no artifact, not left in generic.
+    assert!(!out
+        .join("blas_lib_generic/blas/lib/rocblas/library/TensileLibrary_lazy_gfx942.hsaco")
+        .exists());
+    // The kept fat binary's archives hold only kept targets.
+    for d in ["blas_lib_gfx90a:xnack+", "blas_lib_gfx1100"] {
+        assert!(
+            fs::read_dir(out.join(d).join("blas/.kpack"))
+                .unwrap()
+                .count()
+                == 1,
+            "{d}"
+        );
+    }
+
+    // Nothing left: exit 2, a message naming what the artifact has.
+    let o = kpack(&[
+        "split",
+        "--artifact-dir",
+        s(&art),
+        "--artifact-prefix",
+        "blas_lib",
+        "--output-dir",
+        s(&tmp.path().join("o2")),
+        "--gpu-targets",
+        "gfx1250-strict",
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("leaves no code object") && err.contains("gfx1100"),
+        "{err}"
+    );
+    assert!(!tmp.path().join("o2").join("blas_lib_generic").exists());
+    // Not a target at all: a usage error.
+    let o = kpack(&[
+        "split",
+        "--artifact-dir",
+        s(&art),
+        "--artifact-prefix",
+        "x",
+        "--output-dir",
+        s(&tmp.path().join("o3")),
+        "--gpu-targets",
+        "sm_90",
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+}

@@ -13,26 +13,57 @@
 use std::fmt;
 use std::str::FromStr;
 
-/// A database handler, selected with `--split-databases`.
+/// A database handler, selected with `--split-databases` (§12.4 of the
+/// kpack reference; first match wins, in the order given).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum DatabaseKind {
-    /// `…/rocblas/library/*.{co,hsaco,dat}`, arch from the file name.
+    /// Tensile libraries under `…/rocblas/library/`.
     Rocblas,
-    /// `…/hipblaslt/library/*.{co,hsaco,dat}`, arch from the file name.
+    /// Tensile libraries under `…/hipblaslt/library/`.
     Hipblaslt,
-    /// `…/aotriton/kernels/<arch>/…`, arch from the directory name.
+    /// Tensile libraries under `…/hipsparselt/library/`.
+    Hipsparselt,
+    /// `…/aotriton/kernels/<arch>/…` and `aotriton.images/amd-<family>/…`.
     Aotriton,
-    /// `…/miopen/db/*.model`, arch from the file name.
+    /// MIOpen: CK libraries `(lib)MIOpenCK…_<arch>.(so|dll)` and
+    /// `miopen/db/<arch[+CUs]>….{kdb,model,db.txt,fdb.txt}`.
     Miopen,
+    /// composable_kernel: `(lib)device_conv_operations_<token>.(a|lib)`.
+    Composablekernel,
+    /// hipKernelProvider: `…/engines/{arch_content,test_arch_content}/…/<arch>/…`.
+    Hipkernelprovider,
+}
+
+/// Named sets of handlers (`--split-databases torch-fat`).
+pub const PRESETS: &[(&str, &[DatabaseKind])] = &[(
+    "torch-fat",
+    &[
+        DatabaseKind::Rocblas,
+        DatabaseKind::Hipblaslt,
+        DatabaseKind::Hipsparselt,
+        DatabaseKind::Aotriton,
+        DatabaseKind::Miopen,
+    ],
+)];
+
+/// Handlers named by `name`: one handler, or every handler of a preset.
+pub fn expand(name: &str) -> Result<Vec<DatabaseKind>, UnknownDatabase> {
+    if let Some((_, kinds)) = PRESETS.iter().find(|(p, _)| p.eq_ignore_ascii_case(name)) {
+        return Ok(kinds.to_vec());
+    }
+    name.parse().map(|k| vec![k])
 }
 
 impl DatabaseKind {
     /// Every handler, in the order `--help` lists them.
-    pub const ALL: [DatabaseKind; 4] = [
+    pub const ALL: [DatabaseKind; 7] = [
         DatabaseKind::Rocblas,
         DatabaseKind::Hipblaslt,
+        DatabaseKind::Hipsparselt,
         DatabaseKind::Aotriton,
         DatabaseKind::Miopen,
+        DatabaseKind::Composablekernel,
+        DatabaseKind::Hipkernelprovider,
     ];
 
     /// The CLI / JSON name.
@@ -40,8 +71,11 @@ impl DatabaseKind {
         match self {
             DatabaseKind::Rocblas => "rocblas",
             DatabaseKind::Hipblaslt => "hipblaslt",
+            DatabaseKind::Hipsparselt => "hipsparselt",
             DatabaseKind::Aotriton => "aotriton",
             DatabaseKind::Miopen => "miopen",
+            DatabaseKind::Composablekernel => "composablekernel",
+            DatabaseKind::Hipkernelprovider => "hipkernelprovider",
         }
     }
 
@@ -52,40 +86,142 @@ impl DatabaseKind {
         let comps: Vec<&str> = rel_path.split('/').filter(|c| !c.is_empty()).collect();
         let (file_name, dirs) = comps.split_last()?;
         match self {
-            DatabaseKind::Rocblas | DatabaseKind::Hipblaslt => {
-                let lib = if self == DatabaseKind::Rocblas {
-                    "rocblas"
-                } else {
-                    "hipblaslt"
-                };
-                let in_library = dirs.windows(2).any(|w| w[0] == lib && w[1] == "library");
+            DatabaseKind::Rocblas | DatabaseKind::Hipblaslt | DatabaseKind::Hipsparselt => {
+                let lib = self.name();
+                let at = dirs
+                    .windows(2)
+                    .position(|w| w[0] == lib && w[1] == "library")?;
+                // Per-arch subdirectory layout: every file under
+                // `library/<arch>/` belongs to that arch (also arch-less
+                // ones: TensileManifest.txt, *_fallback.dat).
+                if let Some(sub) = dirs.get(at + 2) {
+                    if let Some(a) = parse_target_exact(sub) {
+                        return Some(a);
+                    }
+                }
                 let db_suffix = [".co", ".hsaco", ".dat"]
                     .iter()
                     .any(|s| file_name.ends_with(s));
-                if in_library && db_suffix {
-                    arch_from_file_name(file_name)
-                } else {
-                    None
-                }
+                // Flat layout: the arch is in the name; arch-less files
+                // (TensileLibrary.dat) stay generic.
+                db_suffix.then(|| arch_from_file_name(file_name)).flatten()
             }
             DatabaseKind::Aotriton => {
                 // `…/aotriton/kernels/<X>/…`: X must be a directory (not the file).
-                let pos = dirs.windows(3).position(|w| {
+                if let Some(pos) = dirs.windows(3).position(|w| {
                     w[0] == "aotriton" && w[1] == "kernels" && w[2].starts_with("gfx")
-                })?;
-                let x = dirs.get(pos + 2)?;
-                Some(parse_target_exact(x).unwrap_or_else(|| (*x).to_string()))
+                }) {
+                    let x = dirs.get(pos + 2)?;
+                    return Some(parse_target_exact(x).unwrap_or_else(|| (*x).to_string()));
+                }
+                // `aotriton.images/amd-<family>/…`: families and sub-families.
+                let pos = dirs.iter().position(|d| *d == "aotriton.images")?;
+                let fam = dirs.get(pos + 1)?.strip_prefix("amd-")?;
+                aotriton_family(fam)
             }
             DatabaseKind::Miopen => {
-                let in_db = dirs.windows(2).any(|w| w[0] == "miopen" && w[1] == "db");
-                if in_db && file_name.ends_with(".model") {
-                    arch_from_file_name(file_name)
-                } else {
-                    None
+                // CK per-arch libraries.
+                let stem = file_name
+                    .strip_suffix(".so")
+                    .or_else(|| file_name.strip_suffix(".dll"));
+                if let Some(stem) = stem {
+                    let stem = stem.strip_prefix("lib").unwrap_or(stem);
+                    if stem.starts_with("MIOpenCK") {
+                        let (_, arch) = stem.rsplit_once('_')?;
+                        return parse_target_exact(arch);
+                    }
                 }
+                let in_db = dirs.windows(2).any(|w| w[0] == "miopen" && w[1] == "db");
+                let db_suffix = [".kdb", ".model", ".db.txt", ".fdb.txt"]
+                    .iter()
+                    .any(|s| file_name.ends_with(s));
+                if !(in_db && db_suffix) {
+                    return None;
+                }
+                // `<arch>[CUs][_<CUs>].…` or `…_<arch>.…`.
+                let head = file_name.split('.').next()?;
+                miopen_arch(head)
+                    .or_else(|| miopen_arch(head.split('_').next()?))
+                    .or_else(|| arch_from_file_name(file_name))
+            }
+            DatabaseKind::Composablekernel => {
+                let stem = file_name
+                    .strip_suffix(".a")
+                    .or_else(|| file_name.strip_suffix(".lib"))?;
+                let stem = stem.strip_prefix("lib").unwrap_or(stem);
+                let token = stem.strip_prefix("device_conv_operations_")?;
+                ck_token(token)
+            }
+            DatabaseKind::Hipkernelprovider => {
+                let pos = dirs
+                    .iter()
+                    .position(|d| *d == "arch_content" || *d == "test_arch_content")?;
+                if pos == 0 || dirs[pos - 1] != "engines" {
+                    return None;
+                }
+                // The first directory below that is exactly a target; generic
+                // targets stay generic.
+                let arch = dirs[pos + 1..].iter().find_map(|d| parse_target_exact(d))?;
+                (!arch.ends_with("-generic")).then_some(arch)
             }
         }
     }
+}
+
+/// AOTriton image directory (`amd-` stripped) → the arch or family its
+/// package is named after: `gfx11xx` → `gfx11`, `gfx120x` → `gfx12_0`,
+/// `gfx110x`, `gfx115x`, `gfx942`, `gfx90a`, `gfx950` as they are.
+fn aotriton_family(dir: &str) -> Option<String> {
+    let rest = dir.strip_prefix("gfx")?;
+    if !rest.bytes().all(|b| b.is_ascii_alphanumeric()) || rest.is_empty() {
+        return None;
+    }
+    if let Some(major) = rest.strip_suffix("xx") {
+        return major
+            .bytes()
+            .all(|b| b.is_ascii_digit())
+            .then(|| format!("gfx{major}"));
+    }
+    if let Some(sub) = rest.strip_suffix('x') {
+        // gfx120x → gfx12_0 (major 12, minor 0); gfx110x and gfx115x keep
+        // their names (AOTriton's own sub-families).
+        if sub.len() == 3 && sub.starts_with("12") {
+            return Some(format!("gfx{}_{}", &sub[..2], &sub[2..]));
+        }
+        return Some(dir.to_string());
+    }
+    parse_target_exact(dir)
+}
+
+/// composable_kernel library token → target: `:` was written `_`, `+` `p`
+/// and `-` `_` (`gfx942_srameccp_xnack_` → `gfx942:sramecc+:xnack-`,
+/// `gfx1250_strict` → `gfx1250-strict`).
+fn ck_token(token: &str) -> Option<String> {
+    let mut parts = token.split('_');
+    let mut out = parts.next()?.to_string();
+    parse_target_exact(&out)?;
+    let rest: Vec<&str> = parts.collect();
+    let mut i = 0;
+    while i < rest.len() {
+        let p = rest[i];
+        if p == "strict" {
+            out.push_str("-strict");
+        } else if let Some(f) = p.strip_suffix('p') {
+            out.push(':');
+            out.push_str(f);
+            out.push('+');
+        } else if !p.is_empty() && rest.get(i + 1) == Some(&"") {
+            // `xnack_` at the end: `xnack-` (its `-` became `_`).
+            out.push(':');
+            out.push_str(p);
+            out.push('-');
+            i += 1;
+        } else if !p.is_empty() {
+            return None;
+        }
+        i += 1;
+    }
+    parse_target_exact(&out)
 }
 
 impl fmt::Display for DatabaseKind {
@@ -96,7 +232,7 @@ impl fmt::Display for DatabaseKind {
 
 /// Unknown handler name.
 #[derive(Debug, Clone, thiserror::Error)]
-#[error("unknown database handler `{0}` (expected one of: rocblas, hipblaslt, aotriton, miopen)")]
+#[error("unknown database handler `{0}` (known: rocblas, hipblaslt, hipsparselt, aotriton, miopen, composablekernel, hipkernelprovider; presets: torch-fat)")]
 pub struct UnknownDatabase(pub String);
 
 impl FromStr for DatabaseKind {
@@ -116,104 +252,7 @@ pub fn classify(kinds: &[DatabaseKind], rel_path: &str) -> Option<(DatabaseKind,
         .find_map(|k| k.classify(rel_path).map(|arch| (*k, arch)))
 }
 
-const FEATURES: [&str; 2] = ["sramecc", "xnack"];
-
-/// Parses a target ID at the start of `s` (which starts with `gfx`), with
-/// feature separators `:` or `-`. Returns the canonical text (`:`
-/// separators) and the number of bytes consumed.
-fn parse_target_at(s: &str) -> Option<(String, usize)> {
-    let b = s.as_bytes();
-    if !s.starts_with("gfx") {
-        return None;
-    }
-    let mut i = 3;
-    let digits = |mut j: usize| {
-        while j < b.len() && b[j].is_ascii_digit() {
-            j += 1;
-        }
-        j
-    };
-    let d_end = digits(i);
-    if d_end == i {
-        return None;
-    }
-    i = d_end;
-    let mut out;
-    // Generic: gfx<N>[-<M>]-generic
-    let generic = (|| {
-        let mut j = i;
-        if b.get(j) == Some(&b'-') {
-            let k = digits(j + 1);
-            if k > j + 1 {
-                j = k;
-            }
-        }
-        s.get(j..)?
-            .starts_with("-generic")
-            .then_some(j + "-generic".len())
-    })();
-    if let Some(end) = generic {
-        out = s[..end].to_string();
-        i = end;
-    } else {
-        // Processor: gfx<digits>[a-z]? (gfx90a, gfx90c); no further alnum.
-        if b.get(i).is_some_and(|c| c.is_ascii_lowercase()) {
-            i += 1;
-        }
-        if b.get(i).is_some_and(|c| c.is_ascii_alphanumeric()) {
-            return None;
-        }
-        out = s[..i].to_string();
-    }
-    // Features: ([-:](sramecc|xnack)[+-])*
-    while let Some(&sep) = b.get(i) {
-        if sep != b':' && sep != b'-' {
-            break;
-        }
-        let rest = &s[i + 1..];
-        let Some(f) = FEATURES.iter().find(|f| rest.starts_with(**f)) else {
-            break;
-        };
-        let sign_at = i + 1 + f.len();
-        match b.get(sign_at) {
-            Some(&c) if c == b'+' || c == b'-' => {
-                out.push(':');
-                out.push_str(f);
-                out.push(c as char);
-                i = sign_at + 1;
-            }
-            _ => break,
-        }
-    }
-    Some((out, i))
-}
-
-/// Parses `s` as exactly one target ID (e.g. a directory name), canonicalised.
-pub fn parse_target_exact(s: &str) -> Option<String> {
-    match parse_target_at(s) {
-        Some((t, n)) if n == s.len() => Some(t),
-        _ => None,
-    }
-}
-
-/// The first target ID in a file name, with features and generic names kept.
-/// A match must start at the beginning of the name or after a character
-/// that is not a letter or digit.
-pub fn arch_from_file_name(name: &str) -> Option<String> {
-    let bytes = name.as_bytes();
-    let mut from = 0;
-    while let Some(rel) = name.get(from..)?.find("gfx") {
-        let at = from + rel;
-        let boundary = at == 0 || !bytes[at - 1].is_ascii_alphanumeric();
-        if boundary {
-            if let Some((t, _)) = parse_target_at(&name[at..]) {
-                return Some(t);
-            }
-        }
-        from = at + 3;
-    }
-    None
-}
+pub use rocpack_bundle::{arch_from_file_name, base_arch, miopen_arch, parse_target_exact};
 
 #[cfg(test)]
 mod tests {

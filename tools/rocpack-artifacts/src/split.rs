@@ -69,6 +69,11 @@ pub struct SplitOptions {
     /// Architectures to drop: `gfx906` drops `gfx906` and every
     /// `gfx906:<features>`; `gfx906:xnack-` drops only that exact target.
     pub exclude_arch: Vec<String>,
+    /// Keep only these targets, matched by base arch in any spelling
+    /// (`gfx90a` keeps `gfx90a:xnack-` and `…_gfx90a-xnack-.hsaco`;
+    /// `gfx1250-strict` is not `gfx1250`). Everything else is dropped, from
+    /// the generic artifact too. Empty: keep every target.
+    pub gpu_targets: Vec<String>,
     /// Worker threads (`None`: one per CPU). Output does not depend on it.
     pub jobs: Option<usize>,
 }
@@ -962,16 +967,41 @@ fn split_into(
     for a in &discovered {
         check_name("architecture", a)?;
     }
-    let excluded: Vec<String> = discovered
-        .iter()
-        .filter(|a| is_excluded(a, &opts.exclude_arch))
-        .cloned()
-        .collect();
-    let kept: BTreeSet<String> = discovered
-        .iter()
-        .filter(|a| !is_excluded(a, &opts.exclude_arch))
-        .cloned()
-        .collect();
+    let wanted: Option<BTreeSet<String>> = (!opts.gpu_targets.is_empty()).then(|| {
+        opts.gpu_targets
+            .iter()
+            .filter_map(|t| rocpack_bundle::base_arch(t))
+            .collect()
+    });
+    let dropped = |a: &str| {
+        is_excluded(a, &opts.exclude_arch)
+            || wanted
+                .as_ref()
+                .is_some_and(|w| !rocpack_bundle::base_arch(a).is_some_and(|b| w.contains(&b)))
+    };
+    let excluded: Vec<String> = discovered.iter().filter(|a| dropped(a)).cloned().collect();
+    let kept: BTreeSet<String> = discovered.iter().filter(|a| !dropped(a)).cloned().collect();
+    if let Some(w) = &wanted {
+        let any_code = scans.iter().any(|s| {
+            s.classes.iter().flatten().any(|c| match c {
+                Class::Fat(f) => f.kernels.iter().any(|k| kept.contains(&k.arch)),
+                _ => false,
+            })
+        });
+        let any_fat = scans.iter().any(|s| {
+            s.classes
+                .iter()
+                .flatten()
+                .any(|c| matches!(c, Class::Fat(_)))
+        });
+        if any_fat && !any_code {
+            return Err(SplitError::Usage(format!(
+                "--gpu-targets {} leaves no code object: the artifact has code for {}",
+                w.iter().cloned().collect::<Vec<_>>().join(" "),
+                discovered.iter().cloned().collect::<Vec<_>>().join(" ")
+            )));
+        }
+    }
 
     // 5. Generic files and symlinks; collect database files and kernels.
     let mut generic_files = 0u64;

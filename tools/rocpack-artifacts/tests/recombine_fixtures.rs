@@ -41,6 +41,7 @@ fn split_shards(dir: &Path) -> PathBuf {
             ],
             compression: rocpack_kpack::Compression::Zstd { level: 3 },
             exclude_arch: vec![],
+            gpu_targets: Vec::new(),
             jobs: None,
         };
         split_batch(&artifacts().join(s), &opts, &NoProgress)

@@ -63,6 +63,7 @@ fn every_fixture_binary_splits_into_the_expected_code_objects() {
         databases: vec![],
         compression: rocpack_kpack::Compression::zstd(),
         exclude_arch: vec![],
+        gpu_targets: Vec::new(),
         jobs: Some(2),
     };
     let progress = CountingProgress::default();
@@ -188,6 +189,7 @@ fn unreadable_fat_elf_fails_the_split() {
             databases: Vec::new(),
             compression: rocpack_kpack::Compression::None,
             exclude_arch: Vec::new(),
+            gpu_targets: Vec::new(),
             jobs: Some(1),
         };
         let err = split_artifact(&opts, &CountingProgress::default())

@@ -60,6 +60,7 @@ fn split_fatbins_verify_and_archive_members_are_checked() {
             databases: vec![],
             compression: rocpack_kpack::Compression::None,
             exclude_arch: vec![],
+            gpu_targets: Vec::new(),
             jobs: None,
         },
         &NoProgress,

@@ -33,9 +33,11 @@ pub struct SplitArgs {
     #[arg(long, value_name = "OUT")]
     output_dir: PathBuf,
 
-    /// Database handlers to run, in priority order.
+    /// Database handlers to run, in priority order: rocblas, hipblaslt,
+    /// hipsparselt, aotriton, miopen, composablekernel, hipkernelprovider,
+    /// or the preset torch-fat (rocblas hipblaslt hipsparselt aotriton miopen).
     #[arg(long, value_name = "HANDLER", num_args = 1.., value_parser = parse_db)]
-    split_databases: Vec<DatabaseKind>,
+    split_databases: Vec<Handlers>,
 
     /// `.kpack` compression: `zstd` (default, level 3), `zstd:LEVEL` or `none`.
     #[arg(long, value_name = "SCHEME", default_value = "zstd", value_parser = parse_compression)]
@@ -45,6 +47,12 @@ pub struct SplitArgs {
     /// target with features drops only itself).
     #[arg(long, value_name = "ARCH", num_args = 1..)]
     exclude_arch: Vec<String>,
+
+    /// Keep only these GPU targets, by base arch in any spelling (`gfx90a`
+    /// keeps `gfx90a:xnack-` code and `…_gfx90a-xnack-.hsaco` files);
+    /// everything else is dropped. Fails when nothing is left.
+    #[arg(long, value_name = "TARGET", num_args = 1.., value_parser = parse_gpu_target)]
+    gpu_targets: Vec<String>,
 
     /// Worker threads (default: one per CPU). The output does not depend on it.
     #[arg(long, short = 'j', value_name = "N")]
@@ -67,8 +75,22 @@ pub struct SplitArgs {
     verbose: bool,
 }
 
-fn parse_db(s: &str) -> Result<DatabaseKind, String> {
-    s.parse::<DatabaseKind>().map_err(|e| e.to_string())
+/// One `--split-databases` value: a handler or a preset's handlers.
+#[derive(Debug, Clone)]
+struct Handlers(Vec<DatabaseKind>);
+
+fn parse_db(s: &str) -> Result<Handlers, String> {
+    rocpack_artifacts::databases::expand(s)
+        .map(Handlers)
+        .map_err(|e| e.to_string())
+}
+
+fn parse_gpu_target(s: &str) -> Result<String, String> {
+    rocpack_bundle::base_arch(s)
+        .map(|_| s.to_string())
+        .ok_or_else(|| {
+            format!("`{s}` is not a GPU target (e.g. gfx90a, gfx942:sramecc+, gfx1250-strict)")
+        })
 }
 
 fn parse_compression(s: &str) -> Result<rocpack_kpack::Compression, String> {
@@ -155,9 +177,18 @@ pub fn run(args: SplitArgs) -> anyhow::Result<ExitCode> {
         artifact_dir: args.artifact_dir.clone().unwrap_or_default(),
         artifact_prefix: args.artifact_prefix.clone().unwrap_or_default(),
         output_dir: args.output_dir.clone(),
-        databases: args.split_databases.clone(),
+        databases: {
+            let mut v: Vec<DatabaseKind> = Vec::new();
+            for k in args.split_databases.iter().flat_map(|h| h.0.iter()) {
+                if !v.contains(k) {
+                    v.push(*k);
+                }
+            }
+            v
+        },
         compression: args.compression,
         exclude_arch: args.exclude_arch.clone(),
+        gpu_targets: args.gpu_targets.clone(),
         jobs: args.jobs,
     };
     let bar = std::io::stderr().is_terminal().then(|| {
