@@ -169,3 +169,34 @@ fn verify_fails_a_tree_that_breaks_when_flattened() {
         "{text}"
     );
 }
+
+/// Each translation unit has its own arch set: in libfx_mixed.so gfx1101
+/// exists only in bundle 0 and gfx1200 only in bundle 1. A correct split of
+/// it verifies, counting those lookups as "not built", not as failures.
+#[test]
+fn verify_accepts_per_translation_unit_arch_sets() {
+    let tmp = tempfile::tempdir().unwrap();
+    let art = tmp.path().join("x_lib");
+    fs::create_dir_all(art.join("lib")).unwrap();
+    fs::copy(
+        artifacts().join("../fatbins/libfx_mixed.so"),
+        art.join("lib/libfx_mixed.so"),
+    )
+    .unwrap();
+    fs::write(art.join("artifact_manifest.txt"), "lib\n").unwrap();
+    let out = tmp.path().join("o");
+    let o = kpack(&[
+        "split", "--artifact-dir", s(&art), "--artifact-prefix", "x_lib", "--output-dir", s(&out),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = kpack(&["verify", "--artifacts-dir", s(&out), "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(o.status.code(), Some(0), "{v:#}");
+    for m in v["models"].as_array().unwrap() {
+        assert_eq!(
+            (m["lookups"].as_u64(), m["resolved"].as_u64(), m["not_built"].as_u64()),
+            (Some(6), Some(4), Some(2)),
+            "{m}"
+        );
+    }
+}

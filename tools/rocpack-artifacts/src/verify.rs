@@ -814,9 +814,11 @@ pub fn verify(
                         Ok(()) => mr.resolved += 1,
                         Err(LookupError::NoKernel(msg)) => {
                             // Every archive for this arch lacks the key: fine
-                            // when the binary was never built for the arch (no
-                            // entry for it anywhere in the tree), a violation
-                            // when its code for the arch is elsewhere.
+                            // when this translation unit (co_index) was never
+                            // built for the arch — each has its own arch set
+                            // (-fgpu-rdc off, mixed --offload-arch) — a
+                            // violation when its code for the arch is elsewhere
+                            // in the tree.
                             let built: Vec<u64> = rocpack_kpack::compatible_targets(arch)
                                 .iter()
                                 .filter_map(|t| {
@@ -825,7 +827,7 @@ pub fn verify(
                                 .flatten()
                                 .copied()
                                 .collect();
-                            if built.is_empty() {
+                            if !built.contains(&co) {
                                 mr.not_built += 1;
                             } else {
                                 vio.push(v(
