@@ -186,7 +186,13 @@ fn verify_accepts_per_translation_unit_arch_sets() {
     fs::write(art.join("artifact_manifest.txt"), "lib\n").unwrap();
     let out = tmp.path().join("o");
     let o = kpack(&[
-        "split", "--artifact-dir", s(&art), "--artifact-prefix", "x_lib", "--output-dir", s(&out),
+        "split",
+        "--artifact-dir",
+        s(&art),
+        "--artifact-prefix",
+        "x_lib",
+        "--output-dir",
+        s(&out),
     ]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let o = kpack(&["verify", "--artifacts-dir", s(&out), "--json"]);
@@ -194,7 +200,11 @@ fn verify_accepts_per_translation_unit_arch_sets() {
     assert_eq!(o.status.code(), Some(0), "{v:#}");
     for m in v["models"].as_array().unwrap() {
         assert_eq!(
-            (m["lookups"].as_u64(), m["resolved"].as_u64(), m["not_built"].as_u64()),
+            (
+                m["lookups"].as_u64(),
+                m["resolved"].as_u64(),
+                m["not_built"].as_u64()
+            ),
             (Some(6), Some(4), Some(2)),
             "{m}"
         );

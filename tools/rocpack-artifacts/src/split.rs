@@ -473,6 +473,7 @@ fn split_fat(
     let mut counts = (0u64, 0u64);
     let host = if rocpack_elf::is_archive(data) {
         let members = rocpack_elf::archive_members(data).map_err(|e| elf_err(path, e))?;
+        let mut member_seen = MemberNames::default();
         let mut any = false;
         for m in &members {
             let info = match rocpack_elf::analyze(m.data) {
@@ -508,7 +509,7 @@ fn split_fat(
                 continue;
             }
             any = true;
-            let member_name = format!("{kernel_name}({})", m.name);
+            let member_name = format!("{kernel_name}({})", member_seen.label(&m.name));
             collect_kernels(
                 data,
                 m.data,
@@ -524,7 +525,9 @@ fn split_fat(
         if !any {
             return Ok(None);
         }
+        let mut marker_seen = MemberNames::default();
         let mut marker_for = |name: &str, _info: &rocpack_elf::FatBinaryInfo| {
+            let name = marker_seen.label(name);
             Ok(Marker::for_split(
                 &opts.artifact_prefix,
                 depth,
@@ -578,6 +581,26 @@ fn split_fat(
         output_bytes: host.len() as u64,
     };
     Ok(Some(FatOutcome { kernels, summary }))
+}
+
+/// Kernel-name labels of archive members: an `ar` archive may hold several
+/// members of one name (`ar q`); the n-th fat member of a name is labelled
+/// `name;n` from the second on, so each gets its own TOC keys. Both the
+/// kernel collection and the marker writer see fat members in archive
+/// order, so they agree.
+#[derive(Default)]
+struct MemberNames(BTreeMap<String, usize>);
+
+impl MemberNames {
+    fn label(&mut self, name: &str) -> String {
+        let n = self.0.entry(name.to_string()).or_insert(0);
+        *n += 1;
+        if *n == 1 {
+            name.to_string()
+        } else {
+            format!("{name};{n}")
+        }
+    }
 }
 
 /// Whether bytes an ELF reader could not handle still hold HIP device code

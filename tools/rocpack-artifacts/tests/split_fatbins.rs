@@ -202,3 +202,59 @@ fn unreadable_fat_elf_fails_the_split() {
         );
     }
 }
+
+/// `ar q` can store two members of one name; each gets its own kernel name
+/// (`lib.a(kern.o)`, `lib.a(kern.o;2)`), so both split and resolve.
+#[test]
+fn archive_with_two_members_of_one_name_splits() {
+    use std::process::Command;
+    let tmp = tempfile::tempdir().unwrap();
+    let work = tmp.path().join("w");
+    fs::create_dir_all(&work).unwrap();
+    let run = |args: &[&str]| {
+        let st = Command::new("ar")
+            .args(args)
+            .current_dir(&work)
+            .status()
+            .expect("ar (binutils)");
+        assert!(st.success(), "ar {args:?}");
+    };
+    fs::copy(fixtures().join("fatbins/libfx_static.a"), work.join("s.a")).unwrap();
+    run(&["x", "s.a"]);
+    run(&["q", "dup.a", "kern_a.o"]);
+    fs::copy(work.join("kern_b.o"), work.join("kern_a.o")).unwrap();
+    run(&["q", "dup.a", "kern_a.o"]);
+    let art = tmp.path().join("x_lib");
+    fs::create_dir_all(art.join("lib")).unwrap();
+    fs::copy(work.join("dup.a"), art.join("lib/dup.a")).unwrap();
+    fs::write(art.join("artifact_manifest.txt"), "lib\n").unwrap();
+    let out = tmp.path().join("o");
+    let opts = SplitOptions {
+        artifact_dir: art,
+        artifact_prefix: "x_lib".into(),
+        output_dir: out.clone(),
+        databases: Vec::new(),
+        compression: rocpack_kpack::Compression::None,
+        exclude_arch: Vec::new(),
+        gpu_targets: Vec::new(),
+        jobs: Some(1),
+    };
+    split_artifact(&opts, &CountingProgress::default()).unwrap();
+    let r =
+        rocpack_kpack::KpackReader::open(out.join("x_lib_gfx1100/lib/.kpack/x_lib_gfx1100.kpack"))
+            .unwrap();
+    let keys: Vec<&str> = r.kernels().map(|(k, _)| k).collect();
+    assert_eq!(keys, ["lib/dup.a(kern_a.o)#0", "lib/dup.a(kern_a.o;2)#0"]);
+    let v = rocpack_artifacts::verify::verify(
+        &rocpack_artifacts::verify::VerifyOptions {
+            artifacts_dir: out,
+            ..Default::default()
+        },
+        &mut |_| {},
+    )
+    .unwrap();
+    assert!(
+        v.ok && v.lookups_resolved == v.lookups && v.lookups > 0,
+        "{v:#?}"
+    );
+}
