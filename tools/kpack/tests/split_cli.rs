@@ -1188,3 +1188,59 @@ fn gpu_targets_keep_variants_and_fail_when_empty() {
     ]);
     assert_eq!(o.status.code(), Some(2));
 }
+
+/// Hostile trees: a symlink chain that is lexically inside but physically
+/// outside, a manifest prefix with a symlink in the middle, an output
+/// directory inside the input through a symlinked parent. Each fails with
+/// exit 2 naming the culprit, and writes nothing.
+#[test]
+fn symlink_escapes_are_refused() {
+    use std::os::unix::fs::symlink;
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path();
+    fs::create_dir_all(t.join("outside")).unwrap();
+    fs::write(t.join("outside/x"), "secret").unwrap();
+
+    let chain = t.join("chain/x_lib");
+    fs::create_dir_all(chain.join("pfx/lib")).unwrap();
+    symlink("..", chain.join("pfx/lib/up")).unwrap();
+    // Lexically inside (lib/up/../../outside/x), physically outside.
+    symlink("up/../../outside/x", chain.join("pfx/lib/esc")).unwrap();
+    fs::write(chain.join("artifact_manifest.txt"), "pfx\n").unwrap();
+
+    let mid = t.join("mid/y");
+    fs::create_dir_all(&mid).unwrap();
+    fs::create_dir_all(t.join("elsewhere/sub")).unwrap();
+    fs::write(t.join("elsewhere/sub/f"), "f").unwrap();
+    symlink(t.join("elsewhere"), mid.join("m")).unwrap();
+    fs::write(mid.join("artifact_manifest.txt"), "m/sub\n").unwrap();
+
+    let inner = t.join("inner/z");
+    fs::create_dir_all(inner.join("lib")).unwrap();
+    fs::write(inner.join("artifact_manifest.txt"), "lib\n").unwrap();
+    symlink(&inner, t.join("alias")).unwrap();
+
+    for (art, out, needle) in [
+        (&chain, t.join("o1"), "pfx/lib/esc"),
+        (&mid, t.join("o2"), "symlink inside prefix"),
+        (
+            &inner,
+            t.join("alias/lib/out"),
+            "inside the artifact directory",
+        ),
+    ] {
+        let o = kpack(&[
+            "split",
+            "--artifact-dir",
+            s(art),
+            "--artifact-prefix",
+            "p",
+            "--output-dir",
+            s(&out),
+        ]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{}: {err}", art.display());
+        assert!(err.contains(needle), "{err}");
+        assert!(!out.join("p_generic").exists(), "{}", out.display());
+    }
+}

@@ -256,6 +256,47 @@ pub fn symlink_stays_inside(link_rel: &Path, target: &Path) -> bool {
     true
 }
 
+/// Whether the symlink at `link` (below `root`), with target text
+/// `target`, resolves on disk to a place inside `root`, following every
+/// symlink on the way (a dangling tail is resolved lexically from the last
+/// existing directory, as `weakly_canonical` does).
+pub fn symlink_resolves_inside(root: &Path, link: &Path, target: &Path) -> bool {
+    let Ok(root) = fs::canonicalize(root) else {
+        return false;
+    };
+    let Some(dir) = link.parent() else {
+        return false;
+    };
+    let resolved = rocpack_kpack::weakly_canonical(&dir.join(target));
+    resolved.starts_with(&root)
+}
+
+/// Resolves `rel` (a `/`-separated path below `base`) one component at a
+/// time, refusing any component that is a symlink or not a directory: a
+/// manifest prefix must name real directories all the way down (a symlink
+/// in the middle would let the split copy `/etc/ssl`).
+pub fn real_dir_below(base: &Path, rel: &str) -> Result<Option<PathBuf>, String> {
+    let mut p = base.to_path_buf();
+    for c in rel.split('/').filter(|c| !c.is_empty()) {
+        p.push(c);
+        match fs::symlink_metadata(&p) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(format!("{}: {e}", p.display())),
+            Ok(m) if m.file_type().is_symlink() => {
+                return Err(format!(
+                    "{}: a symlink inside prefix `{rel}` (prefixes must be real directories)",
+                    p.display()
+                ))
+            }
+            Ok(m) if !m.is_dir() => {
+                return Err(format!("{}: not a directory (prefix `{rel}`)", p.display()))
+            }
+            Ok(_) => {}
+        }
+    }
+    Ok(Some(p))
+}
+
 /// Joins a `/`-separated relative path (already validated) onto `base`.
 pub fn join_rel(base: &Path, rel: &str) -> PathBuf {
     let mut p = base.to_path_buf();

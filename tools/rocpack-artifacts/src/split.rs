@@ -869,11 +869,9 @@ fn check_dirs(artifact_dir: &Path, output_dir: &Path) -> Result<(), SplitError> 
     let a = fsutil::absolute_lexical(artifact_dir).ctx(artifact_dir, "resolve")?;
     let o = fsutil::absolute_lexical(output_dir).ctx(output_dir, "resolve")?;
     let a_real = fs::canonicalize(&a).unwrap_or(a.clone());
-    let o_parent_real = o
-        .parent()
-        .and_then(|p| fs::canonicalize(p).ok())
-        .map(|p| p.join(o.file_name().unwrap_or_default()))
-        .unwrap_or(o.clone());
+    // Through every symlink on the way, even where the output does not
+    // exist yet: a symlinked parent must not hide that it is inside.
+    let o_parent_real = rocpack_kpack::weakly_canonical(&o);
     if o.starts_with(&a) || o_parent_real.starts_with(&a_real) {
         return Err(SplitError::Usage(format!(
             "output directory {} is inside the artifact directory {}",
@@ -899,21 +897,14 @@ fn split_into(
     let mut scans = Vec::new();
     let mut missing = Vec::new();
     for prefix in manifest.prefixes() {
-        let root = fsutil::join_rel(&opts.artifact_dir, prefix);
-        match fs::symlink_metadata(&root) {
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+        let root = match fsutil::real_dir_below(&opts.artifact_dir, prefix) {
+            Ok(Some(root)) => root,
+            Ok(None) => {
                 missing.push(prefix.clone());
                 continue;
             }
-            Err(e) => return Err(FsError::new(root, "stat prefix", e).into()),
-            Ok(m) if m.file_type().is_symlink() || !m.is_dir() => {
-                return Err(SplitError::Usage(format!(
-                    "{}: prefix `{prefix}` is not a directory (symlinked or regular-file prefixes are refused)",
-                    root.display()
-                )))
-            }
-            Ok(_) => {}
-        }
+            Err(msg) => return Err(SplitError::Usage(msg)),
+        };
         let entries = walk::walk(&root)?;
         scans.push(PrefixScan {
             prefix: prefix.clone(),

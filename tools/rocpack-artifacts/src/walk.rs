@@ -101,7 +101,12 @@ fn walk_into(
         let ft = meta.file_type();
         if ft.is_symlink() {
             let target = fs::read_link(&path).ctx(&path, "read symlink")?;
-            if !fsutil::symlink_stays_inside(Path::new(&rel), &target) {
+            // Both: the text stays inside (relocatable), and the chain it
+            // starts, followed on disk, stays inside too (`up -> ..` then
+            // `esc -> up/../../x` is lexically inside but physically not).
+            if !fsutil::symlink_stays_inside(Path::new(&rel), &target)
+                || !fsutil::symlink_resolves_inside(root, &path, &target)
+            {
                 return Err(WalkError::SymlinkEscapes {
                     path,
                     target,
