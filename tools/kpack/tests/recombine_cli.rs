@@ -309,3 +309,48 @@ fn tampered_shard_fails_duplicate_check_naming_both_shards_and_file() {
     assert_eq!(v["violations"][0]["kind"], "duplicate_device_code");
     only(tmp.path(), &["shards"]);
 }
+
+/// A shard package that is a symlink to a directory outside the shards
+/// directory is refused (it would package whatever it points at); one that
+/// points inside is a staged input and accepted.
+#[test]
+fn symlinked_shard_package_outside_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let shards = split_all(tmp.path());
+    let cfg = artifacts().join("packaging-config.json");
+    let elsewhere = tmp.path().join("elsewhere");
+    let pkg = shards.join("gfx1151-build/blas_lib_gfx1151");
+    std::fs::rename(&pkg, &elsewhere).unwrap();
+    std::os::unix::fs::symlink(&elsewhere, &pkg).unwrap();
+    let out = tmp.path().join("out");
+    let o = kpack(&[
+        "recombine",
+        "--input-shards-dir",
+        s(&shards),
+        "--config",
+        s(&cfg),
+        "--output-dir",
+        s(&out),
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("outside the shards directory"),
+        "{}",
+        stderr(&o)
+    );
+    // Inside the shards directory: fine.
+    let inside = shards.join(".staged-blas_lib_gfx1151");
+    std::fs::remove_file(&pkg).unwrap();
+    std::fs::rename(&elsewhere, &inside).unwrap();
+    std::os::unix::fs::symlink(&inside, &pkg).unwrap();
+    let o = kpack(&[
+        "recombine",
+        "--input-shards-dir",
+        s(&shards),
+        "--config",
+        s(&cfg),
+        "--output-dir",
+        s(&out),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+}

@@ -272,7 +272,12 @@ fn parse_artifact_name(name: &str) -> Option<(String, ArtifactKind)> {
     Some((c.to_string(), ArtifactKind::Arch(target)))
 }
 
-fn list_dirs(dir: &Path) -> Result<Vec<String>, FsError> {
+/// Subdirectories of `dir`. Shard and artifact directories may be symlinks
+/// (build systems stage inputs that way), but only to directories inside
+/// `root` (the shards directory): a symlinked package pointing elsewhere
+/// would make recombine package whatever it points at.
+fn list_dirs(dir: &Path, root: &Path) -> Result<Vec<String>, FsError> {
+    let root_real = fs::canonicalize(root).ctx(root, "resolve")?;
     let mut out = Vec::new();
     for name in fsutil::sorted_names(dir).ctx(dir, "read directory")? {
         let Some(n) = name.to_str() else { continue };
@@ -280,10 +285,31 @@ fn list_dirs(dir: &Path) -> Result<Vec<String>, FsError> {
             continue;
         }
         let p = dir.join(n);
-        // Shard and artifact directories may be symlinks (staged inputs).
-        if fs::metadata(&p).ctx(&p, "stat")?.is_dir() {
-            out.push(n.to_string());
+        if !fs::metadata(&p).ctx(&p, "stat")?.is_dir() {
+            continue;
         }
+        if fs::symlink_metadata(&p)
+            .ctx(&p, "stat")?
+            .file_type()
+            .is_symlink()
+        {
+            let real = fs::canonicalize(&p).ctx(&p, "resolve")?;
+            if !real.starts_with(&root_real) {
+                return Err(FsError::new(
+                    p,
+                    "read shard",
+                    io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        format!(
+                            "symlink to {} outside the shards directory {}",
+                            real.display(),
+                            root.display()
+                        ),
+                    ),
+                ));
+            }
+        }
+        out.push(n.to_string());
     }
     Ok(out)
 }
@@ -293,23 +319,19 @@ fn list_dirs(dir: &Path) -> Result<Vec<String>, FsError> {
 fn artifact_tree(a: &Artifact) -> Result<Tree, RecombineError> {
     let mut tree = Tree::new();
     for prefix in a.manifest.prefixes() {
-        let root = fsutil::join_rel(&a.path, prefix);
-        match fs::symlink_metadata(&root) {
-            Ok(m) if m.is_dir() => {}
-            Ok(_) => {
+        // Real directories all the way down: no symlink in any component.
+        let root = match fsutil::real_dir_below(&a.path, prefix) {
+            Ok(Some(root)) => root,
+            Ok(None) => continue,
+            Err(msg) => {
                 return Err(FsError::new(
-                    root,
+                    a.path.clone(),
                     "read prefix",
-                    io::Error::new(
-                        io::ErrorKind::InvalidData,
-                        "manifest prefix is not a directory",
-                    ),
+                    io::Error::new(io::ErrorKind::InvalidData, msg),
                 )
                 .into())
             }
-            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
-            Err(e) => return Err(FsError::new(root, "stat prefix", e).into()),
-        }
+        };
         // Parent directories of the prefix, then the prefix itself.
         let mut acc = String::new();
         for comp in prefix.split('/') {
@@ -602,7 +624,7 @@ fn plan(
             })
         }
     }
-    let shards = list_dirs(input)?;
+    let shards = list_dirs(input, input)?;
     if !shards.contains(&cfg.primary_shard) {
         return Err(RecombineError::MissingPrimaryShard {
             shard: cfg.primary_shard.clone(),
@@ -624,7 +646,7 @@ fn plan(
     let mut artifacts: Vec<Artifact> = Vec::new();
     for shard in &shards {
         let sdir = input.join(shard);
-        for name in list_dirs(&sdir)? {
+        for name in list_dirs(&sdir, input)? {
             let path = sdir.join(&name);
             if !path.join(MANIFEST_FILE).is_file() {
                 warn(
