@@ -61,8 +61,23 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(err) => {
-            eprintln!("kpack: error: {err:#}");
+            eprintln!("kpack: error: {}", error_line(&err));
             ExitCode::from(2)
         }
     }
+}
+
+/// The error and its causes on one line, each cause only once: error types
+/// that already print their source (`{path}: {source}`) would otherwise
+/// repeat the OS message.
+fn error_line(err: &anyhow::Error) -> String {
+    let mut line = err.to_string();
+    for cause in err.chain().skip(1) {
+        let c = cause.to_string();
+        if !line.contains(&c) {
+            line.push_str(": ");
+            line.push_str(&c);
+        }
+    }
+    line
 }

@@ -297,6 +297,51 @@ pub fn real_dir_below(base: &Path, rel: &str) -> Result<Option<PathBuf>, String>
     Ok(Some(p))
 }
 
+/// Reads a whole regular file of at most `limit` bytes. Input trees and
+/// configs are repository content: a symlink to `/dev/zero` must not be read
+/// forever, and a FIFO must not hang (the file is opened non-blocking and
+/// checked with `fstat` on the open descriptor).
+pub fn read_bounded(path: &Path, limit: u64) -> io::Result<Vec<u8>> {
+    use std::io::Read;
+    use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+    let f = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)?;
+    let meta = f.metadata()?;
+    if !meta.is_file() {
+        let t = meta.file_type();
+        let kind = if t.is_dir() {
+            "a directory"
+        } else if t.is_fifo() {
+            "a FIFO"
+        } else if t.is_char_device() || t.is_block_device() {
+            "a device"
+        } else {
+            "not a regular file"
+        };
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("not a regular file ({kind})"),
+        ));
+    }
+    if meta.len() > limit {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("file is {} bytes; at most {limit} are accepted", meta.len()),
+        ));
+    }
+    let mut bytes = Vec::with_capacity(meta.len() as usize);
+    f.take(limit + 1).read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > limit {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("file grew past {limit} bytes while being read"),
+        ));
+    }
+    Ok(bytes)
+}
+
 /// Joins a `/`-separated relative path (already validated) onto `base`.
 pub fn join_rel(base: &Path, rel: &str) -> PathBuf {
     let mut p = base.to_path_buf();

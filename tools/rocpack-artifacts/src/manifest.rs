@@ -183,14 +183,7 @@ impl ArtifactManifest {
             path: path.to_path_buf(),
             error,
         };
-        let meta = std::fs::metadata(path).map_err(io_err)?;
-        if meta.len() > MAX_MANIFEST_SIZE {
-            return Err(ManifestError::TooLarge {
-                path: path.to_path_buf(),
-                size: meta.len(),
-            });
-        }
-        let bytes = std::fs::read(path).map_err(io_err)?;
+        let bytes = crate::fsutil::read_bounded(path, MAX_MANIFEST_SIZE).map_err(io_err)?;
         Self::parse_bytes(&bytes, path)
     }
 

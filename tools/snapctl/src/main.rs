@@ -159,7 +159,7 @@ fn main() -> ExitCode {
             let code = e
                 .downcast_ref::<rocpack_snapshot::Error>()
                 .map_or(2, rocpack_snapshot::Error::exit_code);
-            eprintln!("snapctl: error: {e:#}");
+            eprintln!("snapctl: error: {}", error_line(&e));
             ExitCode::from(u8::try_from(code).unwrap_or(2))
         }
     }
@@ -558,4 +558,19 @@ fn verify(repo: &Repo, st: &Store, all: bool, as_json: bool) -> Result<u8> {
     }
     eprintln!("verify: {ok} snapshot(s) ok, {} problem(s)", bad.len());
     Ok(if bad.is_empty() { 0 } else { 1 })
+}
+
+/// The error and its causes on one line, each cause only once: error types
+/// that already print their source (`{path}: {source}`) would otherwise
+/// repeat the OS message.
+fn error_line(err: &anyhow::Error) -> String {
+    let mut line = err.to_string();
+    for cause in err.chain().skip(1) {
+        let c = cause.to_string();
+        if !line.contains(&c) {
+            line.push_str(": ");
+            line.push_str(&c);
+        }
+    }
+    line
 }

@@ -56,11 +56,31 @@ pub(crate) struct Input {
 
 impl Input {
     pub(crate) fn open(path: &Path) -> Result<Self> {
-        let file = File::open(path).with_context(|| format!("{}: cannot open", path.display()))?;
-        let len = file
+        // Non-blocking open and a check of the open descriptor: a FIFO must
+        // not hang, a directory or device is refused with what it is.
+        let file = {
+            use std::os::unix::fs::OpenOptionsExt;
+            std::fs::OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_NONBLOCK)
+                .open(path)
+                .with_context(|| format!("{}: cannot open", path.display()))?
+        };
+        let meta = file
             .metadata()
-            .with_context(|| format!("{}: cannot stat", path.display()))?
-            .len();
+            .with_context(|| format!("{}: cannot stat", path.display()))?;
+        if !meta.is_file() {
+            anyhow::bail!(
+                "{}: not a regular file ({})",
+                path.display(),
+                if meta.is_dir() {
+                    "a directory"
+                } else {
+                    "a FIFO, socket or device"
+                }
+            );
+        }
+        let len = meta.len();
         let map = if len == 0 {
             None
         } else {

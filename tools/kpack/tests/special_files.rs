@@ -1,0 +1,92 @@
+//! Special files never hang or blow memory: a FIFO, a directory or a
+//! symlink to /dev/zero given where a file is read is refused at once with
+//! what it is (exit 2), under a 256 MiB address-space ceiling.
+
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+fn kpack_bounded(args: &[&str]) -> Output {
+    let mut child = Command::new("sh")
+        .arg("-c")
+        .arg("ulimit -v 262144; exec \"$0\" \"$@\"")
+        .arg(env!("CARGO_BIN_EXE_kpack"))
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if start.elapsed() > Duration::from_secs(20) {
+            let _ = child.kill();
+            panic!("kpack {args:?} hangs");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().unwrap()
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+#[test]
+fn fifos_directories_and_devices_are_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path();
+    let fifo = t.join("fifo");
+    assert!(Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap()
+        .success());
+    let zero = t.join("zero");
+    std::os::unix::fs::symlink("/dev/zero", &zero).unwrap();
+    // A split input whose manifest is a FIFO.
+    let art = t.join("x_lib");
+    std::fs::create_dir_all(art.join("lib")).unwrap();
+    assert!(Command::new("mkfifo")
+        .arg(art.join("artifact_manifest.txt"))
+        .status()
+        .unwrap()
+        .success());
+    let out = t.join("o");
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (vec!["inspect", s(&fifo)], "FIFO"),
+        (vec!["inspect", s(t)], "directory"),
+        (vec!["inspect", s(&zero)], "not a regular file"),
+        (vec!["unbundle", s(&fifo), "--output-dir", s(&out)], "FIFO"),
+        (
+            vec!["select-family", "--arch", "gfx1100", "--config", s(&fifo)],
+            "FIFO",
+        ),
+        (
+            vec!["select-family", "--arch", "gfx1100", "--config", s(&zero)],
+            "device",
+        ),
+        (
+            vec![
+                "split",
+                "--artifact-dir",
+                s(&art),
+                "--artifact-prefix",
+                "x_lib",
+                "--output-dir",
+                s(&out),
+            ],
+            "FIFO",
+        ),
+    ];
+    for (args, needle) in cases {
+        let o = kpack_bounded(&args);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(needle), "{args:?}: {err}");
+        // The OS error is said once.
+        assert!(
+            err.matches("not a regular file").count() <= 1,
+            "{args:?}: {err}"
+        );
+    }
+}
