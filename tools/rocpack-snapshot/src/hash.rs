@@ -38,75 +38,89 @@ pub fn sha256_file(path: &Path) -> Result<(String, u64)> {
     Ok((hex::encode(h.finalize()), n))
 }
 
-/// Read-only map of a whole file (`None` for an empty file).
-#[allow(unsafe_code)]
-fn map(path: &Path) -> Result<Option<memmap2::Mmap>> {
-    let f = File::open(path).map_err(io_at(path))?;
-    if f.metadata().map_err(io_at(path))?.len() == 0 {
-        return Ok(None);
+/// Copies `src` to the new file `dst` in one pass, computing sha256 and sha1
+/// of the bytes read, fsyncs `dst`, then re-reads it and checks its sha256
+/// (verify after write).
+///
+/// The copy is the one verified local copy that gets published: whatever
+/// `src` does meanwhile (grows, shrinks, changes), the digests describe
+/// `dst`. No memory map, so a source truncated under us cannot raise
+/// SIGBUS. `dst` is removed on every error, ENOSPC included.
+pub fn copy_hashed(src: &Path, dst: &Path) -> Result<FileDigest> {
+    let res = copy_hashed_inner(src, dst);
+    if res.is_err() {
+        let _ = std::fs::remove_file(dst);
     }
-    // SAFETY: the map is only read. The files are the blob store's own temp file and the
-    // artifact being published; if another process truncated or rewrote the artifact
-    // meanwhile, the byte-for-byte comparison and the size check below report it.
-    let m = unsafe { memmap2::Mmap::map(&f) }.map_err(io_at(path))?;
-    Ok(Some(m))
+    res
 }
 
-/// sha256 and sha1 of `path`, in parallel over a memory map. When `same_as` is given,
-/// the sha1 thread also checks byte for byte that `path` equals that file
-/// (verify-after-write).
-pub fn digest_file(path: &Path, same_as: Option<&Path>) -> Result<FileDigest> {
-    let a = map(path)?;
-    let b = same_as.map(map).transpose()?;
-    let da: &[u8] = a.as_deref().unwrap_or_default();
-    std::thread::scope(|s| {
-        let t256 = s.spawn(|| {
-            let mut h = Sha256::new();
-            for c in da.chunks(CHUNK) {
-                h.update(c);
+fn copy_hashed_inner(src: &Path, dst: &Path) -> Result<FileDigest> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut from = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(src)
+        .map_err(io_at(src))?;
+    let meta = from.metadata().map_err(io_at(src))?;
+    if !meta.is_file() {
+        return Err(Error::input(
+            src,
+            None,
+            format!("artifact is {}", crate::fsutil::file_kind(&meta)),
+        ));
+    }
+    let mut to = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(dst)
+        .map_err(io_at(dst))?;
+    let (tx, rx) = std::sync::mpsc::sync_channel::<std::sync::Arc<[u8]>>(4);
+    let (sha256, size, sha1) = std::thread::scope(|s| -> Result<(String, u64, String)> {
+        let t1 = s.spawn(move || {
+            let mut h1 = Sha1::new();
+            for c in rx {
+                h1.update(&c);
             }
-            hex::encode(h.finalize())
+            hex::encode(h1.finalize())
         });
-        let mut h1 = Sha1::new();
-        let mut mismatch = None;
-        if let (Some(other), Some(b)) = (same_as, &b) {
-            let db: &[u8] = b.as_deref().unwrap_or_default();
-            if da.len() != db.len() {
-                mismatch = Some(format!(
-                    "written copy has {} bytes, {} has {}",
-                    da.len(),
-                    other.display(),
-                    db.len()
-                ));
+        let mut h = Sha256::new();
+        let mut buf = vec![0u8; CHUNK];
+        let mut total = 0u64;
+        let r = loop {
+            let n = match from.read(&mut buf) {
+                Ok(0) => break Ok(()),
+                Ok(n) => n,
+                Err(e) => break Err(Error::io(src, e)),
+            };
+            let chunk = buf.get(..n).unwrap_or_default();
+            if let Err(e) = to.write_all(chunk) {
+                break Err(Error::io(dst, e));
             }
-            for (i, (ca, cb)) in da.chunks(CHUNK).zip(db.chunks(CHUNK)).enumerate() {
-                if mismatch.is_none() && ca != cb {
-                    let at = ca.iter().zip(cb).position(|(x, y)| x != y).unwrap_or(0);
-                    mismatch = Some(format!(
-                        "byte offset {}: written copy differs from {}",
-                        i.saturating_mul(CHUNK).saturating_add(at),
-                        other.display()
-                    ));
-                }
-                h1.update(ca);
+            h.update(chunk);
+            total = total.saturating_add(n as u64);
+            if tx.send(std::sync::Arc::from(chunk)).is_err() {
+                break Err(Error::Usage("sha1 worker stopped".into()));
             }
-        } else {
-            for c in da.chunks(CHUNK) {
-                h1.update(c);
-            }
-        }
-        let sha256 = t256
+        };
+        drop(tx);
+        let sha1 = t1
             .join()
-            .map_err(|_| Error::Usage("sha256 worker thread panicked".into()))?;
-        if let Some(m) = mismatch {
-            return Err(Error::input(path, None, m));
-        }
-        Ok(FileDigest {
-            sha256,
-            sha1: hex::encode(h1.finalize()),
-            size: da.len() as u64,
-        })
-    })
+            .map_err(|_| Error::Usage("sha1 worker thread panicked".into()))?;
+        r?;
+        Ok((hex::encode(h.finalize()), total, sha1))
+    })?;
+    to.sync_all().map_err(io_at(dst))?;
+    drop(to);
+    let (again, n) = sha256_file(dst)?;
+    if again != sha256 || n != size {
+        return Err(Error::Digest {
+            what: format!("{} after writing it", dst.display()),
+            expected: sha256,
+            actual: again,
+        });
+    }
+    Ok(FileDigest { sha256, sha1, size })
 }
 
 #[cfg(test)]
@@ -114,30 +128,29 @@ mod tests {
     use super::*;
 
     #[test]
-    fn digests_and_compare() {
+    fn copy_and_digests() {
         let d = tempfile::tempdir().unwrap();
-        let (a, b, e) = (d.path().join("a"), d.path().join("b"), d.path().join("e"));
+        let (a, e) = (d.path().join("a"), d.path().join("e"));
         std::fs::write(&a, b"abc").unwrap();
-        std::fs::write(&b, b"abd").unwrap();
         std::fs::write(&e, b"").unwrap();
-        let da = digest_file(&a, Some(&a)).unwrap();
+        let da = copy_hashed(&a, &d.path().join("a2")).unwrap();
         assert_eq!(
             da.sha256,
             "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
         );
         assert_eq!(da.sha1, "a9993e364706816aba3e25717850c26c9cd0d89d");
         assert_eq!(da.size, 3);
-        let err = digest_file(&a, Some(&b)).unwrap_err().to_string();
-        assert!(err.contains("byte offset 2: written copy differs"), "{err}");
-        let de = digest_file(&e, None).unwrap();
+        assert_eq!(std::fs::read(d.path().join("a2")).unwrap(), b"abc");
+        let de = copy_hashed(&e, &d.path().join("e2")).unwrap();
         assert_eq!(
             de.sha256,
             "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
         );
-        assert!(digest_file(&e, Some(&a))
+        // A directory is refused and nothing is left behind.
+        let err = copy_hashed(d.path(), &d.path().join("x"))
             .unwrap_err()
-            .to_string()
-            .contains("written copy has 0 bytes"));
-        assert_eq!(sha256_file(&a).unwrap(), (da.sha256.clone(), 3));
+            .to_string();
+        assert!(err.contains("directory"), "{err}");
+        assert!(!d.path().join("x").exists());
     }
 }

@@ -72,27 +72,50 @@ impl RemoteStore {
                 self.url
             )));
         }
-        let meta = std::fs::metadata(src)
-            .map_err(|e| Error::input(src, None, format!("artifact: {e}")))?;
-        if !meta.is_file() {
-            return Err(Error::input(src, None, "artifact is not a regular file"));
-        }
-        let digest = hash::digest_file(src, None)?;
+        // Upload from one private, verified copy: the artifact may change
+        // while it is hashed or uploaded, the copy does not, so the bytes
+        // stored under a digest are always the bytes that hash to it.
+        let dir = tempfile::Builder::new()
+            .prefix(".snapctl-upload-")
+            .tempdir()
+            .map_err(|e| Error::Usage(format!("cannot create a private upload copy: {e}")))?;
+        let copy = dir.path().join("artifact");
+        let digest = hash::copy_hashed(src, &copy)?;
         let key = store_key(&digest.sha256);
         let path = ObjPath::from(key.as_str());
-        let already_present = self.rt.block_on(async {
+        let mut already_present = self.rt.block_on(async {
             match self.store.head(&path).await {
                 Ok(_) => Ok(true),
                 Err(object_store::Error::NotFound { .. }) => Ok(false),
                 Err(e) => Err(self.err(e)),
             }
         })?;
+        if already_present {
+            // A content address holds one content: an object whose bytes do
+            // not hash to its name (an earlier upload raced a changing
+            // artifact) is deleted and uploaded again from the copy.
+            if let BlobState::Corrupt { actual_sha256, .. } = self.check(&digest.sha256)? {
+                eprintln!(
+                    "snapctl: {key} in {} held bytes hashing to {actual_sha256}; replacing it",
+                    self.url
+                );
+                self.rt
+                    .block_on(self.store.delete(&path))
+                    .map_err(|e| self.err(e))?;
+                already_present = false;
+            }
+        }
         if !already_present {
             step("upload: put blob to remote store (put-if-absent)");
-            self.rt.block_on(self.upload(src, &path, digest.size))?;
+            self.rt.block_on(self.upload(&copy, &path, digest.size))?;
         }
         step("upload: verify remote blob");
-        match self.check(&digest.sha256)? {
+        let state = self.check(&digest.sha256)?;
+        if !already_present && !matches!(state, BlobState::Ok { size } if size == digest.size) {
+            // Never leave a wrong object behind under this name.
+            let _ = self.rt.block_on(self.store.delete(&path));
+        }
+        match state {
             BlobState::Ok { size } if size == digest.size => {}
             BlobState::Ok { size } => {
                 return Err(self.err(format!(

@@ -188,6 +188,23 @@ impl Store {
     }
 }
 
+/// Removes a temp file when dropped, unless disarmed.
+pub(crate) struct RemoveOnDrop(pub(crate) Option<PathBuf>);
+
+impl RemoveOnDrop {
+    pub(crate) fn disarm(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        if let Some(p) = self.0.take() {
+            let _ = fs::remove_file(p);
+        }
+    }
+}
+
 /// A store in a local directory.
 pub struct LocalStore {
     pub dir: PathBuf,
@@ -222,35 +239,12 @@ impl LocalStore {
             TEMP_COUNTER.fetch_add(1, Ordering::SeqCst)
         ));
         step("upload: copy artifact into store temp file");
-        {
-            let mut from = fs::File::open(src).map_err(io_at(src))?;
-            let mut to = fs::File::create(&tmp).map_err(io_at(&tmp))?;
-            std::io::copy(&mut from, &mut to).map_err(io_at(&tmp))?;
-        }
+        // One pass: copy, hash, fsync, re-read to verify; the temp file is
+        // removed on any error (ENOSPC included), and no memory map means a
+        // source truncated meanwhile is an error, not SIGBUS.
+        let digest = hash::copy_hashed(src, &tmp)?;
         step("upload: fsync and verify temp blob");
-        // fsync (disk) runs while both digests are computed from the written copy,
-        // which is also compared byte for byte with the source.
-        let digest = std::thread::scope(|s| {
-            let sync = s.spawn(|| {
-                fs::OpenOptions::new()
-                    .write(true)
-                    .open(&tmp)
-                    .and_then(|f| f.sync_all())
-                    .map_err(io_at(&tmp))
-            });
-            let d = hash::digest_file(&tmp, Some(src));
-            let synced = sync
-                .join()
-                .map_err(|_| Error::Usage("fsync worker thread panicked".into()))?;
-            synced.and(d)
-        });
-        let digest = match digest {
-            Ok(d) => d,
-            Err(e) => {
-                let _ = fs::remove_file(&tmp);
-                return Err(e);
-            }
-        };
+        let tmp_guard = RemoveOnDrop(Some(tmp.clone()));
         let mut perms = fs::metadata(&tmp).map_err(io_at(&tmp))?.permissions();
         perms.set_readonly(true);
         fs::set_permissions(&tmp, perms).map_err(io_at(&tmp))?;
@@ -279,6 +273,7 @@ impl LocalStore {
             Err(e) => return Err(Error::io(&blob, e)),
         };
         step("upload: remove temp file");
+        tmp_guard.disarm();
         fs::remove_file(&tmp).map_err(io_at(&tmp))?;
         Ok(PutOutcome {
             key: store_key(&digest.sha256),

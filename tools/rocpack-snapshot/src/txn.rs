@@ -470,8 +470,8 @@ pub fn create(repo: &Repo, store: &Store, req: &CreateRequest) -> Result<CreateO
             want == cur.files
         };
         if same_files && cur.meta.headers == headers && cur.meta.commits == commits {
-            let d = hash::digest_file(&req.artifact, None)?;
-            if cur.meta.sha256 == d.sha256
+            let (sha256, _) = hash::sha256_file(&req.artifact)?;
+            if cur.meta.sha256 == sha256
                 && cur
                     .meta
                     .artifact
