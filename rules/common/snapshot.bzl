@@ -140,7 +140,7 @@ def available_versions(checksums):
     """
     return sorted(checksums.keys())
 
-def missing_snapshot_message(library, channel, version, available, snapshots_root, store, artifact, update_command = None):
+def missing_snapshot_message(library, channel, version, available, snapshots_root, store, artifact, update_command = None, checksums_prefix = None):
     """The analysis-time error for a channel/version without a snapshot.
 
     Args:
@@ -153,6 +153,9 @@ def missing_snapshot_message(library, channel, version, available, snapshots_roo
       artifact: artifact file name, e.g. "librcclx-dev.a".
       update_command: optional command regenerating the checksums file
         (e.g. "bazel run //comms/rcclx:stable_checksums.update").
+      checksums_prefix: dict-name prefix of the library's checksums file
+        (e.g. "MYLIB" for MYLIB_STABLE_CHECKSUMS); added to the command as
+        `--prefix`, which snapctl then records in snapctl.conf.
 
     Returns:
       A multi-line message naming channel, version, the available versions
@@ -168,11 +171,12 @@ def missing_snapshot_message(library, channel, version, available, snapshots_roo
         lines.append("  create it with:")
     else:
         lines.append("  a last-stable snapshot appears when a second stable snapshot is created:")
-    lines.append("    snapctl create --snapshots-root %s --store %s --version %s --artifact <path to %s> [--header FILE ...] [--commit NAME=HASH ...]" % (
+    lines.append("    snapctl create --snapshots-root %s --store %s --version %s --artifact <path to %s>%s [--header FILE ...] [--commit NAME=HASH ...]" % (
         snapshots_root,
         store,
         version,
         artifact,
+        (" --prefix " + checksums_prefix) if checksums_prefix else "",
     ))
     lines.append("  then regenerate the checksums file: " + (update_command or "snapctl gen-checksums --snapshots-root %s --output <stable_checksums.bzl>" % snapshots_root))
     return "\n".join(lines)

@@ -65,6 +65,7 @@ def _checks():
             s in missing_snapshot_message("rcclx", "stable", "7.1", ["6.2", "6.4"], "comms/rcclx/snapshots", "s3://b/p", "librcclx-dev.a")
             for s in ["stable", "7.1", "6.2, 6.4", "snapctl create --snapshots-root comms/rcclx/snapshots --store s3://b/p --version 7.1", "--config=rocm71", "--config=rcclx_stable"]
         ], [True, True, True, True, True, True]),
+        ("message carries the library's prefix", "--artifact <path to libmy.a> --prefix MYLIB " in missing_snapshot_message("mylib", "stable", "6.4", [], "r", "s", "libmy.a", None, "MYLIB"), True),
         ("message with none available", "versions with a last-stable snapshot: none" in missing_snapshot_message("rcclx", "last_stable", "6.4", [], "r", "s", "a"), True),
     ]
 

@@ -113,6 +113,7 @@ def _missing_impl(ctx):
         ctx.attr.store,
         ctx.attr.artifact,
         ctx.attr.update_command or None,
+        ctx.attr.checksums_prefix or None,
     ))
 
 _missing_snapshot = rule(
@@ -125,6 +126,7 @@ _missing_snapshot = rule(
         "store": attr.string(doc = "Store URL/path (for the snapctl command)."),
         "artifact": attr.string(doc = "Artifact file name (for the snapctl command)."),
         "update_command": attr.string(doc = "Command that regenerates the checksums file (for the message)."),
+        "checksums_prefix": attr.string(doc = "Dict-name prefix of the checksums file, passed as `snapctl create --prefix` in the message."),
         "_channel": attr.label(default = Label("//rules/bazel:snapshot_channel"), doc = "Channel flag."),
         "_version": attr.label(default = Label("//rules/bazel:rocm_version"), doc = "ROCm version flag."),
     },
@@ -148,6 +150,7 @@ def rcclx_snapshot(
         header_patterns = ["**/*.h"],
         verify_with_snapctl = False,
         checksums_target = None,
+        checksums_prefix = None,
         visibility = None,
         **kwargs):
     """A library that is built from source (dev) or a pinned prebuilt snapshot.
@@ -188,6 +191,10 @@ def rcclx_snapshot(
       header_patterns: globs (relative to each snapshot dir) of snapshotted headers.
       checksums_target: label of the stable_checksums target, named in the
         missing-snapshot message ("bazel run <label>.update").
+      checksums_prefix: dict-name prefix of the checksums file (e.g. "MYLIB"
+        for MYLIB_STABLE_CHECKSUMS); the message's `snapctl create` command
+        carries it as `--prefix`. Defaults to `library` upper-cased when
+        `library` is not rcclx.
       verify_with_snapctl: also verify each blob with `snapctl fetch` against
         the snapshot's metadata.txt.
       visibility: visibility of <name>.
@@ -252,6 +259,7 @@ def rcclx_snapshot(
         store = store_shown,
         artifact = artifact,
         update_command = ("bazel run %s.update" % checksums_target) if checksums_target else "",
+        checksums_prefix = checksums_prefix or ("" if library == "rcclx" else library.upper()),
         tags = kwargs.get("tags", []) + ["manual"],
         **{k: v for k, v in kwargs.items() if k != "tags"}
     )

@@ -238,11 +238,46 @@ impl Repo {
             .unwrap_or_else(|| crate::checksums::DEFAULT_PREFIX.to_string())
     }
 
-    /// New content of `snapctl.conf` recording `store`/`checksums` the first time they
-    /// are given (`None` when nothing changes). Written by the rotation's transaction.
-    pub fn config_update(&self, store: Option<&str>, checksums: Option<&Path>) -> Option<String> {
+    /// Dict prefix for a run given `--prefix cli`: the recorded one, or `cli`, or `RCCLX`.
+    /// A `--prefix` that differs from the one `snapctl.conf` records is refused: it
+    /// would rename every dict of the checksums file its consumers `load()`.
+    pub fn checked_prefix(&self, cli: Option<&str>) -> Result<String> {
+        if let (Some(c), Some(rec)) = (cli, self.config.prefix.as_ref()) {
+            if c != rec.value {
+                return Err(Error::Usage(format!(
+                    "--prefix {c} differs from prefix = {} recorded in {} (line {}); \
+                     the checksums file's consumers load {}_* names: drop --prefix, \
+                     or edit the file to rename them on purpose",
+                    rec.value,
+                    self.config_path().display(),
+                    rec.line,
+                    rec.value
+                )));
+            }
+        }
+        Ok(self.prefix(cli))
+    }
+
+    /// New content of `snapctl.conf` recording `store`/`checksums`/`prefix` the first
+    /// time they are given (`None` when nothing changes). Written by the rotation's
+    /// transaction, so later runs (and the fix commands rules print) need no flags.
+    pub fn config_update(
+        &self,
+        store: Option<&str>,
+        checksums: Option<&Path>,
+        prefix: Option<&str>,
+    ) -> Option<String> {
         let mut cfg = self.config.clone();
         let mut changed = false;
+        if cfg.prefix.is_none() {
+            if let Some(p) = prefix {
+                cfg.prefix = Some(ConfValue {
+                    value: p.to_string(),
+                    line: 0,
+                });
+                changed = true;
+            }
+        }
         if cfg.store.is_none() {
             if let Some(s) = store {
                 cfg.store = Some(ConfValue {

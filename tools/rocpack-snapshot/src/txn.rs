@@ -446,7 +446,7 @@ pub fn create(repo: &Repo, store: &Store, req: &CreateRequest) -> Result<CreateO
     {
         return Err(Error::Usage("the same --commit NAME is given twice".into()));
     }
-    let prefix = repo.prefix(req.prefix.as_deref());
+    let prefix = repo.checked_prefix(req.prefix.as_deref())?;
     checksums::validate_prefix(&prefix).map_err(Error::Usage)?;
     let checksums_path = repo.checksums_path(req.checksums.as_deref());
 
@@ -561,7 +561,11 @@ pub fn create(repo: &Repo, store: &Store, req: &CreateRequest) -> Result<CreateO
         Source::Bytes(text.into_bytes()),
         checksums_dest(repo, &checksums_path),
     ));
-    if let Some(conf) = repo.config_update(req.store_url.as_deref(), req.checksums.as_deref()) {
+    if let Some(conf) = repo.config_update(
+        req.store_url.as_deref(),
+        req.checksums.as_deref(),
+        req.prefix.as_deref(),
+    ) {
         plan.installs.push((
             Source::Bytes(conf.into_bytes()),
             crate::repo::CONFIG_FILE.to_string(),
@@ -589,7 +593,8 @@ pub fn rollback(
     lock_timeout: Option<Duration>,
 ) -> Result<RollbackOutcome> {
     validate_version(version).map_err(Error::Usage)?;
-    let prefix = repo.prefix(prefix);
+    let prefix_cli = prefix;
+    let prefix = repo.checked_prefix(prefix_cli)?;
     checksums::validate_prefix(&prefix).map_err(Error::Usage)?;
     let checksums_path = repo.checksums_path(checksums_cli);
     let _lock = repo.lock(true, lock_timeout)?;
@@ -645,6 +650,12 @@ pub fn rollback(
         Source::Bytes(text.into_bytes()),
         checksums_dest(repo, &checksums_path),
     ));
+    if let Some(conf) = repo.config_update(None, checksums_cli, prefix_cli) {
+        plan.installs.push((
+            Source::Bytes(conf.into_bytes()),
+            crate::repo::CONFIG_FILE.to_string(),
+        ));
+    }
     let restored = cur_last.meta.clone();
     plan.run(repo)?;
     Ok(RollbackOutcome {

@@ -288,7 +288,7 @@ fn run(cli: Cli) -> Result<u8> {
             prefix,
         } => {
             let (repo, _l) = open_for_read(&root)?;
-            let text = txn::generate_checksums(&repo, &repo.prefix(prefix.as_deref()))?;
+            let text = txn::generate_checksums(&repo, &repo.checked_prefix(prefix.as_deref())?)?;
             if output == Path::new("-") {
                 print!("{text}");
             } else {
@@ -302,7 +302,7 @@ fn run(cli: Cli) -> Result<u8> {
             prefix,
         } => {
             let (repo, _l) = open_for_read(&root)?;
-            let want = txn::generate_checksums(&repo, &repo.prefix(prefix.as_deref()))?;
+            let want = txn::generate_checksums(&repo, &repo.checked_prefix(prefix.as_deref())?)?;
             let have = if file.exists() || file.is_symlink() {
                 let b = rocpack_snapshot::fsutil::read_bounded(&file, 16 << 20)?;
                 String::from_utf8_lossy(&b).into_owned()

@@ -631,3 +631,50 @@ fn gen_checksums_on_a_symlink_farm_matches() {
     ]));
     assert!(!farm.join(".snapctl").exists());
 }
+
+/// A non-rcclx library: the first `create --prefix` is remembered in snapctl.conf, so a later
+/// `create`, `rollback` or `gen-checksums` without `--prefix` (the command the rules' missing
+/// snapshot message prints) keeps the library's dict names; a different `--prefix` is refused.
+#[test]
+fn prefix_is_remembered_and_never_reverts_to_rcclx() {
+    let s = Scratch::new(false);
+    s.artifact(1);
+    s.artifact(2);
+    let mut first = s.create_args(1, "6.4");
+    first.extend(["--prefix".into(), "MYLIB".into()]);
+    ok(&s.run(&first, &[]));
+    let conf = meta(&s, "snapctl.conf");
+    assert!(conf.contains("prefix = MYLIB"), "{conf}");
+
+    ok(&s.run(&s.create_args(2, "6.4"), &[]));
+    let bzl = meta(&s, "stable_checksums.bzl");
+    assert!(bzl.contains("MYLIB_STABLE_CHECKSUMS"), "{bzl}");
+    assert!(bzl.contains("MYLIB_LAST_STABLE_CHECKSUMS"), "{bzl}");
+    assert!(!bzl.contains("RCCLX"), "{bzl}");
+
+    ok(&s.cmd(&["rollback", "--snapshots-root", "root", "--version", "6.4"]));
+    let bzl = meta(&s, "stable_checksums.bzl");
+    assert!(
+        bzl.contains("MYLIB_STABLE_CHECKSUMS") && !bzl.contains("RCCLX"),
+        "{bzl}"
+    );
+    let gen = ok(&s.cmd(&["gen-checksums", "--snapshots-root", "root", "--output", "-"]));
+    assert!(gen.contains("MYLIB_STABLE_CHECKSUMS"), "{gen}");
+    ok(&s.cmd(&[
+        "check",
+        "--snapshots-root",
+        "root",
+        "--checksums",
+        "root/stable_checksums.bzl",
+    ]));
+
+    let mut other = s.create_args(1, "6.4");
+    other.extend(["--prefix".into(), "OTHER".into()]);
+    let o = s.run(&other, &[]);
+    assert_eq!(code(&o), 2, "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("differs from prefix = MYLIB"),
+        "{}",
+        stderr(&o)
+    );
+}
