@@ -33,6 +33,13 @@ pub enum Error {
         expected: String,
         actual: String,
     },
+    /// Content is longer than the size its metadata records (reading stopped there).
+    #[error("{what}: size mismatch: metadata says {expected} bytes, the store has at least {seen} (not read further)")]
+    Size {
+        what: String,
+        expected: u64,
+        seen: u64,
+    },
     /// The snapshots root is locked by another process for longer than allowed.
     #[error("{}: timed out after {secs} s waiting for the lock held by another snapctl", path.display())]
     LockTimeout { path: PathBuf, secs: u64 },
@@ -52,7 +59,7 @@ impl Error {
     /// Process exit code for this error (design §3.2).
     pub fn exit_code(&self) -> i32 {
         match self {
-            Error::Digest { .. } => 1,
+            Error::Digest { .. } | Error::Size { .. } => 1,
             _ => 2,
         }
     }

@@ -17,25 +17,64 @@ pub struct FileDigest {
     pub size: u64,
 }
 
-fn read_all_chunks(path: &Path, mut f: impl FnMut(&[u8])) -> Result<u64> {
-    let mut file = File::open(path).map_err(io_at(path))?;
+/// Opens `path` for reading without blocking on a FIFO and refuses anything
+/// but a regular file (checked with `fstat` on the open descriptor, so a
+/// symlink to `/dev/zero` or a device is refused, not read forever).
+pub fn open_regular(path: &Path) -> Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+        .map_err(io_at(path))?;
+    let meta = file.metadata().map_err(io_at(path))?;
+    if !meta.is_file() {
+        return Err(Error::input(
+            path,
+            None,
+            format!("not a regular file ({})", crate::fsutil::file_kind(&meta)),
+        ));
+    }
+    Ok(file)
+}
+
+fn read_all_chunks(
+    path: &Path,
+    limit: Option<u64>,
+    mut f: impl FnMut(&[u8]),
+) -> Result<std::result::Result<u64, u64>> {
+    let mut file = open_regular(path)?;
     let mut buf = vec![0u8; CHUNK];
     let mut total = 0u64;
     loop {
         let n = file.read(&mut buf).map_err(io_at(path))?;
         if n == 0 {
-            return Ok(total);
+            return Ok(Ok(total));
         }
         total = total.saturating_add(n as u64);
+        if limit.is_some_and(|l| total > l) {
+            return Ok(Err(total));
+        }
         f(buf.get(..n).unwrap_or_default());
     }
 }
 
-/// sha256 of a file.
+/// sha256 and size of a regular file.
 pub fn sha256_file(path: &Path) -> Result<(String, u64)> {
     let mut h = Sha256::new();
-    let n = read_all_chunks(path, |b| h.update(b))?;
+    let n = read_all_chunks(path, None, |b| h.update(b))?.unwrap_or_else(|n| n);
     Ok((hex::encode(h.finalize()), n))
+}
+
+/// sha256 and size of a regular file expected to hold at most `limit`
+/// bytes: `Ok(Err(n))` as soon as more than `limit` bytes were read (`n` is
+/// how many), so a file that grows or never ends is not read past it.
+pub fn sha256_file_limited(
+    path: &Path,
+    limit: Option<u64>,
+) -> Result<std::result::Result<(String, u64), u64>> {
+    let mut h = Sha256::new();
+    Ok(read_all_chunks(path, limit, |b| h.update(b))?.map(|n| (hex::encode(h.finalize()), n)))
 }
 
 /// Copies `src` to the new file `dst` in one pass, computing sha256 and sha1
@@ -56,20 +95,7 @@ pub fn copy_hashed(src: &Path, dst: &Path) -> Result<FileDigest> {
 
 fn copy_hashed_inner(src: &Path, dst: &Path) -> Result<FileDigest> {
     use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    let mut from = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK)
-        .open(src)
-        .map_err(io_at(src))?;
-    let meta = from.metadata().map_err(io_at(src))?;
-    if !meta.is_file() {
-        return Err(Error::input(
-            src,
-            None,
-            format!("artifact is {}", crate::fsutil::file_kind(&meta)),
-        ));
-    }
+    let mut from = open_regular(src)?;
     let mut to = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)

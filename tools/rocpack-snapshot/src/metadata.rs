@@ -33,6 +33,10 @@ pub const MAX_METADATA_BYTES: u64 = 1 << 20;
 /// Artifact name the seed hard-codes; used when an era-1 file does not record one.
 pub const SEED_ARTIFACT_NAME: &str = "librcclx-dev.a";
 
+/// Largest header file `verify` and `rollback` hash: headers are source
+/// files, and a symlink to `/dev/zero` must not be hashed forever.
+pub const MAX_HEADER_BYTES: u64 = 256 << 20;
+
 /// What the snapshot's artifact is and where it lives in the store.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Artifact {

@@ -94,11 +94,15 @@ impl RemoteStore {
             // A content address holds one content: an object whose bytes do
             // not hash to its name (an earlier upload raced a changing
             // artifact) is deleted and uploaded again from the copy.
-            if let BlobState::Corrupt { actual_sha256, .. } = self.check(&digest.sha256)? {
-                eprintln!(
-                    "snapctl: {key} in {} held bytes hashing to {actual_sha256}; replacing it",
-                    self.url
-                );
+            let wrong = match self.check(&digest.sha256, Some(digest.size))? {
+                BlobState::Corrupt { actual_sha256, .. } => {
+                    Some(format!("bytes hashing to {actual_sha256}"))
+                }
+                BlobState::Oversize { seen, .. } => Some(format!("more than {seen} bytes")),
+                _ => None,
+            };
+            if let Some(wrong) = wrong {
+                eprintln!("snapctl: {key} in {} held {wrong}; replacing it", self.url);
                 self.rt
                     .block_on(self.store.delete(&path))
                     .map_err(|e| self.err(e))?;
@@ -110,7 +114,7 @@ impl RemoteStore {
             self.rt.block_on(self.upload(&copy, &path, digest.size))?;
         }
         step("upload: verify remote blob");
-        let state = self.check(&digest.sha256)?;
+        let state = self.check(&digest.sha256, Some(digest.size))?;
         if !already_present && !matches!(state, BlobState::Ok { size } if size == digest.size) {
             // Never leave a wrong object behind under this name.
             let _ = self.rt.block_on(self.store.delete(&path));
@@ -132,6 +136,14 @@ impl RemoteStore {
                     expected: digest.sha256,
                     actual: actual_sha256,
                 })
+            }
+            BlobState::Oversize { seen, expected } => {
+                return Err(self.err(format!(
+                    "blob {key}: more than {seen} bytes after upload, expected {expected}"
+                )))
+            }
+            BlobState::Unreadable(why) => {
+                return Err(self.err(format!("blob {key} unreadable after upload: {why}")))
             }
         }
         Ok(PutOutcome {
@@ -183,12 +195,15 @@ impl RemoteStore {
         w.finish().await.map(|_| ()).map_err(|e| self.err(e))
     }
 
-    /// Streams the blob, hashing it; optionally writes it to `sink`.
+    /// Streams the blob, hashing it; optionally writes it to `sink`. With a
+    /// `limit`, a store announcing a longer object is refused before reading
+    /// and a stream running past it is cut off: `Some(Err(n))`.
     fn stream(
         &self,
         sha256: &str,
+        limit: Option<u64>,
         mut sink: Option<(&Path, &mut std::fs::File)>,
-    ) -> Result<Option<(String, u64)>> {
+    ) -> Result<Option<std::result::Result<(String, u64), u64>>> {
         let path = ObjPath::from(store_key(sha256).as_str());
         self.rt.block_on(async {
             let got = match self.store.get(&path).await {
@@ -196,35 +211,57 @@ impl RemoteStore {
                 Err(object_store::Error::NotFound { .. }) => return Ok(None),
                 Err(e) => return Err(self.err(e)),
             };
+            if let Some(l) = limit {
+                if got.meta.size > l {
+                    return Ok(Some(Err(got.meta.size)));
+                }
+            }
             let mut stream = got.into_stream();
             let mut h = Sha256::new();
             let mut n = 0u64;
             while let Some(chunk) = stream.next().await {
                 let chunk = chunk.map_err(|e| self.err(e))?;
-                h.update(&chunk);
                 n = n.saturating_add(chunk.len() as u64);
+                if limit.is_some_and(|l| n > l) {
+                    return Ok(Some(Err(n)));
+                }
+                h.update(&chunk);
                 if let Some((p, f)) = sink.as_mut() {
                     f.write_all(&chunk).map_err(io_at(p))?;
                 }
             }
-            Ok(Some((hex::encode(h.finalize()), n)))
+            Ok(Some(Ok((hex::encode(h.finalize()), n))))
         })
     }
 
-    pub fn check(&self, sha256: &str) -> Result<BlobState> {
-        Ok(match self.stream(sha256, None)? {
-            None => BlobState::Missing,
-            Some((a, size)) if a == sha256 => BlobState::Ok { size },
-            Some((actual_sha256, size)) => BlobState::Corrupt {
+    pub fn check(&self, sha256: &str, expected_size: Option<u64>) -> Result<BlobState> {
+        Ok(match self.stream(sha256, expected_size, None) {
+            Err(e) => BlobState::Unreadable(e.to_string()),
+            Ok(None) => BlobState::Missing,
+            Ok(Some(Err(seen))) => BlobState::Oversize {
+                expected: expected_size.unwrap_or_default(),
+                seen,
+            },
+            Ok(Some(Ok((a, size)))) if a == sha256 => BlobState::Ok { size },
+            Ok(Some(Ok((actual_sha256, size)))) => BlobState::Corrupt {
                 actual_sha256,
                 size,
             },
         })
     }
 
-    pub fn fetch_to(&self, sha256: &str, tmp: &Path) -> Result<(String, u64)> {
-        let mut f = std::fs::File::create(tmp).map_err(io_at(tmp))?;
-        let got = self.stream(sha256, Some((tmp, &mut f)))?;
+    pub fn fetch_to(
+        &self,
+        sha256: &str,
+        tmp: &Path,
+        expected_size: Option<u64>,
+    ) -> Result<std::result::Result<(String, u64), u64>> {
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(tmp)
+            .map_err(io_at(tmp))?;
+        let got = self.stream(sha256, expected_size, Some((tmp, &mut f)))?;
         f.sync_all().map_err(io_at(tmp))?;
         got.ok_or_else(|| self.err(format!("blob {} not found", store_key(sha256))))
     }

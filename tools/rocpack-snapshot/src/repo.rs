@@ -14,7 +14,6 @@ use crate::metadata::{validate_version, Metadata};
 use crate::store::Store;
 use std::collections::BTreeMap;
 use std::fs::{self, File, OpenOptions};
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -426,15 +425,10 @@ impl Repo {
                 }
             }
             if !announced {
-                let holder = fsutil::read_text_bounded(&path, 4096).unwrap_or_default();
                 eprintln!(
                     "snapctl: waiting for the lock on {} (held by {}){}",
                     self.root.display(),
-                    if holder.trim().is_empty() {
-                        "another snapctl"
-                    } else {
-                        holder.trim()
-                    },
+                    lock_holders(&file),
                     timeout.map_or(String::new(), |t| format!(
                         "; giving up after {} s",
                         t.as_secs()
@@ -444,12 +438,40 @@ impl Repo {
             }
             std::thread::sleep(Duration::from_millis(50));
         }
-        if exclusive {
-            let mut f = &file;
-            let _ = f.set_len(0);
-            let _ = writeln!(f, "pid {}", std::process::id());
-        }
         Ok(Some(RepoLock { _file: file }))
+    }
+}
+
+/// Who holds the `flock` on `file` right now, from `/proc/locks` (the
+/// kernel's table, so never a stale pid left in a file by a dead process).
+fn lock_holders(file: &File) -> String {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(meta) = file.metadata() else {
+        return "another snapctl".into();
+    };
+    let dev = meta.dev();
+    let want = format!(
+        "{:02x}:{:02x}:{}",
+        libc::major(dev),
+        libc::minor(dev),
+        meta.ino()
+    );
+    let table = fsutil::read_text_bounded(Path::new("/proc/locks"), 16 << 20).unwrap_or_default();
+    let mut holders = Vec::new();
+    for line in table.lines() {
+        // `1: FLOCK  ADVISORY  WRITE 12345 08:01:1234567 0 EOF`; blocked waiters are `->` lines.
+        let f: Vec<&str> = line.split_whitespace().collect();
+        if f.get(1) == Some(&"FLOCK") && f.get(5) == Some(&want.as_str()) {
+            if let (Some(kind), Some(pid)) = (f.get(3), f.get(4)) {
+                let who = if *kind == "WRITE" { "writer" } else { "reader" };
+                holders.push(format!("{who} pid {pid}"));
+            }
+        }
+    }
+    if holders.is_empty() {
+        "another snapctl".into()
+    } else {
+        holders.join(", ")
     }
 }
 

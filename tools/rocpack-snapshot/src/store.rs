@@ -30,8 +30,21 @@ pub struct PutOutcome {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum BlobState {
     Missing,
-    Ok { size: u64 },
-    Corrupt { actual_sha256: String, size: u64 },
+    Ok {
+        size: u64,
+    },
+    Corrupt {
+        actual_sha256: String,
+        size: u64,
+    },
+    /// Longer than the size the metadata records: announced by the store or
+    /// seen while reading (reading stopped there; nothing was hashed).
+    Oversize {
+        expected: u64,
+        seen: u64,
+    },
+    /// The blob exists but cannot be read (not a regular file, I/O error).
+    Unreadable(String),
 }
 
 /// An entry of [`Store::list`].
@@ -126,18 +139,21 @@ impl Store {
         }
     }
 
-    /// Re-hashes the blob of `sha256`.
-    pub fn check(&self, sha256: &str) -> Result<BlobState> {
+    /// Re-hashes the blob of `sha256`, reading at most `expected_size + 1`
+    /// bytes when the metadata records a size.
+    pub fn check(&self, sha256: &str, expected_size: Option<u64>) -> Result<BlobState> {
         match self {
-            Store::Local(l) => l.check(sha256),
+            Store::Local(l) => l.check(sha256, expected_size),
             #[cfg(feature = "remote")]
-            Store::Remote(r) => r.check(sha256),
+            Store::Remote(r) => r.check(sha256, expected_size),
         }
     }
 
     /// Downloads the blob of `sha256` to `out`; refuses (and writes nothing at `out`)
-    /// when the content does not hash to `sha256`.
-    pub fn fetch(&self, sha256: &str, out: &Path) -> Result<u64> {
+    /// when the content does not hash to `sha256` or is longer than
+    /// `expected_size` (a lying mirror, a blob replaced by `/dev/zero`: the
+    /// download stops at `expected_size + 1` bytes, the disk never fills).
+    pub fn fetch(&self, sha256: &str, out: &Path, expected_size: Option<u64>) -> Result<u64> {
         if !is_hex(sha256, 64) {
             return Err(Error::Usage(format!("{sha256:?} is not a sha256 digest")));
         }
@@ -149,20 +165,29 @@ impl Store {
                 .unwrap_or_default(),
             std::process::id()
         ));
+        // A leftover of a killed run of an earlier process with this pid.
+        let _ = fs::remove_file(&tmp);
+        let guard = RemoveOnDrop(Some(tmp.clone()));
         let res = match self {
-            Store::Local(l) => l.fetch_to(sha256, &tmp),
+            Store::Local(l) => l.fetch_to(sha256, &tmp, expected_size),
             #[cfg(feature = "remote")]
-            Store::Remote(r) => r.fetch_to(sha256, &tmp),
+            Store::Remote(r) => r.fetch_to(sha256, &tmp, expected_size),
         };
-        let actual = match res {
+        let actual = match res? {
             Ok(a) => a,
-            Err(e) => {
-                let _ = fs::remove_file(&tmp);
-                return Err(e);
+            Err(seen) => {
+                return Err(Error::Size {
+                    what: format!(
+                        "refusing blob {} from {}",
+                        store_key(sha256),
+                        self.describe()
+                    ),
+                    expected: expected_size.unwrap_or_default(),
+                    seen,
+                })
             }
         };
         if actual.0 != sha256 {
-            let _ = fs::remove_file(&tmp);
             return Err(Error::Digest {
                 what: format!(
                     "refusing blob {} from {}",
@@ -174,6 +199,7 @@ impl Store {
             });
         }
         fs::rename(&tmp, out).map_err(io_at(out))?;
+        guard.disarm();
         fsutil::fsync_dir(&dir)?;
         Ok(actual.1)
     }
@@ -282,34 +308,57 @@ impl LocalStore {
         })
     }
 
-    fn check(&self, sha256: &str) -> Result<BlobState> {
+    fn check(&self, sha256: &str, expected_size: Option<u64>) -> Result<BlobState> {
         let blob = self.blob_path(sha256);
-        match fs::metadata(&blob) {
+        match fs::symlink_metadata(&blob) {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(BlobState::Missing),
-            Err(e) => return Err(Error::io(&blob, e)),
+            Err(e) => return Ok(BlobState::Unreadable(Error::io(&blob, e).to_string())),
             Ok(_) => {}
         }
-        let (actual, size) = hash::sha256_file(&blob)?;
-        Ok(if actual == sha256 {
-            BlobState::Ok { size }
-        } else {
-            BlobState::Corrupt {
+        Ok(match hash::sha256_file_limited(&blob, expected_size) {
+            Err(e) => BlobState::Unreadable(e.to_string()),
+            Ok(Err(seen)) => BlobState::Oversize {
+                expected: expected_size.unwrap_or_default(),
+                seen,
+            },
+            Ok(Ok((actual, size))) if actual == sha256 => BlobState::Ok { size },
+            Ok(Ok((actual, size))) => BlobState::Corrupt {
                 actual_sha256: actual,
                 size,
-            }
+            },
         })
     }
 
-    fn fetch_to(&self, sha256: &str, tmp: &Path) -> Result<(String, u64)> {
+    /// Copies the blob to `tmp` (at most `expected_size + 1` bytes) and
+    /// hashes the copy; `Ok(Err(n))` when it is longer than `expected_size`.
+    fn fetch_to(
+        &self,
+        sha256: &str,
+        tmp: &Path,
+        expected_size: Option<u64>,
+    ) -> Result<std::result::Result<(String, u64), u64>> {
         let blob = self.blob_path(sha256);
-        if !blob.exists() {
+        if fs::symlink_metadata(&blob).is_err() {
             return Err(Error::Store {
                 store: self.dir.display().to_string(),
                 msg: format!("blob {} not found", store_key(sha256)),
             });
         }
-        fsutil::copy_durable(&blob, tmp)?;
-        hash::sha256_file(tmp)
+        let from = hash::open_regular(&blob)?;
+        let limit = expected_size.map_or(u64::MAX, |l| l.saturating_add(1));
+        let mut to = fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(tmp)
+            .map_err(io_at(tmp))?;
+        let n =
+            std::io::copy(&mut std::io::Read::take(from, limit), &mut to).map_err(io_at(tmp))?;
+        if expected_size.is_some_and(|e| n > e) {
+            return Ok(Err(n));
+        }
+        to.sync_all().map_err(io_at(tmp))?;
+        drop(to);
+        hash::sha256_file_limited(tmp, expected_size)
     }
 
     fn list(&self) -> Result<Vec<Listed>> {

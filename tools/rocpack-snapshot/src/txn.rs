@@ -173,7 +173,15 @@ pub fn recover(repo: &Repo, lock_timeout: Option<Duration>) -> Result<Recovery> 
     recover_locked(repo)
 }
 
-/// `true` when an interrupted transaction is waiting for recovery.
+/// `true` when a committed transaction was interrupted before it was fully
+/// applied: the channel directories may be half-way, so readers must see it
+/// rolled forward first. Uncommitted staging leftovers do not count: they
+/// never touched what readers read (and a read-only tree cannot drop them).
+pub fn journal_pending(repo: &Repo) -> bool {
+    repo.private_dir().join(JOURNAL).exists()
+}
+
+/// `true` when an interrupted transaction (committed or not) left anything to recover.
 pub fn needs_recovery(repo: &Repo) -> bool {
     let pdir = repo.private_dir();
     pdir.join(JOURNAL).exists()
@@ -351,6 +359,28 @@ fn archive_stamp(repo: &Repo, ver: &str, now: &chrono::DateTime<chrono::Utc>) ->
         }
     }
     Ok(t.format("%Y%m%d_%H%M%S").to_string())
+}
+
+/// A snapshot about to become stable must be whole: every header its
+/// metadata lists present, a regular file, with the recorded sha256.
+fn check_complete(snap: &Snapshot) -> Result<()> {
+    for (h, want) in &snap.meta.headers {
+        let p = snap.dir.join(h);
+        let problem = match hash::sha256_file_limited(&p, Some(crate::metadata::MAX_HEADER_BYTES)) {
+            Ok(Ok((got, _))) if &got == want => continue,
+            Ok(Ok((got, _))) => format!("sha256 {got}, metadata says {want}"),
+            Ok(Err(_)) => format!("larger than {} bytes", crate::metadata::MAX_HEADER_BYTES),
+            Err(e) => e.to_string(),
+        };
+        return Err(Error::input(
+            &p,
+            None,
+            format!(
+                "header {h} of the last-stable snapshot: {problem}; refusing to make an incomplete snapshot stable"
+            ),
+        ));
+    }
+    Ok(())
 }
 
 fn read_state(repo: &Repo) -> Result<(BTreeMap<String, Snapshot>, BTreeMap<String, Snapshot>)> {
@@ -610,6 +640,7 @@ pub fn rollback(
             }
         )));
     };
+    check_complete(cur_last)?;
     let now = now_utc()?;
     let mut plan = Plan::new("rollback", version, &now);
     let sdir = repo.channel_dir(Channel::Stable, version);

@@ -174,8 +174,17 @@ fn note_recovery(r: &Recovery) {
 /// For read-only commands: recover first when needed, else hold a shared lock if one exists.
 fn open_for_read(root: &Root) -> Result<(Repo, Option<rocpack_snapshot::repo::RepoLock>)> {
     let repo = Repo::open(&root.snapshots_root)?;
-    if txn::needs_recovery(&repo) {
-        note_recovery(&txn::recover(&repo, root.timeout())?);
+    // Only a committed-but-unapplied transaction changes what readers see;
+    // uncommitted staging leftovers are ignored (the tree may be read-only).
+    if txn::journal_pending(&repo) {
+        let rec = txn::recover(&repo, root.timeout()).map_err(|e| {
+            anyhow::anyhow!(
+                "{}: an interrupted snapctl transaction must be completed before reading, and it could not be: {e} (run `snapctl recover --snapshots-root {}` with write access)",
+                repo.root.display(),
+                repo.root.display()
+            )
+        })?;
+        note_recovery(&rec);
     }
     let lock = repo.lock(false, root.timeout())?;
     Ok((repo, lock))
@@ -358,7 +367,11 @@ fn run(cli: Cli) -> Result<u8> {
                 .into());
             };
             let st = repo.store(store.as_deref())?;
-            let n = st.fetch(&s.meta.sha256, &output)?;
+            let n = st.fetch(
+                &s.meta.sha256,
+                &output,
+                s.meta.artifact.as_ref().map(|a| a.size),
+            )?;
             println!(
                 "{} {} ({n} bytes) -> {}",
                 s.meta.store_key(),
@@ -480,6 +493,8 @@ fn status_json(ch: Channel, ver: &str, m: &Metadata) -> serde_json::Value {
     })
 }
 
+use rocpack_snapshot::metadata::MAX_HEADER_BYTES;
+
 fn verify(repo: &Repo, st: &Store, all: bool, as_json: bool) -> Result<u8> {
     let mut items: Vec<(String, String, Metadata, Option<PathBuf>)> = Vec::new();
     for ch in Channel::ALL {
@@ -496,7 +511,9 @@ fn verify(repo: &Repo, st: &Store, all: bool, as_json: bool) -> Result<u8> {
     let mut ok = 0usize;
     for (ver, ch, m, dir) in &items {
         let mut problems = Vec::new();
-        match st.check(&m.sha256)? {
+        // Every snapshot is checked and every problem reported: an
+        // unreadable or endless blob is one problem, not the end of verify.
+        match st.check(&m.sha256, m.artifact.as_ref().map(|a| a.size))? {
             BlobState::Ok { size } => {
                 if let Some(a) = &m.artifact {
                     if a.size != size {
@@ -520,18 +537,32 @@ fn verify(repo: &Repo, st: &Store, all: bool, as_json: bool) -> Result<u8> {
                 st.describe(),
                 m.sha256
             )),
+            BlobState::Oversize { expected, seen } => problems.push(format!(
+                "blob {} in {} has at least {seen} bytes, metadata says {expected} (not read further)",
+                m.store_key(),
+                st.describe(),
+            )),
+            BlobState::Unreadable(why) => problems.push(format!(
+                "blob {} unreadable in {}: {why}",
+                m.store_key(),
+                st.describe(),
+            )),
         }
         if let Some(d) = dir {
             for (h, want) in &m.headers {
                 let p = d.join(h);
-                match rocpack_snapshot::hash::sha256_file(&p) {
-                    Ok((got, _)) if &got == want => {}
-                    Ok((got, _)) => problems.push(format!(
+                match rocpack_snapshot::hash::sha256_file_limited(&p, Some(MAX_HEADER_BYTES)) {
+                    Ok(Ok((got, _))) if &got == want => {}
+                    Ok(Ok((got, _))) => problems.push(format!(
                         "header {h}: expected sha256 {want}, actual sha256 {got}"
                     )),
-                    Err(_) => problems.push(format!(
-                        "header {h}: expected sha256 {want}, actual: missing"
+                    Ok(Err(_)) => problems.push(format!(
+                        "header {h}: larger than {MAX_HEADER_BYTES} bytes (not read further)"
                     )),
+                    Err(e) if p.symlink_metadata().is_err() => problems.push(format!(
+                        "header {h}: expected sha256 {want}, actual: missing ({e})"
+                    )),
+                    Err(e) => problems.push(format!("header {h}: {e}")),
                 }
             }
         }

@@ -226,6 +226,13 @@ fn second_create_waits_for_the_lock_or_times_out() {
         stderr(&o)
     );
     assert!(stderr(&o).contains("timed out after 1 s"), "{}", stderr(&o));
+    // The holder named is the live one (this test process), from the kernel's
+    // lock table, never the pid an earlier (now dead) writer left behind.
+    assert!(
+        stderr(&o).contains(&format!("held by writer pid {}", std::process::id())),
+        "{}",
+        stderr(&o)
+    );
     assert_same_tree(&before, &tree(&s.root()), "timed-out create");
     // Waits, then proceeds once the lock is released.
     let child = Command::new(bin())

@@ -678,3 +678,49 @@ fn prefix_is_remembered_and_never_reverts_to_rcclx() {
         stderr(&o)
     );
 }
+
+/// Item 5: `rollback` refuses a last-stable snapshot with a missing or changed header
+/// (exit 2, nothing changes); readers leave uncommitted staging leftovers alone, so they
+/// work on a read-only tree (they write nothing at all).
+#[test]
+fn rollback_refuses_incomplete_snapshot_and_readers_write_nothing() {
+    let s = Scratch::new(false);
+    s.artifact(1);
+    s.artifact(2);
+    ok(&s.run(&s.create_args(1, "6.4"), &[]));
+    ok(&s.run(&s.create_args(2, "6.4"), &[]));
+    let header = s.root().join("last-stable/6.4/rccl.h");
+    fs::remove_file(&header).unwrap();
+    let before = tree(&s.root());
+    let o = s.cmd(&["rollback", "--snapshots-root", "root", "--version", "6.4"]);
+    assert_eq!(code(&o), 2, "{}", stderr(&o));
+    assert!(stderr(&o).contains("rccl.h"), "{}", stderr(&o));
+    assert!(stderr(&o).contains("incomplete"), "{}", stderr(&o));
+    assert_same_tree(&before, &tree(&s.root()), "root after a refused rollback");
+    fs::write(&header, b"changed\n").unwrap();
+    let o = s.cmd(&["rollback", "--snapshots-root", "root", "--version", "6.4"]);
+    assert_eq!(code(&o), 2, "{}", stderr(&o));
+
+    // A stale, uncommitted staging directory (a writer killed before its commit).
+    let staging = s.root().join(".snapctl/staging/leftover");
+    fs::create_dir_all(&staging).unwrap();
+    fs::write(staging.join("metadata.txt"), b"half").unwrap();
+    let before = tree(&s.root());
+    let mtime = |p: &std::path::Path| fs::metadata(p).unwrap().modified().unwrap();
+    let dirs_before = (mtime(&s.root()), mtime(&staging));
+    for args in [
+        vec!["status", "--snapshots-root", "root"],
+        vec!["gen-checksums", "--snapshots-root", "root", "--output", "-"],
+        vec![
+            "check",
+            "--snapshots-root",
+            "root",
+            "--checksums",
+            "root/stable_checksums.bzl",
+        ],
+    ] {
+        ok(&s.cmd(&args));
+    }
+    assert_same_tree(&before, &tree(&s.root()), "root after readers");
+    assert_eq!(dirs_before, (mtime(&s.root()), mtime(&staging)));
+}
