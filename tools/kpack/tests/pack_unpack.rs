@@ -328,3 +328,59 @@ fn bad_input_exits_2_with_a_message() {
     );
     assert!(!dir.path().join("u").exists(), "nothing partial");
 }
+
+/// Hardening item 9: `unpack` into an existing directory is all or nothing.
+/// Killed in the middle of its commit (after 1 and 2 of its renames), the
+/// next unpack into that directory completes the interrupted one first, so
+/// the directory ends up holding every file of the archive, byte-identical
+/// to a clean unpack, and other files are kept.
+#[test]
+fn unpack_into_existing_dir_is_all_or_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let archive = golden("test_zstd.kpack");
+    let reference = tmp.path().join("ref");
+    ok(&["unpack", s(&archive), "--output-dir", s(&reference)]);
+    let list = |d: &Path| -> Vec<(String, Vec<u8>)> {
+        let mut v: Vec<_> = std::fs::read_dir(d)
+            .unwrap()
+            .map(|e| {
+                let e = e.unwrap();
+                (
+                    e.file_name().to_string_lossy().into_owned(),
+                    std::fs::read(e.path()).unwrap(),
+                )
+            })
+            .collect();
+        v.sort();
+        v
+    };
+    let want = list(&reference);
+    assert!(want.len() >= 3, "{}", want.len());
+    for k in [1usize, 2] {
+        let out = tmp.path().join(format!("o{k}"));
+        std::fs::create_dir(&out).unwrap();
+        std::fs::write(out.join("keep.txt"), b"k").unwrap();
+        let o = Command::new(env!("CARGO_BIN_EXE_kpack"))
+            .args(["unpack", s(&archive), "--output-dir", s(&out)])
+            .env("ROCPACK_FAULT_COMMIT_AFTER", k.to_string())
+            .output()
+            .unwrap();
+        assert!(!o.status.success(), "fault {k} did not fire");
+        assert_eq!(std::fs::read_dir(&out).unwrap().count(), 1 + k);
+        let again = kpack(&["unpack", s(&archive), "--output-dir", s(&out)]);
+        assert!(!again.status.success());
+        assert!(
+            String::from_utf8_lossy(&again.stderr).contains("already exists"),
+            "{}",
+            String::from_utf8_lossy(&again.stderr)
+        );
+        std::fs::remove_file(out.join("keep.txt")).unwrap();
+        assert_eq!(list(&out), want, "fault after {k}");
+    }
+    let leftovers: Vec<_> = std::fs::read_dir(tmp.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.contains(".partial-"))
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+}

@@ -1244,3 +1244,74 @@ fn symlink_escapes_are_refused() {
         assert!(!out.join("p_generic").exists(), "{}", out.display());
     }
 }
+
+/// Hardening item 9: a split killed in the middle of committing into an
+/// existing output directory (after 0, 1, … renames; `abort`, so no cleanup
+/// runs, as with `kill -9`) never leaves a subset of its outputs for good:
+/// the next split into that directory rolls the interrupted commit forward,
+/// so the directory ends up with every output, byte-identical to a clean run,
+/// and no staging leftovers.
+#[test]
+fn split_killed_during_commit_rolls_forward() {
+    let tmp = tempfile::tempdir().unwrap();
+    let parent = shard("gfx120X-build");
+    let args = |out: &Path| -> Vec<String> {
+        [
+            "split",
+            "--batch-artifact-parent-dir",
+            s(&parent),
+            "--output-dir",
+            s(out),
+            "--split-databases",
+            "rocblas",
+            "hipblaslt",
+            "aotriton",
+        ]
+        .iter()
+        .map(|a| a.to_string())
+        .collect()
+    };
+    let reference = tmp.path().join("ref");
+    fs::create_dir(&reference).unwrap();
+    let a = args(&reference);
+    ok(&kpack(&a.iter().map(String::as_str).collect::<Vec<_>>()));
+    let n_out = fs::read_dir(&reference).unwrap().count();
+    assert!(n_out >= 5, "{n_out}");
+    let want = snapshot(&reference);
+    for k in 0..n_out {
+        let out = tmp.path().join(format!("o{k}"));
+        fs::create_dir(&out).unwrap();
+        fs::write(out.join("unrelated.txt"), b"kept").unwrap();
+        let a = args(&out);
+        let o = Command::new(env!("CARGO_BIN_EXE_kpack"))
+            .args(&a)
+            .env("ROCPACK_FAULT_COMMIT_AFTER", k.to_string())
+            .output()
+            .unwrap();
+        assert!(!o.status.success(), "fault {k} did not fire");
+        let present = fs::read_dir(&out).unwrap().count() - 1;
+        assert_eq!(present, k, "after {k} renames");
+        // The next split into the directory completes the commit first;
+        // every output then exists, so this run itself refuses to overwrite.
+        let again = kpack(&a.iter().map(String::as_str).collect::<Vec<_>>());
+        assert_eq!(
+            again.status.code(),
+            Some(2),
+            "{}",
+            String::from_utf8_lossy(&again.stderr)
+        );
+        assert!(
+            String::from_utf8_lossy(&again.stderr).contains("already exists"),
+            "{}",
+            String::from_utf8_lossy(&again.stderr)
+        );
+        fs::remove_file(out.join("unrelated.txt")).unwrap();
+        assert_eq!(snapshot(&out), want, "fault after {k} renames");
+        let leftovers: Vec<_> = fs::read_dir(tmp.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n.contains(".partial-"))
+            .collect();
+        assert!(leftovers.is_empty(), "{leftovers:?}");
+    }
+}

@@ -1,6 +1,5 @@
-//! File-system helpers shared by split and recombine: atomic output
-//! directories, hard-link-or-copy, lexical symlink containment checks and
-//! deterministic directory walks.
+//! File-system helpers shared by split and recombine: hard-link-or-copy,
+//! lexical symlink containment checks and deterministic directory walks.
 //!
 //! Nothing here follows symlinks: walks report them as symlinks, and a link
 //! is only ever recreated with its original target text.
@@ -33,6 +32,16 @@ impl FsError {
     }
 }
 
+impl From<rocpack_kpack::commit::CommitError> for FsError {
+    fn from(e: rocpack_kpack::commit::CommitError) -> Self {
+        Self {
+            path: e.path,
+            what: e.what,
+            error: e.error,
+        }
+    }
+}
+
 /// Shorthand: map an `io::Result` to an [`FsError`] naming `path`.
 pub trait IoContext<T> {
     /// Attach the path and operation to an I/O error.
@@ -42,122 +51,6 @@ pub trait IoContext<T> {
 impl<T> IoContext<T> for io::Result<T> {
     fn ctx(self, path: &Path, what: &'static str) -> Result<T, FsError> {
         self.map_err(|e| FsError::new(path, what, e))
-    }
-}
-
-/// A staging directory beside a final output location.
-///
-/// Everything is built under [`StagingDir::path`]; [`StagingDir::commit`]
-/// moves the finished children into the destination with `rename(2)` (same
-/// file system, so no copies). If the value is dropped without a successful
-/// commit, the staging directory and everything in it are removed, so a
-/// failed run leaves no partial output behind.
-///
-/// When the destination does not exist yet, the staging directory itself is
-/// renamed to it (one atomic step). When it exists (batch mode, several
-/// artifacts into one output directory), each staged child is renamed into
-/// it; children that already exist there are refused up front.
-#[derive(Debug)]
-pub struct StagingDir {
-    dest: PathBuf,
-    tmp: Option<tempfile::TempDir>,
-}
-
-impl StagingDir {
-    /// Creates a hidden staging directory in `dest`'s parent directory
-    /// (creating that parent if needed).
-    pub fn new(dest: &Path) -> Result<Self, FsError> {
-        let dest = absolute_lexical(dest).ctx(dest, "resolve output directory")?;
-        let parent = dest
-            .parent()
-            .map(Path::to_path_buf)
-            .unwrap_or_else(|| PathBuf::from("/"));
-        fs::create_dir_all(&parent).ctx(&parent, "create directory")?;
-        let name = dest
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_else(|| "out".to_string());
-        let tmp = tempfile::Builder::new()
-            .prefix(&format!(".{name}.partial-"))
-            .tempdir_in(&parent)
-            .ctx(&parent, "create staging directory")?;
-        Ok(Self {
-            dest,
-            tmp: Some(tmp),
-        })
-    }
-
-    /// Where to build the output.
-    pub fn path(&self) -> &Path {
-        match &self.tmp {
-            Some(t) => t.path(),
-            None => &self.dest,
-        }
-    }
-
-    /// The final destination.
-    pub fn dest(&self) -> &Path {
-        &self.dest
-    }
-
-    /// Children of the destination that the commit would overwrite.
-    pub fn conflicts(&self, names: &[OsString]) -> Vec<PathBuf> {
-        names
-            .iter()
-            .map(|n| self.dest.join(n))
-            .filter(|p| fs::symlink_metadata(p).is_ok())
-            .collect()
-    }
-
-    /// Moves the staged tree into place. Fails (and cleans up) if any
-    /// staged child already exists in the destination.
-    pub fn commit(mut self) -> Result<PathBuf, FsError> {
-        let Some(tmp) = self.tmp.take() else {
-            return Ok(self.dest.clone());
-        };
-        match fs::symlink_metadata(&self.dest) {
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                let staged = tmp.keep();
-                if let Err(e) = fs::rename(&staged, &self.dest) {
-                    let _ = fs::remove_dir_all(&staged);
-                    return Err(FsError::new(&self.dest, "rename staging directory", e));
-                }
-                Ok(self.dest.clone())
-            }
-            Err(e) => Err(FsError::new(&self.dest, "stat output directory", e)),
-            Ok(meta) if !meta.is_dir() => Err(FsError::new(
-                &self.dest,
-                "use as output directory",
-                io::Error::new(
-                    io::ErrorKind::AlreadyExists,
-                    "exists and is not a directory",
-                ),
-            )),
-            Ok(_) => {
-                let names = sorted_names(tmp.path()).ctx(tmp.path(), "list directory")?;
-                if let Some(c) = self.conflicts(&names).into_iter().next() {
-                    return Err(FsError::new(
-                        c,
-                        "write output",
-                        io::Error::new(io::ErrorKind::AlreadyExists, "already exists"),
-                    ));
-                }
-                let mut moved = Vec::new();
-                for n in &names {
-                    let from = tmp.path().join(n);
-                    let to = self.dest.join(n);
-                    if let Err(e) = fs::rename(&from, &to) {
-                        // Undo what was moved so nothing partial remains.
-                        for m in moved {
-                            let _ = fs::remove_dir_all(self.dest.join(&m));
-                        }
-                        return Err(FsError::new(to, "rename into output directory", e));
-                    }
-                    moved.push(n.clone());
-                }
-                Ok(self.dest.clone())
-            }
-        }
     }
 }
 
@@ -366,42 +259,5 @@ mod tests {
         assert!(!symlink_stays_inside(Path::new("x"), Path::new("../x")));
         // Going below then above the root is caught at the moment it leaves.
         assert!(!symlink_stays_inside(l, Path::new("../../lib/libx.so")));
-    }
-
-    #[test]
-    fn staging_dir_commits_new_and_existing() {
-        let root = tempfile::tempdir().unwrap();
-        let out = root.path().join("out");
-        let s = StagingDir::new(&out).unwrap();
-        fs::create_dir(s.path().join("a_generic")).unwrap();
-        fs::write(s.path().join("a_generic/f"), b"x").unwrap();
-        s.commit().unwrap();
-        assert_eq!(fs::read(out.join("a_generic/f")).unwrap(), b"x");
-
-        let s = StagingDir::new(&out).unwrap();
-        fs::create_dir(s.path().join("b_generic")).unwrap();
-        s.commit().unwrap();
-        assert!(out.join("b_generic").is_dir());
-
-        // Conflict: refused, nothing moved, staging removed.
-        let s = StagingDir::new(&out).unwrap();
-        fs::create_dir(s.path().join("a_generic")).unwrap();
-        fs::create_dir(s.path().join("c_generic")).unwrap();
-        assert!(s.commit().is_err());
-        assert!(!out.join("c_generic").exists());
-        let leftovers: Vec<_> = fs::read_dir(root.path()).unwrap().collect();
-        assert_eq!(leftovers.len(), 1, "{leftovers:?}");
-    }
-
-    #[test]
-    fn staging_dir_dropped_leaves_nothing() {
-        let root = tempfile::tempdir().unwrap();
-        let out = root.path().join("out");
-        {
-            let s = StagingDir::new(&out).unwrap();
-            fs::write(s.path().join("f"), b"x").unwrap();
-        }
-        assert!(!out.exists());
-        assert_eq!(fs::read_dir(root.path()).unwrap().count(), 0);
     }
 }

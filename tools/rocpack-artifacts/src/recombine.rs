@@ -38,10 +38,11 @@ use serde::Serialize;
 
 use crate::config::PackagingConfig;
 use crate::databases;
-use crate::fsutil::{self, FsError, IoContext, StagingDir};
+use crate::fsutil::{self, FsError, IoContext};
 use crate::manifest::{ArtifactManifest, ManifestError, MANIFEST_FILE};
 use crate::select::Target;
 use crate::walk::{self, EntryKind, WalkError};
+use rocpack_kpack::commit::StagingDir;
 
 /// How output files are materialised.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -539,12 +540,12 @@ fn recombine_inner(
         }
     }
     let plan = plan(opts, log)?;
-    let staging = StagingDir::new(out)?;
+    let staging = StagingDir::new(out).map_err(FsError::from)?;
     let root = staging.path().to_path_buf();
     for (name, manifest, entries) in &plan.packages {
         write_package(&root.join(name), manifest, entries, opts.link_mode)?;
     }
-    staging.commit()?;
+    staging.commit().map_err(FsError::from)?;
     Ok(plan.report)
 }
 

@@ -44,9 +44,10 @@ use rocpack_kpack::{Compression, KpackStreamWriter, Marker};
 use serde::Serialize;
 
 use crate::databases::{self, DatabaseKind};
-use crate::fsutil::{self, FsError, IoContext, StagingDir};
+use crate::fsutil::{self, FsError, IoContext};
 use crate::manifest::{ArtifactManifest, ManifestError};
 use crate::walk::{self, EntryKind, WalkError};
+use rocpack_kpack::commit::StagingDir;
 
 /// Input bytes compressed per parallel batch within one archive.
 const BATCH_BYTES: u64 = 16 << 20;
@@ -1258,7 +1259,7 @@ fn split_artifact_inner(
 ) -> Result<SplitReport, SplitError> {
     check_name("artifact prefix", &opts.artifact_prefix)?;
     check_dirs(&opts.artifact_dir, &opts.output_dir)?;
-    let staging = StagingDir::new(&opts.output_dir)?;
+    let staging = StagingDir::new(&opts.output_dir).map_err(FsError::from)?;
     let generic = OsString::from(format!("{}_generic", opts.artifact_prefix));
     if let Some(c) = staging.conflicts(&[generic]).into_iter().next() {
         return Err(SplitError::Usage(format!(
@@ -1273,7 +1274,7 @@ fn split_artifact_inner(
             c.display()
         )));
     }
-    staging.commit()?;
+    staging.commit().map_err(FsError::from)?;
     Ok(report)
 }
 
@@ -1334,7 +1335,7 @@ fn split_batch_inner(
 ) -> Result<Vec<SplitReport>, SplitError> {
     check_dirs(parent, &template.output_dir)?;
     let items = batch_artifacts(parent)?;
-    let staging = StagingDir::new(&template.output_dir)?;
+    let staging = StagingDir::new(&template.output_dir).map_err(FsError::from)?;
     let mut reports = Vec::new();
     let mut errors = Vec::new();
     let mut names: Vec<OsString> = Vec::new();
@@ -1388,7 +1389,7 @@ fn split_batch_inner(
             c.display()
         )));
     }
-    staging.commit()?;
+    staging.commit().map_err(FsError::from)?;
     Ok(reports)
 }
 

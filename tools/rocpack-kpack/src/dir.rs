@@ -9,7 +9,7 @@
 //! MessagePack bytes of its `metadata` (hex), if any.
 
 use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
@@ -240,17 +240,24 @@ pub fn unpack_to_dir(reader: &KpackReader, dir: &Path) -> Result<UnpackManifest>
             message: e.to_string(),
         })
     })?;
-    let fresh = !dir.exists();
-    let parent = match dir.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
-    let stage_in = if fresh { parent } else { dir.to_path_buf() };
-    fs::create_dir_all(&stage_in).map_err(|e| Error::from(e).with_path(&stage_in))?;
-    let stage = tempfile::Builder::new()
-        .prefix(".kpack-unpack-")
-        .tempdir_in(&stage_in)
-        .map_err(|e| Error::from(e).with_path(&stage_in))?;
+    // All or nothing, also into an existing directory: files are staged
+    // beside it and committed in one journaled step (see `commit`); names
+    // that already exist there are refused before anything moves.
+    let commit_err = |e: crate::commit::CommitError| Error::from(e.error).with_path(&e.path);
+    let stage = crate::commit::StagingDir::new(dir).map_err(commit_err)?;
+    let names: Vec<std::ffi::OsString> = manifest
+        .kernels
+        .iter()
+        .map(|k| k.file.clone().into())
+        .chain(std::iter::once(UNPACK_MANIFEST.into()))
+        .collect();
+    if let Some(c) = stage.conflicts(&names).into_iter().next() {
+        return Err(Error::from(std::io::Error::new(
+            std::io::ErrorKind::AlreadyExists,
+            "already exists (unpack never overwrites)",
+        ))
+        .with_path(c));
+    }
     let entries = reader.entries_by_ordinal();
     entries
         .par_iter()
@@ -262,20 +269,6 @@ pub fn unpack_to_dir(reader: &KpackReader, dir: &Path) -> Result<UnpackManifest>
         })?;
     let mpath = stage.path().join(UNPACK_MANIFEST);
     fs::write(&mpath, &json).map_err(|e| Error::from(e).with_path(&mpath))?;
-    if fresh {
-        let staged = stage.keep();
-        if let Err(e) = fs::rename(&staged, dir) {
-            let _ = fs::remove_dir_all(&staged);
-            return Err(Error::from(e).with_path(dir));
-        }
-    } else {
-        for k in &manifest.kernels {
-            let to = dir.join(&k.file);
-            fs::rename(stage.path().join(&k.file), &to)
-                .map_err(|e| Error::from(e).with_path(&to))?;
-        }
-        let to = dir.join(UNPACK_MANIFEST);
-        fs::rename(&mpath, &to).map_err(|e| Error::from(e).with_path(&to))?;
-    }
+    stage.commit().map_err(commit_err)?;
     Ok(manifest)
 }
