@@ -23,6 +23,8 @@ cp -a "$repo/examples/kpack/shards/gfx1151-build/blas_lib_gfx1151" "$DIR/app/art
 
 cd "$DIR"
 b2() { local sub="$1"; shift; "$BUCK2" --isolation-dir "$ISO" "$sub" "${CFG[@]}" "$@"; }
+# The daemon of this project ends with the run.
+trap '"$BUCK2" --isolation-dir "$ISO" kill >/dev/null 2>&1 || true' EXIT
 
 b2 build //... || fail "buck2 build //..."
 b2 test //... || fail "buck2 test //..."
@@ -39,6 +41,6 @@ want="consumer: rcclx channel=dev rocm=6.4 commit=source sum=6"
 if b2 build -m rcclx_last_stable -m rocm71 //app:hello >/dev/null 2>"$DIR/missing.err"; then
     fail "a missing snapshot built"
 fi
-grep -qF "no last_stable snapshot of rcclx for ROCm 7.1" "$DIR/missing.err" \
+grep -qF "no last-stable snapshot of rcclx for ROCm 7.1" "$DIR/missing.err" \
     || { cat "$DIR/missing.err" >&2; fail "missing-snapshot message"; }
 echo "e2e/buck2: consumer project ok" >&2

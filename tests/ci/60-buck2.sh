@@ -69,8 +69,8 @@ run_logged() {
 # Paths, hashes and isolation dir out of buck2's messages.
 normalize() {
     sed -E -e "s#buck-out/$ISO/#buck-out/v2/#g" \
-        -e 's#/(gen|art)/root/[0-9a-f]{16}/#/\1/root/<hash>/#g' \
-        -e 's/^\[[0-9T:.+-]+\] //'
+        -e 's#/(gen|art)/([a-z]+)/[0-9a-f]{16}/#/\1/\2/<hash>/#g' \
+        -e 's/\x1b\[[0-9;]*m//g' -e 's/^\[[0-9T:.+-]+\] //' -e 's/^[[:space:]]+//' -e 's/[[:space:]]+$//'
 }
 
 step "helpers: cargo build -p kpack -p snapctl (dev, target dir $CARGO_TD)"
@@ -114,11 +114,12 @@ check_cmd() {
         diff -u "$expect" "$WORK/t$i.out" >&2 || die "'$cmd': stdout differs from README"
     else
         cat "$WORK/t$i.out" "$WORK/t$i.err" | normalize > "$WORK/t$i.all"
+        normalize < "$expect" > "$expect.n"
         while IFS= read -r line; do
             [ "$line" = "..." ] && continue
             grep -qxF -- "$line" "$WORK/t$i.all" \
                 || { cat "$WORK/t$i.all" >&2; die "'$cmd': README line not in the output: $line"; }
-        done < "$expect"
+        done < "$expect.n"
     fi
     printf '    ok: %s\n' "$cmd" >&2
 }
@@ -186,7 +187,7 @@ while read -r target path; do
     [ -d "$want" ] || die "the CLI made no $want"
     diff <(listing "$want") <(listing "$path") >&2 || die "$target differs from the kpack CLI"
     compared=$((compared + 1))
-done < <(grep '^root//examples/kpack:' "$WORK/outputs.out")
+done < <(grep '^rocpack//examples/kpack:' "$WORK/outputs.out")
 [ "$compared" -eq 7 ] || die "compared $compared outputs, expected 7"
 done_step
 

@@ -78,9 +78,10 @@ def default_modifiers() -> list[str]:
 def rocpack_cfg_constructor(stage0, stage1, key, aliases):
     """`native.set_cfg_constructor` when rocpack is the project's root cell.
 
-    Buck2 accepts the call only in the project's root PACKAGE; when rocpack
-    is a cell of another project (named `rocpack`), that project's root
-    PACKAGE makes it instead and this does nothing.
+    Buck2 accepts the call only in the project's root PACKAGE. The project's
+    .buckconfig says whether that is this one (`[rocpack] project = true`
+    in rocpack's own); when rocpack is a cell of another project, that
+    project's root PACKAGE makes the call and this does nothing.
 
     Args:
       stage0: the prelude's cfg_constructor_pre_constraint_analysis.
@@ -88,5 +89,5 @@ def rocpack_cfg_constructor(stage0, stage1, key, aliases):
       key: the prelude's MODIFIER_METADATA_KEY.
       aliases: from snapshot_modifier_aliases().
     """
-    if native.get_cell_name() == "root":
+    if read_root_config("rocpack", "project", "") == "true":
         native.set_cfg_constructor(stage0 = stage0, stage1 = stage1, key = key, aliases = aliases, extra_data = struct())
