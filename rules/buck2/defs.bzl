@@ -10,7 +10,7 @@ PACKAGE). Reference: docs/buck2.md.
 """
 
 load("//rules/buck2/private:cargo_build.bzl", _rocpack_cargo_build = "rocpack_cargo_build")
-load("//rules/buck2/private:config.bzl", _default_modifiers = "default_modifiers", _snapshot_constraints = "snapshot_constraints", _snapshot_modifier_aliases = "snapshot_modifier_aliases")
+load("//rules/buck2/private:config.bzl", _default_modifiers = "default_modifiers", _rocpack_cfg_constructor = "rocpack_cfg_constructor", _snapshot_constraints = "snapshot_constraints", _snapshot_modifier_aliases = "snapshot_modifier_aliases")
 load("//rules/buck2/private:kpack_recombine.bzl", _kpack_packages = "kpack_packages", _kpack_recombine = "kpack_recombine")
 load("//rules/buck2/private:kpack_split.bzl", _kpack_split = "kpack_split")
 load("//rules/buck2/private:providers.bzl", _KpackPackageInfo = "KpackPackageInfo", _KpackSplitInfo = "KpackSplitInfo", _RocpackToolchainInfo = "RocpackToolchainInfo", _SnapshotBlobInfo = "SnapshotBlobInfo")
@@ -29,6 +29,7 @@ rocpack_cargo_build, rocpack_toolchain, rocpack_helper_tools = _rocpack_cargo_bu
 
 # Channel and ROCm version constraints, -m aliases, PACKAGE defaults.
 snapshot_constraints, snapshot_modifier_aliases, default_modifiers = _snapshot_constraints, _snapshot_modifier_aliases, _default_modifiers
+rocpack_cfg_constructor = _rocpack_cfg_constructor
 
 # Providers.
 KpackSplitInfo, KpackPackageInfo, RocpackToolchainInfo, SnapshotBlobInfo = _KpackSplitInfo, _KpackPackageInfo, _RocpackToolchainInfo, _SnapshotBlobInfo

@@ -140,6 +140,25 @@ def kpack_manifest_root(paths):
         fail("kpack_split: srcs must contain exactly one artifact_manifest.txt, found %d: %s" % (len(roots), roots))
     return roots[0]
 
+def kpack_path_depth(path):
+    """Number of components of a relative path ("a/b/c" -> 3).
+
+    A file staged at `path` inside an artifact directory lies `depth` levels
+    below the artifact's top: its input's directory that many levels up is
+    the tree the staging mirrors (`kpack split --staging-root`).
+
+    Args:
+      path: a `/`-separated relative path without `.`/`..` or empty parts.
+
+    Returns:
+      The number of components.
+    """
+    parts = path.split("/")
+    for p in parts:
+        if p in ("", ".", ".."):
+            fail("kpack: '%s' is not a plain relative path" % path)
+    return len(parts)
+
 def kpack_relative_path(path, root):
     """`path` relative to directory `root` ("" = no prefix); fails when outside.
 

@@ -1,49 +1,57 @@
 """rocpack_cargo_build: the helper binaries built by cargo from this repository."""
 
-def rocpack_cargo_build_action(actions: AnalysisActions, manifest: Artifact, srcs: list[Artifact], packages: list[str], profile: str) -> Artifact:
-    """Registers one local-only `cargo build` of `packages`; returns the target dir.
+# $1 target dir ("" = a private scratch dir), $2 output dir, $3 cargo profile,
+# $4 profile's directory name, $5 manifest, $6 space-separated binaries; then
+# the cargo -p flags. Only the binaries land in the output (Buck2 hashes every
+# output byte: a whole cargo target dir is gigabytes), without debug info.
+_CARGO_BUILD = """set -eu
+td=$1; out=$2; profile=$3; pdir=$4; manifest=$5; bins=$6; shift 6
+[ -n "$td" ] || td="${BUCK_SCRATCH_PATH:?}/cargo-target"
+cargo build --locked --offline --quiet --profile "$profile" --manifest-path "$manifest" --target-dir "$td" "$@"
+mkdir -p "$out"
+for b in $bins; do
+    strip --strip-debug -o "$out/$b" "$td/$pdir/$b" 2>/dev/null || cp "$td/$pdir/$b" "$out/$b"
+    chmod 0755 "$out/$b"
+done
+"""
+
+def rocpack_cargo_build_action(actions: AnalysisActions, manifest: Artifact, srcs: list[Artifact], packages: list[str], profile: str, target_dir: str = "") -> Artifact:
+    """Registers one local-only `cargo build` of `packages`; returns the binaries' directory.
 
     Args:
       actions: the rule's AnalysisActions.
       manifest: the workspace Cargo.toml.
       srcs: every file cargo reads (manifests, Cargo.lock, sources).
-      packages: cargo packages (-p) to build.
+      packages: cargo packages (-p) to build; each has a binary of its name.
       profile: cargo profile ("release" or "dev").
+      target_dir: cargo's --target-dir, shared with other cargo runs
+        (relative paths are from the project root); "" builds in a private
+        scratch directory.
 
     Returns:
-      The declared cargo target directory.
+      The declared directory holding one binary per package.
     """
-    target_dir = actions.declare_output("cargo-target", dir = True)
-    args = [
-        "cargo",
-        "build",
-        "--locked",
-        "--offline",
-        "--profile",
-        profile,
-        "--manifest-path",
-        manifest,
-        "--target-dir",
-        target_dir.as_output(),
-    ]
+    out = actions.declare_output("bin", dir = True)
+    pdir = "debug" if profile == "dev" else profile
+    args = ["/bin/sh", "-c", _CARGO_BUILD, "cargo_build", target_dir, out.as_output(), profile, pdir, manifest, " ".join(packages)]
     for p in packages:
         args += ["-p", p]
     actions.run(
         cmd_args(args, hidden = srcs),
         category = "cargo_build",
-        # cargo needs the user's registry cache (run `cargo fetch --locked` once).
+        # cargo needs the user's registry cache (run `cargo fetch --locked` once)
+        # and, with a shared target dir, a path outside buck-out.
         local_only = True,
         env = {"CARGO_TERM_COLOR": "never"},
     )
-    return target_dir
+    return out
 
 def _rocpack_cargo_build_impl(ctx: AnalysisContext) -> list[Provider]:
-    target_dir = rocpack_cargo_build_action(ctx.actions, ctx.attrs.manifest, ctx.attrs.srcs, ctx.attrs.packages, ctx.attrs.profile)
-    out_dir = "release" if ctx.attrs.profile == "release" else "debug" if ctx.attrs.profile == "dev" else ctx.attrs.profile
+    out = rocpack_cargo_build_action(ctx.actions, ctx.attrs.manifest, ctx.attrs.srcs, ctx.attrs.packages, ctx.attrs.profile, ctx.attrs.target_dir)
     sub_targets = {}
     bins = []
     for p in ctx.attrs.packages:
-        exe = target_dir.project(out_dir + "/" + p)
+        exe = out.project(p)
         bins.append(exe)
         sub_targets[p] = [DefaultInfo(default_output = exe), RunInfo(args = cmd_args(exe))]
     return [DefaultInfo(default_outputs = bins, sub_targets = sub_targets)]
@@ -53,8 +61,9 @@ rocpack_cargo_build = rule(
     doc = "Builds the helper binaries with cargo (local-only action); sub-target [<package>] runs one.",
     attrs = {
         "manifest": attrs.source(doc = "The workspace Cargo.toml."),
-        "packages": attrs.list(attrs.string(), default = ["kpack", "snapctl"], doc = "Cargo packages to build; each must have a binary of the same name."),
-        "profile": attrs.string(default = "release", doc = "Cargo profile."),
+        "packages": attrs.list(attrs.string(), default = ["kpack", "snapctl"], doc = "Cargo packages to build, in one cargo run; each must have a binary of the same name."),
+        "profile": attrs.string(default = "release", doc = "Cargo profile (`[rocpack] cargo_profile`)."),
         "srcs": attrs.list(attrs.source(), doc = "Every file cargo reads: manifests, Cargo.lock and the crates' sources."),
+        "target_dir": attrs.string(default = "", doc = "cargo --target-dir shared with other cargo runs (`[rocpack] cargo_target_dir`; relative to the project root); empty: a private scratch directory."),
     },
 )

@@ -7,8 +7,11 @@ same channels and versions: constraint values `dev`, `stable`,
 
 load("//rules/common:snapshot.bzl", "ROCM_VERSIONS", "SNAPSHOT_CHANNELS", "channel_config_name", "rocm_config_name")
 
-# Where `snapshot_constraints()` is called (rules/buck2/config/BUCK).
-CONFIG_PACKAGE = "root//rules/buck2/config"
+# Where `snapshot_constraints()` is called (rules/buck2/config/BUCK). The
+# cell is named `rocpack` (here an alias of root, in .buckconfig) so the
+# labels mean the same when a consumer loads these rules from its own BUCK
+# files with rocpack as a cell named `rocpack`.
+CONFIG_PACKAGE = "rocpack//rules/buck2/config"
 
 # Defaults applied by the root PACKAGE (`set_cfg_modifiers`).
 DEFAULT_CHANNEL = "dev"
@@ -21,7 +24,7 @@ def channel_constraint(channel: str) -> str:
       channel: one of SNAPSHOT_CHANNELS.
 
     Returns:
-      "root//rules/buck2/config:<channel>".
+      "rocpack//rules/buck2/config:<channel>".
     """
     if channel not in SNAPSHOT_CHANNELS:
         fail("unknown snapshot channel '%s'; expected one of %s" % (channel, ", ".join(SNAPSHOT_CHANNELS)))
@@ -34,7 +37,7 @@ def rocm_constraint(version: str) -> str:
       version: e.g. "6.4".
 
     Returns:
-      "root//rules/buck2/config:rocm64".
+      "rocpack//rules/buck2/config:rocm64".
     """
     return CONFIG_PACKAGE + ":" + rocm_config_name(version)
 
@@ -55,7 +58,7 @@ def snapshot_modifier_aliases(library: str) -> struct:
 
     Returns:
       A struct for `native.set_cfg_constructor(aliases = ...)`, e.g.
-      rcclx_stable = "root//rules/buck2/config:stable", rocm64 = "root//rules/buck2/config:rocm64".
+      rcclx_stable = "rocpack//rules/buck2/config:stable", rocm64 = "rocpack//rules/buck2/config:rocm64".
     """
     aliases = {}
     for c in SNAPSHOT_CHANNELS:
@@ -71,3 +74,20 @@ def default_modifiers() -> list[str]:
       Fully qualified constraint value labels.
     """
     return [channel_constraint(DEFAULT_CHANNEL), rocm_constraint(DEFAULT_ROCM_VERSION)]
+
+def rocpack_cfg_constructor(stage0, stage1, key, aliases):
+    """`native.set_cfg_constructor` when rocpack is the project's root cell.
+
+    Buck2 accepts the call only in the project's root PACKAGE. The project's
+    .buckconfig says whether that is this one (`[rocpack] project = true`
+    in rocpack's own); when rocpack is a cell of another project, that
+    project's root PACKAGE makes the call and this does nothing.
+
+    Args:
+      stage0: the prelude's cfg_constructor_pre_constraint_analysis.
+      stage1: the prelude's cfg_constructor_post_constraint_analysis.
+      key: the prelude's MODIFIER_METADATA_KEY.
+      aliases: from snapshot_modifier_aliases().
+    """
+    if read_root_config("rocpack", "project", "") == "true":
+        native.set_cfg_constructor(stage0 = stage0, stage1 = stage1, key = key, aliases = aliases, extra_data = struct())

@@ -19,7 +19,11 @@ def kpack_recombine_action(actions: AnalysisActions, kpack: RunInfo, shards: dic
     Returns:
       The `<component>_<group>/` directory inside the recombine output.
     """
-    shards_dir = actions.copied_dir(out_name + ".shards", shards)
+    # Symlinks, not copies: <shard> -> that split's output directory, each
+    # named with --staging-root so recombine accepts the link (Buck2's
+    # copied_dir would also rewrite the splits' own relative symlinks into
+    # links back to the split outputs).
+    shards_dir = actions.symlinked_dir(out_name + ".shards", shards)
     out_dir = actions.declare_output(out_name, dir = True)
     actions.run(
         cmd_args(
@@ -31,6 +35,7 @@ def kpack_recombine_action(actions: AnalysisActions, kpack: RunInfo, shards: dic
             config,
             "--output-dir",
             out_dir.as_output(),
+            [cmd_args("--staging-root", shards[s]) for s in sorted(shards)],
         ),
         category = "kpack_recombine",
         identifier = kpack_package_dir_name(component, group),

@@ -1,6 +1,6 @@
 """kpack_split: one artifact directory in, one split tree out (Buck2)."""
 
-load("//rules/common:kpack.bzl", "kpack_manifest_root", "kpack_package_dir_name", "kpack_relative_path", "kpack_split_arg_list")
+load("//rules/common:kpack.bzl", "kpack_manifest_root", "kpack_package_dir_name", "kpack_path_depth", "kpack_relative_path", "kpack_split_arg_list")
 load(":providers.bzl", "KpackSplitInfo", "RocpackToolchainInfo")
 load(":toolchain.bzl", "toolchain_attr")
 
@@ -16,7 +16,7 @@ if [ -n "$expect" ] && [ "$(tr '\\n' ' ' < "$out")" != "$expect " ]; then
 fi
 """
 
-def kpack_split_action(actions: AnalysisActions, kpack: RunInfo, artifact_dir: Artifact, artifact_prefix: str, out_name: str, split_databases: list[str] = [], compression: str = "", exclude_archs: list[str] = [], expect_archs: list[str] | None = None) -> (Artifact, Artifact):
+def kpack_split_action(actions: AnalysisActions, kpack: RunInfo, artifact_dir: Artifact, artifact_prefix: str, out_name: str, split_databases: list[str] = [], compression: str = "", exclude_archs: list[str] = [], expect_archs: list[str] | None = None, staging_roots: list = []) -> (Artifact, Artifact):
     """Registers one `kpack split` (and the arch listing); reusable by other rules.
 
     Args:
@@ -29,6 +29,8 @@ def kpack_split_action(actions: AnalysisActions, kpack: RunInfo, artifact_dir: A
       compression: "zstd", "none" or "" (tool default).
       exclude_archs: --exclude-arch values.
       expect_archs: when not None, the build fails unless exactly these archs come out.
+      staging_roots: directories `artifact_dir`'s symlinks were staged from
+        (`--staging-root`), e.g. from `kpack_staging_roots`.
 
     Returns:
       (output directory, archs file).
@@ -43,6 +45,7 @@ def kpack_split_action(actions: AnalysisActions, kpack: RunInfo, artifact_dir: A
             "--output-dir",
             out_dir.as_output(),
             kpack_split_arg_list(artifact_prefix, split_databases, compression, exclude_archs),
+            [cmd_args("--staging-root", r) for r in staging_roots],
         ),
         category = "kpack_split",
         identifier = artifact_prefix,
@@ -58,17 +61,39 @@ def kpack_split_action(actions: AnalysisActions, kpack: RunInfo, artifact_dir: A
     )
     return out_dir, archs_file
 
+def kpack_staging_roots(srcs: dict[str, Artifact]) -> list:
+    """The directories a `symlinked_dir` of `srcs` links into, one per origin.
+
+    Each staged `<rel>` is a symlink to its input; the input's path minus
+    `<rel>` is the tree it came from (the package's artifact directory for
+    sources, the producing rule's output for generated files). `kpack split
+    --staging-root` accepts exactly the links that mirror those trees.
+
+    Args:
+      srcs: staged path -> input, as given to `symlinked_dir`.
+
+    Returns:
+      `cmd_args` naming each origin directory once.
+    """
+    roots = {}
+    for rel, f in srcs.items():
+        depth = kpack_path_depth(rel)
+        key = (f.is_source, str(f.owner), depth)
+        if key not in roots:
+            roots[key] = cmd_args(f, parent = depth)
+    return list(roots.values())
+
 def _kpack_split_impl(ctx: AnalysisContext) -> list[Provider]:
     toolchain = ctx.attrs._rocpack_toolchain[RocpackToolchainInfo]
     srcs = ctx.attrs.srcs
     root = kpack_manifest_root([f.short_path for f in srcs])
 
-    # Copies, not symlinks: kpack keeps symlinks of an artifact tree as
-    # symlinks and refuses ones that point outside it.
-    artifact_dir = ctx.actions.copied_dir(
-        ctx.label.name + ".in",
-        {kpack_relative_path(f.short_path, root): f for f in srcs},
-    )
+    # Symlinks, not copies (a split input can be gigabytes): every staged file
+    # links to its input, and `--staging-root` tells kpack which trees those
+    # links mirror. The artifact's own symlinks are judged as in the original
+    # tree (kept inside it, refused when they escape).
+    staged = {kpack_relative_path(f.short_path, root): f for f in srcs}
+    artifact_dir = ctx.actions.symlinked_dir(ctx.label.name + ".in", staged)
     prefix = ctx.attrs.artifact_prefix or ctx.label.name
     expect = sorted(ctx.attrs.archs) if ctx.attrs.archs else None
     out_dir, archs_file = kpack_split_action(
@@ -81,6 +106,7 @@ def _kpack_split_impl(ctx: AnalysisContext) -> list[Provider]:
         compression = ctx.attrs.compression or "",
         exclude_archs = ctx.attrs.exclude_archs,
         expect_archs = expect,
+        staging_roots = kpack_staging_roots(staged),
     )
     return [
         DefaultInfo(

@@ -2,7 +2,7 @@
 
 `toolchains//:rocpack` is a `rocpack_toolchain`; every rocpack rule reaches it
 through a hidden `attrs.toolchain_dep`. Its `kpack` / `snapctl` are exec deps:
-by default the cargo build of this repository (`root//:rocpack_helpers`), or
+by default the cargo build of this repository (`rocpack//:rocpack_helpers`), or
 release binaries fetched by `http_file` with a pinned sha256 when
 `.buckconfig` says `[rocpack] tools = prebuilt` (see `rocpack_helper_tools`).
 """
@@ -44,7 +44,7 @@ rocpack_toolchain = rule(
     is_toolchain_rule = True,
 )
 
-def rocpack_helper_tools(name, cargo_build = "root//:rocpack_helpers", visibility = ["PUBLIC"]):
+def rocpack_helper_tools(name, cargo_build = "rocpack//:rocpack_helpers", visibility = ["PUBLIC"]):
     """Declares `name` (a rocpack_toolchain) from `[rocpack]` in .buckconfig.
 
     `tools = cargo` (default): the helpers are `<cargo_build>[kpack]` and

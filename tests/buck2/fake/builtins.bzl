@@ -265,6 +265,9 @@ def _flatten(args, what):
 
 def cmd_args(*args, hidden = [], format = None, delimiter = None, quote = None, prepend = None, ignore_artifacts = False, absolute_prefix = None, absolute_suffix = None, parent = 0, relative_to = None, replace_regex = None):
     items = _flatten(list(args), "cmd_args")
+    if parent:
+        # Like Buck2: every artifact stands for its `parent`-th directory.
+        items = [_parent_artifact(x, parent) if _is_artifact(x) else x for x in items]
     hidden_items = _flatten([hidden], "cmd_args(hidden)")
     if format != None:
         items = [format.replace("{}", x) if type(x) == "string" else x for x in items]
@@ -285,6 +288,13 @@ def _artifact(path, short_path, is_source, is_dir, owner):
         as_output = lambda: _as_output(path, short_path, is_source, is_dir, owner),
         project = lambda sub, hide_prefix = False: _artifact(path + "/" + sub, short_path + "/" + sub, is_source, False, owner),
     )
+
+def _parent_artifact(a, n):
+    path = a.path.split("/")
+    short = a.short_path.split("/")
+    if n >= len(path):
+        fail("cmd_args(parent = %d): `%s` has no such parent" % (n, a.path))
+    return _artifact("/".join(path[:-n]), "/".join(short[:-n]) if n < len(short) else "", a.is_source, True, a.owner)
 
 def _as_output(path, short_path, is_source, is_dir, owner):
     if is_source:
@@ -385,20 +395,26 @@ def fake_make_actions(label):
 
     symlink_file = copy_file
 
-    def copied_dir(output, srcs, uses_experimental_content_based_path_hashing = False, has_content_based_path = False):
+    # Recorded with their kind: the harness's executor (run_actions)
+    # stages them as Buck2 does, and the two differ for symlinked inputs.
+    def _dir_action(kind, output, srcs):
         if type(srcs) != "dict":
-            fail("copied_dir: srcs must be a dict of path -> artifact")
+            fail("%s: srcs must be a dict of path -> artifact" % kind)
         for k, v in srcs.items():
             if type(k) != "string" or not _is_artifact(v):
-                fail("copied_dir: srcs must map strings to artifacts, got %r: %r" % (k, v))
+                fail("%s: srcs must map strings to artifacts, got %r: %r" % (kind, k, v))
             if k.startswith("/") or ".." in k.split("/"):
-                fail("copied_dir: invalid destination `%s`" % k)
-        o = _out(output, "copied_dir", dir = True)
-        a = _bind(o, "copied_dir")
-        state["actions"].append(struct(kind = "copied_dir", output = o, srcs = srcs))
+                fail("%s: invalid destination `%s`" % (kind, k))
+        o = _out(output, kind, dir = True)
+        a = _bind(o, kind)
+        state["actions"].append(struct(kind = kind, output = o, srcs = srcs))
         return a
 
-    symlinked_dir = copied_dir
+    def copied_dir(output, srcs, uses_experimental_content_based_path_hashing = False, has_content_based_path = False):
+        return _dir_action("copied_dir", output, srcs)
+
+    def symlinked_dir(output, srcs, uses_experimental_content_based_path_hashing = False, has_content_based_path = False):
+        return _dir_action("symlinked_dir", output, srcs)
 
     def download_file(output, url, vpnless_url = None, sha1 = None, sha256 = None, is_executable = False, is_deferrable = False, size_bytes = None):
         if sha1 == None and sha256 == None:
@@ -515,6 +531,12 @@ def _write_package_value(name, value, overwrite = False):
 
 def _read_parent_package_value(name):
     return None
+
+def _get_cell_name():
+    info = __ctx_info()
+    if info["kind"] not in ("buck", "package"):
+        fail("get_cell_name() can only be called while a BUCK or PACKAGE file is evaluated")
+    return info["cell"]
 
 def _host_info():
     return struct(os = struct(is_linux = True, is_macos = False, is_windows = False), arch = struct(is_x86_64 = True, is_aarch64 = False))
@@ -666,7 +688,11 @@ def _sh_test_impl(ctx):
         ExternalRunnerTestInfo(type = "custom", command = [cmd], env = ctx.attrs.env, labels = ctx.attrs.labels),
     ]
 
+# The real sh_test (like every prelude test rule) has these hidden toolchain
+# deps: analysis fails unless the toolchains cell defines both.
 sh_test = rule(impl = _sh_test_impl, attrs = {
+    "_remote_test_execution_toolchain": attrs.toolchain_dep(default = "toolchains//:remote_test_execution"),
+    "_test_toolchain": attrs.toolchain_dep(default = "toolchains//:test"),
     "args": attrs.list(attrs.arg(), default = []),
     "deps": attrs.list(attrs.dep(), default = []),
     "env": attrs.dict(attrs.string(), attrs.arg(), default = {}),
@@ -719,4 +745,5 @@ native = struct(
     write_package_value = _write_package_value,
     read_parent_package_value = _read_parent_package_value,
     host_info = _host_info,
+    get_cell_name = _get_cell_name,
 )

@@ -1924,3 +1924,251 @@ pub fn check_select_coverage(
     }
     Ok(covered)
 }
+
+// ---- executing actions as Buck2 stages them ------------------------------------
+
+/// Runs recorded actions the way Buck2 materializes them, with the real
+/// helpers, in a scratch output tree: `symlinked_dir` makes real directories
+/// holding one symlink per input; `copied_dir` copies regular files but, as
+/// Buck2 does, stages a source that is a symlink as a symlink to the file it
+/// resolves to (outside the staged directory); `run` runs the command (a
+/// `kpack` / `snapctl` argv[0] is the real helper, `cargo_build` is skipped
+/// since the helpers are given). Sources are read in place from the
+/// repository. What the starlark analysis cannot show — that a helper
+/// accepts the inputs as staged — is checked by running it.
+pub struct Executor {
+    bins: HelperBins,
+    repo: PathBuf,
+    out: PathBuf,
+    /// Output path (as the fake declares it) -> the action binding it.
+    by_output: BTreeMap<String, Json>,
+    done: HashSet<String>,
+}
+
+impl Executor {
+    /// An executor over every action analysed by `engine` so far, writing
+    /// outputs below `out`.
+    pub fn new(engine: &Rc<Engine>, bins: &HelperBins, out: &Path) -> Self {
+        let mut by_output = BTreeMap::new();
+        for (_, a) in engine.all_analyses() {
+            for act in &a.actions {
+                for o in action_outputs(act) {
+                    by_output.insert(o, act.clone());
+                }
+            }
+        }
+        Executor {
+            bins: bins.clone(),
+            repo: engine.repo.clone(),
+            out: out.to_path_buf(),
+            by_output,
+            done: HashSet::new(),
+        }
+    }
+
+    /// Where an artifact (the JSON of a fake artifact or output) lives.
+    pub fn path_of(&self, a: &Json) -> PathBuf {
+        let p = a["path"].as_str().unwrap_or("");
+        if a["is_source"].as_bool() == Some(true) {
+            self.repo.join(p)
+        } else {
+            self.out.join(p)
+        }
+    }
+
+    /// Materializes an artifact (running what produces it) and returns its path.
+    pub fn build(&mut self, a: &Json) -> anyhow::Result<PathBuf> {
+        if a["is_source"].as_bool() != Some(true) {
+            let p = a["path"].as_str().unwrap_or("");
+            let (key, act) = self
+                .by_output
+                .iter()
+                .find(|(o, _)| p == o.as_str() || p.starts_with(&format!("{o}/")))
+                .map(|(o, act)| (o.clone(), act.clone()))
+                .ok_or_else(|| anyhow!("no analysed action produces `{p}`"))?;
+            if self.done.insert(key) {
+                self.run(&act)?;
+            }
+        }
+        Ok(self.path_of(a))
+    }
+
+    fn run(&mut self, act: &Json) -> anyhow::Result<()> {
+        for input in action_inputs(act) {
+            self.build(&input)?;
+        }
+        match act["kind"].as_str().unwrap_or("") {
+            "symlinked_dir" | "copied_dir" => self.stage(act),
+            "run" => self.run_command(act),
+            other => bail!("the executor cannot run `{other}` actions"),
+        }
+    }
+
+    fn stage(&mut self, act: &Json) -> anyhow::Result<()> {
+        let copy = act["kind"] == json!("copied_dir");
+        let dir = self.path_of(&act["output"]);
+        std::fs::create_dir_all(&dir)?;
+        let srcs = act["srcs"].as_object().cloned().unwrap_or_default();
+        for (rel, a) in &srcs {
+            let dst = dir.join(rel);
+            if let Some(parent) = dst.parent() {
+                std::fs::create_dir_all(parent)?;
+            }
+            let src = self.path_of(a);
+            if !copy {
+                std::os::unix::fs::symlink(&src, &dst)
+                    .with_context(|| format!("symlink {}", dst.display()))?;
+                continue;
+            }
+            let meta = std::fs::symlink_metadata(&src)
+                .with_context(|| format!("stat {}", src.display()))?;
+            if meta.file_type().is_symlink() {
+                // Buck2 stages a symlinked source as a link to its target.
+                let target = std::fs::canonicalize(&src)?;
+                std::os::unix::fs::symlink(&target, &dst)?;
+            } else {
+                copy_tree(&src, &dst)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn run_command(&mut self, act: &Json) -> anyhow::Result<()> {
+        if act["category"] == json!("cargo_build") {
+            return Ok(());
+        }
+        let argv = act["argv"].as_array().cloned().unwrap_or_default();
+        let mut args: Vec<std::ffi::OsString> = Vec::new();
+        for (i, a) in argv.iter().enumerate() {
+            match a {
+                Json::String(s) => args.push(s.into()),
+                Json::Object(o) if i == 0 && o.contains_key("__artifact__") => {
+                    let bin = match o["basename"].as_str() {
+                        Some("kpack") => &self.bins.kpack,
+                        Some("snapctl") => &self.bins.snapctl,
+                        _ => bail!("the executor cannot run {a}"),
+                    };
+                    args.push(bin.into());
+                }
+                Json::Object(o) if o.contains_key("__output__") => {
+                    let p = self.path_of(a);
+                    if let Some(parent) = p.parent() {
+                        std::fs::create_dir_all(parent)?;
+                    }
+                    args.push(p.into());
+                }
+                Json::Object(_) => args.push(self.path_of(a).into()),
+                other => bail!("unexpected command line item {other}"),
+            }
+        }
+        let Some((prog, rest)) = args.split_first() else {
+            bail!("empty command line");
+        };
+        let mut cmd = Command::new(prog);
+        cmd.args(rest).current_dir(&self.out);
+        if let Some(env) = act["env"].as_object() {
+            for (k, v) in env {
+                if let Some(v) = v.as_str() {
+                    cmd.env(k, v);
+                }
+            }
+        }
+        let out = cmd
+            .output()
+            .with_context(|| format!("running {}", prog.to_string_lossy()))?;
+        if !out.status.success() {
+            bail!(
+                "action {} failed ({}):\n{}",
+                act["category"],
+                out.status,
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        Ok(())
+    }
+}
+
+/// Output paths an action binds.
+fn action_outputs(act: &Json) -> Vec<String> {
+    let mut v = Vec::new();
+    let mut push = |x: &Json| {
+        if x.get("__output__").is_some() {
+            if let Some(p) = x["path"].as_str() {
+                v.push(p.to_owned());
+            }
+        }
+    };
+    push(&act["output"]);
+    for key in ["argv", "hidden"] {
+        for x in act[key].as_array().into_iter().flatten() {
+            push(x);
+        }
+    }
+    v
+}
+
+/// Artifacts an action reads.
+fn action_inputs(act: &Json) -> Vec<Json> {
+    let mut v = Vec::new();
+    for key in ["argv", "hidden"] {
+        for x in act[key].as_array().into_iter().flatten() {
+            if x.get("__artifact__").is_some() {
+                v.push(x.clone());
+            }
+        }
+    }
+    for x in act["srcs"].as_object().into_iter().flat_map(|m| m.values()) {
+        v.push(x.clone());
+    }
+    if act["category"] == json!("cargo_build") {
+        v.clear();
+    }
+    v
+}
+
+/// Copies a file, or a directory recursively keeping its symlinks as they are.
+fn copy_tree(src: &Path, dst: &Path) -> anyhow::Result<()> {
+    let meta = std::fs::symlink_metadata(src)?;
+    if meta.file_type().is_symlink() {
+        std::os::unix::fs::symlink(std::fs::read_link(src)?, dst)?;
+    } else if meta.is_dir() {
+        std::fs::create_dir_all(dst)?;
+        for e in std::fs::read_dir(src)? {
+            let e = e?;
+            copy_tree(&e.path(), &dst.join(e.file_name()))?;
+        }
+    } else {
+        std::fs::copy(src, dst).with_context(|| format!("copy {}", src.display()))?;
+    }
+    Ok(())
+}
+
+/// A tree as sorted lines `path kind detail`: file contents by a hash,
+/// symlinks by their target text. Two trees are byte-identical when their
+/// listings are equal.
+pub fn tree_listing(root: &Path) -> anyhow::Result<Vec<String>> {
+    use std::hash::{Hash, Hasher};
+    fn walk(root: &Path, dir: &Path, out: &mut Vec<String>) -> anyhow::Result<()> {
+        for e in std::fs::read_dir(dir)? {
+            let p = e?.path();
+            let rel = p.strip_prefix(root)?.to_string_lossy().into_owned();
+            let meta = std::fs::symlink_metadata(&p)?;
+            if meta.file_type().is_symlink() {
+                out.push(format!("{rel} -> {}", std::fs::read_link(&p)?.display()));
+            } else if meta.is_dir() {
+                out.push(format!("{rel}/"));
+                walk(root, &p, out)?;
+            } else {
+                let bytes = std::fs::read(&p)?;
+                let mut h = std::collections::hash_map::DefaultHasher::new();
+                bytes.hash(&mut h);
+                out.push(format!("{rel} {} {:016x}", bytes.len(), h.finish()));
+            }
+        }
+        Ok(())
+    }
+    let mut v = Vec::new();
+    walk(root, root, &mut v)?;
+    v.sort();
+    Ok(v)
+}

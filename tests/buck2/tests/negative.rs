@@ -259,3 +259,41 @@ fn a_checksum_for_an_unknown_rocm_version_is_caught() {
         "{err}"
     );
 }
+
+#[test]
+fn staging_the_split_input_with_copied_dir_is_caught_by_the_executor() {
+    // Buck2's copied_dir stages a symlinked source (librocblas.so.5) as a
+    // link to the resolved file outside the staged tree: the split must
+    // fail, as it did under the real buck2 before the rule used
+    // symlinked_dir + --staging-root.
+    let e = broken(
+        "rules/buck2/private/kpack_split.bzl",
+        "ctx.actions.symlinked_dir(ctx.label.name + \".in\", staged)",
+        "ctx.actions.copied_dir(ctx.label.name + \".in\", staged)",
+    );
+    let tmp = tempfile::tempdir().unwrap();
+    let bins = helper_bins(&repo_root()).unwrap_or_else(|err| panic!("{err:#}"));
+    let l = label("examples/kpack", "split_gfx110X-build");
+    let cfg = e.config_for(&l, &[]).unwrap();
+    let a = e.analyze(&l, &cfg).unwrap_or_else(|err| panic!("{err:#}"));
+    let mut x = Executor::new(&e, &bins, tmp.path());
+    let err = format!(
+        "{:#}",
+        x.build(&a.providers_json["DefaultInfo"]["default_output"])
+            .expect_err("copied_dir staging must fail the split")
+    );
+    assert!(err.contains("points outside the tree"), "{err}");
+    assert!(err.contains("librocblas.so.5"), "{err}");
+}
+
+#[test]
+fn a_test_rule_without_the_remote_test_execution_toolchain_is_caught() {
+    // Every prelude test rule depends on toolchains//:remote_test_execution.
+    let e = broken(
+        "toolchains/BUCK",
+        "remote_test_execution_toolchain(\n    name = \"remote_test_execution\",",
+        "remote_test_execution_toolchain(\n    name = \"remote_test_execution_gone\",",
+    );
+    let err = analyze_err(&e, "examples/kpack", "packages_test");
+    assert!(err.contains("remote_test_execution"), "{err}");
+}

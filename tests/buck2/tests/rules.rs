@@ -135,6 +135,7 @@ fn every_buck2_file_loads() {
         "python",
         "genrule",
         "test",
+        "remote_test_execution",
         "rocpack",
     ] {
         assert!(
@@ -342,7 +343,7 @@ fn kpack_example_has_one_package_per_group() {
     let staged = a
         .actions
         .iter()
-        .find(|x| x["kind"] == json!("copied_dir"))
+        .find(|x| x["kind"] == json!("symlinked_dir"))
         .expect("shards dir");
     let names: BTreeSet<String> = staged["srcs"]
         .as_object()
@@ -594,4 +595,94 @@ fn every_kpack_split_option_reaches_the_helper_in_a_form_it_accepts() {
             checked[0]
         );
     }
+}
+
+/// Builds `targets` of the kpack example through the executor (Buck2's
+/// staging, the real helpers) and returns each default output's path.
+fn execute_kpack(
+    e: &Rc<Engine>,
+    out: &std::path::Path,
+    targets: &[&str],
+) -> anyhow::Result<Vec<std::path::PathBuf>> {
+    let bins = helper_bins(&repo_root())?;
+    let mut analyses = Vec::new();
+    for t in targets {
+        let l = label("examples/kpack", t);
+        let cfg = e.config_for(&l, &[])?;
+        analyses.push(e.analyze(&l, &cfg)?);
+    }
+    let mut x = Executor::new(e, &bins, out);
+    analyses
+        .iter()
+        .map(|a| x.build(&a.providers_json["DefaultInfo"]["default_output"]))
+        .collect()
+}
+
+#[test]
+fn the_kpack_example_builds_as_buck2_stages_it_and_matches_the_cli() {
+    let e = engine();
+    let tmp = tempfile::tempdir().unwrap();
+    let targets = ["blas_lib_generic", "blas_lib_gfx110X", "blas_lib_gfx120X"];
+    let built = execute_kpack(&e, &tmp.path().join("buck-out"), &targets)
+        .unwrap_or_else(|err| panic!("{err:#}"));
+
+    // The same inputs through the kpack CLI, on the checkout itself.
+    let bins = helper_bins(&repo_root()).unwrap();
+    let ex = repo_root().join("examples/kpack");
+    let cli = tmp.path().join("cli");
+    for (shard, artifact) in [
+        ("gfx110X-build", "blas_lib_gfx110X-dgpu"),
+        ("gfx1151-build", "blas_lib_gfx1151"),
+        ("gfx120X-build", "blas_lib_gfx120X-all"),
+    ] {
+        let st = std::process::Command::new(&bins.kpack)
+            .arg("split")
+            .arg("--artifact-dir")
+            .arg(ex.join("shards").join(shard).join(artifact))
+            .arg("--output-dir")
+            .arg(cli.join("shards").join(shard))
+            .args([
+                "--artifact-prefix",
+                "blas_lib",
+                "--split-databases",
+                "rocblas",
+            ])
+            .env("TZ", "UTC")
+            .output()
+            .unwrap();
+        assert!(
+            st.status.success(),
+            "{}",
+            String::from_utf8_lossy(&st.stderr)
+        );
+    }
+    let st = std::process::Command::new(&bins.kpack)
+        .arg("recombine")
+        .arg("--input-shards-dir")
+        .arg(cli.join("shards"))
+        .arg("--config")
+        .arg(ex.join("packaging-config.json"))
+        .arg("--output-dir")
+        .arg(cli.join("out"))
+        .output()
+        .unwrap();
+    assert!(
+        st.status.success(),
+        "{}",
+        String::from_utf8_lossy(&st.stderr)
+    );
+    for (t, dir) in targets.iter().zip(&built) {
+        let want = tree_listing(&cli.join("out").join(t)).unwrap();
+        let got = tree_listing(dir).unwrap();
+        assert!(!want.is_empty(), "{t}: the CLI wrote nothing");
+        assert_eq!(got, want, "{t}: the Buck2 staging changes the package");
+    }
+    // The in-tree symlink of the artifact survives the staging.
+    let listing = tree_listing(&built[0]).unwrap();
+    assert!(
+        listing
+            .iter()
+            .any(|l| l.ends_with("librocblas.so.5 -> librocblas.so.5.2")),
+        "{listing:?}"
+    );
 }

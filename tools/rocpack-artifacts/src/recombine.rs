@@ -71,6 +71,9 @@ pub struct RecombineOptions {
     pub component: Option<String>,
     /// Worker threads (`None`: rayon's default, all cores).
     pub jobs: Option<usize>,
+    /// Directories a build system staged the shards from: a symlinked
+    /// shard or artifact directory may also resolve inside one of them.
+    pub staging_roots: Vec<PathBuf>,
 }
 
 /// Input problems (exit 2): nothing was written.
@@ -275,9 +278,10 @@ fn parse_artifact_name(name: &str) -> Option<(String, ArtifactKind)> {
 
 /// Subdirectories of `dir`. Shard and artifact directories may be symlinks
 /// (build systems stage inputs that way), but only to directories inside
-/// `root` (the shards directory): a symlinked package pointing elsewhere
-/// would make recombine package whatever it points at.
-fn list_dirs(dir: &Path, root: &Path) -> Result<Vec<String>, FsError> {
+/// `root` (the shards directory) or inside one of `staging` (the declared
+/// inputs a build system staged, canonical): a symlinked package pointing
+/// elsewhere would make recombine package whatever it points at.
+fn list_dirs(dir: &Path, root: &Path, staging: &[PathBuf]) -> Result<Vec<String>, FsError> {
     let root_real = fs::canonicalize(root).ctx(root, "resolve")?;
     let mut out = Vec::new();
     for name in fsutil::sorted_names(dir).ctx(dir, "read directory")? {
@@ -295,7 +299,7 @@ fn list_dirs(dir: &Path, root: &Path) -> Result<Vec<String>, FsError> {
             .is_symlink()
         {
             let real = fs::canonicalize(&p).ctx(&p, "resolve")?;
-            if !real.starts_with(&root_real) {
+            if !real.starts_with(&root_real) && !staging.iter().any(|s| real.starts_with(s)) {
                 return Err(FsError::new(
                     p,
                     "read shard",
@@ -625,7 +629,12 @@ fn plan(
             })
         }
     }
-    let shards = list_dirs(input, input)?;
+    let staging = opts
+        .staging_roots
+        .iter()
+        .map(|r| fs::canonicalize(r).ctx(r, "resolve staging root"))
+        .collect::<Result<Vec<_>, FsError>>()?;
+    let shards = list_dirs(input, input, &staging)?;
     if !shards.contains(&cfg.primary_shard) {
         return Err(RecombineError::MissingPrimaryShard {
             shard: cfg.primary_shard.clone(),
@@ -647,7 +656,7 @@ fn plan(
     let mut artifacts: Vec<Artifact> = Vec::new();
     for shard in &shards {
         let sdir = input.join(shard);
-        for name in list_dirs(&sdir, input)? {
+        for name in list_dirs(&sdir, input, &staging)? {
             let path = sdir.join(&name);
             if !path.join(MANIFEST_FILE).is_file() {
                 warn(

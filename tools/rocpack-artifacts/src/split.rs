@@ -77,6 +77,9 @@ pub struct SplitOptions {
     pub gpu_targets: Vec<String>,
     /// Worker threads (`None`: one per CPU). Output does not depend on it.
     pub jobs: Option<usize>,
+    /// Directories a build system staged the inputs from: symlinks into
+    /// them stand for the inputs they mirror ([`walk::walk_staged`]).
+    pub staging_roots: Vec<PathBuf>,
 }
 
 /// Progress callbacks (the CLI draws a bar on a TTY).
@@ -906,7 +909,7 @@ fn split_into(
             }
             Err(msg) => return Err(SplitError::Usage(msg)),
         };
-        let entries = walk::walk(&root)?;
+        let entries = walk::walk_staged(&root, &opts.staging_roots)?;
         scans.push(PrefixScan {
             prefix: prefix.clone(),
             classes: Vec::new(),

@@ -175,6 +175,7 @@ fn files_land_where_their_arch_is() {
         exclude_arch: Vec::new(),
         gpu_targets: Vec::new(),
         jobs: Some(1),
+        staging_roots: Vec::new(),
     };
     split_artifact(&opts, &CountingProgress::default()).unwrap();
     for (path, want) in TABLE {

@@ -43,6 +43,7 @@ fn split_shards(dir: &Path) -> PathBuf {
             exclude_arch: vec![],
             gpu_targets: Vec::new(),
             jobs: None,
+            staging_roots: Vec::new(),
         };
         split_batch(&artifacts().join(s), &opts, &NoProgress)
             .unwrap_or_else(|e| panic!("split {s}: {e}"));
@@ -62,6 +63,7 @@ fn run(input: &Path, cfg: PackagingConfig, out: &Path) -> Result<RecombineReport
         link_mode: LinkMode::Copy,
         component: None,
         jobs: None,
+        staging_roots: Vec::new(),
     };
     recombine(&opts, &mut |_| {})
 }
@@ -301,6 +303,7 @@ fn recombined_fixture_tree_has_the_promised_layout() {
         link_mode: LinkMode::Hardlink,
         component: None,
         jobs: Some(1),
+        staging_roots: Vec::new(),
     };
     let report2 = recombine(&opts, &mut |_| {}).unwrap();
     assert_eq!(report, report2);

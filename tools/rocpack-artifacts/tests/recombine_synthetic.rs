@@ -62,6 +62,7 @@ fn run(
             link_mode: mode,
             component: component.map(str::to_string),
             jobs: Some(2),
+            staging_roots: Vec::new(),
         },
         &mut |_| {},
     )
@@ -237,4 +238,42 @@ fn duplicate_kpacks_compare_kernels_not_bytes() {
         m.contains("p/lib/libx.so#0") && m.contains("shards b and a"),
         "{m}"
     );
+}
+
+#[test]
+fn shards_staged_as_symlinks_need_their_staging_roots() {
+    // Buck2's symlinked_dir: <staged>/<shard> -> the split output elsewhere.
+    let t = tempfile::tempdir().unwrap();
+    let outputs = t.path().join("outputs");
+    shard(&outputs.join("split_a"), "x", &["gfx1100"], b"K1100");
+    let staged = t.path().join("staged");
+    fs::create_dir_all(&staged).unwrap();
+    std::os::unix::fs::symlink(outputs.join("split_a/x"), staged.join("a")).unwrap();
+    let c = || {
+        cfg(r#"{"primary_shard":"a","architecture_groups":{"g11":{"architectures":["gfx1100"]}}}"#)
+    };
+    let opts = |roots: Vec<std::path::PathBuf>, out: &str| RecombineOptions {
+        input_shards_dir: staged.clone(),
+        config: c(),
+        output_dir: t.path().join(out),
+        link_mode: LinkMode::Copy,
+        component: None,
+        jobs: Some(1),
+        staging_roots: roots,
+    };
+    let err = recombine(&opts(Vec::new(), "o1"), &mut |_| {}).unwrap_err();
+    assert!(
+        err.to_string().contains("outside the shards directory"),
+        "{err}"
+    );
+    // A staging root that does not hold the shard does not help.
+    let err = recombine(&opts(vec![t.path().join("staged")], "o2"), &mut |_| {}).unwrap_err();
+    assert!(
+        err.to_string().contains("outside the shards directory"),
+        "{err}"
+    );
+    let r = recombine(&opts(vec![outputs.join("split_a")], "o3"), &mut |_| {}).unwrap();
+    assert!(r.packages.iter().any(|p| p.name == "lib_g11"));
+    let link = t.path().join("o3/lib_generic/p/lib/libx.so.1");
+    assert_eq!(fs::read_link(link).unwrap(), Path::new("libx.so.1.0"));
 }

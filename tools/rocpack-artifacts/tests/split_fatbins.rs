@@ -65,6 +65,7 @@ fn every_fixture_binary_splits_into_the_expected_code_objects() {
         exclude_arch: vec![],
         gpu_targets: Vec::new(),
         jobs: Some(2),
+        staging_roots: Vec::new(),
     };
     let progress = CountingProgress::default();
     let report = split_artifact(&opts, &progress).unwrap();
@@ -191,6 +192,7 @@ fn unreadable_fat_elf_fails_the_split() {
             exclude_arch: Vec::new(),
             gpu_targets: Vec::new(),
             jobs: Some(1),
+            staging_roots: Vec::new(),
         };
         let err = split_artifact(&opts, &CountingProgress::default())
             .expect_err(what)
@@ -238,6 +240,7 @@ fn archive_with_two_members_of_one_name_splits() {
         exclude_arch: Vec::new(),
         gpu_targets: Vec::new(),
         jobs: Some(1),
+        staging_roots: Vec::new(),
     };
     split_artifact(&opts, &CountingProgress::default()).unwrap();
     let r =

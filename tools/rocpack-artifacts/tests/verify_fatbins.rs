@@ -62,6 +62,7 @@ fn split_fatbins_verify_and_archive_members_are_checked() {
             exclude_arch: vec![],
             gpu_targets: Vec::new(),
             jobs: None,
+            staging_roots: Vec::new(),
         },
         &NoProgress,
     )

@@ -28,6 +28,10 @@ pub struct RecombineArgs {
     /// Worker threads (default: all cores).
     #[arg(long, value_name = "N")]
     pub jobs: Option<usize>,
+    /// A directory the build system staged shards from (repeatable): a
+    /// symlinked shard or artifact directory may resolve inside it.
+    #[arg(long, value_name = "DIR")]
+    pub staging_root: Vec<PathBuf>,
     /// Print the report as JSON on stdout.
     #[arg(long)]
     pub json: bool,
@@ -49,6 +53,7 @@ pub fn run(args: RecombineArgs) -> anyhow::Result<ExitCode> {
         },
         component: args.component.clone(),
         jobs: args.jobs,
+        staging_roots: args.staging_root.clone(),
     };
     let mut log = |s: &str| eprintln!("kpack recombine: {s}");
     let result = recombine(&opts, &mut log);

@@ -58,6 +58,13 @@ pub struct SplitArgs {
     #[arg(long, short = 'j', value_name = "N")]
     jobs: Option<usize>,
 
+    /// A directory the build system staged inputs from (repeatable): a
+    /// symlink of the input tree that leads into DIR at its own relative
+    /// path stands for that input, which is judged as the original tree
+    /// would be (its own symlinks must stay inside the artifact).
+    #[arg(long, value_name = "DIR")]
+    staging_root: Vec<PathBuf>,
+
     /// Print the report as JSON on stdout.
     #[arg(long)]
     json: bool,
@@ -190,6 +197,7 @@ pub fn run(args: SplitArgs) -> anyhow::Result<ExitCode> {
         exclude_arch: args.exclude_arch.clone(),
         gpu_targets: args.gpu_targets.clone(),
         jobs: args.jobs,
+        staging_roots: args.staging_root.clone(),
     };
     let bar = std::io::stderr().is_terminal().then(|| {
         let pb = indicatif::ProgressBar::new(0);

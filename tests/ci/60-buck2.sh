@@ -1,0 +1,246 @@
+#!/usr/bin/env bash
+# Buck2 for real: the examples and the consumer cell (e2e/buck2) built and
+# tested by a real buck2 binary:
+#  * ../shared/tools/buck2 when present, else `buck2` on PATH, else the stage
+#    is skipped with a loud message (users install buck2 from its releases);
+#  * a cold `buck2 build //...` (fresh daemon and buck-out; the helpers come
+#    from the cargo target dir shared with stage 10, so they are not rebuilt);
+#  * `buck2 test //...`; every command of README's Buck2 transcript, with its
+#    output compared (runs exactly, builds and tests line by line);
+#  * the missing-snapshot failure; stable_checksums `.update` and its test
+#    (stale file caught, `.update` restores it byte for byte);
+#  * kpack outputs byte-identical to the kpack CLI on the same inputs;
+#  * a no-change rebuild that runs nothing (`buck2 log what-ran` empty);
+#  * the consumer cell e2e/buck2 (rocpack as an external cell);
+#  * time of a split through buck2 vs the helper alone.
+# Every step prints its time.
+. "$(dirname "$0")/lib.sh"
+cd "$ROOT"
+
+BUCK2_BIN=""
+if [ -x "$ROCPACK_SHARED_DIR/tools/buck2" ]; then
+    BUCK2_BIN="$ROCPACK_SHARED_DIR/tools/buck2"
+elif command -v buck2 >/dev/null; then
+    BUCK2_BIN="$(command -v buck2)"
+fi
+if [ -z "$BUCK2_BIN" ]; then
+    printf '\n%s\n%s\n%s\n\n' \
+        '!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!' \
+        '!!! SKIPPED: no buck2 (../shared/tools/buck2 or buck2 on PATH).       !!!' \
+        '!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!' >&2
+    exit 0
+fi
+need_pkgs gcc g++ libc6-dev binutils zstd
+
+# One daemon and buck-out of its own (buck-out/rocpack-ci), so a developer's
+# buck2 state is left alone; the helpers' cargo build shares the target dir.
+ISO=rocpack-ci
+CARGO_TD="${ROCPACK_CARGO_TARGET_DIR:-$ROOT/target}"
+CFG=(-c "rocpack.cargo_profile=dev" -c "rocpack.cargo_target_dir=$CARGO_TD")
+b2() { "$BUCK2_BIN" --isolation-dir "$ISO" "$@"; }
+b2c() { local sub="$1"; shift; b2 "$sub" "${CFG[@]}" "$@"; }
+
+WORK="$(mktemp -d /tmp/rocpack-buck2-ci.XXXXXX)"
+CHECKSUMS=examples/rcclx/stable_checksums.bzl
+cp "$CHECKSUMS" "$WORK/checksums.orig"
+cleanup() {
+    cmp -s "$WORK/checksums.orig" "$CHECKSUMS" || cp "$WORK/checksums.orig" "$CHECKSUMS"
+    b2 kill >/dev/null 2>&1 || true
+    [ -n "${E2E:-}" ] && (cd "$E2E" && "$BUCK2_BIN" --isolation-dir "$ISO" kill >/dev/null 2>&1 || true)
+    rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+STEP_T0=0
+step() { STEP_NAME="$*"; log "$*"; STEP_T0=$(date +%s.%N); }
+done_step() { printf '    [%s: %.1f s]\n' "$STEP_NAME" "$(echo "$(date +%s.%N) - $STEP_T0" | bc)" >&2; }
+need_pkgs bc
+
+# run_logged NAME CMD...: stdout/stderr to $WORK/NAME.{out,err}; the tail of
+# stderr is shown when it fails.
+run_logged() {
+    local n="$1"; shift
+    if ! "$@" >"$WORK/$n.out" 2>"$WORK/$n.err"; then
+        tail -40 "$WORK/$n.err" >&2
+        return 1
+    fi
+}
+
+# Paths, hashes and isolation dir out of buck2's messages.
+normalize() {
+    sed -E -e "s#buck-out/$ISO/#buck-out/v2/#g" \
+        -e 's#/(gen|art)/([a-z]+)/[0-9a-f]{16}/#/\1/\2/<hash>/#g' \
+        -e 's/\x1b\[[0-9;]*m//g' -e 's/^\[[0-9T:.+-]+\] //' -e 's/^[[:space:]]+//' -e 's/[[:space:]]+$//'
+}
+
+step "helpers: cargo build -p kpack -p snapctl (dev, target dir $CARGO_TD)"
+cargo fetch --locked
+CARGO_TARGET_DIR="$CARGO_TD" cargo build --locked -q -p kpack -p snapctl
+KPACK="$CARGO_TD/debug/kpack"
+done_step
+
+step "cold buck2 build //... (new daemon, empty buck-out/$ISO)"
+b2 kill >/dev/null 2>&1 || true
+rm -rf "buck-out/$ISO"
+run_logged build-cold b2c build //... || die "buck2 build //..."
+grep -q "BUILD SUCCEEDED" "$WORK/build-cold.err" || die "no BUILD SUCCEEDED"
+done_step
+
+step "buck2 test //..."
+run_logged test b2c test //... || die "buck2 test //..."
+grep -E "^Tests finished|Pass [0-9]+" "$WORK/test.err" >&2 || true
+grep -q "Fail 0" "$WORK/test.err" || die "buck2 test //... reported failures"
+done_step
+
+step "README Buck2 transcript"
+# The console block between the buck2-transcript markers: "$ buck2 ..." lines
+# and their output. `buck2 run`: stdout must be exactly the lines shown.
+# Others: every shown line (hashes normalised; "..." skipped) must appear in
+# the output, and a command whose lines contain "error:" must fail.
+awk '/<!-- buck2-transcript:start -->/{on=1; next} /<!-- buck2-transcript:end -->/{on=0} on' README.md \
+    | grep -v '^```' > "$WORK/transcript"
+[ -s "$WORK/transcript" ] || die "README has no buck2 transcript"
+check_cmd() {
+    local cmd="$1" expect="$2" i="$3" rc=0
+    read -r -a argv <<< "${cmd#\$ buck2 }"
+    local sub="${argv[0]}"
+    b2c "$sub" "${argv[@]:1}" >"$WORK/t$i.out" 2>"$WORK/t$i.err" || rc=$?
+    if grep -q "error:" "$expect"; then
+        [ "$rc" -ne 0 ] || die "'$cmd' succeeded; README shows it failing"
+    else
+        [ "$rc" -eq 0 ] || { tail -30 "$WORK/t$i.err" >&2; die "'$cmd' failed (rc $rc)"; }
+    fi
+    if [ "$sub" = run ]; then
+        diff -u "$expect" "$WORK/t$i.out" >&2 || die "'$cmd': stdout differs from README"
+    else
+        cat "$WORK/t$i.out" "$WORK/t$i.err" | normalize > "$WORK/t$i.all"
+        normalize < "$expect" > "$expect.n"
+        while IFS= read -r line; do
+            [ "$line" = "..." ] && continue
+            grep -qxF -- "$line" "$WORK/t$i.all" \
+                || { cat "$WORK/t$i.all" >&2; die "'$cmd': README line not in the output: $line"; }
+        done < "$expect.n"
+    fi
+    printf '    ok: %s\n' "$cmd" >&2
+}
+n=0; cmd=""; : > "$WORK/expect"
+while IFS= read -r line; do
+    if [[ "$line" == '$ buck2 '* ]]; then
+        [ -n "$cmd" ] && check_cmd "$cmd" "$WORK/expect" "$n"
+        n=$((n + 1)); cmd="$line"; : > "$WORK/expect"
+    elif [ -n "$cmd" ]; then
+        printf '%s\n' "$line" >> "$WORK/expect"
+    fi
+done < "$WORK/transcript"
+[ -n "$cmd" ] && check_cmd "$cmd" "$WORK/expect" "$n"
+[ "$n" -ge 8 ] || die "README's transcript has only $n buck2 commands"
+done_step
+
+step "missing snapshot: -m rcclx_stable -m rocm71 fails at analysis with the fix"
+if b2c build -m rcclx_stable -m rocm71 //examples/rcclx:hello >"$WORK/miss.out" 2>"$WORK/miss.err"; then
+    die "a missing snapshot built"
+fi
+for want in "no stable snapshot of rcclx for ROCm 7.1" "snapctl create --snapshots-root examples/rcclx/snapshots" \
+    "buck2 run //examples/rcclx:stable_checksums.update"; do
+    grep -qF "$want" "$WORK/miss.err" || { cat "$WORK/miss.err" >&2; die "missing-snapshot message lacks: $want"; }
+done
+done_step
+
+step "stable_checksums: .update, stale file caught by the test, .update restores it"
+run_logged upd1 b2c run //examples/rcclx:stable_checksums.update || die ".update"
+cmp "$WORK/checksums.orig" "$CHECKSUMS" || die ".update changed an up-to-date file"
+sed -i -E '0,/"[0-9a-f]{64}"/s//"'"$(printf '0%.0s' {1..64})"'"/' "$CHECKSUMS"
+cmp -s "$WORK/checksums.orig" "$CHECKSUMS" && die "could not make the file stale"
+if b2c test //examples/rcclx:stable_checksums_test >"$WORK/stale.out" 2>"$WORK/stale.err"; then
+    die "stable_checksums_test passed on a stale file"
+fi
+run_logged upd2 b2c run //examples/rcclx:stable_checksums.update || die ".update (stale)"
+cmp "$WORK/checksums.orig" "$CHECKSUMS" || die ".update did not restore the file byte for byte"
+run_logged fresh b2c test //examples/rcclx:stable_checksums_test || die "stable_checksums_test on the restored file"
+done_step
+
+step "kpack outputs byte-identical to the kpack CLI"
+# listing DIR: one line per entry (type, mode, symlink target, sha256).
+listing() {
+    (cd "$1" && find . -mindepth 1 -printf '%P %y %m %l\n' | LC_ALL=C sort
+     find . -type f -print0 | LC_ALL=C sort -z | xargs -0 -r sha256sum)
+}
+declare -A SHARDS=([gfx110X-build]=blas_lib_gfx110X-dgpu [gfx1151-build]=blas_lib_gfx1151 [gfx120X-build]=blas_lib_gfx120X-all)
+for shard in "${!SHARDS[@]}"; do
+    TZ=UTC LC_ALL=C "$KPACK" split --artifact-dir "examples/kpack/shards/$shard/${SHARDS[$shard]}" \
+        --output-dir "$WORK/cli/shards/$shard" --artifact-prefix blas_lib --split-databases rocblas >/dev/null \
+        || die "kpack split $shard"
+done
+"$KPACK" recombine --input-shards-dir "$WORK/cli/shards" --config examples/kpack/packaging-config.json \
+    --output-dir "$WORK/cli/out" >/dev/null || die "kpack recombine"
+targets=()
+for shard in "${!SHARDS[@]}"; do targets+=("//examples/kpack:split_$shard"); done
+for g in generic gfx110X gfx115X gfx120X; do targets+=("//examples/kpack:blas_lib_$g"); done
+run_logged outputs b2c build "${targets[@]}" --show-full-output || die "buck2 build of the kpack targets"
+compared=0
+while read -r target path; do
+    name="${target##*:}"
+    case "$name" in
+        split_*) want="$WORK/cli/shards/${name#split_}" ;;
+        *) want="$WORK/cli/out/$name" ;;
+    esac
+    [ -d "$want" ] || die "the CLI made no $want"
+    diff <(listing "$want") <(listing "$path") >&2 || die "$target differs from the kpack CLI"
+    compared=$((compared + 1))
+done < <(grep '^rocpack//examples/kpack:' "$WORK/outputs.out")
+[ "$compared" -eq 7 ] || die "compared $compared outputs, expected 7"
+done_step
+
+step "no-change rebuild runs no action"
+run_logged nochange1 b2c build //... || die "rebuild"
+run_logged nochange2 b2c build //... || die "no-change rebuild"
+what_ran() {
+    local i
+    for i in 1 2 3 4 5; do
+        # The event log of the last command may still be being written.
+        if b2 log what-ran >"$WORK/what-ran" 2>"$WORK/what-ran.err"; then return 0; fi
+        sleep 1
+    done
+    cat "$WORK/what-ran.err" >&2; return 1
+}
+what_ran || die "buck2 log what-ran"
+grep -q "nochange\|build //..." "$WORK/what-ran.err" || true
+if [ -s "$WORK/what-ran" ]; then
+    cat "$WORK/what-ran" >&2; die "the no-change rebuild ran actions"
+fi
+done_step
+
+step "split through buck2 vs the helper alone (examples/kpack, 3 shards)"
+# The helper alone: the three splits, warm page cache, best of 3.
+best() { sort -n | head -1; }
+t_cli=$(for r in 1 2 3; do
+    rm -rf "$WORK/bench"
+    s=$(date +%s.%N)
+    for shard in "${!SHARDS[@]}"; do
+        TZ=UTC "$KPACK" split --artifact-dir "examples/kpack/shards/$shard/${SHARDS[$shard]}" \
+            --output-dir "$WORK/bench/$shard" --artifact-prefix blas_lib --split-databases rocblas >/dev/null
+    done
+    echo "$(date +%s.%N) - $s" | bc
+done | best)
+# Through buck2: the split targets in a configuration not built yet (a new
+# ROCm version hash), so exactly the split actions run; warm daemon.
+split_targets=()
+for shard in "${!SHARDS[@]}"; do split_targets+=("//examples/kpack:split_$shard"); done
+t_b2=$(for m in rocm62 rocm70 rocm71; do
+    s=$(date +%s.%N)
+    b2c build -m "$m" "${split_targets[@]}" >/dev/null 2>&1 || exit 1
+    echo "$(date +%s.%N) - $s" | bc
+done | best) || die "buck2 build of the split targets"
+b2 log what-ran > "$WORK/split-ran" 2>/dev/null || true
+printf '    kpack split alone: %.3f s; through buck2 (whole command, warm daemon): %.3f s; ratio %.2f\n' \
+    "$t_cli" "$t_b2" "$(echo "$t_b2 / $t_cli" | bc -l)" >&2
+done_step
+
+if [ -d e2e/buck2 ]; then
+    step "consumer cell e2e/buck2 (rocpack as an external cell)"
+    E2E="$WORK/consumer"
+    bash e2e/buck2/run.sh "$BUCK2_BIN" "$E2E" "$ISO" "${CFG[@]}" || die "e2e/buck2"
+    done_step
+fi
+
+log "buck2 stage passed"
