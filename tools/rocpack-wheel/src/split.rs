@@ -217,7 +217,6 @@ struct Planned {
     file: String,
     dist_info: String,
     entries: Vec<OutEntry>,
-    use_input: bool,
 }
 
 fn usage(msg: impl Into<String>) -> WheelError {
@@ -808,7 +807,6 @@ fn split_inner(
         file: host_file.clone(),
         dist_info: dist_info.clone(),
         entries: host_entries.into_values().collect(),
-        use_input: true,
     }];
     all_planned.extend(planned);
 
@@ -825,7 +823,7 @@ fn split_inner(
         let (out_name, w) = match opts.output_format {
             OutputFormat::Wheel => {
                 let out = staging.path().join(&p.file);
-                let inp = if p.use_input { input.as_mut() } else { None };
+                let inp = input.as_mut();
                 (p.file.clone(), zipio::write_wheel(&out, p.entries, &p.dist_info, inp, wopts, &tmp)?)
             }
             OutputFormat::Directory => {
@@ -912,7 +910,6 @@ impl WheelInfo<'_> {
             file: wn.file_name(),
             dist_info,
             entries,
-            use_input: false,
         }
     }
 }
