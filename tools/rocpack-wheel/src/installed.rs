@@ -84,24 +84,31 @@ pub fn verify_installed(root: &Path, target: &str) -> Result<InstalledReport, Wh
         };
         match info.state {
             rocpack_elf::State::Fat if info.has_device_code() => {
-                r.failures.push(format!("{}: fat binary with device code", e.rel));
+                r.failures
+                    .push(format!("{}: fat binary with device code", e.rel));
             }
             rocpack_elf::State::Split => {
                 r.host_binaries += 1;
                 let Some(m) = &info.marker else {
-                    r.failures.push(format!("{}: HIPK wrappers but no marker", e.rel));
+                    r.failures
+                        .push(format!("{}: HIPK wrappers but no marker", e.rel));
                     continue;
                 };
                 let dir = e.path.parent().unwrap_or(root);
-                let indices: BTreeSet<u64> =
-                    info.wrappers.iter().map(|w| u64::from(w.co_index())).collect();
+                let indices: BTreeSet<u64> = info
+                    .wrappers
+                    .iter()
+                    .map(|w| u64::from(w.co_index()))
+                    .collect();
                 for i in indices {
                     r.lookups += 1;
                     match loader.resolve_bytes(&m.bytes, dir, i, &[target]) {
                         Ok(_) => r.resolved += 1,
-                        Err(er) => r
-                            .failures
-                            .push(format!("{}: co_index {i}: {er} (error {})", e.rel, er.code())),
+                        Err(er) => r.failures.push(format!(
+                            "{}: co_index {i}: {er} (error {})",
+                            e.rel,
+                            er.code()
+                        )),
                     }
                 }
             }

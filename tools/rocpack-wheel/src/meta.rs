@@ -4,13 +4,21 @@
 
 /// A METADATA or WHEEL file: header lines (continuations kept with their
 /// field) and the body after the first blank line, kept byte for byte.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Headers {
     fields: Vec<(String, String)>,
     body: Option<String>,
 }
 
 impl Headers {
+    /// No fields, no body.
+    pub fn new() -> Headers {
+        Headers {
+            fields: Vec::new(),
+            body: None,
+        }
+    }
+
     /// Parses header text. Fails on a line that is neither `Key: value`
     /// nor a continuation.
     pub fn parse(text: &str) -> Result<Headers, String> {
@@ -71,7 +79,11 @@ impl Headers {
     /// Sets the value of the first `key` field (appends when absent).
     pub fn set(&mut self, key: &str, value: impl Into<String>) {
         let value = value.into();
-        match self.fields.iter_mut().find(|(k, _)| k.eq_ignore_ascii_case(key)) {
+        match self
+            .fields
+            .iter_mut()
+            .find(|(k, _)| k.eq_ignore_ascii_case(key))
+        {
             Some((_, v)) => *v = value,
             None => self.push(key, value),
         }

@@ -43,8 +43,7 @@ pub fn is_valid_name(name: &str) -> bool {
     !b.is_empty()
         && b.first().is_some_and(ok_edge)
         && b.last().is_some_and(ok_edge)
-        && b
-            .iter()
+        && b.iter()
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'.' | b'-' | b'_'))
 }
 
@@ -111,7 +110,12 @@ impl WheelName {
 
     /// Compressed tag set from `Tag:` lines of a WHEEL file
     /// (`py3-none-any`, …): each field's distinct values joined with `.`.
-    pub fn from_tags(name: &str, version: &str, build: Option<&str>, tags: &[String]) -> Option<WheelName> {
+    pub fn from_tags(
+        name: &str,
+        version: &str,
+        build: Option<&str>,
+        tags: &[String],
+    ) -> Option<WheelName> {
         let mut fields: [Vec<&str>; 3] = Default::default();
         for t in tags {
             let p: Vec<&str> = t.split('-').collect();
@@ -145,9 +149,18 @@ mod tests {
     #[test]
     fn pep503() {
         assert_eq!(normalize("Foo.Bar__baz"), "foo-bar-baz");
-        assert_eq!(normalize("amd-torch-device-gfx12_0"), "amd-torch-device-gfx12-0");
-        assert_eq!(normalize("fxpkg-device-gfx1250-strict"), "fxpkg-device-gfx1250-strict");
-        assert_eq!(file_component("fxpkg-device-gfx1100"), "fxpkg_device_gfx1100");
+        assert_eq!(
+            normalize("amd-torch-device-gfx12_0"),
+            "amd-torch-device-gfx12-0"
+        );
+        assert_eq!(
+            normalize("fxpkg-device-gfx1250-strict"),
+            "fxpkg-device-gfx1250-strict"
+        );
+        assert_eq!(
+            file_component("fxpkg-device-gfx1100"),
+            "fxpkg_device_gfx1100"
+        );
         assert_eq!(kpack_stem("Amd-Torch"), "amd_torch");
         assert!(is_valid_name("a.b-c_d1"));
         assert!(!is_valid_name("-a"));
@@ -161,10 +174,16 @@ mod tests {
         assert_eq!(w.name, "fxpkg");
         assert_eq!(w.platform, "linux_x86_64");
         let d = w.with_dist("fxpkg-device-gfx1100", "1.0");
-        assert_eq!(d.file_name(), "fxpkg_device_gfx1100-1.0-py3-none-linux_x86_64.whl");
+        assert_eq!(
+            d.file_name(),
+            "fxpkg_device_gfx1100-1.0-py3-none-linux_x86_64.whl"
+        );
         let b = WheelName::parse("x-2.0-1abc-cp311-cp311-manylinux_2_28_x86_64.whl").unwrap();
         assert_eq!(b.build.as_deref(), Some("1abc"));
-        assert_eq!(b.file_name(), "x-2.0-1abc-cp311-cp311-manylinux_2_28_x86_64.whl");
+        assert_eq!(
+            b.file_name(),
+            "x-2.0-1abc-cp311-cp311-manylinux_2_28_x86_64.whl"
+        );
         assert!(WheelName::parse("x-1.0-py3-none.whl").is_none());
         assert!(WheelName::parse("x-1.0-abc-py3-none-any.whl").is_none());
         let t = WheelName::from_tags(

@@ -205,6 +205,15 @@ pub struct WheelSplitReport {
     pub output_format: String,
 }
 
+/// The loaded input: files by wheel path, the wheel (for raw copies), its
+/// file name and size.
+type Loaded = (
+    BTreeMap<String, InFile>,
+    Option<InputWheel>,
+    Option<String>,
+    u64,
+);
+
 /// A file of the extracted input, by wheel path.
 struct InFile {
     path: PathBuf,
@@ -253,7 +262,8 @@ pub fn split_wheel(
 }
 
 fn check_output(opts: &WheelSplitOptions) -> Result<(), WheelError> {
-    let inp = fsutil::absolute_lexical(&opts.input).map_err(|e| ioerr(&opts.input, "resolve", e))?;
+    let inp =
+        fsutil::absolute_lexical(&opts.input).map_err(|e| ioerr(&opts.input, "resolve", e))?;
     let out = fsutil::absolute_lexical(&opts.output_dir)
         .map_err(|e| ioerr(&opts.output_dir, "resolve", e))?;
     let inp_real = fs::canonicalize(&inp).unwrap_or(inp.clone());
@@ -270,10 +280,7 @@ fn check_output(opts: &WheelSplitOptions) -> Result<(), WheelError> {
 
 /// Loads the input into `root`; returns the files by wheel path, the input
 /// wheel (for raw copies) and its file name.
-fn load_input(
-    opts: &WheelSplitOptions,
-    root: &Path,
-) -> Result<(BTreeMap<String, InFile>, Option<InputWheel>, Option<String>, u64), WheelError> {
+fn load_input(opts: &WheelSplitOptions, root: &Path) -> Result<Loaded, WheelError> {
     let meta = fs::metadata(&opts.input).map_err(|e| ioerr(&opts.input, "stat", e))?;
     let mut files = BTreeMap::new();
     fs::create_dir_all(root).map_err(|e| ioerr(root, "create directory", e))?;
@@ -346,15 +353,17 @@ fn has_device_code(path: &Path) -> Result<bool, WheelError> {
             return Ok(false);
         }
     }
-    let size = fs::metadata(path).map_err(|e| ioerr(path, "stat", e))?.len();
+    let size = fs::metadata(path)
+        .map_err(|e| ioerr(path, "stat", e))?
+        .len();
     let data = fsutil::read_bounded(path, size).map_err(|e| ioerr(path, "read", e))?;
     if rocpack_elf::is_archive(&data) {
         let Ok(members) = rocpack_elf::archive_members(&data) else {
             return Ok(false);
         };
-        return Ok(members.iter().any(|m| {
-            rocpack_elf::analyze(m.data).is_ok_and(|i| i.has_device_code())
-        }));
+        return Ok(members
+            .iter()
+            .any(|m| rocpack_elf::analyze(m.data).is_ok_and(|i| i.has_device_code())));
     }
     Ok(rocpack_elf::analyze(&data).is_ok_and(|i| i.has_device_code()))
 }
@@ -372,7 +381,7 @@ fn generator() -> String {
 }
 
 fn wheel_file_text(host_wheel: &Headers) -> String {
-    let mut h = Headers::parse("").unwrap_or_else(|_| unreachable_headers());
+    let mut h = Headers::new();
     h.push("Wheel-Version", "1.0");
     h.push("Generator", generator());
     h.push("Root-Is-Purelib", "false");
@@ -385,13 +394,8 @@ fn wheel_file_text(host_wheel: &Headers) -> String {
     h.render()
 }
 
-fn unreachable_headers() -> Headers {
-    // Parsing the empty string cannot fail; keep a total fallback anyway.
-    Headers::parse("X: y").map_or_else(|_| unreachable_headers(), |h| h)
-}
-
 fn metadata_text(name: &str, version: &str, summary: &str, requires: &[String]) -> String {
-    let mut h = Headers::parse("").unwrap_or_else(|_| unreachable_headers());
+    let mut h = Headers::new();
     h.push("Metadata-Version", "2.1");
     h.push("Name", name);
     h.push("Version", version);
@@ -440,7 +444,11 @@ fn split_inner(
         .filter(|c| c.ends_with(".dist-info"))
         .collect();
     let dist_info = match dist_infos.len() {
-        1 => dist_infos.iter().next().map(|s| s.to_string()).unwrap_or_default(),
+        1 => dist_infos
+            .iter()
+            .next()
+            .map(|s| s.to_string())
+            .unwrap_or_default(),
         0 => return Err(usage("the wheel has no .dist-info directory")),
         _ => {
             return Err(usage(format!(
@@ -470,10 +478,14 @@ fn split_inner(
         .ok_or_else(|| usage(format!("{meta_path}: no Version")))?
         .to_string();
     if !names::is_valid_name(&name) {
-        return Err(usage(format!("{meta_path}: `{name}` is not a valid distribution name")));
+        return Err(usage(format!(
+            "{meta_path}: `{name}` is not a valid distribution name"
+        )));
     }
     if version.is_empty() || version.contains(|c: char| c.is_whitespace() || c == ',' || c == ';') {
-        return Err(usage(format!("{meta_path}: `{version}` is not a usable version")));
+        return Err(usage(format!(
+            "{meta_path}: `{version}` is not a usable version"
+        )));
     }
     if metadata
         .all("Provides-Extra")
@@ -484,7 +496,11 @@ fn split_inner(
             "{meta_path}: already has a `device-all` extra (is this a split host wheel?)"
         )));
     }
-    let tags: Vec<String> = wheel_meta.all("Tag").iter().map(|t| t.trim().to_string()).collect();
+    let tags: Vec<String> = wheel_meta
+        .all("Tag")
+        .iter()
+        .map(|t| t.trim().to_string())
+        .collect();
     let host_name = match &input_name {
         Some(n) => WheelName::parse(n).ok_or_else(|| usage(format!("{n}: bad wheel file name")))?,
         None => WheelName::from_tags(&name, &version, wheel_meta.first("Build"), &tags)
@@ -504,17 +520,25 @@ fn split_inner(
         .unwrap_or("")
         .trim_end_matches('/')
         .to_string();
-    let overlay = if overlay == "." { String::new() } else { overlay };
+    let overlay = if overlay == "." {
+        String::new()
+    } else {
+        overlay
+    };
     if !overlay.is_empty() {
         if !zipio::is_plain_rel(&overlay) {
-            return Err(usage(format!("--overlay-root `{overlay}` is not a plain relative path")));
+            return Err(usage(format!(
+                "--overlay-root `{overlay}` is not a plain relative path"
+            )));
         }
         if overlay.split('/').next() == Some(dist_info.as_str()) {
             return Err(usage("--overlay-root must not be the .dist-info directory"));
         }
         let pre = format!("{overlay}/");
         if !files.keys().any(|k| k.starts_with(&pre)) {
-            return Err(usage(format!("--overlay-root `{overlay}`: no such directory in the wheel")));
+            return Err(usage(format!(
+                "--overlay-root `{overlay}`: no such directory in the wheel"
+            )));
         }
         for (k, f) in &files {
             if !k.starts_with(&pre) && has_device_code(&f.path)? {
@@ -590,7 +614,9 @@ fn split_inner(
         .clone()
         .unwrap_or_else(|| format!("{name}-device"));
     if !names::is_valid_name(&dev_prefix) {
-        return Err(usage(format!("--device-package-prefix `{dev_prefix}` is not a valid distribution name")));
+        return Err(usage(format!(
+            "--device-package-prefix `{dev_prefix}` is not a valid distribution name"
+        )));
     }
     let host_norm = names::normalize(&name);
     let dev_name = |suffix: &str| names::normalize(&format!("{dev_prefix}-{suffix}"));
@@ -599,10 +625,14 @@ fn split_inner(
     for t in by_target.keys() {
         let n = dev_name(t);
         if !names::is_valid_name(&n) {
-            return Err(usage(format!("device distribution `{n}` is not a valid name")));
+            return Err(usage(format!(
+                "device distribution `{n}` is not a valid name"
+            )));
         }
         if let Some(other) = seen_names.insert(n.clone(), format!("target {t}")) {
-            return Err(usage(format!("distribution `{n}` of target {t} collides with {other}")));
+            return Err(usage(format!(
+                "distribution `{n}` of target {t} collides with {other}"
+            )));
         }
     }
     let pin = |dist: &str| format!("{dist}=={version}");
@@ -643,16 +673,26 @@ fn split_inner(
                     name: rel.clone(),
                     content: Content::Disk(e.path.clone()),
                     mode: mode & 0o777,
-                    raw_from_input: if is_kpack { None } else { files.get(&rel).and_then(|f| f.raw) },
+                    raw_from_input: if is_kpack {
+                        None
+                    } else {
+                        files.get(&rel).and_then(|f| f.raw)
+                    },
                     store: is_kpack && opts.compression != Compression::None,
                 };
                 if entries.insert(rel.clone(), entry).is_some() {
-                    return Err(usage(format!("{rel}: written for two architectures of {target}")));
+                    return Err(usage(format!(
+                        "{rel}: written for two architectures of {target}"
+                    )));
                 }
             }
         }
         let mut requires = vec![pin(&host_norm)];
-        requires.extend(opts.device_requires_dist.iter().map(|r| r.replace(GFXARCH, target)));
+        requires.extend(
+            opts.device_requires_dist
+                .iter()
+                .map(|r| r.replace(GFXARCH, target)),
+        );
         let summary = format!("GPU device code of {name} {version} for {target}");
         let w = wheel_info.plan(&dist, &summary, &requires, entries.into_values().collect());
         device_wheels.push(DeviceWheel {
@@ -694,12 +734,18 @@ fn split_inner(
                 continue;
             }
             if let Some(other) = seen_names.get(&dist) {
-                if other.starts_with("target ") && members.len() == 1 && dist == dev_name(&members[0]) {
+                if other.starts_with("target ")
+                    && members.len() == 1
+                    && dist == dev_name(&members[0])
+                {
                     // A group named like its only target: that wheel already serves it.
                     skipped_groups.push(g.name.clone());
                     continue;
                 }
-                return Err(usage(format!("family distribution `{dist}` of group {} collides with {other}", g.name)));
+                return Err(usage(format!(
+                    "family distribution `{dist}` of group {} collides with {other}",
+                    g.name
+                )));
             }
             seen_names.insert(dist.clone(), format!("group {}", g.name));
             let mut requires = vec![pin(&host_norm)];
@@ -743,13 +789,17 @@ fn split_inner(
         }
     };
     for t in by_target.keys() {
-        extra(&mut metadata, &format!("device-{}", names::normalize(t)), &[dev_name(t)]);
+        extra(
+            &mut metadata,
+            &format!("device-{}", names::normalize(t)),
+            &[dev_name(t)],
+        );
     }
     for f in &family_wheels {
         extra(
             &mut metadata,
             &format!("device-{}", names::normalize(&f.group)),
-            &[f.wheel.distribution.clone()],
+            std::slice::from_ref(&f.wheel.distribution),
         );
     }
     let all: Vec<String> = by_target.keys().map(|t| dev_name(t)).collect();
@@ -824,7 +874,10 @@ fn split_inner(
             OutputFormat::Wheel => {
                 let out = staging.path().join(&p.file);
                 let inp = input.as_mut();
-                (p.file.clone(), zipio::write_wheel(&out, p.entries, &p.dist_info, inp, wopts, &tmp)?)
+                (
+                    p.file.clone(),
+                    zipio::write_wheel(&out, p.entries, &p.dist_info, inp, wopts, &tmp)?,
+                )
             }
             OutputFormat::Directory => {
                 let d = p.file.trim_end_matches(".whl").to_string();
@@ -891,7 +944,13 @@ struct WheelInfo<'a> {
 
 impl WheelInfo<'_> {
     /// A generated wheel: its files plus METADATA and WHEEL.
-    fn plan(&self, dist: &str, summary: &str, requires: &[String], mut entries: Vec<OutEntry>) -> Planned {
+    fn plan(
+        &self,
+        dist: &str,
+        summary: &str,
+        requires: &[String],
+        mut entries: Vec<OutEntry>,
+    ) -> Planned {
         let wn = self.host_name.with_dist(dist, self.version);
         let dist_info = format!(
             "{}-{}.dist-info",

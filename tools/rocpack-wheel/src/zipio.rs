@@ -64,7 +64,9 @@ pub fn is_plain_rel(name: &str) -> bool {
     !name.is_empty()
         && !name.contains('\\')
         && !name.contains('\0')
-        && name.split('/').all(|c| !c.is_empty() && c != "." && c != "..")
+        && name
+            .split('/')
+            .all(|c| !c.is_empty() && c != "." && c != "..")
         && Path::new(name)
             .components()
             .all(|c| matches!(c, Component::Normal(_)))
@@ -82,7 +84,8 @@ impl InputWheel {
                 path.display()
             )));
         }
-        let mut archive = ZipArchive::new(file).map_err(|e| zerr(path, "not a readable wheel", e))?;
+        let mut archive =
+            ZipArchive::new(file).map_err(|e| zerr(path, "not a readable wheel", e))?;
         if archive.len() > MAX_ENTRIES {
             return Err(WheelError::Usage(format!(
                 "{}: {} entries; at most {MAX_ENTRIES} are accepted",
@@ -435,8 +438,10 @@ pub fn write_wheel(
             }
             j += 1;
         }
-        let prepared: Vec<Result<(Prepared, RecordRow), WheelError>> =
-            entries[i..j].par_iter().map(|e| prepare(e, opts, tmp)).collect();
+        let prepared: Vec<Result<(Prepared, RecordRow), WheelError>> = entries[i..j]
+            .par_iter()
+            .map(|e| prepare(e, opts, tmp))
+            .collect();
         for (e, p) in entries[i..j].iter().zip(prepared) {
             let (p, row) = p?;
             let zfail = |er: zip::result::ZipError| zerr(out, &format!("entry `{}`", e.name), er);

@@ -104,9 +104,11 @@ fn parse_compression(s: &str) -> Result<rocpack_kpack::Compression, String> {
 
 fn source_date_epoch() -> anyhow::Result<Option<u64>> {
     match std::env::var("SOURCE_DATE_EPOCH") {
-        Ok(v) if !v.trim().is_empty() => Ok(Some(v.trim().parse().with_context(|| {
-            format!("SOURCE_DATE_EPOCH={v:?} is not a number of seconds")
-        })?)),
+        Ok(v) if !v.trim().is_empty() => {
+            Ok(Some(v.trim().parse().with_context(|| {
+                format!("SOURCE_DATE_EPOCH={v:?} is not a number of seconds")
+            })?))
+        }
         _ => Ok(None),
     }
 }
@@ -117,7 +119,11 @@ fn print_text(r: &WheelSplitReport, out: &Path) {
         r.distribution,
         r.version,
         r.fat_binaries.len(),
-        if r.fat_binaries.len() == 1 { "y" } else { "ies" },
+        if r.fat_binaries.len() == 1 {
+            "y"
+        } else {
+            "ies"
+        },
         r.targets.join(" "),
         r.input_bytes,
         r.host.bytes
