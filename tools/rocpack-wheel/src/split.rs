@@ -152,7 +152,7 @@ pub struct FamilyWheel {
     /// Architecture group name.
     pub group: String,
     /// Targets whose device wheels it requires.
-    pub targets: Vec<String>,
+    pub members: Vec<String>,
     /// Group architectures with no device wheel (not required).
     pub absent: Vec<String>,
     /// The wheel.
@@ -764,7 +764,7 @@ fn split_inner(
             let w = wheel_info.plan(&dist, &summary, &requires, Vec::new());
             family_wheels.push(FamilyWheel {
                 group: g.name.clone(),
-                targets: members,
+                members,
                 absent,
                 wheel: WheelFile {
                     file: w.file.clone(),
