@@ -12,6 +12,7 @@ load("//rules/bazel/private:cargo_binary.bzl", _cargo_binary = "cargo_binary")
 load("//rules/bazel/private:kpack_packages.bzl", _kpack_packages = "kpack_packages")
 load("//rules/bazel/private:kpack_recombine.bzl", _kpack_recombine = "kpack_recombine")
 load("//rules/bazel/private:kpack_split.bzl", _kpack_split = "kpack_split")
+load("//rules/bazel/private:kpack_wheel_split.bzl", _kpack_wheel_split = "kpack_wheel_split")
 load("//rules/bazel/private:providers.bzl", _FlagValueInfo = "FlagValueInfo", _KpackPackageInfo = "KpackPackageInfo", _KpackSplitInfo = "KpackSplitInfo", _SnapshotBlobInfo = "SnapshotBlobInfo")
 load("//rules/bazel/private:rcclx_snapshot.bzl", _rcclx_snapshot = "rcclx_snapshot", _snapshot_blob = "snapshot_blob")
 load("//rules/bazel/private:script_test.bzl", _rocpack_script_test = "rocpack_script_test")
@@ -21,6 +22,7 @@ load("//rules/bazel/private:string_flag.bzl", _string_flag = "string_flag")
 kpack_split = _kpack_split
 kpack_recombine = _kpack_recombine
 kpack_packages = _kpack_packages
+kpack_wheel_split = _kpack_wheel_split
 stable_checksums = _stable_checksums
 rcclx_snapshot = _rcclx_snapshot
 snapshot_blob = _snapshot_blob

@@ -13,6 +13,7 @@ load("//rules/buck2/private:cargo_build.bzl", _rocpack_cargo_build = "rocpack_ca
 load("//rules/buck2/private:config.bzl", _default_modifiers = "default_modifiers", _rocpack_cfg_constructor = "rocpack_cfg_constructor", _snapshot_constraints = "snapshot_constraints", _snapshot_modifier_aliases = "snapshot_modifier_aliases")
 load("//rules/buck2/private:kpack_recombine.bzl", _kpack_packages = "kpack_packages", _kpack_recombine = "kpack_recombine")
 load("//rules/buck2/private:kpack_split.bzl", _kpack_split = "kpack_split")
+load("//rules/buck2/private:kpack_wheel_split.bzl", _kpack_wheel_split = "kpack_wheel_split")
 load("//rules/buck2/private:providers.bzl", _KpackPackageInfo = "KpackPackageInfo", _KpackSplitInfo = "KpackSplitInfo", _RocpackToolchainInfo = "RocpackToolchainInfo", _SnapshotBlobInfo = "SnapshotBlobInfo")
 load("//rules/buck2/private:rcclx_snapshot.bzl", _rcclx_snapshot = "rcclx_snapshot", _snapshot_blob = "snapshot_blob")
 load("//rules/buck2/private:stable_checksums.bzl", _stable_checksums = "stable_checksums")
@@ -20,6 +21,9 @@ load("//rules/buck2/private:toolchain.bzl", _rocpack_helper_tools = "rocpack_hel
 
 # Kernel packs: split one artifact directory, recombine shards, one package per group.
 kpack_split, kpack_recombine, kpack_packages = _kpack_split, _kpack_recombine, _kpack_packages
+
+# Python wheels: a fat wheel into host + per-target device wheels.
+kpack_wheel_split = _kpack_wheel_split
 
 # Prebuilt snapshots: dev / stable / last-stable selection and the checksums file.
 rcclx_snapshot, snapshot_blob, stable_checksums = _rcclx_snapshot, _snapshot_blob, _stable_checksums

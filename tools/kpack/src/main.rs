@@ -28,6 +28,8 @@ enum Command {
     Unpack(cmd::unpack::UnpackArgs),
     /// Split an artifact directory into host-only and per-arch artifacts.
     Split(cmd::split::SplitArgs),
+    /// Split a fat Python wheel into a host wheel and per-target device wheels.
+    SplitWheel(cmd::split_wheel::SplitWheelArgs),
     /// Rebuild a fat binary from a split host binary and its `.kpack` files.
     Reassemble(cmd::reassemble::ReassembleArgs),
     /// Recombine split CI shards into per-architecture-group packages.
@@ -53,6 +55,7 @@ fn main() -> ExitCode {
         Command::Pack(a) => cmd::pack::run(a),
         Command::Unpack(a) => cmd::unpack::run(a),
         Command::Split(a) => cmd::split::run(a),
+        Command::SplitWheel(a) => cmd::split_wheel::run(a),
         Command::Reassemble(a) => cmd::reassemble::run(a),
         Command::Recombine(a) => cmd::recombine::run(a),
         Command::Verify(a) => cmd::verify::run(a),

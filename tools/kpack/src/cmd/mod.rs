@@ -5,6 +5,7 @@ pub mod reassemble;
 pub mod recombine;
 pub mod select_family;
 pub mod split;
+pub mod split_wheel;
 pub mod unbundle;
 pub mod unpack;
 pub mod verify;

@@ -22,8 +22,15 @@ pub enum ModelArg {
 #[derive(Debug, clap::Args)]
 pub struct VerifyArgs {
     /// Directory whose subdirectories are packages (`kpack split` or `kpack recombine` output).
-    #[arg(long, value_name = "DIR")]
-    pub artifacts_dir: PathBuf,
+    #[arg(long, value_name = "DIR", required_unless_present = "installed_tree")]
+    pub artifacts_dir: Option<PathBuf>,
+    /// Instead: an installed tree (e.g. a venv's site-packages after
+    /// `pip install` of split wheels); every lookup for --gpu-target must resolve.
+    #[arg(long, value_name = "DIR", conflicts_with_all = ["artifacts_dir", "config"], requires = "gpu_target")]
+    pub installed_tree: Option<PathBuf>,
+    /// The device arch whose lookups --installed-tree checks (e.g. gfx1100).
+    #[arg(long, value_name = "TARGET", requires = "installed_tree")]
+    pub gpu_target: Option<String>,
     /// Packaging config: exact archs of group packages (else inferred from names like gfx110X).
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
@@ -42,6 +49,9 @@ pub struct VerifyArgs {
 }
 
 pub fn run(args: VerifyArgs) -> anyhow::Result<ExitCode> {
+    if let (Some(t), Some(g)) = (&args.installed_tree, &args.gpu_target) {
+        return super::split_wheel::run_verify_installed(t, g, args.json);
+    }
     let config = match &args.config {
         Some(p) => Some(PackagingConfig::load(p)?),
         None => None,
@@ -52,7 +62,7 @@ pub fn run(args: VerifyArgs) -> anyhow::Result<ExitCode> {
         ModelArg::Both => InstallModel::ALL.to_vec(),
     };
     let opts = VerifyOptions {
-        artifacts_dir: args.artifacts_dir.clone(),
+        artifacts_dir: args.artifacts_dir.clone().unwrap_or_default(),
         config,
         install_models,
     };

@@ -1,0 +1,974 @@
+//! `kpack split-wheel`: one fat wheel in; a host wheel (same file name),
+//! one device wheel per GPU target and optional family wheels out
+//! (`kpack-reference.md` §12.5).
+//!
+//! 1. The input (a `.whl`, or an exploded wheel directory) is extracted
+//!    into a private temporary directory, every entry checked (plain
+//!    relative paths, no symlinks, sizes and CRCs).
+//! 2. That tree is split by `rocpack_artifacts::split` with one manifest
+//!    prefix: the overlay root (`--overlay-root`, default the wheel root).
+//!    The `.kpack` stem is the distribution name lower-cased, `-` → `_`, so
+//!    each host binary's marker points at
+//!    `../…/.kpack/<dist>_@GFXARCH@.kpack` below the overlay root.
+//! 3. Host wheel: files outside the overlay and unchanged files are copied
+//!    compressed as they are; rewritten binaries are compressed again;
+//!    database files are gone; METADATA gains `device-<target>`,
+//!    `device-<group>` and `device-all` extras with exact pins; RECORD is
+//!    regenerated.
+//! 4. Device wheel per target (base arch: `gfx90a:xnack-` and
+//!    `gfx90a:xnack+` archives share the `gfx90a` wheel), named
+//!    `<prefix>-<target>` (PEP 503), holding the archives and database
+//!    files at their wheel paths, pinned to the host version, WHEEL tags
+//!    copied from the host.
+//! 5. Family wheels (packaging config `architecture_groups`) require the
+//!    device wheels of the group's targets that exist, and only those.
+//!
+//! Everything is written into a staging directory and moved into the
+//! output directory only when every wheel was written: never a partial set.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use rocpack_artifacts::config::PackagingConfig;
+use rocpack_artifacts::databases::DatabaseKind;
+use rocpack_artifacts::fsutil::{self, StagingDir};
+use rocpack_artifacts::manifest::ArtifactManifest;
+use rocpack_artifacts::split::{self as asplit, FatBinarySummary, Progress, SplitOptions};
+use rocpack_artifacts::walk::{self, EntryKind};
+use rocpack_kpack::Compression;
+use serde::Serialize;
+
+use crate::meta::Headers;
+use crate::names::{self, WheelName};
+use crate::zipio::{self, Content, InputWheel, OutEntry, WriteOptions};
+use crate::WheelError;
+
+/// Directory name the wheel's files are extracted into, below the private
+/// artifact directory (it becomes the first component of TOC keys).
+const ROOT_NAME: &str = "site-packages";
+/// Largest METADATA / WHEEL file read.
+const MAX_META: u64 = 16 << 20;
+/// The `@GFXARCH@` placeholder of `--device-requires-dist`.
+pub const GFXARCH: &str = "@GFXARCH@";
+
+/// Wheel files or exploded directories.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OutputFormat {
+    /// `.whl` files.
+    #[default]
+    Wheel,
+    /// One directory per wheel (its files as installed, RECORD included).
+    Directory,
+}
+
+/// What to split and how.
+#[derive(Debug, Clone)]
+pub struct WheelSplitOptions {
+    /// A `.whl` file or an exploded wheel directory.
+    pub input: PathBuf,
+    /// Output directory (created; existing wheels are never overwritten).
+    pub output_dir: PathBuf,
+    /// Device distribution prefix (default `<host distribution>-device`).
+    pub device_package_prefix: Option<String>,
+    /// Directory (wheel-relative) whose fat binaries are split and where
+    /// `.kpack/` goes; `None` or empty: the wheel root.
+    pub overlay_root: Option<String>,
+    /// Extra `Requires-Dist` of device wheels; `@GFXARCH@` is replaced by
+    /// the target (such entries go to target wheels only).
+    pub device_requires_dist: Vec<String>,
+    /// Database handlers, in priority order.
+    pub databases: Vec<DatabaseKind>,
+    /// Keep only these targets (base-arch match; see `kpack split`).
+    pub gpu_targets: Vec<String>,
+    /// `.kpack` compression.
+    pub compression: Compression,
+    /// Wheels or directories.
+    pub output_format: OutputFormat,
+    /// Worker threads (`None`: one per CPU). Output does not depend on it.
+    pub jobs: Option<usize>,
+    /// Packaging config whose `architecture_groups` become family wheels.
+    pub config: Option<PackagingConfig>,
+    /// Deflate level of wheel entries (0 = store).
+    pub zip_level: i64,
+    /// `SOURCE_DATE_EPOCH`: timestamp of every entry (default 1980-01-01).
+    pub source_date_epoch: Option<u64>,
+}
+
+impl WheelSplitOptions {
+    /// Options with defaults for everything but input and output.
+    pub fn new(input: impl Into<PathBuf>, output_dir: impl Into<PathBuf>) -> Self {
+        WheelSplitOptions {
+            input: input.into(),
+            output_dir: output_dir.into(),
+            device_package_prefix: None,
+            overlay_root: None,
+            device_requires_dist: Vec::new(),
+            databases: Vec::new(),
+            gpu_targets: Vec::new(),
+            compression: Compression::Zstd { level: 3 },
+            output_format: OutputFormat::Wheel,
+            jobs: None,
+            config: None,
+            zip_level: 6,
+            source_date_epoch: None,
+        }
+    }
+}
+
+/// One written wheel.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct WheelFile {
+    /// File (or directory) name in the output directory.
+    pub file: String,
+    /// Distribution name (PEP 503 normalised for generated wheels).
+    pub distribution: String,
+    /// Size in bytes.
+    pub bytes: u64,
+    /// Files in it, RECORD included.
+    pub files: usize,
+    /// `Requires-Dist` added (device and family wheels: all of them).
+    pub requires: Vec<String>,
+}
+
+/// One device wheel.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct DeviceWheel {
+    /// Target (base arch) it serves.
+    pub target: String,
+    /// Architectures (target IDs) whose code it holds.
+    pub architectures: Vec<String>,
+    /// The wheel.
+    pub wheel: WheelFile,
+    /// `.kpack` archives (wheel paths).
+    pub kpacks: Vec<String>,
+    /// Database files (wheel paths).
+    pub database_files: Vec<String>,
+}
+
+/// One family wheel.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct FamilyWheel {
+    /// Architecture group name.
+    pub group: String,
+    /// Targets whose device wheels it requires.
+    pub members: Vec<String>,
+    /// Group architectures with no device wheel (not required).
+    pub absent: Vec<String>,
+    /// The wheel.
+    pub wheel: WheelFile,
+}
+
+/// One split fat binary, by wheel path.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct FatBinary {
+    /// Path inside the wheel.
+    pub path: String,
+    /// Architectures found in it.
+    pub architectures: Vec<String>,
+    /// Code objects found.
+    pub code_objects: u64,
+    /// Size before.
+    pub input_bytes: u64,
+    /// Size of the host-only rewrite.
+    pub output_bytes: u64,
+}
+
+/// Result of a wheel split.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct WheelSplitReport {
+    /// The input wheel (file name).
+    pub input: String,
+    /// Its size in bytes (sum of file sizes for a directory).
+    pub input_bytes: u64,
+    /// Host distribution name (as in METADATA).
+    pub distribution: String,
+    /// Host version.
+    pub version: String,
+    /// Overlay root (`""`: wheel root).
+    pub overlay_root: String,
+    /// The host wheel.
+    pub host: WheelFile,
+    /// Fat binaries rewritten host-only.
+    pub fat_binaries: Vec<FatBinary>,
+    /// Targets with a device wheel, sorted.
+    pub targets: Vec<String>,
+    /// Device wheels, by target.
+    pub device_wheels: Vec<DeviceWheel>,
+    /// Family wheels, in config order.
+    pub family_wheels: Vec<FamilyWheel>,
+    /// Config groups without any target of this wheel (no family wheel).
+    pub skipped_groups: Vec<String>,
+    /// `.kpack` compression.
+    pub compression: String,
+    /// Output format (`wheel` or `directory`).
+    pub output_format: String,
+}
+
+/// The loaded input: files by wheel path, the wheel (for raw copies), its
+/// file name and size.
+type Loaded = (
+    BTreeMap<String, InFile>,
+    Option<InputWheel>,
+    Option<String>,
+    u64,
+);
+
+/// A file of the extracted input, by wheel path.
+struct InFile {
+    path: PathBuf,
+    mode: u32,
+    raw: Option<usize>,
+}
+
+/// One wheel to write.
+struct Planned {
+    file: String,
+    dist_info: String,
+    entries: Vec<OutEntry>,
+}
+
+fn usage(msg: impl Into<String>) -> WheelError {
+    WheelError::Usage(msg.into())
+}
+
+fn ioerr(path: &Path, what: &'static str, e: std::io::Error) -> WheelError {
+    WheelError::Io {
+        path: path.to_path_buf(),
+        what,
+        error: e,
+    }
+}
+
+fn read_text(path: &Path) -> Result<String, WheelError> {
+    let b = fsutil::read_bounded(path, MAX_META).map_err(|e| ioerr(path, "read", e))?;
+    String::from_utf8(b).map_err(|_| usage(format!("{}: not UTF-8", path.display())))
+}
+
+/// Splits one wheel. Nothing appears in the output directory unless every
+/// wheel was written.
+pub fn split_wheel(
+    opts: &WheelSplitOptions,
+    progress: &dyn Progress,
+) -> Result<WheelSplitReport, WheelError> {
+    let mut b = rayon::ThreadPoolBuilder::new();
+    if let Some(n) = opts.jobs {
+        b = b.num_threads(n.max(1));
+    }
+    let pool = b
+        .build()
+        .map_err(|e| usage(format!("cannot start worker threads: {e}")))?;
+    pool.install(|| split_inner(opts, progress))
+}
+
+fn check_output(opts: &WheelSplitOptions) -> Result<(), WheelError> {
+    let inp =
+        fsutil::absolute_lexical(&opts.input).map_err(|e| ioerr(&opts.input, "resolve", e))?;
+    let out = fsutil::absolute_lexical(&opts.output_dir)
+        .map_err(|e| ioerr(&opts.output_dir, "resolve", e))?;
+    let inp_real = fs::canonicalize(&inp).unwrap_or(inp.clone());
+    let out_real = rocpack_kpack::weakly_canonical(&out);
+    if inp.is_dir() && (out.starts_with(&inp) || out_real.starts_with(&inp_real)) {
+        return Err(usage(format!(
+            "output directory {} is inside the input wheel directory {}",
+            opts.output_dir.display(),
+            opts.input.display()
+        )));
+    }
+    Ok(())
+}
+
+/// Loads the input into `root`; returns the files by wheel path, the input
+/// wheel (for raw copies) and its file name.
+fn load_input(opts: &WheelSplitOptions, root: &Path) -> Result<Loaded, WheelError> {
+    let meta = fs::metadata(&opts.input).map_err(|e| ioerr(&opts.input, "stat", e))?;
+    let mut files = BTreeMap::new();
+    fs::create_dir_all(root).map_err(|e| ioerr(root, "create directory", e))?;
+    if meta.is_dir() {
+        let mut total = 0u64;
+        for e in walk::walk(&opts.input)? {
+            match e.kind {
+                EntryKind::Dir => {}
+                EntryKind::Symlink { .. } => {
+                    return Err(usage(format!(
+                        "{}: symlinks cannot be installed from a wheel",
+                        e.path.display()
+                    )))
+                }
+                EntryKind::File { size, mode } => {
+                    let dst = zipio::join(root, &e.rel);
+                    if let Some(p) = dst.parent() {
+                        fs::create_dir_all(p).map_err(|er| ioerr(p, "create directory", er))?;
+                    }
+                    fsutil::copy_file(&e.path, &dst)?;
+                    zipio::set_mode(&dst, mode)?;
+                    total += size;
+                    files.insert(
+                        e.rel.clone(),
+                        InFile {
+                            path: dst,
+                            mode: mode & 0o777,
+                            raw: None,
+                        },
+                    );
+                }
+            }
+        }
+        return Ok((files, None, None, total));
+    }
+    let name = opts
+        .input
+        .file_name()
+        .and_then(|n| n.to_str())
+        .map(str::to_string)
+        .ok_or_else(|| usage(format!("{}: no file name", opts.input.display())))?;
+    if WheelName::parse(&name).is_none() {
+        return Err(usage(format!(
+            "{name}: not a wheel file name (name-version[-build]-python-abi-platform.whl)"
+        )));
+    }
+    let mut w = InputWheel::open(&opts.input)?;
+    w.extract(root)?;
+    for e in &w.entries {
+        files.insert(
+            e.name.clone(),
+            InFile {
+                path: zipio::join(root, &e.name),
+                mode: e.mode,
+                raw: Some(e.index),
+            },
+        );
+    }
+    Ok((files, Some(w), Some(name), meta.len()))
+}
+
+/// Whether the file holds HIP device code (ELF or archive members).
+fn has_device_code(path: &Path) -> Result<bool, WheelError> {
+    let mut magic = [0u8; 8];
+    {
+        use std::io::Read;
+        let mut f = fs::File::open(path).map_err(|e| ioerr(path, "open", e))?;
+        let n = f.read(&mut magic).map_err(|e| ioerr(path, "read", e))?;
+        if n < 4 || !(magic.starts_with(b"\x7fELF") || &magic == b"!<arch>\n") {
+            return Ok(false);
+        }
+    }
+    let size = fs::metadata(path)
+        .map_err(|e| ioerr(path, "stat", e))?
+        .len();
+    let data = fsutil::read_bounded(path, size).map_err(|e| ioerr(path, "read", e))?;
+    if rocpack_elf::is_archive(&data) {
+        let Ok(members) = rocpack_elf::archive_members(&data) else {
+            return Ok(false);
+        };
+        return Ok(members
+            .iter()
+            .any(|m| rocpack_elf::analyze(m.data).is_ok_and(|i| i.has_device_code())));
+    }
+    Ok(rocpack_elf::analyze(&data).is_ok_and(|i| i.has_device_code()))
+}
+
+fn wheel_rel(prefix_rel: &str, overlay: &str) -> String {
+    if overlay.is_empty() {
+        prefix_rel.to_string()
+    } else {
+        format!("{overlay}/{prefix_rel}")
+    }
+}
+
+fn generator() -> String {
+    format!("kpack split-wheel (rocpack {})", env!("CARGO_PKG_VERSION"))
+}
+
+fn wheel_file_text(host_wheel: &Headers) -> String {
+    let mut h = Headers::new();
+    h.push("Wheel-Version", "1.0");
+    h.push("Generator", generator());
+    h.push("Root-Is-Purelib", "false");
+    if let Some(b) = host_wheel.first("Build") {
+        h.push("Build", b);
+    }
+    for t in host_wheel.all("Tag") {
+        h.push("Tag", t.trim());
+    }
+    h.render()
+}
+
+fn metadata_text(name: &str, version: &str, summary: &str, requires: &[String]) -> String {
+    let mut h = Headers::new();
+    h.push("Metadata-Version", "2.1");
+    h.push("Name", name);
+    h.push("Version", version);
+    h.push("Summary", summary);
+    for r in requires {
+        h.push("Requires-Dist", r.as_str());
+    }
+    h.render()
+}
+
+fn bytes_entry(name: String, text: String) -> OutEntry {
+    OutEntry {
+        name,
+        content: Content::Bytes(text.into_bytes()),
+        mode: 0o644,
+        raw_from_input: None,
+        store: false,
+    }
+}
+
+fn split_inner(
+    opts: &WheelSplitOptions,
+    progress: &dyn Progress,
+) -> Result<WheelSplitReport, WheelError> {
+    check_output(opts)?;
+    let staging = StagingDir::new(&opts.output_dir)?;
+    let parent = staging
+        .dest()
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| PathBuf::from("/"));
+    let work = tempfile::Builder::new()
+        .prefix(".kpack-split-wheel-")
+        .tempdir_in(&parent)
+        .map_err(|e| ioerr(&parent, "create temporary directory", e))?;
+    let art = work.path().join("art");
+    let root = art.join(ROOT_NAME);
+
+    // 1. Input.
+    let (files, mut input, input_name, input_bytes) = load_input(opts, &root)?;
+
+    // 2. dist-info, METADATA, WHEEL.
+    let dist_infos: BTreeSet<&str> = files
+        .keys()
+        .filter_map(|k| k.split('/').next())
+        .filter(|c| c.ends_with(".dist-info"))
+        .collect();
+    let dist_info = match dist_infos.len() {
+        1 => dist_infos
+            .iter()
+            .next()
+            .map(|s| s.to_string())
+            .unwrap_or_default(),
+        0 => return Err(usage("the wheel has no .dist-info directory")),
+        _ => {
+            return Err(usage(format!(
+                "the wheel has several .dist-info directories: {}",
+                dist_infos.iter().cloned().collect::<Vec<_>>().join(", ")
+            )))
+        }
+    };
+    let meta_path = format!("{dist_info}/METADATA");
+    let wheel_path = format!("{dist_info}/WHEEL");
+    let metadata_file = files
+        .get(&meta_path)
+        .ok_or_else(|| usage(format!("{meta_path}: missing")))?;
+    let wheel_file = files
+        .get(&wheel_path)
+        .ok_or_else(|| usage(format!("{wheel_path}: missing")))?;
+    let mut metadata = Headers::parse(&read_text(&metadata_file.path)?)
+        .map_err(|e| usage(format!("{meta_path}: {e}")))?;
+    let wheel_meta = Headers::parse(&read_text(&wheel_file.path)?)
+        .map_err(|e| usage(format!("{wheel_path}: {e}")))?;
+    let name = metadata
+        .first("Name")
+        .ok_or_else(|| usage(format!("{meta_path}: no Name")))?
+        .to_string();
+    let version = metadata
+        .first("Version")
+        .ok_or_else(|| usage(format!("{meta_path}: no Version")))?
+        .to_string();
+    if !names::is_valid_name(&name) {
+        return Err(usage(format!(
+            "{meta_path}: `{name}` is not a valid distribution name"
+        )));
+    }
+    if version.is_empty() || version.contains(|c: char| c.is_whitespace() || c == ',' || c == ';') {
+        return Err(usage(format!(
+            "{meta_path}: `{version}` is not a usable version"
+        )));
+    }
+    if metadata
+        .all("Provides-Extra")
+        .iter()
+        .any(|e| e.trim() == "device-all")
+    {
+        return Err(usage(format!(
+            "{meta_path}: already has a `device-all` extra (is this a split host wheel?)"
+        )));
+    }
+    let tags: Vec<String> = wheel_meta
+        .all("Tag")
+        .iter()
+        .map(|t| t.trim().to_string())
+        .collect();
+    let host_name = match &input_name {
+        Some(n) => WheelName::parse(n).ok_or_else(|| usage(format!("{n}: bad wheel file name")))?,
+        None => WheelName::from_tags(&name, &version, wheel_meta.first("Build"), &tags)
+            .ok_or_else(|| usage(format!("{wheel_path}: no usable Tag lines")))?,
+    };
+    if names::normalize(&host_name.name) != names::normalize(&name) {
+        return Err(usage(format!(
+            "wheel file name `{}` does not match METADATA Name `{name}`",
+            host_name.file_name()
+        )));
+    }
+
+    // 3. Overlay root.
+    let overlay = opts
+        .overlay_root
+        .as_deref()
+        .unwrap_or("")
+        .trim_end_matches('/')
+        .to_string();
+    let overlay = if overlay == "." {
+        String::new()
+    } else {
+        overlay
+    };
+    if !overlay.is_empty() {
+        if !zipio::is_plain_rel(&overlay) {
+            return Err(usage(format!(
+                "--overlay-root `{overlay}` is not a plain relative path"
+            )));
+        }
+        if overlay.split('/').next() == Some(dist_info.as_str()) {
+            return Err(usage("--overlay-root must not be the .dist-info directory"));
+        }
+        let pre = format!("{overlay}/");
+        if !files.keys().any(|k| k.starts_with(&pre)) {
+            return Err(usage(format!(
+                "--overlay-root `{overlay}`: no such directory in the wheel"
+            )));
+        }
+        for (k, f) in &files {
+            if !k.starts_with(&pre) && has_device_code(&f.path)? {
+                return Err(usage(format!(
+                    "{k}: fat binary outside --overlay-root `{overlay}` (its device code would stay in the host wheel)"
+                )));
+            }
+        }
+    }
+    let in_overlay = |k: &str| overlay.is_empty() || k.starts_with(&format!("{overlay}/"));
+
+    // 4. Split the overlay with the artifact splitter.
+    let prefix = if overlay.is_empty() {
+        ROOT_NAME.to_string()
+    } else {
+        format!("{ROOT_NAME}/{overlay}")
+    };
+    ArtifactManifest::from_prefixes([prefix.as_str()])?.write_dir(&art)?;
+    let stem = names::kpack_stem(&name);
+    let split_out = work.path().join("split");
+    let sopts = SplitOptions {
+        artifact_dir: art.clone(),
+        artifact_prefix: stem.clone(),
+        output_dir: split_out.clone(),
+        databases: opts.databases.clone(),
+        compression: opts.compression,
+        exclude_arch: Vec::new(),
+        gpu_targets: opts.gpu_targets.clone(),
+        jobs: opts.jobs,
+    };
+    let report = asplit::split_artifact(&sopts, progress)?;
+    if report.arch_artifacts.is_empty() {
+        return Err(usage(format!(
+            "no device code found{} (no fat binary{}): nothing to split",
+            if overlay.is_empty() {
+                String::new()
+            } else {
+                format!(" below `{overlay}`")
+            },
+            if opts.databases.is_empty() {
+                String::new()
+            } else {
+                " and no database file".to_string()
+            }
+        )));
+    }
+    let strip_root = |p: &str| -> String {
+        p.strip_prefix(&format!("{ROOT_NAME}/"))
+            .unwrap_or(p)
+            .to_string()
+    };
+    let fat_binaries: Vec<FatBinary> = report
+        .fat_binaries
+        .iter()
+        .map(|f: &FatBinarySummary| FatBinary {
+            path: strip_root(&f.path),
+            architectures: f.architectures.clone(),
+            code_objects: f.code_objects,
+            input_bytes: f.input_bytes,
+            output_bytes: f.output_bytes,
+        })
+        .collect();
+    let rewritten: BTreeSet<&str> = fat_binaries.iter().map(|f| f.path.as_str()).collect();
+
+    // 5. Targets: base arch of each architecture written.
+    let mut by_target: BTreeMap<String, Vec<&asplit::ArchArtifact>> = BTreeMap::new();
+    for a in &report.arch_artifacts {
+        let t = rocpack_bundle::base_arch(&a.arch).unwrap_or_else(|| a.arch.clone());
+        by_target.entry(t).or_default().push(a);
+    }
+    let dev_prefix = opts
+        .device_package_prefix
+        .clone()
+        .unwrap_or_else(|| format!("{name}-device"));
+    if !names::is_valid_name(&dev_prefix) {
+        return Err(usage(format!(
+            "--device-package-prefix `{dev_prefix}` is not a valid distribution name"
+        )));
+    }
+    let host_norm = names::normalize(&name);
+    let dev_name = |suffix: &str| names::normalize(&format!("{dev_prefix}-{suffix}"));
+    let mut seen_names: BTreeMap<String, String> = BTreeMap::new();
+    seen_names.insert(host_norm.clone(), "the host".to_string());
+    for t in by_target.keys() {
+        let n = dev_name(t);
+        if !names::is_valid_name(&n) {
+            return Err(usage(format!(
+                "device distribution `{n}` is not a valid name"
+            )));
+        }
+        if let Some(other) = seen_names.insert(n.clone(), format!("target {t}")) {
+            return Err(usage(format!(
+                "distribution `{n}` of target {t} collides with {other}"
+            )));
+        }
+    }
+    let pin = |dist: &str| format!("{dist}=={version}");
+    let wheel_info = WheelInfo {
+        host_name: &host_name,
+        wheel_meta: &wheel_meta,
+        version: &version,
+    };
+
+    // 6. Device wheels.
+    let mut planned: Vec<Planned> = Vec::new();
+    let mut device_wheels = Vec::new();
+    for (target, arts) in &by_target {
+        let dist = dev_name(target);
+        let mut entries: BTreeMap<String, OutEntry> = BTreeMap::new();
+        let mut kpacks = Vec::new();
+        let mut dbs = Vec::new();
+        let mut archs = Vec::new();
+        for a in arts {
+            archs.push(a.arch.clone());
+            let proot = fsutil::join_rel(&split_out.join(&a.name), &prefix);
+            if !proot.is_dir() {
+                continue;
+            }
+            for e in walk::walk(&proot)? {
+                let EntryKind::File { mode, .. } = e.kind else {
+                    continue;
+                };
+                let rel = wheel_rel(&e.rel, &overlay);
+                let is_kpack = e.rel.starts_with(&format!("{}/", rocpack_kpack::KPACK_DIR))
+                    && e.rel.ends_with(".kpack");
+                if is_kpack {
+                    kpacks.push(rel.clone());
+                } else {
+                    dbs.push(rel.clone());
+                }
+                let entry = OutEntry {
+                    name: rel.clone(),
+                    content: Content::Disk(e.path.clone()),
+                    mode: mode & 0o777,
+                    raw_from_input: if is_kpack {
+                        None
+                    } else {
+                        files.get(&rel).and_then(|f| f.raw)
+                    },
+                    store: is_kpack && opts.compression != Compression::None,
+                };
+                if entries.insert(rel.clone(), entry).is_some() {
+                    return Err(usage(format!(
+                        "{rel}: written for two architectures of {target}"
+                    )));
+                }
+            }
+        }
+        let mut requires = vec![pin(&host_norm)];
+        requires.extend(
+            opts.device_requires_dist
+                .iter()
+                .map(|r| r.replace(GFXARCH, target)),
+        );
+        let summary = format!("GPU device code of {name} {version} for {target}");
+        let w = wheel_info.plan(&dist, &summary, &requires, entries.into_values().collect());
+        device_wheels.push(DeviceWheel {
+            target: target.clone(),
+            architectures: archs,
+            wheel: WheelFile {
+                file: w.file.clone(),
+                distribution: dist.clone(),
+                bytes: 0,
+                files: 0,
+                requires,
+            },
+            kpacks,
+            database_files: dbs,
+        });
+        planned.push(w);
+    }
+
+    // 7. Family wheels.
+    let mut family_wheels = Vec::new();
+    let mut skipped_groups = Vec::new();
+    if let Some(cfg) = &opts.config {
+        for g in &cfg.architecture_groups {
+            let mut members: Vec<String> = Vec::new();
+            let mut absent = Vec::new();
+            for a in &g.architectures {
+                let t = rocpack_bundle::base_arch(a).unwrap_or_else(|| a.clone());
+                if by_target.contains_key(&t) {
+                    if !members.contains(&t) {
+                        members.push(t);
+                    }
+                } else {
+                    absent.push(a.clone());
+                }
+            }
+            let dist = dev_name(&g.name);
+            if members.is_empty() {
+                skipped_groups.push(g.name.clone());
+                continue;
+            }
+            if let Some(other) = seen_names.get(&dist) {
+                if other.starts_with("target ")
+                    && members.len() == 1
+                    && dist == dev_name(&members[0])
+                {
+                    // A group named like its only target: that wheel already serves it.
+                    skipped_groups.push(g.name.clone());
+                    continue;
+                }
+                return Err(usage(format!(
+                    "family distribution `{dist}` of group {} collides with {other}",
+                    g.name
+                )));
+            }
+            seen_names.insert(dist.clone(), format!("group {}", g.name));
+            let mut requires = vec![pin(&host_norm)];
+            requires.extend(members.iter().map(|t| pin(&dev_name(t))));
+            requires.extend(
+                opts.device_requires_dist
+                    .iter()
+                    .filter(|r| !r.contains(GFXARCH))
+                    .cloned(),
+            );
+            let summary = format!(
+                "GPU device code of {name} {version} for {} ({})",
+                g.name,
+                members.join(", ")
+            );
+            let w = wheel_info.plan(&dist, &summary, &requires, Vec::new());
+            family_wheels.push(FamilyWheel {
+                group: g.name.clone(),
+                members,
+                absent,
+                wheel: WheelFile {
+                    file: w.file.clone(),
+                    distribution: dist,
+                    bytes: 0,
+                    files: 0,
+                    requires,
+                },
+            });
+            planned.push(w);
+        }
+    }
+
+    // 8. Host wheel.
+    let mut host_requires = Vec::new();
+    let mut extra = |metadata: &mut Headers, extra: &str, dists: &[String]| {
+        metadata.push("Provides-Extra", extra);
+        for d in dists {
+            let r = format!("{}; extra == \"{extra}\"", pin(d));
+            host_requires.push(r.clone());
+            metadata.push("Requires-Dist", r);
+        }
+    };
+    for t in by_target.keys() {
+        extra(
+            &mut metadata,
+            &format!("device-{}", names::normalize(t)),
+            &[dev_name(t)],
+        );
+    }
+    for f in &family_wheels {
+        extra(
+            &mut metadata,
+            &format!("device-{}", names::normalize(&f.group)),
+            std::slice::from_ref(&f.wheel.distribution),
+        );
+    }
+    let all: Vec<String> = by_target.keys().map(|t| dev_name(t)).collect();
+    extra(&mut metadata, "device-all", &all);
+    let mut host_entries: BTreeMap<String, OutEntry> = BTreeMap::new();
+    for (k, f) in &files {
+        if !in_overlay(k) {
+            host_entries.insert(
+                k.clone(),
+                OutEntry {
+                    name: k.clone(),
+                    content: Content::Disk(f.path.clone()),
+                    mode: f.mode,
+                    raw_from_input: f.raw,
+                    store: false,
+                },
+            );
+        }
+    }
+    let groot = fsutil::join_rel(&split_out.join(&report.generic), &prefix);
+    for e in walk::walk(&groot)? {
+        let EntryKind::File { mode, .. } = e.kind else {
+            continue;
+        };
+        let rel = wheel_rel(&e.rel, &overlay);
+        let raw = if rewritten.contains(rel.as_str()) {
+            None
+        } else {
+            files.get(&rel).and_then(|f| f.raw)
+        };
+        host_entries.insert(
+            rel.clone(),
+            OutEntry {
+                name: rel,
+                content: Content::Disk(e.path.clone()),
+                mode: mode & 0o777,
+                raw_from_input: raw,
+                store: false,
+            },
+        );
+    }
+    for n in ["RECORD", "RECORD.jws", "RECORD.p7s"] {
+        host_entries.remove(&format!("{dist_info}/{n}"));
+    }
+    let meta_mode = metadata_file.mode;
+    host_entries.insert(
+        meta_path.clone(),
+        OutEntry {
+            mode: meta_mode,
+            ..bytes_entry(meta_path.clone(), metadata.render())
+        },
+    );
+    let host_file = host_name.file_name();
+    let mut all_planned = vec![Planned {
+        file: host_file.clone(),
+        dist_info: dist_info.clone(),
+        entries: host_entries.into_values().collect(),
+    }];
+    all_planned.extend(planned);
+
+    // 9. Write every wheel into the staging directory, then commit.
+    let wopts = WriteOptions {
+        time: zipio::zip_time(opts.source_date_epoch),
+        level: opts.zip_level.clamp(0, 9),
+    };
+    let tmp = work.path().join("zip");
+    fs::create_dir_all(&tmp).map_err(|e| ioerr(&tmp, "create directory", e))?;
+    let mut written = Vec::new();
+    let mut out_names = Vec::new();
+    for p in all_planned {
+        let (out_name, w) = match opts.output_format {
+            OutputFormat::Wheel => {
+                let out = staging.path().join(&p.file);
+                let inp = input.as_mut();
+                (
+                    p.file.clone(),
+                    zipio::write_wheel(&out, p.entries, &p.dist_info, inp, wopts, &tmp)?,
+                )
+            }
+            OutputFormat::Directory => {
+                let d = p.file.trim_end_matches(".whl").to_string();
+                let out = staging.path().join(&d);
+                (d, zipio::write_tree(&out, p.entries, &p.dist_info)?)
+            }
+        };
+        out_names.push(std::ffi::OsString::from(&out_name));
+        written.push((out_name, w));
+    }
+    if let Some(c) = staging.conflicts(&out_names).into_iter().next() {
+        return Err(usage(format!("{}: already exists", c.display())));
+    }
+    staging.commit()?;
+    drop(work);
+
+    let mut it = written.into_iter();
+    let mut fill = |w: &mut WheelFile| {
+        if let Some((n, x)) = it.next() {
+            w.file = n;
+            w.bytes = x.bytes;
+            w.files = x.files;
+        }
+    };
+    let mut host = WheelFile {
+        file: host_file,
+        distribution: name.clone(),
+        bytes: 0,
+        files: 0,
+        requires: host_requires,
+    };
+    fill(&mut host);
+    for d in &mut device_wheels {
+        fill(&mut d.wheel);
+    }
+    for f in &mut family_wheels {
+        fill(&mut f.wheel);
+    }
+    Ok(WheelSplitReport {
+        input: input_name.unwrap_or_else(|| opts.input.display().to_string()),
+        input_bytes,
+        distribution: name,
+        version,
+        overlay_root: overlay,
+        host,
+        fat_binaries,
+        targets: by_target.keys().cloned().collect(),
+        device_wheels,
+        family_wheels,
+        skipped_groups,
+        compression: report.compression,
+        output_format: match opts.output_format {
+            OutputFormat::Wheel => "wheel".into(),
+            OutputFormat::Directory => "directory".into(),
+        },
+    })
+}
+
+struct WheelInfo<'a> {
+    host_name: &'a WheelName,
+    wheel_meta: &'a Headers,
+    version: &'a str,
+}
+
+impl WheelInfo<'_> {
+    /// A generated wheel: its files plus METADATA and WHEEL.
+    fn plan(
+        &self,
+        dist: &str,
+        summary: &str,
+        requires: &[String],
+        mut entries: Vec<OutEntry>,
+    ) -> Planned {
+        let wn = self.host_name.with_dist(dist, self.version);
+        let dist_info = format!(
+            "{}-{}.dist-info",
+            names::file_component(dist),
+            names::file_version(self.version)
+        );
+        entries.push(bytes_entry(
+            format!("{dist_info}/METADATA"),
+            metadata_text(dist, self.version, summary, requires),
+        ));
+        entries.push(bytes_entry(
+            format!("{dist_info}/WHEEL"),
+            wheel_file_text(self.wheel_meta),
+        ));
+        Planned {
+            file: wn.file_name(),
+            dist_info,
+            entries,
+        }
+    }
+}
