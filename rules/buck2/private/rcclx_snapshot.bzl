@@ -94,11 +94,12 @@ snapshot_blob = rule(
     }, **toolchain_attr()),
 )
 
-_MESSAGE_ARGS = ["library", "channel", "version", "available", "snapshots_root", "store", "artifact", "update_command"]
+_MESSAGE_ARGS = ["library", "channel", "version", "available", "snapshots_root", "store", "artifact", "update_command", "checksums_prefix"]
 
 def _missing_impl(ctx: AnalysisContext) -> list[Provider]:
     # Positional arguments of missing_snapshot_message, in its order.
     args = [getattr(ctx.attrs, a) for a in _MESSAGE_ARGS]
+    args[-2] = args[-2] or None
     args[-1] = args[-1] or None
     fail(buck2_spelling(missing_snapshot_message(*args)))
 
@@ -109,6 +110,7 @@ _missing_snapshot = rule(
         "artifact": attrs.string(doc = "Artifact file name (for the snapctl command)."),
         "available": attrs.list(attrs.string(), default = [], doc = "Versions that do have a snapshot in this channel."),
         "channel": attrs.string(doc = "The requested channel."),
+        "checksums_prefix": attrs.string(default = "", doc = "Dict-name prefix of the checksums file, passed as `snapctl create --prefix` in the message (empty: none)."),
         "library": attrs.string(doc = "Library name for the message."),
         "snapshots_root": attrs.string(doc = "Repository-relative snapshots root (for the snapctl command)."),
         "store": attrs.string(doc = "Store URL/path (for the snapctl command)."),
@@ -132,6 +134,7 @@ def rcclx_snapshot(
         header_patterns: list[str] = ["**/*.h"],
         verify_with_snapctl: bool = True,
         checksums_target: str | None = None,
+        checksums_prefix: str | None = None,
         visibility: list[str] = [],
         **kwargs):
     """A library built from source (dev) or taken from a pinned prebuilt snapshot.
@@ -174,6 +177,10 @@ def rcclx_snapshot(
         is always verified by `snapctl fetch` (sha256, size, metadata.txt).
       checksums_target: label of the stable_checksums target, named in the
         missing-snapshot message (`buck2 run <label>.update`).
+      checksums_prefix: dict-name prefix of the checksums file (e.g. "MYLIB"
+        for MYLIB_STABLE_CHECKSUMS), shown as `snapctl create --prefix` in the
+        missing-snapshot message; defaults to the upper-cased library name
+        for libraries other than rcclx.
       visibility: visibility of <name>.
       **kwargs: common attributes for every target.
     """
@@ -221,6 +228,7 @@ def rcclx_snapshot(
                     store = store_shown,
                     artifact = artifact,
                     update_command = ("buck2 run %s.update" % checksums_target) if checksums_target else "",
+                    checksums_prefix = checksums_prefix or ("" if library == "rcclx" else library.upper()),
                     target_compatible_with = [channel_constraint(channel), rocm_constraint(version)],
                     **kwargs
                 )

@@ -180,8 +180,8 @@ fn a_package_without_set_cfg_constructor_is_caught() {
     // Buck2 itself would silently ignore `-m rcclx_stable` here.
     let e = broken(
         "PACKAGE",
-        "native.set_cfg_constructor(",
-        "_unused = struct(",
+        "rocpack_cfg_constructor(\n",
+        "struct(\n",
     );
     let err = check_modifier_aliases(&e, "rcclx", &["rcclx_stable", "rocm64"]).unwrap_err();
     assert!(format!("{err:#}").contains("silently ignore"), "{err:#}");

@@ -32,7 +32,8 @@ use std::path::{Path, PathBuf};
 
 use rocpack_artifacts::config::PackagingConfig;
 use rocpack_artifacts::databases::DatabaseKind;
-use rocpack_artifacts::fsutil::{self, StagingDir};
+use rocpack_artifacts::fsutil::{self, FsError};
+use rocpack_kpack::commit::StagingDir;
 use rocpack_artifacts::manifest::ArtifactManifest;
 use rocpack_artifacts::split::{self as asplit, FatBinarySummary, Progress, SplitOptions};
 use rocpack_artifacts::walk::{self, EntryKind};
@@ -421,7 +422,7 @@ fn split_inner(
     progress: &dyn Progress,
 ) -> Result<WheelSplitReport, WheelError> {
     check_output(opts)?;
-    let staging = StagingDir::new(&opts.output_dir)?;
+    let staging = StagingDir::new(&opts.output_dir).map_err(FsError::from)?;
     let parent = staging
         .dest()
         .parent()
@@ -568,6 +569,7 @@ fn split_inner(
         exclude_arch: Vec::new(),
         gpu_targets: opts.gpu_targets.clone(),
         jobs: opts.jobs,
+        staging_roots: Vec::new(),
     };
     let report = asplit::split_artifact(&sopts, progress)?;
     if report.arch_artifacts.is_empty() {
@@ -891,7 +893,7 @@ fn split_inner(
     if let Some(c) = staging.conflicts(&out_names).into_iter().next() {
         return Err(usage(format!("{}: already exists", c.display())));
     }
-    staging.commit()?;
+    staging.commit().map_err(FsError::from)?;
     drop(work);
 
     let mut it = written.into_iter();
