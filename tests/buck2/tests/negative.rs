@@ -178,11 +178,7 @@ fn a_declared_but_unbound_output_is_caught() {
 #[test]
 fn a_package_without_set_cfg_constructor_is_caught() {
     // Buck2 itself would silently ignore `-m rcclx_stable` here.
-    let e = broken(
-        "PACKAGE",
-        "rocpack_cfg_constructor(\n",
-        "struct(\n",
-    );
+    let e = broken("PACKAGE", "rocpack_cfg_constructor(\n", "struct(\n");
     let err = check_modifier_aliases(&e, "rcclx", &["rcclx_stable", "rocm64"]).unwrap_err();
     assert!(format!("{err:#}").contains("silently ignore"), "{err:#}");
     // ... and the configuration really stays the default one.

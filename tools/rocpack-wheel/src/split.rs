@@ -33,10 +33,10 @@ use std::path::{Path, PathBuf};
 use rocpack_artifacts::config::PackagingConfig;
 use rocpack_artifacts::databases::DatabaseKind;
 use rocpack_artifacts::fsutil::{self, FsError};
-use rocpack_kpack::commit::StagingDir;
 use rocpack_artifacts::manifest::ArtifactManifest;
 use rocpack_artifacts::split::{self as asplit, FatBinarySummary, Progress, SplitOptions};
 use rocpack_artifacts::walk::{self, EntryKind};
+use rocpack_kpack::commit::StagingDir;
 use rocpack_kpack::Compression;
 use serde::Serialize;
 
