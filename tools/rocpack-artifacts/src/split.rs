@@ -301,6 +301,9 @@ struct KernelRef {
     offset: u64,
     /// The artifact prefix of the binary it comes from.
     prefix: String,
+    /// Its place in the original bundle (`metadata.bundle`), when the
+    /// bundle can be rebuilt exactly.
+    place: Option<rocpack_kpack::rmpv::Value>,
 }
 
 /// Classification of one regular file.
@@ -379,10 +382,19 @@ fn collect_kernels(
             None => None,
         };
         let key = rocpack_kpack::toc_key(kernel_name, b.index as u64);
-        for entry in &parsed.entries {
+        let layout = rocpack_bundle::BundleLayout::of(
+            &parsed,
+            parsed.decompressed.as_deref().unwrap_or(bytes),
+        );
+        for (position, entry) in parsed.entries.iter().enumerate() {
             if entry.id.is_host() {
                 continue;
             }
+            let place = layout.as_ref().and_then(|l| {
+                rocpack_kpack::bundle_meta::encode(l, position, |i| {
+                    parsed.entries.get(i).is_some_and(|e| !e.id.is_host())
+                })
+            });
             let arch = entry.id.target_id().to_string();
             if check_name("architecture", &arch).is_err() {
                 return Err(SplitError::Usage(format!(
@@ -409,6 +421,7 @@ fn collect_kernels(
                 size: entry.size,
                 offset,
                 prefix: String::new(),
+                place,
             });
         }
     }
@@ -721,6 +734,20 @@ impl Seek for CopyWriter {
     }
 }
 
+/// An entry's free-form `metadata`: its full bundle entry ID, its prefix
+/// and, when known, its place in the original bundle (bundle_meta).
+fn entry_metadata(k: &KernelRef) -> Option<rocpack_kpack::rmpv::Value> {
+    use rocpack_kpack::rmpv::Value;
+    let mut m = vec![
+        (Value::from("target"), Value::from(k.bundle_id.as_str())),
+        (Value::from("source_prefix"), Value::from(k.prefix.as_str())),
+    ];
+    if let Some(place) = &k.place {
+        m.push((Value::from("bundle"), place.clone()));
+    }
+    Some(Value::Map(m))
+}
+
 /// Writes an uncompressed archive: code objects of uncompressed bundles are
 /// copied file-to-file by the kernel (CCOB entries from their spill file).
 fn write_archive_none(
@@ -730,7 +757,6 @@ fn write_archive_none(
     kernels: &[KernelRef],
     progress: &dyn Progress,
 ) -> Result<KpackSummary, SplitError> {
-    use rocpack_kpack::rmpv::Value;
     let out = File::create(path).ctx(path, "create")?;
     let src = Rc::new(RefCell::new(None::<MappedSource>));
     let cw = CopyWriter {
@@ -745,10 +771,7 @@ fn write_archive_none(
     // keep one binary's kernels together).
     let mut current: Option<(PathBuf, memmap2::Mmap)> = None;
     for k in kernels {
-        let meta = Some(Value::Map(vec![
-            (Value::from("target"), Value::from(k.bundle_id.as_str())),
-            (Value::from("source_prefix"), Value::from(k.prefix.as_str())),
-        ]));
+        let meta = entry_metadata(k);
         let offset = k.offset;
         if current.as_ref().is_none_or(|(p, _)| p != &k.file) {
             let (file, map) = map_file(&k.file)?;
@@ -789,17 +812,11 @@ fn write_archive(
     kernels: &[KernelRef],
     progress: &dyn Progress,
 ) -> Result<KpackSummary, SplitError> {
-    use rocpack_kpack::rmpv::Value;
     let file = File::create(path).ctx(path, "create")?;
     let mut w = KpackStreamWriter::new(BufWriter::with_capacity(1 << 20, file), compression)
         .map_err(|e| kpack_err(path, e))?;
     w.group_name(group).arch_family(arch).arches([arch]);
-    let meta = |k: &KernelRef| {
-        Some(Value::Map(vec![
-            (Value::from("target"), Value::from(k.bundle_id.as_str())),
-            (Value::from("source_prefix"), Value::from(k.prefix.as_str())),
-        ]))
-    };
+    let meta = entry_metadata;
     let mut code_bytes = 0u64;
     let mut i = 0;
     while i < kernels.len() {

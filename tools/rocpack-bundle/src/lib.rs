@@ -17,6 +17,7 @@
 
 mod bundle;
 mod error;
+mod layout;
 mod spelling;
 mod target;
 mod write;
@@ -27,6 +28,7 @@ pub use bundle::{
     Method, ParseOptions, BUNDLE_MAGIC, CCOB_MAGIC, MAX_CCOB_RATIO,
 };
 pub use error::{Error, Result};
+pub use layout::{BundleLayout, LayoutEntry};
 pub use spelling::{arch_from_file_name, base_arch, miopen_arch, parse_target_exact};
 pub use target::{
     compatible_targets, generic_covers, generic_for, is_gfx_processor, isa_matches,

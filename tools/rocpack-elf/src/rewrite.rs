@@ -238,12 +238,10 @@ fn layout_tail(
     let mut tail: Vec<usize> = (0..elf.shdrs.len())
         .filter(|&i| i != 0 && !elf.shdrs[i].is_alloc() && elf.shdrs[i].sh_offset >= end)
         .collect();
-    if elf.shstrndx != 0 && !tail.contains(&elf.shstrndx) {
-        return Err(Error::unsupported(
-            elf.shdr_offset(elf.shstrndx),
-            ".shstrtab lies inside the loaded part of the file",
-        ));
-    }
+    // patchelf (auditwheel) leaves non-allocated sections between loaded
+    // segments; such a .shstrtab is written anew after the tail (its old
+    // bytes stay where they are, unreferenced).
+    let shstrtab_inside = elf.shstrndx != 0 && !tail.contains(&elf.shstrndx);
     tail.sort_by_key(|&i| (elf.shdrs[i].sh_offset, i));
     for i in tail {
         let s = &elf.shdrs[i];
@@ -260,6 +258,18 @@ fn layout_tail(
             out.extend_from_slice(d);
         }
         shdrs[i].sh_offset = pos;
+    }
+    if shstrtab_inside {
+        let pos = out.len() as u64;
+        if pos + shstrtab.len() as u64 > limit {
+            return Err(Error::layout(
+                pos,
+                "output would grow beyond what the input allows",
+            ));
+        }
+        out.extend_from_slice(shstrtab);
+        shdrs[elf.shstrndx].sh_offset = pos;
+        shdrs[elf.shstrndx].sh_size = shstrtab.len() as u64;
     }
     Ok(())
 }
@@ -627,18 +637,13 @@ fn split_linked(elf: &Elf<'_>, info: &FatBinaryInfo, marker: &[u8]) -> Result<Ve
     let room_start = r
         .checked_sub(mlen)
         .and_then(|x| x.checked_sub(blocklen))
-        .and_then(|x| x.checked_sub(b0))
-        .ok_or_else(|| Error::layout(fb.file_offset, "marker does not fit in .hip_fatbin"))?;
-    let w = b0 + align_down(room_start, amax);
+        .and_then(|x| x.checked_sub(b0));
+    let w = room_start.map(|x| b0 + align_down(x, amax));
+    let Some(w) = w.filter(|&w| w >= v) else {
+        // Too small to give bytes back: the marker takes the fatbin's place.
+        return split_in_place(elf, info, marker, blocklen);
+    };
     let m = w + blocklen;
-    if w < v {
-        return Err(Error::layout(
-            fb.file_offset,
-            format!(
-                ".hip_fatbin ({s} bytes) is too small for the marker ({mlen} bytes) and the moved headers ({blocklen} bytes)"
-            ),
-        ));
-    }
     let delta = w - b0;
 
     // End of file data in L before the fatbin.
@@ -835,6 +840,213 @@ fn split_linked(elf: &Elf<'_>, info: &FatBinaryInfo, marker: &[u8]) -> Result<Ve
     Ok(out)
 }
 
+/// Split a binary whose `.hip_fatbin` is too small to hold the marker and
+/// the headers that would make room for one more program header (small
+/// compressed bundles, e.g. a 4.5 KB CCOB): nothing is removed from the
+/// file and no segment changes. The marker is written where the bundles
+/// were, the rest of their bytes are zeroed, `.hip_fatbin` keeps its
+/// address with size 0 and `.rocm_kpack_ref` is added at that address
+/// (docs/formats/split-elf.md, "in place").
+fn split_in_place(
+    elf: &Elf<'_>,
+    info: &FatBinaryInfo,
+    marker: &[u8],
+    blocklen: u64,
+) -> Result<Vec<u8>> {
+    let data = elf.data;
+    let fb = info
+        .fatbin
+        .ok_or_else(|| Error::malformed(0, "fat binary without .hip_fatbin"))?;
+    let (v, s) = (fb.addr, fb.size);
+    let mlen = marker.len() as u64;
+    if mlen > s {
+        return Err(Error::layout(
+            fb.file_offset,
+            format!(
+                ".hip_fatbin ({s} bytes) is too small for the marker ({mlen} bytes) and the moved headers ({blocklen} bytes)"
+            ),
+        ));
+    }
+    let end = end_loaded(elf);
+    let page = page_size(elf)?;
+    let limit = data.len() as u64 + mlen + 2 * page + 4096;
+    let mut out = get(data, 0, end, "loaded content")?.to_vec();
+    let (start, stop) = (fb.file_offset as usize, (fb.file_offset + s) as usize);
+    out.get_mut(start..stop)
+        .ok_or_else(|| Error::malformed(fb.file_offset, ".hip_fatbin outside the file"))?
+        .fill(0);
+    out[start..start + marker.len()].copy_from_slice(marker);
+    let mut map = OffMap::default();
+    map.add(0, end, 0);
+
+    let mut shdrs = elf.shdrs.clone();
+    if let Some(sh) = shdrs.get_mut(fb.index) {
+        sh.sh_size = 0;
+    }
+    let name_off = elf.shdrs.get(elf.shstrndx).map_or(0, |s| s.sh_size);
+    let mut shstrtab = elf
+        .shdrs
+        .get(elf.shstrndx)
+        .map(|s| s.data(data))
+        .transpose()?
+        .unwrap_or_default()
+        .to_vec();
+    shstrtab.extend_from_slice(MARKER_SECTION.as_bytes());
+    shstrtab.push(0);
+    shdrs.push(Shdr {
+        sh_name: u32::try_from(name_off).map_err(|_| Error::layout(0, ".shstrtab too large"))?,
+        sh_type: elf::SHT_PROGBITS,
+        sh_flags: u64::from(elf::SHF_ALLOC),
+        sh_addr: v,
+        sh_offset: fb.file_offset,
+        sh_size: mlen,
+        sh_link: 0,
+        sh_info: 0,
+        sh_addralign: 1,
+        sh_entsize: 0,
+        name: MARKER_SECTION.as_bytes().to_vec(),
+    });
+    if elf.ehdr.e_shnum == 0 {
+        if let Some(s0) = shdrs.first_mut() {
+            s0.sh_size += 1;
+        }
+    }
+    layout_tail(elf, end, &mut shdrs, &shstrtab, &mut map, &mut out, limit)?;
+    for wr in &info.wrappers {
+        let co = wr.bundle.ok_or_else(|| Error::Wrapper {
+            index: wr.index,
+            offset: wr.file_offset,
+            what: "wrapper does not point at a bundle".into(),
+        })?;
+        let woff = map.map_or_err(wr.file_offset, "wrapper")?;
+        put_u32(&mut out, woff, HIPK_MAGIC)?;
+        put_u32(
+            &mut out,
+            woff + 16,
+            u32::try_from(co).map_err(|_| Error::layout(woff, "too many bundles"))?,
+        )?;
+        write_pointer(&mut out, &map, wr, v)?;
+    }
+    let shoff = write_shdrs(&shdrs, &mut out)?;
+    write_ehdr(&mut out, elf.phdrs.len() as u64, shoff, shdrs.len() as u64)?;
+    let check = crate::analyze::analyze(&out)?;
+    if check.state != State::Split || check.wrappers.len() != info.wrappers.len() {
+        return Err(Error::layout(
+            0,
+            "internal: rewritten file does not analyse as split",
+        ));
+    }
+    Ok(out)
+}
+
+/// Undo [`split_in_place`]: the bundles go back where the marker is, if
+/// they fit before the next allocated section.
+fn reassemble_in_place(
+    elf: &Elf<'_>,
+    info: &FatBinaryInfo,
+    bundles: &[Vec<u8>],
+) -> Result<Vec<u8>> {
+    let data = elf.data;
+    let fb = info
+        .fatbin
+        .ok_or_else(|| Error::malformed(0, "split binary without .hip_fatbin"))?;
+    let mk = info
+        .marker
+        .as_ref()
+        .ok_or_else(|| Error::malformed(0, "split binary without .rocm_kpack_ref"))?;
+    let v = fb.addr;
+    if mk.section.addr != v || fb.size != 0 {
+        return Err(Error::unsupported(
+            fb.file_offset,
+            ".hip_fatbin of a split binary is neither NOBITS nor empty at the marker",
+        ));
+    }
+    let l = elf
+        .phdrs
+        .iter()
+        .find(|p| {
+            p.p_type == elf::PT_LOAD && v >= p.p_vaddr && v < p.p_vaddr.saturating_add(p.p_filesz)
+        })
+        .ok_or_else(|| {
+            Error::unsupported(fb.file_offset, "marker is not file-backed in a PT_LOAD")
+        })?;
+    let free_end = elf
+        .shdrs
+        .iter()
+        .enumerate()
+        .filter(|(i, s)| {
+            *i != mk.section.index
+                && *i != fb.index
+                && s.is_alloc()
+                && s.sh_size > 0
+                && s.sh_addr > v
+        })
+        .map(|(_, s)| s.sh_addr)
+        .min()
+        .unwrap_or(u64::MAX)
+        .min(l.p_vaddr + l.p_filesz);
+    let mut fat = Vec::new();
+    let mut bundle_addr = Vec::with_capacity(bundles.len());
+    for b in bundles {
+        let pos = align_up(fat.len() as u64, BUNDLE_ALIGN).unwrap_or(u64::MAX);
+        fat.resize(usize::try_from(pos).unwrap_or(usize::MAX), 0);
+        bundle_addr.push(v + pos);
+        fat.extend_from_slice(b);
+    }
+    let cap = free_end - v;
+    if fat.len() as u64 > cap {
+        return Err(Error::layout(
+            fb.file_offset,
+            format!(
+                "rebuilt .hip_fatbin needs {} bytes but only {cap} are free at {v:#x}",
+                fat.len()
+            ),
+        ));
+    }
+    let end = end_loaded(elf);
+    let mut out = get(data, 0, end, "loaded content")?.to_vec();
+    let off = mk.section.file_offset as usize;
+    out[off..off + cap as usize].fill(0);
+    out[off..off + fat.len()].copy_from_slice(&fat);
+    let mut map = OffMap::default();
+    map.add(0, end, 0);
+    let mut shdrs = elf.shdrs.clone();
+    shdrs[fb.index].sh_size = fat.len() as u64;
+    if elf.ehdr.e_shnum == 0 {
+        if let Some(s0) = shdrs.first_mut() {
+            s0.sh_size = s0.sh_size.saturating_sub(1);
+        }
+    }
+    let mut shstrtab = elf
+        .shdrs
+        .get(elf.shstrndx)
+        .map(|s| s.data(data))
+        .transpose()?
+        .unwrap_or_default()
+        .to_vec();
+    let mname = elf.shdrs[mk.section.index].sh_name as usize;
+    if mname + MARKER_SECTION.len() + 1 == shstrtab.len() {
+        shstrtab.truncate(mname);
+    }
+    let page = page_size(elf)?;
+    let limit = (data.len() as u64).saturating_add(fat.len() as u64 + 4 * page);
+    layout_tail(elf, end, &mut shdrs, &shstrtab, &mut map, &mut out, limit)?;
+    for wr in &info.wrappers {
+        let co = wr.co_index() as usize;
+        let addr = *bundle_addr
+            .get(co)
+            .ok_or_else(|| Error::layout(wr.file_offset, "wrapper co_index has no bundle"))?;
+        let woff = map.map_or_err(wr.file_offset, "wrapper")?;
+        put_u32(&mut out, woff, HIPF_MAGIC)?;
+        put_u32(&mut out, woff + 16, 0)?;
+        write_pointer(&mut out, &map, wr, addr)?;
+    }
+    remove_section(elf, &mut out, &map, &mut shdrs, mk.section.index, fb.index)?;
+    let shoff = write_shdrs(&shdrs, &mut out)?;
+    write_ehdr(&mut out, elf.phdrs.len() as u64, shoff, shdrs.len() as u64)?;
+    Ok(out)
+}
+
 /// Write a wrapper's pointer so it evaluates to `target` at run time.
 fn write_pointer(out: &mut [u8], map: &OffMap, wr: &crate::WrapperInfo, target: u64) -> Result<()> {
     let field = map.map_or_err(wr.file_offset + 8, "wrapper pointer")?;
@@ -888,10 +1100,7 @@ fn reassemble_linked(elf: &Elf<'_>, info: &FatBinaryInfo, bundles: &[Vec<u8>]) -
         .as_ref()
         .ok_or_else(|| Error::malformed(0, "split binary without .rocm_kpack_ref"))?;
     if !fb.nobits {
-        return Err(Error::malformed(
-            fb.file_offset,
-            ".hip_fatbin of a split binary is not NOBITS",
-        ));
+        return reassemble_in_place(elf, info, bundles);
     }
     let v = fb.addr;
     let w = v + fb.size;

@@ -13,6 +13,7 @@
 
 #![deny(missing_docs)]
 
+pub mod bundle_meta;
 pub mod commit;
 mod dir;
 mod error;

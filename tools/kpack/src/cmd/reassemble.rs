@@ -2,9 +2,14 @@
 //! binary (ELF or static archive) from a split host binary and its `.kpack`
 //! files. For every wrapper `co_index` *i* the code objects stored under
 //! `<kernel_name>#<i>` (kernel name from the marker) in all `.kpack` files
-//! under DIR become one bundle: host entry first, device entries sorted by
-//! ID, 4096-aligned, as clang writes them. If the uncompressed bundles do not
-//! fit where `.hip_fatbin` was, they are written as CCOB v2 (zstd).
+//! under DIR become one bundle. When the split recorded the bundle's layout
+//! (`metadata.bundle`, docs/formats/split-elf.md) and every entry is found,
+//! the bundle is rebuilt exactly: same container format and version (CCOB
+//! v1/v2/v3, same method), same entry IDs, order and offsets, so its
+//! uncompressed bytes equal the input's. Otherwise (older splits, a subset
+//! of the archives) it is rebuilt as clang writes one: host entry first,
+//! device entries sorted by ID, 4096-aligned, as CCOB v2 (zstd) if the
+//! uncompressed bundles do not fit where `.hip_fatbin` was.
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -12,7 +17,9 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{bail, Context};
+use rocpack_bundle::Format;
 use rocpack_elf::FatBinaryInfo;
+use rocpack_kpack::bundle_meta::{self, EntryPlace};
 use rocpack_kpack::{KpackReader, Marker};
 
 #[derive(Debug, clap::Args)]
@@ -50,12 +57,23 @@ fn find_kpacks(dir: &Path, out: &mut Vec<PathBuf>) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The bundles (by co_index) of one split file, from the archives.
+/// One code object found in the archives.
+struct Found {
+    data: Vec<u8>,
+    /// Its place in the original bundle (`metadata.bundle`), if recorded.
+    place: Option<EntryPlace>,
+}
+
+/// The bundles (by co_index) of one split file, from the archives. Each
+/// bundle whose layout the split recorded is rebuilt exactly (format,
+/// version, entry IDs, order, offsets); the others in clang's canonical
+/// form (`canonical` counts them, with the first reason).
 fn bundles_for(
     info: &FatBinaryInfo,
     readers: &[(PathBuf, KpackReader)],
     what: &str,
     compress: bool,
+    canonical: &mut (usize, Option<String>),
 ) -> rocpack_elf::Result<Vec<Vec<u8>>> {
     let err = |msg: String| rocpack_elf::Error::Layout {
         offset: 0,
@@ -78,15 +96,20 @@ fn bundles_for(
     let mut bundles = Vec::with_capacity(count);
     for co in 0..count {
         let key = marker.lookup_key(co as u64);
-        let mut objs: BTreeMap<String, Vec<u8>> = BTreeMap::new();
+        // By full entry ID (the metadata's `target`, else ours).
+        let mut found: BTreeMap<String, Found> = BTreeMap::new();
         for (path, r) in readers {
             for e in r.entries().iter().filter(|e| e.key == key) {
                 let data = r
                     .get_entry(e)
                     .map_err(|x| err(format!("{}: {x}", path.display())))?;
-                let id = format!("{DEVICE_PREFIX}{}", e.target);
-                if let Some(prev) = objs.get(&id) {
-                    if prev.as_slice() != data.as_ref() {
+                let place = e.metadata.as_ref().and_then(bundle_meta::decode);
+                let id = place
+                    .as_ref()
+                    .map(|p| p.id.clone())
+                    .unwrap_or_else(|| format!("{DEVICE_PREFIX}{}", e.target));
+                if let Some(prev) = found.get(&id) {
+                    if prev.data.as_slice() != data.as_ref() {
                         return Err(err(format!(
                             "{what}: `{key}` for {} differs between archives",
                             e.target
@@ -94,26 +117,72 @@ fn bundles_for(
                     }
                     continue;
                 }
-                objs.insert(id, data.into_owned());
+                found.insert(
+                    id,
+                    Found {
+                        data: data.into_owned(),
+                        place,
+                    },
+                );
             }
         }
-        if objs.is_empty() {
+        if found.is_empty() {
             return Err(err(format!(
                 "{what}: no code objects for `{key}` in any .kpack file"
             )));
         }
-        let mut entries: Vec<(String, Vec<u8>)> = vec![(HOST_ID.to_string(), Vec::new())];
-        entries.extend(objs);
-        let bundle = rocpack_bundle::write_uncompressed(&entries);
-        if compress {
-            let c = rocpack_bundle::write_ccob_level(&bundle, 2, rocpack_bundle::Method::Zstd, 19)
-                .map_err(|x| err(format!("{what}: {x}")))?;
-            bundles.push(c);
-        } else {
-            bundles.push(bundle);
+        match exact_bundle(&found) {
+            Ok(b) => bundles.push(b),
+            Err(why) => {
+                canonical.0 += 1;
+                canonical.1.get_or_insert(format!("bundle {co}: {why}"));
+                let mut entries: Vec<(&str, &[u8])> = vec![(HOST_ID, &[][..])];
+                entries.extend(found.iter().map(|(id, f)| (id.as_str(), f.data.as_slice())));
+                let bundle = rocpack_bundle::write_uncompressed(&entries);
+                if compress {
+                    let c = rocpack_bundle::write_ccob_level(
+                        &bundle,
+                        2,
+                        rocpack_bundle::Method::Zstd,
+                        19,
+                    )
+                    .map_err(|x| err(format!("{what}: {x}")))?;
+                    bundles.push(c);
+                } else {
+                    bundles.push(bundle);
+                }
+            }
         }
     }
     Ok(bundles)
+}
+
+/// The bundle in its original layout and container format, or why not.
+fn exact_bundle(found: &BTreeMap<String, Found>) -> Result<Vec<u8>, String> {
+    let mut parts = Vec::with_capacity(found.len());
+    for f in found.values() {
+        let place = f
+            .place
+            .as_ref()
+            .ok_or("the split did not record its layout")?;
+        parts.push((place, f.data.len() as u64));
+    }
+    let layout = bundle_meta::restore(&parts)?;
+    let mut data: Vec<Option<&[u8]>> = vec![None; layout.entries.len()];
+    for f in found.values() {
+        if let Some(p) = &f.place {
+            if let Some(slot) = usize::try_from(p.index).ok().and_then(|i| data.get_mut(i)) {
+                *slot = Some(&f.data);
+            }
+        }
+    }
+    let raw = layout.build(&data).map_err(|e| e.to_string())?;
+    match layout.format {
+        Format::Uncompressed => Ok(raw),
+        Format::Ccob { version, method } => {
+            rocpack_bundle::write_ccob(&raw, version, method).map_err(|e| e.to_string())
+        }
+    }
 }
 
 pub fn run(args: ReassembleArgs) -> anyhow::Result<ExitCode> {
@@ -131,14 +200,16 @@ pub fn run(args: ReassembleArgs) -> anyhow::Result<ExitCode> {
         readers.push((p, r));
     }
     let name = args.host.display().to_string();
-    let build = |compress: bool| {
+    let mut canonical = (0usize, None::<String>);
+    let mut build = |compress: bool| {
+        canonical = (0, None);
         rocpack_elf::reassemble_file(&host, &mut |member, info| {
             let what = if member.is_empty() {
                 name.clone()
             } else {
                 format!("{name}({member})")
             };
-            bundles_for(info, &readers, &what, compress)
+            bundles_for(info, &readers, &what, compress, &mut canonical)
         })
     };
     let out = match build(false) {
@@ -176,6 +247,11 @@ pub fn run(args: ReassembleArgs) -> anyhow::Result<ExitCode> {
     if let Err(e) = written {
         let _ = std::fs::remove_file(&tmp);
         return Err(e.context(format!("failed to write `{}`", args.output.display())));
+    }
+    if let (n, Some(why)) = &canonical {
+        eprintln!(
+            "kpack: note: {n} bundle(s) rebuilt in clang's canonical form, not the original layout (first: {why})"
+        );
     }
     eprintln!(
         "kpack: reassembled `{}` ({} bytes)",
