@@ -26,7 +26,7 @@ KPACK_WHEEL_SPLIT_ATTRS = {
     "overlay_root": ("string", "Wheel directory whose fat binaries are split and where .kpack/ goes (e.g. \"torch\"); empty: the wheel root."),
     "device_package_prefix": ("string", "Device distributions are <prefix>-<target>; empty: \"<host distribution>-device\"."),
     "device_requires_dist": ("string_list", "Extra Requires-Dist of device wheels; @GFXARCH@ is replaced by the target (such entries go to per-target wheels only)."),
-    "split_databases": ("string_list", "Database handlers (rocblas, hipblaslt, hipsparselt, aotriton, miopen, composablekernel, hipkernelprovider) or the preset torch-fat."),
+    "split_databases": ("string_list", "Database handlers (rocblas, hipblaslt, hipsparselt, aotriton, miopen, composablekernel, hipkernelprovider, hotswap_cache) or the preset torch-fat."),
     "gpu_targets": ("string_list", "Keep only these GPU targets (base-arch match: gfx90a keeps gfx90a:xnack+ and gfx90a:xnack-)."),
     "compression": ("string", "--compression of the .kpack archives: \"zstd\", \"zstd:LEVEL\", \"none\" or \"\" (tool default)."),
     "config": ("label", "Packaging config JSON (as kpack_recombine's): one family wheel per architecture_groups entry with targets in the wheel."),

@@ -32,6 +32,9 @@ pub enum DatabaseKind {
     Composablekernel,
     /// hipKernelProvider: `…/engines/{arch_content,test_arch_content}/…/<arch>/…`.
     Hipkernelprovider,
+    /// RocJitsu hotswap cache:
+    /// `share/rocjitsu/translations/<domain>/v1/<64 hex>.(man|obj)`.
+    HotswapCache,
 }
 
 /// Named sets of handlers (`--split-databases torch-fat`).
@@ -56,7 +59,7 @@ pub fn expand(name: &str) -> Result<Vec<DatabaseKind>, UnknownDatabase> {
 
 impl DatabaseKind {
     /// Every handler, in the order `--help` lists them.
-    pub const ALL: [DatabaseKind; 7] = [
+    pub const ALL: [DatabaseKind; 8] = [
         DatabaseKind::Rocblas,
         DatabaseKind::Hipblaslt,
         DatabaseKind::Hipsparselt,
@@ -64,6 +67,7 @@ impl DatabaseKind {
         DatabaseKind::Miopen,
         DatabaseKind::Composablekernel,
         DatabaseKind::Hipkernelprovider,
+        DatabaseKind::HotswapCache,
     ];
 
     /// The CLI / JSON name.
@@ -76,6 +80,7 @@ impl DatabaseKind {
             DatabaseKind::Miopen => "miopen",
             DatabaseKind::Composablekernel => "composablekernel",
             DatabaseKind::Hipkernelprovider => "hipkernelprovider",
+            DatabaseKind::HotswapCache => "hotswap_cache",
         }
     }
 
@@ -164,6 +169,26 @@ impl DatabaseKind {
                 let arch = dirs[pos + 1..].iter().find_map(|d| parse_target_exact(d))?;
                 (!arch.ends_with("-generic")).then_some(arch)
             }
+            DatabaseKind::HotswapCache => {
+                // `share/rocjitsu/translations/<domain>/v1/<sha256>.(man|obj)`;
+                // the domain names the target (any spelling of one); other
+                // domains stay generic.
+                let n = dirs.len();
+                if n < 5
+                    || dirs[n - 5..n - 2] != ["share", "rocjitsu", "translations"]
+                    || dirs[n - 1] != "v1"
+                {
+                    return None;
+                }
+                let (hash, ext) = file_name.rsplit_once('.')?;
+                if !matches!(ext, "man" | "obj")
+                    || hash.len() != 64
+                    || !hash.bytes().all(|b| b.is_ascii_hexdigit())
+                {
+                    return None;
+                }
+                parse_target_exact(dirs[n - 2])
+            }
         }
     }
 }
@@ -232,7 +257,7 @@ impl fmt::Display for DatabaseKind {
 
 /// Unknown handler name.
 #[derive(Debug, Clone, thiserror::Error)]
-#[error("unknown database handler `{0}` (known: rocblas, hipblaslt, hipsparselt, aotriton, miopen, composablekernel, hipkernelprovider; presets: torch-fat)")]
+#[error("unknown database handler `{0}` (known: rocblas, hipblaslt, hipsparselt, aotriton, miopen, composablekernel, hipkernelprovider, hotswap_cache; presets: torch-fat)")]
 pub struct UnknownDatabase(pub String);
 
 impl FromStr for DatabaseKind {

@@ -125,6 +125,19 @@ const TABLE: &[(&str, Option<(DatabaseKind, &str)>)] = &[
     ),
     ("share/hkp/engines/arch_content/gfx11-generic/k.co", None),
     ("share/hkp/arch_content/gfx942/k.co", None),
+    // RocJitsu hotswap cache: the domain names the target.
+    (
+        "share/rocjitsu/translations/gfx942/v1/0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef.man",
+        Some((HotswapCache, "gfx942")),
+    ),
+    (
+        "share/rocjitsu/translations/gfx90a-xnack-/v1/0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef.obj",
+        Some((HotswapCache, "gfx90a:xnack-")),
+    ),
+    ("share/rocjitsu/translations/gfx942/v1/0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef.txt", None),
+    ("share/rocjitsu/translations/gfx942/v1/abc.obj", None),
+    ("share/rocjitsu/translations/gfx942/v2/0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef.obj", None),
+    ("share/rocjitsu/translations/cpu/v1/0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef.obj", None),
     // Not databases.
     ("lib/librocblas.so.5", None),
     ("include/rocblas/gfx1100.h", None),

@@ -34,7 +34,7 @@ pub struct SplitArgs {
     output_dir: PathBuf,
 
     /// Database handlers to run, in priority order: rocblas, hipblaslt,
-    /// hipsparselt, aotriton, miopen, composablekernel, hipkernelprovider,
+    /// hipsparselt, aotriton, miopen, composablekernel, hipkernelprovider, hotswap_cache,
     /// or the preset torch-fat (rocblas hipblaslt hipsparselt aotriton miopen).
     #[arg(long, value_name = "HANDLER", num_args = 1.., value_parser = parse_db)]
     split_databases: Vec<Handlers>,

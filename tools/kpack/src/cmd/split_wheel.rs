@@ -45,7 +45,7 @@ pub struct SplitWheelArgs {
     device_requires_dist: Vec<String>,
 
     /// Database handlers (as `kpack split`): rocblas, hipblaslt, hipsparselt,
-    /// aotriton, miopen, composablekernel, hipkernelprovider, or torch-fat.
+    /// aotriton, miopen, composablekernel, hipkernelprovider, hotswap_cache, or torch-fat.
     #[arg(long, value_name = "HANDLER", num_args = 1.., visible_aliases = ["databases", "wheel-type"], value_parser = parse_db)]
     split_databases: Vec<Handlers>,
 
