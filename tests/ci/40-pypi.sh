@@ -7,7 +7,7 @@
 # method, entry IDs, order and bytes; `kpack verify` checks both install
 # models. Downloads are pinned by version and sha256 and cached in
 # target/rocpack-pypi-cache; the stage is skipped, loudly, only when PyPI is
-# unreachable.
+# unreachable. The fixture fat binaries go through the same checks first.
 . "$(dirname "$0")/lib.sh"
 cd "$ROOT"
 t0=$(date +%s)
@@ -21,6 +21,21 @@ CACHE="$ROOT/target/rocpack-pypi-cache"
 W="$(mktemp -d /tmp/rocpack-pypi.XXXXXX)"
 trap 'rm -rf "$W"' EXIT
 mkdir -p "$CACHE"
+
+# The same checks on the fixture fat binaries first (offline): uncompressed,
+# CCOB v2, multi-TU, RDC, generic targets, lld/RELR, executables.
+ensure_fixtures
+log "fixtures: split, independent decoder, exact reassembly"
+mkdir -p "$W/fx/art/lib"
+for f in "$ROCPACK_SHARED"/fixtures/fatbins/*; do
+    case "$f" in *.a|*hostonly*|*stripped*) continue ;; esac
+    cp "$f" "$W/fx/art/lib/"
+done
+echo lib >"$W/fx/art/artifact_manifest.txt"
+"$KPACK" split --artifact-dir "$W/fx/art" --artifact-prefix fx --output-dir "$W/fx/out" >/dev/null 2>"$W/split.log" \
+    || { cat "$W/split.log"; die "kpack split of the fixtures"; }
+$PY tests/pypi/check_split.py "$KPACK" "$W/fx/art" "$W/fx/out" fx || die "fixtures: split/reassembly check"
+rm -rf "$W/fx"
 
 # name==version  python  wheel file  sha256
 WHEELS=(
