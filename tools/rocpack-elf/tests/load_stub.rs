@@ -170,6 +170,13 @@ const DEB_CHANGELOG: &str = "fxpkg (1.0-1) unstable; urgency=medium\n\n  * test\
 
 /// Program headers as `readelf -lW` (binutils, not our reader) prints them:
 /// (type, offset, vaddr, filesz).
+/// [`readelf_phdrs`] of bytes (written to a scratch file in `dir`).
+fn readelf_phdrs_bytes(data: &[u8], dir: &Path) -> Vec<(String, u64, u64, u64)> {
+    let f = dir.join("phdrs.scratch");
+    std::fs::write(&f, data).unwrap();
+    readelf_phdrs(&f)
+}
+
 fn readelf_phdrs(file: &Path) -> Vec<(String, u64, u64, u64)> {
     let o = Command::new("readelf")
         .arg("-lW")
@@ -237,6 +244,69 @@ fn mixed_align_copies(dir: &Path) -> Vec<PathBuf> {
     out
 }
 
+/// Copies of shared-library fixtures run through `patchelf --set-rpath`
+/// with a long rpath, as auditwheel does to manylinux wheels: `.dynstr`
+/// moves into a new PT_LOAD behind `.symtab`/`.shstrtab`, so non-allocated
+/// sections sit between loaded segments.
+fn patchelf_copies(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for name in ["libfx_multi.so", "libfx_relr.so", "libfx_two_tu.so"] {
+        let src = fixtures().join("fatbins").join(name);
+        if !src.is_file() {
+            continue;
+        }
+        let dst = dir.join(format!("{name}.patchelf"));
+        std::fs::copy(&src, &dst).unwrap();
+        let mut c = Command::new("patchelf");
+        c.arg("--set-rpath")
+            .arg(format!("$ORIGIN/{}", "r".repeat(200)))
+            .arg(&dst);
+        run_tool(c, "patchelf --set-rpath");
+        out.push(dst);
+    }
+    out
+}
+
+/// A library whose compressed `.hip_fatbin` (~2 KB, one target) is smaller
+/// than the `.dynsym` lld puts right behind the program headers (no
+/// build-id, 400 exported functions): the rewrite cannot make room for a
+/// program header and must split in place, as for small PyPI plugins.
+fn in_place_copy(dir: &Path) -> PathBuf {
+    let src = fixtures().join("src");
+    let mut hip = std::fs::read_to_string(src.join("kern_a.hip")).unwrap();
+    for i in 0..400 {
+        hip.push_str(&format!(
+            "extern \"C\" int rocpack_exported_{i}() {{ return {i}; }}\n"
+        ));
+    }
+    let file = dir.join("tiny_inplace.hip");
+    std::fs::write(&file, hip).unwrap();
+    let out = dir.join("libfx_tiny_inplace.so");
+    let mut c = Command::new("/usr/lib/llvm-19/bin/clang++");
+    c.args([
+        "-x",
+        "hip",
+        "-nogpulib",
+        "-nogpuinc",
+        "-O2",
+        "-fPIC",
+        "-std=c++17",
+    ])
+    .arg(format!("-I{}", src.display()))
+    .args([
+        "--offload-arch=gfx1100",
+        "--offload-compress",
+        "-fuse-ld=lld",
+        "-Wl,--build-id=none",
+        "-shared",
+    ])
+    .arg(&file)
+    .arg("-o")
+    .arg(&out);
+    run_tool(c, "clang++ (in-place fixture)");
+    out
+}
+
 #[test]
 fn split_binaries_load_and_register_hipk_after_every_strip() {
     assert!(have_fixtures(), "fixtures missing (set ROCPACK_SHARED)");
@@ -248,6 +318,7 @@ fn split_binaries_load_and_register_hipk_after_every_strip() {
         "objcopy",
         "dh_strip",
         "debugedit",
+        "patchelf",
     ] {
         assert!(
             have_tool(t),
@@ -261,6 +332,9 @@ fn split_binaries_load_and_register_hipk_after_every_strip() {
     std::fs::create_dir_all(&mixed).unwrap();
     let mut inputs = fat_elfs();
     inputs.extend(mixed_align_copies(&mixed));
+    inputs.extend(patchelf_copies(&mixed));
+    let in_place = in_place_copy(&mixed);
+    inputs.push(in_place.clone());
     for p in inputs {
         let data = std::fs::read(&p).unwrap();
         let orig = analyze(&data).unwrap();
@@ -269,6 +343,7 @@ fn split_binaries_load_and_register_hipk_after_every_strip() {
             .unwrap()
             .to_string_lossy()
             .trim_end_matches(".align8000")
+            .trim_end_matches(".patchelf")
             .to_owned();
         let marker = if p.starts_with(fixtures()) {
             marker_for(&p)
@@ -276,6 +351,27 @@ fn split_binaries_load_and_register_hipk_after_every_strip() {
             marker_for(&fixtures().join("fatbins").join(&name))
         };
         let split = split_host(&data, &marker).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+        if p == in_place {
+            // In place: the marker sits where the bundles were, nothing moved.
+            let s = analyze(&split).unwrap();
+            let fb = orig.fatbin.unwrap();
+            assert_eq!(s.marker.as_ref().unwrap().section.addr, fb.addr, "{name}");
+            // Only a section header and its name are added.
+            assert!(
+                split.len() <= data.len() + 128,
+                "{name}: file grew by {}",
+                split.len() - data.len()
+            );
+            assert_eq!(
+                readelf_phdrs(&p),
+                readelf_phdrs_bytes(&split, tmp.path()),
+                "{name}: segments changed"
+            );
+            // Reassembled with its original bundle, the file is the input again.
+            let bundle = rocpack_elf::bundle_bytes(&data, &orig, 0).unwrap().to_vec();
+            let back = rocpack_elf::reassemble(&split, &[bundle]).unwrap();
+            assert!(back == data, "{name}: reassembly is not the original file");
+        }
         // rocblas-test needs librocblas.so.5: give it the (split or fat) library.
         let libdir = tmp.path().join(format!("lib-{checked}"));
         std::fs::create_dir_all(&libdir).unwrap();
