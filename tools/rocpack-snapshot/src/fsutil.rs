@@ -87,15 +87,19 @@ pub fn atomic_write(path: &Path, bytes: &[u8], label: &str) -> Result<()> {
         .unwrap_or_default();
     let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
     step(&format!("write {label} (temp)"));
-    {
-        let mut f = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(&tmp)
-            .map_err(io_at(&tmp))?;
-        f.write_all(bytes).map_err(io_at(&tmp))?;
-        f.sync_all().map_err(io_at(&tmp))?;
+    let written = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(&tmp)
+        .and_then(|mut f| {
+            f.write_all(bytes)?;
+            f.sync_all()
+        });
+    if let Err(e) = written {
+        // ENOSPC and friends leave no temp file behind.
+        let _ = fs::remove_file(&tmp);
+        return Err(Error::io(&tmp, e));
     }
     step(&format!("rename {label}"));
     fs::rename(&tmp, path).map_err(io_at(path))?;
@@ -105,7 +109,8 @@ pub fn atomic_write(path: &Path, bytes: &[u8], label: &str) -> Result<()> {
 /// Copy `src` to `dst` (which must not be visible half-written: callers use staging
 /// names) and fsync it.
 pub fn copy_durable(src: &Path, dst: &Path) -> Result<()> {
-    let mut from = File::open(src).map_err(io_at(src))?;
+    // Regular files only, opened without blocking (a FIFO swapped in is refused).
+    let mut from = crate::hash::open_regular(src)?;
     let mut to = OpenOptions::new()
         .write(true)
         .create(true)

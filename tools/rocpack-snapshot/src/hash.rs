@@ -86,21 +86,25 @@ pub fn sha256_file_limited(
 /// `dst`. No memory map, so a source truncated under us cannot raise
 /// SIGBUS. `dst` is removed on every error, ENOSPC included.
 pub fn copy_hashed(src: &Path, dst: &Path) -> Result<FileDigest> {
-    let res = copy_hashed_inner(src, dst);
+    let res = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .open(dst)
+        .map_err(io_at(dst))
+        .and_then(|mut to| copy_hashed_into(src, &mut to, dst));
     if res.is_err() {
         let _ = std::fs::remove_file(dst);
     }
     res
 }
 
-fn copy_hashed_inner(src: &Path, dst: &Path) -> Result<FileDigest> {
-    use std::io::Write;
+/// [`copy_hashed`] into an open, empty, readable and writable file (e.g. an
+/// unnamed `O_TMPFILE`, which a `kill -9` cannot leave behind); `label`
+/// names it in messages. The file is left positioned at its start.
+pub fn copy_hashed_into(src: &Path, to: &mut File, label: &Path) -> Result<FileDigest> {
+    use std::io::{Seek, Write};
     let mut from = open_regular(src)?;
-    let mut to = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(dst)
-        .map_err(io_at(dst))?;
     let (tx, rx) = std::sync::mpsc::sync_channel::<std::sync::Arc<[u8]>>(4);
     let (sha256, size, sha1) = std::thread::scope(|s| -> Result<(String, u64, String)> {
         let t1 = s.spawn(move || {
@@ -121,7 +125,7 @@ fn copy_hashed_inner(src: &Path, dst: &Path) -> Result<FileDigest> {
             };
             let chunk = buf.get(..n).unwrap_or_default();
             if let Err(e) = to.write_all(chunk) {
-                break Err(Error::io(dst, e));
+                break Err(Error::io(label, e));
             }
             h.update(chunk);
             total = total.saturating_add(n as u64);
@@ -136,12 +140,25 @@ fn copy_hashed_inner(src: &Path, dst: &Path) -> Result<FileDigest> {
         r?;
         Ok((hex::encode(h.finalize()), total, sha1))
     })?;
-    to.sync_all().map_err(io_at(dst))?;
-    drop(to);
-    let (again, n) = sha256_file(dst)?;
+    to.sync_all().map_err(io_at(label))?;
+    // Verify after write: the bytes the file holds now are the bytes hashed.
+    to.rewind().map_err(io_at(label))?;
+    let mut h = Sha256::new();
+    let mut buf = vec![0u8; CHUNK];
+    let mut n = 0u64;
+    loop {
+        let k = to.read(&mut buf).map_err(io_at(label))?;
+        if k == 0 {
+            break;
+        }
+        n = n.saturating_add(k as u64);
+        h.update(buf.get(..k).unwrap_or_default());
+    }
+    to.rewind().map_err(io_at(label))?;
+    let again = hex::encode(h.finalize());
     if again != sha256 || n != size {
         return Err(Error::Digest {
-            what: format!("{} after writing it", dst.display()),
+            what: format!("{} after writing it", label.display()),
             expected: sha256,
             actual: again,
         });

@@ -6,6 +6,7 @@
 //! * [`store`] — `cas/sha256/<hex>` blob store: local dir, `http(s)://`, `s3://`.
 //! * [`repo`] — snapshots root: config, lock, reading channels.
 //! * [`txn`] — crash-safe rotation (`create`, `rollback`) with a journal and recovery.
+//! * [`ops`] — the `snapctl` commands (the binary only parses arguments).
 //! * [`checksums`] — `stable_checksums.bzl` generation, Starlark validation, diff.
 
 pub mod checksums;
@@ -13,6 +14,7 @@ pub mod error;
 pub mod fsutil;
 pub mod hash;
 pub mod metadata;
+pub mod ops;
 #[cfg(feature = "remote")]
 mod remote;
 pub mod repo;

@@ -75,12 +75,11 @@ impl RemoteStore {
         // Upload from one private, verified copy: the artifact may change
         // while it is hashed or uploaded, the copy does not, so the bytes
         // stored under a digest are always the bytes that hash to it.
-        let dir = tempfile::Builder::new()
-            .prefix(".snapctl-upload-")
-            .tempdir()
+        // The copy is an unnamed temp file (O_TMPFILE): a kill -9 cannot leave it behind.
+        let label = std::env::temp_dir().join("snapctl-upload-copy");
+        let mut copy = tempfile::tempfile()
             .map_err(|e| Error::Usage(format!("cannot create a private upload copy: {e}")))?;
-        let copy = dir.path().join("artifact");
-        let digest = hash::copy_hashed(src, &copy)?;
+        let digest = hash::copy_hashed_into(src, &mut copy, &label)?;
         let key = store_key(&digest.sha256);
         let path = ObjPath::from(key.as_str());
         let mut already_present = self.rt.block_on(async {
@@ -111,7 +110,8 @@ impl RemoteStore {
         }
         if !already_present {
             step("upload: put blob to remote store (put-if-absent)");
-            self.rt.block_on(self.upload(&copy, &path, digest.size))?;
+            self.rt
+                .block_on(self.upload(&mut copy, &label, &path, digest.size))?;
         }
         step("upload: verify remote blob");
         let state = self.check(&digest.sha256, Some(digest.size))?;
@@ -153,8 +153,15 @@ impl RemoteStore {
         })
     }
 
-    async fn upload(&self, src: &Path, path: &ObjPath, size: u64) -> Result<()> {
-        let mut file = std::fs::File::open(src).map_err(io_at(src))?;
+    async fn upload(
+        &self,
+        file: &mut std::fs::File,
+        src: &Path,
+        path: &ObjPath,
+        size: u64,
+    ) -> Result<()> {
+        use std::io::Seek;
+        file.rewind().map_err(io_at(src))?;
         if size <= SINGLE_PUT_MAX {
             let mut buf = Vec::with_capacity(usize::try_from(size).unwrap_or(0));
             file.read_to_end(&mut buf).map_err(io_at(src))?;

@@ -386,7 +386,9 @@ impl Repo {
             fsutil::create_dir_all_durable(&pdir)?;
             let gi = pdir.join(".gitignore");
             if fsutil::read_bounded(&gi, 64).ok().as_deref() != Some(b"*\n".as_slice()) {
-                // Static content, rewritten whenever it is not exactly this: no temp file needed.
+                // Static content, rewritten whenever it is not exactly this: no temp file
+                // needed. Unlinked first, so a FIFO or symlink there is replaced, not written to.
+                let _ = fs::remove_file(&gi);
                 fs::write(&gi, b"*\n").map_err(io_at(&gi))?;
             }
             OpenOptions::new()
@@ -398,7 +400,13 @@ impl Repo {
                 .map_err(io_at(&path))?
         } else {
             // Readers never create anything (the root may be read-only, e.g. in a build sandbox).
-            match File::open(&path) {
+            // Non-blocking: a FIFO planted there must not hang the reader.
+            use std::os::unix::fs::OpenOptionsExt;
+            match OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_NONBLOCK)
+                .open(&path)
+            {
                 Ok(f) => f,
                 Err(_) => return Ok(None),
             }

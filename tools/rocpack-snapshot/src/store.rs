@@ -1,9 +1,11 @@
 //! Content-addressed blob store: `<store>/cas/sha256/<hex>`.
 //!
-//! Blobs are written put-if-absent and verified after the write; nothing here
-//! ever overwrites, moves or deletes a blob. Backends: a local directory (the
-//! default), `http(s)://` (read-only) and `s3://bucket/prefix` (read/write), the
-//! last two through `object_store` (cargo features `http` and `s3`).
+//! Blobs are written put-if-absent from one private, verified copy of the
+//! artifact; an existing object whose bytes do not hash to its name is the
+//! only one ever replaced (by that copy). Nothing here deletes a good blob.
+//! Backends: a local directory (the default), `http(s)://` (read-only) and
+//! `s3://bucket/prefix` (read/write), the last two through `object_store`
+//! (cargo features `http` and `s3`).
 
 use crate::error::{io_at, Error, Result};
 use crate::fsutil::{self, step};
@@ -231,6 +233,102 @@ impl Drop for RemoveOnDrop {
     }
 }
 
+/// The private copy an upload publishes.
+enum Temp {
+    /// `O_TMPFILE`: has no name until linked.
+    Unnamed(fs::File),
+    /// Fallback where `O_TMPFILE` is not supported.
+    Named(PathBuf, RemoveOnDrop),
+}
+
+/// An unnamed file in `dir` (`O_TMPFILE`, mode 0444), or `None` where the
+/// filesystem (or a missing `/proc`) does not allow linking one into place.
+fn unnamed_in(dir: &Path) -> Option<fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    if !Path::new("/proc/self/fd").is_dir() {
+        return None;
+    }
+    fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(libc::O_TMPFILE)
+        .mode(0o444)
+        .open(dir)
+        .ok()
+}
+
+/// Gives the unnamed file `f` the name `dst`; fails with `AlreadyExists`
+/// when `dst` exists (never replaces it).
+fn link_unnamed(f: &fs::File, dst: &Path) -> std::io::Result<()> {
+    use std::ffi::CString;
+    use std::os::unix::ffi::OsStrExt;
+    use std::os::unix::io::AsRawFd;
+    let from =
+        CString::new(format!("/proc/self/fd/{}", f.as_raw_fd())).map_err(std::io::Error::other)?;
+    let to = CString::new(dst.as_os_str().as_bytes()).map_err(std::io::Error::other)?;
+    // SAFETY: both arguments are valid NUL-terminated strings that outlive the call;
+    // linkat only reads them.
+    #[allow(unsafe_code)]
+    let r = unsafe {
+        libc::linkat(
+            libc::AT_FDCWD,
+            from.as_ptr(),
+            libc::AT_FDCWD,
+            to.as_ptr(),
+            libc::AT_SYMLINK_FOLLOW,
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+/// Removes named temp files (`.tmp-<pid>-<n>`) of uploads killed before they
+/// could clean up: their pid is gone and they have not been written to for
+/// ten minutes (a store shared over NFS may hold another host's running
+/// upload, whose pid means nothing here; it keeps writing or links within
+/// seconds).
+fn sweep_dead_temps(cas: &Path) {
+    let Ok(rd) = fs::read_dir(cas) else { return };
+    for ent in rd.flatten() {
+        let name = ent.file_name().to_string_lossy().into_owned();
+        let Some(pid) = name
+            .strip_prefix(TEMP_PREFIX)
+            .and_then(|r| r.split('-').next())
+            .and_then(|p| p.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let stale = ent
+            .metadata()
+            .ok()
+            .and_then(|m| m.modified().ok())
+            .and_then(|t| t.elapsed().ok())
+            .is_some_and(|age| age.as_secs() >= 600);
+        if stale
+            && Path::new("/proc/self").exists()
+            && !Path::new("/proc").join(pid.to_string()).exists()
+        {
+            let _ = fs::remove_file(ent.path());
+        }
+    }
+}
+
+/// What is wrong with a blob that is not [`BlobState::Ok`] at the expected size.
+fn describe_wrong(state: &BlobState) -> String {
+    match state {
+        BlobState::Ok { size } => format!("has {size} bytes"),
+        BlobState::Missing => "vanished".into(),
+        BlobState::Corrupt { actual_sha256, .. } => {
+            format!("holds bytes hashing to {actual_sha256}")
+        }
+        BlobState::Oversize { seen, .. } => format!("holds more than {seen} bytes"),
+        BlobState::Unreadable(why) => format!("is unreadable ({why})"),
+    }
+}
+
 /// A store in a local directory.
 pub struct LocalStore {
     pub dir: PathBuf,
@@ -259,53 +357,94 @@ impl LocalStore {
             store: self.dir.display().to_string(),
             msg: format!("cannot create {}: {e}", cas.display()),
         })?;
-        let tmp = cas.join(format!(
-            "{TEMP_PREFIX}{}-{}",
-            std::process::id(),
-            TEMP_COUNTER.fetch_add(1, Ordering::SeqCst)
-        ));
+        sweep_dead_temps(&cas);
         step("upload: copy artifact into store temp file");
-        // One pass: copy, hash, fsync, re-read to verify; the temp file is
-        // removed on any error (ENOSPC included), and no memory map means a
-        // source truncated meanwhile is an error, not SIGBUS.
-        let digest = hash::copy_hashed(src, &tmp)?;
+        // One pass: copy, hash, fsync, re-read to verify. No memory map: a
+        // source truncated meanwhile is an error, not SIGBUS. The copy is an
+        // unnamed O_TMPFILE where the filesystem has them, so no crash (not
+        // even kill -9) and no error (ENOSPC included) leaves a temp file in
+        // the store; elsewhere a named temp file, removed on every error and
+        // swept by the next upload once its process is gone.
+        let (digest, tmp) = match unnamed_in(&cas) {
+            Some(mut f) => {
+                let label = cas.join(format!("{TEMP_PREFIX}unnamed"));
+                (
+                    hash::copy_hashed_into(src, &mut f, &label)?,
+                    Temp::Unnamed(f),
+                )
+            }
+            None => {
+                let tmp = cas.join(format!(
+                    "{TEMP_PREFIX}{}-{}",
+                    std::process::id(),
+                    TEMP_COUNTER.fetch_add(1, Ordering::SeqCst)
+                ));
+                let d = hash::copy_hashed(src, &tmp)?;
+                let guard = RemoveOnDrop(Some(tmp.clone()));
+                let mut perms = fs::metadata(&tmp).map_err(io_at(&tmp))?.permissions();
+                perms.set_readonly(true);
+                fs::set_permissions(&tmp, perms).map_err(io_at(&tmp))?;
+                (d, Temp::Named(tmp, guard))
+            }
+        };
         step("upload: fsync and verify temp blob");
-        let tmp_guard = RemoveOnDrop(Some(tmp.clone()));
-        let mut perms = fs::metadata(&tmp).map_err(io_at(&tmp))?.permissions();
-        perms.set_readonly(true);
-        fs::set_permissions(&tmp, perms).map_err(io_at(&tmp))?;
         let blob = cas.join(&digest.sha256);
         step("upload: link blob into place (put-if-absent)");
-        let already_present = match fs::hard_link(&tmp, &blob) {
+        let linked = match &tmp {
+            Temp::Unnamed(f) => link_unnamed(f, &blob),
+            Temp::Named(p, _) => fs::hard_link(p, &blob),
+        };
+        let already_present = match linked {
             Ok(()) => {
                 fsutil::fsync_dir(&cas)?;
                 false
             }
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-                let (actual, size) = hash::sha256_file(&blob)?;
-                if actual != digest.sha256 || size != digest.size {
-                    let _ = fs::remove_file(&tmp);
-                    return Err(Error::Digest {
-                        what: format!(
-                            "existing blob {} (not overwritten; investigate with `snapctl verify`)",
-                            blob.display()
-                        ),
-                        expected: digest.sha256,
-                        actual,
-                    });
+                // A content address holds one content: a blob whose bytes do
+                // not hash to its name (disk corruption, tampering) is
+                // replaced by the verified copy, atomically.
+                match self.check(&digest.sha256, Some(digest.size))? {
+                    BlobState::Ok { size } if size == digest.size => true,
+                    wrong => {
+                        eprintln!(
+                            "snapctl: {} {}; replacing it with the verified upload",
+                            blob.display(),
+                            describe_wrong(&wrong)
+                        );
+                        self.replace_blob(&tmp, &cas, &blob)?;
+                        false
+                    }
                 }
-                true
             }
             Err(e) => return Err(Error::io(&blob, e)),
         };
         step("upload: remove temp file");
-        tmp_guard.disarm();
-        fs::remove_file(&tmp).map_err(io_at(&tmp))?;
+        if let Temp::Named(p, guard) = tmp {
+            guard.disarm();
+            fs::remove_file(&p).map_err(io_at(&p))?;
+        }
         Ok(PutOutcome {
             key: store_key(&digest.sha256),
             digest,
             already_present,
         })
+    }
+
+    /// Installs the verified temp copy over a wrong blob with one `rename`.
+    fn replace_blob(&self, tmp: &Temp, cas: &Path, blob: &Path) -> Result<()> {
+        let side = cas.join(format!(
+            "{TEMP_PREFIX}{}-{}",
+            std::process::id(),
+            TEMP_COUNTER.fetch_add(1, Ordering::SeqCst)
+        ));
+        match tmp {
+            Temp::Unnamed(f) => link_unnamed(f, &side).map_err(io_at(&side))?,
+            Temp::Named(p, _) => fs::hard_link(p, &side).map_err(io_at(&side))?,
+        }
+        let guard = RemoveOnDrop(Some(side.clone()));
+        fs::rename(&side, blob).map_err(io_at(blob))?;
+        guard.disarm();
+        fsutil::fsync_dir(cas)
     }
 
     fn check(&self, sha256: &str, expected_size: Option<u64>) -> Result<BlobState> {

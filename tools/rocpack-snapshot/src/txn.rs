@@ -289,6 +289,8 @@ struct Plan {
 enum Source {
     File(PathBuf),
     Bytes(Vec<u8>),
+    /// A file that must still have this sha256 when it is staged.
+    Hashed(PathBuf, String),
 }
 
 impl Plan {
@@ -302,11 +304,8 @@ impl Plan {
         }
     }
 
-    /// Stage, commit, apply.
-    fn run(self, repo: &Repo) -> Result<()> {
-        let pdir = repo.private_dir();
-        let staging = pdir.join(STAGING).join(&self.txid);
-        fsutil::create_dir_all_durable(&staging)?;
+    /// Copies every install into `staging` (fsynced).
+    fn stage(&self, staging: &Path) -> Result<Vec<Install>> {
         let mut installs = Vec::new();
         for (i, (src, dest)) in self.installs.iter().enumerate() {
             let name = format!("{i:03}");
@@ -315,13 +314,44 @@ impl Plan {
             match src {
                 Source::File(f) => fsutil::copy_durable(f, &p)?,
                 Source::Bytes(b) => fsutil::write_durable(&p, b)?,
+                Source::Hashed(f, want) => {
+                    let got = hash::copy_hashed(f, &p)?;
+                    if &got.sha256 != want {
+                        return Err(Error::Digest {
+                            what: format!(
+                                "{} changed while snapctl ran (staged for {dest})",
+                                f.display()
+                            ),
+                            expected: want.clone(),
+                            actual: got.sha256,
+                        });
+                    }
+                }
             }
             installs.push(Install {
                 staged: name,
                 dest: dest.clone(),
             });
         }
-        fsutil::fsync_dir(&staging)?;
+        fsutil::fsync_dir(staging)?;
+        Ok(installs)
+    }
+
+    /// Stage, commit, apply.
+    fn run(self, repo: &Repo) -> Result<()> {
+        let pdir = repo.private_dir();
+        let staging = pdir.join(STAGING).join(&self.txid);
+        fsutil::create_dir_all_durable(&staging)?;
+        // Before the commit point nothing outside the staging dir changed: on
+        // any error (ENOSPC, a header that changed since it was hashed) the
+        // staging dir goes too, so a failed run leaves no trace.
+        let installs = match self.stage(&staging) {
+            Ok(v) => v,
+            Err(e) => {
+                let _ = fs::remove_dir_all(&staging);
+                return Err(e);
+            }
+        };
         let j = Journal {
             format: 1,
             txid: self.txid,
@@ -331,11 +361,14 @@ impl Plan {
             removes: self.removes,
         };
         let text = serde_json::to_string_pretty(&j).map_err(|e| Error::Usage(e.to_string()))?;
-        fsutil::atomic_write(
-            &pdir.join(JOURNAL),
-            text.as_bytes(),
-            "journal (commit point)",
-        )?;
+        let jpath = pdir.join(JOURNAL);
+        if let Err(e) = fsutil::atomic_write(&jpath, text.as_bytes(), "journal (commit point)") {
+            // Not committed unless the journal is in place (its rename is the commit).
+            if !jpath.exists() {
+                let _ = fs::remove_dir_all(&staging);
+            }
+            return Err(e);
+        }
         apply(repo, &j)
     }
 }
@@ -571,8 +604,11 @@ pub fn create(repo: &Repo, store: &Store, req: &CreateRequest) -> Result<CreateO
         }
     }
     for (n, p) in &header_names {
-        plan.installs
-            .push((Source::File(p.clone()), rel(&repo.root, &sdir.join(n))));
+        let want = meta.headers.get(n).cloned().unwrap_or_default();
+        plan.installs.push((
+            Source::Hashed(p.clone(), want),
+            rel(&repo.root, &sdir.join(n)),
+        ));
     }
     plan.installs.push((
         Source::Bytes(meta.render().into_bytes()),

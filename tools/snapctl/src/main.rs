@@ -3,17 +3,12 @@
 //!
 //! Exit codes: 0 ok, 1 a check failed (verify, check, fetch digest mismatch), 2 usage or input error.
 
-use anyhow::Result;
+//! Argument parsing only: each command is a function of
+//! `rocpack_snapshot::ops`, which prints its report to stdout.
+
 use clap::{Args, Parser, Subcommand};
-use rocpack_snapshot::checksums;
-use rocpack_snapshot::fsutil;
-use rocpack_snapshot::metadata::Metadata;
-use rocpack_snapshot::repo::{Channel, Repo};
-use rocpack_snapshot::store::{BlobState, Store};
-use rocpack_snapshot::txn::{self, CreateOutcome, CreateRequest, Recovery};
-use serde_json::json;
-use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
+use rocpack_snapshot::ops::{self, CreateArgs, RootOpts};
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -39,8 +34,11 @@ struct Root {
 }
 
 impl Root {
-    fn timeout(&self) -> Option<Duration> {
-        self.lock_timeout.map(Duration::from_secs)
+    fn opts(&self) -> RootOpts {
+        RootOpts {
+            root: self.snapshots_root.clone(),
+            lock_timeout: self.lock_timeout.map(Duration::from_secs),
+        }
     }
 }
 
@@ -156,54 +154,15 @@ fn main() -> ExitCode {
     match run(cli) {
         Ok(code) => ExitCode::from(code),
         Err(e) => {
-            let code = e
-                .downcast_ref::<rocpack_snapshot::Error>()
-                .map_or(2, rocpack_snapshot::Error::exit_code);
             eprintln!("snapctl: error: {}", error_line(&e));
-            ExitCode::from(u8::try_from(code).unwrap_or(2))
+            ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(2))
         }
     }
 }
 
-fn note_recovery(r: &Recovery) {
-    if *r != Recovery::Nothing {
-        eprintln!("snapctl: recovery: {r}");
-    }
-}
-
-/// For read-only commands: recover first when needed, else hold a shared lock if one exists.
-fn open_for_read(root: &Root) -> Result<(Repo, Option<rocpack_snapshot::repo::RepoLock>)> {
-    let repo = Repo::open(&root.snapshots_root)?;
-    // Only a committed-but-unapplied transaction changes what readers see;
-    // uncommitted staging leftovers are ignored (the tree may be read-only).
-    if txn::journal_pending(&repo) {
-        let rec = txn::recover(&repo, root.timeout()).map_err(|e| {
-            anyhow::anyhow!(
-                "{}: an interrupted snapctl transaction must be completed before reading, and it could not be: {e} (run `snapctl recover --snapshots-root {}` with write access)",
-                repo.root.display(),
-                repo.root.display()
-            )
-        })?;
-        note_recovery(&rec);
-    }
-    let lock = repo.lock(false, root.timeout())?;
-    Ok((repo, lock))
-}
-
-fn parse_commits(v: &[String]) -> Result<Vec<(String, String)>> {
-    v.iter()
-        .map(|c| {
-            c.split_once('=')
-                .map(|(a, b)| (a.to_string(), b.to_string()))
-                .ok_or_else(|| {
-                    rocpack_snapshot::Error::Usage(format!("--commit {c:?}: expected NAME=HASH"))
-                        .into()
-                })
-        })
-        .collect()
-}
-
-fn run(cli: Cli) -> Result<u8> {
+fn run(cli: Cli) -> rocpack_snapshot::Result<u8> {
+    let stdout = std::io::stdout();
+    let out = &mut stdout.lock();
     match cli.cmd {
         Cmd::Create {
             root,
@@ -214,394 +173,84 @@ fn run(cli: Cli) -> Result<u8> {
             commits,
             checksums,
             prefix,
-        } => {
-            let repo = Repo::open(&root.snapshots_root)?;
-            let st = repo.store(store.as_deref())?;
-            let req = CreateRequest {
+        } => ops::create(
+            &root.opts(),
+            CreateArgs {
+                store,
                 version,
                 artifact,
                 headers,
-                commits: parse_commits(&commits)?,
-                checksums: checksums.clone(),
+                commits,
+                checksums,
                 prefix,
-                lock_timeout: root.timeout(),
-                store_url: store.clone(),
-            };
-            match txn::create(&repo, &st, &req)? {
-                CreateOutcome::AlreadyStable { meta, recovered } => {
-                    note_recovery(&recovered);
-                    println!(
-                        "stable/{} already is this snapshot (sha256 {}); nothing to do",
-                        meta.version, meta.sha256
-                    );
-                }
-                CreateOutcome::Created {
-                    meta,
-                    put,
-                    archived,
-                    checksums: cpath,
-                    recovered,
-                } => {
-                    note_recovery(&recovered);
-                    println!(
-                        "{} {} ({} bytes) in {}",
-                        if put.already_present {
-                            "reused"
-                        } else {
-                            "uploaded"
-                        },
-                        put.key,
-                        put.digest.size,
-                        st.describe(),
-                    );
-                    for a in &archived {
-                        println!("archived {a}");
-                    }
-                    println!(
-                        "stable/{} <- sha256 {} ({})",
-                        meta.version, meta.sha256, meta.created
-                    );
-                    println!("wrote {}", cpath.display());
-                }
-            }
-            Ok(0)
-        }
+            },
+            out,
+        ),
         Cmd::Rollback {
             root,
             version,
             checksums,
             prefix,
-        } => {
-            let repo = Repo::open(&root.snapshots_root)?;
-            let out = txn::rollback(
-                &repo,
-                &version,
-                checksums.as_deref(),
-                prefix.as_deref(),
-                root.timeout(),
-            )?;
-            note_recovery(&out.recovered);
-            for a in &out.archived {
-                println!("archived {a}");
-            }
-            println!(
-                "stable/{version} <- sha256 {} ({})",
-                out.restored.sha256, out.restored.created
-            );
-            println!("wrote {}", out.checksums.display());
-            Ok(0)
-        }
+        } => ops::rollback(
+            &root.opts(),
+            &version,
+            checksums.as_deref(),
+            prefix.as_deref(),
+            out,
+        ),
         Cmd::GenChecksums {
             root,
             output,
             prefix,
-        } => {
-            let (repo, _l) = open_for_read(&root)?;
-            let text = txn::generate_checksums(&repo, &repo.checked_prefix(prefix.as_deref())?)?;
-            if output == Path::new("-") {
-                print!("{text}");
-            } else {
-                fsutil::atomic_write(&output, text.as_bytes(), "checksums file")?;
-            }
-            Ok(0)
-        }
+        } => ops::gen_checksums(&root.opts(), &output, prefix.as_deref(), out),
         Cmd::Check {
             root,
-            checksums: file,
+            checksums,
             prefix,
-        } => {
-            let (repo, _l) = open_for_read(&root)?;
-            let want = txn::generate_checksums(&repo, &repo.checked_prefix(prefix.as_deref())?)?;
-            let have = if file.exists() || file.is_symlink() {
-                let b = rocpack_snapshot::fsutil::read_bounded(&file, 16 << 20)?;
-                String::from_utf8_lossy(&b).into_owned()
-            } else {
-                String::new()
-            };
-            if have == want {
-                eprintln!("{} is up to date", file.display());
-                return Ok(0);
-            }
-            let name = file.display().to_string();
-            print!(
-                "{}",
-                checksums::unified_diff(&name, &have, &format!("{name} (expected)"), &want)
-            );
-            eprintln!(
-                "snapctl: {name} is stale; regenerate it with: snapctl gen-checksums --snapshots-root {} --output {name}",
-                root.snapshots_root.display()
-            );
-            Ok(1)
-        }
+        } => ops::check(&root.opts(), &checksums, prefix.as_deref(), out),
         Cmd::Verify {
             root,
             store,
             all,
             json,
-        } => {
-            let (repo, _l) = open_for_read(&root)?;
-            let st = repo.store(store.as_deref())?;
-            verify(&repo, &st, all, json)
-        }
+        } => ops::verify(&root.opts(), store.as_deref(), all, json, out),
         Cmd::Fetch {
             root,
             store,
             channel,
             version,
             output,
-        } => {
-            let (repo, _l) = open_for_read(&root)?;
-            let ch = Channel::parse(&channel)?;
-            rocpack_snapshot::metadata::validate_version(&version)
-                .map_err(rocpack_snapshot::Error::Usage)?;
-            let snaps = repo.read_channel(ch)?;
-            let Some(s) = snaps.get(&version) else {
-                let have: Vec<&str> = snaps.keys().map(String::as_str).collect();
-                return Err(rocpack_snapshot::Error::Usage(format!(
-                    "no {} snapshot of ROCm {version} in {} (it has: {}); create one with: snapctl create --snapshots-root {} --version {version} --artifact FILE",
-                    ch.dir(),
-                    repo.root.display(),
-                    if have.is_empty() { "none".into() } else { have.join(", ") },
-                    repo.root.display()
-                ))
-                .into());
-            };
-            let st = repo.store(store.as_deref())?;
-            let n = st.fetch(
-                &s.meta.sha256,
-                &output,
-                s.meta.artifact.as_ref().map(|a| a.size),
-            )?;
-            println!(
-                "{} {} ({n} bytes) -> {}",
-                s.meta.store_key(),
-                ch.dir(),
-                output.display()
-            );
-            Ok(0)
-        }
+        } => ops::fetch(
+            &root.opts(),
+            store.as_deref(),
+            &channel,
+            &version,
+            &output,
+            out,
+        ),
         Cmd::Gc {
             root,
             store,
             dry_run,
-        } => {
-            if !dry_run {
-                return Err(rocpack_snapshot::Error::Usage(
-                    "gc only reports (pass --dry-run); delete the listed blobs with your store's tools".into(),
-                )
-                .into());
-            }
-            let (repo, _l) = open_for_read(&root)?;
-            let st = repo.store(store.as_deref())?;
-            let mut referenced = BTreeSet::new();
-            for ch in Channel::ALL {
-                for s in repo.read_channel(ch)?.values() {
-                    referenced.insert(s.meta.store_key());
-                }
-            }
-            for (_, _, md) in repo.read_archives()? {
-                referenced.insert(md.store_key());
-            }
-            let (mut n, mut bytes) = (0u64, 0u64);
-            for b in st.list()? {
-                if b.is_temp || !referenced.contains(&b.key) {
-                    println!(
-                        "would delete {} ({} bytes){}",
-                        b.key,
-                        b.size,
-                        if b.is_temp {
-                            " [leftover of an interrupted upload]"
-                        } else {
-                            ""
-                        }
-                    );
-                    n += 1;
-                    bytes = bytes.saturating_add(b.size);
-                }
-            }
-            eprintln!(
-                "gc --dry-run: {n} unreferenced object(s), {bytes} bytes; {} referenced",
-                referenced.len()
-            );
-            Ok(0)
-        }
-        Cmd::Status { root, json } => {
-            let (repo, _l) = open_for_read(&root)?;
-            let mut rows = Vec::new();
-            for ch in Channel::ALL {
-                for (ver, s) in repo.read_channel(ch)? {
-                    rows.push((ch, ver, s.meta));
-                }
-            }
-            if json {
-                let v: Vec<_> = rows
-                    .iter()
-                    .map(|(ch, ver, m)| status_json(*ch, ver, m))
-                    .collect();
-                println!("{}", serde_json::to_string_pretty(&v)?);
-            } else {
-                println!(
-                    "{:<12} {:<8} {:<16} {:>12} {:<20} COMMITS",
-                    "CHANNEL", "VERSION", "SHA256", "SIZE", "CREATED (UTC)"
-                );
-                for (ch, ver, m) in &rows {
-                    let commits: Vec<String> = m
-                        .commits
-                        .iter()
-                        .map(|(k, v)| format!("{k}={}", short(v)))
-                        .collect();
-                    println!(
-                        "{:<12} {:<8} {:<16} {:>12} {:<20} {}",
-                        ch.dir(),
-                        ver,
-                        short(&m.sha256),
-                        m.artifact
-                            .as_ref()
-                            .map_or("?".to_string(), |a| a.size.to_string()),
-                        m.created,
-                        commits.join(" ")
-                    );
-                }
-            }
-            Ok(0)
-        }
-        Cmd::Recover { root } => {
-            let repo = Repo::open(&root.snapshots_root)?;
-            let r = txn::recover(&repo, root.timeout())?;
-            println!("{r}");
-            Ok(0)
-        }
+        } => ops::gc(&root.opts(), store.as_deref(), dry_run, out),
+        Cmd::Status { root, json } => ops::status(&root.opts(), json, out),
+        Cmd::Recover { root } => ops::recover(&root.opts(), out),
     }
-}
-
-fn short(s: &str) -> &str {
-    s.get(..12).unwrap_or(s)
-}
-
-fn status_json(ch: Channel, ver: &str, m: &Metadata) -> serde_json::Value {
-    json!({
-        "channel": ch.key(),
-        "version": ver,
-        "sha256": m.sha256,
-        "sha1": m.sha1,
-        "size": m.artifact.as_ref().map(|a| a.size),
-        "file": m.artifact_name(),
-        "store_key": m.store_key(),
-        "created": m.created,
-        "commits": m.commits.iter().map(|(k, v)| (k.clone(), json!(v))).collect::<serde_json::Map<_, _>>(),
-        "headers": m.headers,
-    })
-}
-
-use rocpack_snapshot::metadata::MAX_HEADER_BYTES;
-
-fn verify(repo: &Repo, st: &Store, all: bool, as_json: bool) -> Result<u8> {
-    let mut items: Vec<(String, String, Metadata, Option<PathBuf>)> = Vec::new();
-    for ch in Channel::ALL {
-        for (ver, s) in repo.read_channel(ch)? {
-            items.push((ver, ch.dir().to_string(), s.meta, Some(s.dir)));
-        }
-    }
-    if all {
-        for (ver, file, md) in repo.read_archives()? {
-            items.push((ver, format!("archives/{file}"), md, None));
-        }
-    }
-    let mut bad = Vec::new();
-    let mut ok = 0usize;
-    for (ver, ch, m, dir) in &items {
-        let mut problems = Vec::new();
-        // Every snapshot is checked and every problem reported: an
-        // unreadable or endless blob is one problem, not the end of verify.
-        match st.check(&m.sha256, m.artifact.as_ref().map(|a| a.size))? {
-            BlobState::Ok { size } => {
-                if let Some(a) = &m.artifact {
-                    if a.size != size {
-                        problems.push(format!(
-                            "blob {} has {size} bytes, metadata says {}",
-                            m.store_key(),
-                            a.size
-                        ));
-                    }
-                }
-            }
-            BlobState::Missing => problems.push(format!(
-                "blob {} missing from {}: expected sha256 {}, actual: missing",
-                m.store_key(),
-                st.describe(),
-                m.sha256
-            )),
-            BlobState::Corrupt { actual_sha256, .. } => problems.push(format!(
-                "blob {} corrupt in {}: expected sha256 {}, actual sha256 {actual_sha256}",
-                m.store_key(),
-                st.describe(),
-                m.sha256
-            )),
-            BlobState::Oversize { expected, seen } => problems.push(format!(
-                "blob {} in {} has at least {seen} bytes, metadata says {expected} (not read further)",
-                m.store_key(),
-                st.describe(),
-            )),
-            BlobState::Unreadable(why) => problems.push(format!(
-                "blob {} unreadable in {}: {why}",
-                m.store_key(),
-                st.describe(),
-            )),
-        }
-        if let Some(d) = dir {
-            for (h, want) in &m.headers {
-                let p = d.join(h);
-                match rocpack_snapshot::hash::sha256_file_limited(&p, Some(MAX_HEADER_BYTES)) {
-                    Ok(Ok((got, _))) if &got == want => {}
-                    Ok(Ok((got, _))) => problems.push(format!(
-                        "header {h}: expected sha256 {want}, actual sha256 {got}"
-                    )),
-                    Ok(Err(_)) => problems.push(format!(
-                        "header {h}: larger than {MAX_HEADER_BYTES} bytes (not read further)"
-                    )),
-                    Err(e) if p.symlink_metadata().is_err() => problems.push(format!(
-                        "header {h}: expected sha256 {want}, actual: missing ({e})"
-                    )),
-                    Err(e) => problems.push(format!("header {h}: {e}")),
-                }
-            }
-        }
-        if problems.is_empty() {
-            ok += 1;
-        }
-        for p in problems {
-            bad.push((ver.clone(), ch.clone(), p));
-        }
-    }
-    if as_json {
-        let v: Vec<_> = bad
-            .iter()
-            .map(|(ver, ch, p)| json!({"version": ver, "channel": ch, "problem": p}))
-            .collect();
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&json!({"ok": ok, "bad": v}))?
-        );
-    } else {
-        for (ver, ch, p) in &bad {
-            println!("BAD {ver} {ch}: {p}");
-        }
-    }
-    eprintln!("verify: {ok} snapshot(s) ok, {} problem(s)", bad.len());
-    Ok(if bad.is_empty() { 0 } else { 1 })
 }
 
 /// The error and its causes on one line, each cause only once: error types
 /// that already print their source (`{path}: {source}`) would otherwise
 /// repeat the OS message.
-fn error_line(err: &anyhow::Error) -> String {
+fn error_line(err: &rocpack_snapshot::Error) -> String {
     let mut line = err.to_string();
-    for cause in err.chain().skip(1) {
-        let c = cause.to_string();
-        if !line.contains(&c) {
+    let mut cause = std::error::Error::source(err);
+    while let Some(c) = cause {
+        let c_text = c.to_string();
+        if !line.contains(&c_text) {
             line.push_str(": ");
-            line.push_str(&c);
+            line.push_str(&c_text);
         }
+        cause = c.source();
     }
     line
 }

@@ -111,3 +111,169 @@ fn s3_store_create_verify_fetch_gc() {
     assert_eq!(code(&o), 2, "{}", stderr(&o));
     assert!(!s.path().join("x.a").exists());
 }
+
+/// `http://host:port/<bucket>/<prefix>/<key>` of an object, from the test's
+/// S3 URL and `AWS_ENDPOINT_URL` (moto serves path-style requests).
+fn object_addr(url: &str, key: &str) -> (String, String) {
+    let ep = std::env::var("AWS_ENDPOINT_URL").expect("AWS_ENDPOINT_URL");
+    let host = ep
+        .strip_prefix("http://")
+        .expect("a plain http:// endpoint")
+        .trim_end_matches('/')
+        .to_string();
+    let bp = url.strip_prefix("s3://").unwrap().trim_matches('/');
+    (host, format!("/{bp}/{key}"))
+}
+
+/// One plain HTTP request to moto (it does not check signatures); returns (status, body).
+fn http(method: &str, url: &str, key: &str, body: &[u8]) -> (u32, Vec<u8>) {
+    use std::io::{Read, Write};
+    let (host, path) = object_addr(url, key);
+    let mut s = std::net::TcpStream::connect(&host).unwrap();
+    write!(
+        s,
+        "{method} {path} HTTP/1.1\r\nHost: {host}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    )
+    .unwrap();
+    s.write_all(body).unwrap();
+    let mut resp = Vec::new();
+    s.read_to_end(&mut resp).unwrap();
+    let split = resp
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .expect("HTTP response");
+    let head = String::from_utf8_lossy(&resp[..split]).to_string();
+    let status: u32 = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap();
+    let mut body = resp[split + 4..].to_vec();
+    if head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
+        // De-chunk.
+        let mut out = Vec::new();
+        let mut rest = &body[..];
+        loop {
+            let nl = rest.windows(2).position(|w| w == b"\r\n").unwrap();
+            let n = usize::from_str_radix(std::str::from_utf8(&rest[..nl]).unwrap().trim(), 16)
+                .unwrap();
+            if n == 0 {
+                break;
+            }
+            out.extend_from_slice(&rest[nl + 2..nl + 2 + n]);
+            rest = &rest[nl + 2 + n + 2..];
+        }
+        body = out;
+    }
+    (status, body)
+}
+
+/// Item 2 of the hardening issue: wrong bytes stored under an artifact's
+/// sha256 (an earlier upload raced a changing artifact) no longer make every
+/// later `create` of the genuine artifact fail: the object is replaced from
+/// the verified local copy.
+#[test]
+#[ignore = "needs an S3-compatible server; run by tests/ci/30-snapshot.sh"]
+fn s3_poisoned_object_is_replaced() {
+    let url = format!(
+        "{}/poison",
+        std::env::var("SNAPCTL_TEST_S3_URL").expect("SNAPCTL_TEST_S3_URL")
+    );
+    let s = Scratch::new(false);
+    let sha = s.artifact(41);
+    let key = format!("cas/sha256/{sha}");
+    let (st, _) = http("PUT", &url, &key, b"not the artifact");
+    assert_eq!(st, 200);
+    let mut a = s.create_args(41, "6.4");
+    a.extend(["--store".into(), url.clone()]);
+    let o = s.run(&a, &[]);
+    assert_eq!(code(&o), 0, "{}{}", stdout(&o), stderr(&o));
+    assert!(stderr(&o).contains("replacing it"), "{}", stderr(&o));
+    let (st, body) = http("GET", &url, &key, b"");
+    assert_eq!(st, 200);
+    assert_eq!(sha256_hex(&body), sha, "the object now holds the artifact");
+    ok(&s.cmd(&["verify", "--snapshots-root", "root", "--all"]));
+    // And again: nothing left to replace.
+    let mut a = s.create_args(41, "7.0");
+    a.extend(["--store".into(), url]);
+    assert!(ok(&s.run(&a, &[])).contains(&format!("reused {key}")));
+}
+
+/// The artifact is rewritten in place while `create` copies, hashes and
+/// uploads it: every object in the store still hashes to its name, and the
+/// metadata describes the bytes uploaded (fetch gives them back).
+#[test]
+#[ignore = "needs an S3-compatible server; run by tests/ci/30-snapshot.sh"]
+fn s3_artifact_changing_mid_upload_never_poisons() {
+    use std::io::{Seek, SeekFrom, Write};
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    let url = format!(
+        "{}/midupload",
+        std::env::var("SNAPCTL_TEST_S3_URL").expect("SNAPCTL_TEST_S3_URL")
+    );
+    let s = Scratch::new(false);
+    s.artifact(77);
+    let art = s.path().join("art/lib77/librcclx-dev.a");
+    let size = 8u64 << 20;
+    fs::write(&art, det_bytes(78, size as usize)).unwrap();
+    let stop = std::sync::Arc::new(AtomicBool::new(false));
+    let writes = std::sync::Arc::new(AtomicU64::new(0));
+    let writer = {
+        let (stop, writes, art) = (stop.clone(), writes.clone(), art.clone());
+        std::thread::spawn(move || {
+            let mut x = 0x2545_f491_4f6c_dd1du64;
+            while !stop.load(Ordering::Relaxed) {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                let mut f = fs::OpenOptions::new().write(true).open(&art).unwrap();
+                f.seek(SeekFrom::Start(x % size)).unwrap();
+                f.write_all(&x.to_le_bytes().repeat(512)).unwrap();
+                writes.fetch_add(1, Ordering::Relaxed);
+            }
+        })
+    };
+    let mut keys = Vec::new();
+    for i in 0..6u64 {
+        let mut a = s.create_args(77, "6.4");
+        a.pop();
+        a.push(format!("rcclx={:040x}", 1000 + i));
+        a.extend(["--store".into(), url.clone()]);
+        let out = ok(&s.run(&a, &[]));
+        let k = out
+            .split_whitespace()
+            .find(|w| w.starts_with("cas/sha256/"))
+            .unwrap()
+            .to_string();
+        keys.push(k);
+    }
+    stop.store(true, Ordering::Relaxed);
+    writer.join().unwrap();
+    assert!(writes.load(Ordering::Relaxed) > 0);
+    for k in &keys {
+        let (st, body) = http("GET", &url, k, b"");
+        assert_eq!(st, 200, "{k}");
+        assert_eq!(
+            format!("cas/sha256/{}", sha256_hex(&body)),
+            *k,
+            "object {k} does not hash to its name"
+        );
+    }
+    ok(&s.cmd(&["verify", "--snapshots-root", "root", "--all"]));
+    ok(&s.cmd(&[
+        "fetch",
+        "--snapshots-root",
+        "root",
+        "--version",
+        "6.4",
+        "-o",
+        "got.a",
+    ]));
+    let meta = fs::read_to_string(s.root().join("stable/6.4/metadata.txt")).unwrap();
+    let got = sha256_hex(&fs::read(s.path().join("got.a")).unwrap());
+    assert!(meta.contains(&got), "{meta}");
+}
