@@ -2,7 +2,9 @@
 # snapctl against real servers on loopback:
 #  * s3:// — moto's S3-compatible server (PyPI `moto[server]`) on a free 127.0.0.1 port,
 #    driving `cargo test -p snapctl --test s3 -- --ignored`;
-#  * http:// — `python3 -m http.server` serving a local store, driven by the snapctl binary.
+#  * http:// — `python3 -m http.server` serving a local store, driven by the snapctl binary;
+#  * tests/stress/snapshot.sh — concurrent creates, kill -9 at random points, ENOSPC on
+#    a tiny tmpfs, and the moto server with an artifact rewritten mid-upload (~3 min).
 # Servers are stopped on exit. (The in-process http test runs with `cargo test` in 10-rust.sh.)
 . "$(dirname "$0")/lib.sh"
 cd "$ROOT"
@@ -61,7 +63,7 @@ AWS_ENDPOINT_URL="http://127.0.0.1:$S3_PORT" \
 AWS_ACCESS_KEY_ID=rocpack AWS_SECRET_ACCESS_KEY=rocpack AWS_REGION=us-east-1 \
 SNAPCTL_TEST_S3_URL="s3://rocpack-snapshots/ci" \
     cargo test -p snapctl --locked --test s3 -- --ignored 2>&1 | tee "$WORK/s3-test.log"
-grep -q "test result: ok. 1 passed" "$WORK/s3-test.log" || die "s3 test did not run"
+grep -q "test result: ok. 3 passed" "$WORK/s3-test.log" || die "s3 tests did not all run"
 
 # --- http:// (python3 -m http.server) ---------------------------------------
 cargo build -q -p snapctl --locked
@@ -89,4 +91,21 @@ rc=$?
 set -e
 [ "$rc" -eq 1 ] || die "fetch of a corrupted blob exited $rc, expected 1"
 [ ! -e "$WORK/h/bad.a" ] || die "fetch wrote a corrupted blob"
-echo "snapshot: 2 passed, 0 failed"
+
+# --- stress: races, kill -9, ENOSPC, S3 mid-upload changes --------------------
+log "tests/stress/snapshot.sh (bounded to a few minutes)"
+python3 - "$S3_PORT" <<'PY'
+import sys, urllib.request
+req = urllib.request.Request(f"http://127.0.0.1:{sys.argv[1]}/rocpack-stress", method="PUT")
+assert urllib.request.urlopen(req, timeout=10).status == 200
+PY
+AWS_ENDPOINT_URL="http://127.0.0.1:$S3_PORT" \
+AWS_ACCESS_KEY_ID=rocpack AWS_SECRET_ACCESS_KEY=rocpack AWS_REGION=us-east-1 \
+SNAPCTL_STRESS_S3_URL="s3://rocpack-stress/stress" SNAPCTL="$SNAPCTL" \
+    bash "$ROOT/tests/stress/snapshot.sh" 2>&1 | tee "$WORK/stress.log"
+grep -q "snapshot stress: all invariants held" "$WORK/stress.log" || die "snapshot stress failed"
+if [ "$(id -u)" -eq 0 ]; then
+    grep -q "^enospc: .* failed with ENOSPC" "$WORK/stress.log" || die "ENOSPC stress did not run"
+fi
+grep -q "^s3: .* every one hashes to its name" "$WORK/stress.log" || die "S3 stress did not run"
+echo "snapshot: 3 passed, 0 failed"
