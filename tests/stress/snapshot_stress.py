@@ -545,14 +545,22 @@ def s3(work, url, endpoint, rng):
     def obj_url(key):
         return f"{endpoint.rstrip('/')}/{bucket_prefix.strip('/')}/{key}"
 
+    # moto refuses anonymous object access but does not check signatures.
+    auth = {"Authorization": "AWS4-HMAC-SHA256 Credential=rocpack/20260101/us-east-1/s3/"
+                             "aws4_request, SignedHeaders=host, Signature=00",
+            "x-amz-content-sha256": "UNSIGNED-PAYLOAD",
+            "Content-Type": "application/octet-stream"}
+
     def get(key):
-        with urllib.request.urlopen(obj_url(key), timeout=30) as r:
+        req = urllib.request.Request(obj_url(key), headers=auth)
+        with urllib.request.urlopen(req, timeout=30) as r:
             return r.read()
 
     # 1. A poisoned object (wrong bytes under the artifact's digest) is replaced.
     good = open(a, "rb").read()
     sha = hashlib.sha256(good).hexdigest()
-    req = urllib.request.Request(obj_url(f"cas/sha256/{sha}"), data=b"poison", method="PUT")
+    req = urllib.request.Request(obj_url(f"cas/sha256/{sha}"), data=b"poison", method="PUT",
+                                 headers=auth)
     urllib.request.urlopen(req, timeout=30).read()
     p = run(create_args(root, "6.4", a, h, 1) + ["--store", url], base)
     if hashlib.sha256(get(f"cas/sha256/{sha}")).hexdigest() != sha:

@@ -125,14 +125,18 @@ fn object_addr(url: &str, key: &str) -> (String, String) {
     (host, format!("/{bp}/{key}"))
 }
 
-/// One plain HTTP request to moto (it does not check signatures); returns (status, body).
+/// Headers of an authenticated-looking request: moto refuses anonymous
+/// object access but does not check signatures.
+const MOTO_AUTH: &str = "Authorization: AWS4-HMAC-SHA256 Credential=rocpack/20260101/us-east-1/s3/aws4_request, SignedHeaders=host, Signature=00\r\nx-amz-content-sha256: UNSIGNED-PAYLOAD\r\nContent-Type: application/octet-stream\r\n";
+
+/// One plain HTTP request to moto; returns (status, body).
 fn http(method: &str, url: &str, key: &str, body: &[u8]) -> (u32, Vec<u8>) {
     use std::io::{Read, Write};
     let (host, path) = object_addr(url, key);
     let mut s = std::net::TcpStream::connect(&host).unwrap();
     write!(
         s,
-        "{method} {path} HTTP/1.1\r\nHost: {host}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        "{method} {path} HTTP/1.1\r\nHost: {host}\r\nContent-Length: {}\r\n{MOTO_AUTH}Connection: close\r\n\r\n",
         body.len()
     )
     .unwrap();
