@@ -841,19 +841,10 @@ pub fn stream_all<S: CoSink>(input: &Input, d: &Desc, sink: &S) -> Result<Vec<Op
                         states.push(Some(sink.begin(i)?));
                     }
                     let abs = bundle.file_offset.unwrap_or(0);
-                    let summary = rocpack_bundle::walk_bundle::<InspectError>(
-                        bytes,
-                        &index,
-                        &ParseOptions::default(),
-                        &mut |_| Ok(()),
-                        &mut |e, _, c| match states[e].as_mut() {
-                            Some(st) => sink.chunk(st, c),
-                            None => Ok(()),
-                        },
-                    )
-                    .map_err(|e| {
-                        fail(format!("bundle {} at byte offset {abs}: {e}", bundle.index))
-                    })?;
+                    let (summary, states) =
+                        walk_into(bytes, &index, states, sink).map_err(|e| {
+                            fail(format!("bundle {} at byte offset {abs}: {e}", bundle.index))
+                        })?;
                     for (k, st) in states.into_iter().enumerate() {
                         if let Some(st) = st {
                             sink.end(ids[k], st)?;
@@ -872,6 +863,64 @@ pub fn stream_all<S: CoSink>(input: &Input, d: &Desc, sink: &S) -> Result<Vec<Op
         out[slot] = m;
     }
     Ok(out)
+}
+
+/// Payloads at least this large are walked with the sink on a second
+/// thread (decompression and hashing overlap).
+const PIPELINE_MIN: u64 = 8 << 20;
+
+/// One walk of an indexed bundle, feeding `states` through `sink`; a large
+/// payload is decompressed on this thread while another runs the sink,
+/// with a bounded queue of chunks between them (16 x 256 KiB).
+#[allow(clippy::type_complexity)]
+fn walk_into<S: CoSink>(
+    bytes: &[u8],
+    index: &rocpack_bundle::BundleIndex,
+    mut states: Vec<Option<S::State>>,
+    sink: &S,
+) -> Result<(rocpack_bundle::WalkSummary, Vec<Option<S::State>>)> {
+    let opts = ParseOptions::default();
+    if index.payload_len < PIPELINE_MIN {
+        let summary = rocpack_bundle::walk_bundle::<InspectError>(
+            bytes,
+            index,
+            &opts,
+            &mut |_| Ok(()),
+            &mut |e, _, c| match states[e].as_mut() {
+                Some(st) => sink.chunk(st, c),
+                None => Ok(()),
+            },
+        )?;
+        return Ok((summary, states));
+    }
+    std::thread::scope(|sc| {
+        let (tx, rx) = std::sync::mpsc::sync_channel::<(usize, Vec<u8>)>(16);
+        let consumer = sc.spawn(move || -> Result<Vec<Option<S::State>>> {
+            for (e, buf) in rx {
+                if let Some(st) = states[e].as_mut() {
+                    sink.chunk(st, &buf)?;
+                }
+            }
+            Ok(states)
+        });
+        let walked = rocpack_bundle::walk_bundle::<InspectError>(
+            bytes,
+            index,
+            &opts,
+            &mut |_| Ok(()),
+            &mut |e, _, c| {
+                tx.send((e, c.to_vec()))
+                    .map_err(|_| fail("the code-object writer stopped"))
+            },
+        );
+        drop(tx);
+        let states = consumer
+            .join()
+            .map_err(|_| fail("internal: code-object writer panicked"))?;
+        // The writer's own error explains a walk it stopped.
+        let states = states?;
+        Ok((walked?, states))
+    })
 }
 
 /// Hashes each code object.

@@ -18,6 +18,10 @@ use crate::bundle::{
 use crate::error::{show_bytes, Error, Result};
 use crate::target::TargetId;
 
+/// CCOB payloads at least this large have their MD5 computed on a second
+/// thread.
+const PARALLEL_MD5_MIN: u64 = 8 << 20;
+
 /// Largest piece of a code object handed to a sink at once.
 pub const CHUNK: usize = 256 << 10;
 
@@ -507,31 +511,57 @@ pub fn walk_bundle<E: From<Error>>(
         }
         Some(h) => {
             let mut c = open_ccob(bytes, opts)?;
-            let mut buf = vec![0u8; CHUNK];
-            let mut md5 = Md5::new();
-            let mut pos = 0u64;
-            loop {
-                let n = c.fill(&mut buf)?;
-                if n == 0 {
-                    break;
-                }
-                if pos + n as u64 > h.uncompressed_size {
-                    return Err(Error::Decompress {
-                        offset: c.start,
-                        reason: format!(
-                            "payload decompresses to {}+ bytes, header says {}",
-                            pos + n as u64,
-                            h.uncompressed_size
-                        ),
+            // A large payload's MD5 runs on a second thread, fed through a
+            // bounded queue, so it overlaps decompression and the sinks.
+            let (pos, digest) = std::thread::scope(|sc| {
+                let parallel = h.uncompressed_size >= PARALLEL_MD5_MIN;
+                let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<u8>>(8);
+                let hasher = parallel.then(|| {
+                    sc.spawn(move || {
+                        let mut m = Md5::new();
+                        for b in rx {
+                            m.update(&b);
+                        }
+                        m.finalize()
+                    })
+                });
+                let mut md5 = Md5::new();
+                let mut buf = vec![0u8; CHUNK];
+                let mut pos = 0u64;
+                loop {
+                    let n = c.fill(&mut buf)?;
+                    if n == 0 {
+                        break;
                     }
-                    .into());
+                    if pos + n as u64 > h.uncompressed_size {
+                        return Err(Error::Decompress {
+                            offset: c.start,
+                            reason: format!(
+                                "payload decompresses to {}+ bytes, header says {}",
+                                pos + n as u64,
+                                h.uncompressed_size
+                            ),
+                        }
+                        .into());
+                    }
+                    let chunk = &buf[..n];
+                    if parallel {
+                        // The hasher only stops when this sender is dropped.
+                        let _ = tx.send(chunk.to_vec());
+                    } else {
+                        md5.update(chunk);
+                    }
+                    raw(chunk)?;
+                    d.feed(pos, chunk, sink)?;
+                    pos += n as u64;
                 }
-                let chunk = &buf[..n];
-                md5.update(chunk);
-                raw(chunk)?;
-                d.feed(pos, chunk, sink)?;
-                pos += n as u64;
-            }
+                drop(tx);
+                let digest = match hasher {
+                    Some(t) => t.join().unwrap_or_default(),
+                    None => md5.finalize(),
+                };
+                Ok::<_, E>((pos, digest))
+            })?;
             if pos != h.uncompressed_size {
                 return Err(Error::Decompress {
                     offset: c.start,
@@ -552,7 +582,6 @@ pub fn walk_bundle<E: From<Error>>(
                 )
                 .into());
             }
-            let digest = md5.finalize();
             let mut low = [0u8; 8];
             low.copy_from_slice(&digest[..8]);
             let computed = u64::from_le_bytes(low);

@@ -78,11 +78,32 @@ impl KpackReader {
     /// Memory-map and validate the archive at `path`.
     pub fn open(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref();
-        let file = fs::File::open(path).map_err(|e| Error::from(e).with_path(path))?;
-        let len = file
+        // Non-blocking open and a check of the open descriptor: a FIFO must
+        // not hang, a directory or device is refused saying what it is.
+        let file = {
+            use std::os::unix::fs::OpenOptionsExt;
+            fs::OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_NONBLOCK)
+                .open(path)
+                .map_err(|e| Error::from(e).with_path(path))?
+        };
+        let meta = file
             .metadata()
-            .map_err(|e| Error::from(e).with_path(path))?
-            .len();
+            .map_err(|e| Error::from(e).with_path(path))?;
+        if !meta.is_file() {
+            let what = if meta.is_dir() {
+                "a directory"
+            } else {
+                "a FIFO, socket or device"
+            };
+            return Err(Error::from(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!("not a regular file ({what})"),
+            ))
+            .with_path(path));
+        }
+        let len = meta.len();
         let backing = if len < BLOB_ALIGNMENT {
             // Too small to be valid; read it so the parser reports why.
             let mut v = Vec::new();
