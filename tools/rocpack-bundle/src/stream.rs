@@ -22,6 +22,9 @@ use crate::target::TargetId;
 /// thread.
 const PARALLEL_MD5_MIN: u64 = 8 << 20;
 
+/// Receives `(entry, offset_in_entry, chunk)` during a walk.
+pub type EntrySink<'a, E> = dyn FnMut(usize, u64, &[u8]) -> std::result::Result<(), E> + 'a;
+
 /// Largest piece of a code object handed to a sink at once.
 pub const CHUNK: usize = 256 << 10;
 
@@ -410,7 +413,7 @@ impl<'i> Dispatch<'i> {
         &mut self,
         pos: u64,
         chunk: &[u8],
-        sink: &mut dyn FnMut(usize, u64, &[u8]) -> std::result::Result<(), E>,
+        sink: &mut EntrySink<'_, E>,
     ) -> std::result::Result<(), E> {
         let stop = pos + chunk.len() as u64;
         while let Some(&i) = self.order.get(self.next) {
@@ -484,7 +487,7 @@ pub fn walk_bundle<E: From<Error>>(
     index: &BundleIndex,
     opts: &ParseOptions,
     raw: &mut dyn FnMut(&[u8]) -> std::result::Result<(), E>,
-    sink: &mut dyn FnMut(usize, u64, &[u8]) -> std::result::Result<(), E>,
+    sink: &mut EntrySink<'_, E>,
 ) -> std::result::Result<WalkSummary, E> {
     let mut d = Dispatch::new(index);
     match index.ccob {
