@@ -489,6 +489,20 @@ pub fn walk_bundle<E: From<Error>>(
     raw: &mut dyn FnMut(&[u8]) -> std::result::Result<(), E>,
     sink: &mut EntrySink<'_, E>,
 ) -> std::result::Result<WalkSummary, E> {
+    walk(bytes, index, opts, true, raw, sink)
+}
+
+/// [`walk_bundle`]; `want_hash` false skips the MD5 of a CCOB payload
+/// (unless `opts.verify_hash`), leaving `hash_matches` `None`.
+fn walk<E: From<Error>>(
+    bytes: &[u8],
+    index: &BundleIndex,
+    opts: &ParseOptions,
+    want_hash: bool,
+    raw: &mut dyn FnMut(&[u8]) -> std::result::Result<(), E>,
+    sink: &mut EntrySink<'_, E>,
+) -> std::result::Result<WalkSummary, E> {
+    let want_hash = want_hash || opts.verify_hash;
     let mut d = Dispatch::new(index);
     match index.ccob {
         None => {
@@ -517,7 +531,7 @@ pub fn walk_bundle<E: From<Error>>(
             // A large payload's MD5 runs on a second thread, fed through a
             // bounded queue, so it overlaps decompression and the sinks.
             let (pos, digest) = std::thread::scope(|sc| {
-                let parallel = h.uncompressed_size >= PARALLEL_MD5_MIN;
+                let parallel = want_hash && h.uncompressed_size >= PARALLEL_MD5_MIN;
                 let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<u8>>(8);
                 let hasher = parallel.then(|| {
                     sc.spawn(move || {
@@ -551,7 +565,7 @@ pub fn walk_bundle<E: From<Error>>(
                     if parallel {
                         // The hasher only stops when this sender is dropped.
                         let _ = tx.send(chunk.to_vec());
-                    } else {
+                    } else if want_hash {
                         md5.update(chunk);
                     }
                     raw(chunk)?;
@@ -585,6 +599,13 @@ pub fn walk_bundle<E: From<Error>>(
                 )
                 .into());
             }
+            if !want_hash {
+                return Ok(WalkSummary {
+                    hash_matches: None,
+                    computed_hash: None,
+                    gaps_zero: d.gaps_zero,
+                });
+            }
             let mut low = [0u8; 8];
             low.copy_from_slice(&digest[..8]);
             let computed = u64::from_le_bytes(low);
@@ -607,17 +628,19 @@ pub fn walk_bundle<E: From<Error>>(
 
 /// Write the uncompressed bundle (a CCOB's decompressed payload) to `w`
 /// in one streaming pass; the result also tells whether the bundle has an
-/// exact layout ([`crate::BundleLayout::of_index`]).
+/// exact layout ([`crate::BundleLayout::of_index`]). The payload's MD5 is
+/// computed only with [`ParseOptions::verify_hash`].
 pub fn copy_payload(
     bytes: &[u8],
     index: &BundleIndex,
     opts: &ParseOptions,
     w: &mut dyn std::io::Write,
 ) -> std::result::Result<WalkSummary, CopyError> {
-    walk_bundle(
+    walk(
         bytes,
         index,
         opts,
+        false,
         &mut |c: &[u8]| w.write_all(c).map_err(CopyError::Io),
         &mut |_, _, _| Ok(()),
     )
