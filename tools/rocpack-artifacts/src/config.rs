@@ -330,9 +330,11 @@ impl PackagingConfig {
                     ));
                 }
                 let bucket = claimed.entry(target.processor.clone()).or_default();
-                if let Some((other, oname, opath)) =
-                    bucket.iter().find(|(t, _, _)| t.compatible_with(&target))
-                {
+                if let Some((other, oname, opath)) = bucket.iter().find(|(t, _, _)| {
+                    #[cfg(test)]
+                    tests::COMPARISONS.with(|c| c.set(c.get() + 1));
+                    t.compatible_with(&target)
+                }) {
                     let msg = if *oname == name {
                         format!("architecture `{arch}` is listed twice in group `{name}` (also at `{opath}`)")
                     } else {
@@ -387,6 +389,50 @@ fn strip_position(msg: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+    thread_local! {
+        /// Target comparisons made by validation on this thread.
+        pub(super) static COMPARISONS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+    }
+
+    /// Hardening item 11: comparisons grow linearly with the number of
+    /// architectures, for distinct processors and for many groups sharing
+    /// processors (each with a distinct, mutually incompatible feature
+    /// set). The pairwise check made n²/2 (50 million for 10,000 groups).
+    #[test]
+    fn validation_comparisons_are_linear() {
+        let feats = [
+            "sramecc+:xnack+",
+            "sramecc+:xnack-",
+            "sramecc-:xnack+",
+            "sramecc-:xnack-",
+        ];
+        for shared in [false, true] {
+            let n = 10_000;
+            let groups: Vec<String> = (0..n)
+                .map(|i| {
+                    let arch = if shared {
+                        format!("gfx{}:{}", 10_000 + i / 4, feats[i % 4])
+                    } else {
+                        format!("gfx{}", 10_000 + i)
+                    };
+                    format!("\"g{i}\": {{\"architectures\": [\"{arch}\"]}}")
+                })
+                .collect();
+            let json = format!(
+                "{{\"primary_shard\": \"x\", \"architecture_groups\": {{{}}}}}",
+                groups.join(",")
+            );
+            COMPARISONS.with(|c| c.set(0));
+            let c = PackagingConfig::parse(json.as_bytes(), Path::new("big.json")).unwrap();
+            assert_eq!(c.architecture_groups.len(), n);
+            let made = COMPARISONS.with(|c| c.get());
+            assert!(
+                made <= 4 * n as u64,
+                "{made} comparisons for {n} architectures (shared processors: {shared})"
+            );
+        }
+    }
+
     #[test]
     fn many_groups_validate_in_linear_time() {
         // 20,000 groups with distinct processors: one bucket lookup each

@@ -4,6 +4,7 @@
 pub mod config;
 pub mod databases;
 pub mod fsutil;
+pub mod inspect;
 pub mod manifest;
 pub mod recombine;
 pub mod select;

@@ -533,7 +533,7 @@ pub fn decompress_ccob(b: &[u8], opts: &ParseOptions) -> Result<(CcobHeader, u64
 
 /// Length of a v1 CCOB payload, which the header does not store: the
 /// extent of the first zstd frame or zlib stream.
-fn v1_payload_len(p: &[u8], method: Method) -> Result<usize> {
+pub(crate) fn v1_payload_len(p: &[u8], method: Method) -> Result<usize> {
     match method {
         Method::Zstd => {
             zstd::zstd_safe::find_frame_compressed_size(p).map_err(|code| Error::Decompress {

@@ -11,6 +11,7 @@
 
 use crate::bundle::{Bundle, Format, BUNDLE_MAGIC};
 use crate::error::{Error, Result};
+use crate::stream::{BundleIndex, WalkSummary};
 
 /// One entry of a [`BundleLayout`], in header order.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -72,6 +73,49 @@ impl BundleLayout {
             entries,
         };
         layout.reproduces(bytes).then_some(layout)
+    }
+
+    /// The layout of an indexed bundle, given what a walk of it found
+    /// ([`crate::walk_bundle`], [`crate::copy_payload`]): the same answer as
+    /// [`of`](Self::of) without holding the uncompressed bytes.
+    pub fn of_index(index: &BundleIndex, walk: &WalkSummary) -> Option<BundleLayout> {
+        let entries: Vec<LayoutEntry> = index
+            .entries
+            .iter()
+            .map(|e| LayoutEntry {
+                id: e.id.as_str().to_string(),
+                offset: e.offset,
+                size: e.size,
+            })
+            .collect();
+        let size = match index.format {
+            Format::Uncompressed => index.end,
+            Format::Ccob { .. } => index.payload_len,
+        };
+        let layout = BundleLayout {
+            format: index.format,
+            size,
+            entries,
+        };
+        if !walk.gaps_zero || layout.header() != index.header {
+            return None;
+        }
+        // Code objects must not overlap the header, each other or the end.
+        let mut ranges: Vec<(u64, u64)> = index
+            .entries
+            .iter()
+            .filter(|e| e.size > 0)
+            .map(|e| (e.offset, e.end()))
+            .collect();
+        ranges.sort_unstable();
+        let mut pos = index.header.len() as u64;
+        for (start, end) in ranges {
+            if start < pos || end > size {
+                return None;
+            }
+            pos = end;
+        }
+        Some(layout)
     }
 
     /// Whether [`build`](Self::build) with the code objects taken from

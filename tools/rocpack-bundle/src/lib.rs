@@ -8,6 +8,10 @@
 //! * Target IDs (`hipv4-amdgcn-amd-amdhsa--gfx90a:xnack+`, `gfx11-generic`,
 //!   host entries) and ISA compatibility as the ROCm runtime decides it:
 //!   [`TargetId`], [`isa_matches`], [`compatible_targets`].
+//! * Bounded memory for any payload: [`index_bundle`] reads the entry table
+//!   alone (a CCOB's prefix), [`walk_bundle`] streams every code object to
+//!   a sink in chunks, decompressing a CCOB once; [`copy_payload`] spills a
+//!   payload to a writer.
 //! * Writers whose output clang-offload-bundler unbundles to identical bytes:
 //!   [`write_uncompressed`], [`write_ccob`].
 //!
@@ -19,6 +23,7 @@ mod bundle;
 mod error;
 mod layout;
 mod spelling;
+mod stream;
 mod target;
 mod write;
 
@@ -30,6 +35,10 @@ pub use bundle::{
 pub use error::{Error, Result};
 pub use layout::{BundleLayout, LayoutEntry};
 pub use spelling::{arch_from_file_name, base_arch, miopen_arch, parse_target_exact};
+pub use stream::{
+    copy_payload, index_bundle, walk_bundle, BundleIndex, CopyError, EntrySink, IndexEntry,
+    WalkSummary, CHUNK,
+};
 pub use target::{
     compatible_targets, generic_covers, generic_for, is_gfx_processor, isa_matches,
     runtime_compatible_targets, strip_target_prefix, targets_overlap, Feature, TargetId,

@@ -122,8 +122,31 @@ pub fn reassemble(host: &[u8], bundles: &[Vec<u8>]) -> Result<Vec<u8>> {
 
 /// Every bundle must parse and its code objects must not overlap: device
 /// code is only removed once it is known to be extractable.
+/// Only each bundle's entry table is read (a CCOB's payload prefix), so
+/// the check costs no decompression of device code and no memory beyond
+/// the table; the code objects themselves are read (and fully checked)
+/// when they are extracted.
 pub(crate) fn validate_bundles(data: &[u8], info: &FatBinaryInfo) -> Result<()> {
-    parse_bundles(data, info).map(|_| ())
+    for b in &info.bundles {
+        let bytes = get(data, b.file_offset, b.len, "bundle")?;
+        let index = rocpack_bundle::index_bundle(bytes, &Default::default()).map_err(|e| {
+            Error::Bundle {
+                offset: b.file_offset + e.offset().unwrap_or(0),
+                source: e,
+            }
+        })?;
+        if let Some(&(x, y)) = index.overlaps().first() {
+            return Err(Error::malformed(
+                b.file_offset,
+                format!(
+                    "bundle {}: entries {x} and {y} overlap at bundle offset {:#x}",
+                    b.index,
+                    index.entries[y].offset.max(index.entries[x].offset)
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Parse every bundle of an analysed fat binary: element *i* is bundle *i*

@@ -25,6 +25,8 @@ use crate::writer::KpackWriter;
 enum Backing {
     Mmap(memmap2::Mmap),
     Owned(Vec<u8>),
+    /// A range of a mapping shared with the caller (no copy).
+    Shared(std::sync::Arc<memmap2::Mmap>, std::ops::Range<usize>),
 }
 
 impl Backing {
@@ -32,6 +34,7 @@ impl Backing {
         match self {
             Backing::Mmap(m) => m,
             Backing::Owned(v) => v,
+            Backing::Shared(m, r) => &m[r.clone()],
         }
     }
 }
@@ -75,11 +78,32 @@ impl KpackReader {
     /// Memory-map and validate the archive at `path`.
     pub fn open(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref();
-        let file = fs::File::open(path).map_err(|e| Error::from(e).with_path(path))?;
-        let len = file
+        // Non-blocking open and a check of the open descriptor: a FIFO must
+        // not hang, a directory or device is refused saying what it is.
+        let file = {
+            use std::os::unix::fs::OpenOptionsExt;
+            fs::OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_NONBLOCK)
+                .open(path)
+                .map_err(|e| Error::from(e).with_path(path))?
+        };
+        let meta = file
             .metadata()
-            .map_err(|e| Error::from(e).with_path(path))?
-            .len();
+            .map_err(|e| Error::from(e).with_path(path))?;
+        if !meta.is_file() {
+            let what = if meta.is_dir() {
+                "a directory"
+            } else {
+                "a FIFO, socket or device"
+            };
+            return Err(Error::from(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!("not a regular file ({what})"),
+            ))
+            .with_path(path));
+        }
+        let len = meta.len();
         let backing = if len < BLOB_ALIGNMENT {
             // Too small to be valid; read it so the parser reports why.
             let mut v = Vec::new();
@@ -103,6 +127,30 @@ impl KpackReader {
         Ok(KpackReader {
             backing,
             path: Some(path.to_path_buf()),
+            p,
+        })
+    }
+
+    /// Validate the archive at `range` of a mapping the caller shares (an
+    /// archive member, a file already mapped): nothing is copied.
+    pub fn from_shared_map(
+        map: std::sync::Arc<memmap2::Mmap>,
+        range: std::ops::Range<usize>,
+    ) -> Result<Self> {
+        if map.get(range.clone()).is_none() {
+            return Err(Error::at(
+                range.start as u64,
+                ErrorKind::Truncated {
+                    what: "archive range of the mapping",
+                    needed: range.len() as u64,
+                    available: map.len().saturating_sub(range.start) as u64,
+                },
+            ));
+        }
+        let p = parse(&map[range.clone()])?;
+        Ok(KpackReader {
+            backing: Backing::Shared(map, range),
+            path: None,
             p,
         })
     }
@@ -263,6 +311,19 @@ impl KpackReader {
         }
     }
 
+    /// Hand the code object of an entry to `sink` in order, in pieces of
+    /// at most 256 KiB, without holding it whole: scheme `none` passes
+    /// slices of the stored bytes, zstd frames are decoded through a fixed
+    /// buffer. The decoded length is checked against `original_size`.
+    pub fn stream_entry<E: From<Error>>(
+        &self,
+        e: &KernelEntry,
+        sink: &mut dyn FnMut(&[u8]) -> std::result::Result<(), E>,
+    ) -> std::result::Result<(), E> {
+        stream_kernel(self.bytes(), &self.p, e, sink)
+            .map_err(|err| err.map_error(|x| x.with_path_opt(self.path.as_deref())))
+    }
+
     /// Decode every kernel (in parallel) and check its length; structure is
     /// already validated by `open`, this also proves every zstd frame decodes.
     pub fn validate_kernels(&self) -> Result<()> {
@@ -308,6 +369,91 @@ impl WithPathOpt for Error {
         match p {
             Some(p) => self.with_path(p),
             None => self,
+        }
+    }
+}
+
+/// Error of a streaming read: the archive's, or the sink's.
+enum StreamErr<E> {
+    Archive(Error),
+    Sink(E),
+}
+
+impl<E: From<Error>> StreamErr<E> {
+    fn map_error(self, f: impl FnOnce(Error) -> Error) -> E {
+        match self {
+            StreamErr::Archive(e) => E::from(f(e)),
+            StreamErr::Sink(e) => e,
+        }
+    }
+}
+
+/// Largest piece [`KpackReader::stream_entry`] hands to its sink.
+pub const STREAM_CHUNK: usize = 256 << 10;
+
+fn stream_kernel<E>(
+    data: &[u8],
+    p: &Parsed,
+    e: &KernelEntry,
+    sink: &mut dyn FnMut(&[u8]) -> std::result::Result<(), E>,
+) -> std::result::Result<(), StreamErr<E>> {
+    let not_found = || {
+        StreamErr::Archive(Error::new(ErrorKind::NotFound {
+            key: e.key.clone(),
+            target: e.target.clone(),
+        }))
+    };
+    let loc = p
+        .blobs
+        .get(e.ordinal as usize)
+        .copied()
+        .ok_or_else(not_found)?;
+    let stored = usize::try_from(loc.offset)
+        .ok()
+        .zip(usize::try_from(loc.size).ok())
+        .and_then(|(a, n)| data.get(a..a.checked_add(n)?))
+        .ok_or_else(not_found)?;
+    match p.scheme {
+        Scheme::None => {
+            for piece in stored.chunks(STREAM_CHUNK) {
+                sink(piece).map_err(StreamErr::Sink)?;
+            }
+            Ok(())
+        }
+        Scheme::ZstdPerKernel => {
+            let zerr = |x: std::io::Error| {
+                StreamErr::Archive(Error::at(loc.offset, ErrorKind::Zstd(x.to_string())))
+            };
+            let mut dec = zstd::stream::read::Decoder::with_buffer(stored)
+                .map_err(zerr)?
+                .single_frame()
+                .take(e.original_size.saturating_add(1));
+            let mut buf = vec![0u8; STREAM_CHUNK.min(e.original_size as usize + 1).max(1)];
+            let mut total = 0u64;
+            loop {
+                let n = match dec.read(&mut buf) {
+                    Ok(0) => break,
+                    Ok(n) => n,
+                    Err(x) if x.kind() == std::io::ErrorKind::Interrupted => continue,
+                    Err(x) => return Err(zerr(x)),
+                };
+                total += n as u64;
+                if total > e.original_size {
+                    break;
+                }
+                sink(&buf[..n]).map_err(StreamErr::Sink)?;
+            }
+            if total != e.original_size {
+                return Err(StreamErr::Archive(Error::at(
+                    loc.offset,
+                    ErrorKind::Mismatch {
+                        field: "original_size (decoded zstd frame length)".into(),
+                        expected: e.original_size,
+                        found: total,
+                    },
+                )));
+            }
+            Ok(())
         }
     }
 }
@@ -578,6 +724,30 @@ fn parse(data: &[u8]) -> Result<Parsed> {
                     toc_offset,
                 )?;
                 v.push((at, BlobLocation { offset: off, size }));
+            }
+            // Blobs must not share bytes: each stored byte belongs to one
+            // kernel, so reading every kernel (inspect, unpack) costs at
+            // most the file, never a multiple of it.
+            let mut spans: Vec<(u64, u64, u64, usize)> = v
+                .iter()
+                .enumerate()
+                .filter(|(_, (_, b))| b.size > 0)
+                .map(|(i, (at, b))| (b.offset, b.offset + b.size, *at, i))
+                .collect();
+            spans.sort_unstable();
+            for w in spans.windows(2) {
+                if w[1].0 < w[0].1 {
+                    return Err(Error::at(
+                        w[1].2,
+                        ErrorKind::Invalid {
+                            field: format!("blobs[{}]", w[1].3),
+                            message: format!(
+                                "range [{}, {}) overlaps blobs[{}] [{}, {})",
+                                w[1].0, w[1].1, w[0].3, w[0].0, w[0].1
+                            ),
+                        },
+                    ));
+                }
             }
             v
         }

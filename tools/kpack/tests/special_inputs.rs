@@ -1,0 +1,108 @@
+//! Hardening item 6, the cases `special_files.rs` does not cover:
+//! `artifact_manifest.txt` as a symlink to /dev/zero (split, verify) and
+//! the packaging config as a FIFO or /dev/zero (recombine). Each is refused
+//! at once (exit 2, saying what it is) under a 256 MiB address-space
+//! ceiling: before, /dev/zero was read whole and a FIFO hung.
+
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+fn kpack_bounded(args: &[&str]) -> Output {
+    let mut child = Command::new("sh")
+        .arg("-c")
+        .arg("ulimit -v 262144; exec \"$0\" \"$@\"")
+        .arg(env!("CARGO_BIN_EXE_kpack"))
+        .args(args)
+        .env("MALLOC_ARENA_MAX", "1")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if start.elapsed() > Duration::from_secs(20) {
+            let _ = child.kill();
+            panic!("kpack {args:?} hangs");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().unwrap()
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+#[test]
+fn manifests_and_configs_that_are_special_files_are_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path();
+    // An artifact whose manifest is a symlink to /dev/zero.
+    let art = t.join("x_lib");
+    std::fs::create_dir_all(art.join("lib")).unwrap();
+    std::os::unix::fs::symlink("/dev/zero", art.join("artifact_manifest.txt")).unwrap();
+    // A shards directory whose one shard's manifest is /dev/zero too.
+    let shards = t.join("shards");
+    let pkg = shards.join("s1/x_lib_generic");
+    std::fs::create_dir_all(&pkg).unwrap();
+    std::os::unix::fs::symlink("/dev/zero", pkg.join("artifact_manifest.txt")).unwrap();
+    let fifo = t.join("config.json");
+    assert!(Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap()
+        .success());
+    let zero = t.join("zero.json");
+    std::os::unix::fs::symlink("/dev/zero", &zero).unwrap();
+    let out = t.join("o");
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (
+            vec![
+                "split",
+                "--artifact-dir",
+                s(&art),
+                "--artifact-prefix",
+                "x_lib",
+                "--output-dir",
+                s(&out),
+            ],
+            "artifact_manifest.txt",
+        ),
+        (
+            vec![
+                "recombine",
+                "--input-shards-dir",
+                s(&shards),
+                "--config",
+                s(&fifo),
+                "--output-dir",
+                s(&out),
+            ],
+            "FIFO",
+        ),
+        (
+            vec![
+                "recombine",
+                "--input-shards-dir",
+                s(&shards),
+                "--config",
+                s(&zero),
+                "--output-dir",
+                s(&out),
+            ],
+            "device",
+        ),
+    ];
+    for (args, needle) in cases {
+        let o = kpack_bounded(&args);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(needle), "{args:?}: {err}");
+        assert!(
+            err.contains("not a regular file") || err.contains("device"),
+            "{args:?}: {err}"
+        );
+        assert!(!out.exists(), "{args:?}");
+    }
+}

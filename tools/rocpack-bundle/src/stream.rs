@@ -1,0 +1,656 @@
+//! Bounded-memory access to bundles: the entry table without the code
+//! objects ([`index_bundle`]), and one streaming pass over a bundle's
+//! uncompressed bytes that hands every code object to a sink in chunks of
+//! at most [`CHUNK`] bytes ([`walk_bundle`]).
+//!
+//! A CCOB is decompressed once per walk, through a fixed buffer: memory is
+//! the decoder's state plus one chunk, whatever the payload size, the entry
+//! count or how entries overlap. [`index_bundle`] decodes only the prefix
+//! that holds the entry table.
+
+use std::io::Read;
+
+use md5::{Digest, Md5};
+
+use crate::bundle::{
+    parse_ccob_header, CcobHeader, Format, ParseOptions, BUNDLE_MAGIC, CCOB_MAGIC, MAX_CCOB_RATIO,
+};
+use crate::error::{show_bytes, Error, Result};
+use crate::target::TargetId;
+
+/// CCOB payloads at least this large have their MD5 computed on a second
+/// thread.
+const PARALLEL_MD5_MIN: u64 = 8 << 20;
+
+/// Receives `(entry, offset_in_entry, chunk)` during a walk.
+pub type EntrySink<'a, E> = dyn FnMut(usize, u64, &[u8]) -> std::result::Result<(), E> + 'a;
+
+/// Largest piece of a code object handed to a sink at once.
+pub const CHUNK: usize = 256 << 10;
+
+/// Fixed part of an uncompressed bundle header (magic + count).
+const FIXED: u64 = 32;
+/// One entry record without its ID bytes.
+const ENTRY_FIXED: u64 = 24;
+
+/// One entry of a [`BundleIndex`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IndexEntry {
+    pub id: TargetId,
+    /// Offset of the code object in the uncompressed bundle.
+    pub offset: u64,
+    pub size: u64,
+}
+
+impl IndexEntry {
+    /// End (exclusive) of the code object in the uncompressed bundle.
+    pub fn end(&self) -> u64 {
+        self.offset + self.size
+    }
+}
+
+/// A bundle's structure without its code objects.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BundleIndex {
+    pub format: Format,
+    /// Bytes of the input the bundle occupies.
+    pub len: u64,
+    /// CCOB header, for compressed bundles.
+    pub ccob: Option<CcobHeader>,
+    /// Size of the uncompressed bundle (for a CCOB: the decompressed
+    /// payload, as its header states; checked by a walk).
+    pub payload_len: u64,
+    /// The uncompressed header bytes (magic, count, entry records).
+    pub header: Vec<u8>,
+    /// End of the last code object or of the header, whichever is later:
+    /// a CCOB payload must be zero beyond it.
+    pub end: u64,
+    /// Entries in header order.
+    pub entries: Vec<IndexEntry>,
+}
+
+impl BundleIndex {
+    /// Indices of entries whose code objects overlap another's (non-empty
+    /// ranges sharing a byte), as pairs `(a, b)` with `a` starting first.
+    /// Empty for every bundle clang writes.
+    pub fn overlaps(&self) -> Vec<(usize, usize)> {
+        let mut spans: Vec<(u64, u64, usize)> = self
+            .entries
+            .iter()
+            .enumerate()
+            .filter(|(_, e)| e.size > 0)
+            .map(|(i, e)| (e.offset, e.end(), i))
+            .collect();
+        spans.sort_unstable();
+        let mut out = Vec::new();
+        let mut reach: Option<(u64, usize)> = None;
+        for &(start, end, i) in &spans {
+            if let Some((r, j)) = reach {
+                if start < r {
+                    out.push((j, i));
+                }
+            }
+            if reach.is_none_or(|(r, _)| end > r) {
+                reach = Some((end, i));
+            }
+        }
+        out
+    }
+}
+
+/// What a walk learned about the bytes outside the code objects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WalkSummary {
+    /// Whether the stored CCOB hash matches the payload (`None` when the
+    /// bundle is not compressed).
+    pub hash_matches: Option<bool>,
+    /// The computed truncated MD5 of a CCOB payload.
+    pub computed_hash: Option<u64>,
+    /// Whether every byte after the header that no code object covers is
+    /// zero (the condition for an exact [`crate::BundleLayout`]).
+    pub gaps_zero: bool,
+}
+
+/// A streaming decoder over a CCOB's compressed payload, bounded to the
+/// size its header claims (plus one byte, to detect longer output).
+struct Ccob<'a> {
+    header: CcobHeader,
+    /// Offset of the compressed payload and its end in the input.
+    start: u64,
+    end: u64,
+    reader: Box<dyn Read + 'a>,
+}
+
+fn open_ccob<'a>(b: &'a [u8], opts: &ParseOptions) -> Result<Ccob<'a>> {
+    let h = parse_ccob_header(b)?;
+    let start = h.header_len as usize;
+    let end = match h.total_size {
+        Some(t) => t as usize,
+        None => {
+            start
+                + crate::bundle::v1_payload_len(&b[start..], h.method)
+                    .map_err(|e| e.shifted(start as u64))?
+        }
+    };
+    let payload = &b[start..end];
+    let claim = h.uncompressed_size;
+    if claim > opts.max_decompressed_size {
+        return Err(Error::Malformed {
+            offset: 0,
+            what: format!(
+                "uncompressed size {claim} exceeds the limit of {} bytes",
+                opts.max_decompressed_size
+            ),
+        });
+    }
+    let ratio_cap = (payload.len() as u64)
+        .saturating_mul(MAX_CCOB_RATIO)
+        .saturating_add(1 << 16);
+    if claim > ratio_cap {
+        return Err(Error::Malformed {
+            offset: 0,
+            what: format!(
+                "uncompressed size {claim} is implausible for {} compressed bytes (more than {MAX_CCOB_RATIO}x)",
+                payload.len()
+            ),
+        });
+    }
+    let reader: Box<dyn Read + 'a> = match h.method {
+        crate::Method::Zstd => Box::new(
+            zstd::stream::read::Decoder::with_buffer(payload)
+                .map_err(|e| Error::Decompress {
+                    offset: start as u64,
+                    reason: e.to_string(),
+                })?
+                .take(claim.saturating_add(1)),
+        ),
+        crate::Method::Zlib => {
+            Box::new(flate2::bufread::ZlibDecoder::new(payload).take(claim.saturating_add(1)))
+        }
+    };
+    Ok(Ccob {
+        header: h,
+        start: start as u64,
+        end: end as u64,
+        reader,
+    })
+}
+
+impl Ccob<'_> {
+    fn decompress_err(&self, e: std::io::Error) -> Error {
+        Error::Decompress {
+            offset: self.start,
+            reason: e.to_string(),
+        }
+    }
+
+    /// Read up to `buf.len()` bytes (short only at the end of the stream).
+    fn fill(&mut self, buf: &mut [u8]) -> Result<usize> {
+        let mut n = 0;
+        while n < buf.len() {
+            match self.reader.read(&mut buf[n..]) {
+                Ok(0) => break,
+                Ok(k) => n += k,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(self.decompress_err(e)),
+            }
+        }
+        Ok(n)
+    }
+}
+
+/// Parse an uncompressed header from `next(len)`, which yields the next
+/// `len` bytes of the uncompressed bundle (or fewer at its end). `limit` is
+/// the size of the uncompressed bundle; every code object must lie in it.
+fn parse_header(
+    limit: u64,
+    next: &mut dyn FnMut(usize) -> Result<Vec<u8>>,
+) -> Result<(Vec<u8>, Vec<IndexEntry>, u64)> {
+    let mut header = Vec::new();
+    let mut take = |len: u64, what: &'static str, header: &mut Vec<u8>| -> Result<usize> {
+        let at = header.len() as u64;
+        let available = limit.saturating_sub(at);
+        if len > available {
+            return Err(Error::Truncated {
+                offset: at,
+                expected: what,
+                needed: len,
+                available,
+            });
+        }
+        let got = next(len as usize)?;
+        if (got.len() as u64) < len {
+            return Err(Error::Truncated {
+                offset: at,
+                expected: what,
+                needed: len,
+                available: got.len() as u64,
+            });
+        }
+        header.extend_from_slice(&got);
+        Ok(at as usize)
+    };
+    take(FIXED, "bundle header", &mut header)?;
+    if !header.starts_with(BUNDLE_MAGIC) {
+        return Err(Error::BadMagic {
+            offset: 0,
+            found: show_bytes(&header),
+        });
+    }
+    let u64_at = |h: &[u8], p: usize| {
+        let mut a = [0u8; 8];
+        a.copy_from_slice(&h[p..p + 8]);
+        u64::from_le_bytes(a)
+    };
+    let count = u64_at(&header, 24);
+    let room = limit.saturating_sub(FIXED) / ENTRY_FIXED;
+    if count > room {
+        return Err(Error::Malformed {
+            offset: 24,
+            what: format!(
+                "entry count {count} cannot fit: {} bytes after the header hold at most {room} entries",
+                limit.saturating_sub(FIXED)
+            ),
+        });
+    }
+    let mut entries = Vec::with_capacity(count as usize);
+    let mut end = 0u64;
+    for i in 0..count {
+        let rec = take(ENTRY_FIXED, "entry record", &mut header)?;
+        let offset = u64_at(&header, rec);
+        let size = u64_at(&header, rec + 8);
+        let id_len = u64_at(&header, rec + 16);
+        let at = take(id_len, "entry ID bytes", &mut header)?;
+        let id_str = std::str::from_utf8(&header[at..]).map_err(|_| Error::Malformed {
+            offset: at as u64,
+            what: format!("entry {i} ID is not UTF-8"),
+        })?;
+        let id = TargetId::parse(id_str).map_err(|e| Error::Malformed {
+            offset: at as u64,
+            what: format!("entry {i}: {e}"),
+        })?;
+        let Some(co_end) = offset.checked_add(size).filter(|&e| e <= limit) else {
+            return Err(Error::Malformed {
+                offset: rec as u64,
+                what: format!(
+                    "entry {i} ({id}) code object [{offset}, +{size}) runs past the end of the input ({limit} bytes)"
+                ),
+            });
+        };
+        end = end.max(co_end);
+        entries.push(IndexEntry { id, offset, size });
+    }
+    let end = end.max(header.len() as u64);
+    Ok((header, entries, end))
+}
+
+fn in_payload(e: Error, h: &CcobHeader) -> Error {
+    match e {
+        Error::Malformed { offset, what } => Error::Malformed {
+            offset: 0,
+            what: format!(
+                "in the decompressed CCOB payload at payload offset {offset}: {what} (header {} bytes)",
+                h.header_len
+            ),
+        },
+        Error::Truncated {
+            offset,
+            expected,
+            needed,
+            available,
+        } => Error::Malformed {
+            offset: 0,
+            what: format!(
+                "decompressed CCOB payload truncated at payload offset {offset}: expected {expected} ({needed} bytes), {available} left"
+            ),
+        },
+        Error::BadMagic { found, .. } => Error::Malformed {
+            offset: 0,
+            what: format!("decompressed CCOB payload is not an uncompressed bundle ({found})"),
+        },
+        other => other,
+    }
+}
+
+/// The structure of the bundle at the start of `bytes`: format, entry table
+/// and extent. For a CCOB only the payload prefix holding the table is
+/// decompressed; [`walk_bundle`] checks the rest.
+pub fn index_bundle(bytes: &[u8], opts: &ParseOptions) -> Result<BundleIndex> {
+    if bytes.starts_with(BUNDLE_MAGIC) {
+        let mut pos = 0usize;
+        let (header, entries, end) = parse_header(bytes.len() as u64, &mut |n| {
+            let got =
+                bytes[pos.min(bytes.len())..][..n.min(bytes.len() - pos.min(bytes.len()))].to_vec();
+            pos += got.len();
+            Ok(got)
+        })?;
+        Ok(BundleIndex {
+            format: Format::Uncompressed,
+            len: end,
+            ccob: None,
+            payload_len: end,
+            header,
+            end,
+            entries,
+        })
+    } else if bytes.starts_with(CCOB_MAGIC) {
+        let mut c = open_ccob(bytes, opts)?;
+        let h = c.header;
+        let (header, entries, end) = parse_header(h.uncompressed_size, &mut |n| {
+            let mut v = vec![0u8; n];
+            let got = c.fill(&mut v)?;
+            v.truncate(got);
+            Ok(v)
+        })
+        .map_err(|e| in_payload(e, &h))?;
+        Ok(BundleIndex {
+            format: Format::Ccob {
+                version: h.version,
+                method: h.method,
+            },
+            len: c.end,
+            ccob: Some(h),
+            payload_len: h.uncompressed_size,
+            header,
+            end,
+            entries,
+        })
+    } else {
+        Err(Error::BadMagic {
+            offset: 0,
+            found: show_bytes(bytes),
+        })
+    }
+}
+
+/// Hands code-object bytes to a sink as the uncompressed bundle streams by.
+struct Dispatch<'i> {
+    /// Entries by start offset (non-empty ones only).
+    order: Vec<usize>,
+    next: usize,
+    active: Vec<usize>,
+    entries: &'i [IndexEntry],
+    /// Union of the code-object ranges, sorted.
+    covered: Vec<(u64, u64)>,
+    cov: usize,
+    header_len: u64,
+    end: u64,
+    gaps_zero: bool,
+    /// First non-zero byte after `end` (an error for a CCOB).
+    trailing: Option<u64>,
+}
+
+impl<'i> Dispatch<'i> {
+    fn new(index: &'i BundleIndex) -> Self {
+        let mut order: Vec<usize> = (0..index.entries.len())
+            .filter(|&i| index.entries[i].size > 0)
+            .collect();
+        order.sort_by_key(|&i| (index.entries[i].offset, i));
+        let mut covered: Vec<(u64, u64)> = Vec::new();
+        for &i in &order {
+            let e = &index.entries[i];
+            match covered.last_mut() {
+                Some(last) if e.offset <= last.1 => last.1 = last.1.max(e.end()),
+                _ => covered.push((e.offset, e.end())),
+            }
+        }
+        Dispatch {
+            order,
+            next: 0,
+            active: Vec::new(),
+            entries: &index.entries,
+            covered,
+            cov: 0,
+            header_len: index.header.len() as u64,
+            end: index.end,
+            gaps_zero: true,
+            trailing: None,
+        }
+    }
+
+    /// `chunk` holds uncompressed bytes `[pos, pos + chunk.len())`.
+    fn feed<E>(
+        &mut self,
+        pos: u64,
+        chunk: &[u8],
+        sink: &mut EntrySink<'_, E>,
+    ) -> std::result::Result<(), E> {
+        let stop = pos + chunk.len() as u64;
+        while let Some(&i) = self.order.get(self.next) {
+            if self.entries[i].offset >= stop {
+                break;
+            }
+            self.active.push(i);
+            self.next += 1;
+        }
+        for &i in &self.active {
+            let e = &self.entries[i];
+            let a = e.offset.max(pos);
+            let b = e.end().min(stop);
+            if a < b {
+                sink(
+                    i,
+                    a - e.offset,
+                    &chunk[(a - pos) as usize..(b - pos) as usize],
+                )?;
+            }
+        }
+        let entries = self.entries;
+        self.active.retain(|&i| entries[i].end() > stop);
+        // Gaps: bytes after the header that no code object covers.
+        let mut p = pos.max(self.header_len);
+        while p < stop {
+            while self.cov < self.covered.len() && self.covered[self.cov].1 <= p {
+                self.cov += 1;
+            }
+            match self.covered.get(self.cov) {
+                Some(&(s, e)) if s <= p => p = e.min(stop),
+                other => {
+                    let gap_end = other.map_or(stop, |&(s, _)| s.min(stop));
+                    self.check_gap(pos, chunk, p, gap_end);
+                    p = gap_end;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Dispatch<'_> {
+    /// Bytes `[a, b)` (inside `chunk`, which starts at `pos`) are a gap.
+    fn check_gap(&mut self, pos: u64, chunk: &[u8], a: u64, b: u64) {
+        let at = |x: u64| (x - pos) as usize;
+        if self.gaps_zero && chunk[at(a)..at(b)].iter().any(|&x| x != 0) {
+            self.gaps_zero = false;
+        }
+        if self.trailing.is_none() {
+            let t0 = a.max(self.end);
+            if t0 < b {
+                if let Some(k) = chunk[at(t0)..at(b)].iter().position(|&x| x != 0) {
+                    self.trailing = Some(t0 + k as u64);
+                }
+            }
+        }
+    }
+}
+
+/// One pass over the bundle at the start of `bytes` (described by `index`,
+/// from [`index_bundle`] on the same bytes): `raw(chunk)` receives the whole
+/// uncompressed bundle in order (for a CCOB: the decompressed payload), and
+/// `sink(entry, offset_in_entry, chunk)` every code object's bytes in order,
+/// in chunks of at most [`CHUNK`] bytes (overlapping entries each receive
+/// the shared bytes). A CCOB is decompressed exactly once; its size, the
+/// zero tail after the last code object and (with
+/// [`ParseOptions::verify_hash`]) its hash are checked.
+pub fn walk_bundle<E: From<Error>>(
+    bytes: &[u8],
+    index: &BundleIndex,
+    opts: &ParseOptions,
+    raw: &mut dyn FnMut(&[u8]) -> std::result::Result<(), E>,
+    sink: &mut EntrySink<'_, E>,
+) -> std::result::Result<WalkSummary, E> {
+    walk(bytes, index, opts, true, raw, sink)
+}
+
+/// [`walk_bundle`]; `want_hash` false skips the MD5 of a CCOB payload
+/// (unless `opts.verify_hash`), leaving `hash_matches` `None`.
+fn walk<E: From<Error>>(
+    bytes: &[u8],
+    index: &BundleIndex,
+    opts: &ParseOptions,
+    want_hash: bool,
+    raw: &mut dyn FnMut(&[u8]) -> std::result::Result<(), E>,
+    sink: &mut EntrySink<'_, E>,
+) -> std::result::Result<WalkSummary, E> {
+    let want_hash = want_hash || opts.verify_hash;
+    let mut d = Dispatch::new(index);
+    match index.ccob {
+        None => {
+            let whole = bytes
+                .get(..index.payload_len as usize)
+                .ok_or(Error::Truncated {
+                    offset: 0,
+                    expected: "uncompressed bundle",
+                    needed: index.payload_len,
+                    available: bytes.len() as u64,
+                })?;
+            let mut pos = 0usize;
+            for piece in whole.chunks(CHUNK) {
+                raw(piece)?;
+                d.feed(pos as u64, piece, sink)?;
+                pos += piece.len();
+            }
+            Ok(WalkSummary {
+                hash_matches: None,
+                computed_hash: None,
+                gaps_zero: d.gaps_zero,
+            })
+        }
+        Some(h) => {
+            let mut c = open_ccob(bytes, opts)?;
+            // A large payload's MD5 runs on a second thread, fed through a
+            // bounded queue, so it overlaps decompression and the sinks.
+            let (pos, digest) = std::thread::scope(|sc| {
+                let parallel = want_hash && h.uncompressed_size >= PARALLEL_MD5_MIN;
+                let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<u8>>(8);
+                let hasher = parallel.then(|| {
+                    sc.spawn(move || {
+                        let mut m = Md5::new();
+                        for b in rx {
+                            m.update(&b);
+                        }
+                        m.finalize()
+                    })
+                });
+                let mut md5 = Md5::new();
+                let mut buf = vec![0u8; CHUNK];
+                let mut pos = 0u64;
+                loop {
+                    let n = c.fill(&mut buf)?;
+                    if n == 0 {
+                        break;
+                    }
+                    if pos + n as u64 > h.uncompressed_size {
+                        return Err(Error::Decompress {
+                            offset: c.start,
+                            reason: format!(
+                                "payload decompresses to {}+ bytes, header says {}",
+                                pos + n as u64,
+                                h.uncompressed_size
+                            ),
+                        }
+                        .into());
+                    }
+                    let chunk = &buf[..n];
+                    if parallel {
+                        // The hasher only stops when this sender is dropped.
+                        let _ = tx.send(chunk.to_vec());
+                    } else if want_hash {
+                        md5.update(chunk);
+                    }
+                    raw(chunk)?;
+                    d.feed(pos, chunk, sink)?;
+                    pos += n as u64;
+                }
+                drop(tx);
+                let digest = match hasher {
+                    Some(t) => t.join().unwrap_or_default(),
+                    None => md5.finalize(),
+                };
+                Ok::<_, E>((pos, digest))
+            })?;
+            if pos != h.uncompressed_size {
+                return Err(Error::Decompress {
+                    offset: c.start,
+                    reason: format!(
+                        "payload decompresses to {pos} bytes, header says {}",
+                        h.uncompressed_size
+                    ),
+                }
+                .into());
+            }
+            if let Some(at) = d.trailing {
+                return Err(in_payload(
+                    Error::Malformed {
+                        offset: at,
+                        what: "non-zero data after the end of the bundle".into(),
+                    },
+                    &h,
+                )
+                .into());
+            }
+            if !want_hash {
+                return Ok(WalkSummary {
+                    hash_matches: None,
+                    computed_hash: None,
+                    gaps_zero: d.gaps_zero,
+                });
+            }
+            let mut low = [0u8; 8];
+            low.copy_from_slice(&digest[..8]);
+            let computed = u64::from_le_bytes(low);
+            if opts.verify_hash && computed != h.hash {
+                return Err(Error::HashMismatch {
+                    offset: 0,
+                    stored: h.hash,
+                    computed,
+                }
+                .into());
+            }
+            Ok(WalkSummary {
+                hash_matches: Some(computed == h.hash),
+                computed_hash: Some(computed),
+                gaps_zero: d.gaps_zero,
+            })
+        }
+    }
+}
+
+/// Write the uncompressed bundle (a CCOB's decompressed payload) to `w`
+/// in one streaming pass; the result also tells whether the bundle has an
+/// exact layout ([`crate::BundleLayout::of_index`]). The payload's MD5 is
+/// computed only with [`ParseOptions::verify_hash`].
+pub fn copy_payload(
+    bytes: &[u8],
+    index: &BundleIndex,
+    opts: &ParseOptions,
+    w: &mut dyn std::io::Write,
+) -> std::result::Result<WalkSummary, CopyError> {
+    walk(
+        bytes,
+        index,
+        opts,
+        false,
+        &mut |c: &[u8]| w.write_all(c).map_err(CopyError::Io),
+        &mut |_, _, _| Ok(()),
+    )
+}
+
+/// Error of [`copy_payload`]: the bundle, or the writer.
+#[derive(Debug, thiserror::Error)]
+pub enum CopyError {
+    #[error(transparent)]
+    Bundle(#[from] Error),
+    #[error("{0}")]
+    Io(std::io::Error),
+}

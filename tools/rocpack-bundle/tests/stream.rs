@@ -1,0 +1,258 @@
+//! The streaming reader agrees with the in-memory parser on every bundle
+//! shape (uncompressed, CCOB v1/v2/v3, zlib and zstd, overlapping entries,
+//! padding), detects the same defects, and keeps memory to a chunk: a
+//! counting allocator bounds the bytes live while a 64 MiB payload whose
+//! 32 entries all overlap is walked.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use rocpack_bundle::{
+    copy_payload, index_bundle, parse_bundle, walk_bundle, write_ccob, write_uncompressed,
+    write_uncompressed_aligned, BundleLayout, Compression, Error, ParseOptions, BUNDLE_MAGIC,
+};
+
+struct Counting;
+static LIVE: AtomicUsize = AtomicUsize::new(0);
+static PEAK: AtomicUsize = AtomicUsize::new(0);
+
+fn grew(n: usize) {
+    let now = LIVE.fetch_add(n, Ordering::Relaxed) + n;
+    PEAK.fetch_max(now, Ordering::Relaxed);
+}
+
+// SAFETY: forwards to the system allocator unchanged; only counts bytes.
+#[allow(unsafe_code)]
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
+        grew(l.size());
+        System.alloc(l)
+    }
+    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
+        LIVE.fetch_sub(l.size(), Ordering::Relaxed);
+        System.dealloc(p, l)
+    }
+    unsafe fn realloc(&self, p: *mut u8, l: Layout, n: usize) -> *mut u8 {
+        LIVE.fetch_sub(l.size(), Ordering::Relaxed);
+        grew(n);
+        System.realloc(p, l, n)
+    }
+}
+
+#[global_allocator]
+static A: Counting = Counting;
+
+/// Deterministic pseudo-random bytes (xorshift), compressible a little.
+fn bytes(seed: u64, n: usize) -> Vec<u8> {
+    let mut x = seed | 1;
+    (0..n)
+        .map(|i| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            if i % 3 == 0 {
+                0
+            } else {
+                x as u8
+            }
+        })
+        .collect()
+}
+
+/// An uncompressed bundle with `n` entries all covering the same bytes.
+fn overlapping(n: usize, size: usize) -> Vec<u8> {
+    let ids: Vec<String> = (0..n)
+        .map(|i| format!("hipv4-amdgcn-amd-amdhsa--gfx{}", 1100 + i))
+        .collect();
+    let table: usize = 32 + ids.iter().map(|id| 24 + id.len()).sum::<usize>();
+    let at = table.div_ceil(4096) * 4096;
+    let mut b = BUNDLE_MAGIC.to_vec();
+    b.extend_from_slice(&(n as u64).to_le_bytes());
+    for (i, id) in ids.iter().enumerate() {
+        // Staggered starts: partial overlaps, not only identical ranges.
+        b.extend_from_slice(&((at + i * 17) as u64).to_le_bytes());
+        b.extend_from_slice(&((size - i * 17) as u64).to_le_bytes());
+        b.extend_from_slice(&(id.len() as u64).to_le_bytes());
+        b.extend_from_slice(id.as_bytes());
+    }
+    b.resize(at, 0);
+    b.extend(bytes(7, size));
+    b
+}
+
+fn shapes() -> Vec<(String, Vec<u8>)> {
+    let a = bytes(1, 300_000);
+    let b = bytes(2, 5);
+    let c = bytes(3, 700_001);
+    let plain = write_uncompressed(&[
+        ("host-x86_64-unknown-linux-gnu-", &b""[..]),
+        ("hipv4-amdgcn-amd-amdhsa--gfx1100", &a[..]),
+        ("hipv4-amdgcn-amd-amdhsa--gfx90a:xnack-", &b[..]),
+        ("hipv4-amdgcn-amd-amdhsa--gfx942", &c[..]),
+    ]);
+    let aligned = write_uncompressed_aligned(
+        &[
+            ("hipv4-amdgcn-amd-amdhsa--gfx1100", &a[..]),
+            ("hipv4-amdgcn-amd-amdhsa--gfx942", &c[..]),
+        ],
+        4096,
+    );
+    let over = overlapping(8, 600_000);
+    let mut out = Vec::new();
+    for (name, raw) in [("plain", plain), ("aligned", aligned), ("overlap", over)] {
+        for (v, m) in [
+            (1, Compression::Zstd),
+            (2, Compression::Zlib),
+            (3, Compression::Zstd),
+            (1, Compression::Zlib),
+        ] {
+            out.push((
+                format!("{name} CCOBv{v}-{m}"),
+                write_ccob(&raw, v, m).unwrap(),
+            ));
+        }
+        out.push((name.to_string(), raw));
+    }
+    out
+}
+
+#[test]
+fn walk_gives_every_code_object_the_parser_gives() {
+    let opts = ParseOptions::default();
+    for (name, input) in shapes() {
+        let parsed = parse_bundle(&input).unwrap();
+        let index = index_bundle(&input, &opts).unwrap();
+        assert_eq!(index.format, parsed.format, "{name}");
+        assert_eq!(index.len, parsed.len, "{name}");
+        assert_eq!(index.ccob, parsed.ccob, "{name}");
+        assert_eq!(index.entries.len(), parsed.entries.len(), "{name}");
+        for (i, p) in index.entries.iter().zip(&parsed.entries) {
+            assert_eq!(
+                (&i.id, i.offset, i.size),
+                (&p.id, p.offset, p.size),
+                "{name}"
+            );
+        }
+        let mut got: Vec<Vec<u8>> = vec![Vec::new(); index.entries.len()];
+        let mut raw = Vec::new();
+        let summary = walk_bundle::<Error>(
+            &input,
+            &index,
+            &opts,
+            &mut |c| {
+                raw.extend_from_slice(c);
+                Ok(())
+            },
+            &mut |i, off, c| {
+                assert_eq!(off as usize, got[i].len(), "{name}: chunks in order");
+                assert!(c.len() <= rocpack_bundle::CHUNK);
+                got[i].extend_from_slice(c);
+                Ok(())
+            },
+        )
+        .unwrap();
+        for (g, p) in got.iter().zip(&parsed.entries) {
+            assert_eq!(&g[..], &*p.data, "{name}");
+        }
+        let whole = parsed.decompressed.as_deref().unwrap_or(&input);
+        assert_eq!(&raw[..], &whole[..raw.len()], "{name}");
+        assert_eq!(
+            summary.hash_matches,
+            parsed.ccob.map(
+                |h| rocpack_bundle::ccob_hash(parsed.decompressed.as_deref().unwrap()) == h.hash
+            ),
+            "{name}"
+        );
+        // Same layout decision as the in-memory check.
+        assert_eq!(
+            BundleLayout::of_index(&index, &summary),
+            BundleLayout::of(&parsed, whole),
+            "{name}"
+        );
+        let ov = index.overlaps();
+        assert_eq!(
+            !ov.is_empty(),
+            name.starts_with("overlap"),
+            "{name}: {ov:?}"
+        );
+        // copy_payload writes the same bytes.
+        let mut spill = Vec::new();
+        copy_payload(&input, &index, &opts, &mut spill).unwrap();
+        assert_eq!(spill, raw, "{name}");
+    }
+}
+
+#[test]
+fn walk_finds_the_defects_the_parser_finds() {
+    let opts = ParseOptions {
+        verify_hash: true,
+        ..Default::default()
+    };
+    let a = bytes(4, 100_000);
+    let raw = write_uncompressed(&[("hipv4-amdgcn-amd-amdhsa--gfx1100", &a[..])]);
+    // Non-zero bytes after the last code object.
+    let mut tail = raw.clone();
+    tail.extend_from_slice(&[0, 0, 9]);
+    // A header claiming one byte more than the payload has.
+    let mut short = write_ccob(&raw, 3, Compression::Zstd).unwrap();
+    let claim = u64::from_le_bytes(short[16..24].try_into().unwrap()) + 1;
+    short[16..24].copy_from_slice(&claim.to_le_bytes());
+    // A stored hash that does not match.
+    let mut hash = write_ccob(&raw, 3, Compression::Zstd).unwrap();
+    hash[24] ^= 1;
+    let cases = [
+        write_ccob(&tail, 3, Compression::Zstd).unwrap(),
+        short,
+        hash,
+    ];
+    for input in cases {
+        let parser = parse_bundle_checked(&input, &opts).unwrap_err();
+        let err = index_bundle(&input, &opts).and_then(|index| {
+            walk_bundle::<Error>(
+                &input,
+                &index,
+                &opts,
+                &mut |_| Ok(()),
+                &mut |_, _, _| Ok(()),
+            )
+        });
+        let err = err.unwrap_err();
+        assert_eq!(
+            std::mem::discriminant(&err),
+            std::mem::discriminant(&parser),
+            "{err} vs {parser}"
+        );
+    }
+}
+
+fn parse_bundle_checked(b: &[u8], opts: &ParseOptions) -> Result<(), Error> {
+    rocpack_bundle::parse_bundle_with(b, opts).map(|_| ())
+}
+
+#[test]
+fn walk_memory_is_a_chunk_not_the_payload() {
+    let size = 64 << 20;
+    let raw = overlapping(32, size);
+    let ccob = write_ccob(&raw, 3, Compression::Zstd).unwrap();
+    drop(raw);
+    let opts = ParseOptions::default();
+    let base = LIVE.load(Ordering::Relaxed);
+    PEAK.store(base, Ordering::Relaxed);
+    let index = index_bundle(&ccob, &opts).unwrap();
+    let mut total = 0u64;
+    let summary = walk_bundle::<Error>(&ccob, &index, &opts, &mut |_| Ok(()), &mut |_, _, c| {
+        total += c.len() as u64;
+        Ok(())
+    })
+    .unwrap();
+    assert_eq!(summary.hash_matches, Some(true));
+    let want: u64 = index.entries.iter().map(|e| e.size).sum();
+    assert_eq!(total, want);
+    let peak = PEAK.load(Ordering::Relaxed) - base;
+    // A chunk, the zstd window (8 MiB at most for level 3 frames) and the
+    // table; the payload is 64 MiB and the entries cover 2 GiB.
+    assert!(
+        peak < 16 << 20,
+        "peak {peak} bytes live for a {size}-byte payload"
+    );
+}
