@@ -106,3 +106,53 @@ fn manifests_and_configs_that_are_special_files_are_refused() {
         assert!(!out.exists(), "{args:?}");
     }
 }
+
+/// `pack` code objects and the `reassemble` host are regular files read up to
+/// their size: a FIFO or a link to /dev/zero is refused at once (it used to
+/// hang, or be read until memory ran out).
+#[test]
+fn pack_and_reassemble_inputs_that_are_special_files_are_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path();
+    let fifo = t.join("co.hsaco");
+    assert!(Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap()
+        .success());
+    let zero = t.join("zero.hsaco");
+    std::os::unix::fs::symlink("/dev/zero", &zero).unwrap();
+    let kdir = t.join("kpacks");
+    std::fs::create_dir_all(&kdir).unwrap();
+    let out = t.join("out.kpack");
+    for special in [&fifo, &zero] {
+        let spec = format!("gfx1100={}", s(special));
+        let o = kpack_bounded(&[
+            "pack",
+            "-o",
+            s(&out),
+            "--kernel-name",
+            "k",
+            "--code-object",
+            &spec,
+        ]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_ne!(o.status.code(), Some(0), "pack {spec}: {err}");
+        assert!(err.contains("not a regular file"), "pack {spec}: {err}");
+        assert!(!out.exists());
+        let host_out = t.join("fat.so");
+        let o = kpack_bounded(&[
+            "reassemble",
+            "--host",
+            s(special),
+            "--kpack-dir",
+            s(&kdir),
+            "-o",
+            s(&host_out),
+        ]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_ne!(o.status.code(), Some(0), "reassemble {}: {err}", s(special));
+        assert!(err.contains("not a regular file"), "reassemble: {err}");
+        assert!(!host_out.exists());
+    }
+}

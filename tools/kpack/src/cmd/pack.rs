@@ -159,7 +159,7 @@ pub fn run(args: PackArgs) -> anyhow::Result<ExitCode> {
                     &args.kernel_name,
                     "--input-dir without kpack-unpack.json",
                 )?;
-                let data = fs::read(&f).with_context(|| format!("{}: cannot read", f.display()))?;
+                let data = read_input(&f)?;
                 items.push((key, target, data, None));
             }
         }
@@ -168,7 +168,7 @@ pub fn run(args: PackArgs) -> anyhow::Result<ExitCode> {
         let [key, target, file] = chunk else {
             bail!("--entry takes KEY TARGET FILE");
         };
-        let data = fs::read(file).with_context(|| format!("{file}: cannot read"))?;
+        let data = read_input(Path::new(file))?;
         items.push((normalize_key(key), target.clone(), data, None));
     }
     for spec in &args.code_objects {
@@ -179,7 +179,7 @@ pub fn run(args: PackArgs) -> anyhow::Result<ExitCode> {
             bail!("--code-object {spec:?}: expected TARGET=FILE");
         }
         let key = next_key(target, &args.kernel_name, "--code-object")?;
-        let data = fs::read(file).with_context(|| format!("{file}: cannot read"))?;
+        let data = read_input(Path::new(file))?;
         items.push((key, target.to_owned(), data, None));
     }
 
@@ -218,4 +218,15 @@ pub fn run(args: PackArgs) -> anyhow::Result<ExitCode> {
         compression.scheme()
     );
     Ok(ExitCode::SUCCESS)
+}
+
+/// Largest code object `pack` takes from one file (the archive format's own
+/// limit is far larger; no real code object comes near this).
+const MAX_CODE_OBJECT: u64 = 4 << 30;
+
+/// Reads one input file: regular files only (a FIFO must not hang, a link to
+/// `/dev/zero` must not be read forever), at most [`MAX_CODE_OBJECT`] bytes.
+fn read_input(path: &Path) -> anyhow::Result<Vec<u8>> {
+    rocpack_artifacts::fsutil::read_bounded(path, MAX_CODE_OBJECT)
+        .with_context(|| format!("{}: cannot read", path.display()))
 }

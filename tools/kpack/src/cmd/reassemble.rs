@@ -185,8 +185,13 @@ fn exact_bundle(found: &BTreeMap<String, Found>) -> Result<Vec<u8>, String> {
     }
 }
 
+/// Largest host file `reassemble` reads (real fat libraries stay well below).
+const MAX_HOST_FILE: u64 = 64 << 30;
+
 pub fn run(args: ReassembleArgs) -> anyhow::Result<ExitCode> {
-    let host = std::fs::read(&args.host)
+    // Regular files only, bounded by their size (a FIFO must not hang, a
+    // link to /dev/zero must not be read forever).
+    let host = rocpack_artifacts::fsutil::read_bounded(&args.host, MAX_HOST_FILE)
         .with_context(|| format!("failed to read `{}`", args.host.display()))?;
     let mut paths = Vec::new();
     find_kpacks(&args.kpack_dir, &mut paths)?;
