@@ -4,7 +4,8 @@
 # file measured in the same run.
 #
 # Targets (issue 10): `--compression none` wall time <= 1.3x cp; peak RSS <= 64 MiB
-# (code objects are copied file to file with copy_file_range, never mapped).
+# (code objects are copied file to file with copy_file_range; the analysis
+# reads the file through a mapping, whose touched pages count as RSS).
 # The default (zstd) is reported too.
 #
 # Usage: bench/split.sh        (needs apt-get download access on first run;
@@ -83,6 +84,6 @@ REPORT
 
 awk -v r="$(ratio "$none_s" "$cp_s")" -v m="$none_rss" -v z="$zstd_rss" 'BEGIN {
     bad = 0
-    if (r > 2.0) { print "MISSED: none/cp ratio " r " > 2" > "/dev/stderr"; bad = 1 }
-    if (m > 256 || z > 256) { print "MISSED: peak RSS above 256 MiB" > "/dev/stderr"; bad = 1 }
+    if (r > 1.3) { print "MISSED: none/cp ratio " r " > 1.3" > "/dev/stderr"; bad = 1 }
+    if (m > 64 || z > 64) { print "MISSED: peak RSS above 64 MiB" > "/dev/stderr"; bad = 1 }
     exit bad }'

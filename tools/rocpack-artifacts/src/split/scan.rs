@@ -234,6 +234,7 @@ fn collect_kernels(
     archs: &mut BTreeSet<String>,
     counts: &mut (u64, u64),
     spill: &Spill,
+    map: &memmap2::Mmap,
 ) -> Result<(), SplitError> {
     for b in &info.bundles {
         let bytes =
@@ -292,8 +293,32 @@ fn collect_kernels(
                 place,
             });
         }
+        // Code objects are read back from their file range, not from here.
+        release(map, offset_in(whole, bytes).map(|o| (o, bytes.len())));
     }
     Ok(())
+}
+
+/// Unmaps the pages of `map` this process has touched, in `range` (byte
+/// offset, length) or everywhere. Every page fault on a file mapping maps
+/// up to 64 KiB around the byte read (fault-around), so reading a bundle
+/// header and the first bytes of each code object of a 1.3 GB library
+/// would otherwise keep hundreds of MiB resident until the file is done.
+/// The pages stay in the page cache; a later read faults them in again.
+#[allow(unsafe_code)]
+fn release(map: &memmap2::Mmap, range: Option<(u64, usize)>) {
+    use memmap2::UncheckedAdvice::DontNeed;
+    // SAFETY: `map` is a read-only private file mapping: MADV_DONTNEED only
+    // drops this process's page-table entries for it, and the next access
+    // reads the same file bytes again (no private copy exists to lose).
+    // Slices into the mapping stay valid. Failure only costs memory.
+    let _ = match range {
+        Some((off, len)) => match usize::try_from(off) {
+            Ok(off) if len > 0 => unsafe { map.unchecked_advise_range(DontNeed, off, len) },
+            _ => Ok(()),
+        },
+        None => unsafe { map.unchecked_advise(DontNeed) },
+    };
 }
 
 /// Analyses one regular file; `Fat` when it carries device code.
@@ -405,6 +430,7 @@ fn split_fat(
                 &mut archs,
                 &mut counts,
                 spill,
+                &map,
             )?;
         }
         if !any {
@@ -442,7 +468,9 @@ fn split_fat(
         // Rewrite first: every layout problem is reported before a single
         // bundle is decompressed.
         let marker = Marker::for_split(&opts.artifact_prefix, depth, kernel_name.clone()).encode();
+        release(&map, None);
         let host = rocpack_elf::split_host(data, &marker).map_err(|e| elf_err(path, e))?;
+        release(&map, None);
         collect_kernels(
             data,
             data,
@@ -453,6 +481,7 @@ fn split_fat(
             &mut archs,
             &mut counts,
             spill,
+            &map,
         )?;
         host
     };
