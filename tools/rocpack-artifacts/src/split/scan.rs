@@ -221,82 +221,92 @@ pub(super) fn offset_in(whole: &[u8], part: &[u8]) -> Option<u64> {
     (off.checked_add(part.len())? <= whole.len()).then_some(off as u64)
 }
 
-/// Collects the code objects of one analysed ELF image (`image` is a
-/// sub-slice of `whole`, the mapped file).
-#[allow(clippy::too_many_arguments)]
-fn collect_kernels(
-    whole: &[u8],
-    image: &[u8],
-    info: &rocpack_elf::FatBinaryInfo,
-    kernel_name: &str,
-    path: &Path,
-    out: &mut Vec<KernelRef>,
-    archs: &mut BTreeSet<String>,
-    counts: &mut (u64, u64),
-    spill: &Spill,
-    map: &memmap2::Mmap,
-) -> Result<(), SplitError> {
-    for b in &info.bundles {
-        let bytes =
-            rocpack_elf::bundle_bytes(image, info, b.index).map_err(|e| elf_err(path, e))?;
-        let bundle_off = offset_in(whole, bytes).unwrap_or(b.file_offset);
-        let parsed = rocpack_bundle::parse_bundle(bytes).map_err(|e| SplitError::Bundle {
-            path: path.to_path_buf(),
-            offset: bundle_off + e.offset().unwrap_or(0),
-            error: e,
-        })?;
-        counts.0 += 1;
-        let spilled = match &parsed.decompressed {
-            Some(payload) => Some(spill.write(payload)?),
-            None => None,
-        };
-        let key = rocpack_kpack::toc_key(kernel_name, b.index as u64);
-        let layout = rocpack_bundle::BundleLayout::of(
-            &parsed,
-            parsed.decompressed.as_deref().unwrap_or(bytes),
-        );
-        for (position, entry) in parsed.entries.iter().enumerate() {
-            if entry.id.is_host() {
-                continue;
-            }
-            let place = layout.as_ref().and_then(|l| {
-                rocpack_kpack::bundle_meta::encode(l, position, |i| {
-                    parsed.entries.get(i).is_some_and(|e| !e.id.is_host())
-                })
-            });
-            let arch = entry.id.target_id().to_string();
-            if check_name("architecture", &arch).is_err() {
-                return Err(SplitError::Usage(format!(
-                    "{}: byte offset {bundle_off}: bundle entry `{}` names no usable architecture",
-                    path.display(),
-                    entry.id
-                )));
-            }
-            counts.1 += 1;
-            archs.insert(arch.clone());
-            let (file, offset) = match (&entry.data, &spilled) {
-                (EntryData::Payload { start, .. }, Some(f)) => (f.clone(), *start as u64),
-                (EntryData::Borrowed(d), _) => match offset_in(whole, d) {
-                    Some(o) => (path.to_path_buf(), o),
-                    None => return Err(changed_err(path, bundle_off)),
-                },
-                _ => return Err(changed_err(path, bundle_off)),
+/// What the code objects of one input file (an ELF file, or every member
+/// of an archive) add up to.
+struct Collector<'a> {
+    /// The input file and its mapping.
+    path: &'a Path,
+    map: &'a memmap2::Mmap,
+    spill: &'a Spill,
+    kernels: Vec<KernelRef>,
+    archs: BTreeSet<String>,
+    /// (bundles, device code objects).
+    counts: (u64, u64),
+}
+
+impl Collector<'_> {
+    /// Collects the code objects of one analysed ELF image (`image` is a
+    /// sub-slice of the mapped file).
+    fn collect(
+        &mut self,
+        image: &[u8],
+        info: &rocpack_elf::FatBinaryInfo,
+        kernel_name: &str,
+    ) -> Result<(), SplitError> {
+        let (path, spill, map) = (self.path, self.spill, self.map);
+        let whole: &[u8] = map;
+        for b in &info.bundles {
+            let bytes =
+                rocpack_elf::bundle_bytes(image, info, b.index).map_err(|e| elf_err(path, e))?;
+            let bundle_off = offset_in(whole, bytes).unwrap_or(b.file_offset);
+            let parsed = rocpack_bundle::parse_bundle(bytes).map_err(|e| SplitError::Bundle {
+                path: path.to_path_buf(),
+                offset: bundle_off + e.offset().unwrap_or(0),
+                error: e,
+            })?;
+            self.counts.0 += 1;
+            let spilled = match &parsed.decompressed {
+                Some(payload) => Some(spill.write(payload)?),
+                None => None,
             };
-            out.push(KernelRef {
-                key: key.clone(),
-                arch,
-                bundle_id: entry.id.to_string(),
-                file,
-                size: entry.size,
-                offset,
-                prefix: String::new(),
-                place,
-            });
+            let key = rocpack_kpack::toc_key(kernel_name, b.index as u64);
+            let layout = rocpack_bundle::BundleLayout::of(
+                &parsed,
+                parsed.decompressed.as_deref().unwrap_or(bytes),
+            );
+            for (position, entry) in parsed.entries.iter().enumerate() {
+                if entry.id.is_host() {
+                    continue;
+                }
+                let place = layout.as_ref().and_then(|l| {
+                    rocpack_kpack::bundle_meta::encode(l, position, |i| {
+                        parsed.entries.get(i).is_some_and(|e| !e.id.is_host())
+                    })
+                });
+                let arch = entry.id.target_id().to_string();
+                if check_name("architecture", &arch).is_err() {
+                    return Err(SplitError::Usage(format!(
+                        "{}: byte offset {bundle_off}: bundle entry `{}` names no usable architecture",
+                        path.display(),
+                        entry.id
+                    )));
+                }
+                self.counts.1 += 1;
+                self.archs.insert(arch.clone());
+                let (file, offset) = match (&entry.data, &spilled) {
+                    (EntryData::Payload { start, .. }, Some(f)) => (f.clone(), *start as u64),
+                    (EntryData::Borrowed(d), _) => match offset_in(whole, d) {
+                        Some(o) => (path.to_path_buf(), o),
+                        None => return Err(changed_err(path, bundle_off)),
+                    },
+                    _ => return Err(changed_err(path, bundle_off)),
+                };
+                self.kernels.push(KernelRef {
+                    key: key.clone(),
+                    arch,
+                    bundle_id: entry.id.to_string(),
+                    file,
+                    size: entry.size,
+                    offset,
+                    prefix: String::new(),
+                    place,
+                });
+            }
+            // Code objects are read back from their file range, not from here.
+            release(map, offset_in(whole, bytes).map(|o| (o, bytes.len())));
         }
-        // Code objects are read back from their file range, not from here.
-        release(map, offset_in(whole, bytes).map(|o| (o, bytes.len())));
+        Ok(())
     }
-    Ok(())
 }
 
 /// Unmaps the pages of `map` this process has touched, in `range` (byte
@@ -378,9 +388,14 @@ fn split_fat(
     let data: &[u8] = &map;
     let kernel_name = format!("{prefix}/{rel}");
     let depth = rel.split('/').count().saturating_sub(1);
-    let mut kernels = Vec::new();
-    let mut archs = BTreeSet::new();
-    let mut counts = (0u64, 0u64);
+    let mut collector = Collector {
+        path,
+        map: &map,
+        spill,
+        kernels: Vec::new(),
+        archs: BTreeSet::new(),
+        counts: (0, 0),
+    };
     let host = if rocpack_elf::is_archive(data) {
         let members = rocpack_elf::archive_members(data).map_err(|e| elf_err(path, e))?;
         let mut member_seen = MemberNames::default();
@@ -420,18 +435,7 @@ fn split_fat(
             }
             any = true;
             let member_name = format!("{kernel_name}({})", member_seen.label(&m.name));
-            collect_kernels(
-                data,
-                m.data,
-                &info,
-                &member_name,
-                path,
-                &mut kernels,
-                &mut archs,
-                &mut counts,
-                spill,
-                &map,
-            )?;
+            collector.collect(m.data, &info, &member_name)?;
         }
         if !any {
             return Ok(None);
@@ -471,21 +475,16 @@ fn split_fat(
         release(&map, None);
         let host = rocpack_elf::split_host(data, &marker).map_err(|e| elf_err(path, e))?;
         release(&map, None);
-        collect_kernels(
-            data,
-            data,
-            &info,
-            &kernel_name,
-            path,
-            &mut kernels,
-            &mut archs,
-            &mut counts,
-            spill,
-            &map,
-        )?;
+        collector.collect(data, &info, &kernel_name)?;
         host
     };
     super::write_file_mode(host_dst, &host, mode)?;
+    let Collector {
+        kernels,
+        archs,
+        counts,
+        ..
+    } = collector;
     let summary = FatBinarySummary {
         path: kernel_name,
         bundles: counts.0,
