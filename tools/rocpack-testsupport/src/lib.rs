@@ -21,11 +21,18 @@ pub fn repo_root() -> PathBuf {
     PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
 }
 
-/// `$ROCPACK_SHARED`, else `../shared` beside the checkout.
+/// `$ROCPACK_SHARED`; else `target/rocpack-shared` when the fixtures were
+/// built there (`tests/ci/lib.sh` builds them from `tests/fixtures`); else
+/// `../shared` beside the checkout.
 pub fn shared() -> PathBuf {
-    match std::env::var_os("ROCPACK_SHARED") {
-        Some(p) => PathBuf::from(p),
-        None => repo_root().join("../shared"),
+    if let Some(p) = std::env::var_os("ROCPACK_SHARED") {
+        return PathBuf::from(p);
+    }
+    let built = repo_root().join("target/rocpack-shared");
+    if built.join("fixtures").is_dir() {
+        built
+    } else {
+        repo_root().join("../shared")
     }
 }
 
