@@ -3,7 +3,9 @@
 # (111 bundles, 777 code objects, 7 GPU targets), against `cp` of the same
 # file measured in the same run.
 #
-# Targets (issue 7): `--compression none` wall time <= 2x cp; peak RSS <= 256 MiB.
+# Targets (issue 10): `--compression none` wall time <= 1.3x cp; peak RSS <= 64 MiB
+# (code objects are copied file to file with copy_file_range; the analysis
+# reads the file through a mapping, whose touched pages count as RSS).
 # The default (zstd) is reported too.
 #
 # Usage: bench/split.sh        (needs apt-get download access on first run;
@@ -73,7 +75,7 @@ archs=$(ls "$WORK/out-none" | grep -vc '_generic$' || true)
 cat <<REPORT
 split benchmark: librocsparse.so.0.1 ($SIZE bytes), $(nproc) CPUs, best of $REPS (peak RSS: max of all runs)
   cp                          ${cp_s} s
-  kpack split --compression none  ${none_s} s   ratio to cp: $(ratio "$none_s" "$cp_s")x (target <= 2x)   peak RSS ${none_rss} MiB (target <= 256)
+  kpack split --compression none  ${none_s} s   ratio to cp: $(ratio "$none_s" "$cp_s")x (target <= 1.3x)   peak RSS ${none_rss} MiB (target <= 64)
   zstd -3 -T0 (same file)     ${zcli_s} s
   kpack split (zstd)          ${zstd_s} s   ratio to cp: $(ratio "$zstd_s" "$cp_s")x, to zstd -3 -T0: $(ratio "$zstd_s" "$zcli_s")x   peak RSS ${zstd_rss} MiB
   host-only binary            ${host} bytes; ${archs} arch artifacts
@@ -82,6 +84,6 @@ REPORT
 
 awk -v r="$(ratio "$none_s" "$cp_s")" -v m="$none_rss" -v z="$zstd_rss" 'BEGIN {
     bad = 0
-    if (r > 2.0) { print "MISSED: none/cp ratio " r " > 2" > "/dev/stderr"; bad = 1 }
-    if (m > 256 || z > 256) { print "MISSED: peak RSS above 256 MiB" > "/dev/stderr"; bad = 1 }
+    if (r > 1.3) { print "MISSED: none/cp ratio " r " > 1.3" > "/dev/stderr"; bad = 1 }
+    if (m > 64 || z > 64) { print "MISSED: peak RSS above 64 MiB" > "/dev/stderr"; bad = 1 }
     exit bad }'

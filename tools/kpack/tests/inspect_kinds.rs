@@ -1,24 +1,12 @@
 //! `kpack inspect` / `kpack unbundle` on every kind of input, including
 //! look-alikes that must not be mis-parsed as fat binaries, and bad input.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::path::Path;
 
 use serde_json::Value;
 
-fn shared() -> PathBuf {
-    match std::env::var_os("ROCPACK_SHARED") {
-        Some(p) => PathBuf::from(p),
-        None => PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared")),
-    }
-}
-
-fn kpack(args: &[&std::ffi::OsStr]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_kpack"))
-        .args(args)
-        .output()
-        .expect("run kpack")
-}
+mod common;
+use common::{kpack, sha256_hex, shared};
 
 fn inspect(path: &Path) -> Value {
     let out = kpack(&["inspect".as_ref(), "--json".as_ref(), path.as_os_str()]);
@@ -29,12 +17,6 @@ fn inspect(path: &Path) -> Value {
         String::from_utf8_lossy(&out.stderr)
     );
     serde_json::from_slice(&out.stdout).unwrap()
-}
-
-fn sha256_hex(b: &[u8]) -> String {
-    use sha2::Digest;
-    let d = sha2::Sha256::digest(b);
-    d.iter().map(|x| format!("{x:02x}")).collect()
 }
 
 #[test]

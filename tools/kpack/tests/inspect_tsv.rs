@@ -4,25 +4,14 @@
 //! what clang-offload-bundler returned).
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
-use std::process::Command;
 
 use serde_json::Value;
 
-fn shared() -> PathBuf {
-    match std::env::var_os("ROCPACK_SHARED") {
-        Some(p) => PathBuf::from(p),
-        None => PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared")),
-    }
-}
+mod common;
+use common::{kpack, shared};
 
 fn inspect_json(path: &std::path::Path) -> Value {
-    let out = Command::new(env!("CARGO_BIN_EXE_kpack"))
-        .arg("inspect")
-        .arg("--json")
-        .arg(path)
-        .output()
-        .expect("run kpack");
+    let out = kpack(&["inspect".as_ref(), "--json".as_ref(), path.as_os_str()]);
     assert!(
         out.status.success(),
         "kpack inspect {} failed: {}",

@@ -1,36 +1,10 @@
 //! `kpack pack` / `kpack unpack` driven through the real binary.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 
-fn golden(name: &str) -> PathBuf {
-    let shared = std::env::var_os("ROCPACK_SHARED")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared")));
-    shared.join("fixtures/kpack-golden").join(name)
-}
-
-fn kpack(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_kpack"))
-        .args(args)
-        .output()
-        .expect("run kpack")
-}
-
-fn ok(args: &[&str]) -> String {
-    let o = kpack(args);
-    assert!(
-        o.status.success(),
-        "kpack {args:?} failed: {}\n{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
-    String::from_utf8(o.stdout).unwrap()
-}
-
-fn s(p: &Path) -> &str {
-    p.to_str().unwrap()
-}
+mod common;
+use common::{golden, kpack, kpack_ok as ok, s, KPACK};
 
 #[test]
 fn unpack_then_pack_reproduces_golden_files() {
@@ -360,7 +334,7 @@ fn unpack_into_existing_dir_is_all_or_nothing() {
         let out = tmp.path().join(format!("o{k}"));
         std::fs::create_dir(&out).unwrap();
         std::fs::write(out.join("keep.txt"), b"k").unwrap();
-        let o = Command::new(env!("CARGO_BIN_EXE_kpack"))
+        let o = Command::new(KPACK)
             .args(["unpack", s(&archive), "--output-dir", s(&out)])
             .env("ROCPACK_FAULT_COMMIT_AFTER", k.to_string())
             .output()

@@ -7,15 +7,8 @@ use std::process::Command;
 
 use rocpack_kpack::{Compression, KpackWriter, Marker};
 
-fn fixtures() -> PathBuf {
-    match std::env::var_os("ROCPACK_SHARED") {
-        Some(p) => PathBuf::from(p).join("fixtures"),
-        None => PathBuf::from(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../../../shared/fixtures"
-        )),
-    }
-}
+mod common;
+use common::{fixtures, KPACK};
 
 /// Sorted (target id, bytes) per bundle.
 fn code_objects(data: &[u8]) -> Vec<Vec<(String, Vec<u8>)>> {
@@ -98,7 +91,7 @@ fn reassemble_cli_round_trips_every_fixture() {
         };
         let host = split_and_pack(&data, tmp.path(), comp);
         let out = tmp.path().join("out.bin");
-        let o = Command::new(env!("CARGO_BIN_EXE_kpack"))
+        let o = Command::new(KPACK)
             .arg("reassemble")
             .arg("--host")
             .arg(&host)
@@ -130,7 +123,7 @@ fn reassemble_cli_fails_with_exit_2_on_missing_kpack() {
     let empty = tmp.path().join("empty");
     std::fs::create_dir_all(&empty).unwrap();
     let out = tmp.path().join("out.bin");
-    let o = Command::new(env!("CARGO_BIN_EXE_kpack"))
+    let o = Command::new(KPACK)
         .args(["reassemble", "--host"])
         .arg(&host)
         .arg("--kpack-dir")

@@ -2,15 +2,17 @@
 //! symlink to /dev/zero given where a file is read is refused at once with
 //! what it is (exit 2), under a 256 MiB address-space ceiling.
 
-use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
+
+mod common;
+use common::{s, KPACK};
 
 fn kpack_bounded(args: &[&str]) -> Output {
     let mut child = Command::new("sh")
         .arg("-c")
         .arg("ulimit -v 262144; exec \"$0\" \"$@\"")
-        .arg(env!("CARGO_BIN_EXE_kpack"))
+        .arg(KPACK)
         .args(args)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -25,10 +27,6 @@ fn kpack_bounded(args: &[&str]) -> Output {
         std::thread::sleep(Duration::from_millis(20));
     }
     child.wait_with_output().unwrap()
-}
-
-fn s(p: &Path) -> &str {
-    p.to_str().unwrap()
 }
 
 #[test]

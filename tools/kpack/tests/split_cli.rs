@@ -5,81 +5,11 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use sha2::{Digest, Sha256};
-
-fn shared() -> PathBuf {
-    let p = std::env::var_os("ROCPACK_SHARED")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared")));
-    assert!(
-        p.join("fixtures/artifacts").is_dir(),
-        "fixtures not found at {} (set ROCPACK_SHARED)",
-        p.display()
-    );
-    p
-}
-
-fn fixtures() -> PathBuf {
-    shared().join("fixtures")
-}
-
-/// A private copy of one fixture shard with its symlinks restored from
-/// `artifacts-inventory.tsv` (file syncs may have turned them into plain
-/// files holding the target text). Kept for the whole test run.
-fn shard(name: &str) -> PathBuf {
-    use std::sync::OnceLock;
-    static COPIES: OnceLock<tempfile::TempDir> = OnceLock::new();
-    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    let root = COPIES
-        .get_or_init(|| tempfile::tempdir().unwrap())
-        .path()
-        .to_path_buf();
-    let _g = LOCK.lock().unwrap();
-    let dst = root.join(name);
-    if !dst.exists() {
-        let tmp = root.join(format!(".{name}.tmp"));
-        copy_tree(&fixtures().join("artifacts").join(name), &tmp);
-        let inv = fs::read_to_string(fixtures().join("artifacts-inventory.tsv")).unwrap();
-        let want = format!("artifacts/{name}/");
-        for l in inv.lines() {
-            let c: Vec<&str> = l.split('\t').collect();
-            if let (Some(rel), Some(target)) =
-                (c[0].strip_prefix(&want), c[1].strip_prefix("symlink->"))
-            {
-                let p = tmp.join(rel);
-                let _ = fs::remove_file(&p);
-                std::os::unix::fs::symlink(target, &p).unwrap();
-            }
-        }
-        fs::rename(&tmp, &dst).unwrap();
-    }
-    dst
-}
-
-fn kpack(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_kpack"))
-        .args(args)
-        .output()
-        .expect("run kpack")
-}
-
-fn s(p: &Path) -> &str {
-    p.to_str().unwrap()
-}
-
-fn ok(out: &Output) {
-    assert!(
-        out.status.success(),
-        "kpack failed ({:?})\nstdout:\n{}\nstderr:\n{}",
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
+mod common;
+use common::*;
 
 fn split(input: &Path, prefix: &str, out: &Path, extra: &[&str]) -> Output {
     let mut args = vec![
@@ -93,71 +23,6 @@ fn split(input: &Path, prefix: &str, out: &Path, extra: &[&str]) -> Output {
     ];
     args.extend_from_slice(extra);
     kpack(&args)
-}
-
-fn sha256(b: &[u8]) -> String {
-    Sha256::digest(b)
-        .iter()
-        .map(|x| format!("{x:02x}"))
-        .collect()
-}
-
-/// Recursively copies a tree, recreating symlinks.
-fn copy_tree(src: &Path, dst: &Path) {
-    fs::create_dir_all(dst).unwrap();
-    let mut names: Vec<_> = fs::read_dir(src)
-        .unwrap()
-        .map(|e| e.unwrap().file_name())
-        .collect();
-    names.sort();
-    for n in names {
-        let (a, b) = (src.join(&n), dst.join(&n));
-        let m = fs::symlink_metadata(&a).unwrap();
-        if m.file_type().is_symlink() {
-            std::os::unix::fs::symlink(fs::read_link(&a).unwrap(), &b).unwrap();
-        } else if m.is_dir() {
-            copy_tree(&a, &b);
-        } else {
-            fs::copy(&a, &b).unwrap();
-            let mode = fs::metadata(&b).unwrap().permissions().mode();
-            fs::set_permissions(&b, fs::Permissions::from_mode(mode | 0o200)).unwrap();
-        }
-    }
-}
-
-#[derive(Debug, PartialEq, Eq)]
-enum Node {
-    Dir,
-    File { mode: u32, sha: String },
-    Link(PathBuf),
-}
-
-/// Every path below `root` with its kind, content hash and mode.
-fn snapshot(root: &Path) -> BTreeMap<String, Node> {
-    fn go(root: &Path, dir: &Path, out: &mut BTreeMap<String, Node>) {
-        for e in fs::read_dir(dir).unwrap() {
-            let p = e.unwrap().path();
-            let rel = p.strip_prefix(root).unwrap().to_str().unwrap().to_string();
-            let m = fs::symlink_metadata(&p).unwrap();
-            if m.file_type().is_symlink() {
-                out.insert(rel, Node::Link(fs::read_link(&p).unwrap()));
-            } else if m.is_dir() {
-                out.insert(rel, Node::Dir);
-                go(root, &p, out);
-            } else {
-                out.insert(
-                    rel,
-                    Node::File {
-                        mode: m.permissions().mode() & 0o777,
-                        sha: sha256(&fs::read(&p).unwrap()),
-                    },
-                );
-            }
-        }
-    }
-    let mut out = BTreeMap::new();
-    go(root, root, &mut out);
-    out
 }
 
 /// Rows of expected-unbundle.tsv: (file, bundle_index, target, sha256, size).
@@ -188,18 +53,10 @@ fn arch_of(target: &str) -> &str {
     target.rsplit_once("--").map(|(_, a)| a).unwrap_or(target)
 }
 
-fn list_files(root: &Path) -> Vec<String> {
-    snapshot(root)
-        .into_iter()
-        .filter(|(_, n)| !matches!(n, Node::Dir))
-        .map(|(k, _)| k)
-        .collect()
-}
-
 /// Splits one component of a shard and checks everything the contract
 /// promises about the result.
 fn check_component(shard_name: &str, component: &str, prefix: &str, dbs: &[&str], n_fat: usize) {
-    let input = shard(shard_name).join(component);
+    let input = fixture_shard(shard_name).join(component);
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("out");
     let mut extra = vec!["--json"];
@@ -208,7 +65,7 @@ fn check_component(shard_name: &str, component: &str, prefix: &str, dbs: &[&str]
         extra.extend_from_slice(dbs);
     }
     let o = split(&input, prefix, &out, &extra);
-    ok(&o);
+    assert_ok(&o);
     let report: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json report");
     let stderr = String::from_utf8_lossy(&o.stderr);
     assert!(stderr.contains("architectures:"), "{stderr}");
@@ -296,7 +153,7 @@ fn check_component(shard_name: &str, component: &str, prefix: &str, dbs: &[&str]
             let co = reader
                 .get(&key, arch)
                 .unwrap_or_else(|e| panic!("{bin} {key} {arch}: {e}"));
-            assert_eq!(sha256(&co), r.sha, "{bin} {key} {arch}");
+            assert_eq!(sha256_hex(&co), r.sha, "{bin} {key} {arch}");
             let needle = &co[co.len() / 2..co.len() / 2 + 64];
             assert!(
                 !host.windows(64).any(|w| w == needle),
@@ -501,8 +358,8 @@ fn split_aotriton_and_support() {
     // support_dev has no device code: only the generic artifact.
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("o");
-    ok(&split(
-        &shard("gfx120X-build").join("support_dev_gfx120X-all"),
+    assert_ok(&split(
+        &fixture_shard("gfx120X-build").join("support_dev_gfx120X-all"),
         "support_dev",
         &out,
         &[],
@@ -518,8 +375,8 @@ fn split_aotriton_and_support() {
 fn database_arch_names_keep_features() {
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("o");
-    let input = shard("gfx110X-build").join("blas_lib_gfx110X-dgpu");
-    ok(&split(
+    let input = fixture_shard("gfx110X-build").join("blas_lib_gfx110X-dgpu");
+    assert_ok(&split(
         &input,
         "blas_lib",
         &out,
@@ -547,7 +404,7 @@ fn database_arch_names_keep_features() {
         .is_file());
     // Without --split-databases everything non-fat is generic.
     let out2 = tmp.path().join("o2");
-    ok(&split(&input, "blas_lib", &out2, &[]));
+    assert_ok(&split(&input, "blas_lib", &out2, &[]));
     assert!(out2
         .join(format!(
             "blas_lib_generic/{lib}/TensileLibrary_lazy_gfx1100.dat"
@@ -565,8 +422,8 @@ fn every_prefix_kpack_serves_both_install_models() {
     // kernels of both.
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("o");
-    ok(&split(
-        &shard("gfx110X-build").join("blas_lib_gfx110X-dgpu"),
+    assert_ok(&split(
+        &fixture_shard("gfx110X-build").join("blas_lib_gfx110X-dgpu"),
         "blas_lib",
         &out,
         &[],
@@ -601,12 +458,12 @@ fn every_prefix_kpack_serves_both_install_models() {
 #[test]
 fn compression_and_exclusion() {
     let tmp = tempfile::tempdir().unwrap();
-    let input = shard("gfx110X-build").join("blas_lib_gfx110X-dgpu");
+    let input = fixture_shard("gfx110X-build").join("blas_lib_gfx110X-dgpu");
     let kp = "math-libs/BLAS/rocBLAS/stage/.kpack";
     let z = tmp.path().join("z");
-    ok(&split(&input, "blas_lib", &z, &[]));
+    assert_ok(&split(&input, "blas_lib", &z, &[]));
     let n = tmp.path().join("n");
-    ok(&split(&input, "blas_lib", &n, &["--compression", "none"]));
+    assert_ok(&split(&input, "blas_lib", &n, &["--compression", "none"]));
     let rz = rocpack_kpack::KpackReader::open(
         z.join(format!("blas_lib_gfx1100/{kp}/blas_lib_gfx1100.kpack")),
     )
@@ -634,7 +491,7 @@ fn compression_and_exclusion() {
             "--json",
         ],
     );
-    ok(&o);
+    assert_ok(&o);
     let names: BTreeSet<String> = fs::read_dir(&x)
         .unwrap()
         .map(|e| e.unwrap().file_name().into_string().unwrap())
@@ -659,7 +516,7 @@ fn compression_and_exclusion() {
 fn aliases_and_ignored_flags() {
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("o");
-    let input = shard("gfx1151-build").join("blas_test_gfx1151");
+    let input = fixture_shard("gfx1151-build").join("blas_test_gfx1151");
     let o = kpack(&[
         "split",
         "--input-dir",
@@ -673,7 +530,7 @@ fn aliases_and_ignored_flags() {
         "--tmp-dir",
         "/nonexistent",
     ]);
-    ok(&o);
+    assert_ok(&o);
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(
         err.contains("--clang-offload-bundler") && err.contains("ignored"),
@@ -693,7 +550,7 @@ fn batch_mode_splits_every_artifact() {
     let o = kpack(&[
         "split",
         "--batch-artifact-parent-dir",
-        s(&shard("gfx120X-build")),
+        s(&fixture_shard("gfx120X-build")),
         "--output-dir",
         s(&out),
         "--split-databases",
@@ -702,7 +559,7 @@ fn batch_mode_splits_every_artifact() {
         "aotriton",
         "--json",
     ]);
-    ok(&o);
+    assert_ok(&o);
     let names: BTreeSet<String> = fs::read_dir(&out)
         .unwrap()
         .map(|e| e.unwrap().file_name().into_string().unwrap())
@@ -726,8 +583,8 @@ fn batch_mode_splits_every_artifact() {
     assert_eq!(j.as_array().unwrap().len(), 4);
     // Same result as splitting one artifact on its own.
     let single = tmp.path().join("single");
-    ok(&split(
-        &shard("gfx120X-build").join("blas_lib_gfx120X-all"),
+    assert_ok(&split(
+        &fixture_shard("gfx120X-build").join("blas_lib_gfx120X-all"),
         "blas_lib",
         &single,
         &["--split-databases", "rocblas", "hipblaslt", "aotriton"],
@@ -743,18 +600,24 @@ fn deterministic_across_dirs_and_jobs() {
     let tmp = tempfile::tempdir().unwrap();
     let a_in = tmp.path().join("first/in/blas_lib_gfx110X-dgpu");
     let b_in = tmp.path().join("second/deeper/input/blas_lib_gfx110X-dgpu");
-    copy_tree(&shard("gfx110X-build").join("blas_lib_gfx110X-dgpu"), &a_in);
-    copy_tree(&shard("gfx110X-build").join("blas_lib_gfx110X-dgpu"), &b_in);
+    copy_tree(
+        &fixture_shard("gfx110X-build").join("blas_lib_gfx110X-dgpu"),
+        &a_in,
+    );
+    copy_tree(
+        &fixture_shard("gfx110X-build").join("blas_lib_gfx110X-dgpu"),
+        &b_in,
+    );
     let a_out = tmp.path().join("out-a");
     let b_out = tmp.path().join("elsewhere/out-b");
     let dbs = ["--split-databases", "rocblas", "hipblaslt"];
-    ok(&split(
+    assert_ok(&split(
         &a_in,
         "blas_lib",
         &a_out,
         &[&["--jobs", "1"][..], &dbs].concat(),
     ));
-    ok(&split(
+    assert_ok(&split(
         &b_in,
         "blas_lib",
         &b_out,
@@ -765,13 +628,13 @@ fn deterministic_across_dirs_and_jobs() {
     assert_eq!(sa, sb);
     // And with --compression none too.
     let (c, d) = (tmp.path().join("c"), tmp.path().join("d"));
-    ok(&split(
+    assert_ok(&split(
         &a_in,
         "blas_lib",
         &c,
         &["--compression", "none", "-j", "3"],
     ));
-    ok(&split(
+    assert_ok(&split(
         &b_in,
         "blas_lib",
         &d,
@@ -807,7 +670,7 @@ fn bad_manifest_prefixes() {
         let tmp = tempfile::tempdir().unwrap();
         let input = tmp.path().join("in");
         copy_tree(
-            &shard("gfx110X-build").join("blas_lib_gfx110X-dgpu"),
+            &fixture_shard("gfx110X-build").join("blas_lib_gfx110X-dgpu"),
             &input,
         );
         fs::write(input.join("artifact_manifest.txt"), text).unwrap();
@@ -822,7 +685,7 @@ fn symlink_escaping_the_tree() {
     let tmp = tempfile::tempdir().unwrap();
     let input = tmp.path().join("in");
     copy_tree(
-        &shard("gfx110X-build").join("blas_lib_gfx110X-dgpu"),
+        &fixture_shard("gfx110X-build").join("blas_lib_gfx110X-dgpu"),
         &input,
     );
     let lib = input.join("math-libs/BLAS/rocBLAS/stage/lib");
@@ -842,7 +705,7 @@ fn truncated_elf_names_file_and_offset() {
     let tmp = tempfile::tempdir().unwrap();
     let input = tmp.path().join("in");
     copy_tree(
-        &shard("gfx110X-build").join("blas_lib_gfx110X-dgpu"),
+        &fixture_shard("gfx110X-build").join("blas_lib_gfx110X-dgpu"),
         &input,
     );
     let f = input.join("math-libs/BLAS/rocBLAS/stage/lib/librocblas.so.5.2");
@@ -857,7 +720,7 @@ fn truncated_elf_names_file_and_offset() {
 #[test]
 fn refuses_existing_output_and_output_inside_input() {
     let tmp = tempfile::tempdir().unwrap();
-    let input = shard("gfx1151-build").join("blas_test_gfx1151");
+    let input = fixture_shard("gfx1151-build").join("blas_test_gfx1151");
     let out = tmp.path().join("out");
     fs::create_dir_all(out.join("blas_test_generic")).unwrap();
     fs::write(out.join("blas_test_generic/keep"), b"mine").unwrap();
@@ -889,14 +752,14 @@ fn usage_errors_exit_2() {
     let o = kpack(&[
         "split",
         "--artifact-dir",
-        s(&shard("gfx1151-build")),
+        s(&fixture_shard("gfx1151-build")),
         "--output-dir",
         s(&out),
     ]);
     assert_eq!(o.status.code(), Some(2));
     // unknown database handler
     let o = split(
-        &shard("gfx1151-build").join("blas_lib_gfx1151"),
+        &fixture_shard("gfx1151-build").join("blas_lib_gfx1151"),
         "blas_lib",
         &out,
         &["--split-databases", "nope"],
@@ -915,7 +778,7 @@ fn usage_errors_exit_2() {
 fn batch_mode_is_all_or_nothing() {
     let tmp = tempfile::tempdir().unwrap();
     let parent = tmp.path().join("shard");
-    copy_tree(&shard("gfx1151-build"), &parent);
+    copy_tree(&fixture_shard("gfx1151-build"), &parent);
     // Break one of the four artifacts: its manifest escapes the directory.
     fs::write(
         parent.join("blas_test_gfx1151/artifact_manifest.txt"),
@@ -949,7 +812,7 @@ fn batch_mode_is_all_or_nothing() {
         s(&out),
         "--json",
     ]);
-    ok(&o);
+    assert_ok(&o);
     let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(j.as_array().unwrap().len(), 4);
 }
@@ -959,7 +822,7 @@ fn overlapping_bundle_entries_name_file_and_offset() {
     let tmp = tempfile::tempdir().unwrap();
     let input = tmp.path().join("in");
     copy_tree(
-        &shard("gfx110X-build").join("blas_lib_gfx110X-dgpu"),
+        &fixture_shard("gfx110X-build").join("blas_lib_gfx110X-dgpu"),
         &input,
     );
     let f = input.join("math-libs/BLAS/rocBLAS/stage/lib/librocblas.so.5.2");
@@ -987,8 +850,8 @@ fn overlapping_bundle_entries_name_file_and_offset() {
 fn generic_packages_keep_no_emptied_directories() {
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("o");
-    ok(&split(
-        &shard("gfx110X-build").join("aotriton_lib_gfx110X-dgpu"),
+    assert_ok(&split(
+        &fixture_shard("gfx110X-build").join("aotriton_lib_gfx110X-dgpu"),
         "aotriton_lib",
         &out,
         &["--split-databases", "aotriton"],
@@ -1017,7 +880,7 @@ fn re_split_is_byte_identical() {
         .enumerate()
     {
         for comp in ["blas_lib", "blas_test", "aotriton_lib", "support_dev"] {
-            let Some(input) = fs::read_dir(shard(sh))
+            let Some(input) = fs::read_dir(fixture_shard(sh))
                 .unwrap()
                 .map(|e| e.unwrap().path())
                 .find(|p| p.file_name().unwrap().to_string_lossy().starts_with(comp))
@@ -1025,7 +888,7 @@ fn re_split_is_byte_identical() {
                 continue;
             };
             let once = tmp.path().join(format!("{i}-{comp}-1"));
-            ok(&split(
+            assert_ok(&split(
                 &input,
                 comp,
                 &once,
@@ -1033,7 +896,7 @@ fn re_split_is_byte_identical() {
             ));
             let generic = once.join(format!("{comp}_generic"));
             let twice = tmp.path().join(format!("{i}-{comp}-2"));
-            ok(&split(
+            assert_ok(&split(
                 &generic,
                 comp,
                 &twice,
@@ -1071,7 +934,7 @@ fn debug_files_pass_through() {
     assert!(st.success());
     fs::write(art.join("artifact_manifest.txt"), "hip\n").unwrap();
     let out = tmp.path().join("o");
-    ok(&split(&art, "fx_lib", &out, &[]));
+    assert_ok(&split(&art, "fx_lib", &out, &[]));
     let copied = out.join("fx_lib_generic/hip/lib/.debug/libfx_multi.so.debug");
     assert_eq!(fs::read(&copied).unwrap(), fs::read(&dbg).unwrap());
     let names: Vec<String> = fs::read_dir(&out)
@@ -1105,7 +968,7 @@ fn gpu_targets_keep_variants_and_fail_when_empty() {
     }
     fs::write(art.join("artifact_manifest.txt"), "blas\n").unwrap();
     let out = tmp.path().join("o");
-    ok(&split(
+    assert_ok(&split(
         &art,
         "blas_lib",
         &out,
@@ -1254,7 +1117,7 @@ fn symlink_escapes_are_refused() {
 #[test]
 fn split_killed_during_commit_rolls_forward() {
     let tmp = tempfile::tempdir().unwrap();
-    let parent = shard("gfx120X-build");
+    let parent = fixture_shard("gfx120X-build");
     let args = |out: &Path| -> Vec<String> {
         [
             "split",
@@ -1274,7 +1137,7 @@ fn split_killed_during_commit_rolls_forward() {
     let reference = tmp.path().join("ref");
     fs::create_dir(&reference).unwrap();
     let a = args(&reference);
-    ok(&kpack(&a.iter().map(String::as_str).collect::<Vec<_>>()));
+    assert_ok(&kpack(&a.iter().map(String::as_str).collect::<Vec<_>>()));
     let n_out = fs::read_dir(&reference).unwrap().count();
     assert!(n_out >= 5, "{n_out}");
     let want = snapshot(&reference);
@@ -1283,7 +1146,7 @@ fn split_killed_during_commit_rolls_forward() {
         fs::create_dir(&out).unwrap();
         fs::write(out.join("unrelated.txt"), b"kept").unwrap();
         let a = args(&out);
-        let o = Command::new(env!("CARGO_BIN_EXE_kpack"))
+        let o = Command::new(KPACK)
             .args(&a)
             .env("ROCPACK_FAULT_COMMIT_AFTER", k.to_string())
             .output()
@@ -1313,5 +1176,83 @@ fn split_killed_during_commit_rolls_forward() {
             .filter(|n| n.contains(".partial-"))
             .collect();
         assert!(leftovers.is_empty(), "{leftovers:?}");
+    }
+}
+
+/// Every bundle of a fat ELF, as bytes.
+fn bundles_of(data: &[u8]) -> Vec<Vec<u8>> {
+    let info = rocpack_elf::analyze(data).unwrap();
+    (0..info.bundles.len())
+        .map(|i| rocpack_elf::bundle_bytes(data, &info, i).unwrap().to_vec())
+        .collect()
+}
+
+/// Issue 10, reassembly: every fixture fat ELF (uncompressed and CCOB
+/// bundles, several TUs, `-fgpu-rdc`, generic targets, lld/RELR/non-PIE
+/// layouts), split by `kpack split` with zstd and with `none` archives,
+/// comes back from `kpack reassemble` with each bundle as the input's:
+/// container format, CCOB version and method, and the (decompressed)
+/// bundle byte for byte — entry IDs, entry order, offsets, code objects.
+/// (A CCOB's compressed stream may differ: clang's zstd parameters are
+/// not recorded.)
+#[test]
+fn reassemble_restores_every_fixture_bundle_exactly() {
+    require_fixtures();
+    let tmp = tempdir();
+    let art = tmp.path().join("fx_lib_gfxall");
+    let lib = art.join("hip/lib");
+    fs::create_dir_all(&lib).unwrap();
+    let mut names = Vec::new();
+    let mut all: Vec<PathBuf> = fs::read_dir(fatbins())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    all.sort();
+    for p in all {
+        let d = fs::read(&p).unwrap();
+        let fat = d.starts_with(b"\x7fELF")
+            && rocpack_elf::analyze(&d).is_ok_and(|i| i.has_device_code());
+        if fat {
+            let name = p.file_name().unwrap().to_string_lossy().into_owned();
+            fs::write(lib.join(&name), &d).unwrap();
+            names.push(name);
+        }
+    }
+    assert!(names.len() >= 10, "{names:?}");
+    write(&art.join("artifact_manifest.txt"), b"hip\n");
+    for comp in ["zstd", "none"] {
+        let out = tmp.path().join(format!("o-{comp}"));
+        assert_ok(&split(&art, "fx_lib", &out, &["--compression", comp]));
+        for name in &names {
+            let host = out.join("fx_lib_generic/hip/lib").join(name);
+            let back = tmp.path().join(format!("back-{comp}-{name}"));
+            assert_ok(&kpack(&[
+                "reassemble",
+                "--host",
+                s(&host),
+                "--kpack-dir",
+                s(&out),
+                "-o",
+                s(&back),
+            ]));
+            let want = bundles_of(&fs::read(lib.join(name)).unwrap());
+            let got = bundles_of(&fs::read(&back).unwrap());
+            assert_eq!(got.len(), want.len(), "{comp} {name}: bundle count");
+            for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                let what = format!("{comp} {name}: bundle {i}");
+                let (pg, pw) = (
+                    rocpack_bundle::parse_bundle(g).unwrap(),
+                    rocpack_bundle::parse_bundle(w).unwrap(),
+                );
+                assert_eq!(pg.format, pw.format, "{what}: container format");
+                match (&pg.decompressed, &pw.decompressed) {
+                    // CCOB: same version and method (above), and the
+                    // decompressed bundle byte for byte (entry IDs, order,
+                    // offsets, code objects; the stored hash covers it).
+                    (Some(a), Some(b)) => assert!(a == b, "{what}: decompressed bundle differs"),
+                    _ => assert!(g == w, "{what}: bundle bytes differ"),
+                }
+            }
+        }
     }
 }

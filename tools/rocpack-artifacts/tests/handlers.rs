@@ -45,6 +45,10 @@ const TABLE: &[(&str, Option<(DatabaseKind, &str)>)] = &[
         "lib/hipsparselt/library/SPMM_gfx950.co",
         Some((Hipsparselt, "gfx950")),
     ),
+    (
+        "lib/rocblas/library/TensileLibrary_lazy_gfx1250-strict.hsaco",
+        Some((Rocblas, "gfx1250-strict")),
+    ),
     // Tensile, per-arch subdirectories: arch-less files belong to the arch.
     (
         "lib/rocblas/library/gfx1201/TensileManifest.txt",
@@ -57,6 +61,10 @@ const TABLE: &[(&str, Option<(DatabaseKind, &str)>)] = &[
     (
         "lib/hipblaslt/library/gfx90a-xnack+/TensileLibrary.dat",
         Some((Hipblaslt, "gfx90a:xnack+")),
+    ),
+    (
+        "lib/hipsparselt/library/gfx1250_strict/TensileManifest.txt",
+        Some((Hipsparselt, "gfx1250-strict")),
     ),
     // AOTriton: kernel trees and image families.
     (
@@ -78,6 +86,18 @@ const TABLE: &[(&str, Option<(DatabaseKind, &str)>)] = &[
     (
         "lib/aotriton.images/amd-gfx942/flash/x.aks2",
         Some((Aotriton, "gfx942")),
+    ),
+    (
+        "lib/aotriton.images/amd-gfx115x/flash/x.aks2",
+        Some((Aotriton, "gfx115x")),
+    ),
+    (
+        "lib/aotriton.images/amd-gfx950/flash/x.aks2",
+        Some((Aotriton, "gfx950")),
+    ),
+    (
+        "lib/aotriton.images/amd-gfx90a/flash/x.aks2",
+        Some((Aotriton, "gfx90a")),
     ),
     ("lib/aotriton.images/README", None),
     // MIOpen: CK libraries and databases with arch+CU names.
@@ -112,6 +132,10 @@ const TABLE: &[(&str, Option<(DatabaseKind, &str)>)] = &[
     (
         "lib/device_conv_operations_gfx90a.lib",
         Some((Composablekernel, "gfx90a")),
+    ),
+    (
+        "lib/libdevice_conv_operations_gfx90a_xnackp.a",
+        Some((Composablekernel, "gfx90a:xnack+")),
     ),
     ("lib/libdevice_conv_operations.a", None),
     // hipKernelProvider.
@@ -180,15 +204,10 @@ fn files_land_where_their_arch_is() {
     fs::write(art.join("artifact_manifest.txt"), "pfx\n").unwrap();
     let out = tmp.path().join("out");
     let opts = SplitOptions {
-        artifact_dir: art,
-        artifact_prefix: "torch".into(),
-        output_dir: out.clone(),
         databases: DatabaseKind::ALL.to_vec(),
         compression: rocpack_kpack::Compression::None,
-        exclude_arch: Vec::new(),
-        gpu_targets: Vec::new(),
         jobs: Some(1),
-        staging_roots: Vec::new(),
+        ..SplitOptions::new(art, "torch", out.clone())
     };
     split_artifact(&opts, &CountingProgress::default()).unwrap();
     for (path, want) in TABLE {

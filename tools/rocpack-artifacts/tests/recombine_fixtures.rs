@@ -13,37 +13,27 @@ use rocpack_artifacts::recombine::{
 };
 use rocpack_artifacts::split::{split_batch, NoProgress, SplitOptions};
 use rocpack_artifacts::verify::{verify, VerifyOptions, VerifyReport};
+use rocpack_testsupport::{artifacts, copy_tree, flip_byte, list_files as files};
 
 const SHARDS: [&str; 3] = ["gfx110X-build", "gfx1151-build", "gfx120X-build"];
 
-fn shared() -> PathBuf {
-    std::env::var_os("ROCPACK_SHARED")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared")))
-}
-
-fn artifacts() -> PathBuf {
-    shared().join("fixtures/artifacts")
-}
-
 /// Splits the three fixture shards into `<dir>/split/<shard>`.
 fn split_shards(dir: &Path) -> PathBuf {
+    split_shards_with(dir, rocpack_kpack::Compression::Zstd { level: 3 })
+}
+
+/// [`split_shards`] with archives in `compression`.
+fn split_shards_with(dir: &Path, compression: rocpack_kpack::Compression) -> PathBuf {
     let out = dir.join("split");
     for s in SHARDS {
         let opts = SplitOptions {
-            artifact_dir: PathBuf::new(),
-            artifact_prefix: String::new(),
-            output_dir: out.join(s),
             databases: vec![
                 DatabaseKind::Rocblas,
                 DatabaseKind::Hipblaslt,
                 DatabaseKind::Aotriton,
             ],
-            compression: rocpack_kpack::Compression::Zstd { level: 3 },
-            exclude_arch: vec![],
-            gpu_targets: Vec::new(),
-            jobs: None,
-            staging_roots: Vec::new(),
+            compression,
+            ..SplitOptions::new(PathBuf::new(), String::new(), out.join(s))
         };
         split_batch(&artifacts().join(s), &opts, &NoProgress)
             .unwrap_or_else(|e| panic!("split {s}: {e}"));
@@ -78,26 +68,6 @@ fn verify_dir(dir: &Path) -> VerifyReport {
         &mut |_| {},
     )
     .unwrap()
-}
-
-/// Regular files below `dir`, relative, sorted.
-fn files(dir: &Path) -> Vec<String> {
-    let mut out = Vec::new();
-    fn rec(root: &Path, d: &Path, out: &mut Vec<String>) {
-        for e in fs::read_dir(d).unwrap() {
-            let e = e.unwrap();
-            let p = e.path();
-            let ft = e.file_type().unwrap();
-            if ft.is_dir() {
-                rec(root, &p, out);
-            } else {
-                out.push(p.strip_prefix(root).unwrap().to_string_lossy().into_owned());
-            }
-        }
-    }
-    rec(dir, dir, &mut out);
-    out.sort();
-    out
 }
 
 fn kpack_arches(p: &Path) -> Vec<String> {
@@ -412,16 +382,6 @@ fn generic_match_check_compares_markers_not_layout() {
     );
 }
 
-/// Flips one byte into a NEW file (split may hard-link its outputs to the
-/// shared fixtures: never write through an existing inode).
-fn flip_byte(p: &Path, at: usize) {
-    let mut d = fs::read(p).unwrap();
-    let i = at.min(d.len() - 1);
-    d[i] ^= 0xff;
-    fs::remove_file(p).unwrap();
-    fs::write(p, d).unwrap();
-}
-
 #[test]
 fn tampered_gfx906_code_object_fails_naming_both_shards_and_file() {
     let tmp = tempfile::tempdir().unwrap();
@@ -489,22 +449,6 @@ fn tampered_kernel_inside_a_kpack_is_found_kernel_by_kernel() {
     );
     assert!(msg.contains(".kpack/blas_lib_gfx906.kpack"), "{msg}");
     assert!(msg.contains(&tampered_key), "{msg}");
-}
-
-fn copy_tree(src: &Path, dst: &Path) {
-    fs::create_dir_all(dst).unwrap();
-    for e in fs::read_dir(src).unwrap() {
-        let e = e.unwrap();
-        let to = dst.join(e.file_name());
-        let ft = e.file_type().unwrap();
-        if ft.is_dir() {
-            copy_tree(&e.path(), &to);
-        } else if ft.is_symlink() {
-            std::os::unix::fs::symlink(fs::read_link(e.path()).unwrap(), &to).unwrap();
-        } else {
-            fs::copy(e.path(), &to).unwrap();
-        }
-    }
 }
 
 #[test]
@@ -607,4 +551,65 @@ fn verify_fails_on_corrupted_trees() {
         r.violations
     );
     assert!(!r.ok);
+}
+
+/// Issue 10, "both install models": the generic package and every group
+/// package of the recombined fixture shards, installed overlaid (prefixes
+/// kept) and flattened (every prefix into one root), resolve every
+/// (binary, co_index, arch) lookup with the runtime's loader model, for
+/// zstd and uncompressed archives. The expected count comes from the
+/// archives themselves: one lookup per distinct (TOC key, arch) of the
+/// group packages, in each model.
+#[test]
+fn both_install_models_resolve_every_lookup_for_zstd_and_none() {
+    use rocpack_artifacts::verify::InstallModel;
+    for (compression, scheme) in [
+        (
+            rocpack_kpack::Compression::zstd(),
+            rocpack_kpack::Scheme::ZstdPerKernel,
+        ),
+        (
+            rocpack_kpack::Compression::None,
+            rocpack_kpack::Scheme::None,
+        ),
+    ] {
+        let tmp = tempfile::tempdir().unwrap();
+        let split = split_shards_with(tmp.path(), compression);
+        let out = tmp.path().join("out");
+        run(&split, config("packaging-config.json"), &out).unwrap();
+
+        // The oracle: distinct (key, arch) over every group package's archives.
+        let mut entries = BTreeSet::new();
+        for f in files(&out) {
+            let group = !f.split('/').next().unwrap().ends_with("_generic");
+            if group && f.ends_with(".kpack") {
+                let r = rocpack_kpack::KpackReader::open(out.join(&f)).unwrap();
+                assert_eq!(r.scheme(), scheme, "{f}");
+                for (key, arch) in r.kernels() {
+                    entries.insert((key.to_string(), arch.to_string()));
+                }
+            }
+        }
+        assert!(entries.len() >= 20, "{} archive entries", entries.len());
+
+        let report = verify(
+            &VerifyOptions {
+                artifacts_dir: out.clone(),
+                config: None,
+                install_models: vec![InstallModel::Overlay, InstallModel::Flatten],
+            },
+            &mut |_| {},
+        )
+        .unwrap();
+        assert!(report.ok, "{compression:?}: {:#?}", report.violations);
+        let models: Vec<&str> = report.models.iter().map(|m| m.model.as_str()).collect();
+        assert_eq!(models, ["overlay", "flatten"]);
+        for m in &report.models {
+            assert_eq!(m.lookups, entries.len(), "{compression:?} {}", m.model);
+            assert_eq!(m.resolved, m.lookups, "{compression:?} {}", m.model);
+            assert_eq!(m.not_built, 0, "{compression:?} {}", m.model);
+        }
+        assert_eq!(report.lookups, 2 * entries.len());
+        assert_eq!(report.lookups_resolved, report.lookups);
+    }
 }

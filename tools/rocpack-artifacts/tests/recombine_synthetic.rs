@@ -9,11 +9,7 @@ use rocpack_artifacts::config::PackagingConfig;
 use rocpack_artifacts::recombine::{
     recombine, LinkMode, RecombineError, RecombineOptions, RecombineReport,
 };
-
-fn write(p: &Path, data: &[u8]) {
-    fs::create_dir_all(p.parent().unwrap()).unwrap();
-    fs::write(p, data).unwrap();
-}
+use rocpack_testsupport::write;
 
 fn kpack(arch: &str, payload: &[u8]) -> Vec<u8> {
     let mut w = rocpack_kpack::KpackWriter::new(rocpack_kpack::Compression::None);

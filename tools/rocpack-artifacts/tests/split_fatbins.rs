@@ -6,18 +6,10 @@
 
 use std::collections::BTreeMap;
 use std::fs;
-use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 
 use rocpack_artifacts::split::{split_artifact, CountingProgress, SplitOptions};
-use sha2::{Digest, Sha256};
-
-fn fixtures() -> PathBuf {
-    std::env::var_os("ROCPACK_SHARED")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared")))
-        .join("fixtures")
-}
+use rocpack_testsupport::{fixtures, sha256_hex};
 
 const PREFIX: &str = "hip/stage";
 
@@ -57,15 +49,9 @@ fn every_fixture_binary_splits_into_the_expected_code_objects() {
     .unwrap();
     let out = tmp.path().join("out");
     let opts = SplitOptions {
-        artifact_dir: art.clone(),
-        artifact_prefix: "hip_lib".into(),
-        output_dir: out.clone(),
-        databases: vec![],
         compression: rocpack_kpack::Compression::zstd(),
-        exclude_arch: vec![],
-        gpu_targets: Vec::new(),
         jobs: Some(2),
-        staging_roots: Vec::new(),
+        ..SplitOptions::new(art.clone(), "hip_lib", out.clone())
     };
     let progress = CountingProgress::default();
     let report = split_artifact(&opts, &progress).unwrap();
@@ -105,10 +91,7 @@ fn every_fixture_binary_splits_into_the_expected_code_objects() {
             assert_eq!(r.group_name(), "hip_lib");
             for (key, arch) in r.kernels() {
                 let co = r.get(key, arch).unwrap();
-                let sha: String = Sha256::digest(&co)
-                    .iter()
-                    .map(|b| format!("{b:02x}"))
-                    .collect();
+                let sha = sha256_hex(&co);
                 found.insert((arch.to_string(), key.to_string()), sha);
             }
         }
@@ -184,15 +167,9 @@ fn unreadable_fat_elf_fails_the_split() {
         fs::write(art.join("artifact_manifest.txt"), format!("{PREFIX}\n")).unwrap();
         let out = tmp.path().join("out");
         let opts = SplitOptions {
-            artifact_dir: art.clone(),
-            artifact_prefix: "hip_lib".into(),
-            output_dir: out.clone(),
-            databases: Vec::new(),
             compression: rocpack_kpack::Compression::None,
-            exclude_arch: Vec::new(),
-            gpu_targets: Vec::new(),
             jobs: Some(1),
-            staging_roots: Vec::new(),
+            ..SplitOptions::new(art.clone(), "hip_lib", out.clone())
         };
         let err = split_artifact(&opts, &CountingProgress::default())
             .expect_err(what)
@@ -232,15 +209,9 @@ fn archive_with_two_members_of_one_name_splits() {
     fs::write(art.join("artifact_manifest.txt"), "lib\n").unwrap();
     let out = tmp.path().join("o");
     let opts = SplitOptions {
-        artifact_dir: art,
-        artifact_prefix: "x_lib".into(),
-        output_dir: out.clone(),
-        databases: Vec::new(),
         compression: rocpack_kpack::Compression::None,
-        exclude_arch: Vec::new(),
-        gpu_targets: Vec::new(),
         jobs: Some(1),
-        staging_roots: Vec::new(),
+        ..SplitOptions::new(art, "x_lib", out.clone())
     };
     split_artifact(&opts, &CountingProgress::default()).unwrap();
     let r =

@@ -4,17 +4,11 @@
 //! not violations; lookups for code that exists in the tree are.
 
 use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use rocpack_artifacts::split::{split_artifact, NoProgress, SplitOptions};
 use rocpack_artifacts::verify::{verify, VerifyOptions};
-
-fn fatbins() -> PathBuf {
-    std::env::var_os("ROCPACK_SHARED")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared")))
-        .join("fixtures/fatbins")
-}
+use rocpack_testsupport::fatbins;
 
 fn check(dir: &Path) -> rocpack_artifacts::verify::VerifyReport {
     verify(
@@ -54,15 +48,8 @@ fn split_fatbins_verify_and_archive_members_are_checked() {
     let out = t.path().join("out");
     split_artifact(
         &SplitOptions {
-            artifact_dir: art.clone(),
-            artifact_prefix: "x".into(),
-            output_dir: out.clone(),
-            databases: vec![],
             compression: rocpack_kpack::Compression::None,
-            exclude_arch: vec![],
-            gpu_targets: Vec::new(),
-            jobs: None,
-            staging_roots: Vec::new(),
+            ..SplitOptions::new(art.clone(), "x", out.clone())
         },
         &NoProgress,
     )

@@ -488,3 +488,159 @@ fn split_binaries_load_and_register_hipk_after_every_strip() {
     }
     assert!(checked >= 23, "{checked} binaries checked");
 }
+
+/// `p_align` of every PT_LOAD (read from the program headers directly).
+fn load_aligns(d: &[u8]) -> Vec<u64> {
+    let le64 = |at: usize| u64::from_le_bytes(d[at..at + 8].try_into().unwrap());
+    let phoff = le64(32) as usize;
+    let phnum = u16::from_le_bytes(d[56..58].try_into().unwrap()) as usize;
+    (0..phnum)
+        .map(|i| phoff + i * 56)
+        .filter(|&at| u32::from_le_bytes(d[at..at + 4].try_into().unwrap()) == 1)
+        .map(|at| le64(at + 48))
+        .collect()
+}
+
+/// Whether `clang++ -fuse-ld=<ld>` can find the linker.
+fn have_linker(ld: &str) -> bool {
+    Command::new(format!("ld.{ld}"))
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+/// Linkers × page sizes: GNU ld (bfd), gold, lld and mold (when installed),
+/// each with 4 KiB and 64 KiB maximum page sizes. Every output also holds
+/// a 32 KiB-aligned data section, so with 4 KiB pages its PT_LOADs have
+/// different `p_align` (the layout of lld-linked ROCm plugins on PyPI).
+/// Each shared library and executable (uncompressed and CCOB bundles)
+/// splits, keeps the PT_PHDR invariant, loads under the stub runtime and
+/// registers only the marker, then reassembles to its original bundles and
+/// registers them again.
+#[test]
+fn every_linker_and_page_size_splits_loads_and_reassembles() {
+    assert!(have_fixtures(), "fixtures missing (set ROCPACK_SHARED)");
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let loader = build_harness(dir);
+    let src = fixtures().join("src");
+    let clang = "/usr/lib/llvm-19/bin/clang++";
+    let hip = |file: &str, out: &Path, extra: &[&str]| {
+        let mut c = Command::new(clang);
+        c.args(["-x", "hip", "-nogpulib", "-nogpuinc", "-O2", "-fPIC"])
+            .args(["-std=c++17", "--offload-arch=gfx1100"])
+            .args(["--offload-arch=gfx90a:xnack-"])
+            .arg(format!("-I{}", src.display()))
+            .args(extra)
+            .arg("-c")
+            .arg(src.join(file))
+            .arg("-o")
+            .arg(out);
+        run_tool(c, file);
+    };
+    let kern = dir.join("kern.o");
+    hip("kern_a.hip", &kern, &[]);
+    let app = dir.join("app.o");
+    hip("app.hip", &app, &["--offload-compress"]);
+    let align_src = dir.join("align.cpp");
+    std::fs::write(
+        &align_src,
+        "alignas(32768) unsigned char rocpack_aligned[64] = {1, 2, 3};\n\
+         extern \"C\" int rocpack_aligned_byte(int i) { return rocpack_aligned[i]; }\n",
+    )
+    .unwrap();
+    let align = dir.join("align.o");
+    let mut c = Command::new(clang);
+    c.args(["-O2", "-fPIC", "-c"])
+        .arg(&align_src)
+        .arg("-o")
+        .arg(&align);
+    run_tool(c, "align.cpp");
+
+    let mut linkers = vec!["bfd", "gold", "lld"];
+    if have_linker("mold") {
+        linkers.push("mold");
+    } else {
+        eprintln!("note: mold not installed (apt-get install mold), its layouts are not checked");
+    }
+    let libdir = dir.join("lib");
+    std::fs::create_dir_all(&libdir).unwrap();
+    std::fs::copy(
+        dir.join("libamdhip64.so.5"),
+        libdir.join("libamdhip64.so.5"),
+    )
+    .unwrap();
+    let mut mixed = Vec::new();
+    let mut checked = 0;
+    for ld in &linkers {
+        for (page, size) in [("4k", "0x1000"), ("64k", "0x10000")] {
+            let flags = [
+                format!("-fuse-ld={ld}"),
+                format!("-Wl,-z,max-page-size={size}"),
+            ];
+            let lib = dir.join(format!("libfx_{ld}_{page}.so"));
+            let mut c = Command::new(clang);
+            c.args(&flags)
+                .args(["-shared", "-Wl,-soname,libfx.so"])
+                .arg(&kern)
+                .arg(&align)
+                .arg("-o")
+                .arg(&lib);
+            run_tool(c, &format!("link {}", lib.display()));
+            let exe = dir.join(format!("fx_app_{ld}_{page}"));
+            let mut c = Command::new(clang);
+            c.args(&flags)
+                .arg(&app)
+                .arg(&align)
+                .arg(format!("-L{}", libdir.display()))
+                .arg("-l:libamdhip64.so.5")
+                .arg("-o")
+                .arg(&exe);
+            run_tool(c, &format!("link {}", exe.display()));
+
+            for input in [lib, exe] {
+                let name = input.file_name().unwrap().to_string_lossy().into_owned();
+                let data = std::fs::read(&input).unwrap();
+                let aligns = load_aligns(&data);
+                if aligns.iter().any(|&a| a != aligns[0]) {
+                    mixed.push(format!("{name} {aligns:x?}"));
+                }
+                let info = analyze(&data).unwrap_or_else(|e| panic!("{name}: {e}"));
+                assert!(info.has_device_code(), "{name}: no device code");
+                let marker = format!("rocpack-test-marker:{name}").into_bytes();
+                let split = split_host(&data, &marker).unwrap_or_else(|e| panic!("{name}: {e}"));
+                let path = libdir.join(&name);
+                std::fs::write(&path, &split).unwrap();
+                assert_phdr_invariant(&path, &format!("{name} split"));
+                let lines = load(&loader, &libdir, &path, marker.len());
+                assert!(!lines.is_empty(), "{name}: nothing registered");
+                for l in &lines {
+                    assert!(
+                        l.starts_with("magic=HIPK version=1")
+                            && l.ends_with(&format!("data={}", hex::encode(&marker))),
+                        "{name}: {l}"
+                    );
+                }
+                let back = rocpack_elf::reassemble(&split, &bundles_of(&data))
+                    .unwrap_or_else(|e| panic!("{name} reassemble: {e}"));
+                assert_eq!(bundles_of(&back), bundles_of(&data), "{name}");
+                std::fs::write(&path, &back).unwrap();
+                let lines = load(&loader, &libdir, &path, 24);
+                assert!(!lines.is_empty(), "{name} reassembled: nothing registered");
+                for l in &lines {
+                    assert!(l.starts_with("magic=FPIH version=1"), "{name}: {l}");
+                }
+                checked += 1;
+            }
+        }
+    }
+    assert_eq!(checked, linkers.len() * 4);
+    // With 4 KiB pages, the 32 KiB-aligned section gets a PT_LOAD of its
+    // own alignment from every linker.
+    assert_eq!(
+        mixed.len(),
+        linkers.len() * 2,
+        "4 KiB outputs without mixed PT_LOAD p_align: {mixed:?}"
+    );
+    eprintln!("mixed p_align layouts: {mixed:?}");
+}

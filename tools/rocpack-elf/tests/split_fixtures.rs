@@ -7,7 +7,7 @@ use std::process::Command;
 
 use common::*;
 use rocpack_elf::{analyze, reassemble, split_host, State, HIPK_MAGIC};
-use sha2::{Digest, Sha256};
+use rocpack_testsupport::sha256_hex;
 
 #[test]
 fn analysis_matches_wrappers_tsv_and_expected_unbundle() {
@@ -49,7 +49,7 @@ fn analysis_matches_wrappers_tsv_and_expected_unbundle() {
             .enumerate()
             .flat_map(|(i, v)| {
                 v.iter()
-                    .map(move |(id, d)| format!("{i}:{id}:{}", hex::encode(Sha256::digest(d))))
+                    .map(move |(id, d)| format!("{i}:{id}:{}", sha256_hex(d)))
             })
             .collect();
         assert_eq!(Some(&got), want.get(&rel(&p)), "{}", rel(&p));

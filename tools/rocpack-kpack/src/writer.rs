@@ -11,7 +11,7 @@
 use std::borrow::Cow;
 use std::collections::HashMap;
 use std::fs;
-use std::io::{BufWriter, Seek, SeekFrom, Write};
+use std::io::{BufWriter, Read, Seek, SeekFrom, Write};
 use std::path::Path;
 
 use rayon::prelude::*;
@@ -323,6 +323,58 @@ impl<W: Write + Seek> KpackStreamWriter<W> {
                 self.add_frame(key, target, data.len() as u64, &frame, metadata)
             }
         }
+    }
+
+    /// Add one kernel stored as `len` bytes of `src` at byte `offset`.
+    ///
+    /// With the `none` scheme the bytes go from file to file through
+    /// `std::io::copy`, which uses `copy_file_range` when `W` is a `File`
+    /// or a `BufWriter<File>`: code objects move from page cache to page
+    /// cache without passing through this process's memory, so writing an
+    /// archive of any size keeps a small, constant resident set. With zstd
+    /// the bytes are read and compressed here. `src`'s file position is
+    /// not relied on (it is moved).
+    pub fn add_file_range(
+        &mut self,
+        key: &str,
+        target: &str,
+        src: &fs::File,
+        offset: u64,
+        len: u64,
+        metadata: Option<rmpv::Value>,
+    ) -> Result<u32> {
+        /// Below this size a read + write is cheaper than a copy syscall.
+        const COPY_MIN: u64 = 4096;
+        let read = |src: &fs::File| -> Result<Vec<u8>> {
+            use std::os::unix::fs::FileExt;
+            let n = usize::try_from(len)
+                .map_err(|_| Error::new(ErrorKind::Limit(format!("{len}-byte code object"))))?;
+            let mut buf = vec![0u8; n];
+            src.read_exact_at(&mut buf, offset)?;
+            Ok(buf)
+        };
+        if !matches!(self.compression, Compression::None) || len < COPY_MIN {
+            let data = read(src)?;
+            return self.add_with_metadata(key, target, &data, metadata);
+        }
+        let key = self.key(key);
+        self.toc.check(&key, target)?;
+        let end = self
+            .pos
+            .checked_add(len)
+            .ok_or_else(|| Error::new(ErrorKind::Limit("archive larger than 2^64".into())))?;
+        let mut r = src;
+        r.seek(SeekFrom::Start(offset))?;
+        let copied = std::io::copy(&mut Read::take(r, len), &mut self.w)?;
+        if copied != len {
+            return Err(Error::from(std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                format!("source shrank: copied {copied} of {len} bytes from offset {offset}"),
+            )));
+        }
+        self.blobs.push((self.pos, len));
+        self.pos = end;
+        Ok(self.toc.push(key, target, len, metadata))
     }
 
     /// Add a kernel that is already one zstd frame of `original_size` bytes

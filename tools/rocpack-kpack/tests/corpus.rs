@@ -1,15 +1,11 @@
 //! Hostile inputs: truncations, bit flips, oversized counts and huge lengths
 //! must give errors that name the field and offset — never a panic.
 
-use std::path::PathBuf;
-
 use rocpack_kpack::{Compression, ErrorKind, KpackReader, KpackWriter, Kpm, Marker};
 
+/// A golden archive's bytes.
 fn golden(name: &str) -> Vec<u8> {
-    let shared = std::env::var_os("ROCPACK_SHARED")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared")));
-    let p = shared.join("fixtures/kpack-golden").join(name);
+    let p = rocpack_testsupport::golden(name);
     std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
 }
 

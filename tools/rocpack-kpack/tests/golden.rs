@@ -1,16 +1,8 @@
 //! Golden interop tests against rocm-kpack's own test assets
 //! (`runtime/tests/test_assets/*.kpack|*.kpm`, copied to the shared fixtures).
 
-use std::path::PathBuf;
-
 use rocpack_kpack::{Compression, KpackReader, KpackWriter, Kpm, Scheme};
-
-fn golden(name: &str) -> PathBuf {
-    let shared = std::env::var_os("ROCPACK_SHARED")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared")));
-    shared.join("fixtures/kpack-golden").join(name)
-}
+use rocpack_testsupport::golden;
 
 fn read(name: &str) -> Vec<u8> {
     std::fs::read(golden(name)).unwrap_or_else(|e| panic!("{}: {e}", golden(name).display()))

@@ -7,20 +7,7 @@ use rocpack_kpack::{
     unpack_to_dir, Compression, ErrorKind, KpackReader, KpackStreamWriter, KpackWriter,
     UnpackManifest, UNPACK_MANIFEST,
 };
-
-fn sample(n: usize, seed: u32) -> Vec<u8> {
-    let mut x = seed;
-    (0..n)
-        .map(|i| {
-            x = x.wrapping_mul(1_103_515_245).wrapping_add(12_345);
-            if i % 3 == 0 {
-                (x >> 16) as u8
-            } else {
-                b'A' + (i % 7) as u8
-            }
-        })
-        .collect()
-}
+use rocpack_testsupport::pseudo_random;
 
 #[test]
 fn interleaved_adds_group_by_binary_in_first_insertion_order() {
@@ -74,14 +61,14 @@ fn duplicates_and_backslashes() {
 fn single_arch_defaults_family() {
     let mut w = KpackWriter::new(Compression::zstd());
     w.group_name("hip_lib");
-    w.add("k#0", "gfx942:sramecc+:xnack-", sample(5000, 1))
+    w.add("k#0", "gfx942:sramecc+:xnack-", pseudo_random(1, 5000))
         .unwrap();
     let r = KpackReader::from_vec(w.to_vec().unwrap()).unwrap();
     assert_eq!(r.arch(), Some("gfx942:sramecc+:xnack-"));
     assert_eq!(r.gfx_arch_family(), "gfx942:sramecc+:xnack-");
     assert_eq!(
         &*r.get("k#0", "gfx942:sramecc+:xnack-").unwrap(),
-        &sample(5000, 1)[..]
+        &pseudo_random(1, 5000)[..]
     );
 }
 
@@ -112,7 +99,9 @@ fn metadata_round_trips_exactly() {
 
 #[test]
 fn zstd_output_is_independent_of_thread_count() {
-    let objs: Vec<Vec<u8>> = (0..40).map(|i| sample(3000 + i * 997, i as u32)).collect();
+    let objs: Vec<Vec<u8>> = (0..40)
+        .map(|i| pseudo_random(i as u64, 3000 + i * 997))
+        .collect();
     let build = |threads: usize| {
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(threads)
@@ -211,12 +200,14 @@ fn unpack_dir_round_trip() {
     w.add_with_metadata(
         "lib/a.so#0",
         "gfx1100",
-        sample(700, 3),
+        pseudo_random(3, 700),
         Some(rmpv::Value::Map(vec![("t".into(), "x".into())])),
     )
     .unwrap();
-    w.add("lib/a.so#0", "gfx1101", sample(900, 4)).unwrap();
-    w.add("bin/b#0", "gfx90a:xnack+", sample(10, 5)).unwrap();
+    w.add("lib/a.so#0", "gfx1101", pseudo_random(4, 900))
+        .unwrap();
+    w.add("bin/b#0", "gfx90a:xnack+", pseudo_random(5, 10))
+        .unwrap();
     let bytes = w.to_vec().unwrap();
     let r = KpackReader::from_bytes(&bytes).unwrap();
 
@@ -239,7 +230,10 @@ fn unpack_dir_round_trip() {
     listing.sort();
     assert_eq!(listing.len(), 4, "{listing:?}");
     assert!(listing.contains(&UNPACK_MANIFEST.to_string()));
-    assert_eq!(std::fs::read(out.join(files[1])).unwrap(), sample(900, 4));
+    assert_eq!(
+        std::fs::read(out.join(files[1])).unwrap(),
+        pseudo_random(4, 900)
+    );
 
     let back = UnpackManifest::read(&out).unwrap();
     assert_eq!(back, m);
@@ -274,8 +268,10 @@ fn file_writer_is_atomic() {
     let p = dir.path().join("a_gfx1100.kpack");
     let mut f = rocpack_kpack::KpackFileWriter::create(&p, Compression::zstd()).unwrap();
     f.writer().group_name("a").arches(["gfx1100"]);
-    f.writer().add("k#0", "gfx1100", &sample(4000, 9)).unwrap();
-    let frame = rocpack_kpack::compress_frame(&sample(100, 2), 3).unwrap();
+    f.writer()
+        .add("k#0", "gfx1100", &pseudo_random(9, 4000))
+        .unwrap();
+    let frame = rocpack_kpack::compress_frame(&pseudo_random(2, 100), 3).unwrap();
     f.writer()
         .add_frame("k#1", "gfx1100", 100, &frame, None)
         .unwrap();
@@ -283,7 +279,10 @@ fn file_writer_is_atomic() {
     let sum = f.finish().unwrap();
     assert_eq!(sum.kernels, 2);
     let r = KpackReader::open(&p).unwrap();
-    assert_eq!(&*r.get("k#1", "gfx1100").unwrap(), &sample(100, 2)[..]);
+    assert_eq!(
+        &*r.get("k#1", "gfx1100").unwrap(),
+        &pseudo_random(2, 100)[..]
+    );
     assert_eq!(r.bytes().len() as u64, sum.total_size);
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
 
@@ -302,9 +301,10 @@ fn verbatim_keys_survive_a_rewrite() {
     // must be rewritten verbatim by to_writer and unpack/pack.
     let mut w = KpackWriter::new(Compression::zstd());
     w.normalize_keys(false);
-    w.add("li\\/libhip.so#0", "gfx1100", sample(300, 1))
+    w.add("li\\/libhip.so#0", "gfx1100", pseudo_random(1, 300))
         .unwrap();
-    w.add("li//libhip.so#0", "gfx1100", sample(300, 2)).unwrap();
+    w.add("li//libhip.so#0", "gfx1100", pseudo_random(2, 300))
+        .unwrap();
     let bytes = w.to_vec().unwrap();
     let r = KpackReader::from_bytes(&bytes).unwrap();
     assert_eq!(r.entries()[0].key, "li\\/libhip.so#0");
@@ -318,4 +318,55 @@ fn verbatim_keys_survive_a_rewrite() {
         .to_writer(&dir.path().join("u"), Compression::zstd())
         .unwrap();
     assert_eq!(again.to_vec().unwrap(), bytes);
+}
+
+/// `add_file_range` (file-to-file copy for `none`, read + compress for
+/// zstd) writes the same bytes as `add_with_metadata` on the same data.
+#[test]
+fn file_ranges_write_what_slices_write() {
+    let dir = rocpack_testsupport::tempdir();
+    let src_path = dir.path().join("src.bin");
+    // Small (read) and large (copied) code objects, at odd offsets.
+    let sizes = [10usize, 4095, 4096, 70_000, 1 << 20];
+    let mut all = Vec::new();
+    let mut ranges = Vec::new();
+    for (i, n) in sizes.iter().enumerate() {
+        all.extend_from_slice(&pseudo_random(i as u64 + 1, 13));
+        ranges.push((all.len() as u64, *n as u64));
+        all.extend_from_slice(&pseudo_random(i as u64 + 100, *n));
+    }
+    std::fs::write(&src_path, &all).unwrap();
+    let src = std::fs::File::open(&src_path).unwrap();
+    for c in [Compression::None, Compression::zstd()] {
+        let meta = |i: usize| Some(rmpv::Value::from(i as u64));
+        let mut a = KpackStreamWriter::new(Cursor::new(Vec::new()), c).unwrap();
+        let out = dir.path().join("b.kpack");
+        let f = std::io::BufWriter::new(std::fs::File::create(&out).unwrap());
+        let mut b = KpackStreamWriter::new(f, c).unwrap();
+        for (i, &(off, len)) in ranges.iter().enumerate() {
+            let key = format!("lib/x.so#{i}");
+            let data = &all[off as usize..(off + len) as usize];
+            a.add_with_metadata(&key, "gfx1100", data, meta(i)).unwrap();
+            b.add_file_range(&key, "gfx1100", &src, off, len, meta(i))
+                .unwrap();
+        }
+        let (a, sa) = a.finish().unwrap();
+        let (mut b, sb) = b.finish().unwrap();
+        b.flush().unwrap();
+        drop(b);
+        assert_eq!(sa, sb);
+        let written = std::fs::read(&out).unwrap();
+        assert_eq!(a.into_inner(), written, "{c:?}");
+        let r = KpackReader::from_bytes(&written).unwrap();
+        for (i, &(off, len)) in ranges.iter().enumerate() {
+            let got = r.get(&format!("lib/x.so#{i}"), "gfx1100").unwrap();
+            assert_eq!(&*got, &all[off as usize..(off + len) as usize]);
+        }
+    }
+    // A range past the end of the source is an error, not a short entry.
+    let mut w = KpackStreamWriter::new(Cursor::new(Vec::new()), Compression::None).unwrap();
+    let len = all.len() as u64;
+    assert!(w
+        .add_file_range("k#0", "gfx1100", &src, len - 5000, 10_000, None)
+        .is_err());
 }

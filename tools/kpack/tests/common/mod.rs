@@ -1,35 +1,29 @@
-//! Helpers shared by the CLI tests that drive `kpack` over the fixture shards.
+//! Helpers shared by the CLI tests that drive `kpack` (on top of
+//! `rocpack-testsupport`, which they re-export).
 // Each test binary compiles this module and uses only part of it.
 #![allow(dead_code)]
 
+use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 
+pub use rocpack_testsupport::*;
+
+/// The `kpack` binary under test.
 pub const KPACK: &str = env!("CARGO_BIN_EXE_kpack");
+/// The fixture shards (`<artifacts>/<shard>`).
 pub const SHARDS: [&str; 3] = ["gfx110X-build", "gfx1151-build", "gfx120X-build"];
 
-/// `../shared/fixtures/artifacts` (or `$ROCPACK_SHARED/fixtures/artifacts`).
-pub fn artifacts() -> PathBuf {
-    std::env::var_os("ROCPACK_SHARED")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared")))
-        .join("fixtures/artifacts")
+/// Runs `kpack args…`.
+pub fn kpack<S: AsRef<OsStr>>(args: &[S]) -> Output {
+    run(KPACK, args)
 }
 
-pub fn kpack(args: &[&str]) -> Output {
-    Command::new(KPACK).args(args).output().unwrap()
-}
-
-pub fn s(p: &Path) -> &str {
-    p.to_str().unwrap()
-}
-
-pub fn stdout(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-pub fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
+/// Runs `kpack args…`, asserts success and returns its stdout.
+pub fn kpack_ok<S: AsRef<OsStr>>(args: &[S]) -> String {
+    let o = kpack(args);
+    assert_ok(&o);
+    stdout(&o)
 }
 
 /// `kpack split --batch-artifact-parent-dir` for every fixture shard into

@@ -1,50 +1,9 @@
 //! Shared helpers for the fixture tests.
-#![allow(dead_code)]
+#![allow(dead_code, unused_imports)]
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
-pub fn shared_dir() -> PathBuf {
-    match std::env::var_os("ROCPACK_SHARED") {
-        Some(p) => PathBuf::from(p),
-        None => PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared")),
-    }
-}
-
-pub fn fixtures() -> PathBuf {
-    shared_dir().join("fixtures")
-}
-
-/// Whether the fixtures exist; in CI (env CI set) their absence is a failure.
-pub fn have_fixtures() -> bool {
-    if fixtures().join("fatbins").is_dir() {
-        return true;
-    }
-    if std::env::var_os("CI").is_some() {
-        panic!("fixtures missing at {}", fixtures().display());
-    }
-    eprintln!(
-        "note: fixtures not found at {}, skipping",
-        fixtures().display()
-    );
-    false
-}
-
-/// Whether `tool` runs; in CI a missing tool is a failure, else the test skips.
-pub fn have_tool(tool: &str) -> bool {
-    let ok = Command::new(tool)
-        .arg("--version")
-        .output()
-        .map(|o| o.status.success() || !o.stdout.is_empty() || !o.stderr.is_empty())
-        .unwrap_or(false);
-    if !ok {
-        if std::env::var_os("CI").is_some() {
-            panic!("required tool `{tool}` is missing (CI is set)");
-        }
-        eprintln!("note: `{tool}` not found, skipping");
-    }
-    ok
-}
+pub use rocpack_testsupport::{contains, fixtures, have_fixtures, have_tool};
 
 /// Every linked fat ELF: fatbins/* (not archives, not host-only) and the fat
 /// host ELFs listed in artifacts-inventory.tsv.
@@ -99,10 +58,6 @@ pub fn rel(p: &Path) -> String {
 /// A recognisable marker payload per file (opaque to the crate).
 pub fn marker_for(p: &Path) -> Vec<u8> {
     format!("rocpack-test-marker:{}", rel(p)).into_bytes()
-}
-
-pub fn contains(hay: &[u8], needle: &[u8]) -> bool {
-    !needle.is_empty() && hay.windows(needle.len()).any(|w| w == needle)
 }
 
 /// (target id, code object bytes) of every device entry of every bundle.

@@ -1,0 +1,533 @@
+//! Scan: walk every prefix of the artifact, classify each regular file
+//! (generic, database file of one arch, fat binary) and, for fat binaries,
+//! write the host-only rewrite and record where every code object lives
+//! (the input itself, or the spill file of its decompressed CCOB).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs::{self, File};
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use rayon::prelude::*;
+use rocpack_bundle::EntryData;
+use rocpack_kpack::Marker;
+
+use super::{check_name, FatBinarySummary, Progress, SplitError, SplitOptions};
+use crate::databases;
+use crate::fsutil::{self, IoContext};
+use crate::manifest::ArtifactManifest;
+use crate::walk::{self, EntryKind};
+
+/// What every file of a scan shares.
+struct ScanCx<'a> {
+    opts: &'a SplitOptions,
+    spill: &'a Spill,
+}
+
+/// Decompressed CCOB payloads, written once per bundle so that code objects
+/// are read back as plain file ranges: each compressed bundle is
+/// decompressed exactly once, and memory does not grow with the number of
+/// code objects, architectures or workers.
+pub(super) struct Spill {
+    dir: tempfile::TempDir,
+    next: AtomicU64,
+}
+
+impl Spill {
+    pub(super) fn new(stage: &Path) -> Result<Spill, SplitError> {
+        let dir = tempfile::Builder::new()
+            .prefix(".spill-")
+            .tempdir_in(stage)
+            .ctx(stage, "create spill directory")?;
+        Ok(Spill {
+            dir,
+            next: AtomicU64::new(0),
+        })
+    }
+
+    /// Write one decompressed payload; returns its file.
+    fn write(&self, bytes: &[u8]) -> Result<PathBuf, SplitError> {
+        let n = self.next.fetch_add(1, Ordering::Relaxed);
+        let p = self.dir.path().join(format!("{n}.bundle"));
+        fs::write(&p, bytes).ctx(&p, "write decompressed bundle")?;
+        Ok(p)
+    }
+}
+
+/// One code object found by the scan.
+#[derive(Debug, Clone)]
+pub(super) struct KernelRef {
+    /// Its TOC key (`<prefix>/<relpath>#<bundle index>`).
+    pub key: String,
+    /// Its target ID.
+    pub arch: String,
+    /// Its full bundle entry ID.
+    pub bundle_id: String,
+    /// The file holding the code object: the input itself, or the spill
+    /// file of its decompressed CCOB.
+    pub file: PathBuf,
+    /// Its size in bytes.
+    pub size: u64,
+    /// Byte offset of the code object in `file`.
+    pub offset: u64,
+    /// The artifact prefix of the binary it comes from.
+    pub prefix: String,
+    /// Its place in the original bundle (`metadata.bundle`), when the
+    /// bundle can be rebuilt exactly.
+    pub place: Option<rocpack_kpack::rmpv::Value>,
+}
+
+/// Classification of one regular file.
+pub(super) enum Class {
+    /// Copied to the generic artifact as it is.
+    Generic,
+    /// A database file of this architecture.
+    Database(String),
+    /// A fat binary (its host-only rewrite is already written).
+    Fat(FatOutcome),
+}
+
+/// What a fat binary holds.
+pub(super) struct FatOutcome {
+    /// Its code objects (`prefix` not yet filled in).
+    pub kernels: Vec<KernelRef>,
+    /// Its report line.
+    pub summary: FatBinarySummary,
+}
+
+/// One prefix of the input, walked and classified.
+pub(super) struct PrefixScan {
+    /// The manifest prefix.
+    pub prefix: String,
+    /// Its entries, sorted (directories before what they hold).
+    pub entries: Vec<walk::Entry>,
+    /// The class of each entry (`None` for directories and symlinks).
+    pub classes: Vec<Option<Class>>,
+}
+
+/// The scanned input.
+pub(super) struct Scan {
+    /// Prefixes present in the input, manifest order.
+    pub prefixes: Vec<PrefixScan>,
+    /// Manifest prefixes absent from the input.
+    pub missing: Vec<String>,
+}
+
+/// Walks every manifest prefix (sorted, symlink-safe), creates the generic
+/// artifact's directory skeleton under `generic_root` (so host-only
+/// rewrites can be written as soon as they are made) and classifies every
+/// regular file in parallel. Compressed bundles are decompressed once, into
+/// `spill`; every layout problem of a binary is reported before any of its
+/// bundles is decompressed.
+pub(super) fn scan(
+    opts: &SplitOptions,
+    manifest: &ArtifactManifest,
+    generic_root: &Path,
+    spill: &Spill,
+    progress: &dyn Progress,
+) -> Result<Scan, SplitError> {
+    let mut scans = Vec::new();
+    let mut missing = Vec::new();
+    for prefix in manifest.prefixes() {
+        let root = match fsutil::real_dir_below(&opts.artifact_dir, prefix) {
+            Ok(Some(root)) => root,
+            Ok(None) => {
+                missing.push(prefix.clone());
+                continue;
+            }
+            Err(msg) => return Err(SplitError::Usage(msg)),
+        };
+        let entries = walk::walk_staged(&root, &opts.staging_roots)?;
+        scans.push(PrefixScan {
+            prefix: prefix.clone(),
+            classes: Vec::new(),
+            entries,
+        });
+    }
+
+    super::mkdir_p(generic_root)?;
+    for scan in &scans {
+        let groot = fsutil::join_rel(generic_root, &scan.prefix);
+        super::mkdir_p(&groot)?;
+        for e in &scan.entries {
+            if e.kind == EntryKind::Dir {
+                super::mkdir_p(&fsutil::join_rel(&groot, &e.rel))?;
+            }
+        }
+    }
+
+    let cx = ScanCx { opts, spill };
+    let total_files: u64 = scans
+        .iter()
+        .map(|s| {
+            s.entries
+                .iter()
+                .filter(|e| matches!(e.kind, EntryKind::File { .. }))
+                .count() as u64
+        })
+        .sum();
+    progress.begin("scanning", total_files);
+    for scan in &mut scans {
+        let prefix = scan.prefix.clone();
+        let groot = fsutil::join_rel(generic_root, &scan.prefix);
+        let classes: Result<Vec<Option<Class>>, SplitError> = scan
+            .entries
+            .par_iter()
+            .map(|e| match e.kind {
+                EntryKind::File { size, mode } => {
+                    let dst = fsutil::join_rel(&groot, &e.rel);
+                    let c = classify_file(&cx, &prefix, &e.rel, &e.path, size, &dst, mode);
+                    progress.advance(1);
+                    c.map(Some)
+                }
+                _ => Ok(None),
+            })
+            .collect();
+        scan.classes = classes?;
+    }
+    Ok(Scan {
+        prefixes: scans,
+        missing,
+    })
+}
+
+fn elf_err(path: &Path, e: rocpack_elf::Error) -> SplitError {
+    SplitError::Elf {
+        path: path.to_path_buf(),
+        offset: e.offset().unwrap_or(0),
+        error: e,
+    }
+}
+
+/// Memory-maps a file read-only.
+#[allow(unsafe_code)]
+fn map_file(path: &Path) -> Result<(File, memmap2::Mmap), SplitError> {
+    let file = File::open(path).ctx(path, "open")?;
+    // SAFETY: the mapping is read-only and private to this process; inputs
+    // are artifact trees nobody modifies while a split runs (the same
+    // assumption every build action makes about its inputs). A concurrent
+    // truncation could raise SIGBUS, never memory unsafety in safe code
+    // beyond that documented mmap caveat.
+    let map = unsafe { memmap2::Mmap::map(&file) }.ctx(path, "mmap")?;
+    Ok((file, map))
+}
+
+/// Offset of `part` inside `whole`, if it is a sub-slice of it.
+pub(super) fn offset_in(whole: &[u8], part: &[u8]) -> Option<u64> {
+    let base = whole.as_ptr() as usize;
+    let p = part.as_ptr() as usize;
+    let off = p.checked_sub(base)?;
+    (off.checked_add(part.len())? <= whole.len()).then_some(off as u64)
+}
+
+/// What the code objects of one input file (an ELF file, or every member
+/// of an archive) add up to.
+struct Collector<'a> {
+    /// The input file and its mapping.
+    path: &'a Path,
+    map: &'a memmap2::Mmap,
+    spill: &'a Spill,
+    kernels: Vec<KernelRef>,
+    archs: BTreeSet<String>,
+    /// (bundles, device code objects).
+    counts: (u64, u64),
+}
+
+impl Collector<'_> {
+    /// Collects the code objects of one analysed ELF image (`image` is a
+    /// sub-slice of the mapped file).
+    fn collect(
+        &mut self,
+        image: &[u8],
+        info: &rocpack_elf::FatBinaryInfo,
+        kernel_name: &str,
+    ) -> Result<(), SplitError> {
+        let (path, spill, map) = (self.path, self.spill, self.map);
+        let whole: &[u8] = map;
+        for b in &info.bundles {
+            let bytes =
+                rocpack_elf::bundle_bytes(image, info, b.index).map_err(|e| elf_err(path, e))?;
+            let bundle_off = offset_in(whole, bytes).unwrap_or(b.file_offset);
+            let parsed = rocpack_bundle::parse_bundle(bytes).map_err(|e| SplitError::Bundle {
+                path: path.to_path_buf(),
+                offset: bundle_off + e.offset().unwrap_or(0),
+                error: e,
+            })?;
+            self.counts.0 += 1;
+            let spilled = match &parsed.decompressed {
+                Some(payload) => Some(spill.write(payload)?),
+                None => None,
+            };
+            let key = rocpack_kpack::toc_key(kernel_name, b.index as u64);
+            let layout = rocpack_bundle::BundleLayout::of(
+                &parsed,
+                parsed.decompressed.as_deref().unwrap_or(bytes),
+            );
+            for (position, entry) in parsed.entries.iter().enumerate() {
+                if entry.id.is_host() {
+                    continue;
+                }
+                let place = layout.as_ref().and_then(|l| {
+                    rocpack_kpack::bundle_meta::encode(l, position, |i| {
+                        parsed.entries.get(i).is_some_and(|e| !e.id.is_host())
+                    })
+                });
+                let arch = entry.id.target_id().to_string();
+                if check_name("architecture", &arch).is_err() {
+                    return Err(SplitError::Usage(format!(
+                        "{}: byte offset {bundle_off}: bundle entry `{}` names no usable architecture",
+                        path.display(),
+                        entry.id
+                    )));
+                }
+                self.counts.1 += 1;
+                self.archs.insert(arch.clone());
+                let (file, offset) = match (&entry.data, &spilled) {
+                    (EntryData::Payload { start, .. }, Some(f)) => (f.clone(), *start as u64),
+                    (EntryData::Borrowed(d), _) => match offset_in(whole, d) {
+                        Some(o) => (path.to_path_buf(), o),
+                        None => return Err(changed_err(path, bundle_off)),
+                    },
+                    _ => return Err(changed_err(path, bundle_off)),
+                };
+                self.kernels.push(KernelRef {
+                    key: key.clone(),
+                    arch,
+                    bundle_id: entry.id.to_string(),
+                    file,
+                    size: entry.size,
+                    offset,
+                    prefix: String::new(),
+                    place,
+                });
+            }
+            // Code objects are read back from their file range, not from here.
+            release(map, offset_in(whole, bytes).map(|o| (o, bytes.len())));
+        }
+        Ok(())
+    }
+}
+
+/// Unmaps the pages of `map` this process has touched, in `range` (byte
+/// offset, length) or everywhere. Every page fault on a file mapping maps
+/// up to 64 KiB around the byte read (fault-around), so reading a bundle
+/// header and the first bytes of each code object of a 1.3 GB library
+/// would otherwise keep hundreds of MiB resident until the file is done.
+/// The pages stay in the page cache; a later read faults them in again.
+#[allow(unsafe_code)]
+fn release(map: &memmap2::Mmap, range: Option<(u64, usize)>) {
+    use memmap2::UncheckedAdvice::DontNeed;
+    // SAFETY: `map` is a read-only private file mapping: MADV_DONTNEED only
+    // drops this process's page-table entries for it, and the next access
+    // reads the same file bytes again (no private copy exists to lose).
+    // Slices into the mapping stay valid. Failure only costs memory.
+    let _ = match range {
+        Some((off, len)) => match usize::try_from(off) {
+            Ok(off) if len > 0 => unsafe { map.unchecked_advise_range(DontNeed, off, len) },
+            _ => Ok(()),
+        },
+        None => unsafe { map.unchecked_advise(DontNeed) },
+    };
+}
+
+/// Analyses one regular file; `Fat` when it carries device code.
+fn classify_file(
+    cx: &ScanCx<'_>,
+    prefix: &str,
+    rel: &str,
+    path: &Path,
+    size: u64,
+    host_dst: &Path,
+    mode: u32,
+) -> Result<Class, SplitError> {
+    let mut magic = [0u8; 8];
+    let n = if size == 0 {
+        0
+    } else {
+        let mut f = File::open(path).ctx(path, "open")?;
+        read_up_to(&mut f, &mut magic).ctx(path, "read")?
+    };
+    let magic = &magic[..n];
+    let is_elf64le =
+        magic.len() >= 6 && magic.starts_with(b"\x7fELF") && magic[4] == 2 && magic[5] == 1;
+    let is_ar = magic == b"!<arch>\n";
+    if is_elf64le || is_ar {
+        if let Some(fat) = split_fat(cx, prefix, rel, path, host_dst, mode)? {
+            return Ok(Class::Fat(fat));
+        }
+    }
+    if let Some((_, arch)) = databases::classify(&cx.opts.databases, rel) {
+        return Ok(Class::Database(arch));
+    }
+    Ok(Class::Generic)
+}
+
+fn read_up_to(f: &mut File, buf: &mut [u8]) -> std::io::Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        match f.read(&mut buf[n..])? {
+            0 => break,
+            k => n += k,
+        }
+    }
+    Ok(n)
+}
+
+/// Analyses and rewrites one ELF file or archive; `None` if it has no device code.
+fn split_fat(
+    cx: &ScanCx<'_>,
+    prefix: &str,
+    rel: &str,
+    path: &Path,
+    host_dst: &Path,
+    mode: u32,
+) -> Result<Option<FatOutcome>, SplitError> {
+    let (opts, spill) = (cx.opts, cx.spill);
+    let (_file, map) = map_file(path)?;
+    let data: &[u8] = &map;
+    let kernel_name = format!("{prefix}/{rel}");
+    let depth = rel.split('/').count().saturating_sub(1);
+    let mut collector = Collector {
+        path,
+        map: &map,
+        spill,
+        kernels: Vec::new(),
+        archs: BTreeSet::new(),
+        counts: (0, 0),
+    };
+    let host = if rocpack_elf::is_archive(data) {
+        let members = rocpack_elf::archive_members(data).map_err(|e| elf_err(path, e))?;
+        let mut member_seen = MemberNames::default();
+        let mut any = false;
+        for m in &members {
+            let info = match rocpack_elf::analyze(m.data) {
+                Ok(i) => i,
+                // Members that are not ELF64 objects (e.g. other archives'
+                // payloads) carry no HIP device code we can split.
+                Err(rocpack_elf::Error::NotElf) => continue,
+                Err(e @ rocpack_elf::Error::Unsupported { .. }) => {
+                    if carries_device_code(m.data) {
+                        return Err(elf_err(
+                            path,
+                            rocpack_elf::Error::Member {
+                                name: m.name.clone(),
+                                offset: m.header_offset,
+                                source: Box::new(e),
+                            },
+                        ));
+                    }
+                    continue;
+                }
+                Err(e) => {
+                    return Err(elf_err(
+                        path,
+                        rocpack_elf::Error::Member {
+                            name: m.name.clone(),
+                            offset: m.header_offset,
+                            source: Box::new(e),
+                        },
+                    ))
+                }
+            };
+            if !info.has_device_code() {
+                continue;
+            }
+            any = true;
+            let member_name = format!("{kernel_name}({})", member_seen.label(&m.name));
+            collector.collect(m.data, &info, &member_name)?;
+        }
+        if !any {
+            return Ok(None);
+        }
+        let mut marker_seen = MemberNames::default();
+        let mut marker_for = |name: &str, _info: &rocpack_elf::FatBinaryInfo| {
+            let name = marker_seen.label(name);
+            Ok(Marker::for_split(
+                &opts.artifact_prefix,
+                depth,
+                format!("{kernel_name}({name})"),
+            )
+            .encode())
+        };
+        rocpack_elf::split_archive(data, &mut marker_for).map_err(|e| elf_err(path, e))?
+    } else {
+        let info = match rocpack_elf::analyze(data) {
+            Ok(i) => i,
+            // An ELF we cannot read (32-bit, big-endian, PN_XNUM, odd
+            // e_type) is copied as it is only when it has no device code;
+            // keeping device code in the generic package silently would
+            // ship a fat binary that verify cannot see.
+            Err(e @ rocpack_elf::Error::Unsupported { .. }) => {
+                if carries_device_code(data) {
+                    return Err(elf_err(path, e));
+                }
+                return Ok(None);
+            }
+            Err(e) => return Err(elf_err(path, e)),
+        };
+        if !info.has_device_code() {
+            return Ok(None);
+        }
+        // Rewrite first: every layout problem is reported before a single
+        // bundle is decompressed.
+        let marker = Marker::for_split(&opts.artifact_prefix, depth, kernel_name.clone()).encode();
+        release(&map, None);
+        let host = rocpack_elf::split_host(data, &marker).map_err(|e| elf_err(path, e))?;
+        release(&map, None);
+        collector.collect(data, &info, &kernel_name)?;
+        host
+    };
+    super::write_file_mode(host_dst, &host, mode)?;
+    let Collector {
+        kernels,
+        archs,
+        counts,
+        ..
+    } = collector;
+    let summary = FatBinarySummary {
+        path: kernel_name,
+        bundles: counts.0,
+        code_objects: counts.1,
+        architectures: archs.into_iter().collect(),
+        input_bytes: data.len() as u64,
+        output_bytes: host.len() as u64,
+    };
+    Ok(Some(FatOutcome { kernels, summary }))
+}
+
+/// Kernel-name labels of archive members: an `ar` archive may hold several
+/// members of one name (`ar q`); the n-th fat member of a name is labelled
+/// `name;n` from the second on, so each gets its own TOC keys. Both the
+/// kernel collection and the marker writer see fat members in archive
+/// order, so they agree.
+#[derive(Default)]
+struct MemberNames(BTreeMap<String, usize>);
+
+impl MemberNames {
+    fn label(&mut self, name: &str) -> String {
+        let n = self.0.entry(name.to_string()).or_insert(0);
+        *n += 1;
+        if *n == 1 {
+            name.to_string()
+        } else {
+            format!("{name};{n}")
+        }
+    }
+}
+
+/// Whether bytes an ELF reader could not handle still hold HIP device code
+/// (a `.hip_fatbin` section name or an offload bundle magic).
+fn carries_device_code(data: &[u8]) -> bool {
+    const NEEDLES: [&[u8]; 2] = [b".hip_fatbin", b"__CLANG_OFFLOAD_BUNDLE__"];
+    NEEDLES
+        .iter()
+        .any(|n| data.windows(n.len()).any(|w| w == *n))
+}
+
+pub(super) fn changed_err(path: &Path, offset: u64) -> SplitError {
+    SplitError::Usage(format!(
+        "{}: byte offset {offset}: file changed while splitting",
+        path.display()
+    ))
+}

@@ -1,0 +1,341 @@
+//! Write: the generic artifact's files, symlinks and manifest, then the
+//! per-architecture artifacts (database files and `.kpack` archives,
+//! written by `rocpack-kpack`'s [`KpackStreamWriter`]), as the plan says.
+
+use std::collections::BTreeSet;
+use std::fs::{self, File};
+use std::io::BufWriter;
+use std::path::{Path, PathBuf};
+
+use rayon::prelude::*;
+use rocpack_kpack::{Compression, KpackStreamWriter};
+
+use super::plan::Plan;
+use super::scan::KernelRef;
+use super::{mkdir_p, ArchArtifact, KpackSummary, Progress, SplitError, SplitOptions};
+use crate::fsutil::{self, FsError, IoContext};
+use crate::manifest::ArtifactManifest;
+use crate::walk::EntryKind;
+
+/// Input bytes compressed per parallel batch within one archive.
+const BATCH_BYTES: u64 = 16 << 20;
+/// Kernels per parallel batch within one archive.
+const BATCH_KERNELS: usize = 32;
+
+/// What the generic artifact received.
+pub(super) struct GenericSummary {
+    /// Its manifest (every processed prefix).
+    pub manifest: ArtifactManifest,
+    /// Regular files copied.
+    pub files: u64,
+    /// Symlinks recreated.
+    pub symlinks: u64,
+}
+
+/// Copies the generic files and symlinks into `generic_root` (whose
+/// directory skeleton and host-only rewrites the scan made), writes its
+/// manifest and removes the directories whose every file moved to arch
+/// artifacts (database trees such as `lib/aotriton/kernels/gfx1100/…`);
+/// directories that were empty in the input stay.
+pub(super) fn write_generic(
+    plan: &Plan,
+    generic_root: &Path,
+) -> Result<GenericSummary, SplitError> {
+    let mut manifest = ArtifactManifest::new();
+    let (mut files, mut symlinks) = (0u64, 0u64);
+    for p in &plan.prefixes {
+        manifest.push(&p.prefix)?;
+        let groot = fsutil::join_rel(generic_root, &p.prefix);
+        for (e, _) in p.entries.iter().zip(&p.to_generic).filter(|(_, g)| **g) {
+            let dst = fsutil::join_rel(&groot, &e.rel);
+            match &e.kind {
+                EntryKind::Symlink { target } => {
+                    fsutil::copy_symlink(target, &dst)?;
+                    symlinks += 1;
+                }
+                EntryKind::File { .. } => {
+                    fsutil::copy_file(&e.path, &dst)?;
+                    files += 1;
+                }
+                EntryKind::Dir => {}
+            }
+        }
+    }
+    manifest.write_dir(generic_root)?;
+    for p in &plan.prefixes {
+        let groot = fsutil::join_rel(generic_root, &p.prefix);
+        let had_content: BTreeSet<&str> = p
+            .entries
+            .iter()
+            .flat_map(|e| {
+                let mut parents = Vec::new();
+                let mut r = e.rel.as_str();
+                while let Some((parent, _)) = r.rsplit_once('/') {
+                    parents.push(parent);
+                    r = parent;
+                }
+                parents
+            })
+            .collect();
+        // Deepest first, so a parent is looked at after its children.
+        for e in p.entries.iter().rev() {
+            if e.kind == EntryKind::Dir && had_content.contains(e.rel.as_str()) {
+                let d = fsutil::join_rel(&groot, &e.rel);
+                if fs::read_dir(&d).ctx(&d, "read directory")?.next().is_none() {
+                    fs::remove_dir(&d).ctx(&d, "remove empty directory")?;
+                }
+            }
+        }
+    }
+    Ok(GenericSummary {
+        manifest,
+        files,
+        symlinks,
+    })
+}
+
+/// One archive to write, and where its identical copies go.
+struct ArchiveJob {
+    arch: String,
+    path: PathBuf,
+    rel: String,
+    /// Further prefixes' copies: (path, report path).
+    copies: Vec<(PathBuf, String)>,
+    kernels: Vec<KernelRef>,
+}
+
+/// Writes the per-architecture artifacts under `stage`: database files,
+/// then the archives (in parallel for `none`). One archive per arch holds
+/// the kernels of every prefix (TOC keys start with the prefix, so they
+/// never collide) and is written identically into the `.kpack/` of each
+/// prefix that has binaries: installed overlaid (prefixes kept) or
+/// flattened (every prefix into one root, where the copies meet at one
+/// path), every marker resolves.
+pub(super) fn write_arch_artifacts(
+    opts: &SplitOptions,
+    stage: &Path,
+    plan: &mut Plan,
+    progress: &dyn Progress,
+) -> Result<Vec<ArchArtifact>, SplitError> {
+    let name = &opts.artifact_prefix;
+    let mut jobs = Vec::new();
+    let mut arch_artifacts = Vec::new();
+    for (arch, prefixes) in &mut plan.per_arch {
+        let aname = format!("{name}_{arch}");
+        let aroot = stage.join(&aname);
+        mkdir_p(&aroot)?;
+        let mut m = ArtifactManifest::new();
+        let mut dbs = Vec::new();
+        let file = rocpack_kpack::kpack_file_name(name, arch);
+        let mut homes: Vec<(PathBuf, String)> = Vec::new();
+        let mut all_kernels = Vec::new();
+        for (pi, (db_files, kernels)) in prefixes.iter_mut() {
+            let prefix = &plan.prefixes[*pi].prefix;
+            m.push(prefix)?;
+            let proot = fsutil::join_rel(&aroot, prefix);
+            mkdir_p(&proot)?;
+            for rel in db_files.iter() {
+                let dst = fsutil::join_rel(&proot, rel);
+                if let Some(parent) = dst.parent() {
+                    mkdir_p(parent)?;
+                }
+                let src = fsutil::join_rel(&fsutil::join_rel(&opts.artifact_dir, prefix), rel);
+                fsutil::copy_file(&src, &dst)?;
+                dbs.push(format!("{prefix}/{rel}"));
+            }
+            if !kernels.is_empty() {
+                let kdir = proot.join(rocpack_kpack::KPACK_DIR);
+                mkdir_p(&kdir)?;
+                homes.push((
+                    kdir.join(&file),
+                    format!("{aname}/{prefix}/{}/{file}", rocpack_kpack::KPACK_DIR),
+                ));
+                all_kernels.append(kernels);
+            }
+        }
+        if let Some((path, rel)) = homes.first().cloned() {
+            all_kernels.sort_by(|a, b| a.key.cmp(&b.key));
+            jobs.push(ArchiveJob {
+                arch: arch.clone(),
+                path,
+                rel,
+                copies: homes.split_off(1),
+                kernels: all_kernels,
+            });
+        }
+        m.write_dir(&aroot)?;
+        arch_artifacts.push(ArchArtifact {
+            arch: arch.clone(),
+            name: aname,
+            prefixes: m.prefixes().to_vec(),
+            kpacks: Vec::new(),
+            database_files: dbs,
+        });
+    }
+    let total_kernels: u64 = jobs.iter().map(|j| j.kernels.len() as u64).sum();
+    progress.begin("packing", total_kernels);
+    let write_one = |j: &ArchiveJob| -> Result<Vec<(String, KpackSummary)>, SplitError> {
+        let mut s = write_archive(
+            &j.path,
+            name,
+            &j.arch,
+            opts.compression,
+            &j.kernels,
+            progress,
+        )?;
+        fsutil::set_mode(&j.path, 0o644)?;
+        s.path = j.rel.clone();
+        let mut out = vec![(j.arch.clone(), s.clone())];
+        for (path, rel) in &j.copies {
+            fsutil::copy_file(&j.path, path)?;
+            fsutil::set_mode(path, 0o644)?;
+            out.push((
+                j.arch.clone(),
+                KpackSummary {
+                    path: rel.clone(),
+                    ..s.clone()
+                },
+            ));
+        }
+        Ok(out)
+    };
+    // Memory stays bounded: uncompressed archives are written in parallel,
+    // their code objects copied file to file; zstd archives one after the
+    // other, each compressing a bounded batch of code objects in parallel.
+    let written: Result<Vec<Vec<(String, KpackSummary)>>, SplitError> = match opts.compression {
+        Compression::None => jobs.par_iter().map(write_one).collect(),
+        Compression::Zstd { .. } => jobs.iter().map(write_one).collect(),
+    };
+    for (arch, s) in written?.into_iter().flatten() {
+        if let Some(a) = arch_artifacts.iter_mut().find(|a| a.arch == arch) {
+            a.kpacks.push(s);
+        }
+    }
+    progress.finish();
+    Ok(arch_artifacts)
+}
+
+fn kpack_err(path: &Path, e: rocpack_kpack::Error) -> SplitError {
+    SplitError::Kpack {
+        path: path.to_path_buf(),
+        error: e,
+    }
+}
+
+/// An entry's free-form `metadata`: its full bundle entry ID, its prefix
+/// and, when known, its place in the original bundle (bundle_meta).
+fn entry_metadata(k: &KernelRef) -> Option<rocpack_kpack::rmpv::Value> {
+    use rocpack_kpack::rmpv::Value;
+    let mut m = vec![
+        (Value::from("target"), Value::from(k.bundle_id.as_str())),
+        (Value::from("source_prefix"), Value::from(k.prefix.as_str())),
+    ];
+    if let Some(place) = &k.place {
+        m.push((Value::from("bundle"), place.clone()));
+    }
+    Some(Value::Map(m))
+}
+
+/// The source files of code objects, kept open while consecutive code
+/// objects come from the same one (sorted keys keep one binary together).
+#[derive(Default)]
+struct Sources(Option<(PathBuf, File)>);
+
+impl Sources {
+    fn get(&mut self, path: &Path) -> Result<&File, SplitError> {
+        if self.0.as_ref().is_none_or(|(p, _)| p != path) {
+            let f = File::open(path).ctx(path, "open")?;
+            self.0 = Some((path.to_path_buf(), f));
+        }
+        match &self.0 {
+            Some((_, f)) => Ok(f),
+            None => Err(SplitError::Usage(format!("{}: not open", path.display()))),
+        }
+    }
+}
+
+/// Reads one code object's bytes.
+fn read_kernel(k: &KernelRef) -> Result<Vec<u8>, SplitError> {
+    use std::os::unix::fs::FileExt;
+    let f = File::open(&k.file).ctx(&k.file, "open")?;
+    let len = usize::try_from(k.size)
+        .map_err(|_| SplitError::Usage(format!("{}: code object too large", k.file.display())))?;
+    let mut buf = vec![0u8; len];
+    f.read_exact_at(&mut buf, k.offset)
+        .ctx(&k.file, "read code object")?;
+    Ok(buf)
+}
+
+/// Writes one archive from `kernels` (sorted by key), streaming. `none`:
+/// every code object is copied from its source file range by the kernel
+/// ([`KpackStreamWriter::add_file_range`]); zstd: bounded batches of code
+/// objects are compressed in parallel and written in key order.
+fn write_archive(
+    path: &Path,
+    group: &str,
+    arch: &str,
+    compression: Compression,
+    kernels: &[KernelRef],
+    progress: &dyn Progress,
+) -> Result<KpackSummary, SplitError> {
+    let file = File::create(path).ctx(path, "create")?;
+    let mut w = KpackStreamWriter::new(BufWriter::with_capacity(1 << 20, file), compression)
+        .map_err(|e| kpack_err(path, e))?;
+    w.group_name(group).arch_family(arch).arches([arch]);
+    let mut code_bytes = 0u64;
+    match compression {
+        Compression::None => {
+            let mut sources = Sources::default();
+            for k in kernels {
+                let src = sources.get(&k.file)?;
+                w.add_file_range(&k.key, &k.arch, src, k.offset, k.size, entry_metadata(k))
+                    .map_err(|e| kpack_err(path, e))?;
+                code_bytes += k.size;
+                progress.advance(1);
+            }
+        }
+        Compression::Zstd { level } => {
+            let mut i = 0;
+            while i < kernels.len() {
+                // Batch: up to BATCH_KERNELS kernels or BATCH_BYTES input bytes.
+                let mut j = i;
+                let mut bytes = 0u64;
+                while j < kernels.len()
+                    && j - i < BATCH_KERNELS
+                    && (j == i || bytes + kernels[j].size <= BATCH_BYTES)
+                {
+                    bytes += kernels[j].size;
+                    j += 1;
+                }
+                let batch = &kernels[i..j];
+                let frames: Vec<Result<(u64, Vec<u8>), SplitError>> = batch
+                    .par_iter()
+                    .map(|k| {
+                        let data = read_kernel(k)?;
+                        let frame = rocpack_kpack::compress_frame(&data, level)
+                            .map_err(|e| kpack_err(path, e))?;
+                        Ok((data.len() as u64, frame))
+                    })
+                    .collect();
+                for (k, r) in batch.iter().zip(frames) {
+                    let (orig, frame) = r?;
+                    code_bytes += orig;
+                    w.add_frame(&k.key, &k.arch, orig, &frame, entry_metadata(k))
+                        .map_err(|e| kpack_err(path, e))?;
+                    progress.advance(1);
+                }
+                i = j;
+            }
+        }
+    }
+    let (bw, summary) = w.finish().map_err(|e| kpack_err(path, e))?;
+    // Flush; no fsync: split outputs are build products, staged and renamed.
+    bw.into_inner()
+        .map_err(|e| FsError::new(path, "write", e.into_error()))?;
+    Ok(KpackSummary {
+        path: String::new(),
+        kernels: kernels.len() as u64,
+        code_bytes,
+        file_bytes: summary.total_size,
+    })
+}

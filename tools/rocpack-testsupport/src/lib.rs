@@ -1,0 +1,351 @@
+//! Helpers shared by rocpack's integration tests: where the fixtures are
+//! (`$ROCPACK_SHARED`), running a CLI, temporary and copied trees, file
+//! hashes. A dev-dependency only; it depends on no rocpack crate, so any of
+//! them can use it without an import cycle.
+//!
+//! Helpers panic with a message on failure: they are for tests.
+
+#![allow(clippy::missing_panics_doc)]
+
+use std::collections::BTreeMap;
+use std::ffi::OsStr;
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+// ---------------------------------------------------------------- fixtures
+
+/// The repository root (this crate lives in `tools/rocpack-testsupport`).
+pub fn repo_root() -> PathBuf {
+    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
+}
+
+/// `$ROCPACK_SHARED`; else `target/rocpack-shared` when the fixtures were
+/// built there (`tests/ci/lib.sh` builds them from `tests/fixtures`); else
+/// `../shared` beside the checkout.
+pub fn shared() -> PathBuf {
+    if let Some(p) = std::env::var_os("ROCPACK_SHARED") {
+        return PathBuf::from(p);
+    }
+    let built = repo_root().join("target/rocpack-shared");
+    if built.join("fixtures").is_dir() {
+        built
+    } else {
+        repo_root().join("../shared")
+    }
+}
+
+/// `<shared>/fixtures`.
+pub fn fixtures() -> PathBuf {
+    shared().join("fixtures")
+}
+
+/// `<shared>/fixtures/artifacts` (the TheRock artifact shards).
+pub fn artifacts() -> PathBuf {
+    fixtures().join("artifacts")
+}
+
+/// `<shared>/fixtures/fatbins` (fat binaries, archives, raw bundles).
+pub fn fatbins() -> PathBuf {
+    fixtures().join("fatbins")
+}
+
+/// `<shared>/fixtures/kpack-golden/<name>`.
+pub fn golden(name: &str) -> PathBuf {
+    fixtures().join("kpack-golden").join(name)
+}
+
+/// Panics with a hint when the fixtures are not there.
+pub fn require_fixtures() {
+    assert!(
+        artifacts().is_dir() && fatbins().is_dir(),
+        "fixtures not found at {} (set ROCPACK_SHARED; tests/ci/lib.sh builds them)",
+        fixtures().display()
+    );
+}
+
+/// Whether the fixtures exist; in CI (env `CI` set) their absence is a failure.
+pub fn have_fixtures() -> bool {
+    if fatbins().is_dir() {
+        return true;
+    }
+    if std::env::var_os("CI").is_some() {
+        panic!("fixtures missing at {}", fixtures().display());
+    }
+    eprintln!(
+        "note: fixtures not found at {}, skipping",
+        fixtures().display()
+    );
+    false
+}
+
+/// Whether `tool --version` runs; in CI a missing tool is a failure, else
+/// the caller skips.
+pub fn have_tool(tool: &str) -> bool {
+    let ok = Command::new(tool)
+        .arg("--version")
+        .output()
+        .map(|o| o.status.success() || !o.stdout.is_empty() || !o.stderr.is_empty())
+        .unwrap_or(false);
+    if !ok {
+        if std::env::var_os("CI").is_some() {
+            panic!("required tool `{tool}` is missing (CI is set)");
+        }
+        eprintln!("note: `{tool}` not found, skipping");
+    }
+    ok
+}
+
+// --------------------------------------------------------------------- CLI
+
+/// Runs `bin` with `args`, capturing its output.
+pub fn run<S: AsRef<OsStr>>(bin: impl AsRef<OsStr>, args: &[S]) -> Output {
+    let bin = bin.as_ref();
+    Command::new(bin)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("run {}: {e}", bin.to_string_lossy()))
+}
+
+/// A path as `&str` (test paths are UTF-8).
+pub fn s(p: &Path) -> &str {
+    p.to_str().expect("UTF-8 path")
+}
+
+/// Standard output, lossily decoded.
+pub fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// Standard error, lossily decoded.
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// Panics with the exit code, stdout and stderr unless the run succeeded.
+pub fn assert_ok(o: &Output) {
+    assert!(
+        o.status.success(),
+        "command failed ({:?})\nstdout:\n{}\nstderr:\n{}",
+        o.status.code(),
+        stdout(o),
+        stderr(o)
+    );
+}
+
+/// Asserts the run exited with `code`; returns its stderr.
+pub fn assert_exit(o: &Output, code: i32) -> String {
+    assert_eq!(
+        o.status.code(),
+        Some(code),
+        "expected exit {code}\nstdout:\n{}\nstderr:\n{}",
+        stdout(o),
+        stderr(o)
+    );
+    stderr(o)
+}
+
+// ------------------------------------------------------------------ hashes
+
+/// Lowercase hex SHA-256 of `b`.
+pub fn sha256_hex(b: &[u8]) -> String {
+    use sha2::Digest;
+    hex::encode(sha2::Sha256::digest(b))
+}
+
+/// Lowercase hex SHA-256 of a file's content.
+pub fn sha256_file(p: &Path) -> String {
+    sha256_hex(&fs::read(p).unwrap_or_else(|e| panic!("read {}: {e}", p.display())))
+}
+
+/// Whether `needle` (non-empty) occurs in `hay`.
+pub fn contains(hay: &[u8], needle: &[u8]) -> bool {
+    !needle.is_empty() && hay.windows(needle.len()).any(|w| w == needle)
+}
+
+/// Small deterministic pseudo-random bytes (xorshift), compressible but
+/// not trivially, for synthetic code objects.
+pub fn pseudo_random(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|i| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            if i % 7 == 0 {
+                (x & 0xff) as u8
+            } else {
+                b"ELF.text.data"[(x % 13) as usize]
+            }
+        })
+        .collect()
+}
+
+// ------------------------------------------------------------------- trees
+
+/// A fresh temporary directory (removed when dropped).
+pub fn tempdir() -> tempfile::TempDir {
+    tempfile::tempdir().expect("create a temporary directory")
+}
+
+/// Writes `data` to `p`, creating its parent directories.
+pub fn write(p: &Path, data: &[u8]) {
+    if let Some(d) = p.parent() {
+        fs::create_dir_all(d).unwrap_or_else(|e| panic!("mkdir {}: {e}", d.display()));
+    }
+    fs::write(p, data).unwrap_or_else(|e| panic!("write {}: {e}", p.display()));
+}
+
+/// Inverts the bits of the byte at `at` (clamped to the last byte) of file
+/// `p`, writing a NEW file: split outputs may be hard links to the shared
+/// fixtures, so an existing inode is never written through.
+pub fn flip_byte(p: &Path, at: usize) {
+    let mut d = fs::read(p).unwrap_or_else(|e| panic!("read {}: {e}", p.display()));
+    let i = at.min(d.len().saturating_sub(1));
+    d[i] ^= 0xff;
+    fs::remove_file(p).unwrap();
+    fs::write(p, d).unwrap();
+}
+
+/// Recursively copies a tree in sorted order, recreating symlinks as they
+/// are; copied files are made writable by their owner.
+pub fn copy_tree(src: &Path, dst: &Path) {
+    fs::create_dir_all(dst).unwrap();
+    let mut names: Vec<_> = fs::read_dir(src)
+        .unwrap_or_else(|e| panic!("read {}: {e}", src.display()))
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    names.sort();
+    for n in names {
+        let (a, b) = (src.join(&n), dst.join(&n));
+        let m = fs::symlink_metadata(&a).unwrap();
+        if m.file_type().is_symlink() {
+            std::os::unix::fs::symlink(fs::read_link(&a).unwrap(), &b).unwrap();
+        } else if m.is_dir() {
+            copy_tree(&a, &b);
+        } else {
+            fs::copy(&a, &b).unwrap();
+            let mode = fs::metadata(&b).unwrap().permissions().mode();
+            fs::set_permissions(&b, fs::Permissions::from_mode(mode | 0o200)).unwrap();
+        }
+    }
+}
+
+/// One path of a [`snapshot`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Node {
+    /// A directory.
+    Dir,
+    /// A regular file: permission bits and content hash.
+    File {
+        /// `mode & 0o777`.
+        mode: u32,
+        /// SHA-256 of the content.
+        sha: String,
+    },
+    /// A symlink and its target.
+    Link(PathBuf),
+}
+
+/// Every path below `root` (relative, `/`-separated) with its kind, mode
+/// and content hash: two trees are byte-identical iff their snapshots are.
+pub fn snapshot(root: &Path) -> BTreeMap<String, Node> {
+    fn go(root: &Path, dir: &Path, out: &mut BTreeMap<String, Node>) {
+        for e in fs::read_dir(dir).unwrap_or_else(|e| panic!("read {}: {e}", dir.display())) {
+            let p = e.unwrap().path();
+            let rel = p.strip_prefix(root).unwrap().to_str().unwrap().to_string();
+            let m = fs::symlink_metadata(&p).unwrap();
+            if m.file_type().is_symlink() {
+                out.insert(rel, Node::Link(fs::read_link(&p).unwrap()));
+            } else if m.is_dir() {
+                out.insert(rel, Node::Dir);
+                go(root, &p, out);
+            } else {
+                out.insert(
+                    rel,
+                    Node::File {
+                        mode: m.permissions().mode() & 0o777,
+                        sha: sha256_file(&p),
+                    },
+                );
+            }
+        }
+    }
+    let mut out = BTreeMap::new();
+    go(root, root, &mut out);
+    out
+}
+
+/// Files and symlinks below `root` (relative paths, sorted).
+pub fn list_files(root: &Path) -> Vec<String> {
+    snapshot(root)
+        .into_iter()
+        .filter(|(_, n)| !matches!(n, Node::Dir))
+        .map(|(k, _)| k)
+        .collect()
+}
+
+/// A private copy of one fixture shard (`<artifacts>/<name>`), with the
+/// symlinks `artifacts-inventory.tsv` records restored (file syncs may have
+/// turned them into plain files holding the target text). Made once per
+/// test binary and kept for its whole run.
+pub fn fixture_shard(name: &str) -> PathBuf {
+    use std::sync::{Mutex, OnceLock};
+    static COPIES: OnceLock<tempfile::TempDir> = OnceLock::new();
+    static LOCK: Mutex<()> = Mutex::new(());
+    require_fixtures();
+    let root = COPIES.get_or_init(tempdir).path().to_path_buf();
+    let _g = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let dst = root.join(name);
+    if !dst.exists() {
+        let tmp = root.join(format!(".{name}.tmp"));
+        copy_tree(&artifacts().join(name), &tmp);
+        let inv = fs::read_to_string(fixtures().join("artifacts-inventory.tsv")).unwrap();
+        let want = format!("artifacts/{name}/");
+        for l in inv.lines() {
+            let c: Vec<&str> = l.split('\t').collect();
+            if let (Some(rel), Some(target)) = (
+                c.first().and_then(|r| r.strip_prefix(&want)),
+                c.get(1).and_then(|t| t.strip_prefix("symlink->")),
+            ) {
+                let p = tmp.join(rel);
+                let _ = fs::remove_file(&p);
+                std::os::unix::fs::symlink(target, &p).unwrap();
+            }
+        }
+        fs::rename(&tmp, &dst).unwrap();
+    }
+    dst
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sha256_of_abc() {
+        assert_eq!(
+            sha256_hex(b"abc"),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+    }
+
+    #[test]
+    fn copied_trees_snapshot_alike() {
+        let d = tempdir();
+        write(&d.path().join("a/b/c.txt"), b"x");
+        std::os::unix::fs::symlink("b/c.txt", d.path().join("a/l")).unwrap();
+        copy_tree(&d.path().join("a"), &d.path().join("copy"));
+        assert_eq!(
+            snapshot(&d.path().join("a")),
+            snapshot(&d.path().join("copy"))
+        );
+        assert_eq!(list_files(&d.path().join("a")), ["b/c.txt", "l"]);
+        flip_byte(&d.path().join("copy/b/c.txt"), 0);
+        assert_ne!(
+            snapshot(&d.path().join("a")),
+            snapshot(&d.path().join("copy"))
+        );
+    }
+}
