@@ -137,7 +137,7 @@ cp -RL "$WS/." "$C/"
 rm -rf "$C"/bazel-* "$C/user.bazelrc"
 # The copy lives elsewhere: point it at this rocpack checkout (absolute).
 sed -i "s|path = \"../..\"|path = \"$ROOT\"|" "$C"/WORKSPACE "$C"/MODULE.bazel 2>/dev/null || true
-sed -i "s|%workspace%/../..|$ROOT|" "$C/.bazelrc"
+sed -i "s|=../../rules/|=$ROOT/rules/|" "$C/.bazelrc"
 cmd="$(grep -o 'snapctl create --snapshots-root [^[]*' "$T/missing.out" | head -1)"
 lib_a="$T/libfooccl.a"
 gcc -c -O2 -fPIC -Ilibs/fooccl/include -DFOOCCL_ROCM_VERSION=7.1 -DFOOCCL_COMMIT=fix71 libs/fooccl/src/fooccl.c -o "$T/fooccl.o"

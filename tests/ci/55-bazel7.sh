@@ -159,10 +159,10 @@ use_repo(snaps, "rcclx_snapshots_stable_rocm64")
 EOF
 : > /consumer/WORKSPACE.bzlmod
 cat > /consumer/.bazelrc <<EOF
-common --override_module=zlib=%workspace%/../workspace/rules/bazel/offline/modules/zlib
-common --override_module=buildozer=%workspace%/../workspace/rules/bazel/offline/modules/buildozer
-common --override_module=protobuf=%workspace%/../workspace/rules/bazel/offline/modules/protobuf
-common --override_module=apple_support=%workspace%/../workspace/rules/bazel/offline/modules/apple_support
+common --override_module=zlib=../workspace/rules/bazel/offline/modules/zlib
+common --override_module=buildozer=../workspace/rules/bazel/offline/modules/buildozer
+common --override_module=protobuf=../workspace/rules/bazel/offline/modules/protobuf
+common --override_module=apple_support=../workspace/rules/bazel/offline/modules/apple_support
 common --lockfile_mode=off
 build --nosandbox_debug
 EOF

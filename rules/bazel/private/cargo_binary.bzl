@@ -22,6 +22,9 @@ load(":providers.bzl", "FlagValueInfo")
 
 _CMD = """set -euo pipefail
 manifest="$1"; profile="$2"; tdir="${3:-${ROCPACK_CARGO_TARGET_DIR:-}}"; shift 3
+# The real checkout path (the execroot links to it): cargo then keys its
+# fingerprints like the user's own builds, so a shared target dir stays warm.
+manifest="$(readlink -f "$manifest")"
 # "$@": cargo arguments (-p PACKAGE ...) -- OUT_DIR BINARY ...
 pkgs=()
 while [ "$1" != -- ]; do pkgs+=("$1"); shift; done
