@@ -5,8 +5,8 @@
 #
 #   e2e/bazel-workspace/make-snapshots.sh path/to/snapctl
 set -euo pipefail
-cd "$(dirname "$0")"
 snapctl="$(cd "$(dirname "$1")" && pwd)/$(basename "$1")"
+cd "$(dirname "$0")"
 [ -x "$snapctl" ] || { echo "snapctl not found at $snapctl" >&2; exit 2; }
 export LC_ALL=C TZ=UTC
 work="$(mktemp -d)"

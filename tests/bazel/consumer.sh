@@ -50,7 +50,7 @@ log "kpack_split / kpack_packages / kpack_recombine: fx_lib with groups rdna3, r
 for p in fx_lib_generic fx_lib_rdna3 fx_lib_rdna4 fx_lib_rdna4_only; do
     [ -f "$BIN/fx/$p/artifact_manifest.txt" ] || die "$p has no artifact_manifest.txt"
 done
-names() { (cd "$BIN/fx/$1" && find -L . -name '*.kpack' | sed 's|.*/||' | sort | tr '\n' ' '); }
+names() { (cd "$BIN/fx/$1" && find -L . -type f -name '*.kpack' | sed 's|.*/||' | sort | tr '\n' ' '); }
 [ "$(names fx_lib_rdna3)" = "fx_lib_gfx1100.kpack fx_lib_gfx1101.kpack fx_lib_gfx1102.kpack " ] \
     || die "fx_lib_rdna3 packs: $(names fx_lib_rdna3)"
 [ "$(names fx_lib_rdna4)" = "fx_lib_gfx1200.kpack fx_lib_gfx1201.kpack " ] || die "fx_lib_rdna4 packs: $(names fx_lib_rdna4)"
@@ -133,8 +133,8 @@ fi
 [ -x "$snapctl" ] || die "no snapctl binary to run the fix (set SNAPCTL_BIN)"
 C="$T/copy"
 mkdir -p "$C"
-cp -RL "$WS/." "$C/"
-rm -rf "$C"/bazel-* "$C/user.bazelrc"
+# Dereferenced (e2e/bazel-bzlmod's packages are links), without Bazel's links.
+tar -C "$WS" --exclude='./bazel-*' --exclude=./user.bazelrc -chf - . | tar -C "$C" -xf -
 # The copy lives elsewhere: point it at this rocpack checkout (absolute).
 sed -i "s|path = \"../..\"|path = \"$ROOT\"|" "$C"/WORKSPACE "$C"/MODULE.bazel 2>/dev/null || true
 sed -i "s|=../../rules/|=$ROOT/rules/|" "$C/.bazelrc"
