@@ -257,7 +257,7 @@ log "helper default: the toolchain builds kpack AND snapctl in ONE cargo invocat
 # which --action_env does not reach on Bazel 4.2. The cargo_target_dir flag
 # and --host_action_env=ROCPACK_CARGO_TARGET_DIR both must reach cargo. Each
 # run gets a fresh target dir whose profile directory links to the checkout's
-# warm one; cargo writes CACHEDIR.TAG into the target dir it really uses.
+# warm one; cargo writes .rustc_info.json into the target dir it really uses.
 if [ "${HELPER[*]}" = "--config=prebuilt" ]; then
     pdir=release; [ "$CARGO_PROFILE" = dev ] && pdir=debug
     [ -d "$ROOT/target/$pdir" ] || die "no target/$pdir to reuse (cargo build -p kpack -p snapctl)"
@@ -269,7 +269,7 @@ if [ "${HELPER[*]}" = "--config=prebuilt" ]; then
         spawn_list "$T/cargo-$how.json" > "$T/cargo.list"
         n="$(grep -c '^CargoBuild' "$T/cargo.list" || true)"
         [ "$n" = 1 ] || { cat "$T/cargo.list" >&2; die "$n CargoBuild actions for kpack + snapctl ($how), expected 1"; }
-        [ -f "$td/CACHEDIR.TAG" ] || die "cargo did not use the target dir given by $how (${tflag[*]})"
+        [ -f "$td/.rustc_info.json" ] || die "cargo did not use the target dir given by $how (${tflag[*]})"
         echo "  ${tflag[*]%%=*}: one CargoBuild, in the given target dir" >&2
     done
     diff <(grep ' examples/kpack/blas_lib_gfx110X/' "$T/sums1") <(tree_sums "$BIN" examples/kpack/blas_lib_gfx110X) \

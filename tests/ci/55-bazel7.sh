@@ -23,9 +23,9 @@
 # rules/bazel/prebuilt/ (the copy leaves target/ out).
 . "$(dirname "$0")/lib.sh"
 cd "$ROOT"
-T0=$SECONDS; TS=$SECONDS
+T0=$SECONDS; TS=""
 step() { # prints the time of the previous step, then starts the next
-    printf '    (%ds)\n' $((SECONDS - TS)) >&2
+    [ -z "$TS" ] || printf '    (%ds)\n' $((SECONDS - TS)) >&2
     TS=$SECONDS
     log "$*"
 }
