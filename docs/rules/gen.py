@@ -12,6 +12,7 @@ exits 1 with a diff when a committed page is stale.
 """
 import ast
 import difflib
+import re
 import os
 import sys
 
@@ -250,10 +251,31 @@ def pages():
     return out
 
 
+def lint(all_pages):
+    """Issue 13 bug 5: defaults and docs are evaluated (no raw `'...' % NAME`
+    expressions) and every module extension documents its tags."""
+    problems = []
+    for name, text in sorted(all_pages.items()):
+        for line in text.splitlines():
+            if line.startswith("|") and (re.search(r"['\"] % [A-Z_(]", line) or re.search(r"\b[A-Z][A-Z_]{3,} %", line)):
+                problems.append("%s: unevaluated expression: %s" % (name, line))
+        for ext in re.findall(r"^### `(\w+)` \(module_extension\)$", text, re.M):
+            part = text.split("### `%s` (module_extension)" % ext, 1)[1].split("\n### ", 1)[0]
+            if "#### Tag `" not in part or "| attribute |" not in part:
+                problems.append("%s: module extension %s has no documented tag attributes" % (name, ext))
+    return problems
+
+
 def main():
     check = "--check" in sys.argv[1:]
     stale = 0
-    for name, text in sorted(pages().items()):
+    all_pages = pages()
+    problems = lint(all_pages)
+    for p in problems:
+        print("docs/rules/" + p, file=sys.stderr)
+    if problems:
+        return 1
+    for name, text in sorted(all_pages.items()):
         path = os.path.join(OUT, name)
         old = open(path, encoding="utf-8").read() if os.path.exists(path) else ""
         if old == text:

@@ -147,12 +147,17 @@ tar --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner -C /workspace/rul
     -czf /release/rocpack-0.1.0-x86_64-unknown-linux-gnu.tar.gz kpack snapctl
 sha="$(sha256sum /release/rocpack-0.1.0-x86_64-unknown-linux-gnu.tar.gz | cut -c1-64)"
 cp -R /workspace/examples/kpack/shards /workspace/examples/kpack/packaging-config.json /consumer/pkg/
+# Regression (issue 13, bug 2): the commented examples of rocpack/MODULE.bazel
+# (rocpack_toolchains.prebuilt, rocpack_binaries.release), uncommented, are
+# what this module uses, so Bazel 7 checks their attribute names for real.
+example="$(sed -n "s/^#   //p" /workspace/MODULE.bazel | sed "s|\[\"https://[^\"]*\"\]|[\"file:///release\"]|; s|<hex>|$sha|")"
+echo "$example" | grep -q "tc.prebuilt(" && echo "$example" | grep -q "rocpack_bin.release(" \
+    || { echo "FAILED: MODULE.bazel lacks the commented examples" >&2; exit 1; }
 cat > /consumer/MODULE.bazel <<EOF
 module(name = "consumer")
 bazel_dep(name = "rocpack", version = "0.1.0")
 local_path_override(module_name = "rocpack", path = "../workspace")
-tc = use_extension("@rocpack//rules/bazel:extensions.bzl", "rocpack_toolchains")
-tc.prebuilt(version = "0.1.0", base_urls = ["file:///release"], sha256 = {"x86_64-unknown-linux-gnu": "$sha"})
+$example
 snaps = use_extension("@rocpack//rules/bazel:extensions.bzl", "rocpack_snapshots")
 snaps.store(prefix = "rcclx_snapshots", url = "file:///workspace/examples/rcclx/store", checksums = "@rocpack//examples/rcclx:stable_checksums.bzl", dict_prefix = "RCCLX")
 use_repo(snaps, "rcclx_snapshots_stable_rocm64")
@@ -180,7 +185,7 @@ EOF
 cd /consumer
 # No cargo in the chroot: a from-source toolchain would fail, so this proves
 # the prebuilt toolchain was resolved.
-bazel build --execution_log_json_file=/tmp/consumer.json //pkg:blas_lib_gfx110X //snap:stable_rocm64
+bazel build --execution_log_json_file=/tmp/consumer.json //pkg:blas_lib_gfx110X //snap:stable_rocm64 @rocpack_bin//:kpack
 ! grep -q "\"CargoBuild\"" /tmp/consumer.json || { echo "FAILED: cargo ran despite the prebuilt toolchain" >&2; exit 1; }
 diff <(cd bazel-bin/pkg/blas_lib_gfx110X && find -L . -type f | sort | xargs sha256sum) \
      <(cd /workspace/bazel-bin/examples/kpack/blas_lib_gfx110X && find -L . -type f | sort | xargs sha256sum)
