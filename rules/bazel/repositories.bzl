@@ -57,6 +57,10 @@ def rocpack_register_toolchains(name = "rocpack_toolchains", prebuilt = None):
     ~/.cargo: `cargo fetch`). With `prebuilt`, release binaries are
     downloaded, pinned by sha256 per platform, and no cargo is needed.
 
+    Toolchain resolution makes Bazel load every registered toolchain,
+    including its own Java ones, which need @rules_java: offline, call
+    rocpack_dependencies() too.
+
     Args:
       name: name of the generated repository holding the toolchain.
       prebuilt: optional dict with the keys of rocpack_release_binaries:

@@ -293,7 +293,10 @@ write_consumer_ws() { # sha256
     cat > "$C/WORKSPACE" <<EOF
 workspace(name = "consumer")
 local_repository(name = "rocpack", path = "$ROOT")
-load("@rocpack//rules/bazel:repositories.bzl", "rocpack_register_toolchains")
+load("@rocpack//rules/bazel:repositories.bzl", "rocpack_dependencies", "rocpack_register_toolchains")
+# Toolchain resolution loads every registered toolchain, Bazel's Java ones
+# too: without network those need the @rules_java stand-in.
+rocpack_dependencies()
 rocpack_register_toolchains(prebuilt = {
     "version": "0.1.0",
     "base_urls": ["file://$REL"],
