@@ -12,6 +12,7 @@ exits 1 with a diff when a committed page is stale.
 """
 import ast
 import difflib
+import re
 import os
 import sys
 
@@ -23,18 +24,72 @@ OUT = os.path.join(ROOT, "docs", "rules")
 PAGES = [
     ("kpack.md", "kpack rules", ["rules/bazel/private/kpack_split.bzl", "rules/bazel/private/kpack_recombine.bzl", "rules/bazel/private/kpack_packages.bzl"]),
     ("snapshots.md", "Snapshot rules", ["rules/bazel/private/rcclx_snapshot.bzl", "rules/bazel/private/stable_checksums.bzl"]),
-    ("helpers.md", "Helper binaries, flags and tests", ["rules/bazel/private/cargo_binary.bzl", "rules/bazel/private/string_flag.bzl", "rules/bazel/private/script_test.bzl", "rules/bazel/private/release_binaries.bzl", "rules/bazel/repositories.bzl", "rules/bazel/extensions.bzl", "rules/bazel/private/providers.bzl"]),
+    ("helpers.md", "Helper binaries, flags and tests", ["rules/bazel/private/cargo_binary.bzl", "rules/bazel/private/toolchain.bzl", "rules/bazel/private/string_flag.bzl", "rules/bazel/private/script_test.bzl", "rules/bazel/private/release_binaries.bzl", "rules/bazel/repositories.bzl", "rules/bazel/extensions.bzl", "rules/bazel/private/providers.bzl"]),
     ("common.md", "Shared Starlark (rules/common, loaded by Bazel and Buck2)", ["rules/common/kpack.bzl", "rules/common/snapshot.bzl"]),
 ]
 
 KINDS = ("rule", "repository_rule", "module_extension", "tag_class", "provider")
 
 
+# Module-level constants of the file being rendered and of the files it
+# loads (e.g. KPACK_GENERIC_GROUP), so defaults and docs show evaluated values.
+ENV = {}
+
+
+def _eval(node):
+    # Constant expressions only: literals, names of constants, %, +, .format;
+    # no builtins.
+    return eval(compile(ast.Expression(node), "<expr>", "eval"), {"__builtins__": {}}, dict(ENV))
+
+
 def lit(node):
     try:
         return ast.literal_eval(node)
     except Exception:
-        return ast.unparse(node)
+        pass
+    try:
+        v = _eval(node)
+        if isinstance(v, (str, int, bool, list, dict, tuple)) or v is None:
+            return v
+    except Exception:
+        pass
+    return ast.unparse(node)
+
+
+def constants(path, seen=None):
+    """Literal module-level assignments of a .bzl file and of what it loads."""
+    seen = set() if seen is None else seen
+    if path in seen or not os.path.exists(os.path.join(ROOT, path)):
+        return {}
+    seen.add(path)
+    with open(os.path.join(ROOT, path), encoding="utf-8") as f:
+        tree = ast.parse(f.read(), path)
+    env = {}
+    for node in tree.body:
+        call = node.value if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call) else None
+        if call is not None and getattr(call.func, "id", "") == "load" and call.args:
+            label = ast.literal_eval(call.args[0])
+            if label.startswith("//") or label.startswith("@rocpack//"):
+                pkg, _, name = label.split("//", 1)[1].partition(":")
+            elif label.startswith(":"):
+                pkg, name = os.path.dirname(path), label[1:]
+            else:
+                continue
+            loaded = constants(os.path.join(pkg, name), seen)
+            for a in call.args[1:]:
+                n = ast.literal_eval(a)
+                if n in loaded:
+                    env[n] = loaded[n]
+            for k in call.keywords:
+                n = ast.literal_eval(k.value)
+                if n in loaded:
+                    env[k.arg] = loaded[n]
+        elif isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            try:
+                env[node.targets[0].id] = eval(compile(ast.Expression(node.value), "<expr>", "eval"), {"__builtins__": {}}, dict(env))
+            except Exception:
+                pass
+    return env
 
 
 def kw(call, name):
@@ -59,6 +114,17 @@ def attrs_of(node):
     return out
 
 
+def json_like(v):
+    # Starlark spelling of an evaluated value: "x", ["a"], True, None.
+    if isinstance(v, str):
+        return '"%s"' % v.replace("\\", "\\\\").replace('"', '\\"')
+    if isinstance(v, (list, tuple)):
+        return "[%s]" % ", ".join(json_like(x) for x in v)
+    if isinstance(v, dict):
+        return "{%s}" % ", ".join("%s: %s" % (json_like(k), json_like(x)) for k, x in v.items())
+    return repr(v)
+
+
 def attr_row(name, call):
     kind = ast.unparse(call.func).replace("attr.", "")
     doc = lit(kw(call, "doc")) if kw(call, "doc") is not None else "(undocumented)"
@@ -67,16 +133,33 @@ def attr_row(name, call):
     if mandatory is not None and lit(mandatory) is True:
         dflt = "required"
     elif default is not None:
-        dflt = "`%s`" % ast.unparse(default)
+        v = lit(default)
+        dflt = "`%s`" % (json_like(v) if not isinstance(v, str) or v != ast.unparse(default) else v)
     else:
         dflt = "optional"
     doc = " ".join(str(doc).split()).replace("|", "\\|")
     return "| `%s` | %s | %s | %s |" % (name, kind, dflt, doc)
 
 
+def attr_table(attrs_node):
+    rows = attrs_of(attrs_node) if attrs_node is not None else []
+    if not rows:
+        return []
+    return ["| attribute | type | default | description |", "|---|---|---|---|"] + [attr_row(n, c) for n, c in rows] + [""]
+
+
 def render_file(path):
+    global ENV
+    ENV = constants(path)
     with open(os.path.join(ROOT, path), encoding="utf-8") as f:
         tree = ast.parse(f.read(), path)
+    # tag_class() assignments by variable name (usually private), for the
+    # module extensions that use them.
+    tags = {}
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and getattr(node.value.func, "id", "") == "tag_class":
+            if isinstance(node.targets[0], ast.Name):
+                tags[node.targets[0].id] = node.value
     lines = ["## `%s`" % path, ""]
     mod_doc = ast.get_docstring(tree)
     if mod_doc:
@@ -103,14 +186,19 @@ def render_file(path):
             attrs_node = kw(call, "attrs")
             if kind == "module_extension":
                 tc = kw(call, "tag_classes")
-                if tc is not None:
-                    lines += ["Tag classes: %s" % ast.unparse(tc), ""]
-            if attrs_node is not None:
-                rows = attrs_of(attrs_node)
-                if rows:
-                    lines += ["| attribute | type | default | description |", "|---|---|---|---|"]
-                    lines += [attr_row(n, c) for n, c in rows]
-                    lines.append("")
+                if isinstance(tc, ast.Dict):
+                    for k, v in zip(tc.keys, tc.values):
+                        tag = lit(k)
+                        lines += ["#### Tag `%s`" % tag, ""]
+                        t = tags.get(getattr(v, "id", ""))
+                        if t is None:
+                            lines += ["(tag class %s)" % ast.unparse(v), ""]
+                            continue
+                        if kw(t, "doc") is not None:
+                            lines += [str(lit(kw(t, "doc"))).strip(), ""]
+                        lines += ["```python", "%s.%s(%s)" % (name, tag, ", ".join(n + " = ..." for n, _ in attrs_of(kw(t, "attrs")))), "```", ""]
+                        lines += attr_table(kw(t, "attrs"))
+            lines += attr_table(attrs_node)
         elif isinstance(node, ast.FunctionDef) and not node.name.startswith("_"):
             doc = ast.get_docstring(node)
             args = [a.arg for a in node.args.args]
@@ -133,20 +221,26 @@ def pages():
              "Public entry points: `rules/bazel/defs.bzl` (rules and macros), `rules/bazel/repositories.bzl` "
              "(WORKSPACE), `rules/bazel/extensions.bzl` (bzlmod), `rules/common/*.bzl` (shared with Buck2).", "",
              "## Using the rules", "",
-             "* Helpers: every action runs `kpack`/`snapctl` through the label_flags `//rules/bazel:kpack` and "
-             "`//rules/bazel:snapctl`. Default: built from this repository by cargo (`cargo_binary`, offline, locked). "
-             "`--config=prebuilt` uses `rules/bazel/prebuilt/{kpack,snapctl}`, copied there by `rules/bazel/prebuilt/install.sh` after `cargo build --release -p kpack -p snapctl`. "
-             "Outside this repository: `rocpack_release_binaries` (WORKSPACE) or the `rocpack_binaries` module extension "
-             "downloads release archives pinned by sha256, then `--@rocpack//rules/bazel:kpack=@rocpack_bin//:kpack` "
-             "(same for snapctl).",
-             "* Channels and ROCm versions: `--config=rcclx_dev|rcclx_stable|rcclx_last_stable` and "
-             "`--config=rocm62|rocm64|rocm70` (`.bazelrc`), i.e. `--//rules/bazel:snapshot_channel=...` and "
-             "`--//rules/bazel:rocm_version=...`.",
+             "* From your own repository (WORKSPACE and bzlmod, exact lines): [consumers.md](consumers.md).",
+             "* Helpers: every action runs `kpack`/`snapctl` through the label_flags `@rocpack//rules/bazel:kpack` and "
+             "`@rocpack//rules/bazel:snapctl`. Default: the binaries of the resolved toolchain "
+             "(`@rocpack//rules/bazel/toolchain:toolchain_type`), registered by rocpack's `MODULE.bazel` or by "
+             "`rocpack_register_toolchains()` (WORKSPACE): built from source by ONE `cargo build --offline --locked "
+             "-p kpack -p snapctl`, or prebuilt release binaries pinned by sha256 (`rocpack_toolchains.prebuilt` / "
+             "`rocpack_register_toolchains(prebuilt = {...})`). A warm cargo target dir: "
+             "`--@rocpack//rules/bazel:cargo_target_dir=/abs/target` (or `--host_action_env=ROCPACK_CARGO_TARGET_DIR=...`). "
+             "Inside this repository `--config=prebuilt` uses `rules/bazel/prebuilt/{kpack,snapctl}` "
+             "(`rules/bazel/prebuilt/install.sh`).",
+             "* Channels: each `prebuilt_snapshot` (alias `rcclx_snapshot`) library has its own flag "
+             "`//<pkg>:<name>_channel`; empty (default) follows `@rocpack//rules/bazel:snapshot_channel`. ROCm version: "
+             "`@rocpack//rules/bazel:rocm_version`. Shortcuts in this repository's `.bazelrc`: "
+             "`--config=rcclx_dev|rcclx_stable|rcclx_last_stable`, `--config=rocm62|rocm64|rocm70|rocm71`.",
              "* Bazel versions: Debian bookworm's 4.2.3 reads `WORKSPACE`; Bazel 7 reads `MODULE.bazel` (offline with "
-             "Debian sid's 7.7.1: `--config=debian7`). `ROCPACK_BAZEL7=1 tests/ci/55-bazel7.sh` (root) checks both modes "
-             "of 7.7.1 in a debootstrap chroot.",
+             "Debian sid's 7.7.1: `--config=debian7`). `tests/ci/55-bazel7.sh` (root) checks both modes "
+             "of 7.7.1 in a cached debootstrap chroot, over the examples and `e2e/bazel-*`.",
              "* Tests: `tests/ci/50-bazel.sh` runs `tests/bazel/e2e.sh` (build, test, outputs, caching, hermeticity, "
-             "release-binary download).", ""]
+             "toolchains) and `tests/bazel/consumer.sh e2e/bazel-workspace` (every rule from a consumer workspace, "
+             "per-library channels, the missing-snapshot fix).", ""]
     for fname, title, files in PAGES:
         lines = ["# %s" % title, "", "<!-- Generated by docs/rules/gen.py. Do not edit. -->", ""]
         for p in files:
@@ -157,10 +251,31 @@ def pages():
     return out
 
 
+def lint(all_pages):
+    """Issue 13 bug 5: defaults and docs are evaluated (no raw `'...' % NAME`
+    expressions) and every module extension documents its tags."""
+    problems = []
+    for name, text in sorted(all_pages.items()):
+        for line in text.splitlines():
+            if line.startswith("|") and (re.search(r"['\"] % [A-Z_(]", line) or re.search(r"\b[A-Z][A-Z_]{3,} %", line)):
+                problems.append("%s: unevaluated expression: %s" % (name, line))
+        for ext in re.findall(r"^### `(\w+)` \(module_extension\)$", text, re.M):
+            part = text.split("### `%s` (module_extension)" % ext, 1)[1].split("\n### ", 1)[0]
+            if "#### Tag `" not in part or "| attribute |" not in part:
+                problems.append("%s: module extension %s has no documented tag attributes" % (name, ext))
+    return problems
+
+
 def main():
     check = "--check" in sys.argv[1:]
     stale = 0
-    for name, text in sorted(pages().items()):
+    all_pages = pages()
+    problems = lint(all_pages)
+    for p in problems:
+        print("docs/rules/" + p, file=sys.stderr)
+    if problems:
+        return 1
+    for name, text in sorted(all_pages.items()):
         path = os.path.join(OUT, name)
         old = open(path, encoding="utf-8").read() if os.path.exists(path) else ""
         if old == text:

@@ -66,6 +66,34 @@ def channel_config_name(library, channel):
     """
     return library + "_" + check_channel(channel)
 
+def default_checksums_prefix(library):
+    """Dict-name prefix of a library's stable_checksums.bzl: "my-lib" -> "MY_LIB".
+
+    Args:
+      library: the library name.
+
+    Returns:
+      The name upper-cased, every character other than a letter or digit
+      replaced by "_".
+    """
+    out = ""
+    for c in library.elems():
+        out += c.upper() if c.isalnum() else "_"
+    if not out or out[0].isdigit():
+        fail("library name '%s' does not give a checksums prefix; set it explicitly" % library)
+    return out
+
+def default_artifact(library):
+    """Default file name of a library's prebuilt static library: "mylib" -> "libmylib.a".
+
+    Args:
+      library: the library name.
+
+    Returns:
+      "lib<library>.a".
+    """
+    return "lib" + library + ".a"
+
 def channel_dir(channel):
     """Directory of a prebuilt channel under the snapshots root (design 3.2).
 
@@ -140,7 +168,7 @@ def available_versions(checksums):
     """
     return sorted(checksums.keys())
 
-def missing_snapshot_message(library, channel, version, available, snapshots_root, store, artifact, update_command = None, checksums_prefix = None):
+def missing_snapshot_message(library, channel, version, available, snapshots_root, store, artifact, update_command = None, checksums_prefix = None, channel_hint = None, version_hint = None):
     """The analysis-time error for a channel/version without a snapshot.
 
     Args:
@@ -156,6 +184,12 @@ def missing_snapshot_message(library, channel, version, available, snapshots_roo
       checksums_prefix: dict-name prefix of the library's checksums file
         (e.g. "MYLIB" for MYLIB_STABLE_CHECKSUMS); added to the command as
         `--prefix`, which snapctl then records in snapctl.conf.
+      channel_hint: optional text telling how the channel is selected, shown
+        in place of the default "--config=<library>_<channel>" (e.g.
+        "--//comms:mylib_channel=stable"); a build system whose per-library
+        settings have other spellings passes its own.
+      version_hint: optional text telling how the ROCm version is selected,
+        shown in place of the default "--config=rocm<key>".
 
     Returns:
       A multi-line message naming channel, version, the available versions
@@ -163,8 +197,8 @@ def missing_snapshot_message(library, channel, version, available, snapshots_roo
     """
     lines = [
         "no %s snapshot of %s for ROCm %s." % (channel.replace("_", "-"), library, version),
-        "  channel: %s (--config=%s)" % (channel, channel_config_name(library, channel)),
-        "  ROCm version: %s (--config=%s)" % (version, rocm_config_name(version)),
+        "  channel: %s (%s)" % (channel, channel_hint or ("--config=" + channel_config_name(library, channel))),
+        "  ROCm version: %s (%s)" % (version, version_hint or ("--config=" + rocm_config_name(version))),
         "  versions with a %s snapshot: %s" % (channel.replace("_", "-"), ", ".join(available) if available else "none"),
     ]
     if channel == "stable":
@@ -178,7 +212,10 @@ def missing_snapshot_message(library, channel, version, available, snapshots_roo
         artifact,
         (" --prefix " + checksums_prefix) if checksums_prefix else "",
     ))
-    lines.append("  then regenerate the checksums file: " + (update_command or "snapctl gen-checksums --snapshots-root %s --output <stable_checksums.bzl>" % snapshots_root))
+    lines.append("  then regenerate the checksums file: " + (update_command or "snapctl gen-checksums --snapshots-root %s --output <stable_checksums.bzl>%s" % (
+        snapshots_root,
+        (" --prefix " + checksums_prefix) if checksums_prefix else "",
+    )))
     return "\n".join(lines)
 
 def lookup_snapshot(checksums_by_channel, library, channel, version, snapshots_root, store, artifact):

@@ -5,7 +5,7 @@ script that prints the failures and exits 1 when any check failed.
 """
 
 load("//rules/common:kpack.bzl", "kpack_groups_from_config", "kpack_manifest_root", "kpack_package_dir_name", "kpack_package_target_names", "kpack_relative_path", "kpack_split_arg_list")
-load("//rules/common:snapshot.bzl", "available_versions", "channel_config_name", "channel_dir", "checksum_sha256", "checksums_dict_name", "missing_snapshot_message", "parse_checksums_bzl", "rocm_config_name", "snapshot_target_name", "store_blob_path", "version_key")
+load("//rules/common:snapshot.bzl", "available_versions", "channel_config_name", "channel_dir", "checksum_sha256", "checksums_dict_name", "default_artifact", "default_checksums_prefix", "missing_snapshot_message", "parse_checksums_bzl", "rocm_config_name", "snapshot_target_name", "store_blob_path", "version_key")
 
 _SHA_A = "a" * 64
 _SHA_B = "0123456789abcdef" * 4
@@ -66,6 +66,14 @@ def _checks():
             for s in ["stable", "7.1", "6.2, 6.4", "snapctl create --snapshots-root comms/rcclx/snapshots --store s3://b/p --version 7.1", "--config=rocm71", "--config=rcclx_stable"]
         ], [True, True, True, True, True, True]),
         ("message carries the library's prefix", "--artifact <path to libmy.a> --prefix MYLIB " in missing_snapshot_message("mylib", "stable", "6.4", [], "r", "s", "libmy.a", None, "MYLIB"), True),
+        ("default prefix", default_checksums_prefix("my-lib2"), "MY_LIB2"),
+        ("default artifact", default_artifact("fooccl"), "libfooccl.a"),
+        # Issue 13 bugs 3/5: a non-rcclx library's message never says rcclx,
+        # names its own selection flags and carries --prefix in both commands.
+        ("message for another library", [
+            s in missing_snapshot_message("fooccl", "stable", "7.1", ["6.4"], "libs/fooccl/snapshots", "libs/fooccl/store", "libfooccl.a", None, "FOOCCL", "--//libs/fooccl:fooccl_channel=stable", "--@rocpack//rules/bazel:rocm_version=7.1")
+            for s in ["rcclx", "--config=", "channel: stable (--//libs/fooccl:fooccl_channel=stable)", "ROCm version: 7.1 (--@rocpack//rules/bazel:rocm_version=7.1)", "--prefix FOOCCL [", "gen-checksums --snapshots-root libs/fooccl/snapshots --output <stable_checksums.bzl> --prefix FOOCCL"]
+        ], [False, False, True, True, True, True]),
         ("message with none available", "versions with a last-stable snapshot: none" in missing_snapshot_message("rcclx", "last_stable", "6.4", [], "r", "s", "a"), True),
     ]
 

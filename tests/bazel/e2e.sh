@@ -93,6 +93,8 @@ check_hello() { # expected-line bazel-args...
 check_hello "rcclx channel=dev rocm=6.4 commit=source"
 check_hello "rcclx channel=dev rocm=7.0 commit=source" --config=rocm70
 check_hello "rcclx channel=dev rocm=6.2 commit=source" --config=rcclx_dev --config=rocm62
+# rcclx's own channel flag (made by the macro) wins over the global one.
+check_hello "rcclx channel=last_stable rocm=6.4 commit=$(commit_of last-stable 6.4)" --config=rcclx_stable --//examples/rcclx:rcclx_channel=last_stable
 for v in 6.2 6.4 7.0; do
     key="rocm${v/./}"
     check_hello "rcclx channel=stable rocm=$v commit=$(commit_of stable "$v")" --config=rcclx_stable "--config=$key"
@@ -250,21 +252,35 @@ echo "  after update, last-stable 7.0 = stable 7.0: $got" >&2
 bazel shutdown
 cd "$ROOT"
 
-log "helper default: the label_flags build kpack with cargo (warm target dir, profile $CARGO_PROFILE)"
-# In the checkout itself: cargo then finds its own target dir fresh (a copy at
-# another path would recompile every workspace crate).
+log "helper default: the toolchain builds kpack AND snapctl in ONE cargo invocation (profile $CARGO_PROFILE)"
+# Regression (issue 13, bug 4): the helpers build in the exec configuration,
+# which --action_env does not reach on Bazel 4.2. The cargo_target_dir flag
+# and --host_action_env=ROCPACK_CARGO_TARGET_DIR both must reach cargo. Each
+# run gets a fresh target dir whose profile directory links to the checkout's
+# warm one; cargo writes .rustc_info.json into the target dir it really uses.
 if [ "${HELPER[*]}" = "--config=prebuilt" ]; then
-    bazel build --action_env=ROCPACK_CARGO_TARGET_DIR="$ROOT/target" --//rules/bazel:cargo_profile="$CARGO_PROFILE" \
-        --execution_log_json_file="$T/cargo.json" //examples/kpack:blas_lib_gfx110X
-    spawn_list "$T/cargo.json" > "$T/cargo.list"
-    grep -q '^CargoBuild' "$T/cargo.list" || die "no CargoBuild action with the default helper flags"
+    pdir=release; [ "$CARGO_PROFILE" = dev ] && pdir=debug
+    [ -d "$ROOT/target/$pdir" ] || die "no target/$pdir to reuse (cargo build -p kpack -p snapctl)"
+    for how in flag env; do
+        td="$T/cargo-td-$how"; mkdir -p "$td"; ln -s "$ROOT/target/$pdir" "$td/$pdir"
+        if [ "$how" = flag ]; then tflag=(--//rules/bazel:cargo_target_dir="$td"); else tflag=(--host_action_env=ROCPACK_CARGO_TARGET_DIR="$td"); fi
+        bazel build "${tflag[@]}" --//rules/bazel:cargo_profile="$CARGO_PROFILE" \
+            --execution_log_json_file="$T/cargo-$how.json" //examples/kpack:blas_lib_gfx110X //examples/rcclx:stable_checksums
+        spawn_list "$T/cargo-$how.json" > "$T/cargo.list"
+        n="$(grep -c '^CargoBuild' "$T/cargo.list" || true)"
+        [ "$n" = 1 ] || { cat "$T/cargo.list" >&2; die "$n CargoBuild actions for kpack + snapctl ($how), expected 1"; }
+        [ -f "$td/.rustc_info.json" ] || die "cargo did not use the target dir given by $how (${tflag[*]})"
+        echo "  ${tflag[*]%%=*}: one CargoBuild, in the given target dir" >&2
+    done
     diff <(grep ' examples/kpack/blas_lib_gfx110X/' "$T/sums1") <(tree_sums "$BIN" examples/kpack/blas_lib_gfx110X) \
         || die "cargo-built helper gives other outputs"
-    echo "  cargo-built kpack gives identical blas_lib_gfx110X" >&2
+    cmp "$BIN/examples/rcclx/stable_checksums/stable_checksums.bzl" examples/rcclx/stable_checksums.bzl \
+        || die "cargo-built snapctl gives another stable_checksums.bzl"
+    echo "  cargo-built kpack gives identical blas_lib_gfx110X, snapctl an identical stable_checksums.bzl" >&2
 fi
 
 # ---------------------------------------------------------------------------
-log "release binaries: a consumer workspace downloads kpack/snapctl pinned by sha256 (file:// URL)"
+log "release binaries: a consumer workspace's toolchain downloads kpack/snapctl pinned by sha256 (rocpack_register_toolchains(prebuilt = ...), file:// URL)"
 REL="$T/release"
 mkdir -p "$REL/stage"
 cp "$KPACK_BIN" "$REL/stage/kpack"; cp "$SNAPCTL_BIN" "$REL/stage/snapctl"
@@ -277,13 +293,15 @@ write_consumer_ws() { # sha256
     cat > "$C/WORKSPACE" <<EOF
 workspace(name = "consumer")
 local_repository(name = "rocpack", path = "$ROOT")
-load("@rocpack//rules/bazel:repositories.bzl", "rocpack_release_binaries")
-rocpack_release_binaries(
-    name = "rocpack_bin",
-    version = "0.1.0",
-    base_urls = ["file://$REL"],
-    sha256 = {"x86_64-unknown-linux-gnu": "$1"},
-)
+load("@rocpack//rules/bazel:repositories.bzl", "rocpack_dependencies", "rocpack_register_toolchains")
+# Toolchain resolution loads every registered toolchain, Bazel's Java ones
+# too: without network those need the @rules_java stand-in.
+rocpack_dependencies()
+rocpack_register_toolchains(prebuilt = {
+    "version": "0.1.0",
+    "base_urls": ["file://$REL"],
+    "sha256": {"x86_64-unknown-linux-gnu": "$1"},
+})
 load("@rocpack//rules/bazel:repositories.bzl", "rocpack_snapshot_blobs")
 load("@rocpack//examples/rcclx:stable_checksums.bzl", "RCCLX_LAST_STABLE_CHECKSUMS", "RCCLX_STABLE_CHECKSUMS")
 rocpack_snapshot_blobs(
@@ -310,15 +328,14 @@ snapshot_blob(name = "stable_rocm64", blob = "@rcclx_snapshots_stable_rocm64//fi
 EOF
 cat > "$C/.bazelrc" <<'EOF'
 build --nosandbox_debug
-build --@rocpack//rules/bazel:kpack=@rocpack_bin//:kpack
-build --@rocpack//rules/bazel:snapctl=@rocpack_bin//:snapctl
 EOF
-(cd "$C" && bazel build //pkg:blas_lib_gfx110X)
+(cd "$C" && bazel build --execution_log_json_file="$T/consumer.json" //pkg:blas_lib_gfx110X)
+! grep -q '"CargoBuild"' "$T/consumer.json" || die "the consumer ran cargo although its toolchain is prebuilt"
 CBIN="$(cd "$C" && bazel info bazel-bin 2>/dev/null)"
 diff <(cd "$CBIN/pkg/blas_lib_gfx110X" && find -L . -type f -print0 | sort -z | xargs -0 sha256sum) \
      <(cd "$BIN/examples/kpack/blas_lib_gfx110X" && find -L . -type f -print0 | sort -z | xargs -0 sha256sum) \
     || die "consumer package differs"
-echo "  consumer build with downloaded helpers: identical blas_lib_gfx110X" >&2
+echo "  consumer build with the prebuilt toolchain (no cargo): identical blas_lib_gfx110X" >&2
 (cd "$C" && bazel build //snap:stable_rocm64)
 cmp "$(cd "$C" && bazel info bazel-bin 2>/dev/null)/snap/stable_rocm64/librcclx-dev.a" \
     "examples/rcclx/store/cas/sha256/$(awk '/sha256:/ {print $2; exit}' examples/rcclx/snapshots/stable/6.4/metadata.txt)" \

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Bazel: real builds and tests of the rules and both examples with Debian's
+# Bazel: real builds and tests of the rules and the examples with Debian's
 # bazel-bootstrap (4.2.3), plus e2e checks of outputs, caching (no-op rebuild,
-# --disk_cache, HTTP remote cache on nginx), hermeticity and the release-binary
-# download path. See tests/bazel/e2e.sh.
+# --disk_cache, HTTP remote cache on nginx), hermeticity, the from-source
+# toolchain (one cargo invocation, cargo target dir reaching the exec
+# configuration) and the prebuilt toolchain (tests/bazel/e2e.sh); then the
+# WORKSPACE-mode consumer workspace e2e/bazel-workspace (tests/bazel/consumer.sh).
 . "$(dirname "$0")/lib.sh"
 cd "$ROOT"
 need_pkgs bazel-bootstrap nginx gcc libc6-dev binutils python3 curl
@@ -11,9 +13,8 @@ need_pkgs bazel-bootstrap nginx gcc libc6-dev binutils python3 curl
 # the examples are tiny; a release build would add minutes on 2 cores.
 log "cargo build -p kpack -p snapctl (helpers for --config=prebuilt)"
 cargo fetch --locked
-# One package per cargo run: the same feature sets as the cargo_binary actions.
-cargo build --locked -p kpack
-cargo build --locked -p snapctl
+# One cargo run for both: the same feature set as the toolchain's cargo action.
+cargo build --locked -p kpack -p snapctl
 
 # Without debug info: Bazel hashes, copies and archives them several times.
 # (e2e.sh installs them into rules/bazel/prebuilt, gitignored.)
@@ -22,5 +23,13 @@ trap 'rm -rf "$helpers"' EXIT
 strip --strip-debug -o "$helpers/kpack" target/debug/kpack
 strip --strip-debug -o "$helpers/snapctl" target/debug/snapctl
 
+T=$SECONDS
 log "bazel e2e"
 KPACK_BIN="$helpers/kpack" SNAPCTL_BIN="$helpers/snapctl" CARGO_PROFILE=dev bash tests/bazel/e2e.sh
+echo "    (bazel e2e: $((SECONDS - T))s)" >&2
+
+T=$SECONDS
+log "consumer workspace e2e/bazel-workspace (local_repository ../..), toolchain from source with CI's warm target dir"
+SNAPCTL_BIN="$helpers/snapctl" bash tests/bazel/consumer.sh e2e/bazel-workspace \
+    --@rocpack//rules/bazel:cargo_target_dir="$ROOT/target" --@rocpack//rules/bazel:cargo_profile=dev
+echo "    (consumer: $((SECONDS - T))s)" >&2

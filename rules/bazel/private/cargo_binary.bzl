@@ -1,33 +1,83 @@
-"""cargo_binary: builds a Rust binary of this repository's cargo workspace.
+"""cargo_binaries / cargo_binary: build Rust binaries of this repository's cargo workspace.
 
-The default of the //rules/bazel:kpack and :snapctl label_flags. It runs the
-host's `cargo build --release --offline --locked` as one Bazel action outside
-the sandbox (cargo needs a writable ~/.cargo; bazel-offline.md section 2.2),
-into a private temporary target dir (or $ROCPACK_CARGO_TARGET_DIR, passed with
---action_env), and copies the binary out. Crate sources
-must already be in ~/.cargo/registry (`cargo fetch`).
+The default of the //rules/bazel:kpack and :snapctl label_flags is ONE
+`cargo_binaries` action building both helpers (`cargo build -p kpack -p
+snapctl`), so a cold first build compiles the shared crates once. It runs the
+host's `cargo build --offline --locked` outside the sandbox (cargo needs a
+writable ~/.cargo; bazel-offline.md section 2.2) into a private temporary
+target dir, and copies the binaries out. Crate sources must already be in
+~/.cargo/registry (`cargo fetch`).
+
+A warm target dir (e.g. CI's own `cargo build`) is reused with
+
+    --@rocpack//rules/bazel:cargo_target_dir=/abs/path/to/target
+
+which works on every Bazel version: Starlark flags reach the exec
+configuration the helpers are built in. The environment variable
+ROCPACK_CARGO_TARGET_DIR works too, but must reach the exec configuration:
+`--action_env` alone does not on Bazel 4.2; pass `--host_action_env` as well.
 """
 
 load(":providers.bzl", "FlagValueInfo")
 
 _CMD = """set -euo pipefail
-manifest="$1"; package="$2"; binary="$3"; out="$4"; profile="$5"
-# ROCPACK_CARGO_TARGET_DIR (--action_env) reuses a warm target dir, e.g. CI's
-# own `cargo build --release`; by default every build starts clean.
-if [ -n "${ROCPACK_CARGO_TARGET_DIR:-}" ]; then
-    tdir="$ROCPACK_CARGO_TARGET_DIR"
-else
+manifest="$1"; profile="$2"; tdir="${3:-${ROCPACK_CARGO_TARGET_DIR:-}}"; shift 3
+# The real checkout path (the execroot links to it): cargo then keys its
+# fingerprints like the user's own builds, so a shared target dir stays warm.
+manifest="$(readlink -f "$manifest")"
+# "$@": cargo arguments (-p PACKAGE ...) -- OUT_DIR BINARY ...
+pkgs=()
+while [ "$1" != -- ]; do pkgs+=("$1"); shift; done
+shift
+outdir="$1"; shift
+if [ -z "$tdir" ]; then
     tdir="$(mktemp -d "${TMPDIR:-/tmp}/rocpack-cargo.XXXXXXXX")"
     trap 'rm -rf "$tdir"' EXIT
 fi
 export PATH="$PATH:${HOME:-/root}/.cargo/bin"
-cargo build --offline --locked --quiet --profile "$profile" --manifest-path "$manifest" -p "$package" --bin "$binary" --target-dir "$tdir"
+cargo build --offline --locked --quiet --profile "$profile" --manifest-path "$manifest" "${pkgs[@]}" --target-dir "$tdir"
 dir="$profile"; [ "$profile" = dev ] && dir=debug
-cp "$tdir/$dir/$binary" "$out"
+for b in "$@"; do cp "$tdir/$dir/$b" "$outdir/$b"; done
 """
 
+def _profile(ctx):
+    profile = ctx.attr.profile or ctx.attr._profile_flag[FlagValueInfo].value
+    if profile not in ("release", "dev"):
+        fail("%s: profile must be release or dev, got '%s'" % (ctx.label, profile))
+    return profile
+
+def cargo_build_action(ctx, manifest, srcs, packages, binaries, profile, outs, target_dir = "", extra_args = []):
+    """Registers one cargo build action for several packages and binaries.
+
+    Args:
+      ctx: rule context.
+      manifest: File, the workspace Cargo.toml.
+      srcs: list of Files cargo reads (sources, manifests, Cargo.lock).
+      packages: cargo package names (-p each).
+      binaries: binary names, in the order of `outs`.
+      profile: cargo profile ("release" or "dev").
+      outs: declared output Files, one per binary, all in one directory.
+      target_dir: cargo target dir to reuse; empty for a fresh temporary one
+        (or $ROCPACK_CARGO_TARGET_DIR when the action sees it).
+      extra_args: more `cargo build` arguments (e.g. ["--bin", "kpack"]).
+    """
+    args = [manifest.path, profile, target_dir]
+    for p in packages:
+        args += ["-p", p]
+    args += extra_args + ["--", outs[0].dirname] + binaries
+    ctx.actions.run_shell(
+        command = _CMD,
+        arguments = args,
+        inputs = srcs + [manifest],
+        outputs = outs,
+        mnemonic = "CargoBuild",
+        progress_message = "cargo build %s (%s)" % (" ".join(["-p " + p for p in packages]), profile),
+        use_default_shell_env = True,
+        execution_requirements = {"no-sandbox": "1", "no-remote": "1"},
+    )
+
 def cargo_binary_action(ctx, manifest, srcs, package, binary, profile, out):
-    """Registers the cargo build action (reusable by other rules).
+    """Registers the cargo build action of one binary (kept for existing callers).
 
     Args:
       ctx: rule context.
@@ -36,37 +86,81 @@ def cargo_binary_action(ctx, manifest, srcs, package, binary, profile, out):
       package: cargo package name.
       binary: binary name.
       profile: cargo profile ("release" or "dev").
-      out: declared output File.
+      out: declared output File (named like the binary).
     """
-    ctx.actions.run_shell(
-        command = _CMD,
-        arguments = [manifest.path, package, binary, out.path, profile],
-        inputs = srcs + [manifest],
-        outputs = [out],
-        mnemonic = "CargoBuild",
-        progress_message = "cargo build -p %s (%s)" % (package, profile),
-        use_default_shell_env = True,
-        execution_requirements = {"no-sandbox": "1", "no-remote": "1"},
+    cargo_build_action(ctx, manifest, srcs, [package], [binary], profile, [out], extra_args = ["--bin", binary])
+
+def _cargo_binaries_impl(ctx):
+    outs = [ctx.actions.declare_file(ctx.label.name + "/" + b) for b in ctx.attr.binaries]
+    cargo_build_action(
+        ctx,
+        ctx.file.manifest,
+        ctx.files.srcs,
+        ctx.attr.packages,
+        ctx.attr.binaries,
+        _profile(ctx),
+        outs,
+        ctx.attr._target_dir_flag[FlagValueInfo].value,
     )
+    return [DefaultInfo(files = depset(outs))]
+
+_COMMON_ATTRS = {
+    "manifest": attr.label(allow_single_file = ["Cargo.toml"], mandatory = True, doc = "The workspace Cargo.toml."),
+    "srcs": attr.label_list(allow_files = True, doc = "Every file cargo reads: sources and Cargo.toml of each crate the binaries depend on, and Cargo.lock. A change re-runs cargo."),
+    "profile": attr.string(default = "", values = ["", "release", "dev"], doc = "Cargo profile; empty takes --@rocpack//rules/bazel:cargo_profile (default release)."),
+    "_profile_flag": attr.label(default = Label("//rules/bazel:cargo_profile"), doc = "The cargo_profile flag."),
+    "_target_dir_flag": attr.label(default = Label("//rules/bazel:cargo_target_dir"), doc = "The cargo_target_dir flag."),
+}
+
+cargo_binaries = rule(
+    implementation = _cargo_binaries_impl,
+    doc = "Builds several binaries of the cargo workspace in one cargo invocation (offline, locked). Outputs <name>/<binary>; pick one with `cargo_output`.",
+    attrs = dict({
+        "packages": attr.string_list(mandatory = True, doc = "Cargo packages (-p each)."),
+        "binaries": attr.string_list(mandatory = True, doc = "Binary names the packages produce; also the output file names."),
+    }, **_COMMON_ATTRS),
+)
+
+def _cargo_output_impl(ctx):
+    want = ctx.attr.binary
+    for f in ctx.files.binaries:
+        if f.basename == want:
+            out = ctx.actions.declare_file(ctx.label.name + "/" + want)
+            ctx.actions.symlink(output = out, target_file = f, is_executable = True)
+            return [DefaultInfo(files = depset([out]), executable = out)]
+    fail("%s: %s has no binary named %s" % (ctx.label, ctx.attr.binaries.label, want))
+
+cargo_output = rule(
+    implementation = _cargo_output_impl,
+    executable = True,
+    doc = "One binary of a `cargo_binaries` target, as an executable target.",
+    attrs = {
+        "binaries": attr.label(mandatory = True, doc = "The cargo_binaries target."),
+        "binary": attr.string(mandatory = True, doc = "The binary's name."),
+    },
+)
 
 def _cargo_binary_impl(ctx):
     out = ctx.actions.declare_file(ctx.label.name + "/" + ctx.attr.binary)
-    profile = ctx.attr.profile or ctx.attr._profile_flag[FlagValueInfo].value
-    if profile not in ("release", "dev"):
-        fail("cargo_binary: profile must be release or dev, got '%s'" % profile)
-    cargo_binary_action(ctx, ctx.file.manifest, ctx.files.srcs, ctx.attr.package, ctx.attr.binary, profile, out)
+    cargo_build_action(
+        ctx,
+        ctx.file.manifest,
+        ctx.files.srcs,
+        [ctx.attr.package],
+        [ctx.attr.binary],
+        _profile(ctx),
+        [out],
+        ctx.attr._target_dir_flag[FlagValueInfo].value,
+        extra_args = ["--bin", ctx.attr.binary],
+    )
     return [DefaultInfo(files = depset([out]), executable = out)]
 
 cargo_binary = rule(
     implementation = _cargo_binary_impl,
     executable = True,
     doc = "Builds one binary of the cargo workspace with the host's cargo (offline, locked).",
-    attrs = {
-        "manifest": attr.label(allow_single_file = ["Cargo.toml"], mandatory = True, doc = "The workspace Cargo.toml."),
-        "srcs": attr.label_list(allow_files = True, doc = "Every file cargo reads: sources and Cargo.toml of each crate the binary depends on, and Cargo.lock. A change re-runs cargo."),
+    attrs = dict({
         "package": attr.string(mandatory = True, doc = "Cargo package (-p)."),
         "binary": attr.string(mandatory = True, doc = "Binary name (--bin); also the output file name."),
-        "profile": attr.string(default = "", values = ["", "release", "dev"], doc = "Cargo profile; empty takes --//rules/bazel:cargo_profile (default release)."),
-        "_profile_flag": attr.label(default = Label("//rules/bazel:cargo_profile"), doc = "The cargo_profile flag."),
-    },
+    }, **_COMMON_ATTRS),
 )

@@ -1,13 +1,29 @@
-"""rcclx_snapshot: dev (source) or a prebuilt stable / last-stable snapshot,
-selected by the channel and ROCm version flags."""
+"""prebuilt_snapshot (alias rcclx_snapshot): dev (source) or a prebuilt stable /
+last-stable snapshot, selected per library by its own channel flag (default:
+the global channel flag) and the ROCm version flag."""
 
-load("//rules/common:snapshot.bzl", "PREBUILT_CHANNELS", "available_versions", "channel_dir", "checksum_sha256", "missing_snapshot_message", "rocm_config_name", "snapshot_target_name", "store_blob_path")
+load("//rules/common:snapshot.bzl", "PREBUILT_CHANNELS", "SNAPSHOT_CHANNELS", "available_versions", "channel_dir", "checksum_sha256", "default_artifact", "default_checksums_prefix", "missing_snapshot_message", "rocm_config_name", "snapshot_target_name", "store_blob_path")
 load(":providers.bzl", "FlagValueInfo", "SnapshotBlobInfo")
+load(":string_flag.bzl", "string_flag")
 load(":tools.bzl", "ACTION_ENV", "stage_list", "tool_attrs")
 
 def _flag(name):
     # Resolved against this repository, so the macro works from other repos too.
     return str(Label("//rules/bazel:" + name))
+
+def _rocpack_flag_spelling(name):
+    # How a user types a flag of //rules/bazel on the command line: inside
+    # rocpack itself "//rules/bazel:<name>", elsewhere "@rocpack//rules/bazel:<name>"
+    # (the repository name docs/rules/consumers.md tells users to use).
+    if Label("//rules/bazel:BUILD.bazel").workspace_name == "":
+        return "//rules/bazel:" + name
+    return "@rocpack//rules/bazel:" + name
+
+def _own_label(pkg, name):
+    # The spelling of a target of the package being evaluated, as typed on the
+    # command line of the workspace that holds it.
+    repo = native.repository_name()
+    return "%s//%s:%s" % ("" if repo == "@" else repo, pkg, name)
 
 def snapshot_blob_action(ctx, stage, snapctl, blob, sha256, out, fetch = None):
     """Registers the action that verifies a prebuilt blob and copies it to `out`.
@@ -100,7 +116,8 @@ snapshot_blob = rule(
 )
 
 def _missing_impl(ctx):
-    channel = ctx.attr._channel[FlagValueInfo].value
+    own = ctx.attr.channel_setting[FlagValueInfo].value
+    channel = own or ctx.attr._channel[FlagValueInfo].value
     version = ctx.attr._version[FlagValueInfo].value
     if channel not in PREBUILT_CHANNELS:
         fail("%s: no %s target for channel '%s'" % (ctx.label, ctx.attr.library, channel))
@@ -114,6 +131,13 @@ def _missing_impl(ctx):
         ctx.attr.artifact,
         ctx.attr.update_command or None,
         ctx.attr.checksums_prefix or None,
+"this library: --%s=%s; every library: --%s=%s" % (
+            ctx.attr.channel_flag_spelling,
+            channel,
+            ctx.attr.global_channel_spelling,
+            channel,
+        ),
+        "--%s=%s" % (ctx.attr.version_flag_spelling, version),
     ))
 
 _missing_snapshot = rule(
@@ -127,15 +151,26 @@ _missing_snapshot = rule(
         "artifact": attr.string(doc = "Artifact file name (for the snapctl command)."),
         "update_command": attr.string(doc = "Command that regenerates the checksums file (for the message)."),
         "checksums_prefix": attr.string(doc = "Dict-name prefix of the checksums file, passed as `snapctl create --prefix` in the message."),
-        "_channel": attr.label(default = Label("//rules/bazel:snapshot_channel"), doc = "Channel flag."),
+        "channel_setting": attr.label(mandatory = True, doc = "The library's own channel flag (<name>_channel)."),
+        "channel_flag_spelling": attr.string(doc = "How the library's channel flag is typed (for the message)."),
+        "global_channel_spelling": attr.string(doc = "How the global channel flag is typed (for the message)."),
+        "version_flag_spelling": attr.string(doc = "How the ROCm version flag is typed (for the message)."),
+        "_channel": attr.label(default = Label("//rules/bazel:snapshot_channel"), doc = "Global channel flag."),
         "_version": attr.label(default = Label("//rules/bazel:rocm_version"), doc = "ROCm version flag."),
     },
 )
 
+def _settings(own_flag, setting, channel, extra):
+    # Two config_settings, mutually exclusive on the library's own flag: its
+    # own choice of `channel`, and "empty: follow the global flag".
+    native.config_setting(name = setting, flag_values = dict({":" + own_flag: channel}, **extra))
+    native.config_setting(name = setting + "_global", flag_values = dict({":" + own_flag: "", _flag("snapshot_channel"): channel}, **extra))
+    return [":" + setting, ":" + setting + "_global"]
+
 def _defines(channel_define, channel):
     return [channel_define + "=" + channel] if channel_define else []
 
-def rcclx_snapshot(
+def prebuilt_snapshot(
         name,
         dev,
         stable_checksums,
@@ -144,7 +179,7 @@ def rcclx_snapshot(
         local_store = None,
         remote_repo_prefix = None,
         store_url = None,
-        artifact = "librcclx-dev.a",
+        artifact = None,
         library = None,
         channel_define = None,
         header_patterns = ["**/*.h"],
@@ -155,22 +190,30 @@ def rcclx_snapshot(
         **kwargs):
     """A library that is built from source (dev) or a pinned prebuilt snapshot.
 
-    Selection: `--//rules/bazel:snapshot_channel` (dev | stable | last_stable;
-    .bazelrc: --config=rcclx_dev/rcclx_stable/rcclx_last_stable) and
-    `--//rules/bazel:rocm_version` (--config=rocm62/rocm64/rocm70).
+    Selection, per library: the flag `//<pkg>:<name>_channel` (made by this
+    macro: "" | dev | stable | last_stable). Empty (the default) follows the
+    global `@rocpack//rules/bazel:snapshot_channel` (default dev), so one
+    invocation can take library A from stable and B from dev:
+
+        bazel build --//libs:a_channel=stable --//libs:b_channel=dev //app
+        bazel build --@rocpack//rules/bazel:snapshot_channel=stable //app   # every library
+
+    The ROCm version is global: `@rocpack//rules/bazel:rocm_version`.
 
     Targets:
       <name>: alias to use as a cc dependency; resolves to the selected flavour.
+      <name>_channel: this library's channel flag (string_flag).
       <name>_dev: `dev` plus the channel define.
       <name>_<channel>_rocm<key>: cc_library of a prebuilt snapshot (static
         library verified by digest + the snapshot's own headers), one per
         entry of the checksums dicts.
       <name>_missing: selected when no snapshot matches; fails at analysis
         time naming channel, version, the available versions and the
-        `snapctl create` command.
+        `snapctl create` command (with this library's store, artifact and
+        --prefix).
 
     Args:
-      name: target name, e.g. "rcclx".
+      name: target name, e.g. "mylib".
       dev: label of the source-built cc_library.
       stable_checksums: dict ROCm version -> sha256 (<PREFIX>_STABLE_CHECKSUMS).
       last_stable_checksums: dict ROCm version -> sha256 (<PREFIX>_LAST_STABLE_CHECKSUMS).
@@ -184,32 +227,45 @@ def rcclx_snapshot(
         @<prefix>_<channel>_rocm<key>//file.
       store_url: store shown in the missing-snapshot message (defaults to
         local_store).
-      artifact: file name of the prebuilt static library.
+      artifact: file name of the prebuilt static library; defaults to
+        "lib<library>.a".
       library: library name in messages; defaults to `name`.
       channel_define: preprocessor macro set to the channel name for
-        dependents (e.g. "RCCLX_SNAPSHOT_CHANNEL"); None for none.
+        dependents (e.g. "MYLIB_SNAPSHOT_CHANNEL"); None for none.
       header_patterns: globs (relative to each snapshot dir) of snapshotted headers.
       checksums_target: label of the stable_checksums target, named in the
-        missing-snapshot message ("bazel run <label>.update").
+        missing-snapshot message ("bazel run <label>.update"); ":name" is
+        made absolute.
       checksums_prefix: dict-name prefix of the checksums file (e.g. "MYLIB"
         for MYLIB_STABLE_CHECKSUMS); the message's `snapctl create` command
-        carries it as `--prefix`. Defaults to `library` upper-cased when
-        `library` is not rcclx.
+        carries it as `--prefix`. Defaults to `library` upper-cased.
       verify_with_snapctl: also verify each blob with `snapctl fetch` against
         the snapshot's metadata.txt.
-      visibility: visibility of <name>.
+      visibility: visibility of <name> and <name>_channel.
       **kwargs: common attributes (tags, ...) for every target.
     """
     if (local_store == None) == (remote_repo_prefix == None):
-        fail("rcclx_snapshot: set exactly one of local_store and remote_repo_prefix")
+        fail("prebuilt_snapshot: set exactly one of local_store and remote_repo_prefix")
     library = library or name
+    artifact = artifact or default_artifact(library)
     pkg = native.package_name()
     root_path = (pkg + "/" + snapshots_root) if pkg else snapshots_root
     store_shown = store_url or ((pkg + "/" + local_store) if (pkg and local_store) else (local_store or remote_repo_prefix))
     by_channel = {"stable": stable_checksums, "last_stable": last_stable_checksums}
+    if checksums_target and checksums_target.startswith(":"):
+        checksums_target = _own_label(pkg, checksums_target[1:])
+
+    # This library's channel: "" follows the global flag.
+    own_flag = name + "_channel"
+    string_flag(
+        name = own_flag,
+        build_setting_default = "",
+        values = [""] + SNAPSHOT_CHANNELS,
+        visibility = visibility,
+    )
 
     native.cc_library(name = name + "_dev", deps = [dev], defines = _defines(channel_define, "dev"), **kwargs)
-    branches = {_flag("channel_dev"): ":" + name + "_dev"}
+    branches = {s: ":" + name + "_dev" for s in _settings(own_flag, name + "_dev_config", "dev", {})}
 
     for channel in PREBUILT_CHANNELS:
         for version in available_versions(by_channel[channel]):
@@ -244,12 +300,8 @@ def rcclx_snapshot(
                 defines = _defines(channel_define, channel),
                 **kwargs
             )
-            setting = target + "_config"
-            native.config_setting(
-                name = setting,
-                flag_values = {_flag("snapshot_channel"): channel, _flag("rocm_version"): version},
-            )
-            branches[":" + setting] = ":" + target
+            for s in _settings(own_flag, target + "_config", channel, {_flag("rocm_version"): version}):
+                branches[s] = ":" + target
 
     _missing_snapshot(
         name = name + "_missing",
@@ -259,9 +311,16 @@ def rcclx_snapshot(
         store = store_shown,
         artifact = artifact,
         update_command = ("bazel run %s.update" % checksums_target) if checksums_target else "",
-        checksums_prefix = checksums_prefix or ("" if library == "rcclx" else library.upper()),
+        checksums_prefix = checksums_prefix or default_checksums_prefix(library),
+        channel_setting = ":" + own_flag,
+        channel_flag_spelling = _own_label(pkg, own_flag),
+        global_channel_spelling = _rocpack_flag_spelling("snapshot_channel"),
+        version_flag_spelling = _rocpack_flag_spelling("rocm_version"),
         tags = kwargs.get("tags", []) + ["manual"],
         **{k: v for k, v in kwargs.items() if k != "tags"}
     )
     branches["//conditions:default"] = ":" + name + "_missing"
     native.alias(name = name, actual = select(branches), visibility = visibility, **kwargs)
+
+# The original name: the same macro.
+rcclx_snapshot = prebuilt_snapshot

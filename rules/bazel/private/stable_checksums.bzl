@@ -59,7 +59,7 @@ def _gen_impl(ctx):
 _GEN_ATTRS = dict({
     "srcs": attr.label_list(allow_files = True, mandatory = True, doc = "Files of the snapshots root: every stable/<ver>/metadata.txt and last-stable/<ver>/metadata.txt (a glob of snapshots/**/metadata.txt)."),
     "snapshots_root": attr.string(default = "snapshots", doc = "The snapshots root, relative to the package."),
-    "prefix": attr.string(default = "RCCLX", doc = "Prefix of the generated dict names (<PREFIX>_STABLE_CHECKSUMS, <PREFIX>_LAST_STABLE_CHECKSUMS)."),
+    "prefix": attr.string(mandatory = True, doc = "Prefix of the generated dict names (<PREFIX>_STABLE_CHECKSUMS, <PREFIX>_LAST_STABLE_CHECKSUMS)."),
     "out": attr.string(default = "stable_checksums.bzl", doc = "Name of the checked-in file in the package."),
 }, **tool_attrs(snapctl = True))
 
@@ -128,7 +128,7 @@ _stable_checksums_test = rule(
     },
 )
 
-def stable_checksums(name, srcs, snapshots_root = "snapshots", prefix = "RCCLX", out = "stable_checksums.bzl", **kwargs):
+def stable_checksums(name, srcs, prefix = None, snapshots_root = "snapshots", out = "stable_checksums.bzl", **kwargs):
     """Generates stable_checksums.bzl; adds `<name>.update` and `<name>_test`.
 
     Targets:
@@ -140,10 +140,14 @@ def stable_checksums(name, srcs, snapshots_root = "snapshots", prefix = "RCCLX",
       name: target name.
       srcs: snapshot metadata files (glob(["snapshots/**/metadata.txt"])).
       snapshots_root: snapshots root relative to the package.
-      prefix: dict name prefix, e.g. "RCCLX".
+      prefix: dict name prefix, e.g. "MYLIB" (MYLIB_STABLE_CHECKSUMS); required.
+        Must match the prefix in <snapshots_root>/snapctl.conf (`snapctl
+        create --prefix` records it there).
       out: name of the checked-in file in this package.
       **kwargs: common attributes (visibility, tags) for all three targets.
     """
+    if not prefix:
+        fail("stable_checksums(name = \"%s\"): set `prefix`, the dict-name prefix of the generated file (e.g. prefix = \"MYLIB\" for MYLIB_STABLE_CHECKSUMS)" % name)
     _stable_checksums_gen(name = name, srcs = srcs, snapshots_root = snapshots_root, prefix = prefix, out = out, **kwargs)
     pkg = native.package_name()
     dest = (pkg + "/" + out) if pkg else out

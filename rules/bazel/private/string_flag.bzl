@@ -5,7 +5,7 @@ load(":providers.bzl", "FlagValueInfo")
 def _string_flag_impl(ctx):
     value = ctx.build_setting_value
     if ctx.attr.values and value not in ctx.attr.values:
-        fail("%s: invalid value '%s', allowed: %s" % (ctx.label, value, ", ".join(ctx.attr.values)))
+        fail("%s: invalid value '%s', allowed: %s" % (ctx.label, value, ", ".join([v or "\"\" (empty)" for v in ctx.attr.values])))
     return [FlagValueInfo(value = value)]
 
 string_flag = rule(

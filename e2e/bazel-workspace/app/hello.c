@@ -1,0 +1,16 @@
+/* Prints which fooccl and barccl it was linked against: each library's
+ * channel comes from its own prebuilt_snapshot target, version and commit
+ * from the library itself (source or prebuilt snapshot). */
+#include <stdio.h>
+
+#include "barccl.h"
+#include "fooccl.h"
+
+#define STR2(x) #x
+#define STR(x) STR2(x)
+
+int main(void) {
+    printf("fooccl channel=%s rocm=%s commit=%s\n", STR(FOOCCL_SNAPSHOT_CHANNEL), fooccl_rocm_version(), fooccl_commit());
+    printf("barccl channel=%s rocm=%s commit=%s\n", STR(BARCCL_SNAPSHOT_CHANNEL), barccl_rocm_version(), barccl_commit());
+    return 0;
+}

@@ -1,0 +1,13 @@
+#include "fooccl.h"
+
+#ifndef FOOCCL_ROCM_VERSION
+#error "define FOOCCL_ROCM_VERSION"
+#endif
+#ifndef FOOCCL_COMMIT
+#define FOOCCL_COMMIT source
+#endif
+#define FOOCCL_STR2(x) #x
+#define FOOCCL_STR(x) FOOCCL_STR2(x)
+
+const char *fooccl_rocm_version(void) { return FOOCCL_STR(FOOCCL_ROCM_VERSION); }
+const char *fooccl_commit(void) { return FOOCCL_STR(FOOCCL_COMMIT); }
