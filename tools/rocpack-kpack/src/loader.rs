@@ -196,6 +196,30 @@ pub struct Resolved {
     pub requested_arch: String,
 }
 
+/// One (archive, target) pair a lookup tries (see [`Loader::lookup`]).
+#[derive(Clone, Debug)]
+pub struct Candidate {
+    /// The archive (as listed among the candidate paths).
+    pub archive: PathBuf,
+    /// The open archive (shared with the loader's cache).
+    pub reader: Arc<KpackReader>,
+    /// The target: a `gfx_arches` entry of the archive.
+    pub target: String,
+    /// The requested arch (element of `arch_list`) the target came from.
+    pub requested_arch: String,
+}
+
+/// The archives a lookup tries, in order (see [`Loader::lookup`]).
+#[derive(Clone, Debug)]
+pub struct Lookup {
+    /// The TOC key (`kernel_name#co_index`).
+    pub key: String,
+    /// Every (archive, target) pair, in the runtime's order; never empty.
+    pub candidates: Vec<Candidate>,
+    /// The valid archives, in candidate order.
+    pub archives: Vec<PathBuf>,
+}
+
 /// Why a lookup fails; [`LoadError::code`] gives the runtime's error number.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -355,6 +379,47 @@ impl Loader {
         co_index: u64,
         arch_list: &[&str],
     ) -> Result<(Resolved, Arc<KpackReader>), LoadError> {
+        let lookup = self.lookup(marker, binary_dir, co_index, arch_list)?;
+        let mut last_miss = None;
+        for c in lookup.candidates {
+            if c.reader.entry(&lookup.key, &c.target).is_none() {
+                // Fall through to the next archive listing the target.
+                last_miss = Some(LoadError::KernelNotFound {
+                    archive: c.archive,
+                    key: lookup.key.clone(),
+                    target: c.target,
+                });
+                continue;
+            }
+            return Ok((
+                Resolved {
+                    archive: c.archive,
+                    target: c.target,
+                    key: lookup.key,
+                    requested_arch: c.requested_arch,
+                },
+                c.reader,
+            ));
+        }
+        Err(last_miss.unwrap_or_else(|| LoadError::ArchNotFound {
+            requested: arch_list.iter().map(|s| (*s).to_owned()).collect(),
+            archives: lookup.archives,
+        }))
+    }
+
+    /// Steps 1–4 without fetching: the lookup key and every (archive,
+    /// target) pair the runtime tries for it, in its order (each requested
+    /// arch, each compatible target, each valid archive listing the target).
+    /// The caller tries them in turn and moves on after any per-archive
+    /// failure; `candidates` is never empty (`ARCH_NOT_FOUND` otherwise).
+    /// [`Loader::resolve`] is this plus "the first archive holding the key".
+    pub fn lookup(
+        &mut self,
+        marker: &Marker,
+        binary_dir: &Path,
+        co_index: u64,
+        arch_list: &[&str],
+    ) -> Result<Lookup, LoadError> {
         if arch_list.is_empty() {
             return Err(LoadError::NoArch);
         }
@@ -389,39 +454,30 @@ impl Loader {
                 rejected,
             });
         }
-        let mut last_miss = None;
+        let mut out = Vec::new();
         for arch in arch_list {
             for target in compatible_targets(arch) {
                 for (path, r) in &valid {
-                    if !r.gfx_arches().contains(&target) {
-                        continue;
-                    }
-                    if r.entry(&key, &target).is_none() {
-                        // Fall through to the next archive listing the target.
-                        last_miss = Some(LoadError::KernelNotFound {
+                    if r.gfx_arches().contains(&target) {
+                        out.push(Candidate {
                             archive: path.clone(),
-                            key: key.clone(),
+                            reader: Arc::clone(r),
                             target: target.clone(),
-                        });
-                        continue;
-                    }
-                    return Ok((
-                        Resolved {
-                            archive: path.clone(),
-                            target,
-                            key,
                             requested_arch: (*arch).to_owned(),
-                        },
-                        Arc::clone(r),
-                    ));
+                        });
+                    }
                 }
             }
         }
-        if let Some(miss) = last_miss {
-            return Err(miss);
+        if out.is_empty() {
+            return Err(LoadError::ArchNotFound {
+                requested: arch_list.iter().map(|s| (*s).to_owned()).collect(),
+                archives: valid.into_iter().map(|(p, _)| p).collect(),
+            });
         }
-        Err(LoadError::ArchNotFound {
-            requested: arch_list.iter().map(|s| (*s).to_owned()).collect(),
+        Ok(Lookup {
+            key,
+            candidates: out,
             archives: valid.into_iter().map(|(p, _)| p).collect(),
         })
     }
