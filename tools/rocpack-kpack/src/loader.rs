@@ -147,6 +147,43 @@ fn lexically_normal(p: &Path) -> PathBuf {
     out.iter().collect()
 }
 
+/// One marker search path as the runtime expands it: a path containing
+/// `@GFXARCH@` becomes one path per requested arch × compatible target
+/// (first occurrence replaced, [`compatible_targets`] order); any other
+/// path is used as is. Not yet joined to the binary's directory.
+pub fn expand_search_path(rel: &str, arch_list: &[&str]) -> Vec<String> {
+    if rel.contains(GFXARCH_PLACEHOLDER) {
+        arch_list
+            .iter()
+            .flat_map(|a| compatible_targets(a))
+            .map(|t| rel.replacen(GFXARCH_PLACEHOLDER, &t, 1))
+            .collect()
+    } else {
+        vec![rel.to_owned()]
+    }
+}
+
+/// Step 4's order over archives that opened (`archives`, in candidate
+/// order): for each requested arch, each of its compatible targets (most
+/// specific first), each archive whose `gfx_arches` lists the target:
+/// `(archive index, target, arch_list index)`. A lookup fetches the key from
+/// these in turn and moves on after any per-archive failure. Used by
+/// [`Loader::lookup`] (so by the runtime library and `kpack verify
+/// --installed-tree`) and by `kpack verify` on split trees.
+pub fn match_order(arch_list: &[&str], archives: &[&KpackReader]) -> Vec<(usize, String, usize)> {
+    let mut out = Vec::new();
+    for (ai, arch) in arch_list.iter().enumerate() {
+        for target in compatible_targets(arch) {
+            for (i, r) in archives.iter().enumerate() {
+                if r.gfx_arches().contains(&target) {
+                    out.push((i, target.clone(), ai));
+                }
+            }
+        }
+    }
+    out
+}
+
 /// Candidate archive paths, in the runtime's order (step 2 above).
 /// `arch_list` holds agent ISA names (with or without the
 /// `amdgcn-amd-amdhsa--` prefix), highest priority first.
@@ -161,16 +198,7 @@ pub fn candidate_paths(
     }
     let mut out = env.kpack_path_prefix.clone();
     for rel in &marker.kpack_search_paths {
-        let expanded: Vec<String> = if rel.contains(GFXARCH_PLACEHOLDER) {
-            arch_list
-                .iter()
-                .flat_map(|a| compatible_targets(a))
-                .map(|t| rel.replacen(GFXARCH_PLACEHOLDER, &t, 1))
-                .collect()
-        } else {
-            vec![rel.clone()]
-        };
-        for e in expanded {
+        for e in expand_search_path(rel, arch_list) {
             let p = Path::new(&e);
             let full = if p.is_absolute() {
                 p.to_path_buf()
@@ -454,21 +482,16 @@ impl Loader {
                 rejected,
             });
         }
-        let mut out = Vec::new();
-        for arch in arch_list {
-            for target in compatible_targets(arch) {
-                for (path, r) in &valid {
-                    if r.gfx_arches().contains(&target) {
-                        out.push(Candidate {
-                            archive: path.clone(),
-                            reader: Arc::clone(r),
-                            target: target.clone(),
-                            requested_arch: (*arch).to_owned(),
-                        });
-                    }
-                }
-            }
-        }
+        let readers: Vec<&KpackReader> = valid.iter().map(|(_, r)| r.as_ref()).collect();
+        let out: Vec<Candidate> = match_order(arch_list, &readers)
+            .into_iter()
+            .map(|(i, target, ai)| Candidate {
+                archive: valid[i].0.clone(),
+                reader: Arc::clone(&valid[i].1),
+                target,
+                requested_arch: arch_list[ai].to_owned(),
+            })
+            .collect();
         if out.is_empty() {
             return Err(LoadError::ArchNotFound {
                 requested: arch_list.iter().map(|s| (*s).to_owned()).collect(),
