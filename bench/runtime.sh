@@ -28,8 +28,9 @@ blog "archive $ARCHIVE ($(stat -c %s "$ARCHIVE") bytes), arch $ARCH"
 # The HIP runtime's path: the split binary's marker, the archive installed
 # where it points (overlay of the generic and the arch artifact).
 HOST="$WORK/out/sparse_lib_generic/lib/librocsparse.so.0.1"
-mkdir -p "$WORK/out/sparse_lib_generic/.kpack"
-ln -s "$ARCHIVE" "$WORK/out/sparse_lib_generic/.kpack/$(basename "$ARCHIVE")"
+REL="${ARCHIVE#"$WORK"/out/sparse_lib_"$ARCH"/}"
+mkdir -p "$(dirname "$WORK/out/sparse_lib_generic/$REL")"
+ln -s "$ARCHIVE" "$WORK/out/sparse_lib_generic/$REL" || bdie "install $REL"
 objcopy -O binary --only-section=.rocm_kpack_ref "$HOST" "$WORK/marker.bin" || bdie "objcopy .rocm_kpack_ref"
 
 cc -O2 -I "$BENCH_ROOT/tools/rocpack-runtime/include" "$BENCH_ROOT/bench/runtime_bench.c" \

@@ -113,6 +113,7 @@ int main(int argc, char** argv) {
     unsigned char* marker = slurp(argv[3]);
     if (!marker) return 1;
     const char* archs[1] = {arch};
+    double clat[25];
     for (int i = 0; i < 25; i++) {
       double t0 = now();
       kpack_cache_t c;
@@ -122,9 +123,9 @@ int main(int argc, char** argv) {
       if (kpack_load_code_object(c, marker, argv[4], 0, archs, 1, &co, &cs) != KPACK_SUCCESS) return 1;
       kpack_free_code_object(co);
       kpack_cache_destroy(c);
-      lat[i] = now() - t0;
+      clat[i] = now() - t0;
     }
-    qsort(lat, 25, sizeof lat[0], cmp);
+    qsort(clat, 25, sizeof clat[0], cmp);
     double call = 1e9;
     size_t cos = 0;
     for (int rep = 0; rep < 5; rep++) {
@@ -148,7 +149,7 @@ int main(int argc, char** argv) {
       call = t < call ? t : call;
     }
     free(marker);
-    printf("cache_first_us=%.1f\ncache_all_s=%.4f\ncache_cos=%zu\n", lat[12] * 1e6, call, cos);
+    printf("cache_first_us=%.1f\ncache_all_s=%.4f\ncache_cos=%zu\n", clat[12] * 1e6, call, cos);
   }
   printf("open_first_us=%.1f\nall_s=%.4f\nkernels=%zu\nbytes=%zu\nread_s=%.4f\n", lat[12] * 1e6,
          all, kernels, bytes, rd);
