@@ -403,7 +403,7 @@ pub unsafe extern "C" fn kpack_get_kernel(
 /// `kernel_data` is NULL or a pointer from `kpack_get_kernel`, freed once.
 #[no_mangle]
 pub unsafe extern "C" fn kpack_free_kernel(kernel_data: *mut c_void) {
-    // SAFETY: allocated by `malloc_copy` (libc malloc).
+    // SAFETY: allocated by `MallocBuf` (libc malloc) and handed out once.
     guard_void(|| libc::free(kernel_data))
 }
 
@@ -638,7 +638,7 @@ pub unsafe extern "C" fn kpack_load_code_object(
 /// `code_object` is NULL or a pointer from `kpack_load_code_object`, freed once.
 #[no_mangle]
 pub unsafe extern "C" fn kpack_free_code_object(code_object: *mut c_void) {
-    // SAFETY: allocated by `malloc_copy` (libc malloc).
+    // SAFETY: allocated by `MallocBuf` (libc malloc) and handed out once.
     guard_void(|| libc::free(code_object))
 }
 

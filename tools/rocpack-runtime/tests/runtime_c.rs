@@ -325,3 +325,23 @@ fn exports_exactly_the_fourteen_functions() {
         "SONAME"
     );
 }
+
+#[test]
+fn header_compiles_and_links_as_cpp() {
+    let tmp = tempfile::tempdir().unwrap();
+    let exe = tmp.path().join("header_cpp");
+    let lib = lib_dir();
+    let st = Command::new("c++")
+        .args(["-std=c++17", "-Wall", "-Wextra", "-Werror", "-I"])
+        .arg(manifest_dir().join("include"))
+        .arg(manifest_dir().join("tests/c/header_cpp.cpp"))
+        .arg("-o")
+        .arg(&exe)
+        .arg(lib.join("librocm_kpack.a"))
+        .args(["-lpthread", "-ldl", "-lm", "-lrt", "-lutil", "-lgcc_s"])
+        .status()
+        .expect("c++ (g++) is needed for the C++ header test");
+    assert!(st.success(), "compiling header_cpp.cpp failed");
+    let out = Command::new(&exe).output().unwrap();
+    assert!(out.status.success() && out.stdout == b"ok\n", "{out:?}");
+}
