@@ -8,7 +8,7 @@
 //!
 //! Differences by design: archives are memory-mapped; `none` kernels are
 //! copied once, straight from the mapping into the caller's buffer; zstd
-//! frames are decoded outside any lock, each call with its own context; the
+//! frames are decoded outside any lock, with a per-thread context; the
 //! cache lock is held only while candidates are resolved. Every entry point
 //! checks its pointers and catches panics, so no Rust panic crosses the C
 //! boundary (a caught panic is reported as `KPACK_ERROR_OUT_OF_MEMORY`,
@@ -198,12 +198,32 @@ fn fetch(
         let frame = reader
             .stored_bytes(e.ordinal)
             .ok_or(KPACK_ERROR_INVALID_FORMAT)?;
-        match zstd::bulk::decompress_to_buffer(frame, buf.as_mut_slice()) {
-            Ok(n) if n == len => {}
+        match decompress_into(frame, buf.as_mut_slice()) {
+            Some(n) if n == len => {}
             _ => return Err(KPACK_ERROR_DECOMPRESSION_FAILED),
         }
     }
     Ok((buf.into_raw(), len))
+}
+
+thread_local! {
+    /// This thread's zstd decompression context, created on first use and
+    /// reused by every later lookup on the thread (no lock, no sharing).
+    static DCTX: std::cell::RefCell<Option<zstd::bulk::Decompressor<'static>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// Decode one zstd frame into `out` with this thread's context; the
+/// decoded length, or `None` when the frame does not decode into `out`.
+fn decompress_into(frame: &[u8], out: &mut [u8]) -> Option<usize> {
+    DCTX.with(|cell| {
+        let mut slot = cell.try_borrow_mut().ok()?;
+        if slot.is_none() {
+            *slot = Some(zstd::bulk::Decompressor::new().ok()?);
+        }
+        let d = slot.as_mut()?;
+        d.decompress_to_buffer(frame, out).ok()
+    })
 }
 
 /// A `malloc` block that is freed unless handed out with `into_raw`.
