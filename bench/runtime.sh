@@ -14,7 +14,7 @@ KPACK="${KPACK:-$(kpack_release)}"
 LIBDIR="$(dirname "$KPACK")"
 LIB="$(rocsparse)"
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/rocpack-bench-runtime.XXXXXX")"
-trap 'rm -rf "$WORK"' EXIT
+[ -n "${KEEP_WORK:-}" ] || trap 'rm -rf "$WORK"' EXIT
 
 ART="$WORK/art/sparse_lib_gfxall"
 mkdir -p "$ART/lib"

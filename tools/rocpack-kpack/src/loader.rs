@@ -12,7 +12,9 @@
 //!    requested arch in order, for each of its compatible targets
 //!    ([`compatible_targets`] order), else is used as is.
 //! 3. Each candidate that is an existing regular file and opens becomes a
-//!    valid archive (same canonical file = same archive); failures are skipped.
+//!    valid archive (same file = same archive: the runtime keys by canonical
+//!    path, this cache by device and inode, which names the same file
+//!    without resolving every path component); failures are skipped.
 //!    None valid → `ARCHIVE_NOT_FOUND`.
 //! 4. For each requested arch, for each compatible target, for each valid
 //!    archive in candidate order that lists the target in `gfx_arches`: the
@@ -316,11 +318,33 @@ impl LoadError {
 }
 
 /// A lookup cache like the runtime's `kpack_cache`: opened archives are
-/// kept per canonical path (failures are not cached, as in the runtime).
+/// kept per file (device and inode; failures are not cached, as in the runtime).
 #[derive(Default)]
 pub struct Loader {
     env: LoaderEnv,
-    cache: HashMap<PathBuf, Arc<KpackReader>>,
+    cache: HashMap<FileKey, Arc<KpackReader>>,
+}
+
+/// Which file an archive is: on Unix its device and inode (one `stat`, the
+/// same file through any path, symlink or `..`, with none of the `readlink`
+/// calls of `canonicalize`), elsewhere its canonical path.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+enum FileKey {
+    #[cfg_attr(not(unix), allow(dead_code))]
+    Inode(u64, u64),
+    #[cfg_attr(unix, allow(dead_code))]
+    Path(PathBuf),
+}
+
+#[cfg(unix)]
+fn file_key(_p: &Path, meta: &std::fs::Metadata) -> FileKey {
+    use std::os::unix::fs::MetadataExt;
+    FileKey::Inode(meta.dev(), meta.ino())
+}
+
+#[cfg(not(unix))]
+fn file_key(p: &Path, _meta: &std::fs::Metadata) -> FileKey {
+    FileKey::Path(p.canonicalize().unwrap_or_else(|_| p.to_path_buf()))
 }
 
 impl Loader {
@@ -344,7 +368,7 @@ impl Loader {
         if !meta.is_file() {
             return Ok(None);
         }
-        let key = p.canonicalize().unwrap_or_else(|_| p.to_path_buf());
+        let key = file_key(p, &meta);
         if let Some(r) = self.cache.get(&key) {
             return Ok(Some(Arc::clone(r)));
         }
