@@ -1,10 +1,15 @@
 /* bench/runtime.sh's measuring program: librocm_kpack against plain reads.
- * Usage: runtime_bench ARCHIVE ARCH
+ * Usage: runtime_bench ARCHIVE ARCH [MARKER HOST_BINARY]
  * Prints key=value lines: open_first_us (median of 25 fresh open + first
- * lookup + close), all_s (open, every kernel of ARCH, close; best of 5),
+ * lookup + close), all_s (open, every kernel of ARCH, close; best of 9),
  * kernels, bytes, read_s (pread of the same number of bytes from the blob
  * region in kernel-sized reads into fresh buffers: the bytes-read baseline;
- * best of 5, interleaved with all_s). */
+ * best of 9, interleaved with all_s). With MARKER (the split binary's
+ * .rocm_kpack_ref bytes) and HOST_BINARY (its path, the archive installed
+ * where the marker points), the HIP runtime's path too: cache_first_us
+ * (median of 25 fresh caches: create + kpack_load_code_object #0 + destroy)
+ * and cache_all_s (one fresh cache resolving every co_index; best of 9,
+ * interleaved with the other two). */
 #define _POSIX_C_SOURCE 200809L
 #include <fcntl.h>
 #include <stdio.h>
@@ -25,8 +30,17 @@ static int cmp(const void* a, const void* b) {
   return (x > y) - (x < y);
 }
 
+static unsigned char* slurp(const char* path) {
+  FILE* f = fopen(path, "rb");
+  if (!f) return NULL;
+  unsigned char* b = malloc(1 << 16);
+  size_t n = fread(b, 1, 1 << 16, f);
+  fclose(f);
+  return n ? b : NULL;
+}
+
 int main(int argc, char** argv) {
-  if (argc != 3) return 2;
+  if (argc != 3 && argc != 5) return 2;
   const char* path = argv[1];
   const char* arch = argv[2];
   double lat[25];
@@ -64,10 +78,35 @@ int main(int argc, char** argv) {
   }
   kpack_close(a);
 
-  /* Best of 5, the two measurements interleaved. */
-  double all = 1e9, rd = 1e9;
+  /* Best of 5, the measurements interleaved (archive API, pread baseline,
+   * and with a marker the cache path). */
+  unsigned char* marker = argc == 5 ? slurp(argv[3]) : NULL;
+  if (argc == 5 && !marker) return 1;
+  const char* archs[1] = {arch};
+  double all = 1e9, rd = 1e9, call = 1e9;
+  size_t cos = 0;
   int fd = open(path, O_RDONLY);
-  for (int rep = 0; rep < 5; rep++) {
+  for (int rep = 0; rep < 9; rep++) {
+    if (marker) {
+      double c0 = now();
+      kpack_cache_t c;
+      if (kpack_cache_create(&c) != KPACK_SUCCESS) return 1;
+      cos = 0;
+      for (uint32_t co_index = 0; co_index < n; co_index++) {
+        void* co;
+        size_t cs;
+        kpack_error_t e = kpack_load_code_object(c, marker, argv[4], co_index, archs, 1, &co, &cs);
+        if (e == KPACK_SUCCESS) {
+          kpack_free_code_object(co);
+          cos++;
+        } else if (e != KPACK_ERROR_KERNEL_NOT_FOUND) {
+          return 1;
+        }
+      }
+      kpack_cache_destroy(c);
+      double ct = now() - c0;
+      call = ct < call ? ct : call;
+    }
     double t0 = now();
     if (kpack_open(path, &a) != KPACK_SUCCESS) return 1;
     for (size_t i = 0; i < n; i++) {
@@ -95,6 +134,24 @@ int main(int argc, char** argv) {
   }
   close(fd);
   free(sizes);
+
+  if (marker) {
+    double clat[25];
+    for (int i = 0; i < 25; i++) {
+      double t0 = now();
+      kpack_cache_t c;
+      void* co;
+      size_t cs;
+      if (kpack_cache_create(&c) != KPACK_SUCCESS) return 1;
+      if (kpack_load_code_object(c, marker, argv[4], 0, archs, 1, &co, &cs) != KPACK_SUCCESS) return 1;
+      kpack_free_code_object(co);
+      kpack_cache_destroy(c);
+      clat[i] = now() - t0;
+    }
+    qsort(clat, 25, sizeof clat[0], cmp);
+    free(marker);
+    printf("cache_first_us=%.1f\ncache_all_s=%.4f\ncache_cos=%zu\n", clat[12] * 1e6, call, cos);
+  }
   printf("open_first_us=%.1f\nall_s=%.4f\nkernels=%zu\nbytes=%zu\nread_s=%.4f\n", lat[12] * 1e6,
          all, kernels, bytes, rd);
   return 0;

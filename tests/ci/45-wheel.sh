@@ -10,6 +10,7 @@
 #     target that was not installed); a device wheel without its host, or
 #     with a host of another version, does not resolve;
 #  4. never a partial set: failing splits leave nothing in the output;
+#     --device-package-prefix (normalised) + --compression none through pip;
 #  5. a real ROCm wheel from PyPI (jax-rocm60-plugin 0.5.0, pinned sha256):
 #     split, install host + one device wheel, verify; per-wheel summary.
 . "$(dirname "$0")/lib.sh"
@@ -166,6 +167,20 @@ grep -qx 'Requires-Dist: rocm-sdk-core>=6' "$m" || die "plain --device-requires-
 # xnack variants are never dropped by a base-arch filter (ROCM-25535).
 ls "$W/dirs/fxpkg_device_gfx90a-1.0-py3-none-linux_x86_64/fxpkg/.kpack" | grep -q 'xnack+' \
     || die "gfx90a:xnack+ dropped by --gpu-targets gfx90a:xnack-"
+
+stage "--device-package-prefix, --compression none: pip resolves the renamed extra"
+"$KPACK" split-wheel "$FAT" --overlay-root fxpkg --device-package-prefix Amd.FxPkg_Device \
+    --compression none --gpu-targets gfx942 gfx1100 -o "$W/renamed" >/dev/null
+ls "$W/renamed"
+[ -f "$W/renamed/amd_fxpkg_device_gfx942-1.0-py3-none-linux_x86_64.whl" ] || die "prefix not normalised into the file name"
+$RC "$W/renamed"/*.whl || die "RECORD check (renamed)"
+V="$W/v5"; newvenv "$V"
+pipq "$V" install --no-index --find-links "$W/renamed" 'fxpkg[device-gfx942]'
+"$V/bin/python" -m pip check
+"$V/bin/python" -m pip list --disable-pip-version-check 2>/dev/null | grep -qi '^amd-fxpkg-device-gfx942 *1.0' \
+    || die "amd-fxpkg-device-gfx942 not installed by the extra"
+"$KPACK" verify --installed-tree "$(site "$V")" --gpu-target gfx942
+expect_fail "$KPACK" verify --installed-tree "$(site "$V")" --gpu-target gfx1100
 
 stage "PyPI: a real ROCm wheel"
 PYPI_WHL=jax_rocm60_plugin-0.5.0-cp311-cp311-manylinux_2_28_x86_64.whl

@@ -951,22 +951,16 @@ fn lookup(
     arch: &str,
     installed: &BTreeMap<&str, &rocpack_kpack::KpackReader>,
 ) -> Result<(), LookupError> {
+    // Expansion and match order are the runtime's own (rocpack_kpack's
+    // loader, shared with librocm_kpack); only path resolution differs: the
+    // tree is checked as installed, lexically, not on this machine.
     let key = marker.lookup_key(co_index);
-    let targets = rocpack_kpack::compatible_targets(arch);
     let mut candidates: Vec<String> = Vec::new();
     for s in &marker.kpack_search_paths {
         if Path::new(s).is_absolute() {
             continue;
         }
-        let expanded: Vec<String> = if s.contains(rocpack_kpack::GFXARCH_PLACEHOLDER) {
-            targets
-                .iter()
-                .map(|t| s.replacen(rocpack_kpack::GFXARCH_PLACEHOLDER, t, 1))
-                .collect()
-        } else {
-            vec![s.clone()]
-        };
-        for e in expanded {
+        for e in rocpack_kpack::expand_search_path(s, &[arch]) {
             if let Some(p) = join_lexical(dir, &e) {
                 if !candidates.contains(&p) {
                     candidates.push(p);
@@ -985,28 +979,26 @@ fn lookup(
         )));
     }
     let mut last_miss = None;
-    for t in &targets {
-        for (path, r) in &valid {
-            if !r.gfx_arches().iter().any(|a| a == t) {
-                continue;
-            }
-            if r.entry(&key, t).is_none() {
-                last_miss = Some(format!(
-                    "{path} lists {t} but has no kernel {key} (KERNEL_NOT_FOUND)"
-                ));
-                continue;
-            }
-            let bytes = r.get(&key, t).map_err(|e| {
-                LookupError::Other(format!("{path}: kernel {key} [{t}] does not read: {e}"))
-            })?;
-            let machine = bytes.get(18..20).map(|b| u16::from_le_bytes([b[0], b[1]]));
-            if !bytes.starts_with(b"\x7fELF") || machine != Some(EM_AMDGPU) {
-                return Err(LookupError::Other(format!(
-                    "{path}: kernel {key} [{t}] is not an AMDGPU ELF code object"
-                )));
-            }
-            return Ok(());
+    let readers: Vec<&rocpack_kpack::KpackReader> = valid.iter().map(|(_, r)| *r).collect();
+    for (i, t, _) in rocpack_kpack::match_order(&[arch], &readers) {
+        let (path, r) = valid[i];
+        let t = t.as_str();
+        if r.entry(&key, t).is_none() {
+            last_miss = Some(format!(
+                "{path} lists {t} but has no kernel {key} (KERNEL_NOT_FOUND)"
+            ));
+            continue;
         }
+        let bytes = r.get(&key, t).map_err(|e| {
+            LookupError::Other(format!("{path}: kernel {key} [{t}] does not read: {e}"))
+        })?;
+        let machine = bytes.get(18..20).map(|b| u16::from_le_bytes([b[0], b[1]]));
+        if !bytes.starts_with(b"\x7fELF") || machine != Some(EM_AMDGPU) {
+            return Err(LookupError::Other(format!(
+                "{path}: kernel {key} [{t}] is not an AMDGPU ELF code object"
+            )));
+        }
+        return Ok(());
     }
     if let Some(m) = last_miss {
         return Err(LookupError::NoKernel(m));

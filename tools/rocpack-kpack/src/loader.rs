@@ -12,7 +12,9 @@
 //!    requested arch in order, for each of its compatible targets
 //!    ([`compatible_targets`] order), else is used as is.
 //! 3. Each candidate that is an existing regular file and opens becomes a
-//!    valid archive (same canonical file = same archive); failures are skipped.
+//!    valid archive (same file = same archive: the runtime keys by canonical
+//!    path, this cache by device and inode, which names the same file
+//!    without resolving every path component); failures are skipped.
 //!    None valid → `ARCHIVE_NOT_FOUND`.
 //! 4. For each requested arch, for each compatible target, for each valid
 //!    archive in candidate order that lists the target in `gfx_arches`: the
@@ -147,6 +149,43 @@ fn lexically_normal(p: &Path) -> PathBuf {
     out.iter().collect()
 }
 
+/// One marker search path as the runtime expands it: a path containing
+/// `@GFXARCH@` becomes one path per requested arch × compatible target
+/// (first occurrence replaced, [`compatible_targets`] order); any other
+/// path is used as is. Not yet joined to the binary's directory.
+pub fn expand_search_path(rel: &str, arch_list: &[&str]) -> Vec<String> {
+    if rel.contains(GFXARCH_PLACEHOLDER) {
+        arch_list
+            .iter()
+            .flat_map(|a| compatible_targets(a))
+            .map(|t| rel.replacen(GFXARCH_PLACEHOLDER, &t, 1))
+            .collect()
+    } else {
+        vec![rel.to_owned()]
+    }
+}
+
+/// Step 4's order over archives that opened (`archives`, in candidate
+/// order): for each requested arch, each of its compatible targets (most
+/// specific first), each archive whose `gfx_arches` lists the target:
+/// `(archive index, target, arch_list index)`. A lookup fetches the key from
+/// these in turn and moves on after any per-archive failure. Used by
+/// [`Loader::lookup`] (so by the runtime library and `kpack verify
+/// --installed-tree`) and by `kpack verify` on split trees.
+pub fn match_order(arch_list: &[&str], archives: &[&KpackReader]) -> Vec<(usize, String, usize)> {
+    let mut out = Vec::new();
+    for (ai, arch) in arch_list.iter().enumerate() {
+        for target in compatible_targets(arch) {
+            for (i, r) in archives.iter().enumerate() {
+                if r.gfx_arches().contains(&target) {
+                    out.push((i, target.clone(), ai));
+                }
+            }
+        }
+    }
+    out
+}
+
 /// Candidate archive paths, in the runtime's order (step 2 above).
 /// `arch_list` holds agent ISA names (with or without the
 /// `amdgcn-amd-amdhsa--` prefix), highest priority first.
@@ -161,16 +200,7 @@ pub fn candidate_paths(
     }
     let mut out = env.kpack_path_prefix.clone();
     for rel in &marker.kpack_search_paths {
-        let expanded: Vec<String> = if rel.contains(GFXARCH_PLACEHOLDER) {
-            arch_list
-                .iter()
-                .flat_map(|a| compatible_targets(a))
-                .map(|t| rel.replacen(GFXARCH_PLACEHOLDER, &t, 1))
-                .collect()
-        } else {
-            vec![rel.clone()]
-        };
-        for e in expanded {
+        for e in expand_search_path(rel, arch_list) {
             let p = Path::new(&e);
             let full = if p.is_absolute() {
                 p.to_path_buf()
@@ -194,6 +224,30 @@ pub struct Resolved {
     pub key: String,
     /// The requested arch (element of `arch_list`) that matched.
     pub requested_arch: String,
+}
+
+/// One (archive, target) pair a lookup tries (see [`Loader::lookup`]).
+#[derive(Clone, Debug)]
+pub struct Candidate {
+    /// The archive (as listed among the candidate paths).
+    pub archive: PathBuf,
+    /// The open archive (shared with the loader's cache).
+    pub reader: Arc<KpackReader>,
+    /// The target: a `gfx_arches` entry of the archive.
+    pub target: String,
+    /// The requested arch (element of `arch_list`) the target came from.
+    pub requested_arch: String,
+}
+
+/// The archives a lookup tries, in order (see [`Loader::lookup`]).
+#[derive(Clone, Debug)]
+pub struct Lookup {
+    /// The TOC key (`kernel_name#co_index`).
+    pub key: String,
+    /// Every (archive, target) pair, in the runtime's order; never empty.
+    pub candidates: Vec<Candidate>,
+    /// The valid archives, in candidate order.
+    pub archives: Vec<PathBuf>,
 }
 
 /// Why a lookup fails; [`LoadError::code`] gives the runtime's error number.
@@ -264,11 +318,33 @@ impl LoadError {
 }
 
 /// A lookup cache like the runtime's `kpack_cache`: opened archives are
-/// kept per canonical path (failures are not cached, as in the runtime).
+/// kept per file (device and inode; failures are not cached, as in the runtime).
 #[derive(Default)]
 pub struct Loader {
     env: LoaderEnv,
-    cache: HashMap<PathBuf, Arc<KpackReader>>,
+    cache: HashMap<FileKey, Arc<KpackReader>>,
+}
+
+/// Which file an archive is: on Unix its device and inode (one `stat`, the
+/// same file through any path, symlink or `..`, with none of the `readlink`
+/// calls of `canonicalize`), elsewhere its canonical path.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+enum FileKey {
+    #[cfg_attr(not(unix), allow(dead_code))]
+    Inode(u64, u64),
+    #[cfg_attr(unix, allow(dead_code))]
+    Path(PathBuf),
+}
+
+#[cfg(unix)]
+fn file_key(_p: &Path, meta: &std::fs::Metadata) -> FileKey {
+    use std::os::unix::fs::MetadataExt;
+    FileKey::Inode(meta.dev(), meta.ino())
+}
+
+#[cfg(not(unix))]
+fn file_key(p: &Path, _meta: &std::fs::Metadata) -> FileKey {
+    FileKey::Path(p.canonicalize().unwrap_or_else(|_| p.to_path_buf()))
 }
 
 impl Loader {
@@ -292,7 +368,7 @@ impl Loader {
         if !meta.is_file() {
             return Ok(None);
         }
-        let key = p.canonicalize().unwrap_or_else(|_| p.to_path_buf());
+        let key = file_key(p, &meta);
         if let Some(r) = self.cache.get(&key) {
             return Ok(Some(Arc::clone(r)));
         }
@@ -355,6 +431,47 @@ impl Loader {
         co_index: u64,
         arch_list: &[&str],
     ) -> Result<(Resolved, Arc<KpackReader>), LoadError> {
+        let lookup = self.lookup(marker, binary_dir, co_index, arch_list)?;
+        let mut last_miss = None;
+        for c in lookup.candidates {
+            if c.reader.entry(&lookup.key, &c.target).is_none() {
+                // Fall through to the next archive listing the target.
+                last_miss = Some(LoadError::KernelNotFound {
+                    archive: c.archive,
+                    key: lookup.key.clone(),
+                    target: c.target,
+                });
+                continue;
+            }
+            return Ok((
+                Resolved {
+                    archive: c.archive,
+                    target: c.target,
+                    key: lookup.key,
+                    requested_arch: c.requested_arch,
+                },
+                c.reader,
+            ));
+        }
+        Err(last_miss.unwrap_or_else(|| LoadError::ArchNotFound {
+            requested: arch_list.iter().map(|s| (*s).to_owned()).collect(),
+            archives: lookup.archives,
+        }))
+    }
+
+    /// Steps 1–4 without fetching: the lookup key and every (archive,
+    /// target) pair the runtime tries for it, in its order (each requested
+    /// arch, each compatible target, each valid archive listing the target).
+    /// The caller tries them in turn and moves on after any per-archive
+    /// failure; `candidates` is never empty (`ARCH_NOT_FOUND` otherwise).
+    /// [`Loader::resolve`] is this plus "the first archive holding the key".
+    pub fn lookup(
+        &mut self,
+        marker: &Marker,
+        binary_dir: &Path,
+        co_index: u64,
+        arch_list: &[&str],
+    ) -> Result<Lookup, LoadError> {
         if arch_list.is_empty() {
             return Err(LoadError::NoArch);
         }
@@ -389,39 +506,25 @@ impl Loader {
                 rejected,
             });
         }
-        let mut last_miss = None;
-        for arch in arch_list {
-            for target in compatible_targets(arch) {
-                for (path, r) in &valid {
-                    if !r.gfx_arches().contains(&target) {
-                        continue;
-                    }
-                    if r.entry(&key, &target).is_none() {
-                        // Fall through to the next archive listing the target.
-                        last_miss = Some(LoadError::KernelNotFound {
-                            archive: path.clone(),
-                            key: key.clone(),
-                            target: target.clone(),
-                        });
-                        continue;
-                    }
-                    return Ok((
-                        Resolved {
-                            archive: path.clone(),
-                            target,
-                            key,
-                            requested_arch: (*arch).to_owned(),
-                        },
-                        Arc::clone(r),
-                    ));
-                }
-            }
+        let readers: Vec<&KpackReader> = valid.iter().map(|(_, r)| r.as_ref()).collect();
+        let out: Vec<Candidate> = match_order(arch_list, &readers)
+            .into_iter()
+            .map(|(i, target, ai)| Candidate {
+                archive: valid[i].0.clone(),
+                reader: Arc::clone(&valid[i].1),
+                target,
+                requested_arch: arch_list[ai].to_owned(),
+            })
+            .collect();
+        if out.is_empty() {
+            return Err(LoadError::ArchNotFound {
+                requested: arch_list.iter().map(|s| (*s).to_owned()).collect(),
+                archives: valid.into_iter().map(|(p, _)| p).collect(),
+            });
         }
-        if let Some(miss) = last_miss {
-            return Err(miss);
-        }
-        Err(LoadError::ArchNotFound {
-            requested: arch_list.iter().map(|s| (*s).to_owned()).collect(),
+        Ok(Lookup {
+            key,
+            candidates: out,
             archives: valid.into_iter().map(|(p, _)| p).collect(),
         })
     }

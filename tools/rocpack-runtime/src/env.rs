@@ -2,10 +2,12 @@
 
 use rocpack_kpack::LoaderEnv;
 
-/// `ROCM_KPACK_DISABLE` / `ROCM_KPACK_DEBUG` truthiness, as ROCm's runtime:
-/// set, non-empty and not starting with `'0'` means on.
+/// `ROCM_KPACK_DISABLE` / `ROCM_KPACK_DEBUG` truthiness, as ROCm's current
+/// runtime (`kpack-reference.md` §12.1): any non-empty value other than
+/// exactly `"0"` means on; unset, `""` and `"0"` mean off (so `"00"`,
+/// `"false"` and `"no"` are on: the value is not interpreted).
 pub fn flag_is_on(value: Option<&str>) -> bool {
-    matches!(value, Some(v) if !v.is_empty() && !v.starts_with('0'))
+    matches!(value, Some(v) if !v.is_empty() && v != "0")
 }
 
 /// What a cache reads from the environment.
@@ -52,7 +54,9 @@ mod tests {
             (None, false),
             (Some(""), false),
             (Some("0"), false),
-            (Some("00"), false),
+            (Some("00"), true),
+            (Some("0 "), true),
+            (Some(" "), true),
             (Some("1"), true),
             (Some("true"), true),
             (Some("false"), true),

@@ -8,7 +8,7 @@
 //!
 //! Differences by design: archives are memory-mapped; `none` kernels are
 //! copied once, straight from the mapping into the caller's buffer; zstd
-//! frames are decoded outside any lock, each call with its own context; the
+//! frames are decoded outside any lock, with a per-thread context; the
 //! cache lock is held only while candidates are resolved. Every entry point
 //! checks its pointers and catches panics, so no Rust panic crosses the C
 //! boundary (a caught panic is reported as `KPACK_ERROR_OUT_OF_MEMORY`,
@@ -20,6 +20,7 @@
 
 use std::collections::HashMap;
 use std::ffi::{c_char, c_void, CStr, CString, OsStr};
+use std::fs::File;
 use std::os::unix::ffi::OsStrExt;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
@@ -63,7 +64,7 @@ pub struct KpackArchive {
     reader: KpackReader,
     /// The same file, for `pread` of `none` kernels straight into the
     /// caller's buffer (no page-fault walk over the mapping).
-    file: std::fs::File,
+    file: File,
     arches: Vec<CString>,
     binaries: Vec<CString>,
 }
@@ -71,24 +72,25 @@ pub struct KpackArchive {
 /// A lookup cache (`kpack_cache_t` is a pointer to it).
 pub struct KpackCache {
     env: RuntimeEnv,
-    /// Resolution (which archive, target and key); held only while resolving.
+    /// Resolution (candidate archives, opened once per canonical path by
+    /// the shared [`Loader`]); held only while the candidates are listed,
+    /// never while a kernel is copied or decompressed.
     loader: Mutex<Loader>,
-    /// Archives kernels are fetched from, by the path the loader chose.
-    archives: Mutex<HashMap<PathBuf, Arc<KpackArchive>>>,
+    /// File handles for `pread` of `none` kernels, by archive path.
+    files: Mutex<HashMap<PathBuf, Arc<File>>>,
 }
 
 impl KpackCache {
-    fn archive(&self, path: &Path) -> Result<Arc<KpackArchive>, kpack_error_t> {
-        let mut map = self
-            .archives
-            .lock()
-            .map_err(|_| KPACK_ERROR_OUT_OF_MEMORY)?;
-        if let Some(a) = map.get(path) {
-            return Ok(Arc::clone(a));
+    /// A `pread` handle for the archive `reader` was opened from.
+    fn file(&self, reader: &KpackReader) -> Result<Arc<File>, kpack_error_t> {
+        let path = reader.path().ok_or(KPACK_ERROR_IO_ERROR)?;
+        let mut map = self.files.lock().map_err(|_| KPACK_ERROR_OUT_OF_MEMORY)?;
+        if let Some(f) = map.get(path) {
+            return Ok(Arc::clone(f));
         }
-        let a = Arc::new(KpackArchive::open(path)?);
-        map.insert(path.to_path_buf(), Arc::clone(&a));
-        Ok(a)
+        let f = Arc::new(File::open(path).map_err(|_| KPACK_ERROR_IO_ERROR)?);
+        map.insert(path.to_path_buf(), Arc::clone(&f));
+        Ok(f)
     }
 }
 
@@ -144,7 +146,7 @@ impl KpackArchive {
             Ok(m) if m.len() == 0 => return Err(KPACK_ERROR_IO_ERROR),
             Ok(_) => {}
         }
-        let file = std::fs::File::open(path).map_err(|_| KPACK_ERROR_IO_ERROR)?;
+        let file = File::open(path).map_err(|_| KPACK_ERROR_IO_ERROR)?;
         let reader = KpackReader::open(path).map_err(|e| open_error_code(e.kind()))?;
         let arches = cstrings(reader.gfx_arches().iter().map(String::as_str));
         let mut keys: Vec<&str> = reader.binary_keys().collect();
@@ -160,42 +162,68 @@ impl KpackArchive {
     }
 }
 
-impl KpackArchive {
-    /// The code object of `(key, target)` in a fresh `malloc` block: `none`
-    /// kernels are read with `pread` into it, zstd frames decoded from the
-    /// mapping into it. One copy, no intermediate buffer, no lock.
-    fn fetch(&self, key: &str, target: &str) -> Result<(*mut c_void, usize), kpack_error_t> {
-        use std::os::unix::fs::FileExt;
-        let e = self
-            .reader
-            .entry(key, target)
-            .ok_or(KPACK_ERROR_KERNEL_NOT_FOUND)?;
-        let loc = self
-            .reader
-            .blob_location(e.ordinal)
-            .ok_or(KPACK_ERROR_INVALID_FORMAT)?;
-        let (len, scheme_none) = match self.reader.scheme() {
-            Scheme::None => (loc.size, true),
-            Scheme::ZstdPerKernel => (e.original_size, false),
-        };
-        let len = usize::try_from(len).map_err(|_| KPACK_ERROR_OUT_OF_MEMORY)?;
-        let mut buf = MallocBuf::new(len).ok_or(KPACK_ERROR_OUT_OF_MEMORY)?;
-        if scheme_none {
-            self.file
-                .read_exact_at(buf.as_mut_slice(), loc.offset)
-                .map_err(|_| KPACK_ERROR_IO_ERROR)?;
-        } else {
-            let frame = self
-                .reader
-                .stored_bytes(e.ordinal)
-                .ok_or(KPACK_ERROR_INVALID_FORMAT)?;
-            match zstd::bulk::decompress_to_buffer(frame, buf.as_mut_slice()) {
-                Ok(n) if n == len => {}
-                _ => return Err(KPACK_ERROR_DECOMPRESSION_FAILED),
+/// The code object of `(key, target)` in a fresh `malloc` block: `none`
+/// kernels are read with `pread` from `file` into it, zstd frames decoded
+/// from the mapping into it. One copy, no intermediate buffer, no lock.
+/// An archive with more zstd frames than the runtime limit
+/// ([`rocpack_kpack::ZSTD_MAX_KERNELS`]) is refused.
+fn fetch(
+    reader: &KpackReader,
+    file: &File,
+    key: &str,
+    target: &str,
+) -> Result<(*mut c_void, usize), kpack_error_t> {
+    use std::os::unix::fs::FileExt;
+    let e = reader
+        .entry(key, target)
+        .ok_or(KPACK_ERROR_KERNEL_NOT_FOUND)?;
+    let loc = reader
+        .blob_location(e.ordinal)
+        .ok_or(KPACK_ERROR_INVALID_FORMAT)?;
+    let (len, scheme_none) = match reader.scheme() {
+        Scheme::None => (loc.size, true),
+        Scheme::ZstdPerKernel => {
+            if reader.len() as u64 > rocpack_kpack::ZSTD_MAX_KERNELS {
+                return Err(KPACK_ERROR_INVALID_FORMAT);
             }
+            (e.original_size, false)
         }
-        Ok((buf.into_raw(), len))
+    };
+    let len = usize::try_from(len).map_err(|_| KPACK_ERROR_OUT_OF_MEMORY)?;
+    let mut buf = MallocBuf::new(len).ok_or(KPACK_ERROR_OUT_OF_MEMORY)?;
+    if scheme_none {
+        file.read_exact_at(buf.as_mut_slice(), loc.offset)
+            .map_err(|_| KPACK_ERROR_IO_ERROR)?;
+    } else {
+        let frame = reader
+            .stored_bytes(e.ordinal)
+            .ok_or(KPACK_ERROR_INVALID_FORMAT)?;
+        match decompress_into(frame, buf.as_mut_slice()) {
+            Some(n) if n == len => {}
+            _ => return Err(KPACK_ERROR_DECOMPRESSION_FAILED),
+        }
     }
+    Ok((buf.into_raw(), len))
+}
+
+thread_local! {
+    /// This thread's zstd decompression context, created on first use and
+    /// reused by every later lookup on the thread (no lock, no sharing).
+    static DCTX: std::cell::RefCell<Option<zstd::bulk::Decompressor<'static>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// Decode one zstd frame into `out` with this thread's context; the
+/// decoded length, or `None` when the frame does not decode into `out`.
+fn decompress_into(frame: &[u8], out: &mut [u8]) -> Option<usize> {
+    DCTX.with(|cell| {
+        let mut slot = cell.try_borrow_mut().ok()?;
+        if slot.is_none() {
+            *slot = Some(zstd::bulk::Decompressor::new().ok()?);
+        }
+        let d = slot.as_mut()?;
+        d.decompress_to_buffer(frame, out).ok()
+    })
 }
 
 /// A `malloc` block that is freed unless handed out with `into_raw`.
@@ -377,7 +405,8 @@ pub unsafe extern "C" fn kpack_get_kernel(
         ) else {
             return KPACK_ERROR_KERNEL_NOT_FOUND;
         };
-        match (&*archive).fetch(key, arch) {
+        let a = &*archive;
+        match fetch(&a.reader, &a.file, key, arch) {
             Ok((p, n)) => {
                 *kernel_data = p;
                 *kernel_size = n;
@@ -394,7 +423,7 @@ pub unsafe extern "C" fn kpack_get_kernel(
 /// `kernel_data` is NULL or a pointer from `kpack_get_kernel`, freed once.
 #[no_mangle]
 pub unsafe extern "C" fn kpack_free_kernel(kernel_data: *mut c_void) {
-    // SAFETY: allocated by `malloc_copy` (libc malloc).
+    // SAFETY: allocated by `MallocBuf` (libc malloc) and handed out once.
     guard_void(|| libc::free(kernel_data))
 }
 
@@ -413,7 +442,7 @@ pub unsafe extern "C" fn kpack_cache_create(cache: *mut *mut KpackCache) -> kpac
         *cache = Box::into_raw(Box::new(KpackCache {
             env,
             loader: Mutex::new(loader),
-            archives: Mutex::new(HashMap::new()),
+            files: Mutex::new(HashMap::new()),
         }));
         KPACK_SUCCESS
     })
@@ -572,40 +601,54 @@ pub unsafe extern "C" fn kpack_load_code_object(
         let dir = binary
             .parent()
             .map_or_else(|| PathBuf::from("."), Path::to_path_buf);
-        let resolved = match cache.loader.lock() {
-            Ok(mut l) => l.resolve(&marker, &dir, u64::from(co_index), &archs),
+        let lookup = match cache.loader.lock() {
+            Ok(mut l) => l.lookup(&marker, &dir, u64::from(co_index), &archs),
             Err(_) => return KPACK_ERROR_OUT_OF_MEMORY,
         };
-        let fetched = match &resolved {
-            Ok(r) => cache
-                .archive(&r.archive)
-                .and_then(|a| a.fetch(&r.key, &r.target)),
-            Err(e) => Err(load_error_code(e)),
+        let lookup = match lookup {
+            Ok(l) => l,
+            Err(e) => {
+                if cache.env.debug {
+                    eprintln!("kpack: {}#{co_index}: {e}", marker.kernel_name);
+                }
+                return load_error_code(&e);
+            }
         };
-        if cache.env.debug {
-            match (&resolved, &fetched) {
-                (Ok(r), Ok((_, n))) => eprintln!(
-                    "kpack: {}#{co_index} -> {} [{}] ({n} bytes)",
-                    marker.kernel_name,
-                    r.archive.display(),
-                    r.target
-                ),
-                (Ok(r), Err(code)) => eprintln!(
-                    "kpack: {}#{co_index}: {}: error {code:?}",
-                    marker.kernel_name,
-                    r.archive.display()
-                ),
-                (Err(e), _) => eprintln!("kpack: {}#{co_index}: {e}", marker.kernel_name),
+        // Fall-through: every (archive, target) candidate in order; any
+        // per-archive failure moves on, the last one is returned.
+        let mut last = KPACK_ERROR_KERNEL_NOT_FOUND;
+        for c in &lookup.candidates {
+            let got = cache
+                .file(&c.reader)
+                .and_then(|f| fetch(&c.reader, &f, &lookup.key, &c.target));
+            match got {
+                Ok((p, n)) => {
+                    if cache.env.debug {
+                        eprintln!(
+                            "kpack: {} -> {} [{}] ({n} bytes)",
+                            lookup.key,
+                            c.archive.display(),
+                            c.target
+                        );
+                    }
+                    *code_object_out = p;
+                    *code_object_size_out = n;
+                    return KPACK_SUCCESS;
+                }
+                Err(code) => {
+                    if cache.env.debug {
+                        eprintln!(
+                            "kpack: {}: {} [{}]: {code:?}, trying the next archive",
+                            lookup.key,
+                            c.archive.display(),
+                            c.target
+                        );
+                    }
+                    last = code;
+                }
             }
         }
-        match fetched {
-            Ok((p, n)) => {
-                *code_object_out = p;
-                *code_object_size_out = n;
-                KPACK_SUCCESS
-            }
-            Err(code) => code,
-        }
+        last
     })
 }
 
@@ -615,7 +658,7 @@ pub unsafe extern "C" fn kpack_load_code_object(
 /// `code_object` is NULL or a pointer from `kpack_load_code_object`, freed once.
 #[no_mangle]
 pub unsafe extern "C" fn kpack_free_code_object(code_object: *mut c_void) {
-    // SAFETY: allocated by `malloc_copy` (libc malloc).
+    // SAFETY: allocated by `MallocBuf` (libc malloc) and handed out once.
     guard_void(|| libc::free(code_object))
 }
 

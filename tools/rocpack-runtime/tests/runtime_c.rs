@@ -105,6 +105,54 @@ fn setup(dir: &Path) {
     write(&dir.join("lib2/libhip.so"), b"host");
     write(&dir.join("lib2/.kpack/x_gfx1100.kpack"), &other);
     write(&dir.join("lib2/.kpack/y_gfx1100.kpack"), &zstd);
+    // lib3: x holds the key but its frame does not decode; y has it.
+    // lib4: only that broken archive.
+    let broken = broken_frame_archive();
+    for d in ["lib3", "lib4"] {
+        write(&dir.join(d).join("libhip.so"), b"host");
+        write(&dir.join(d).join(".kpack/x_gfx1100.kpack"), &broken);
+    }
+    write(&dir.join("lib3/.kpack/y_gfx1100.kpack"), &zstd);
+    // A 64 MiB `none` kernel (the OUT_OF_MEMORY test).
+    let mut w = KpackWriter::new(Compression::None);
+    w.group_name("big").arch_family("gfx942").arches(["gfx942"]);
+    w.add("big#0", "gfx942", vec![7u8; 64 << 20]).unwrap();
+    let (cur, _) = w.write_to(std::io::Cursor::new(Vec::new())).unwrap();
+    write(&dir.join("big/none.kpack"), &cur.into_inner());
+}
+
+/// A zstd archive holding `lib/libhip.so#0` for gfx1100 whose frame passes
+/// every open-time check (frame length, content size) but fails to decode:
+/// one byte of the compressed block is changed, chosen with the zstd crate
+/// as the oracle (it must reject the frame) and our reader as the filter
+/// (it must still open the archive).
+fn broken_frame_archive() -> Vec<u8> {
+    let data: Vec<u8> = (0..16384u32)
+        .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8 & 0x1f)
+        .collect();
+    let mut w = KpackWriter::new(Compression::Zstd { level: 3 });
+    w.group_name("broken")
+        .arch_family("gfx110X")
+        .arches(["gfx1100"]);
+    w.add("lib/libhip.so#0", "gfx1100", data).unwrap();
+    let (cur, _) = w.write_to(std::io::Cursor::new(Vec::new())).unwrap();
+    let good = cur.into_inner();
+    let r = rocpack_kpack::KpackReader::from_bytes(&good).unwrap();
+    let e = r.entry("lib/libhip.so#0", "gfx1100").unwrap();
+    let loc = r.blob_location(e.ordinal).unwrap();
+    let (start, end) = (loc.offset as usize, (loc.offset + loc.size) as usize);
+    for pos in (start + 8..end).rev() {
+        for x in [0xffu8, 0x80, 0x01] {
+            let mut v = good.clone();
+            v[pos] ^= x;
+            let decodes =
+                zstd::bulk::decompress(&v[start..end], 1 << 20).is_ok_and(|d| d.len() == 16384);
+            if !decodes && rocpack_kpack::KpackReader::from_bytes(&v).is_ok() {
+                return v;
+            }
+        }
+    }
+    panic!("no single-byte change breaks the frame yet passes the reader");
 }
 
 fn compile(out: &Path, static_link: bool) -> PathBuf {
@@ -153,13 +201,14 @@ fn compile(out: &Path, static_link: bool) -> PathBuf {
     exe
 }
 
-fn run(exe: &Path, mode: &str, dir: &Path, env: &[(&str, String)]) {
+fn run(exe: &Path, mode: &str, dir: &Path, env: &[(&str, String)]) -> String {
     let mut cmd = Command::new(exe);
     cmd.arg(mode).arg(dir);
     for k in [
         "ROCM_KPACK_PATH",
         "ROCM_KPACK_PATH_PREFIX",
         "ROCM_KPACK_DISABLE",
+        "ROCM_KPACK_DEBUG",
     ] {
         cmd.env_remove(k);
     }
@@ -174,6 +223,7 @@ fn run(exe: &Path, mode: &str, dir: &Path, env: &[(&str, String)]) {
         "{mode} failed:\n{stdout}\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
 fn all_modes(static_link: bool) {
@@ -184,13 +234,38 @@ fn all_modes(static_link: bool) {
     run(&exe, "api", &dir, &[]);
     run(&exe, "load", &dir, &[]);
     run(&exe, "threads", &dir, &[]);
-    for v in ["1", "true", "yes"] {
+    run(&exe, "oom", &dir, &[]);
+    run(&exe, "envonce", &dir, &[]);
+    // Truthiness (kpack-reference §12.1): any non-empty value other than
+    // exactly "0" is on, whatever it says; "0" and "" are off.
+    for v in ["1", "true", "yes", "false", "no", "00", "0 ", " ", "off"] {
         run(&exe, "disabled", &dir, &[("ROCM_KPACK_DISABLE", v.into())]);
     }
-    // "0" and "" mean off: loads work.
     for v in ["0", ""] {
         run(&exe, "load", &dir, &[("ROCM_KPACK_DISABLE", v.into())]);
     }
+    // ROCM_KPACK_DEBUG: `kpack: ` lines on stderr when on, silence when off.
+    for v in ["1", "00", "false"] {
+        let err = run(&exe, "debug", &dir, &[("ROCM_KPACK_DEBUG", v.into())]);
+        let lines: Vec<&str> = err.lines().filter(|l| l.starts_with("kpack: ")).collect();
+        assert!(lines.len() >= 2, "ROCM_KPACK_DEBUG={v:?}: {err}");
+        assert!(
+            lines.iter().any(|l| l.contains("lib/libhip.so#0 -> ")),
+            "{err}"
+        );
+    }
+    for v in ["0", ""] {
+        let err = run(&exe, "debug", &dir, &[("ROCM_KPACK_DEBUG", v.into())]);
+        assert!(
+            !err.contains("kpack: "),
+            "ROCM_KPACK_DEBUG={v:?} printed: {err}"
+        );
+    }
+    let err = run(&exe, "debug", &dir, &[]);
+    assert!(
+        !err.contains("kpack: "),
+        "unset ROCM_KPACK_DEBUG printed: {err}"
+    );
     let only = dir.join("lib/.kpack/x_gfx1100.kpack").display().to_string();
     run(&exe, "archnf", &dir, &[("ROCM_KPACK_PATH", only.clone())]);
     // ROCM_KPACK_PATH_PREFIX is searched first, and ignored when PATH is set.
@@ -249,4 +324,24 @@ fn exports_exactly_the_fourteen_functions() {
         String::from_utf8_lossy(&d.stdout).contains("Library soname: [librocm_kpack.so.0]"),
         "SONAME"
     );
+}
+
+#[test]
+fn header_compiles_and_links_as_cpp() {
+    let tmp = tempfile::tempdir().unwrap();
+    let exe = tmp.path().join("header_cpp");
+    let lib = lib_dir();
+    let st = Command::new("c++")
+        .args(["-std=c++17", "-Wall", "-Wextra", "-Werror", "-I"])
+        .arg(manifest_dir().join("include"))
+        .arg(manifest_dir().join("tests/c/header_cpp.cpp"))
+        .arg("-o")
+        .arg(&exe)
+        .arg(lib.join("librocm_kpack.a"))
+        .args(["-lpthread", "-ldl", "-lm", "-lrt", "-lutil", "-lgcc_s"])
+        .status()
+        .expect("c++ (g++) is needed for the C++ header test");
+    assert!(st.success(), "compiling header_cpp.cpp failed");
+    let out = Command::new(&exe).output().unwrap();
+    assert!(out.status.success() && out.stdout == b"ok\n", "{out:?}");
 }

@@ -305,3 +305,110 @@ fn refuses_unsafe_or_inconsistent_wheels() {
         assert!(!t.path().join("evil.py").exists());
     }
 }
+
+/// `--device-package-prefix` (normalised), `--compression none`,
+/// `--device-requires-dist` with `@GFXARCH@` (target wheels only) and
+/// family wheels from a packaging config whose dependencies all exist.
+#[test]
+fn prefix_compression_requires_and_families() {
+    let t = tempfile::tempdir().unwrap();
+    let input = t.path().join(WHEEL);
+    make_wheel(&input, &base_files());
+    let out = t.path().join("out");
+    let mut o = opts(&input, &out);
+    o.device_package_prefix = Some("AMD.Fx_Device".into());
+    o.compression = rocpack_kpack::Compression::None;
+    o.device_requires_dist = vec![
+        "rocm-sdk-device-@GFXARCH@>=7".into(),
+        "rocm-sdk-core".into(),
+    ];
+    o.config = Some(
+        rocpack_artifacts::config::PackagingConfig::parse(
+            br#"{"primary_shard": "x", "architecture_groups": {
+                 "gfx9X": {"display_name": "a", "architectures": ["gfx90a", "gfx942", "gfx950"]},
+                 "gfx101X": {"display_name": "b", "architectures": ["gfx1010"]}}}"#,
+            Path::new("cfg.json"),
+        )
+        .unwrap(),
+    );
+    let r = split_wheel(&o, &NoProgress).unwrap();
+    assert_eq!(r.skipped_groups, ["gfx101X"]);
+    let files: Vec<String> = fs::read_dir(&out)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    // Every distribution a wheel depends on is one of the wheels written
+    // (or the external `rocm-sdk-*` ones asked for).
+    let mut dists = std::collections::BTreeSet::new();
+    let mut requires = Vec::new();
+    for f in &files {
+        let z = read_zip(&out.join(f));
+        let (_, (m, _)) = z
+            .iter()
+            .find(|(k, _)| k.ends_with(".dist-info/METADATA"))
+            .unwrap();
+        let m = text(m);
+        let name = m
+            .lines()
+            .find_map(|l| l.strip_prefix("Name: "))
+            .unwrap()
+            .to_string();
+        dists.insert(name.to_lowercase().replace(['_', '.'], "-"));
+        for l in m.lines().filter_map(|l| l.strip_prefix("Requires-Dist: ")) {
+            requires.push((name.clone(), l.to_string()));
+        }
+        // --compression none: every archive is stored raw (scheme "none").
+        for (k, (b, _)) in &z {
+            if k.ends_with(".kpack") {
+                let r = rocpack_kpack::KpackReader::from_bytes(b).unwrap();
+                assert_eq!(r.scheme(), rocpack_kpack::Scheme::None, "{k}");
+            }
+        }
+    }
+    for t in &r.targets {
+        let dist = format!("amd-fx-device-{t}");
+        assert!(dists.contains(&dist), "{dist} not in {dists:?}");
+        let f = format!(
+            "amd_fx_device_{}-2.0-py3-none-linux_x86_64.whl",
+            t.replace('-', "_")
+        );
+        assert!(files.contains(&f), "{f} not in {files:?}");
+        assert!(
+            requires.contains(&(dist.clone(), format!("rocm-sdk-device-{t}>=7"))),
+            "{requires:?}"
+        );
+        assert!(requires.contains(&(dist.clone(), "rocm-sdk-core".into())));
+        assert!(requires.contains(&(dist.clone(), "fx-pkg==2.0".into())));
+        assert!(requires.contains(&(
+            "fx-pkg".into(),
+            format!("{dist}==2.0; extra == \"device-{t}\"")
+        )));
+        assert!(requires.contains(&(
+            "fx-pkg".into(),
+            format!("{dist}==2.0; extra == \"device-all\"")
+        )));
+    }
+    // The family wheel: its members that exist, no @GFXARCH@ entry.
+    let fam: Vec<&String> = requires
+        .iter()
+        .filter(|(n, _)| n == "amd-fx-device-gfx9x")
+        .map(|(_, r)| r)
+        .collect();
+    assert_eq!(
+        fam,
+        [
+            "fx-pkg==2.0",
+            "amd-fx-device-gfx90a==2.0",
+            "amd-fx-device-gfx942==2.0",
+            "rocm-sdk-core"
+        ],
+        "{requires:?}"
+    );
+    for (_, req) in &requires {
+        let dep = req.split(['=', '>', ';']).next().unwrap().trim();
+        assert!(
+            dists.contains(dep) || dep.starts_with("rocm-sdk-"),
+            "{dep} is required but no wheel provides it"
+        );
+    }
+}

@@ -5,8 +5,13 @@
  *   disabled  ROCM_KPACK_DISABLE is on: loads return NOT_IMPLEMENTED
  *   archnf    ROCM_KPACK_PATH names an archive without the arch
  *   threads   8 threads x 500 lookups through one cache
+ *   oom       a 64 MiB kernel under an address-space limit: OUT_OF_MEMORY
+ *   envonce   the environment is read at cache creation, not per lookup
+ *   debug     a load with ROCM_KPACK_DEBUG set by the caller (the driver checks stderr)
  * Prints one line per failed check and "N passed, M failed" at the end. */
+#define _POSIX_C_SOURCE 200809L
 #include <pthread.h>
+#include <sys/resource.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -148,6 +153,13 @@ static void api(void) {
   kpack_free_kernel(k);
   kpack_close(a);
 
+  /* a frame that passes the open-time checks but does not decode */
+  CHECK_EQ(kpack_open(path_in("lib4/.kpack/x_gfx1100.kpack"), &a), KPACK_SUCCESS);
+  k = NULL;
+  CHECK_EQ(kpack_get_kernel(a, "lib/libhip.so#0", "gfx1100", &k, &ks), KPACK_ERROR_DECOMPRESSION_FAILED);
+  CHECK(k == NULL);
+  kpack_close(a);
+
   /* enumerate */
   char acc[256] = "";
   CHECK_EQ(kpack_enumerate_architectures(path_in("golden/test_zstd.kpack"), collect, acc), KPACK_SUCCESS);
@@ -200,6 +212,22 @@ static void load_tests(void) {
   /* fall-through: lib2's first archive lists gfx1100 but lacks the kernel */
   CHECK_EQ(load(c, "lib2/libhip.so", 0, "gfx1100", &size), KPACK_SUCCESS);
   CHECK_EQ(size, 1019);
+  /* ... and past an archive whose frame does not decode (lib3) */
+  CHECK_EQ(load(c, "lib3/libhip.so", 0, "gfx1100", &size), KPACK_SUCCESS);
+  CHECK_EQ(size, 1019);
+  /* lib4: that archive alone; its error is the last per-archive error */
+  CHECK_EQ(load(c, "lib4/libhip.so", 0, "gfx1100", &size), KPACK_ERROR_DECOMPRESSION_FAILED);
+  /* lib2 without the y archive's key: the last miss is KERNEL_NOT_FOUND */
+  CHECK_EQ(load(c, "lib2/libhip.so", 3, "gfx1100", &size), KPACK_ERROR_KERNEL_NOT_FOUND);
+  /* the arch list is searched in priority order: gfx942 has no archive,
+   * gfx1101 (second) resolves */
+  {
+    const char* two[2] = {"gfx942", "gfx1101"};
+    void* co = NULL;
+    CHECK_EQ(kpack_load_code_object(c, marker, path_in("lib/libhip.so"), 0, two, 2, &co, &size), KPACK_SUCCESS);
+    CHECK_EQ(size, 619);
+    kpack_free_code_object(co);
+  }
   /* argument and metadata checks */
   const char* archs[1] = {"gfx1100"};
   void* out = NULL;
@@ -231,6 +259,66 @@ static void archnf_tests(void) {
   CHECK_EQ(load(c, "lib/libhip.so", 0, "gfx942", &size), KPACK_ERROR_ARCH_NOT_FOUND);
   /* ROCM_KPACK_PATH replaces the marker paths: gfx1100 resolves through it */
   CHECK_EQ(load(c, "nowhere/libhip.so", 0, "gfx1100", &size), KPACK_SUCCESS);
+  kpack_cache_destroy(c);
+}
+
+/* Current address-space size in bytes (/proc/self/statm, first field). */
+static size_t vm_bytes(void) {
+  FILE* f = fopen("/proc/self/statm", "r");
+  unsigned long pages = 0;
+  if (f) {
+    if (fscanf(f, "%lu", &pages) != 1) pages = 0;
+    fclose(f);
+  }
+  return (size_t)pages * 4096;
+}
+
+static void oom_tests(void) {
+  kpack_archive_t a = NULL;
+  CHECK_EQ(kpack_open(path_in("big/none.kpack"), &a), KPACK_SUCCESS);
+  struct rlimit old, lim;
+  CHECK_EQ(getrlimit(RLIMIT_AS, &old), 0);
+  lim = old;
+  lim.rlim_cur = vm_bytes() + (16u << 20);
+  CHECK_EQ(setrlimit(RLIMIT_AS, &lim), 0);
+  void* k = NULL;
+  size_t ks = 0;
+  CHECK_EQ(kpack_get_kernel(a, "big#0", "gfx942", &k, &ks), KPACK_ERROR_OUT_OF_MEMORY);
+  CHECK(k == NULL);
+  CHECK_EQ(setrlimit(RLIMIT_AS, &old), 0);
+  CHECK_EQ(kpack_get_kernel(a, "big#0", "gfx942", &k, &ks), KPACK_SUCCESS);
+  CHECK_EQ(ks, 64u << 20);
+  kpack_free_kernel(k);
+  kpack_close(a);
+}
+
+static void envonce_tests(void) {
+  kpack_cache_t before = NULL, after = NULL;
+  size_t size = 0;
+  CHECK(getenv("ROCM_KPACK_DISABLE") == NULL);
+  CHECK_EQ(kpack_cache_create(&before), KPACK_SUCCESS);
+  setenv("ROCM_KPACK_DISABLE", "1", 1);
+  CHECK_EQ(load(before, "lib/libhip.so", 0, "gfx1100", &size), KPACK_SUCCESS);
+  CHECK_EQ(kpack_cache_create(&after), KPACK_SUCCESS);
+  CHECK_EQ(load(after, "lib/libhip.so", 0, "gfx1100", &size), KPACK_ERROR_NOT_IMPLEMENTED);
+  unsetenv("ROCM_KPACK_DISABLE");
+  CHECK_EQ(load(after, "lib/libhip.so", 0, "gfx1100", &size), KPACK_ERROR_NOT_IMPLEMENTED);
+  CHECK_EQ(load(before, "lib/libhip.so", 0, "gfx1100", &size), KPACK_SUCCESS);
+  /* ROCM_KPACK_PATH set after creation is not seen either */
+  setenv("ROCM_KPACK_PATH", path_in("big/none.kpack"), 1); /* lists gfx942 only */
+  CHECK_EQ(load(before, "lib/libhip.so", 0, "gfx1100", &size), KPACK_SUCCESS);
+  CHECK_EQ(size, 1019);
+  unsetenv("ROCM_KPACK_PATH");
+  kpack_cache_destroy(before);
+  kpack_cache_destroy(after);
+}
+
+static void debug_tests(void) {
+  kpack_cache_t c = NULL;
+  size_t size = 0;
+  CHECK_EQ(kpack_cache_create(&c), KPACK_SUCCESS);
+  CHECK_EQ(load(c, "lib/libhip.so", 0, "gfx1100", &size), KPACK_SUCCESS);
+  CHECK_EQ(load(c, "lib/libhip.so", 0, "gfx942", &size), KPACK_ERROR_ARCHIVE_NOT_FOUND);
   kpack_cache_destroy(c);
 }
 
@@ -275,6 +363,9 @@ int main(int argc, char** argv) {
   else if (strcmp(mode, "disabled") == 0) disabled_tests();
   else if (strcmp(mode, "archnf") == 0) archnf_tests();
   else if (strcmp(mode, "threads") == 0) thread_tests();
+  else if (strcmp(mode, "oom") == 0) oom_tests();
+  else if (strcmp(mode, "envonce") == 0) envonce_tests();
+  else if (strcmp(mode, "debug") == 0) debug_tests();
   else {
     fprintf(stderr, "unknown mode %s\n", mode);
     return 2;
