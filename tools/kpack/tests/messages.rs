@@ -6,30 +6,16 @@
 //! were written empty).
 
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Output};
+use std::time::Duration;
 
 fn kpack(args: &[&str]) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_kpack"))
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let start = Instant::now();
-    while child.try_wait().unwrap().is_none() {
-        if start.elapsed() > Duration::from_secs(20) {
-            let _ = child.kill();
-            panic!("kpack {args:?} hangs");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    child.wait_with_output().unwrap()
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_kpack"));
+    cmd.args(args);
+    rocpack_testsupport::output_within(cmd, Duration::from_secs(20), &format!("kpack {args:?}"))
 }
 
-fn s(p: &Path) -> &str {
-    p.to_str().unwrap()
-}
+use rocpack_testsupport::s;
 
 fn err(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()

@@ -2,31 +2,16 @@
 //! symlink to /dev/zero given where a file is read is refused at once with
 //! what it is (exit 2), under a 256 MiB address-space ceiling.
 
-use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Output};
+use std::time::Duration;
 
 mod common;
 use common::{s, KPACK};
 
 fn kpack_bounded(args: &[&str]) -> Output {
-    let mut child = Command::new("sh")
-        .arg("-c")
-        .arg("ulimit -v 262144; exec \"$0\" \"$@\"")
-        .arg(KPACK)
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let start = Instant::now();
-    while child.try_wait().unwrap().is_none() {
-        if start.elapsed() > Duration::from_secs(20) {
-            let _ = child.kill();
-            panic!("kpack {args:?} hangs");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    child.wait_with_output().unwrap()
+    let mut cmd = rocpack_testsupport::under_vmem_limit(KPACK, 262_144);
+    cmd.args(args);
+    rocpack_testsupport::output_within(cmd, Duration::from_secs(20), &format!("kpack {args:?}"))
 }
 
 #[test]

@@ -4,35 +4,16 @@
 //! at once (exit 2, saying what it is) under a 256 MiB address-space
 //! ceiling: before, /dev/zero was read whole and a FIFO hung.
 
-use std::path::Path;
-use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Output};
+use std::time::Duration;
 
 fn kpack_bounded(args: &[&str]) -> Output {
-    let mut child = Command::new("sh")
-        .arg("-c")
-        .arg("ulimit -v 262144; exec \"$0\" \"$@\"")
-        .arg(env!("CARGO_BIN_EXE_kpack"))
-        .args(args)
-        .env("MALLOC_ARENA_MAX", "1")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let start = Instant::now();
-    while child.try_wait().unwrap().is_none() {
-        if start.elapsed() > Duration::from_secs(20) {
-            let _ = child.kill();
-            panic!("kpack {args:?} hangs");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    child.wait_with_output().unwrap()
+    let mut cmd = rocpack_testsupport::under_vmem_limit(env!("CARGO_BIN_EXE_kpack"), 262_144);
+    cmd.args(args).env("MALLOC_ARENA_MAX", "1");
+    rocpack_testsupport::output_within(cmd, Duration::from_secs(20), &format!("kpack {args:?}"))
 }
 
-fn s(p: &Path) -> &str {
-    p.to_str().unwrap()
-}
+use rocpack_testsupport::s;
 
 #[test]
 fn manifests_and_configs_that_are_special_files_are_refused() {

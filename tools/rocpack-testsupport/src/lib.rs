@@ -108,6 +108,39 @@ pub fn run<S: AsRef<OsStr>>(bin: impl AsRef<OsStr>, args: &[S]) -> Output {
         .unwrap_or_else(|e| panic!("run {}: {e}", bin.to_string_lossy()))
 }
 
+/// A command for `bin` that runs under an address-space ceiling of
+/// `vmem_kib` KiB (`ulimit -v` in a `sh` that then `exec`s it), so a test
+/// can assert a memory bound without timing anything.
+pub fn under_vmem_limit(bin: impl AsRef<OsStr>, vmem_kib: u64) -> Command {
+    let mut c = Command::new("sh");
+    c.arg("-c")
+        .arg(format!("ulimit -v {vmem_kib}; exec \"$0\" \"$@\""))
+        .arg(bin.as_ref());
+    c
+}
+
+/// Runs `cmd` capturing its output; panics (naming `what`) when it is still
+/// running after `limit`: for inputs that must be refused at once, such as a
+/// FIFO that would hang a reader.
+pub fn output_within(mut cmd: Command, limit: std::time::Duration, what: &str) -> Output {
+    use std::process::Stdio;
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{what}: {e}"));
+    let start = std::time::Instant::now();
+    while child.try_wait().expect("wait").is_none() {
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{what} hangs (still running after {limit:?})");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    child.wait_with_output().expect("output")
+}
+
 /// A path as `&str` (test paths are UTF-8).
 pub fn s(p: &Path) -> &str {
     p.to_str().expect("UTF-8 path")

@@ -10,7 +10,7 @@ use std::fs;
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Names in the store's `cas/sha256/` that are not blobs.
 fn store_temps(s: &Scratch) -> Vec<String> {
@@ -124,26 +124,11 @@ fn corrupt_local_blob_is_replaced_by_the_next_upload() {
 
 /// snapctl with a 256 MiB address-space ceiling; panics when it runs 20 s.
 fn bounded(s: &Scratch, args: &[&str]) -> Output {
-    let mut child = Command::new("sh")
-        .current_dir(s.path())
-        .arg("-c")
-        .arg("ulimit -v 262144; exec \"$0\" \"$@\"")
-        .arg(bin())
+    let mut cmd = rocpack_testsupport::under_vmem_limit(bin(), 262_144);
+    cmd.current_dir(s.path())
         .args(args)
-        .env_remove("SOURCE_DATE_EPOCH")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let start = Instant::now();
-    while child.try_wait().unwrap().is_none() {
-        if start.elapsed() > Duration::from_secs(20) {
-            let _ = child.kill();
-            panic!("snapctl {args:?} hangs");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    child.wait_with_output().unwrap()
+        .env_remove("SOURCE_DATE_EPOCH");
+    rocpack_testsupport::output_within(cmd, Duration::from_secs(20), &format!("snapctl {args:?}"))
 }
 
 fn mkfifo(p: &Path) {
