@@ -9,7 +9,8 @@
 #    output compared (runs exactly, builds and tests line by line);
 #  * the missing-snapshot failure; stable_checksums `.update` and its test
 #    (stale file caught, `.update` restores it byte for byte);
-#  * kpack outputs byte-identical to the kpack CLI on the same inputs;
+#  * kpack outputs byte-identical to the kpack CLI on the same inputs, and to
+#    Bazel's (stage 50's bazel-bin/examples/kpack) when those are present;
 #  * a no-change rebuild that runs nothing (`buck2 log what-ran` empty);
 #  * the consumer cell e2e/buck2 (rocpack as an external cell);
 #  * time of a split through buck2 vs the helper alone.
@@ -189,6 +190,27 @@ while read -r target path; do
     compared=$((compared + 1))
 done < <(grep '^rocpack//examples/kpack:' "$WORK/outputs.out")
 [ "$compared" -eq 7 ] || die "compared $compared outputs, expected 7"
+# Bazel's packages of the same example inputs, when stage 50 left them in
+# this checkout's bazel-bin (it builds //examples/... in the default output
+# base); otherwise say so: the CLI comparison above is then the only oracle.
+bazel_compared=0
+if [ -d bazel-bin/examples/kpack ]; then
+    for g in generic gfx110X gfx115X gfx120X; do
+        want="bazel-bin/examples/kpack/blas_lib_$g"
+        [ -d "$want" ] || continue
+        path="$(awk -v t="rocpack//examples/kpack:blas_lib_$g" '$1 == t {print $2}' "$WORK/outputs.out")"
+        # Bazel makes every output 0555: compare bytes, types and links.
+        diff <(listing "$want" | sed -E 's/^([^ ]+ [a-z]) [0-7]+ /\1 /') \
+             <(listing "$path" | sed -E 's/^([^ ]+ [a-z]) [0-7]+ /\1 /') >&2 \
+            || die "blas_lib_$g differs from Bazel's ($want)"
+        bazel_compared=$((bazel_compared + 1))
+    done
+fi
+if [ "$bazel_compared" -gt 0 ]; then
+    printf '    %d packages byte-identical to Bazel'"'"'s (bazel-bin/examples/kpack)\n' "$bazel_compared" >&2
+else
+    printf '    no Bazel outputs in bazel-bin/examples/kpack: compared with the kpack CLI only\n' >&2
+fi
 done_step
 
 step "no-change rebuild runs no action"

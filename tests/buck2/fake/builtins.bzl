@@ -457,8 +457,13 @@ def _dep_collection(label, spec_providers, what):
     return c
 
 def _coerce(a, v, what):
-    if _is_select(v):
+    # A select's value may be another select (Buck2 resolves nested ones).
+    for _ in range(16):
+        if not _is_select(v):
+            break
         v = __resolve_select(v.__select__, what)
+    if _is_select(v):
+        fail("%s: selects nested more than 16 deep" % what)
     t = a.__attr__
     if t in ("string", "enum", "bool", "int", "any", "arg", "label"):
         return v

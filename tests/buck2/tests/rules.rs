@@ -7,10 +7,13 @@ use buck2_harness::*;
 use serde_json::{json, Value as Json};
 
 const LIBRARY: &str = "rcclx";
-const REQUIRED_ALIASES: [&str; 6] = [
+const REQUIRED_ALIASES: [&str; 9] = [
     "rcclx_dev",
     "rcclx_stable",
     "rcclx_last_stable",
+    "snapshot_dev",
+    "snapshot_stable",
+    "snapshot_last_stable",
     "rocm62",
     "rocm64",
     "rocm70",
@@ -161,7 +164,8 @@ fn the_root_package_declares_every_modifier_alias() {
             "root//rules/buck2/config:rocm64"
         ])
     );
-    // The last modifier for one setting wins; unknown aliases fail like buck2.
+    // The last modifier for one setting wins; a library's own channel is a
+    // setting of its own, next to the global one; unknown aliases fail like buck2.
     let cfg = e
         .config_for(
             &label("examples/rcclx", "hello"),
@@ -172,8 +176,24 @@ fn the_root_package_declares_every_modifier_alias() {
     assert_eq!(
         values,
         BTreeSet::from([
-            "root//rules/buck2/config:last_stable",
+            "root//rules/buck2/config:dev",
+            "root//examples/rcclx:rcclx_channel_last_stable",
             "root//rules/buck2/config:rocm70"
+        ])
+    );
+    let cfg = e
+        .config_for(
+            &label("examples/rcclx", "hello"),
+            &["snapshot_stable", "rcclx_dev"],
+        )
+        .unwrap();
+    let values: BTreeSet<&str> = cfg.values().map(String::as_str).collect();
+    assert_eq!(
+        values,
+        BTreeSet::from([
+            "root//rules/buck2/config:stable",
+            "root//examples/rcclx:rcclx_channel_dev",
+            "root//rules/buck2/config:rocm64"
         ])
     );
     let err = e
@@ -191,8 +211,10 @@ fn the_snapshot_select_covers_every_channel_and_rocm_version() {
     let covered = check_select_coverage(&e, &label("examples/rcclx", "rcclx"), LIBRARY)
         .unwrap_or_else(|err| panic!("{err:#}"));
     let matrix = modifier_matrix(&e, LIBRARY).unwrap();
-    assert_eq!(covered, matrix.len());
-    assert!(matrix.len() >= 9, "3 channels x at least 3 ROCm versions");
+    // Every (channel, version) through the library's own and the global
+    // channel, then each own channel under each global channel.
+    assert_eq!(covered, matrix.len() + matrix.len() / 2 * 3);
+    assert!(matrix.len() >= 18, "3 channels x at least 3 ROCm versions, two ways");
     // The dev source library also selects on every ROCm version.
     let src = e.package("root", "examples/rcclx").unwrap()["rcclx_source"].clone();
     let keys: BTreeSet<String> = src.attrs["preprocessor_flags"]["__select__"]
@@ -270,7 +292,8 @@ fn every_target_analyses_and_helpers_accept_every_command_line() {
     // Only the deliberately missing snapshots fail, and only where selected.
     for (t, mods, msg) in &res.missing_snapshot_errors {
         assert!(
-            mods.iter().any(|m| m.starts_with("rcclx_")),
+            mods.iter()
+                .any(|m| m.starts_with("rcclx_") || m.starts_with("snapshot_")),
             "{t} failed without a channel modifier: {msg}"
         );
     }
