@@ -66,10 +66,9 @@ $extra
 EOF
 
 blog "buck2: helpers (release, cargo target dir $TD)"
-b2 build rocpack//:rocpack_helpers --show-full-output > "$WORK/helpers.out" 2> "$WORK/helpers.err" \
-    || { tail -30 "$WORK/helpers.err" >&2; bdie "buck2 build rocpack//:rocpack_helpers"; }
-KPACK="$(awk '/rocpack_helpers/ {print $2}' "$WORK/helpers.out" | grep '/kpack$' | head -n1)"
-[ -x "$KPACK" ] || KPACK="$(dirname "$(awk '/rocpack_helpers/ {print $2; exit}' "$WORK/helpers.out")")/kpack"
+b2 build "rocpack//:rocpack_helpers[kpack]" --show-full-output > "$WORK/helpers.out" 2> "$WORK/helpers.err" \
+    || { tail -30 "$WORK/helpers.err" >&2; bdie "buck2 build rocpack//:rocpack_helpers[kpack]"; }
+KPACK="$(awk '{print $2; exit}' "$WORK/helpers.out")"
 [ -x "$KPACK" ] || bdie "no kpack in buck2's helper output: $(cat "$WORK/helpers.out")"
 
 blog "warming the page cache ($SIZE bytes)"
@@ -98,11 +97,11 @@ blog "buck2 build //$PKG:split, warm daemon, new configuration each run (x$REPS)
 versions=(rocm62 rocm70 rocm71)
 for i in $(seq "$REPS"); do
     m="${versions[$(( (i - 1) % ${#versions[@]} ))]}"
-    [ "$i" -gt "${#versions[@]}" ] && { b2 kill >/dev/null 2>&1; rm -rf "buck-out/$ISO"; b2 build "//$PKG:split" >/dev/null 2>&1; }
+    [ "$i" -gt "${#versions[@]}" ] && { "$BUCK2" --isolation-dir "$ISO" kill >/dev/null 2>&1; rm -rf "buck-out/$ISO"; b2 build "//$PKG:split" >/dev/null 2>&1; }
     sync; s=$(now)
     b2 build -m "$m" "//$PKG:split" > /dev/null 2> "$WORK/warm.$i.err" || { tail -30 "$WORK/warm.$i.err" >&2; bdie "buck2 build -m $m"; }
     e=$(now)
-    b2 log what-ran > "$WORK/ran.$i" 2>/dev/null || true
+    "$BUCK2" --isolation-dir "$ISO" log what-ran > "$WORK/ran.$i" 2>/dev/null || true
     grep -q kpack_split "$WORK/ran.$i" || bdie "run $i did not run the split action: $(cat "$WORK/ran.$i")"
     secs "$s" "$e"
 done > "$WORK/b2.times"

@@ -37,7 +37,11 @@ need_pkgs gcc g++ libc6-dev binutils zstd
 # buck2 state is left alone; the helpers' cargo build shares the target dir.
 ISO=rocpack-ci
 CARGO_TD="${ROCPACK_CARGO_TARGET_DIR:-$ROOT/target}"
-CFG=(-c "rocpack.cargo_profile=dev" -c "rocpack.cargo_target_dir=$CARGO_TD")
+# dev (CI: stage 10 built most of it); release reuses a release build.
+CARGO_PROFILE="${ROCPACK_CARGO_PROFILE:-dev}"
+PROFILE_DIR=debug
+[ "$CARGO_PROFILE" = dev ] || PROFILE_DIR="$CARGO_PROFILE"
+CFG=(-c "rocpack.cargo_profile=$CARGO_PROFILE" -c "rocpack.cargo_target_dir=$CARGO_TD")
 b2() { "$BUCK2_BIN" --isolation-dir "$ISO" "$@"; }
 b2c() { local sub="$1"; shift; b2 "$sub" "${CFG[@]}" "$@"; }
 
@@ -74,10 +78,10 @@ normalize() {
         -e 's/\x1b\[[0-9;]*m//g' -e 's/^\[[0-9T:.+-]+\] //' -e 's/^[[:space:]]+//' -e 's/[[:space:]]+$//'
 }
 
-step "helpers: cargo build -p kpack -p snapctl (dev, target dir $CARGO_TD)"
+step "helpers: cargo build -p kpack -p snapctl ($CARGO_PROFILE, target dir $CARGO_TD)"
 cargo fetch --locked
-CARGO_TARGET_DIR="$CARGO_TD" cargo build --locked -q -p kpack -p snapctl
-KPACK="$CARGO_TD/debug/kpack"
+CARGO_TARGET_DIR="$CARGO_TD" cargo build --locked -q --profile "$CARGO_PROFILE" -p kpack -p snapctl
+KPACK="$CARGO_TD/$PROFILE_DIR/kpack"
 done_step
 
 step "cold buck2 build //... (new daemon, empty buck-out/$ISO)"
@@ -102,10 +106,11 @@ awk '/<!-- buck2-transcript:start -->/{on=1; next} /<!-- buck2-transcript:end --
     | grep -v '^```' > "$WORK/transcript"
 [ -s "$WORK/transcript" ] || die "README has no buck2 transcript"
 check_cmd() {
-    local cmd="$1" expect="$2" i="$3" rc=0
+    local cmd="$1" expect="$2" i="$3" rc=0 line  # line: the caller reads into it too
     read -r -a argv <<< "${cmd#\$ buck2 }"
     local sub="${argv[0]}"
-    b2c "$sub" "${argv[@]:1}" >"$WORK/t$i.out" 2>"$WORK/t$i.err" || rc=$?
+    # </dev/null: buck2 would otherwise read the rest of the transcript.
+    b2c "$sub" "${argv[@]:1}" </dev/null >"$WORK/t$i.out" 2>"$WORK/t$i.err" || rc=$?
     if grep -q "error:" "$expect"; then
         [ "$rc" -ne 0 ] || die "'$cmd' succeeded; README shows it failing"
     else
@@ -123,7 +128,9 @@ check_cmd() {
         done < "$expect.n"
     fi
     printf '    ok: %s\n' "$cmd" >&2
+    checked=$((checked + 1))
 }
+checked=0
 n=0; cmd=""; : > "$WORK/expect"
 while IFS= read -r line; do
     if [[ "$line" == '$ buck2 '* ]]; then
@@ -135,6 +142,7 @@ while IFS= read -r line; do
 done < "$WORK/transcript"
 [ -n "$cmd" ] && check_cmd "$cmd" "$WORK/expect" "$n"
 [ "$n" -ge 8 ] || die "README's transcript has only $n buck2 commands"
+[ "$checked" -eq "$n" ] || die "checked $checked of README's $n buck2 commands"
 done_step
 
 step "missing snapshot: -m rcclx_stable -m rocm71 fails at analysis with the fix"
@@ -150,7 +158,11 @@ done_step
 step "stable_checksums: .update, stale file caught by the test, .update restores it"
 run_logged upd1 b2c run //examples/rcclx:stable_checksums.update || die ".update"
 cmp "$WORK/checksums.orig" "$CHECKSUMS" || die ".update changed an up-to-date file"
-sed -i -E '0,/"[0-9a-f]{64}"/s//"'"$(printf '0%.0s' {1..64})"'"/' "$CHECKSUMS"
+# Stale as after a rotation: the first entry holds another snapshot's sha256
+# (one that is in the store, so the package still loads and .update can run).
+other="$(awk '/sha256:/ {print $2; exit}' examples/rcclx/snapshots/last-stable/6.4/metadata.txt)"
+[ -n "$other" ] || die "no sha256 in last-stable/6.4/metadata.txt"
+sed -i -E '0,/"[0-9a-f]{64}"/s//"'"$other"'"/' "$CHECKSUMS"
 cmp -s "$WORK/checksums.orig" "$CHECKSUMS" && die "could not make the file stale"
 if b2c test //examples/rcclx:stable_checksums_test >"$WORK/stale.out" 2>"$WORK/stale.err"; then
     die "stable_checksums_test passed on a stale file"

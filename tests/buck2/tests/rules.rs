@@ -709,3 +709,48 @@ fn the_kpack_example_builds_as_buck2_stages_it_and_matches_the_cli() {
         "{listing:?}"
     );
 }
+
+#[test]
+fn every_stable_checksums_command_names_the_prefix() {
+    // The staged snapshots root holds only metadata files (no snapctl.conf):
+    // without --prefix, `snapctl check` compares against RCCLX_ names, which
+    // failed e2e/buck2's FOOCCL file under the real buck2.
+    let e = engine();
+    let text = std::fs::read_to_string(repo_root().join("examples/rcclx/BUCK")).unwrap();
+    let from = "    prefix = \"RCCLX\",\n";
+    assert!(text.contains(from));
+    e.overlay("examples/rcclx/BUCK", &text.replace(from, "    prefix = \"FOOX\",\n"));
+    let mut seen = BTreeSet::new();
+    for name in [
+        "stable_checksums",
+        "stable_checksums.update",
+        "stable_checksums_test",
+    ] {
+        let t = label("examples/rcclx", name);
+        let cfg = e.config_for(&t, &[]).unwrap();
+        let a = e.analyze(&t, &cfg).unwrap_or_else(|err| panic!("{err:#}"));
+        for act in a.actions.iter().cloned().chain(runnable_commands(&a)) {
+            if helper_of(&act) != Some("snapctl") {
+                continue;
+            }
+            let argv: Vec<String> = act["argv"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|x| x.as_str().map(str::to_owned).unwrap_or_default())
+                .collect();
+            let sub = argv.get(1).cloned().unwrap_or_default();
+            let i = argv.iter().position(|x| x == "--prefix");
+            assert!(
+                i.is_some_and(|i| argv.get(i + 1).map(String::as_str) == Some("FOOX")),
+                "{name}: `snapctl {sub}` without --prefix FOOX: {argv:?}"
+            );
+            seen.insert(sub);
+        }
+    }
+    assert_eq!(
+        seen,
+        BTreeSet::from(["check".to_owned(), "gen-checksums".to_owned()]),
+        "snapctl commands of the three targets"
+    );
+}
