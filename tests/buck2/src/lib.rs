@@ -818,7 +818,17 @@ impl Engine {
     }
 
     fn canonical_cell(&self, c: &str) -> anyhow::Result<String> {
-        if self.cells.contains_key(c) {
+        if let Some(dir) = self.cells.get(c) {
+            // Two names of one directory are one cell (rocpack's .buckconfig
+            // has `root = .` and `rocpack = .`): buck2 resolves both to the
+            // same targets, so labels written with either must compare equal.
+            if let Some((name, _)) = self
+                .cells
+                .iter()
+                .find(|(n, d)| *d == dir && n.as_str() == "root")
+            {
+                return Ok(name.clone());
+            }
             return Ok(c.to_owned());
         }
         match self.cell_aliases.get(c) {
@@ -1402,15 +1412,22 @@ impl Engine {
     /// lists, resolved in `cfg`) holds in `cfg`.
     pub fn compatible(self: &Rc<Self>, label: &Label, cfg: &Config) -> anyhow::Result<bool> {
         let t = self.target(label)?;
-        let raw = t.attrs.get("target_compatible_with").cloned().unwrap_or(Json::Null);
-        let list = self.resolve_value(label, cfg, &raw, &format!("{label}.target_compatible_with"))?;
+        let raw = t
+            .attrs
+            .get("target_compatible_with")
+            .cloned()
+            .unwrap_or(Json::Null);
+        let list =
+            self.resolve_value(label, cfg, &raw, &format!("{label}.target_compatible_with"))?;
         let items = match list {
             Json::Null => Vec::new(),
             Json::Array(a) => a,
             other => bail!("{label}: target_compatible_with is not a list: {other}"),
         };
         for item in items {
-            let s = item.as_str().ok_or_else(|| anyhow!("{label}: target_compatible_with holds {item}"))?;
+            let s = item
+                .as_str()
+                .ok_or_else(|| anyhow!("{label}: target_compatible_with holds {item}"))?;
             let l = Label::parse(s, &label.cell, &label.package, self)?;
             let c = self.constraints_of(&l)?;
             if !c.iter().all(|(s, v)| cfg.get(s) == Some(v)) {
@@ -2003,7 +2020,11 @@ pub fn check_select_coverage(
             if global_version != version || !global_mods[0].starts_with(&format!("{prefix}_")) {
                 continue;
             }
-            let mods = vec![global_mods[0].clone(), own_mods[0].clone(), own_mods[1].clone()];
+            let mods = vec![
+                global_mods[0].clone(),
+                own_mods[0].clone(),
+                own_mods[1].clone(),
+            ];
             let got = pick(&mods)?;
             let want = want_for(own, version)?;
             if got != want {

@@ -326,5 +326,17 @@ fn a_missing_snapshot_compatible_outside_its_configuration_is_caught() {
             .expect("a missing snapshot was analysed without its channel selected"),
         Err(err) => format!("{err:#}"),
     };
-    assert!(err.contains("rcclx_stable_rocm71") || err.contains("rcclx_last_stable_rocm"), "{err}");
+    assert!(
+        err.contains("rcclx_stable_rocm71") || err.contains("rcclx_last_stable_rocm"),
+        "{err}"
+    );
+}
+
+#[test]
+fn shell_command_substitution_in_a_genrule_is_caught() {
+    // buck2 parses `$(...)` in a genrule's cmd as a macro: `$(mktemp -d)`
+    // failed `buck2 build //...` at coercion under the real buck2.
+    let e = broken("examples/wheel/BUCK", "tmp=`mktemp -d`", "tmp=$(mktemp -d)");
+    let err = analyze_err(&e, "examples/wheel", "fat_wheel");
+    assert!(err.contains("as a macro"), "{err}");
 }
