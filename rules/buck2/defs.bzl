@@ -5,12 +5,12 @@
 Helpers: every rule runs `kpack` / `snapctl` from the toolchain
 `toolchains//:rocpack` (default: built from this repository by cargo;
 `[rocpack] tools = prebuilt` in .buckconfig fetches pinned release binaries).
-Channel and ROCm version: `-m rcclx_stable -m rocm64` (aliases in the root
-PACKAGE). Reference: docs/buck2.md.
+Channel and ROCm version: `-m rcclx_stable -m rocm64` (one library's
+channel; `-m snapshot_stable` for every library; aliases in the root PACKAGE). Reference: docs/buck2.md.
 """
 
 load("//rules/buck2/private:cargo_build.bzl", _rocpack_cargo_build = "rocpack_cargo_build")
-load("//rules/buck2/private:config.bzl", _default_modifiers = "default_modifiers", _rocpack_cfg_constructor = "rocpack_cfg_constructor", _snapshot_constraints = "snapshot_constraints", _snapshot_modifier_aliases = "snapshot_modifier_aliases")
+load("//rules/buck2/private:config.bzl", _default_modifiers = "default_modifiers", _library_channel_constraints = "library_channel_constraints", _rocpack_cfg_constructor = "rocpack_cfg_constructor", _snapshot_constraints = "snapshot_constraints", _snapshot_modifier_aliases = "snapshot_modifier_aliases")
 load("//rules/buck2/private:kpack_recombine.bzl", _kpack_packages = "kpack_packages", _kpack_recombine = "kpack_recombine")
 load("//rules/buck2/private:kpack_split.bzl", _kpack_split = "kpack_split")
 load("//rules/buck2/private:kpack_wheel_split.bzl", _kpack_wheel_split = "kpack_wheel_split")
@@ -32,7 +32,9 @@ rcclx_snapshot, snapshot_blob, stable_checksums = _rcclx_snapshot, _snapshot_blo
 rocpack_cargo_build, rocpack_toolchain, rocpack_helper_tools = _rocpack_cargo_build, _rocpack_toolchain, _rocpack_helper_tools
 
 # Channel and ROCm version constraints, -m aliases, PACKAGE defaults.
+# Per-library channels: each rcclx_snapshot declares its own (library_channel_constraints).
 snapshot_constraints, snapshot_modifier_aliases, default_modifiers = _snapshot_constraints, _snapshot_modifier_aliases, _default_modifiers
+library_channel_constraints = _library_channel_constraints
 rocpack_cfg_constructor = _rocpack_cfg_constructor
 
 # Providers.

@@ -2,7 +2,10 @@
 
 The values come from rules/common/snapshot.bzl, so Buck2 and Bazel know the
 same channels and versions: constraint values `dev`, `stable`,
-`last_stable` and `rocm62`, `rocm64`, ... in CONFIG_PACKAGE.
+`last_stable` (the global channel) and `rocm62`, `rocm64`, ... in
+CONFIG_PACKAGE. Each rcclx_snapshot also declares its own channel setting
+(`<name>_channel`, values `<name>_channel_<channel>`) in its package, which
+overrides the global channel for that library only.
 """
 
 load("//rules/common:snapshot.bzl", "ROCM_VERSIONS", "SNAPSHOT_CHANNELS", "channel_config_name", "rocm_config_name")
@@ -50,19 +53,86 @@ def snapshot_constraints():
     for v in ROCM_VERSIONS:
         native.constraint_value(name = rocm_config_name(v), constraint_setting = ":rocm_version", visibility = ["PUBLIC"])
 
-def snapshot_modifier_aliases(library: str) -> struct:
-    """The `-m` aliases: <library>_<channel> and rocm<key> for every value.
+# Prefix of the `-m` aliases of the global channel, which every snapshot
+# library follows unless its own channel is set: `-m snapshot_stable`.
+GLOBAL_CHANNEL_ALIAS_PREFIX = "snapshot"
+
+def library_channel_setting(name: str) -> str:
+    """Name of the constraint setting of one snapshot library's channel.
+
+    rcclx_snapshot(name = "fooccl") declares it in its own package, with one
+    value per channel (`library_channel_value`).
 
     Args:
-      library: library prefix of the channel aliases, e.g. "rcclx".
+      name: the rcclx_snapshot target name.
+
+    Returns:
+      "<name>_channel".
+    """
+    return name + "_channel"
+
+def library_channel_value(name: str, channel: str) -> str:
+    """Name of the constraint value of a channel of one snapshot library.
+
+    Args:
+      name: the rcclx_snapshot target name.
+      channel: one of SNAPSHOT_CHANNELS.
+
+    Returns:
+      "<name>_channel_<channel>" (a target in the library's package).
+    """
+    if channel not in SNAPSHOT_CHANNELS:
+        fail("unknown snapshot channel '%s'; expected one of %s" % (channel, ", ".join(SNAPSHOT_CHANNELS)))
+    return library_channel_setting(name) + "_" + channel
+
+def library_channel_constraints(name: str, visibility: list[str] = ["PUBLIC"]):
+    """Declares one library's channel setting and its values (called by rcclx_snapshot).
+
+    Unset (the default), the library follows the global `snapshot_channel`;
+    set (`-m <library>_stable`), it overrides it for this library only.
+
+    Args:
+      name: the rcclx_snapshot target name.
+      visibility: of the setting and the values (the root PACKAGE's
+        aliases name them).
+    """
+    native.constraint_setting(name = library_channel_setting(name), visibility = visibility)
+    for c in SNAPSHOT_CHANNELS:
+        native.constraint_value(name = library_channel_value(name, c), constraint_setting = ":" + library_channel_setting(name), visibility = visibility)
+
+def snapshot_modifier_aliases(libraries: dict[str, str] = {}) -> struct:
+    """The `-m` aliases: channels per library and globally, and ROCm versions.
+
+    * `<library>_<channel>` for each entry of `libraries` (e.g.
+      `-m fooccl_stable`): that library's own channel, whatever the global one;
+    * `snapshot_<channel>` (`-m snapshot_stable`): the global channel, used by
+      every library whose own channel is not set (default: dev);
+    * `rocm<key>` (`-m rocm64`): the ROCm version.
+
+    Args:
+      libraries: library name (the alias prefix, as in its messages) -> the
+        cell-qualified label of its rcclx_snapshot target, e.g.
+        {"rcclx": "rocpack//examples/rcclx:rcclx"}.
 
     Returns:
       A struct for `native.set_cfg_constructor(aliases = ...)`, e.g.
-      rcclx_stable = "rocpack//rules/buck2/config:stable", rocm64 = "rocpack//rules/buck2/config:rocm64".
+      rcclx_stable = "rocpack//examples/rcclx:rcclx_channel_stable",
+      snapshot_stable = "rocpack//rules/buck2/config:stable",
+      rocm64 = "rocpack//rules/buck2/config:rocm64".
     """
+    if type(libraries) != type({}):
+        fail("snapshot_modifier_aliases: pass {library: \"cell//pkg:name\"} (the label of each rcclx_snapshot), not %r" % (libraries,))
     aliases = {}
     for c in SNAPSHOT_CHANNELS:
-        aliases[channel_config_name(library, c)] = channel_constraint(c)
+        aliases[channel_config_name(GLOBAL_CHANNEL_ALIAS_PREFIX, c)] = channel_constraint(c)
+    for library, target in libraries.items():
+        if "//" not in target or target.startswith("//") or ":" not in target.split("//", 1)[1]:
+            fail("snapshot_modifier_aliases: '%s' for library %s is not a cell-qualified target label (cell//pkg:name)" % (target, library))
+        for c in SNAPSHOT_CHANNELS:
+            alias = channel_config_name(library, c)
+            if alias in aliases:
+                fail("snapshot_modifier_aliases: alias -m %s is defined twice (library name %s)" % (alias, library))
+            aliases[alias] = target.rsplit(":", 1)[0] + ":" + library_channel_value(target.rsplit(":", 1)[1], c)
     for v in ROCM_VERSIONS:
         aliases[rocm_config_name(v)] = rocm_constraint(v)
     return struct(**aliases)

@@ -1,9 +1,10 @@
 """rcclx_snapshot: dev (source) or a pinned prebuilt stable / last-stable
-snapshot, selected by the `snapshot_channel` and `rocm_version` constraints
-(`-m rcclx_stable -m rocm64`)."""
+snapshot, selected by the library's own channel (`-m rcclx_stable`), else the
+global `snapshot_channel` (`-m snapshot_stable`; default dev), and the
+`rocm_version` constraint (`-m rocm64`)."""
 
-load("//rules/common:snapshot.bzl", "PREBUILT_CHANNELS", "ROCM_VERSIONS", "available_versions", "channel_dir", "checksum_sha256", "missing_snapshot_message", "snapshot_target_name", "store_blob_path")
-load(":config.bzl", "channel_constraint", "rocm_constraint")
+load("//rules/common:snapshot.bzl", "PREBUILT_CHANNELS", "ROCM_VERSIONS", "SNAPSHOT_CHANNELS", "available_versions", "channel_dir", "checksum_sha256", "missing_snapshot_message", "snapshot_target_name", "store_blob_path")
+load(":config.bzl", "channel_constraint", "library_channel_constraints", "library_channel_value", "rocm_constraint")
 load(":providers.bzl", "RocpackToolchainInfo", "SnapshotBlobInfo")
 load(":toolchain.bzl", "toolchain_attr")
 
@@ -139,15 +140,21 @@ def rcclx_snapshot(
         **kwargs):
     """A library built from source (dev) or taken from a pinned prebuilt snapshot.
 
-    Selection: the constraints of rules/buck2/config (`-m rcclx_dev`,
-    `-m rcclx_stable`, `-m rcclx_last_stable`; `-m rocm62`, `-m rocm64`, ...;
-    defaults in the root PACKAGE). The select covers every channel x ROCm
-    version: a pair without a snapshot resolves to a target that fails at
-    analysis time naming channel, version, the versions that exist and the
-    `snapctl create` command that adds one.
+    Selection: this library's own channel setting, declared here
+    (`<name>_channel`; `-m <library>_dev|_stable|_last_stable` once the root
+    PACKAGE lists the library in snapshot_modifier_aliases), else the global
+    channel of rules/buck2/config (`-m snapshot_dev|_stable|_last_stable`;
+    default dev), and the ROCm version (`-m rocm62`, `-m rocm64`, ...;
+    default in the root PACKAGE). So one build can take library A from
+    stable and B from dev. The select covers every channel x ROCm version: a
+    pair without a snapshot resolves to a target that fails at analysis time
+    naming channel, version, the versions that exist and the `snapctl
+    create` command that adds one.
 
     Targets (same names as the Bazel macro):
       <name>: alias to depend on; resolves to the selected flavour.
+      <name>_channel, <name>_channel_<channel>: this library's channel
+        constraint setting and values (the targets of its `-m` aliases).
       <name>_dev: `dev` plus the channel define.
       <name>_<channel>_rocm<key>: prebuilt_cxx_library of a snapshot (static
         library verified by `snapctl fetch` + the snapshot's own headers), or
@@ -204,19 +211,32 @@ def rcclx_snapshot(
     def _flags(channel):
         return ["-D" + channel_define + "=" + channel] if channel_define else []
 
+    # This library's own channel (unset: the global channel decides).
+    library_channel_constraints(name)
+
+    def _own(channel):
+        return ":" + library_channel_value(name, channel)
+
+    def _compatible(channel, version):
+        # Selected only by (own channel, version), or by (global channel,
+        # version) when the own channel is unset: anything else is
+        # incompatible, so `buck2 build //...` skips a missing snapshot.
+        branches = {_own(channel): [rocm_constraint(version)]}
+        for other in SNAPSHOT_CHANNELS:
+            if other != channel:
+                branches[_own(other)] = [_own(channel)]
+        branches["DEFAULT"] = [channel_constraint(channel), rocm_constraint(version)]
+        return select(branches)
+
     native.cxx_library(name = name + "_dev", exported_deps = [dev], exported_preprocessor_flags = _flags("dev"), **kwargs)
-    branches = {channel_constraint("dev"): ":" + name + "_dev"}
+    by_version = {}
 
     for channel in PREBUILT_CHANNELS:
         checksums = by_channel[channel]
+        by_version[channel] = {}
         for version in ROCM_VERSIONS:
             target = snapshot_target_name(name, channel, version)
-            setting = target + "_config"
-            native.config_setting(
-                name = setting,
-                constraint_values = [channel_constraint(channel), rocm_constraint(version)],
-            )
-            branches[":" + setting] = ":" + target
+            by_version[channel][rocm_constraint(version)] = ":" + target
             if version not in checksums:
                 _missing_snapshot(
                     name = target,
@@ -229,7 +249,7 @@ def rcclx_snapshot(
                     artifact = artifact,
                     update_command = ("buck2 run %s.update" % checksums_target) if checksums_target else "",
                     checksums_prefix = checksums_prefix or ("" if library == "rcclx" else library.upper()),
-                    target_compatible_with = [channel_constraint(channel), rocm_constraint(version)],
+                    target_compatible_with = _compatible(channel, version),
                     **kwargs
                 )
                 continue
@@ -258,4 +278,15 @@ def rcclx_snapshot(
                 **kwargs
             )
 
+    # Own channel first; DEFAULT (own channel unset): the global channel.
+    # Nested selects, no intermediate alias: an alias pointing at a missing
+    # snapshot would make `buck2 build //...` fail on its incompatible dep.
+    def _flavours(key):
+        out = {key("dev"): ":" + name + "_dev"}
+        for channel in PREBUILT_CHANNELS:
+            out[key(channel)] = select(by_version[channel])
+        return out
+
+    branches = _flavours(_own)
+    branches["DEFAULT"] = select(_flavours(channel_constraint))
     native.alias(name = name, actual = select(branches), visibility = visibility, **kwargs)

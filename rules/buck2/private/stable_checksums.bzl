@@ -101,7 +101,9 @@ _stable_checksums_update = rule(
 def _test_impl(ctx: AnalysisContext) -> list[Provider]:
     toolchain = ctx.attrs._rocpack_toolchain[RocpackToolchainInfo]
     info = ctx.attrs.generated[_StableChecksumsInfo]
-    cmd = cmd_args(toolchain.snapctl, "check", "--snapshots-root", info.root, "--checksums", ctx.attrs.checked_in)
+    # --prefix: the staged root holds only the metadata files (no
+    # snapctl.conf), so snapctl would otherwise compare against RCCLX_ names.
+    cmd = cmd_args(toolchain.snapctl, "check", "--snapshots-root", info.root, "--checksums", ctx.attrs.checked_in, "--prefix", info.prefix)
     return [
         DefaultInfo(),
         RunInfo(args = cmd),

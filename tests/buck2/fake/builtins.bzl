@@ -359,6 +359,9 @@ def fake_make_actions(label):
     def run(arguments, category, identifier = None, env = {}, local_only = False, prefer_local = False, prefer_remote = False, always_print_stderr = False, weight = 1, allow_cache_upload = None, exe = None, allow_offline_output_cache = False, no_outputs_cleanup = False, unique_input_inodes = False, error_handler = None):
         _key(category, identifier)
         cmd = cmd_args(arguments)
+        if _is_cmd_args(arguments):
+            # Keep the hidden items of a cmd_args passed as is (buck2 does).
+            cmd = struct(__cmd_args__ = True, items = cmd.items, hidden = cmd.hidden + arguments.hidden, delimiter = cmd.delimiter)
         for k, v in env.items():
             if type(k) != "string":
                 fail("run: env keys must be strings")
@@ -457,8 +460,13 @@ def _dep_collection(label, spec_providers, what):
     return c
 
 def _coerce(a, v, what):
-    if _is_select(v):
+    # A select's value may be another select (Buck2 resolves nested ones).
+    for _ in range(16):
+        if not _is_select(v):
+            break
         v = __resolve_select(v.__select__, what)
+    if _is_select(v):
+        fail("%s: selects nested more than 16 deep" % what)
     t = a.__attr__
     if t in ("string", "enum", "bool", "int", "any", "arg", "label"):
         return v
@@ -564,9 +572,15 @@ def _export_file_impl(ctx):
 export_file = rule(impl = _export_file_impl, attrs = {"mode": attrs.option(attrs.string(), default = None), "out": attrs.option(attrs.string(), default = None), "src": attrs.source()})
 
 def _filegroup_impl(ctx):
-    return [DefaultInfo(default_outputs = ctx.attrs.srcs)]
+    outs = []
+    for d in ctx.attrs.srcs:
+        i = d[DefaultInfo]
+        outs += i.default_outputs if i.default_outputs != None else ([i.default_output] if i.default_output != None else [])
+    return [DefaultInfo(default_outputs = outs)]
 
-filegroup = rule(impl = _filegroup_impl, attrs = {"srcs": attrs.list(attrs.source(), default = [])})
+# Like buck2's, a filegroup takes every default output of a target in `srcs`
+# (a kpack_wheel_split has several); only targets are modelled here.
+filegroup = rule(impl = _filegroup_impl, attrs = {"srcs": attrs.list(attrs.dep(), default = [])})
 
 def _http_file_impl(ctx):
     if len(ctx.attrs.urls) != 1:
@@ -669,9 +683,17 @@ prebuilt_cxx_library = rule(impl = _prebuilt_cxx_library_impl, attrs = {
     "static_pic_lib": attrs.option(attrs.source(), default = None),
 })
 
+# Macros buck2 expands in genrule `cmd`; any other `$(...)` (e.g. shell
+# command substitution) is a coercion error under buck2.
+_GENRULE_MACROS = ["location", "exe", "exe_target", "query_outputs", "query_targets", "source", "classpath", "output", "maven_coords"]
+
 def _genrule_impl(ctx):
+    for part in ctx.attrs.cmd.split("$(")[1:]:
+        name = part.split(" ")[0].split(")")[0]
+        if name not in _GENRULE_MACROS:
+            fail("genrule cmd: buck2 reads `$(%s` as a macro (use backticks for command substitution)" % part[:20])
     out = ctx.actions.declare_output(ctx.attrs.out)
-    ctx.actions.run(cmd_args("/bin/bash", "-c", ctx.attrs.cmd, hidden = [ctx.attrs.srcs, out.as_output()]), category = "genrule")
+    ctx.actions.run(cmd_args("/bin/bash", "-c", ctx.attrs.cmd, hidden = ctx.attrs.srcs + [out.as_output()]), category = "genrule")
     return [DefaultInfo(default_output = out)]
 
 genrule = rule(impl = _genrule_impl, attrs = {

@@ -818,7 +818,17 @@ impl Engine {
     }
 
     fn canonical_cell(&self, c: &str) -> anyhow::Result<String> {
-        if self.cells.contains_key(c) {
+        if let Some(dir) = self.cells.get(c) {
+            // Two names of one directory are one cell (rocpack's .buckconfig
+            // has `root = .` and `rocpack = .`): buck2 resolves both to the
+            // same targets, so labels written with either must compare equal.
+            if let Some((name, _)) = self
+                .cells
+                .iter()
+                .find(|(n, d)| *d == dir && n.as_str() == "root")
+            {
+                return Ok(name.clone());
+            }
             return Ok(c.to_owned());
         }
         match self.cell_aliases.get(c) {
@@ -1373,10 +1383,52 @@ impl Engine {
             .collect()
     }
 
-    /// Whether `target_compatible_with` of a target holds in `cfg`.
+    /// A recorded attribute value with its selects (nested ones too)
+    /// resolved in `cfg`, as Buck2 configures it.
+    pub fn resolve_value(
+        self: &Rc<Self>,
+        at: &Label,
+        cfg: &Config,
+        value: &Json,
+        what: &str,
+    ) -> anyhow::Result<Json> {
+        let mut v = value.clone();
+        for _ in 0..16 {
+            let branches = match v.as_object() {
+                Some(m) if m.len() == 1 => match m.get("__select__").and_then(Json::as_object) {
+                    Some(b) => b.clone(),
+                    None => return Ok(v),
+                },
+                _ => return Ok(v),
+            };
+            let keys: Vec<String> = branches.keys().cloned().collect();
+            let i = self.resolve_select(&at.cell, &at.package, cfg, &keys, what)?;
+            v = branches[&keys[i]].clone();
+        }
+        bail!("{what}: selects nested more than 16 deep")
+    }
+
+    /// Whether `target_compatible_with` of a target (a list, or a select of
+    /// lists, resolved in `cfg`) holds in `cfg`.
     pub fn compatible(self: &Rc<Self>, label: &Label, cfg: &Config) -> anyhow::Result<bool> {
         let t = self.target(label)?;
-        for l in self.label_list(&t, "target_compatible_with", label)? {
+        let raw = t
+            .attrs
+            .get("target_compatible_with")
+            .cloned()
+            .unwrap_or(Json::Null);
+        let list =
+            self.resolve_value(label, cfg, &raw, &format!("{label}.target_compatible_with"))?;
+        let items = match list {
+            Json::Null => Vec::new(),
+            Json::Array(a) => a,
+            other => bail!("{label}: target_compatible_with is not a list: {other}"),
+        };
+        for item in items {
+            let s = item
+                .as_str()
+                .ok_or_else(|| anyhow!("{label}: target_compatible_with holds {item}"))?;
+            let l = Label::parse(s, &label.cell, &label.package, self)?;
             let c = self.constraints_of(&l)?;
             if !c.iter().all(|(s, v)| cfg.get(s) == Some(v)) {
                 return Ok(false);
@@ -1643,6 +1695,18 @@ pub fn repo_root() -> PathBuf {
 }
 
 /// Channel x ROCm version combinations from rules/common, as `-m` aliases.
+/// Prefix of the global channel's `-m` aliases (rules/buck2/private/config.bzl).
+pub fn global_channel_prefix(engine: &Rc<Engine>) -> anyhow::Result<String> {
+    let m = engine.eval_bzl("root", "rules/buck2/private/config.bzl")?;
+    let v = m
+        .get("GLOBAL_CHANNEL_ALIAS_PREFIX")
+        .map_err(|e| anyhow!("{e}"))?;
+    Ok(to_json(v.value().to_value())?
+        .as_str()
+        .unwrap_or_default()
+        .to_owned())
+}
+
 pub fn modifier_matrix(
     engine: &Rc<Engine>,
     library: &str,
@@ -1673,13 +1737,23 @@ pub fn modifier_matrix(
                 "rocm_config_name",
                 &[json!(v)],
             )?;
+            let ro = ro.as_str().unwrap_or_default().to_owned();
             out.push((
                 c.clone(),
                 v.clone(),
-                vec![
-                    ch.as_str().unwrap_or_default().to_owned(),
-                    ro.as_str().unwrap_or_default().to_owned(),
-                ],
+                vec![ch.as_str().unwrap_or_default().to_owned(), ro.clone()],
+            ));
+            // The same through the global channel (`-m snapshot_<channel>`).
+            let gl = engine.call_bzl(
+                "root",
+                "rules/common/snapshot.bzl",
+                "channel_config_name",
+                &[json!(global_channel_prefix(engine)?), json!(c)],
+            )?;
+            out.push((
+                c.clone(),
+                v.clone(),
+                vec![gl.as_str().unwrap_or_default().to_owned(), ro],
             ));
         }
     }
@@ -1859,7 +1933,14 @@ pub fn check_modifier_aliases(
     for (channel, version, mods) in modifier_matrix(engine, library)? {
         let m: Vec<&str> = mods.iter().map(String::as_str).collect();
         let cfg = engine.config_for(&probe, &m)?;
-        let want_c = format!(":{channel}");
+        // `-m <library>_<channel>`: the library's own setting
+        // (<library>_channel_<channel> in its package); `-m snapshot_<channel>`:
+        // the global one (rules/buck2/config:<channel>).
+        let want_c = if mods[0].starts_with(&format!("{library}_")) {
+            format!(":{library}_channel_{channel}")
+        } else {
+            format!("/rules/buck2/config:{channel}")
+        };
         let want_v = engine.call_bzl(
             "root",
             "rules/common/snapshot.bzl",
@@ -1876,8 +1957,10 @@ pub fn check_modifier_aliases(
     Ok(())
 }
 
-/// The select of a rcclx_snapshot alias has a branch for every channel x
-/// ROCm version (dev -> `<name>_dev`, prebuilt -> `<name>_<channel>_rocm<key>`).
+/// The (nested) select of a rcclx_snapshot alias picks, for every channel x
+/// ROCm version, through the library's own channel or the global one,
+/// `<name>_dev` or `<name>_<channel>_rocm<key>`; the library's own channel
+/// wins over any global channel. Returns the number of configurations checked.
 pub fn check_select_coverage(
     engine: &Rc<Engine>,
     alias: &Label,
@@ -1888,32 +1971,37 @@ pub fn check_select_coverage(
         .get(&alias.name)
         .cloned()
         .ok_or_else(|| anyhow!("no target {alias}"))?;
-    let branches = t
+    let actual = t
         .attrs
         .get("actual")
-        .and_then(|a| a.get("__select__"))
-        .and_then(Json::as_object)
         .cloned()
-        .ok_or_else(|| anyhow!("{alias}: `actual` is not a select()"))?;
-    let keys: Vec<String> = branches.keys().cloned().collect();
-    let mut covered = 0;
-    for (channel, version, mods) in modifier_matrix(engine, library)? {
+        .ok_or_else(|| anyhow!("{alias}: no `actual`"))?;
+    if actual.get("__select__").is_none() {
+        bail!("{alias}: `actual` is not a select()");
+    }
+    let want_for = |channel: &str, version: &str| -> anyhow::Result<String> {
+        if channel == "dev" {
+            return Ok(format!(":{}_dev", alias.name));
+        }
+        let n = engine.call_bzl(
+            "root",
+            "rules/common/snapshot.bzl",
+            "snapshot_target_name",
+            &[json!(alias.name), json!(channel), json!(version)],
+        )?;
+        Ok(format!(":{}", n.as_str().unwrap_or_default()))
+    };
+    let pick = |mods: &[String]| -> anyhow::Result<String> {
         let m: Vec<&str> = mods.iter().map(String::as_str).collect();
         let cfg = engine.config_for(alias, &m)?;
-        let i =
-            engine.resolve_select(&alias.cell, &alias.package, &cfg, &keys, &alias.to_string())?;
-        let got = branches[&keys[i]].as_str().unwrap_or_default().to_owned();
-        let want = if channel == "dev" {
-            format!(":{}_dev", alias.name)
-        } else {
-            let n = engine.call_bzl(
-                "root",
-                "rules/common/snapshot.bzl",
-                "snapshot_target_name",
-                &[json!(alias.name), json!(channel), json!(version)],
-            )?;
-            format!(":{}", n.as_str().unwrap_or_default())
-        };
+        let got = engine.resolve_value(alias, &cfg, &actual, &alias.to_string())?;
+        Ok(got.as_str().unwrap_or_default().to_owned())
+    };
+    let matrix = modifier_matrix(engine, library)?;
+    let mut covered = 0;
+    for (channel, version, mods) in &matrix {
+        let got = pick(mods)?;
+        let want = want_for(channel, version)?;
         if got != want {
             bail!(
                 "{alias} with -m {}: select picks `{got}`, expected `{want}`",
@@ -1921,6 +2009,32 @@ pub fn check_select_coverage(
             );
         }
         covered += 1;
+    }
+    // The library's own channel wins whatever the global channel says.
+    let prefix = global_channel_prefix(engine)?;
+    for (own, version, own_mods) in &matrix {
+        if !own_mods[0].starts_with(&format!("{library}_")) {
+            continue;
+        }
+        for (global, global_version, global_mods) in &matrix {
+            if global_version != version || !global_mods[0].starts_with(&format!("{prefix}_")) {
+                continue;
+            }
+            let mods = vec![
+                global_mods[0].clone(),
+                own_mods[0].clone(),
+                own_mods[1].clone(),
+            ];
+            let got = pick(&mods)?;
+            let want = want_for(own, version)?;
+            if got != want {
+                bail!(
+                    "{alias} with -m {} (global {global}, own {own}): select picks `{got}`, expected `{want}`",
+                    mods.join(" -m ")
+                );
+            }
+            covered += 1;
+        }
     }
     Ok(covered)
 }

@@ -293,3 +293,50 @@ fn a_test_rule_without_the_remote_test_execution_toolchain_is_caught() {
     let err = analyze_err(&e, "examples/kpack", "packages_test");
     assert!(err.contains("remote_test_execution"), "{err}");
 }
+
+#[test]
+fn a_library_channel_that_does_not_override_the_global_one_is_caught() {
+    // rcclx_snapshot's alias must follow the library's own channel first
+    // (-m rcclx_stable) and the global one (-m snapshot_stable) only when
+    // the library's is unset.
+    let e = broken(
+        "rules/buck2/private/rcclx_snapshot.bzl",
+        "    branches = _flavours(_own)\n",
+        "    branches = {}\n",
+    );
+    let err = check_select_coverage(&e, &label("examples/rcclx", "rcclx"), "rcclx").unwrap_err();
+    assert!(format!("{err:#}").contains("select picks"), "{err:#}");
+}
+
+#[test]
+fn a_missing_snapshot_compatible_outside_its_configuration_is_caught() {
+    // A failing missing-snapshot target must be incompatible unless its
+    // channel and version are selected (or `buck2 build //...` fails).
+    let e = broken(
+        "rules/buck2/private/rcclx_snapshot.bzl",
+        "target_compatible_with = _compatible(channel, version),",
+        "target_compatible_with = [rocm_constraint(version)],",
+    );
+    let err = match sweep(&e, "examples", "rcclx") {
+        Ok(res) => res
+            .missing_snapshot_errors
+            .iter()
+            .find(|(_, mods, _)| !mods.iter().any(|m| m.ends_with("_stable")))
+            .map(|(t, mods, _)| format!("{t} failed with -m {mods:?}"))
+            .expect("a missing snapshot was analysed without its channel selected"),
+        Err(err) => format!("{err:#}"),
+    };
+    assert!(
+        err.contains("rcclx_stable_rocm71") || err.contains("rcclx_last_stable_rocm"),
+        "{err}"
+    );
+}
+
+#[test]
+fn shell_command_substitution_in_a_genrule_is_caught() {
+    // buck2 parses `$(...)` in a genrule's cmd as a macro: `$(mktemp -d)`
+    // failed `buck2 build //...` at coercion under the real buck2.
+    let e = broken("examples/wheel/BUCK", "tmp=`mktemp -d`", "tmp=$(mktemp -d)");
+    let err = analyze_err(&e, "examples/wheel", "fat_wheel");
+    assert!(err.contains("as a macro"), "{err}");
+}

@@ -7,10 +7,13 @@ use buck2_harness::*;
 use serde_json::{json, Value as Json};
 
 const LIBRARY: &str = "rcclx";
-const REQUIRED_ALIASES: [&str; 6] = [
+const REQUIRED_ALIASES: [&str; 9] = [
     "rcclx_dev",
     "rcclx_stable",
     "rcclx_last_stable",
+    "snapshot_dev",
+    "snapshot_stable",
+    "snapshot_last_stable",
     "rocm62",
     "rocm64",
     "rocm70",
@@ -161,7 +164,8 @@ fn the_root_package_declares_every_modifier_alias() {
             "root//rules/buck2/config:rocm64"
         ])
     );
-    // The last modifier for one setting wins; unknown aliases fail like buck2.
+    // The last modifier for one setting wins; a library's own channel is a
+    // setting of its own, next to the global one; unknown aliases fail like buck2.
     let cfg = e
         .config_for(
             &label("examples/rcclx", "hello"),
@@ -172,8 +176,24 @@ fn the_root_package_declares_every_modifier_alias() {
     assert_eq!(
         values,
         BTreeSet::from([
-            "root//rules/buck2/config:last_stable",
+            "root//rules/buck2/config:dev",
+            "root//examples/rcclx:rcclx_channel_last_stable",
             "root//rules/buck2/config:rocm70"
+        ])
+    );
+    let cfg = e
+        .config_for(
+            &label("examples/rcclx", "hello"),
+            &["snapshot_stable", "rcclx_dev"],
+        )
+        .unwrap();
+    let values: BTreeSet<&str> = cfg.values().map(String::as_str).collect();
+    assert_eq!(
+        values,
+        BTreeSet::from([
+            "root//rules/buck2/config:stable",
+            "root//examples/rcclx:rcclx_channel_dev",
+            "root//rules/buck2/config:rocm64"
         ])
     );
     let err = e
@@ -191,15 +211,24 @@ fn the_snapshot_select_covers_every_channel_and_rocm_version() {
     let covered = check_select_coverage(&e, &label("examples/rcclx", "rcclx"), LIBRARY)
         .unwrap_or_else(|err| panic!("{err:#}"));
     let matrix = modifier_matrix(&e, LIBRARY).unwrap();
-    assert_eq!(covered, matrix.len());
-    assert!(matrix.len() >= 9, "3 channels x at least 3 ROCm versions");
+    // Every (channel, version) through the library's own and the global
+    // channel, then each own channel under each global channel.
+    assert_eq!(covered, matrix.len() + matrix.len() / 2 * 3);
+    assert!(
+        matrix.len() >= 18,
+        "3 channels x at least 3 ROCm versions, two ways"
+    );
     // The dev source library also selects on every ROCm version.
     let src = e.package("root", "examples/rcclx").unwrap()["rcclx_source"].clone();
     let keys: BTreeSet<String> = src.attrs["preprocessor_flags"]["__select__"]
         .as_object()
         .unwrap()
         .keys()
-        .cloned()
+        .map(|k| {
+            Label::parse(k, "root", "examples/rcclx", &e)
+                .unwrap()
+                .to_string()
+        })
         .collect();
     for (_, v, _) in &matrix {
         let k = format!("root//rules/buck2/config:rocm{}", v.replace('.', ""));
@@ -270,7 +299,8 @@ fn every_target_analyses_and_helpers_accept_every_command_line() {
     // Only the deliberately missing snapshots fail, and only where selected.
     for (t, mods, msg) in &res.missing_snapshot_errors {
         assert!(
-            mods.iter().any(|m| m.starts_with("rcclx_")),
+            mods.iter()
+                .any(|m| m.starts_with("rcclx_") || m.starts_with("snapshot_")),
             "{t} failed without a channel modifier: {msg}"
         );
     }
@@ -383,10 +413,13 @@ fn the_toolchain_builds_helpers_with_cargo_or_fetches_pinned_binaries() {
     let cfg = e.config_for(&t, &[]).unwrap();
     let a = e.analyze(&t, &cfg).unwrap_or_else(|err| panic!("{err:#}"));
     let kpack = a.providers_json["RocpackToolchainInfo"]["kpack"]["args"].to_string();
-    assert!(kpack.contains("release/kpack"), "{kpack}");
+    // The cargo action's output directory holds one binary per package.
+    assert!(kpack.contains("__rocpack_helpers__/bin/kpack"), "{kpack}");
     let cargo = e.analyze(&label("", "rocpack_helpers"), &cfg).unwrap();
     let act = &cargo.actions[0];
     assert_eq!(act["category"], json!("cargo_build"));
+    let argv = act["argv"].to_string();
+    assert!(argv.contains("\"release\""), "default profile: {argv}");
     assert_eq!(
         act["local_only"],
         json!(true),
@@ -684,5 +717,53 @@ fn the_kpack_example_builds_as_buck2_stages_it_and_matches_the_cli() {
             .iter()
             .any(|l| l.ends_with("librocblas.so.5 -> librocblas.so.5.2")),
         "{listing:?}"
+    );
+}
+
+#[test]
+fn every_stable_checksums_command_names_the_prefix() {
+    // The staged snapshots root holds only metadata files (no snapctl.conf):
+    // without --prefix, `snapctl check` compares against RCCLX_ names, which
+    // failed e2e/buck2's FOOCCL file under the real buck2.
+    let e = engine();
+    let text = std::fs::read_to_string(repo_root().join("examples/rcclx/BUCK")).unwrap();
+    let from = "    prefix = \"RCCLX\",\n";
+    assert!(text.contains(from));
+    e.overlay(
+        "examples/rcclx/BUCK",
+        &text.replace(from, "    prefix = \"FOOX\",\n"),
+    );
+    let mut seen = BTreeSet::new();
+    for name in [
+        "stable_checksums",
+        "stable_checksums.update",
+        "stable_checksums_test",
+    ] {
+        let t = label("examples/rcclx", name);
+        let cfg = e.config_for(&t, &[]).unwrap();
+        let a = e.analyze(&t, &cfg).unwrap_or_else(|err| panic!("{err:#}"));
+        for act in a.actions.iter().cloned().chain(runnable_commands(&a)) {
+            if helper_of(&act) != Some("snapctl") {
+                continue;
+            }
+            let argv: Vec<String> = act["argv"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|x| x.as_str().map(str::to_owned).unwrap_or_default())
+                .collect();
+            let sub = argv.get(1).cloned().unwrap_or_default();
+            let i = argv.iter().position(|x| x == "--prefix");
+            assert!(
+                i.is_some_and(|i| argv.get(i + 1).map(String::as_str) == Some("FOOX")),
+                "{name}: `snapctl {sub}` without --prefix FOOX: {argv:?}"
+            );
+            seen.insert(sub);
+        }
+    }
+    assert_eq!(
+        seen,
+        BTreeSet::from(["check".to_owned(), "gen-checksums".to_owned()]),
+        "snapctl commands of the three targets"
     );
 }
