@@ -2,7 +2,7 @@
 //! bundles we write must list and unbundle to identical bytes.
 //! Skipped with a note when the tool is missing, unless env CI is set.
 
-mod common;
+use rocpack_testsupport as common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

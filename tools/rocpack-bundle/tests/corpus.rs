@@ -2,7 +2,7 @@
 //! give an error or a value — never a panic, never an allocation beyond a
 //! small multiple of the input.
 
-mod common;
+use rocpack_testsupport as common;
 
 use rocpack_bundle::*;
 

@@ -3,7 +3,7 @@
 //! from the file slice (CCOB hashes verified), and every code object's
 //! target, size and sha256 must match.
 
-mod common;
+use rocpack_testsupport as common;
 
 use std::collections::BTreeMap;
 

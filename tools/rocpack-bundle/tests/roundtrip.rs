@@ -1,7 +1,7 @@
 //! Writers and readers agree; every CCOB version and method; hash checks;
 //! several bundles in one section.
 
-mod common;
+use rocpack_testsupport as common;
 
 use rocpack_bundle::*;
 

@@ -4,18 +4,17 @@
 //! (the input itself, or the spill file of its decompressed CCOB).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::fs::{self, File};
-use std::io::Read;
+use std::fs::File;
+use std::io::{BufWriter, Read};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use rayon::prelude::*;
-use rocpack_bundle::EntryData;
 use rocpack_kpack::Marker;
 
 use super::{check_name, FatBinarySummary, Progress, SplitError, SplitOptions};
 use crate::databases;
-use crate::fsutil::{self, IoContext};
+use crate::fsutil::{self, FsError, IoContext};
 use crate::manifest::ArtifactManifest;
 use crate::walk::{self, EntryKind};
 
@@ -46,12 +45,31 @@ impl Spill {
         })
     }
 
-    /// Write one decompressed payload; returns its file.
-    fn write(&self, bytes: &[u8]) -> Result<PathBuf, SplitError> {
+    /// Decompresses the CCOB at the start of `bytes` (described by
+    /// `index`) into a new spill file, streaming: memory is one bounded
+    /// chunk, not the payload. Returns the file and what the single pass
+    /// found (for the exact layout).
+    fn write_payload(
+        &self,
+        bytes: &[u8],
+        index: &rocpack_bundle::BundleIndex,
+        bundle_err: &dyn Fn(rocpack_bundle::Error) -> SplitError,
+    ) -> Result<(PathBuf, rocpack_bundle::WalkSummary), SplitError> {
         let n = self.next.fetch_add(1, Ordering::Relaxed);
         let p = self.dir.path().join(format!("{n}.bundle"));
-        fs::write(&p, bytes).ctx(&p, "write decompressed bundle")?;
-        Ok(p)
+        let f = File::create(&p).ctx(&p, "create decompressed bundle")?;
+        let mut w = BufWriter::with_capacity(1 << 20, f);
+        let walk = match rocpack_bundle::copy_payload(bytes, index, &Default::default(), &mut w) {
+            Ok(walk) => walk,
+            Err(rocpack_bundle::CopyError::Bundle(e)) => return Err(bundle_err(e)),
+            Err(rocpack_bundle::CopyError::Io(e)) => {
+                return Err(FsError::new(&p, "write decompressed bundle", e).into())
+            }
+        };
+        w.into_inner()
+            .map_err(|e| e.into_error())
+            .ctx(&p, "write decompressed bundle")?;
+        Ok((p, walk))
     }
 }
 
@@ -249,28 +267,41 @@ impl Collector<'_> {
             let bytes =
                 rocpack_elf::bundle_bytes(image, info, b.index).map_err(|e| elf_err(path, e))?;
             let bundle_off = offset_in(whole, bytes).unwrap_or(b.file_offset);
-            let parsed = rocpack_bundle::parse_bundle(bytes).map_err(|e| SplitError::Bundle {
+            let bundle_err = |e: rocpack_bundle::Error| SplitError::Bundle {
                 path: path.to_path_buf(),
                 offset: bundle_off + e.offset().unwrap_or(0),
                 error: e,
-            })?;
+            };
+            // The entry table alone (for a CCOB: the payload's prefix); a
+            // CCOB is then decompressed once, streaming, into its spill
+            // file, and an uncompressed bundle is walked in place (size and
+            // zero-gap checks for the exact layout).
+            let index =
+                rocpack_bundle::index_bundle(bytes, &Default::default()).map_err(bundle_err)?;
             self.counts.0 += 1;
-            let spilled = match &parsed.decompressed {
-                Some(payload) => Some(spill.write(payload)?),
-                None => None,
+            let (spilled, walk) = if index.ccob.is_some() {
+                let (file, walk) = spill.write_payload(bytes, &index, &bundle_err)?;
+                (Some(file), walk)
+            } else {
+                let walk = rocpack_bundle::walk_bundle::<rocpack_bundle::Error>(
+                    bytes,
+                    &index,
+                    &Default::default(),
+                    &mut |_| Ok(()),
+                    &mut |_, _, _| Ok(()),
+                )
+                .map_err(bundle_err)?;
+                (None, walk)
             };
             let key = rocpack_kpack::toc_key(kernel_name, b.index as u64);
-            let layout = rocpack_bundle::BundleLayout::of(
-                &parsed,
-                parsed.decompressed.as_deref().unwrap_or(bytes),
-            );
-            for (position, entry) in parsed.entries.iter().enumerate() {
+            let layout = rocpack_bundle::BundleLayout::of_index(&index, &walk);
+            for (position, entry) in index.entries.iter().enumerate() {
                 if entry.id.is_host() {
                     continue;
                 }
                 let place = layout.as_ref().and_then(|l| {
                     rocpack_kpack::bundle_meta::encode(l, position, |i| {
-                        parsed.entries.get(i).is_some_and(|e| !e.id.is_host())
+                        index.entries.get(i).is_some_and(|e| !e.id.is_host())
                     })
                 });
                 let arch = entry.id.target_id().to_string();
@@ -283,13 +314,11 @@ impl Collector<'_> {
                 }
                 self.counts.1 += 1;
                 self.archs.insert(arch.clone());
-                let (file, offset) = match (&entry.data, &spilled) {
-                    (EntryData::Payload { start, .. }, Some(f)) => (f.clone(), *start as u64),
-                    (EntryData::Borrowed(d), _) => match offset_in(whole, d) {
-                        Some(o) => (path.to_path_buf(), o),
-                        None => return Err(changed_err(path, bundle_off)),
-                    },
-                    _ => return Err(changed_err(path, bundle_off)),
+                // Offsets are relative to the (decompressed) bundle; the
+                // index checked every entry lies inside it.
+                let (file, offset) = match &spilled {
+                    Some(f) => (f.clone(), entry.offset),
+                    None => (path.to_path_buf(), bundle_off + entry.offset),
                 };
                 self.kernels.push(KernelRef {
                     key: key.clone(),
@@ -523,11 +552,4 @@ fn carries_device_code(data: &[u8]) -> bool {
     NEEDLES
         .iter()
         .any(|n| data.windows(n.len()).any(|w| w == *n))
-}
-
-pub(super) fn changed_err(path: &Path, offset: u64) -> SplitError {
-    SplitError::Usage(format!(
-        "{}: byte offset {offset}: file changed while splitting",
-        path.display()
-    ))
 }
