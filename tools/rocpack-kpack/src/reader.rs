@@ -984,6 +984,17 @@ fn zstd_frame_count(data: &[u8], zoff: u64, zsize: u64) -> Result<usize> {
             },
         ));
     }
+    // With frames, the last one's lookup checks that they fill the blob;
+    // without, nothing else would.
+    if count == 0 && zsize != 4 {
+        return Err(Error::at(
+            zoff + 4,
+            ErrorKind::TrailingData {
+                what: "the last zstd frame (zstd_size is larger than the frames)",
+                count: zsize - 4,
+            },
+        ));
+    }
     Ok(usize::try_from(count).unwrap_or(usize::MAX))
 }
 
