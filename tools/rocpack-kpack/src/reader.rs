@@ -152,7 +152,29 @@ impl KpackReader {
                 unsafe { memmap2::Mmap::map(&file) }.map_err(|e| Error::from(e).with_path(path))?;
             Backing::Mmap(map)
         };
+        if let Backing::Mmap(m) = &backing {
+            // Parsing reads the header and the TOC only: no read-around of
+            // kernel bytes for the header fault, the TOC read ahead as one
+            // request. Advice only; errors are irrelevant.
+            let _ = m.advise(memmap2::Advice::Random);
+            if let Ok(toc) = read_u64(m, 8, "toc_offset") {
+                if let Some(n) = (m.len() as u64).checked_sub(toc) {
+                    let _ = m.advise_range(memmap2::Advice::WillNeed, toc as usize, n as usize);
+                }
+            }
+        }
         let p = parse(backing.bytes()).map_err(|e| e.with_path(path))?;
+        if let Backing::Mmap(m) = &backing {
+            let _ = m.advise(memmap2::Advice::Normal);
+            if let Some(z) = p.zstd_region {
+                // Locating a frame reads the 4-byte size prefixes before
+                // it; with read-around, each would fault in a window of
+                // the neighbouring frames. A frame is prefetched whole
+                // (`WillNeed`) when its kernel is looked up.
+                let (a, n) = (z.offset as usize, z.size as usize);
+                let _ = m.advise_range(memmap2::Advice::Random, a, n);
+            }
+        }
         Ok(KpackReader {
             backing,
             path: Some(path.to_path_buf()),
@@ -327,7 +349,19 @@ impl KpackReader {
         };
         let r = match &self.p.zstd {
             None => self.p.blobs.get(i).copied().ok_or_else(unknown),
-            Some(z) if i < z.checked.len() => zstd_frame(self.bytes(), &self.p, z, i),
+            Some(z) if i < z.checked.len() => {
+                let loc = zstd_locate(self.bytes(), z, i);
+                if let (Backing::Mmap(m), Ok(l)) = (&self.backing, &loc) {
+                    // Read the frame ahead as one request (the zstd blob is
+                    // advised `Random`); advice only, errors are irrelevant.
+                    let _ = m.advise_range(
+                        memmap2::Advice::WillNeed,
+                        l.offset as usize,
+                        l.size as usize,
+                    );
+                }
+                loc.and_then(|_| zstd_frame(self.bytes(), &self.p, z, i))
+            }
             Some(_) => Err(unknown()),
         };
         r.map_err(|e| e.with_path_opt(self.path.as_deref()))
