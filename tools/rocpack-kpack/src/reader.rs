@@ -1,9 +1,16 @@
 //! Strict, total KPAK v1 reader.
 //!
-//! `open` memory-maps the file; everything is validated up front (header,
-//! every TOC field and type, every blob range, the zstd frame index, that
-//! ordinals form a permutation of the blob list, and that sizes agree), so
-//! later lookups cannot fail on structure. Kernels of scheme `none` are
+//! `open` memory-maps the file and validates the header and the whole TOC
+//! (every field and type, every `none` blob range, that ordinals form a
+//! permutation of the blob list, and that sizes agree) but reads no kernel
+//! bytes: the zstd frame index is built lazily. A zstd frame's size prefix,
+//! bounds, frame and block headers, content size and expansion ratio are
+//! checked, just as strictly, the first time its kernel is looked up
+//! ([`KpackReader::blob_location`], [`KpackReader::get_entry`]); a damaged
+//! frame is an error of that lookup, and a checked frame is remembered
+//! (per-frame `OnceLock`, so readers are shared across threads without a
+//! lock). `from_bytes`, `from_vec` and `from_shared_map` check every frame
+//! up front. Kernels of scheme `none` are
 //! returned as slices of the mapping (no copy); zstd frames are decoded
 //! straight from the mapping, one decoder per call (no lock, no whole-blob
 //! copy), with allocations bounded by the real decoded size.
@@ -13,6 +20,7 @@ use std::collections::HashMap;
 use std::fs;
 use std::io::Read;
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::format::{
@@ -49,10 +57,31 @@ struct Parsed {
     gfx_arches: Vec<String>,
     scheme: Scheme,
     entries: Vec<KernelEntry>,
-    /// Stored bytes per ordinal (raw kernel, or one zstd frame).
+    /// Stored bytes per ordinal of a `none` archive (empty for zstd).
     blobs: Vec<BlobLocation>,
     zstd_region: Option<BlobLocation>,
+    /// The lazily checked frame index of a zstd archive.
+    zstd: Option<ZstdIndex>,
     index: HashMap<String, HashMap<String, usize>>,
+}
+
+/// Frames of the zstd blob (u32 count, then u32 size + frame per ordinal),
+/// located and checked on first use.
+#[derive(Clone, Debug)]
+struct ZstdIndex {
+    /// Offset of the frame count (the zstd blob start).
+    zoff: u64,
+    /// End of the zstd blob.
+    zend: u64,
+    /// Per ordinal: the frame's location once its size prefix was read and
+    /// bounds-checked (needs every earlier prefix; walked forward from the
+    /// nearest located predecessor).
+    located: Vec<OnceLock<BlobLocation>>,
+    /// Per ordinal: the location once the frame itself was checked against
+    /// its TOC entry.
+    checked: Vec<OnceLock<BlobLocation>>,
+    /// Per ordinal: index of its entry and offset of its `ordinal` field.
+    entry_of: Vec<(usize, u64)>,
 }
 
 /// A read-only `.kpack` archive.
@@ -123,7 +152,29 @@ impl KpackReader {
                 unsafe { memmap2::Mmap::map(&file) }.map_err(|e| Error::from(e).with_path(path))?;
             Backing::Mmap(map)
         };
+        if let Backing::Mmap(m) = &backing {
+            // Parsing reads the header and the TOC only: no read-around of
+            // kernel bytes for the header fault, the TOC read ahead as one
+            // request. Advice only; errors are irrelevant.
+            let _ = m.advise(memmap2::Advice::Random);
+            if let Ok(toc) = read_u64(m, 8, "toc_offset") {
+                if let Some(n) = (m.len() as u64).checked_sub(toc) {
+                    let _ = m.advise_range(memmap2::Advice::WillNeed, toc as usize, n as usize);
+                }
+            }
+        }
         let p = parse(backing.bytes()).map_err(|e| e.with_path(path))?;
+        if let Backing::Mmap(m) = &backing {
+            let _ = m.advise(memmap2::Advice::Normal);
+            if let Some(z) = p.zstd_region {
+                // Locating a frame reads the 4-byte size prefixes before
+                // it; with read-around, each would fault in a window of
+                // the neighbouring frames. A frame is prefetched whole
+                // (`WillNeed`) when its kernel is looked up.
+                let (a, n) = (z.offset as usize, z.size as usize);
+                let _ = m.advise_range(memmap2::Advice::Random, a, n);
+            }
+        }
         Ok(KpackReader {
             backing,
             path: Some(path.to_path_buf()),
@@ -148,11 +199,13 @@ impl KpackReader {
             ));
         }
         let p = parse(&map[range.clone()])?;
-        Ok(KpackReader {
+        let r = KpackReader {
             backing: Backing::Shared(map, range),
             path: None,
             p,
-        })
+        };
+        r.check_frames()?;
+        Ok(r)
     }
 
     /// Validate an archive held in memory (the bytes are copied).
@@ -163,11 +216,13 @@ impl KpackReader {
     /// Validate an archive held in memory, taking ownership.
     pub fn from_vec(bytes: Vec<u8>) -> Result<Self> {
         let p = parse(&bytes)?;
-        Ok(KpackReader {
+        let r = KpackReader {
             backing: Backing::Owned(bytes),
             path: None,
             p,
-        })
+        };
+        r.check_frames()?;
+        Ok(r)
     }
 
     /// The file this archive was opened from.
@@ -273,9 +328,54 @@ impl KpackReader {
         v
     }
 
-    /// Where the stored bytes of `ordinal` are (raw kernel or zstd frame).
+    /// Where the stored bytes of `ordinal` are (raw kernel or zstd frame);
+    /// `None` for an unknown ordinal or a damaged zstd frame (see
+    /// [`KpackReader::checked_location`] for the error).
     pub fn blob_location(&self, ordinal: u32) -> Option<BlobLocation> {
-        self.p.blobs.get(ordinal as usize).copied()
+        self.checked_location(ordinal).ok()
+    }
+
+    /// Where the stored bytes of `ordinal` are. A zstd frame is located and
+    /// checked (size prefix, bounds, frame length, content size and ratio
+    /// against its TOC entry) on the first call; the error names what is
+    /// damaged and where.
+    pub fn checked_location(&self, ordinal: u32) -> Result<BlobLocation> {
+        let i = ordinal as usize;
+        let unknown = || {
+            Error::new(ErrorKind::Invalid {
+                field: "ordinal".into(),
+                message: format!("{ordinal} is not an ordinal of this archive"),
+            })
+        };
+        let r = match &self.p.zstd {
+            None => self.p.blobs.get(i).copied().ok_or_else(unknown),
+            Some(z) if i < z.checked.len() => {
+                let loc = zstd_locate(self.bytes(), z, i);
+                if let (Backing::Mmap(m), Ok(l)) = (&self.backing, &loc) {
+                    // Read the frame ahead as one request (the zstd blob is
+                    // advised `Random`); advice only, errors are irrelevant.
+                    let _ = m.advise_range(
+                        memmap2::Advice::WillNeed,
+                        l.offset as usize,
+                        l.size as usize,
+                    );
+                }
+                loc.and_then(|_| zstd_frame(self.bytes(), &self.p, z, i))
+            }
+            Some(_) => Err(unknown()),
+        };
+        r.map_err(|e| e.with_path_opt(self.path.as_deref()))
+    }
+
+    /// Check every zstd frame now (what `open` leaves to the lookups):
+    /// size prefixes, bounds, frame lengths, content sizes and ratios, and
+    /// that the frames fill the zstd blob exactly. Does not decode.
+    pub fn check_frames(&self) -> Result<()> {
+        let n = self.p.zstd.as_ref().map_or(0, |z| z.checked.len());
+        for i in 0..n {
+            self.checked_location(u32::try_from(i).unwrap_or(u32::MAX))?;
+        }
+        Ok(())
     }
 
     /// The stored bytes of `ordinal` (raw kernel or zstd frame), zero-copy.
@@ -297,11 +397,11 @@ impl KpackReader {
 
     /// The code object of an entry of this archive.
     pub fn get_entry(&self, e: &KernelEntry) -> Result<Cow<'_, [u8]>> {
-        let loc = self
-            .blob_location(e.ordinal)
-            .ok_or_else(|| self.err_not_found(&e.key, &e.target))?;
-        let stored = self
-            .stored_bytes(e.ordinal)
+        let loc = self.checked_location(e.ordinal)?;
+        let stored = usize::try_from(loc.offset)
+            .ok()
+            .zip(usize::try_from(loc.size).ok())
+            .and_then(|(a, n)| self.bytes().get(a..a.checked_add(n)?))
             .ok_or_else(|| self.err_not_found(&e.key, &e.target))?;
         match self.p.scheme {
             Scheme::None => Ok(Cow::Borrowed(stored)),
@@ -320,14 +420,16 @@ impl KpackReader {
         e: &KernelEntry,
         sink: &mut dyn FnMut(&[u8]) -> std::result::Result<(), E>,
     ) -> std::result::Result<(), E> {
-        stream_kernel(self.bytes(), &self.p, e, sink)
+        let loc = self.checked_location(e.ordinal).map_err(E::from)?;
+        stream_kernel(self.bytes(), &self.p, loc, e, sink)
             .map_err(|err| err.map_error(|x| x.with_path_opt(self.path.as_deref())))
     }
 
-    /// Decode every kernel (in parallel) and check its length; structure is
-    /// already validated by `open`, this also proves every zstd frame decodes.
+    /// Check every zstd frame ([`KpackReader::check_frames`]), then decode
+    /// every kernel (in parallel) and check its length.
     pub fn validate_kernels(&self) -> Result<()> {
         use rayon::prelude::*;
+        self.check_frames()?;
         self.p
             .entries
             .par_iter()
@@ -394,6 +496,7 @@ pub const STREAM_CHUNK: usize = 256 << 10;
 fn stream_kernel<E>(
     data: &[u8],
     p: &Parsed,
+    loc: BlobLocation,
     e: &KernelEntry,
     sink: &mut dyn FnMut(&[u8]) -> std::result::Result<(), E>,
 ) -> std::result::Result<(), StreamErr<E>> {
@@ -403,11 +506,6 @@ fn stream_kernel<E>(
             target: e.target.clone(),
         }))
     };
-    let loc = p
-        .blobs
-        .get(e.ordinal as usize)
-        .copied()
-        .ok_or_else(not_found)?;
     let stored = usize::try_from(loc.offset)
         .ok()
         .zip(usize::try_from(loc.size).ok())
@@ -707,6 +805,7 @@ fn parse(data: &[u8]) -> Result<Parsed> {
 
     // Blob locations per ordinal.
     let mut zstd_region = None;
+    let mut zstd_count = 0usize;
     let blobs: Vec<(u64, BlobLocation)> = match scheme {
         Scheme::None => {
             if let Some((at, _)) = zstd_offset.or(zstd_size) {
@@ -771,12 +870,29 @@ fn parse(data: &[u8]) -> Result<Parsed> {
                 offset: zoff,
                 size: zsize,
             });
-            zstd_frames(data, zoff, zsize)?
+            zstd_count = zstd_frame_count(data, zoff, zsize)?;
+            Vec::new()
         }
+    };
+    let n_blobs = match scheme {
+        Scheme::None => blobs.len(),
+        Scheme::ZstdPerKernel => zstd_count,
     };
 
     // Entries: ordinals must be a permutation of the blob list.
-    let mut used = vec![false; blobs.len()];
+    // The TOC bounds the work: more zstd frames than entries cannot be a
+    // permutation (checked before allocating per-frame state).
+    if let (Some(z), true) = (zstd_region, n_blobs > raw_toc.len()) {
+        return Err(Error::at(
+            z.offset,
+            ErrorKind::Invalid {
+                field: format!("blob {}", raw_toc.len()),
+                message: "not referenced by any TOC entry".into(),
+            },
+        ));
+    }
+    let mut used = vec![false; n_blobs];
+    let mut entry_of = vec![(0usize, 0u64); n_blobs];
     let mut entries = Vec::with_capacity(raw_toc.len());
     let mut index: HashMap<String, HashMap<String, usize>> = HashMap::new();
     for (key, target, r) in raw_toc {
@@ -788,13 +904,13 @@ fn parse(data: &[u8]) -> Result<Parsed> {
             .ok_or_else(|| missing(r.at, f("original_size")))?;
         let slot = usize::try_from(ordinal)
             .ok()
-            .filter(|&o| o < blobs.len())
+            .filter(|&o| o < n_blobs)
             .ok_or_else(|| {
                 Error::at(
                     oat,
                     ErrorKind::Invalid {
                         field: f("ordinal"),
-                        message: format!("{ordinal} is not below the blob count {}", blobs.len()),
+                        message: format!("{ordinal} is not below the blob count {n_blobs}"),
                     },
                 )
             })?;
@@ -810,55 +926,20 @@ fn parse(data: &[u8]) -> Result<Parsed> {
         if let Some(u) = used.get_mut(slot) {
             *u = true;
         }
-        let (bat, loc) = blobs
-            .get(slot)
-            .copied()
-            .unwrap_or((0, BlobLocation { offset: 0, size: 0 }));
-        match scheme {
-            Scheme::None => {
-                if loc.size != original_size {
-                    return Err(Error::at(
-                        bat,
-                        ErrorKind::Mismatch {
-                            field: format!("blobs[{ordinal}].size (vs {})", f("original_size")),
-                            expected: original_size,
-                            found: loc.size,
-                        },
-                    ));
-                }
-            }
-            Scheme::ZstdPerKernel => {
-                let frame = usize::try_from(loc.offset)
-                    .ok()
-                    .and_then(|s| data.get(s..s.checked_add(usize::try_from(loc.size).ok()?)?))
-                    .unwrap_or(&[]);
-                if let Ok(Some(cs)) = zstd::zstd_safe::get_frame_content_size(frame) {
-                    if cs != original_size {
-                        return Err(Error::at(
-                            loc.offset,
-                            ErrorKind::Mismatch {
-                                field: format!(
-                                    "{} (vs zstd frame content size)",
-                                    f("original_size")
-                                ),
-                                expected: cs,
-                                found: original_size,
-                            },
-                        ));
-                    }
-                }
-                if original_size > loc.size.saturating_mul(ZSTD_MAX_RATIO) {
-                    return Err(Error::at(
-                        oat,
-                        ErrorKind::Invalid {
-                            field: f("original_size"),
-                            message: format!(
-                                "{original_size} bytes cannot come from a {}-byte zstd frame",
-                                loc.size
-                            ),
-                        },
-                    ));
-                }
+        if let Some(x) = entry_of.get_mut(slot) {
+            *x = (entries.len(), oat);
+        }
+        // zstd frames are checked against their entry on first lookup.
+        if let Some(&(bat, loc)) = blobs.get(slot) {
+            if loc.size != original_size {
+                return Err(Error::at(
+                    bat,
+                    ErrorKind::Mismatch {
+                        field: format!("blobs[{ordinal}].size (vs {})", f("original_size")),
+                        expected: original_size,
+                        found: loc.size,
+                    },
+                ));
             }
         }
         let idx = entries.len();
@@ -880,7 +961,9 @@ fn parse(data: &[u8]) -> Result<Parsed> {
         });
     }
     if let Some(i) = used.iter().position(|u| !u) {
-        let at = blobs.get(i).map_or(top_at, |b| b.0);
+        let at = blobs
+            .get(i)
+            .map_or_else(|| zstd_region.map_or(top_at, |z| z.offset), |b| b.0);
         return Err(Error::at(
             at,
             ErrorKind::Invalid {
@@ -898,16 +981,21 @@ fn parse(data: &[u8]) -> Result<Parsed> {
         scheme,
         entries,
         blobs: blobs.into_iter().map(|(_, l)| l).collect(),
+        zstd: zstd_region.map(|z| ZstdIndex {
+            zoff: z.offset,
+            zend: z.offset + z.size,
+            located: (0..n_blobs).map(|_| OnceLock::new()).collect(),
+            checked: (0..n_blobs).map(|_| OnceLock::new()).collect(),
+            entry_of,
+        }),
         zstd_region,
         index,
     })
 }
 
-/// Walk the zstd blob: u32 count, then (u32 size, frame) per kernel.
-/// Returns, per ordinal, the offset of its size prefix and its frame location.
-fn zstd_frames(data: &[u8], zoff: u64, zsize: u64) -> Result<Vec<(u64, BlobLocation)>> {
-    let start = usize::try_from(zoff).unwrap_or(usize::MAX);
-    let end = zoff.saturating_add(zsize);
+/// The frame count at the start of the zstd blob (u32 count, then
+/// (u32 size, frame) per kernel); only the count is read here.
+fn zstd_frame_count(data: &[u8], zoff: u64, zsize: u64) -> Result<usize> {
     if zsize < 4 {
         return Err(Error::at(
             zoff,
@@ -918,6 +1006,7 @@ fn zstd_frames(data: &[u8], zoff: u64, zsize: u64) -> Result<Vec<(u64, BlobLocat
             },
         ));
     }
+    let start = usize::try_from(zoff).unwrap_or(usize::MAX);
     let count = u64::from(read_u32(data, start, "zstd frame count")?);
     // Each frame needs at least its 4-byte size prefix.
     if count > (zsize - 4) / 4 {
@@ -929,15 +1018,46 @@ fn zstd_frames(data: &[u8], zoff: u64, zsize: u64) -> Result<Vec<(u64, BlobLocat
             },
         ));
     }
-    let mut v = Vec::with_capacity(count as usize);
-    let mut pos = zoff + 4;
-    for i in 0..count {
+    // With frames, the last one's lookup checks that they fill the blob;
+    // without, nothing else would.
+    if count == 0 && zsize != 4 {
+        return Err(Error::at(
+            zoff + 4,
+            ErrorKind::TrailingData {
+                what: "the last zstd frame (zstd_size is larger than the frames)",
+                count: zsize - 4,
+            },
+        ));
+    }
+    Ok(usize::try_from(count).unwrap_or(usize::MAX))
+}
+
+/// Locate frame `i`: read the size prefixes from the nearest located
+/// predecessor up to `i`, bounds-checking each (and, for the last frame,
+/// that the frames end exactly at the end of the zstd blob). Only the
+/// 4-byte prefixes are read, never frame bytes.
+fn zstd_locate(data: &[u8], z: &ZstdIndex, i: usize) -> Result<BlobLocation> {
+    if let Some(l) = z.located.get(i).and_then(OnceLock::get) {
+        return Ok(*l);
+    }
+    let mut j = i.min(z.located.len());
+    while j > 0 && z.located.get(j - 1).and_then(OnceLock::get).is_none() {
+        j -= 1;
+    }
+    let mut pos = match j.checked_sub(1).and_then(|k| z.located.get(k)?.get()) {
+        Some(l) => l.offset + l.size,
+        None => z.zoff + 4,
+    };
+    let (zoff, end) = (z.zoff, z.zend);
+    let last = z.located.len().saturating_sub(1);
+    let mut found = None;
+    for k in j..=i {
         let at = pos;
         if at + 4 > end {
             return Err(Error::at(
                 at,
                 ErrorKind::OutOfBounds {
-                    field: format!("zstd frame {i} size prefix"),
+                    field: format!("zstd frame {k} size prefix"),
                     start: at,
                     len: 4,
                     lo: zoff,
@@ -951,51 +1071,114 @@ fn zstd_frames(data: &[u8], zoff: u64, zsize: u64) -> Result<Vec<(u64, BlobLocat
             "zstd frame size",
         )?);
         let fstart = at + 4;
-        check_range(&|| format!("zstd frame {i}"), at, fstart, size, zoff, end)?;
-        let frame = data
-            .get(fstart as usize..(fstart + size) as usize)
-            .unwrap_or(&[]);
-        match zstd::zstd_safe::find_frame_compressed_size(frame) {
-            Ok(n) if n as u64 == size => {}
-            Ok(n) => {
-                return Err(Error::at(
-                    fstart,
-                    ErrorKind::Mismatch {
-                        field: format!("zstd frame {i} size prefix (vs frame length)"),
-                        expected: n as u64,
-                        found: size,
-                    },
-                ))
-            }
-            Err(code) => {
-                return Err(Error::at(
-                    fstart,
-                    ErrorKind::Zstd(format!(
-                        "frame {i} is not one valid zstd frame: {}",
-                        zstd::zstd_safe::get_error_name(code)
-                    )),
-                ))
-            }
-        }
-        v.push((
-            at,
-            BlobLocation {
-                offset: fstart,
-                size,
-            },
-        ));
+        check_range(&|| format!("zstd frame {k}"), at, fstart, size, zoff, end)?;
         pos = fstart + size;
+        if k == last && pos != end {
+            return Err(Error::at(
+                pos,
+                ErrorKind::TrailingData {
+                    what: "the last zstd frame (zstd_size is larger than the frames)",
+                    count: end - pos,
+                },
+            ));
+        }
+        let loc = BlobLocation {
+            offset: fstart,
+            size,
+        };
+        if let Some(slot) = z.located.get(k) {
+            let _ = slot.set(loc);
+        }
+        found = Some(loc);
     }
-    if pos != end {
+    found.ok_or_else(|| {
+        Error::at(
+            zoff,
+            ErrorKind::Invalid {
+                field: "ordinal".into(),
+                message: format!("{i} is not below the zstd frame count"),
+            },
+        )
+    })
+}
+
+/// Locate and check frame `i` against its TOC entry (once; later calls
+/// return the remembered location): it must be exactly one zstd frame of
+/// the prefixed length, its content size (when present) must equal the
+/// entry's `original_size`, which may not exceed the ratio limit.
+fn zstd_frame(data: &[u8], p: &Parsed, z: &ZstdIndex, i: usize) -> Result<BlobLocation> {
+    if let Some(l) = z.checked.get(i).and_then(OnceLock::get) {
+        return Ok(*l);
+    }
+    let loc = zstd_locate(data, z, i)?;
+    let fstart = loc.offset;
+    let frame = usize::try_from(fstart)
+        .ok()
+        .zip(usize::try_from(loc.size).ok())
+        .and_then(|(a, n)| data.get(a..a.checked_add(n)?))
+        .unwrap_or(&[]);
+    match zstd::zstd_safe::find_frame_compressed_size(frame) {
+        Ok(n) if n as u64 == loc.size => {}
+        Ok(n) => {
+            return Err(Error::at(
+                fstart,
+                ErrorKind::Mismatch {
+                    field: format!("zstd frame {i} size prefix (vs frame length)"),
+                    expected: n as u64,
+                    found: loc.size,
+                },
+            ))
+        }
+        Err(code) => {
+            return Err(Error::at(
+                fstart,
+                ErrorKind::Zstd(format!(
+                    "frame {i} is not one valid zstd frame: {}",
+                    zstd::zstd_safe::get_error_name(code)
+                )),
+            ))
+        }
+    }
+    let (ei, oat) = z.entry_of.get(i).copied().unwrap_or((usize::MAX, 0));
+    let e = p.entries.get(ei).ok_or_else(|| {
+        Error::at(
+            z.zoff,
+            ErrorKind::Invalid {
+                field: format!("blob {i}"),
+                message: "not referenced by any TOC entry".into(),
+            },
+        )
+    })?;
+    let f = |leaf: &str| format!("toc{}{}.{leaf}", q(&e.key), q(&e.target));
+    let original_size = e.original_size;
+    if let Ok(Some(cs)) = zstd::zstd_safe::get_frame_content_size(frame) {
+        if cs != original_size {
+            return Err(Error::at(
+                loc.offset,
+                ErrorKind::Mismatch {
+                    field: format!("{} (vs zstd frame content size)", f("original_size")),
+                    expected: cs,
+                    found: original_size,
+                },
+            ));
+        }
+    }
+    if original_size > loc.size.saturating_mul(ZSTD_MAX_RATIO) {
         return Err(Error::at(
-            pos,
-            ErrorKind::TrailingData {
-                what: "the last zstd frame (zstd_size is larger than the frames)",
-                count: end - pos,
+            oat,
+            ErrorKind::Invalid {
+                field: f("original_size"),
+                message: format!(
+                    "{original_size} bytes cannot come from a {}-byte zstd frame",
+                    loc.size
+                ),
             },
         ));
     }
-    Ok(v)
+    if let Some(slot) = z.checked.get(i) {
+        let _ = slot.set(loc);
+    }
+    Ok(loc)
 }
 
 /// Parse `toc`: map key -> map arch -> entry map.
