@@ -1,6 +1,6 @@
 """Public API of the rocpack Buck2 rules (same names and attributes as rules/bazel).
 
-    load("@root//rules/buck2:defs.bzl", "kpack_split", "kpack_packages", "stable_checksums", "rcclx_snapshot")
+    load("@root//rules/buck2:defs.bzl", "kpack_split", "kpack_packages", "stable_checksums", "prebuilt_snapshot")  # rcclx_snapshot: former name
 
 Helpers: every rule runs `kpack` / `snapctl` from the toolchain
 `toolchains//:rocpack` (default: built from this repository by cargo;
@@ -15,7 +15,7 @@ load("//rules/buck2/private:kpack_recombine.bzl", _kpack_packages = "kpack_packa
 load("//rules/buck2/private:kpack_split.bzl", _kpack_split = "kpack_split")
 load("//rules/buck2/private:kpack_wheel_split.bzl", _kpack_wheel_split = "kpack_wheel_split")
 load("//rules/buck2/private:providers.bzl", _KpackPackageInfo = "KpackPackageInfo", _KpackSplitInfo = "KpackSplitInfo", _RocpackToolchainInfo = "RocpackToolchainInfo", _SnapshotBlobInfo = "SnapshotBlobInfo")
-load("//rules/buck2/private:rcclx_snapshot.bzl", _rcclx_snapshot = "rcclx_snapshot", _snapshot_blob = "snapshot_blob")
+load("//rules/buck2/private:rcclx_snapshot.bzl", _prebuilt_snapshot = "prebuilt_snapshot", _rcclx_snapshot = "rcclx_snapshot", _snapshot_blob = "snapshot_blob")
 load("//rules/buck2/private:stable_checksums.bzl", _stable_checksums = "stable_checksums")
 load("//rules/buck2/private:toolchain.bzl", _rocpack_helper_tools = "rocpack_helper_tools", _rocpack_toolchain = "rocpack_toolchain")
 
@@ -26,7 +26,7 @@ kpack_split, kpack_recombine, kpack_packages = _kpack_split, _kpack_recombine, _
 kpack_wheel_split = _kpack_wheel_split
 
 # Prebuilt snapshots: dev / stable / last-stable selection and the checksums file.
-rcclx_snapshot, snapshot_blob, stable_checksums = _rcclx_snapshot, _snapshot_blob, _stable_checksums
+prebuilt_snapshot, rcclx_snapshot, snapshot_blob, stable_checksums = _prebuilt_snapshot, _rcclx_snapshot, _snapshot_blob, _stable_checksums
 
 # The helper binaries and the toolchain that hands them to actions.
 rocpack_cargo_build, rocpack_toolchain, rocpack_helper_tools = _rocpack_cargo_build, _rocpack_toolchain, _rocpack_helper_tools

@@ -1,9 +1,9 @@
-"""rcclx_snapshot: dev (source) or a pinned prebuilt stable / last-stable
+"""prebuilt_snapshot (alias rcclx_snapshot): dev (source) or a pinned prebuilt stable / last-stable
 snapshot, selected by the library's own channel (`-m rcclx_stable`), else the
 global `snapshot_channel` (`-m snapshot_stable`; default dev), and the
 `rocm_version` constraint (`-m rocm64`)."""
 
-load("//rules/common:snapshot.bzl", "PREBUILT_CHANNELS", "ROCM_VERSIONS", "SNAPSHOT_CHANNELS", "available_versions", "channel_dir", "checksum_sha256", "missing_snapshot_message", "snapshot_target_name", "store_blob_path")
+load("//rules/common:snapshot.bzl", "PREBUILT_CHANNELS", "ROCM_VERSIONS", "SNAPSHOT_CHANNELS", "available_versions", "channel_dir", "checksum_sha256", "default_artifact", "missing_snapshot_message", "snapshot_target_name", "store_blob_path")
 load(":config.bzl", "channel_constraint", "library_channel_constraints", "library_channel_value", "rocm_constraint")
 load(":providers.bzl", "RocpackToolchainInfo", "SnapshotBlobInfo")
 load(":toolchain.bzl", "toolchain_attr")
@@ -120,7 +120,7 @@ _missing_snapshot = rule(
     },
 )
 
-def rcclx_snapshot(
+def prebuilt_snapshot(
         name: str,
         dev: str,
         stable_checksums: dict[str, typing.Any],
@@ -129,7 +129,7 @@ def rcclx_snapshot(
         local_store: str | None = None,
         remote_repo_prefix: str | None = None,
         store_url: str | None = None,
-        artifact: str = "librcclx-dev.a",
+        artifact: str | None = None,
         library: str | None = None,
         channel_define: str | None = None,
         header_patterns: list[str] = ["**/*.h"],
@@ -173,7 +173,8 @@ def rcclx_snapshot(
         the package (blobs at <local_store>/cas/sha256/<hex>).
       store_url: instead of local_store: an http(s) store; blobs are fetched
         with http_file from <store_url>/cas/sha256/<hex>, pinned by sha256.
-      artifact: file name of the prebuilt static library.
+      artifact: file name of the prebuilt static library; defaults to
+        "lib<library>.a".
       library: library name in messages; defaults to `name`.
       channel_define: preprocessor macro set to the channel name for
         dependents (e.g. "RCCLX_SNAPSHOT_CHANNEL"); None for none.
@@ -192,12 +193,13 @@ def rcclx_snapshot(
       **kwargs: common attributes for every target.
     """
     if remote_repo_prefix != None:
-        fail("rcclx_snapshot: remote_repo_prefix is for Bazel's http_file repositories; on Buck2 set store_url")
+        fail("prebuilt_snapshot: remote_repo_prefix is for Bazel's http_file repositories; on Buck2 set store_url")
     if (local_store == None) == (store_url == None):
-        fail("rcclx_snapshot: set exactly one of local_store and store_url")
+        fail("prebuilt_snapshot: set exactly one of local_store and store_url")
     if not verify_with_snapctl:
-        fail("rcclx_snapshot: on Buck2 blobs are always verified by snapctl fetch; leave verify_with_snapctl at True")
+        fail("prebuilt_snapshot: on Buck2 blobs are always verified by snapctl fetch; leave verify_with_snapctl at True")
     library = library or name
+    artifact = artifact or default_artifact(library)
     pkg = native.package_name()
     root_path = (pkg + "/" + snapshots_root) if pkg else snapshots_root
     store_shown = store_url or ((pkg + "/" + local_store) if pkg else local_store)
@@ -206,7 +208,7 @@ def rcclx_snapshot(
         for version in checksums:
             if version not in ROCM_VERSIONS:
                 # No constraint value could ever select it: a typo or a new version.
-                fail("rcclx_snapshot: %s checksums list ROCm %s, which is not one of ROCM_VERSIONS %s (rules/common/snapshot.bzl)" % (channel, version, ROCM_VERSIONS))
+                fail("prebuilt_snapshot: %s checksums list ROCm %s, which is not one of ROCM_VERSIONS %s (rules/common/snapshot.bzl)" % (channel, version, ROCM_VERSIONS))
 
     def _flags(channel):
         return ["-D" + channel_define + "=" + channel] if channel_define else []
@@ -290,3 +292,6 @@ def rcclx_snapshot(
     branches = _flavours(_own)
     branches["DEFAULT"] = select(_flavours(channel_constraint))
     native.alias(name = name, actual = select(branches), visibility = visibility, **kwargs)
+
+# The former name, kept so existing BUCK files keep working.
+rcclx_snapshot = prebuilt_snapshot

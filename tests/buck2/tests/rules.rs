@@ -571,7 +571,7 @@ fn rules_and_macros_have_the_bazel_names_and_attributes() {
             "rules/buck2/private/stable_checksums.bzl",
         ),
         (
-            "rcclx_snapshot",
+            "prebuilt_snapshot",
             "rules/bazel/private/rcclx_snapshot.bzl",
             "rules/buck2/private/rcclx_snapshot.bzl",
         ),
@@ -588,6 +588,7 @@ fn rules_and_macros_have_the_bazel_names_and_attributes() {
         "kpack_recombine",
         "kpack_packages",
         "stable_checksums",
+        "prebuilt_snapshot",
         "rcclx_snapshot",
     ] {
         defs.get(name)
