@@ -63,7 +63,25 @@ if [ -n "$stage_list" ]; then
             cp -RL "$src/." "$stage/$dest/"
         else
             mkdir -p "$(dirname "$stage/$dest")"
-            cp -L "$src" "$stage/$dest"
+            # Bazel hands sources in through absolute links (execroot,
+            # sandbox). Follow those; the first relative link on the way is
+            # the artifact's own symlink (librocblas.so.5 -> librocblas.so.5.2)
+            # and is staged as that link, as `kpack split` sees it in the
+            # original tree (the helper judges where it points).
+            own="" l="$src" hops=0
+            while [ -L "$l" ] && [ $hops -lt 40 ]; do
+                t="$(readlink "$l")"
+                case "$t" in
+                    /*) l="$t" ;;
+                    *) own="$t"; break ;;
+                esac
+                hops=$((hops + 1))
+            done
+            if [ -n "$own" ]; then
+                ln -s "$own" "$stage/$dest"
+            else
+                cp -L "$src" "$stage/$dest"
+            fi
         fi
     done < "$stage_list"
     chmod -R u+w "$stage"
