@@ -55,33 +55,44 @@ if [ -n "$sha_hex" ]; then
     fi
 fi
 
+# stage_one SRC DEST: Bazel hands sources in through absolute links
+# (execroot, sandbox). Follow those; the first relative link on the way is
+# the artifact's own symlink (librocblas.so.5 -> librocblas.so.5.2) and is
+# staged as that link, as `kpack` sees it in the original tree (the helper
+# judges where it points). Anything else is copied.
+stage_one() {
+    local own="" l="$1" hops=0 t
+    while [ -L "$l" ] && [ $hops -lt 40 ]; do
+        t="$(readlink "$l")"
+        case "$t" in
+            /*) l="$t" ;;
+            *) own="$t"; break ;;
+        esac
+        hops=$((hops + 1))
+    done
+    mkdir -p "$(dirname "$2")"
+    if [ -n "$own" ]; then
+        ln -s "$own" "$2"
+    else
+        cp -L "$1" "$2"
+    fi
+}
+
 if [ -n "$stage_list" ]; then
     while IFS=$'\t' read -r dest src; do
         [ -n "$dest" ] || continue
         if [ -d "$src" ]; then
             mkdir -p "$stage/$dest"
-            cp -RL "$src/." "$stage/$dest/"
+            while IFS= read -r -d '' e; do
+                rel="${e#"$src"/}"
+                if [ -d "$e" ] && ! { [ -L "$e" ] && case "$(readlink "$e")" in /*) false ;; *) true ;; esac; }; then
+                    mkdir -p "$stage/$dest/$rel"
+                else
+                    stage_one "$e" "$stage/$dest/$rel"
+                fi
+            done < <(find -L "$src" -mindepth 1 -print0 | sort -z)
         else
-            mkdir -p "$(dirname "$stage/$dest")"
-            # Bazel hands sources in through absolute links (execroot,
-            # sandbox). Follow those; the first relative link on the way is
-            # the artifact's own symlink (librocblas.so.5 -> librocblas.so.5.2)
-            # and is staged as that link, as `kpack split` sees it in the
-            # original tree (the helper judges where it points).
-            own="" l="$src" hops=0
-            while [ -L "$l" ] && [ $hops -lt 40 ]; do
-                t="$(readlink "$l")"
-                case "$t" in
-                    /*) l="$t" ;;
-                    *) own="$t"; break ;;
-                esac
-                hops=$((hops + 1))
-            done
-            if [ -n "$own" ]; then
-                ln -s "$own" "$stage/$dest"
-            else
-                cp -L "$src" "$stage/$dest"
-            fi
+            stage_one "$src" "$stage/$dest"
         fi
     done < "$stage_list"
     chmod -R u+w "$stage"
