@@ -9,6 +9,10 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 export ROCPACK_SHARED_DIR="${ROCPACK_SHARED_DIR:-$ROOT/../shared}"
 export ROCPACK_SHARED="${ROCPACK_SHARED:-$ROOT/target/rocpack-shared}"
 
+# One build, no incremental caches: CI builds each crate once, and the
+# incremental directories would double the target directory on disk.
+export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
+
 log() { printf '\n==> %s\n' "$*" >&2; }
 die() { printf 'FAILED: %s\n' "$*" >&2; exit 1; }
 
