@@ -393,6 +393,12 @@ fn parse_table(b: &[u8]) -> Result<Table> {
 
 /// Parse a CCOB header at the start of `b`.
 pub fn parse_ccob_header(b: &[u8]) -> Result<CcobHeader> {
+    parse_ccob_header_within(b, b.len() as u64)
+}
+
+/// [`parse_ccob_header`] of a header read from a source of `available`
+/// bytes (`b` may hold the header alone).
+pub(crate) fn parse_ccob_header_within(b: &[u8], available: u64) -> Result<CcobHeader> {
     if !b.starts_with(CCOB_MAGIC) {
         return Err(Error::BadMagic {
             offset: 0,
@@ -438,12 +444,12 @@ pub fn parse_ccob_header(b: &[u8]) -> Result<CcobHeader> {
                 what: format!("total size {t} is smaller than the {header_len}-byte header"),
             });
         }
-        if t > b.len() as u64 {
+        if t > available {
             return Err(Error::Truncated {
                 offset: 0,
                 expected: "CCOB of the total size its header gives",
                 needed: t,
-                available: b.len() as u64,
+                available,
             });
         }
     }
@@ -559,35 +565,9 @@ pub(crate) fn v1_payload_len(p: &[u8], method: Method) -> Result<usize> {
 }
 
 /// Format and length of the bundle at the start of `b`, without
-/// decompressing (except a zlib v1 CCOB, whose end is only known by
-/// inflating it).
+/// decompressing (except a v1 CCOB, whose end is only known by decoding it).
 pub fn bundle_extent(b: &[u8]) -> Result<(Format, u64)> {
-    if b.starts_with(BUNDLE_MAGIC) {
-        Ok((Format::Uncompressed, parse_table(b)?.len))
-    } else if b.starts_with(CCOB_MAGIC) {
-        let h = parse_ccob_header(b)?;
-        let len = match h.total_size {
-            Some(t) => t,
-            None => {
-                let start = h.header_len as usize;
-                h.header_len
-                    + v1_payload_len(&b[start..], h.method).map_err(|e| e.shifted(h.header_len))?
-                        as u64
-            }
-        };
-        Ok((
-            Format::Ccob {
-                version: h.version,
-                method: h.method,
-            },
-            len,
-        ))
-    } else {
-        Err(Error::BadMagic {
-            offset: 0,
-            found: show_bytes(b),
-        })
-    }
+    crate::source::bundle_extent_in(&b, 0)
 }
 
 /// Find every bundle in a `.hip_fatbin` section: bundles back to back with
@@ -596,21 +576,5 @@ pub fn bundle_extent(b: &[u8]) -> Result<(Format, u64)> {
 /// padding is scanned. Anything other than zero padding or a bundle is an
 /// error naming its offset.
 pub fn find_bundles(section: &[u8]) -> Result<Vec<BundleSpan>> {
-    let mut out = Vec::new();
-    let mut pos = 0usize;
-    loop {
-        match section[pos..].iter().position(|&b| b != 0) {
-            None => break,
-            Some(k) => pos += k,
-        }
-        let (format, len) = bundle_extent(&section[pos..]).map_err(|e| e.shifted(pos as u64))?;
-        out.push(BundleSpan {
-            offset: pos as u64,
-            len,
-            format,
-        });
-        // len >= 20 (smallest header), so this always advances.
-        pos = pos.saturating_add(len as usize).min(section.len());
-    }
-    Ok(out)
+    crate::source::find_bundles_in(&section)
 }

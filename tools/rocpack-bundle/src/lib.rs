@@ -4,7 +4,8 @@
 //!   bundles (header versions 1, 2, 3; zlib or zstd), with optional check of
 //!   the stored truncated-MD5 hash: [`parse_bundle`], [`parse_bundle_with`].
 //! * Every bundle of a `.hip_fatbin` section, in linear time:
-//!   [`find_bundles`].
+//!   [`find_bundles`]; over positioned reads of a file ([`FileRange`]),
+//!   so headers are found without mapping device code: [`find_bundles_in`].
 //! * Target IDs (`hipv4-amdgcn-amd-amdhsa--gfx90a:xnack+`, `gfx11-generic`,
 //!   host entries) and ISA compatibility as the ROCm runtime decides it:
 //!   [`TargetId`], [`isa_matches`], [`compatible_targets`].
@@ -22,6 +23,7 @@
 mod bundle;
 mod error;
 mod layout;
+mod source;
 mod spelling;
 mod stream;
 mod target;
@@ -34,10 +36,11 @@ pub use bundle::{
 };
 pub use error::{Error, Result};
 pub use layout::{BundleLayout, LayoutEntry};
+pub use source::{bundle_extent_in, find_bundles_in, FileRange, ReadAt, Window};
 pub use spelling::{arch_from_file_name, base_arch, miopen_arch, parse_target_exact};
 pub use stream::{
-    copy_payload, index_bundle, walk_bundle, BundleIndex, CopyError, EntrySink, IndexEntry,
-    WalkSummary, CHUNK,
+    copy_payload, index_bundle, index_bundle_in, walk_bundle, BundleIndex, CopyError, EntrySink,
+    IndexEntry, WalkSummary, CHUNK,
 };
 pub use target::{
     compatible_targets, generic_covers, generic_for, is_gfx_processor, isa_matches,

@@ -13,9 +13,11 @@ use std::io::Read;
 use md5::{Digest, Md5};
 
 use crate::bundle::{
-    parse_ccob_header, CcobHeader, Format, ParseOptions, BUNDLE_MAGIC, CCOB_MAGIC, MAX_CCOB_RATIO,
+    parse_ccob_header_within, CcobHeader, Format, ParseOptions, BUNDLE_MAGIC, CCOB_MAGIC,
+    MAX_CCOB_RATIO,
 };
 use crate::error::{show_bytes, Error, Result};
+use crate::source::{read_vec, ReadAt, SourceReader};
 use crate::target::TargetId;
 
 /// CCOB payloads at least this large have their MD5 computed on a second
@@ -121,18 +123,26 @@ struct Ccob<'a> {
     reader: Box<dyn Read + 'a>,
 }
 
-fn open_ccob<'a>(b: &'a [u8], opts: &ParseOptions) -> Result<Ccob<'a>> {
-    let h = parse_ccob_header(b)?;
-    let start = h.header_len as usize;
+fn open_ccob<'a>(src: &'a (dyn ReadAt + 'a), opts: &ParseOptions) -> Result<Ccob<'a>> {
+    let h = parse_ccob_header_within(&read_vec(src, 0, 32)?, src.size())?;
+    let start = h.header_len;
     let end = match h.total_size {
-        Some(t) => t as usize,
+        Some(t) => t,
         None => {
             start
-                + crate::bundle::v1_payload_len(&b[start..], h.method)
-                    .map_err(|e| e.shifted(start as u64))?
+                + crate::source::v1_payload_len_in(src, start, h.method)
+                    .map_err(|e| e.shifted(start))?
         }
     };
-    let payload = &b[start..end];
+    if end > src.size() {
+        return Err(Error::Truncated {
+            offset: 0,
+            expected: "compressed payload",
+            needed: end,
+            available: src.size(),
+        });
+    }
+    let payload_len = end.saturating_sub(start);
     let claim = h.uncompressed_size;
     if claim > opts.max_decompressed_size {
         return Err(Error::Malformed {
@@ -143,23 +153,30 @@ fn open_ccob<'a>(b: &'a [u8], opts: &ParseOptions) -> Result<Ccob<'a>> {
             ),
         });
     }
-    let ratio_cap = (payload.len() as u64)
+    let ratio_cap = payload_len
         .saturating_mul(MAX_CCOB_RATIO)
         .saturating_add(1 << 16);
     if claim > ratio_cap {
         return Err(Error::Malformed {
             offset: 0,
             what: format!(
-                "uncompressed size {claim} is implausible for {} compressed bytes (more than {MAX_CCOB_RATIO}x)",
-                payload.len()
+                "uncompressed size {claim} is implausible for {payload_len} compressed bytes (more than {MAX_CCOB_RATIO}x)"
             ),
         });
     }
+    // A slice is decoded in place; any other source through a buffer.
+    let payload: Box<dyn std::io::BufRead + 'a> = match src.as_slice() {
+        Some(s) => Box::new(s.get(start as usize..end as usize).unwrap_or_default()),
+        None => Box::new(std::io::BufReader::with_capacity(
+            CHUNK,
+            SourceReader::new(src, start, end),
+        )),
+    };
     let reader: Box<dyn Read + 'a> = match h.method {
         crate::Method::Zstd => Box::new(
             zstd::stream::read::Decoder::with_buffer(payload)
                 .map_err(|e| Error::Decompress {
-                    offset: start as u64,
+                    offset: start,
                     reason: e.to_string(),
                 })?
                 .take(claim.saturating_add(1)),
@@ -170,8 +187,8 @@ fn open_ccob<'a>(b: &'a [u8], opts: &ParseOptions) -> Result<Ccob<'a>> {
     };
     Ok(Ccob {
         header: h,
-        start: start as u64,
-        end: end as u64,
+        start,
+        end,
         reader,
     })
 }
@@ -284,6 +301,17 @@ fn parse_header(
     Ok((header, entries, end))
 }
 
+/// [`parse_header`] of the uncompressed bundle at the start of `src`
+/// (its size is the limit for every code object).
+pub(crate) fn parse_header_in(src: &dyn ReadAt) -> Result<(Vec<u8>, Vec<IndexEntry>, u64)> {
+    let mut pos = 0u64;
+    parse_header(src.size(), &mut |n| {
+        let got = read_vec(src, pos, n)?;
+        pos += got.len() as u64;
+        Ok(got)
+    })
+}
+
 fn in_payload(e: Error, h: &CcobHeader) -> Error {
     match e {
         Error::Malformed { offset, what } => Error::Malformed {
@@ -316,14 +344,16 @@ fn in_payload(e: Error, h: &CcobHeader) -> Error {
 /// and extent. For a CCOB only the payload prefix holding the table is
 /// decompressed; [`walk_bundle`] checks the rest.
 pub fn index_bundle(bytes: &[u8], opts: &ParseOptions) -> Result<BundleIndex> {
-    if bytes.starts_with(BUNDLE_MAGIC) {
-        let mut pos = 0usize;
-        let (header, entries, end) = parse_header(bytes.len() as u64, &mut |n| {
-            let got =
-                bytes[pos.min(bytes.len())..][..n.min(bytes.len() - pos.min(bytes.len()))].to_vec();
-            pos += got.len();
-            Ok(got)
-        })?;
+    index_bundle_in(&bytes, opts)
+}
+
+/// [`index_bundle`] of the bundle at the start of any source: only the
+/// header and entry table are read (for a CCOB, the payload prefix that
+/// holds them is decoded), so a file source is never read further.
+pub fn index_bundle_in(src: &dyn ReadAt, opts: &ParseOptions) -> Result<BundleIndex> {
+    let head = read_vec(src, 0, 32)?;
+    if head.starts_with(BUNDLE_MAGIC) {
+        let (header, entries, end) = parse_header_in(src)?;
         Ok(BundleIndex {
             format: Format::Uncompressed,
             len: end,
@@ -333,8 +363,8 @@ pub fn index_bundle(bytes: &[u8], opts: &ParseOptions) -> Result<BundleIndex> {
             end,
             entries,
         })
-    } else if bytes.starts_with(CCOB_MAGIC) {
-        let mut c = open_ccob(bytes, opts)?;
+    } else if head.starts_with(CCOB_MAGIC) {
+        let mut c = open_ccob(src, opts)?;
         let h = c.header;
         let (header, entries, end) = parse_header(h.uncompressed_size, &mut |n| {
             let mut v = vec![0u8; n];
@@ -358,7 +388,7 @@ pub fn index_bundle(bytes: &[u8], opts: &ParseOptions) -> Result<BundleIndex> {
     } else {
         Err(Error::BadMagic {
             offset: 0,
-            found: show_bytes(bytes),
+            found: show_bytes(&head),
         })
     }
 }
@@ -527,7 +557,7 @@ fn walk<E: From<Error>>(
             })
         }
         Some(h) => {
-            let mut c = open_ccob(bytes, opts)?;
+            let mut c = open_ccob(&bytes, opts)?;
             // A large payload's MD5 runs on a second thread, fed through a
             // bounded queue, so it overlaps decompression and the sinks.
             let (pos, digest) = std::thread::scope(|sc| {

@@ -175,10 +175,37 @@ fn finds_every_bundle_in_a_section() {
         check_entries(&b, &entries);
         assert_eq!(b.len, s.len);
     }
+    // The same through positioned reads of a file (no slice fast paths),
+    // placed at an odd offset inside it: spans and entry tables agree.
+    let mut file = tempfile::tempfile().unwrap();
+    let lead = 777u64;
+    std::io::Write::write_all(&mut file, &vec![0xee; lead as usize]).unwrap();
+    std::io::Write::write_all(&mut file, &section).unwrap();
+    let src = FileRange::new(&file, lead, section.len() as u64);
+    assert_eq!(find_bundles_in(&src).unwrap(), expect);
+    for s in &spans {
+        let w = Window::new(&src, s.offset, s.len);
+        let from_file = index_bundle_in(&w, &Default::default()).unwrap();
+        let from_slice = index_bundle(
+            &section[s.offset as usize..(s.offset + s.len) as usize],
+            &Default::default(),
+        )
+        .unwrap();
+        assert_eq!(from_file, from_slice);
+        assert_eq!(from_file.len, s.len);
+        // A source cut short inside the bundle is an error, not a guess.
+        let short = Window::new(&src, s.offset, s.len - 1);
+        assert!(index_bundle_in(&short, &Default::default()).is_err());
+    }
     // garbage in the padding is an error with its offset
     let at = (expect[1].offset - 10) as usize;
     section[at] = 0x41;
     match find_bundles(&section) {
+        Err(e) => assert_eq!(e.offset(), Some(at as u64), "{e}"),
+        Ok(v) => panic!("expected an error, got {v:?}"),
+    }
+    std::os::unix::fs::FileExt::write_all_at(&file, &[0x41], lead + at as u64).unwrap();
+    match find_bundles_in(&src) {
         Err(e) => assert_eq!(e.offset(), Some(at as u64), "{e}"),
         Ok(v) => panic!("expected an error, got {v:?}"),
     }

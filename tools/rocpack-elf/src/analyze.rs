@@ -204,11 +204,21 @@ fn range(index: usize, s: &Shdr) -> SectionRange {
 /// Analyse an ELF64 little-endian file (executable, shared object or
 /// relocatable object). Host-only files yield `State::HostOnly`.
 pub fn analyze(data: &[u8]) -> Result<FatBinaryInfo> {
-    let elf = Elf::parse(data)?;
-    analyze_elf(&elf)
+    analyze_in(data, &data)
 }
 
-pub(crate) fn analyze_elf(elf: &Elf<'_>) -> Result<FatBinaryInfo> {
+/// [`analyze`], finding the bundles of `.hip_fatbin` through `src`, a
+/// source of the same bytes as `data` (for a mapped file: positioned reads
+/// of the file, so the device code is never faulted into the mapping).
+pub fn analyze_in(data: &[u8], src: &dyn rocpack_bundle::ReadAt) -> Result<FatBinaryInfo> {
+    let elf = Elf::parse(data)?;
+    analyze_elf(&elf, src)
+}
+
+pub(crate) fn analyze_elf(
+    elf: &Elf<'_>,
+    src: &dyn rocpack_bundle::ReadAt,
+) -> Result<FatBinaryInfo> {
     let data = elf.data;
     let kind = match elf.ehdr.e_type {
         elf::ET_EXEC => ElfKind::Executable,
@@ -245,8 +255,9 @@ pub(crate) fn analyze_elf(elf: &Elf<'_>) -> Result<FatBinaryInfo> {
     let mut bundles = Vec::new();
     if let Some(fb) = fatbin {
         if !fb.nobits {
-            let bytes = get(data, fb.file_offset, fb.size, ".hip_fatbin")?;
-            let spans = rocpack_bundle::find_bundles(bytes).map_err(|e| {
+            get(data, fb.file_offset, fb.size, ".hip_fatbin")?;
+            let section = rocpack_bundle::Window::new(src, fb.file_offset, fb.size);
+            let spans = rocpack_bundle::find_bundles_in(&section).map_err(|e| {
                 let off = fb.file_offset + e.offset().unwrap_or(0);
                 Error::Bundle {
                     offset: off,

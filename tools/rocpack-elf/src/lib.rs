@@ -48,13 +48,13 @@ mod object_file;
 mod rewrite;
 
 pub use analyze::{
-    analyze, BundleInfo, ElfKind, FatBinaryInfo, MarkerInfo, PointerModel, SectionRange, State,
-    WrapperInfo, FATBIN_SECTION, HIPF_MAGIC, HIPK_MAGIC, MARKER_SECTION, WRAPPER_SECTION,
-    WRAPPER_SIZE,
+    analyze, analyze_in, BundleInfo, ElfKind, FatBinaryInfo, MarkerInfo, PointerModel,
+    SectionRange, State, WrapperInfo, FATBIN_SECTION, HIPF_MAGIC, HIPK_MAGIC, MARKER_SECTION,
+    WRAPPER_SECTION, WRAPPER_SIZE,
 };
 pub use archive::{archive_members, is_archive, reassemble_archive, split_archive, ArchiveMember};
 pub use error::{Error, Result};
-pub use rewrite::{parse_bundles, reassemble, split_host};
+pub use rewrite::{parse_bundles, reassemble, split_host, split_host_in};
 
 /// Raw bytes of bundle `index` of an analysed fat binary.
 pub fn bundle_bytes<'a>(data: &'a [u8], info: &FatBinaryInfo, index: usize) -> Result<&'a [u8]> {

@@ -73,8 +73,19 @@ impl OffMap {
 /// NOBITS, `.rocm_kpack_ref` holding `marker_payload` in a loadable segment,
 /// every wrapper HIPK pointing at it. Host-only input is returned unchanged.
 pub fn split_host(data: &[u8], marker_payload: &[u8]) -> Result<Vec<u8>> {
+    split_host_in(data, &data, marker_payload)
+}
+
+/// [`split_host`], reading bundle headers through `src`, a source of the
+/// same bytes as `data` (see [`crate::analyze_in`]): only the host part of
+/// a mapped input is touched.
+pub fn split_host_in(
+    data: &[u8],
+    src: &dyn rocpack_bundle::ReadAt,
+    marker_payload: &[u8],
+) -> Result<Vec<u8>> {
     let elf = Elf::parse(data)?;
-    let info = analyze_elf(&elf)?;
+    let info = analyze_elf(&elf, src)?;
     match info.state {
         State::HostOnly => return Ok(data.to_vec()),
         State::Split => {
@@ -86,7 +97,7 @@ pub fn split_host(data: &[u8], marker_payload: &[u8]) -> Result<Vec<u8>> {
     if marker_payload.is_empty() {
         return Err(Error::layout(0, "empty marker payload"));
     }
-    validate_bundles(data, &info)?;
+    validate_bundles(src, &info)?;
     if info.kind == crate::ElfKind::Relocatable {
         return crate::object_file::split_object(&elf, &info, marker_payload);
     }
@@ -97,7 +108,7 @@ pub fn split_host(data: &[u8], marker_payload: &[u8]) -> Result<Vec<u8>> {
 /// Files that are not split are returned unchanged.
 pub fn reassemble(host: &[u8], bundles: &[Vec<u8>]) -> Result<Vec<u8>> {
     let elf = Elf::parse(host)?;
-    let info = analyze_elf(&elf)?;
+    let info = analyze_elf(&elf, &host)?;
     if info.state != State::Split {
         return Ok(host.to_vec());
     }
@@ -126,10 +137,22 @@ pub fn reassemble(host: &[u8], bundles: &[Vec<u8>]) -> Result<Vec<u8>> {
 /// the check costs no decompression of device code and no memory beyond
 /// the table; the code objects themselves are read (and fully checked)
 /// when they are extracted.
-pub(crate) fn validate_bundles(data: &[u8], info: &FatBinaryInfo) -> Result<()> {
+pub(crate) fn validate_bundles(
+    src: &dyn rocpack_bundle::ReadAt,
+    info: &FatBinaryInfo,
+) -> Result<()> {
     for b in &info.bundles {
-        let bytes = get(data, b.file_offset, b.len, "bundle")?;
-        let index = rocpack_bundle::index_bundle(bytes, &Default::default()).map_err(|e| {
+        if b.file_offset
+            .checked_add(b.len)
+            .is_none_or(|end| end > src.size())
+        {
+            return Err(Error::malformed(
+                b.file_offset,
+                format!("bundle {} runs past the end of the file", b.index),
+            ));
+        }
+        let bytes = rocpack_bundle::Window::new(src, b.file_offset, b.len);
+        let index = rocpack_bundle::index_bundle_in(&bytes, &Default::default()).map_err(|e| {
             Error::Bundle {
                 offset: b.file_offset + e.offset().unwrap_or(0),
                 source: e,

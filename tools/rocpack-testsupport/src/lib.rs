@@ -352,6 +352,30 @@ pub fn fixture_shard(name: &str) -> PathBuf {
     dst
 }
 
+/// Resident KiB of this process's mapping that contains address `addr`, as
+/// the kernel reports it in `/proc/self/smaps` (`None` if no mapping holds
+/// it). An observer independent of the code under test: it counts the
+/// pages a parser really faulted in, not what the parser says it read.
+pub fn mapped_rss_kib(addr: usize) -> Option<u64> {
+    let smaps = std::fs::read_to_string("/proc/self/smaps").ok()?;
+    let mut inside = false;
+    for line in smaps.lines() {
+        let first = line.split_whitespace().next().unwrap_or("");
+        if let Some((a, b)) = first.split_once('-') {
+            if let (Ok(a), Ok(b)) = (usize::from_str_radix(a, 16), usize::from_str_radix(b, 16)) {
+                inside = a <= addr && addr < b;
+                continue;
+            }
+        }
+        if inside {
+            if let Some(v) = line.strip_prefix("Rss:") {
+                return v.trim().trim_end_matches("kB").trim().parse().ok();
+            }
+        }
+    }
+    None
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

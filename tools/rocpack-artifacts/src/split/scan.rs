@@ -413,8 +413,11 @@ fn split_fat(
     mode: u32,
 ) -> Result<Option<FatOutcome>, SplitError> {
     let (opts, spill) = (cx.opts, cx.spill);
-    let (_file, map) = map_file(path)?;
+    let (file, map) = map_file(path)?;
     let data: &[u8] = &map;
+    // Bundle headers are read through positioned reads of the file, not
+    // the mapping: only the host part of a large input is ever faulted in.
+    let src = rocpack_bundle::FileRange::new(&file, 0, data.len() as u64);
     let kernel_name = format!("{prefix}/{rel}");
     let depth = rel.split('/').count().saturating_sub(1);
     let mut collector = Collector {
@@ -481,7 +484,7 @@ fn split_fat(
         };
         rocpack_elf::split_archive(data, &mut marker_for).map_err(|e| elf_err(path, e))?
     } else {
-        let info = match rocpack_elf::analyze(data) {
+        let info = match rocpack_elf::analyze_in(data, &src) {
             Ok(i) => i,
             // An ELF we cannot read (32-bit, big-endian, PN_XNUM, odd
             // e_type) is copied as it is only when it has no device code;
@@ -502,7 +505,7 @@ fn split_fat(
         // bundle is decompressed.
         let marker = Marker::for_split(&opts.artifact_prefix, depth, kernel_name.clone()).encode();
         release(&map, None);
-        let host = rocpack_elf::split_host(data, &marker).map_err(|e| elf_err(path, e))?;
+        let host = rocpack_elf::split_host_in(data, &src, &marker).map_err(|e| elf_err(path, e))?;
         release(&map, None);
         collector.collect(data, &info, &kernel_name)?;
         host
