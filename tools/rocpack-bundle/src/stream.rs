@@ -10,7 +10,9 @@
 
 use std::io::Read;
 
-use md5::{Digest, Md5};
+mod fastmd5;
+
+use fastmd5::Md5;
 
 use crate::bundle::{
     parse_ccob_header, CcobHeader, Format, ParseOptions, BUNDLE_MAGIC, CCOB_MAGIC, MAX_CCOB_RATIO,
@@ -490,6 +492,20 @@ pub fn walk_bundle<E: From<Error>>(
     sink: &mut EntrySink<'_, E>,
 ) -> std::result::Result<WalkSummary, E> {
     walk(bytes, index, opts, true, raw, sink)
+}
+
+/// [`walk_bundle`] without the MD5 of a CCOB payload (unless
+/// [`ParseOptions::verify_hash`]): `hash_matches` is `None`. For readers
+/// that only need the code objects (the MD5 is sequential and costs more
+/// than the decompression).
+pub fn walk_bundle_unhashed<E: From<Error>>(
+    bytes: &[u8],
+    index: &BundleIndex,
+    opts: &ParseOptions,
+    raw: &mut dyn FnMut(&[u8]) -> std::result::Result<(), E>,
+    sink: &mut EntrySink<'_, E>,
+) -> std::result::Result<WalkSummary, E> {
+    walk(bytes, index, opts, false, raw, sink)
 }
 
 /// [`walk_bundle`]; `want_hash` false skips the MD5 of a CCOB payload
