@@ -24,10 +24,12 @@ struct ScanCx<'a> {
     spill: &'a Spill,
 }
 
-/// Decompressed CCOB payloads, written once per bundle so that code objects
-/// are read back as plain file ranges: each compressed bundle is
-/// decompressed exactly once, and memory does not grow with the number of
-/// code objects, architectures or workers.
+/// Spill files of CCOBs: each compressed bundle is decompressed exactly
+/// once, and memory does not grow with the payload, the number of code
+/// objects, architectures or workers. With zstd archives, code objects are
+/// compressed as the payload streams by and only their frames are spilled
+/// ([`Spill::compress_payload`]); otherwise the decompressed payload is,
+/// and code objects are read back as plain file ranges.
 pub(super) struct Spill {
     dir: tempfile::TempDir,
     next: AtomicU64,
