@@ -405,4 +405,30 @@ fn split_of_ccobs_is_deterministic_and_frames_are_the_plain_compression() {
         assert_eq!(pa, pb);
         assert!(a == b, "{pa} differs between --jobs 1 and 3");
     }
+    // Code objects of dropped targets are skipped during the walk: what is
+    // kept is byte for byte what the full split wrote.
+    let out = tmp.path().join("sel");
+    let o = Command::new(env!("CARGO_BIN_EXE_kpack"))
+        .args(["split", "--artifact-dir", s(&art), "--artifact-prefix"])
+        .args([
+            "two_lib",
+            "--output-dir",
+            s(&out),
+            "--gpu-targets",
+            "gfx906",
+        ])
+        .args(["--exclude-arch", "gfx900"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "split: {}", stderr(&o));
+    let sel = tree(&out);
+    let arch_files: Vec<&String> = sel
+        .keys()
+        .filter(|p| p.starts_with("two_lib_gfx"))
+        .collect();
+    assert!(!arch_files.is_empty());
+    for p in arch_files {
+        assert!(p.starts_with("two_lib_gfx906/"), "{p}");
+        assert!(sel[p] == trees[0][p], "{p} differs from the full split");
+    }
 }

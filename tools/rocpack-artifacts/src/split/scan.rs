@@ -12,6 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use rayon::prelude::*;
 use rocpack_kpack::{Compression, Marker};
 
+use super::plan::ArchFilter;
 use super::{check_name, FatBinarySummary, Progress, SplitError, SplitOptions};
 use crate::databases;
 use crate::fsutil::{self, FsError, IoContext};
@@ -92,17 +93,26 @@ impl Spill {
         bytes: &[u8],
         index: &rocpack_bundle::BundleIndex,
         level: i32,
+        keep: &ArchFilter<'_>,
         bundle_err: &dyn Fn(rocpack_bundle::Error) -> SplitError,
     ) -> Result<Precompressed, SplitError> {
         let n = self.next.fetch_add(1, Ordering::Relaxed);
         let raw_path = self.dir.path().join(format!("{n}.bundle"));
         let frames_path = self.dir.path().join(format!("{n}.frames"));
         let frames_file = File::create(&frames_path).ctx(&frames_path, "create spill file")?;
-        let inmem = |e: &rocpack_bundle::IndexEntry| !e.id.is_host() && e.size <= INMEM_MAX;
+        // Code objects of dropped targets are neither compressed nor
+        // spilled (the plan never reads them).
+        let kept: Vec<bool> = index
+            .entries
+            .iter()
+            .map(|e| !e.id.is_host() && !keep.drops(e.id.target_id()))
+            .collect();
+        let inmem = |e: &rocpack_bundle::IndexEntry| e.size <= INMEM_MAX;
         let raw_file = if index
             .entries
             .iter()
-            .any(|e| !e.id.is_host() && e.size > INMEM_MAX)
+            .zip(&kept)
+            .any(|(e, &k)| k && !inmem(e))
         {
             Some(File::create(&raw_path).ctx(&raw_path, "create decompressed bundle")?)
         } else {
@@ -128,7 +138,7 @@ impl Spill {
                 &mut |_| Ok(()),
                 &mut |i, off, chunk| {
                     let e = &index.entries[i];
-                    if e.id.is_host() {
+                    if !kept[i] {
                         return Ok(());
                     }
                     if !inmem(e) {
@@ -474,9 +484,9 @@ struct Collector<'a> {
     path: &'a Path,
     map: &'a memmap2::Mmap,
     spill: &'a Spill,
-    /// Compression of the archives (zstd: code objects of CCOBs are
+    /// The split's options (with zstd archives, code objects of CCOBs are
     /// compressed as they are decompressed).
-    compression: Compression,
+    opts: &'a SplitOptions,
     kernels: Vec<KernelRef>,
     archs: BTreeSet<String>,
     /// (bundles, device code objects).
@@ -512,11 +522,19 @@ impl Collector<'_> {
             self.counts.0 += 1;
             let mut frames = Vec::new();
             let (spilled, walk) = if index.ccob.is_some() {
-                match self.compression {
+                match self.opts.compression {
                     // Decompression and compression overlap; only frames
                     // are spilled.
                     Compression::Zstd { level } if index.overlaps().is_empty() => {
-                        let p = spill.compress_payload(path, bytes, &index, level, &bundle_err)?;
+                        let keep = ArchFilter::new(self.opts);
+                        let p = spill.compress_payload(
+                            path,
+                            bytes,
+                            &index,
+                            level,
+                            &keep,
+                            &bundle_err,
+                        )?;
                         frames = p.frames;
                         (Some(p.raw), p.walk)
                     }
@@ -665,7 +683,7 @@ fn split_fat(
         path,
         map: &map,
         spill,
-        compression: opts.compression,
+        opts,
         kernels: Vec::new(),
         archs: BTreeSet::new(),
         counts: (0, 0),
