@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fs::File;
 use std::io::{BufWriter, Read};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use rayon::prelude::*;
 use rocpack_kpack::{Compression, Marker};
@@ -34,6 +34,9 @@ struct ScanCx<'a> {
 pub(super) struct Spill {
     dir: tempfile::TempDir,
     next: AtomicU64,
+    /// Code objects queued for compression, over every bundle being
+    /// walked (the bound on their buffers).
+    in_flight: AtomicUsize,
 }
 
 impl Spill {
@@ -45,6 +48,7 @@ impl Spill {
         Ok(Spill {
             dir,
             next: AtomicU64::new(0),
+            in_flight: AtomicUsize::new(0),
         })
     }
 
@@ -81,8 +85,10 @@ impl Spill {
     /// the write stage would) as soon as its last byte is out, on the pool
     /// while decompression goes on. Frames go to a spill file; code
     /// objects larger than [`INMEM_MAX`] are spilled raw instead (the write
-    /// stage compresses them). Memory: at most one code object per worker
-    /// plus the one being decompressed, each at most [`INMEM_MAX`].
+    /// stage compresses them). Memory: code objects queued for the other
+    /// workers (fewer than `--jobs`, over all walks), the one each walk
+    /// fills and their reusable buffers: O(jobs) buffers of at most
+    /// [`INMEM_MAX`] bytes.
     /// Frames are the bytes the write stage would make
     /// ([`rocpack_kpack::compress_frame`]), so outputs do not change.
     /// Returns the raw spill file, what the pass found and, per entry, its
@@ -121,12 +127,13 @@ impl Spill {
         let shared = FrameSink {
             out: std::sync::Mutex::new((frames_file, 0, vec![None; index.entries.len()])),
             pool: std::sync::Mutex::new(Vec::new()),
-            in_flight: std::sync::atomic::AtomicUsize::new(0),
+            in_flight: &self.in_flight,
             failed: std::sync::Mutex::new(None),
             level,
         };
-        // Code objects queued for the other workers; this thread keeps
-        // decompressing (or compresses itself when they are all busy).
+        // Code objects queued for the other workers (across every bundle
+        // being walked); this thread keeps decompressing, or compresses
+        // itself when the queue is full.
         let workers = rayon::current_num_threads().saturating_sub(1).max(1);
         let walked = rayon::scope(|s| {
             let shared = &shared;
@@ -152,6 +159,7 @@ impl Spill {
                     }
                     if off == 0 {
                         cur = shared.buffer();
+                        cur.reserve_exact(e.size as usize);
                     }
                     cur.extend_from_slice(chunk);
                     if cur.len() as u64 == e.size && !shared.stopped() {
@@ -246,18 +254,18 @@ enum FrameError {
 
 /// Shared by the decompressing thread and the workers compressing the code
 /// objects of one CCOB.
-struct FrameSink {
+struct FrameSink<'a> {
     /// The frames file, its length and each entry's frame (offset, length).
     #[allow(clippy::type_complexity)]
     out: std::sync::Mutex<(File, u64, Vec<Option<(u64, u64)>>)>,
     /// Buffers of compressed code objects, for reuse.
     pool: std::sync::Mutex<Vec<Vec<u8>>>,
-    in_flight: std::sync::atomic::AtomicUsize,
+    in_flight: &'a AtomicUsize,
     failed: std::sync::Mutex<Option<FrameError>>,
     level: i32,
 }
 
-impl FrameSink {
+impl FrameSink<'_> {
     fn buffer(&self) -> Vec<u8> {
         let mut b = self
             .pool
