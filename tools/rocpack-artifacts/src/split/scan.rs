@@ -1,7 +1,8 @@
 //! Scan: walk every prefix of the artifact, classify each regular file
 //! (generic, database file of one arch, fat binary) and, for fat binaries,
 //! write the host-only rewrite and record where every code object lives
-//! (the input itself, or the spill file of its decompressed CCOB).
+//! (the input itself, the spill file of its decompressed CCOB, or, with
+//! zstd archives, its frame, compressed while the CCOB decompressed).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::File;
