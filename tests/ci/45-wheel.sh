@@ -151,7 +151,7 @@ touch "$W/conflict/fxpkg_device_gfx942-1.0-py3-none-linux_x86_64.whl"
 expect_fail split -o "$W/conflict"
 [ "$(ls "$W/conflict")" = "fxpkg_device_gfx942-1.0-py3-none-linux_x86_64.whl" ] \
     || die "failed split left files in $W/conflict: $(ls "$W/conflict")"
-ls -A "$W" | grep -q 'partial\|kpack-split-wheel' && die "temporary directories left in $W"
+ls -A "$W" | grep 'partial\|kpack-split-wheel' >/dev/null && die "temporary directories left in $W"
 expect_fail "$KPACK" split-wheel "$FAT" --overlay-root nosuchdir -o "$W/bad"
 [ ! -e "$W/bad" ] || die "failed split left $W/bad"
 
@@ -165,7 +165,7 @@ m="$W/dirs/fxpkg_device_gfx942-1.0-py3-none-linux_x86_64/fxpkg_device_gfx942-1.0
 grep -qx 'Requires-Dist: rocm-sdk-device-gfx942>=6' "$m" || die "@GFXARCH@ not expanded: $(cat "$m")"
 grep -qx 'Requires-Dist: rocm-sdk-core>=6' "$m" || die "plain --device-requires-dist missing"
 # xnack variants are never dropped by a base-arch filter (ROCM-25535).
-ls "$W/dirs/fxpkg_device_gfx90a-1.0-py3-none-linux_x86_64/fxpkg/.kpack" | grep -q 'xnack+' \
+ls "$W/dirs/fxpkg_device_gfx90a-1.0-py3-none-linux_x86_64/fxpkg/.kpack" | grep 'xnack+' >/dev/null \
     || die "gfx90a:xnack+ dropped by --gpu-targets gfx90a:xnack-"
 
 stage "--device-package-prefix, --compression none: pip resolves the renamed extra"
@@ -177,7 +177,7 @@ $RC "$W/renamed"/*.whl || die "RECORD check (renamed)"
 V="$W/v5"; newvenv "$V"
 pipq "$V" install --no-index --find-links "$W/renamed" 'fxpkg[device-gfx942]'
 "$V/bin/python" -m pip check
-"$V/bin/python" -m pip list --disable-pip-version-check 2>/dev/null | grep -qi '^amd-fxpkg-device-gfx942 *1.0' \
+"$V/bin/python" -m pip list --disable-pip-version-check 2>/dev/null | grep -i '^amd-fxpkg-device-gfx942 *1.0' >/dev/null \
     || die "amd-fxpkg-device-gfx942 not installed by the extra"
 "$KPACK" verify --installed-tree "$(site "$V")" --gpu-target gfx942
 expect_fail "$KPACK" verify --installed-tree "$(site "$V")" --gpu-target gfx1100

@@ -62,7 +62,7 @@ cleanup() {
     done
     for m in "${mounted[@]}"; do mount --make-rslave "$CHROOT$m" 2>/dev/null || true; done
     for m in "${mounted[@]}"; do umount -R "$CHROOT$m" 2>/dev/null || umount -lR "$CHROOT$m" || true; done
-    if findmnt -rno TARGET | grep -q "^$CHROOT/"; then
+    if findmnt -rno TARGET | grep "^$CHROOT/" >/dev/null; then
         echo "WARNING: still mounted under $CHROOT; not removing it" >&2
     elif [ "${ROCPACK_SID_REMOVE:-0}" = 1 ]; then
         rm -rf "$CHROOT"
@@ -151,7 +151,7 @@ cp -R /workspace/examples/kpack/shards /workspace/examples/kpack/packaging-confi
 # (rocpack_toolchains.prebuilt, rocpack_binaries.release), uncommented, are
 # what this module uses, so Bazel 7 checks their attribute names for real.
 example="$(sed -n "s/^#   //p" /workspace/MODULE.bazel | sed "s|\[\"https://[^\"]*\"\]|[\"file:///release\"]|; s|<hex>|$sha|")"
-echo "$example" | grep -q "tc.prebuilt(" && echo "$example" | grep -q "rocpack_bin.release(" \
+echo "$example" | grep "tc.prebuilt(" >/dev/null && echo "$example" | grep "rocpack_bin.release(" >/dev/null \
     || { echo "FAILED: MODULE.bazel lacks the commented examples" >&2; exit 1; }
 cat > /consumer/MODULE.bazel <<EOF
 module(name = "consumer")

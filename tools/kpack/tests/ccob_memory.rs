@@ -232,9 +232,9 @@ fn overlapping_kpack_blobs_are_refused() {
 }
 
 /// `kpack split` of the large fat binary under the same ceiling: split
-/// decompresses each CCOB once, streaming through a bounded buffer into its
-/// spill file (`rocpack_bundle::copy_payload`), and packs code objects from
-/// file ranges, so the 256 MiB payload is never held in memory.
+/// decompresses each CCOB once, streaming, and compresses each code object
+/// as soon as it is out (at most one per worker in memory; the frames go
+/// to a spill file), so the 256 MiB payload is never held in memory.
 #[test]
 fn split_of_a_large_ccob_stays_under_the_ceiling() {
     let tmp = tempfile::tempdir().unwrap();
@@ -321,5 +321,114 @@ fn find_kpacks(dir: &Path, out: &mut Vec<PathBuf>) {
         } else if p.extension().is_some_and(|e| e == "kpack") {
             out.push(p);
         }
+    }
+}
+
+/// Every file below `dir` (relative path, bytes), sorted.
+fn tree(dir: &Path) -> BTreeMap<String, Vec<u8>> {
+    fn go(root: &Path, d: &Path, out: &mut BTreeMap<String, Vec<u8>>) {
+        for e in std::fs::read_dir(d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                go(root, &p, out);
+            } else {
+                let rel = p.strip_prefix(root).unwrap().to_string_lossy().into_owned();
+                out.insert(rel, std::fs::read(&p).unwrap());
+            }
+        }
+    }
+    let mut out = BTreeMap::new();
+    go(dir, dir, &mut out);
+    out
+}
+
+/// Split compresses a CCOB's code objects while the payload decompresses
+/// (and spills those larger than 32 MiB raw instead): outputs do not depend
+/// on `--jobs`, and every archived frame is exactly the zstd level-3
+/// compression of its code object as the in-memory parser of this process
+/// extracts it (what the write stage makes from a code object it reads).
+#[test]
+fn split_of_ccobs_is_deterministic_and_frames_are_the_plain_compression() {
+    let tmp = tempfile::tempdir().unwrap();
+    let base = std::fs::read(fixture("libfx_static.a")).unwrap();
+    let art = tmp.path().join("two_lib");
+    std::fs::create_dir_all(art.join("lib")).unwrap();
+    std::fs::write(art.join("artifact_manifest.txt"), "lib\n").unwrap();
+    // 36 MiB code objects (spilled raw) and 1 MiB ones (compressed during
+    // the walk).
+    let mut want: BTreeMap<(String, String), Vec<u8>> = BTreeMap::new();
+    for (name, mib, targets) in [("big.o", 72, 2), ("small.o", 24, 24)] {
+        let (fat, _) = mkfat::make(&base, mib, targets).unwrap();
+        let info = rocpack_elf::analyze(&fat).unwrap();
+        let bytes = rocpack_elf::bundle_bytes(&fat, &info, 0).unwrap();
+        let parsed = rocpack_bundle::parse_bundle(bytes).unwrap();
+        for e in parsed.entries.iter().filter(|e| !e.id.is_host()) {
+            want.insert(
+                (format!("lib/{name}#0"), e.id.target_id().to_string()),
+                e.data.to_vec(),
+            );
+        }
+        std::fs::write(art.join("lib").join(name), &fat).unwrap();
+    }
+    let mut trees = Vec::new();
+    for jobs in ["1", "3"] {
+        let out = tmp.path().join(format!("out{jobs}"));
+        let o = Command::new(env!("CARGO_BIN_EXE_kpack"))
+            .args(["split", "--artifact-dir", s(&art), "--artifact-prefix"])
+            .args(["two_lib", "--output-dir", s(&out), "--jobs", jobs])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "split: {}", stderr(&o));
+        trees.push(tree(&out));
+        if jobs != "1" {
+            continue;
+        }
+        let mut kpacks = Vec::new();
+        find_kpacks(&out, &mut kpacks);
+        let mut seen = 0;
+        for kp in &kpacks {
+            let file = std::fs::read(kp).unwrap();
+            let r = rocpack_kpack::KpackReader::open(kp).unwrap();
+            for e in r.entries() {
+                let co = &want[&(e.key.clone(), e.target.clone())];
+                let at = r.blob_location(e.ordinal).unwrap();
+                let frame = &file[at.offset as usize..(at.offset + at.size) as usize];
+                let plain = rocpack_kpack::compress_frame(co, 3).unwrap();
+                assert!(frame == &plain[..], "{} {}", e.key, e.target);
+                seen += 1;
+            }
+        }
+        assert_eq!(seen, want.len());
+    }
+    assert_eq!(trees[0].len(), trees[1].len());
+    for ((pa, a), (pb, b)) in trees[0].iter().zip(&trees[1]) {
+        assert_eq!(pa, pb);
+        assert!(a == b, "{pa} differs between --jobs 1 and 3");
+    }
+    // Code objects of dropped targets are skipped during the walk: what is
+    // kept is byte for byte what the full split wrote.
+    let out = tmp.path().join("sel");
+    let o = Command::new(env!("CARGO_BIN_EXE_kpack"))
+        .args(["split", "--artifact-dir", s(&art), "--artifact-prefix"])
+        .args([
+            "two_lib",
+            "--output-dir",
+            s(&out),
+            "--gpu-targets",
+            "gfx906",
+        ])
+        .args(["--exclude-arch", "gfx900"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "split: {}", stderr(&o));
+    let sel = tree(&out);
+    let arch_files: Vec<&String> = sel
+        .keys()
+        .filter(|p| p.starts_with("two_lib_gfx"))
+        .collect();
+    assert!(!arch_files.is_empty());
+    for p in arch_files {
+        assert!(p.starts_with("two_lib_gfx906/"), "{p}");
+        assert!(sel[p] == trees[0][p], "{p} differs from the full split");
     }
 }

@@ -871,46 +871,47 @@ fn generic_packages_keep_no_emptied_directories() {
 }
 
 /// Splitting an already split tree changes nothing: the generic package
-/// split again is byte-identical, and no arch package appears.
+/// split again is byte-identical, and no arch package appears; with either
+/// compression of the arch packages.
 #[test]
 fn re_split_is_byte_identical() {
     let tmp = tempfile::tempdir().unwrap();
-    for (i, sh) in ["gfx110X-build", "gfx1151-build", "gfx120X-build"]
-        .iter()
-        .enumerate()
-    {
-        for comp in ["blas_lib", "blas_test", "aotriton_lib", "support_dev"] {
-            let Some(input) = fs::read_dir(fixture_shard(sh))
-                .unwrap()
-                .map(|e| e.unwrap().path())
-                .find(|p| p.file_name().unwrap().to_string_lossy().starts_with(comp))
-            else {
-                continue;
-            };
-            let once = tmp.path().join(format!("{i}-{comp}-1"));
-            assert_ok(&split(
-                &input,
-                comp,
-                &once,
-                &["--split-databases", "rocblas", "hipblaslt", "aotriton"],
-            ));
-            let generic = once.join(format!("{comp}_generic"));
-            let twice = tmp.path().join(format!("{i}-{comp}-2"));
-            assert_ok(&split(
-                &generic,
-                comp,
-                &twice,
-                &["--split-databases", "rocblas", "hipblaslt", "aotriton"],
-            ));
-            let names: Vec<String> = fs::read_dir(&twice)
-                .unwrap()
-                .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-                .collect();
-            assert_eq!(names, [format!("{comp}_generic")], "{sh} {comp}");
-            assert!(
-                snapshot(&generic) == snapshot(&twice.join(format!("{comp}_generic"))),
-                "{sh} {comp}: re-split changed the generic package"
-            );
+    for compression in ["zstd", "none"] {
+        for (i, sh) in ["gfx110X-build", "gfx1151-build", "gfx120X-build"]
+            .iter()
+            .enumerate()
+        {
+            for comp in ["blas_lib", "blas_test", "aotriton_lib", "support_dev"] {
+                let Some(input) = fs::read_dir(fixture_shard(sh))
+                    .unwrap()
+                    .map(|e| e.unwrap().path())
+                    .find(|p| p.file_name().unwrap().to_string_lossy().starts_with(comp))
+                else {
+                    continue;
+                };
+                let args = [
+                    "--compression",
+                    compression,
+                    "--split-databases",
+                    "rocblas",
+                    "hipblaslt",
+                    "aotriton",
+                ];
+                let once = tmp.path().join(format!("{compression}-{i}-{comp}-1"));
+                assert_ok(&split(&input, comp, &once, &args));
+                let generic = once.join(format!("{comp}_generic"));
+                let twice = tmp.path().join(format!("{compression}-{i}-{comp}-2"));
+                assert_ok(&split(&generic, comp, &twice, &args));
+                let names: Vec<String> = fs::read_dir(&twice)
+                    .unwrap()
+                    .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                    .collect();
+                assert_eq!(names, [format!("{comp}_generic")], "{sh} {comp}");
+                assert!(
+                    snapshot(&generic) == snapshot(&twice.join(format!("{comp}_generic"))),
+                    "{sh} {comp} ({compression}): re-split changed the generic package"
+                );
+            }
         }
     }
 }

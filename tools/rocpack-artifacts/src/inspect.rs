@@ -731,6 +731,11 @@ fn describe_kpack(input: &Input, data: &[u8]) -> Result<KpackDesc> {
 pub trait CoSink: Sync {
     /// Per-code-object state.
     type State: Send;
+    /// Whether a large bundle's code objects are handed to this sink on a
+    /// thread of their own while the walk decompresses (worth a copy of
+    /// every chunk when the sink writes files; not for a hash, cheaper
+    /// than that copy and the thread it would compete with).
+    const PIPELINE: bool = true;
     fn begin(&self, i: usize) -> Result<Self::State>;
     fn chunk(&self, state: &mut Self::State, bytes: &[u8]) -> Result<()>;
     fn end(&self, i: usize, state: Self::State) -> Result<()>;
@@ -880,7 +885,7 @@ fn walk_into<S: CoSink>(
     sink: &S,
 ) -> Result<(rocpack_bundle::WalkSummary, Vec<Option<S::State>>)> {
     let opts = ParseOptions::default();
-    if index.payload_len < PIPELINE_MIN {
+    if !S::PIPELINE || index.payload_len < PIPELINE_MIN {
         let summary = rocpack_bundle::walk_bundle::<InspectError>(
             bytes,
             index,
@@ -928,6 +933,9 @@ struct Hasher(std::sync::Mutex<BTreeMap<usize, String>>);
 
 impl CoSink for Hasher {
     type State = Sha256;
+    // A CCOB's MD5 already has the second core; SHA-256 (with SHA-NI)
+    // runs beside decompression on the first.
+    const PIPELINE: bool = false;
     fn begin(&self, _: usize) -> Result<Sha256> {
         Ok(Sha256::new())
     }

@@ -522,6 +522,20 @@ pub fn walk_bundle<E: From<Error>>(
     walk(bytes, index, opts, true, raw, sink)
 }
 
+/// [`walk_bundle`] without the MD5 of a CCOB payload (unless
+/// [`ParseOptions::verify_hash`]): `hash_matches` is `None`. For readers
+/// that only need the code objects (the MD5 is sequential and costs more
+/// than the decompression).
+pub fn walk_bundle_unhashed<E: From<Error>>(
+    bytes: &[u8],
+    index: &BundleIndex,
+    opts: &ParseOptions,
+    raw: &mut dyn FnMut(&[u8]) -> std::result::Result<(), E>,
+    sink: &mut EntrySink<'_, E>,
+) -> std::result::Result<WalkSummary, E> {
+    walk(bytes, index, opts, false, raw, sink)
+}
+
 /// [`walk_bundle`]; `want_hash` false skips the MD5 of a CCOB payload
 /// (unless `opts.verify_hash`), leaving `hash_matches` `None`.
 fn walk<E: From<Error>>(
@@ -559,15 +573,19 @@ fn walk<E: From<Error>>(
         Some(h) => {
             let mut c = open_ccob(&bytes, opts)?;
             // A large payload's MD5 runs on a second thread, fed through a
-            // bounded queue, so it overlaps decompression and the sinks.
+            // bounded queue of chunk buffers that come back for reuse, so it
+            // overlaps decompression and the sinks without a copy.
             let (pos, digest) = std::thread::scope(|sc| {
                 let parallel = want_hash && h.uncompressed_size >= PARALLEL_MD5_MIN;
-                let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<u8>>(8);
+                let (tx, rx) = std::sync::mpsc::sync_channel::<(Vec<u8>, usize)>(8);
+                let (back_tx, back_rx) = std::sync::mpsc::channel::<Vec<u8>>();
                 let hasher = parallel.then(|| {
                     sc.spawn(move || {
                         let mut m = Md5::new();
-                        for b in rx {
-                            m.update(&b);
+                        for (b, n) in rx {
+                            m.update(&b[..n]);
+                            // The walk may be over: then the buffer goes.
+                            let _ = back_tx.send(b);
                         }
                         m.finalize()
                     })
@@ -592,15 +610,17 @@ fn walk<E: From<Error>>(
                         .into());
                     }
                     let chunk = &buf[..n];
-                    if parallel {
-                        // The hasher only stops when this sender is dropped.
-                        let _ = tx.send(chunk.to_vec());
-                    } else if want_hash {
+                    if want_hash && !parallel {
                         md5.update(chunk);
                     }
                     raw(chunk)?;
                     d.feed(pos, chunk, sink)?;
                     pos += n as u64;
+                    if parallel {
+                        let next = back_rx.try_recv().unwrap_or_else(|_| vec![0u8; CHUNK]);
+                        // The hasher only stops when this sender is dropped.
+                        let _ = tx.send((std::mem::replace(&mut buf, next), n));
+                    }
                 }
                 drop(tx);
                 let digest = match hasher {

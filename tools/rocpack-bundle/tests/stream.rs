@@ -256,3 +256,39 @@ fn walk_memory_is_a_chunk_not_the_payload() {
         "peak {peak} bytes live for a {size}-byte payload"
     );
 }
+
+/// A payload large enough for the MD5 to run on its own thread (fed with
+/// reused chunk buffers): the computed hash is the MD5 of the decompressed
+/// payload (the `md-5` crate over the parser's bytes) and a wrong stored
+/// hash is reported, or refused with `verify_hash`.
+#[test]
+fn large_payload_hash_is_checked_on_the_second_thread() {
+    use md5::Digest;
+    let a = bytes(7, 20 << 20);
+    let raw = write_uncompressed(&[("hipv4-amdgcn-amd-amdhsa--gfx1100", &a[..])]);
+    let good = write_ccob(&raw, 3, Compression::Zstd).unwrap();
+    let digest = md5::Md5::digest(&raw);
+    let want = u64::from_le_bytes(digest[..8].try_into().unwrap());
+    let mut bad = good.clone();
+    bad[24] ^= 1;
+    for (input, matches) in [(&good, true), (&bad, false)] {
+        let opts = ParseOptions::default();
+        let index = index_bundle(input, &opts).unwrap();
+        let summary =
+            walk_bundle::<Error>(input, &index, &opts, &mut |_| Ok(()), &mut |_, _, _| Ok(()))
+                .unwrap();
+        assert_eq!(summary.computed_hash, Some(want));
+        assert_eq!(summary.hash_matches, Some(matches));
+        let strict = ParseOptions {
+            verify_hash: true,
+            ..Default::default()
+        };
+        let r = walk_bundle::<Error>(input, &index, &strict, &mut |_| Ok(()), &mut |_, _, _| {
+            Ok(())
+        });
+        assert_eq!(r.is_ok(), matches, "{r:?}");
+        if !matches {
+            assert!(matches!(r, Err(Error::HashMismatch { .. })), "{r:?}");
+        }
+    }
+}

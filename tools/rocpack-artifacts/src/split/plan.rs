@@ -51,6 +51,33 @@ fn wanted(opts: &SplitOptions) -> Option<BTreeSet<String>> {
     })
 }
 
+/// Whether `--exclude-arch` / `--gpu-targets` (`wanted`) drop target `a`.
+fn drops(opts: &SplitOptions, wanted: Option<&BTreeSet<String>>, a: &str) -> bool {
+    is_excluded(a, &opts.exclude_arch)
+        || wanted.is_some_and(|w| !rocpack_bundle::base_arch(a).is_some_and(|b| w.contains(&b)))
+}
+
+/// The architectures a split keeps (what [`plan`] decides), for the scan
+/// to skip work on code objects that will be dropped.
+pub(super) struct ArchFilter<'a> {
+    opts: &'a SplitOptions,
+    wanted: Option<BTreeSet<String>>,
+}
+
+impl<'a> ArchFilter<'a> {
+    pub(super) fn new(opts: &'a SplitOptions) -> Self {
+        ArchFilter {
+            opts,
+            wanted: wanted(opts),
+        }
+    }
+
+    /// Whether target `a` is dropped.
+    pub(super) fn drops(&self, a: &str) -> bool {
+        drops(self.opts, self.wanted.as_ref(), a)
+    }
+}
+
 /// Turns a scan into a plan; fails when `--gpu-targets` leaves no code
 /// object in an artifact that has some.
 pub(super) fn plan(opts: &SplitOptions, scan: Scan) -> Result<Plan, SplitError> {
@@ -72,12 +99,7 @@ pub(super) fn plan(opts: &SplitOptions, scan: Scan) -> Result<Plan, SplitError> 
         check_name("architecture", a)?;
     }
     let wanted = wanted(opts);
-    let dropped = |a: &str| {
-        is_excluded(a, &opts.exclude_arch)
-            || wanted
-                .as_ref()
-                .is_some_and(|w| !rocpack_bundle::base_arch(a).is_some_and(|b| w.contains(&b)))
-    };
+    let dropped = |a: &str| drops(opts, wanted.as_ref(), a);
     let excluded: Vec<String> = discovered.iter().filter(|a| dropped(a)).cloned().collect();
     let kept: BTreeSet<String> = discovered.iter().filter(|a| !dropped(a)).cloned().collect();
     if let Some(w) = &wanted {

@@ -1,17 +1,19 @@
 //! Scan: walk every prefix of the artifact, classify each regular file
 //! (generic, database file of one arch, fat binary) and, for fat binaries,
 //! write the host-only rewrite and record where every code object lives
-//! (the input itself, or the spill file of its decompressed CCOB).
+//! (the input itself, the spill file of its decompressed CCOB, or, with
+//! zstd archives, its frame, compressed while the CCOB decompressed).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::File;
 use std::io::{BufWriter, Read};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use rayon::prelude::*;
-use rocpack_kpack::Marker;
+use rocpack_kpack::{Compression, Marker};
 
+use super::plan::ArchFilter;
 use super::{check_name, FatBinarySummary, Progress, SplitError, SplitOptions};
 use crate::databases;
 use crate::fsutil::{self, FsError, IoContext};
@@ -24,13 +26,18 @@ struct ScanCx<'a> {
     spill: &'a Spill,
 }
 
-/// Decompressed CCOB payloads, written once per bundle so that code objects
-/// are read back as plain file ranges: each compressed bundle is
-/// decompressed exactly once, and memory does not grow with the number of
-/// code objects, architectures or workers.
+/// Spill files of CCOBs: each compressed bundle is decompressed exactly
+/// once, and memory does not grow with the payload, the number of code
+/// objects, architectures or workers. With zstd archives, code objects are
+/// compressed as the payload streams by and only their frames are spilled
+/// ([`Spill::compress_payload`]); otherwise the decompressed payload is,
+/// and code objects are read back as plain file ranges.
 pub(super) struct Spill {
     dir: tempfile::TempDir,
     next: AtomicU64,
+    /// Code objects queued for compression, over every bundle being
+    /// walked (the bound on their buffers).
+    in_flight: AtomicUsize,
 }
 
 impl Spill {
@@ -42,6 +49,7 @@ impl Spill {
         Ok(Spill {
             dir,
             next: AtomicU64::new(0),
+            in_flight: AtomicUsize::new(0),
         })
     }
 
@@ -71,6 +79,242 @@ impl Spill {
             .ctx(&p, "write decompressed bundle")?;
         Ok((p, walk))
     }
+
+    /// Decompresses the CCOB at the start of `bytes` (described by
+    /// `index`, whose entries must not overlap) once, streaming, and
+    /// compresses each code object into a zstd frame (`level`, exactly as
+    /// the write stage would) as soon as its last byte is out, on the pool
+    /// while decompression goes on. Frames go to a spill file; code
+    /// objects larger than [`INMEM_MAX`] are spilled raw instead (the write
+    /// stage compresses them). Memory: code objects queued for the other
+    /// workers (fewer than `--jobs`, over all walks), the one each walk
+    /// fills and their reusable buffers: O(jobs) buffers of at most
+    /// [`INMEM_MAX`] bytes.
+    /// Frames are the bytes the write stage would make
+    /// ([`rocpack_kpack::compress_frame`]), so outputs do not change.
+    /// Returns the raw spill file, what the pass found and, per entry, its
+    /// frame.
+    fn compress_payload(
+        &self,
+        input: &Path,
+        bytes: &[u8],
+        index: &rocpack_bundle::BundleIndex,
+        level: i32,
+        keep: &ArchFilter<'_>,
+        bundle_err: &dyn Fn(rocpack_bundle::Error) -> SplitError,
+    ) -> Result<Precompressed, SplitError> {
+        let n = self.next.fetch_add(1, Ordering::Relaxed);
+        let raw_path = self.dir.path().join(format!("{n}.bundle"));
+        let frames_path = self.dir.path().join(format!("{n}.frames"));
+        let frames_file = File::create(&frames_path).ctx(&frames_path, "create spill file")?;
+        // Code objects of dropped targets are neither compressed nor
+        // spilled (the plan never reads them).
+        let kept: Vec<bool> = index
+            .entries
+            .iter()
+            .map(|e| !e.id.is_host() && !keep.drops(e.id.target_id()))
+            .collect();
+        let inmem = |e: &rocpack_bundle::IndexEntry| e.size <= INMEM_MAX;
+        let raw_file = if index
+            .entries
+            .iter()
+            .zip(&kept)
+            .any(|(e, &k)| k && !inmem(e))
+        {
+            Some(File::create(&raw_path).ctx(&raw_path, "create decompressed bundle")?)
+        } else {
+            None
+        };
+        let shared = FrameSink {
+            out: std::sync::Mutex::new((frames_file, 0, vec![None; index.entries.len()])),
+            pool: std::sync::Mutex::new(Vec::new()),
+            in_flight: &self.in_flight,
+            failed: std::sync::Mutex::new(None),
+            level,
+        };
+        // Code objects queued for the other workers (across every bundle
+        // being walked); this thread keeps decompressing, or compresses
+        // itself when the queue is full.
+        let workers = rayon::current_num_threads().saturating_sub(1).max(1);
+        let walked = rayon::scope(|s| {
+            let shared = &shared;
+            let mut cur: Vec<u8> = Vec::new();
+            rocpack_bundle::walk_bundle_unhashed::<rocpack_bundle::CopyError>(
+                bytes,
+                index,
+                &Default::default(),
+                &mut |_| Ok(()),
+                &mut |i, off, chunk| {
+                    let e = &index.entries[i];
+                    if !kept[i] {
+                        return Ok(());
+                    }
+                    if !inmem(e) {
+                        use std::os::unix::fs::FileExt;
+                        return match &raw_file {
+                            Some(f) => f
+                                .write_all_at(chunk, e.offset + off)
+                                .map_err(rocpack_bundle::CopyError::Io),
+                            None => Ok(()),
+                        };
+                    }
+                    if off == 0 {
+                        cur = shared.buffer();
+                        cur.reserve_exact(e.size as usize);
+                    }
+                    cur.extend_from_slice(chunk);
+                    if cur.len() as u64 == e.size && !shared.stopped() {
+                        let buf = std::mem::take(&mut cur);
+                        // A worker compresses it while this thread goes on
+                        // decompressing; when every worker is busy, this
+                        // thread does it (never waits, so never deadlocks).
+                        if shared.in_flight.fetch_add(1, Ordering::AcqRel) < workers {
+                            s.spawn(move |_| {
+                                shared.compress(i, buf);
+                                shared.in_flight.fetch_sub(1, Ordering::AcqRel);
+                            });
+                        } else {
+                            shared.in_flight.fetch_sub(1, Ordering::AcqRel);
+                            shared.compress(i, buf);
+                        }
+                    }
+                    Ok(())
+                },
+            )
+        });
+        let walk = match walked {
+            Ok(w) => w,
+            Err(rocpack_bundle::CopyError::Bundle(e)) => return Err(bundle_err(e)),
+            Err(rocpack_bundle::CopyError::Io(e)) => {
+                return Err(FsError::new(&raw_path, "write decompressed bundle", e).into())
+            }
+        };
+        let FrameSink { out, failed, .. } = shared;
+        if let Some(e) = failed.into_inner().ok().flatten() {
+            return Err(match e {
+                FrameError::Zstd(error) => SplitError::Kpack {
+                    path: input.to_path_buf(),
+                    error,
+                },
+                FrameError::Io(e) => FsError::new(&frames_path, "write spill file", e).into(),
+            });
+        }
+        let (_, _, offsets) = out
+            .into_inner()
+            .map_err(|_| SplitError::Usage("internal: frame table poisoned".into()))?;
+        // Empty code objects have no frame: the write stage compresses
+        // the zero bytes it reads.
+        let frames = offsets
+            .into_iter()
+            .map(|at| {
+                at.map(|(offset, len)| Frame {
+                    file: frames_path.clone(),
+                    offset,
+                    len,
+                })
+            })
+            .collect();
+        Ok(Precompressed {
+            raw: if raw_file.is_some() {
+                raw_path
+            } else {
+                frames_path
+            },
+            walk,
+            frames,
+        })
+    }
+}
+
+/// Largest code object [`Spill::compress_payload`] holds in memory to
+/// compress during the scan.
+const INMEM_MAX: u64 = 32 << 20;
+
+/// What [`Spill::compress_payload`] made of one CCOB.
+struct Precompressed {
+    /// File holding the code objects spilled raw (any existing spill file
+    /// when there are none: empty code objects are read from it).
+    raw: PathBuf,
+    walk: rocpack_bundle::WalkSummary,
+    /// Per bundle entry, its compressed frame.
+    frames: Vec<Option<Frame>>,
+}
+
+/// A code object already compressed (one zstd frame) in a spill file.
+#[derive(Debug, Clone)]
+pub(super) struct Frame {
+    pub file: PathBuf,
+    pub offset: u64,
+    pub len: u64,
+}
+
+enum FrameError {
+    Zstd(rocpack_kpack::Error),
+    Io(std::io::Error),
+}
+
+/// Shared by the decompressing thread and the workers compressing the code
+/// objects of one CCOB.
+struct FrameSink<'a> {
+    /// The frames file, its length and each entry's frame (offset, length).
+    #[allow(clippy::type_complexity)]
+    out: std::sync::Mutex<(File, u64, Vec<Option<(u64, u64)>>)>,
+    /// Buffers of compressed code objects, for reuse.
+    pool: std::sync::Mutex<Vec<Vec<u8>>>,
+    in_flight: &'a AtomicUsize,
+    failed: std::sync::Mutex<Option<FrameError>>,
+    level: i32,
+}
+
+impl FrameSink<'_> {
+    fn buffer(&self) -> Vec<u8> {
+        let mut b = self
+            .pool
+            .lock()
+            .ok()
+            .and_then(|mut p| p.pop())
+            .unwrap_or_default();
+        b.clear();
+        b
+    }
+
+    fn stopped(&self) -> bool {
+        self.failed.lock().map_or(true, |f| f.is_some())
+    }
+
+    fn fail(&self, e: FrameError) {
+        if let Ok(mut f) = self.failed.lock() {
+            f.get_or_insert(e);
+        }
+    }
+
+    /// Compresses entry `i`'s code object `data` and appends the frame.
+    fn compress(&self, i: usize, data: Vec<u8>) {
+        if !self.stopped() {
+            match rocpack_kpack::compress_frame(&data, self.level) {
+                Ok(frame) => self.append(i, &frame),
+                Err(e) => self.fail(FrameError::Zstd(e)),
+            }
+        }
+        if let Ok(mut p) = self.pool.lock() {
+            p.push(data);
+        }
+    }
+
+    fn append(&self, i: usize, frame: &[u8]) {
+        use std::io::Write;
+        let Ok(mut out) = self.out.lock() else {
+            return;
+        };
+        let (f, len, table) = &mut *out;
+        match f.write_all(frame) {
+            Ok(()) => {
+                table[i] = Some((*len, frame.len() as u64));
+                *len += frame.len() as u64;
+            }
+            Err(e) => self.fail(FrameError::Io(e)),
+        }
+    }
 }
 
 /// One code object found by the scan.
@@ -94,6 +338,9 @@ pub(super) struct KernelRef {
     /// Its place in the original bundle (`metadata.bundle`), when the
     /// bundle can be rebuilt exactly.
     pub place: Option<rocpack_kpack::rmpv::Value>,
+    /// Its zstd frame, when the scan compressed it already (then `file`
+    /// and `offset` are not read).
+    pub frame: Option<Frame>,
 }
 
 /// Classification of one regular file.
@@ -246,6 +493,9 @@ struct Collector<'a> {
     path: &'a Path,
     map: &'a memmap2::Mmap,
     spill: &'a Spill,
+    /// The split's options (with zstd archives, code objects of CCOBs are
+    /// compressed as they are decompressed).
+    opts: &'a SplitOptions,
     kernels: Vec<KernelRef>,
     archs: BTreeSet<String>,
     /// (bundles, device code objects).
@@ -279,9 +529,29 @@ impl Collector<'_> {
             let index =
                 rocpack_bundle::index_bundle(bytes, &Default::default()).map_err(bundle_err)?;
             self.counts.0 += 1;
+            let mut frames = Vec::new();
             let (spilled, walk) = if index.ccob.is_some() {
-                let (file, walk) = spill.write_payload(bytes, &index, &bundle_err)?;
-                (Some(file), walk)
+                match self.opts.compression {
+                    // Decompression and compression overlap; only frames
+                    // are spilled.
+                    Compression::Zstd { level } if index.overlaps().is_empty() => {
+                        let keep = ArchFilter::new(self.opts);
+                        let p = spill.compress_payload(
+                            path,
+                            bytes,
+                            &index,
+                            level,
+                            &keep,
+                            &bundle_err,
+                        )?;
+                        frames = p.frames;
+                        (Some(p.raw), p.walk)
+                    }
+                    _ => {
+                        let (file, walk) = spill.write_payload(bytes, &index, &bundle_err)?;
+                        (Some(file), walk)
+                    }
+                }
             } else {
                 let walk = rocpack_bundle::walk_bundle::<rocpack_bundle::Error>(
                     bytes,
@@ -329,6 +599,7 @@ impl Collector<'_> {
                     offset,
                     prefix: String::new(),
                     place,
+                    frame: frames.get(position).cloned().flatten(),
                 });
             }
             // Code objects are read back from their file range, not from here.
@@ -424,6 +695,7 @@ fn split_fat(
         path,
         map: &map,
         spill,
+        opts,
         kernels: Vec::new(),
         archs: BTreeSet::new(),
         counts: (0, 0),

@@ -11,7 +11,7 @@ use rayon::prelude::*;
 use rocpack_kpack::{Compression, KpackStreamWriter};
 
 use super::plan::Plan;
-use super::scan::KernelRef;
+use super::scan::{Frame, KernelRef};
 use super::{mkdir_p, ArchArtifact, KpackSummary, Progress, SplitError, SplitOptions};
 use crate::fsutil::{self, FsError, IoContext};
 use crate::manifest::ArtifactManifest;
@@ -266,6 +266,18 @@ fn read_kernel(k: &KernelRef) -> Result<Vec<u8>, SplitError> {
     Ok(buf)
 }
 
+/// Reads a frame the scan compressed.
+fn read_frame(f: &Frame) -> Result<Vec<u8>, SplitError> {
+    use std::os::unix::fs::FileExt;
+    let file = File::open(&f.file).ctx(&f.file, "open")?;
+    let len = usize::try_from(f.len)
+        .map_err(|_| SplitError::Usage(format!("{}: frame too large", f.file.display())))?;
+    let mut buf = vec![0u8; len];
+    file.read_exact_at(&mut buf, f.offset)
+        .ctx(&f.file, "read compressed code object")?;
+    Ok(buf)
+}
+
 /// Writes one archive from `kernels` (sorted by key), streaming. `none`:
 /// every code object is copied from its source file range by the kernel
 /// ([`KpackStreamWriter::add_file_range`]); zstd: bounded batches of code
@@ -311,6 +323,9 @@ fn write_archive(
                 let frames: Vec<Result<(u64, Vec<u8>), SplitError>> = batch
                     .par_iter()
                     .map(|k| {
+                        if let Some(f) = &k.frame {
+                            return Ok((k.size, read_frame(f)?));
+                        }
                         let data = read_kernel(k)?;
                         let frame = rocpack_kpack::compress_frame(&data, level)
                             .map_err(|e| kpack_err(path, e))?;
