@@ -10,6 +10,7 @@ libfuzzer_sys::fuzz_target!(|data: &[u8]| {
     let opts = ParseOptions {
         verify_hash: data.first().is_some_and(|b| b & 1 == 1),
         max_decompressed_size: 1 << 24,
+        ..Default::default()
     };
     if let Ok((h, used, payload)) = decompress_ccob(&buf, &opts) {
         assert!(used as usize <= buf.len());

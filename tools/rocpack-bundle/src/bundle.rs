@@ -208,6 +208,11 @@ pub struct ParseOptions {
     pub verify_hash: bool,
     /// Refuse CCOBs whose uncompressed size exceeds this many bytes.
     pub max_decompressed_size: u64,
+    /// Compute a CCOB payload's MD5 during [`crate::walk_bundle`] and
+    /// report it in [`crate::WalkSummary`] (implied by `verify_hash`).
+    /// Readers that only need the code objects turn it off: the MD5 is
+    /// sequential and costs more than the decompression.
+    pub walk_hash: bool,
 }
 
 impl Default for ParseOptions {
@@ -215,6 +220,7 @@ impl Default for ParseOptions {
         ParseOptions {
             verify_hash: false,
             max_decompressed_size: 1 << 36,
+            walk_hash: true,
         }
     }
 }

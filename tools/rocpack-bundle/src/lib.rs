@@ -39,8 +39,8 @@ pub use layout::{BundleLayout, LayoutEntry};
 pub use source::{bundle_extent_in, find_bundles_in, FileRange, ReadAt, Window};
 pub use spelling::{arch_from_file_name, base_arch, miopen_arch, parse_target_exact};
 pub use stream::{
-    copy_payload, index_bundle, index_bundle_in, walk_bundle, walk_bundle_unhashed, BundleIndex,
-    CopyError, EntrySink, IndexEntry, WalkSummary, CHUNK,
+    copy_payload, index_bundle, index_bundle_in, walk_bundle, BundleIndex, CopyError, EntrySink,
+    IndexEntry, WalkSummary, CHUNK,
 };
 pub use target::{
     compatible_targets, generic_covers, generic_for, is_gfx_processor, isa_matches,

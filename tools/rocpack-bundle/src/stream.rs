@@ -511,7 +511,8 @@ impl Dispatch<'_> {
 /// in chunks of at most [`CHUNK`] bytes (overlapping entries each receive
 /// the shared bytes). A CCOB is decompressed exactly once; its size, the
 /// zero tail after the last code object and (with
-/// [`ParseOptions::verify_hash`]) its hash are checked.
+/// [`ParseOptions::verify_hash`]) its hash are checked; its MD5 is
+/// computed unless [`ParseOptions::walk_hash`] is off.
 pub fn walk_bundle<E: From<Error>>(
     bytes: &[u8],
     index: &BundleIndex,
@@ -519,21 +520,7 @@ pub fn walk_bundle<E: From<Error>>(
     raw: &mut dyn FnMut(&[u8]) -> std::result::Result<(), E>,
     sink: &mut EntrySink<'_, E>,
 ) -> std::result::Result<WalkSummary, E> {
-    walk(bytes, index, opts, true, raw, sink)
-}
-
-/// [`walk_bundle`] without the MD5 of a CCOB payload (unless
-/// [`ParseOptions::verify_hash`]): `hash_matches` is `None`. For readers
-/// that only need the code objects (the MD5 is sequential and costs more
-/// than the decompression).
-pub fn walk_bundle_unhashed<E: From<Error>>(
-    bytes: &[u8],
-    index: &BundleIndex,
-    opts: &ParseOptions,
-    raw: &mut dyn FnMut(&[u8]) -> std::result::Result<(), E>,
-    sink: &mut EntrySink<'_, E>,
-) -> std::result::Result<WalkSummary, E> {
-    walk(bytes, index, opts, false, raw, sink)
+    walk(bytes, index, opts, opts.walk_hash, raw, sink)
 }
 
 /// [`walk_bundle`]; `want_hash` false skips the MD5 of a CCOB payload

@@ -33,6 +33,7 @@ fn exercise(b: &[u8]) {
     let opts = ParseOptions {
         verify_hash: true,
         max_decompressed_size: 1 << 24,
+        ..Default::default()
     };
     let _ = parse_bundle_with(b, &opts);
     let _ = parse_bundle(b);
@@ -119,6 +120,7 @@ fn oversized_counts_and_sizes_are_rejected_cheaply() {
     let opts = ParseOptions {
         verify_hash: false,
         max_decompressed_size: 1 << 20,
+        ..Default::default()
     };
     assert!(decompress_ccob(&bomb, &opts).is_err());
     // ... and more than MAX_CCOB_RATIO, claimed by a tiny payload

@@ -139,10 +139,13 @@ impl Spill {
         let walked = rayon::scope(|s| {
             let shared = &shared;
             let mut cur: Vec<u8> = Vec::new();
-            rocpack_bundle::walk_bundle_unhashed::<rocpack_bundle::CopyError>(
+            rocpack_bundle::walk_bundle::<rocpack_bundle::CopyError>(
                 bytes,
                 index,
-                &Default::default(),
+                &rocpack_bundle::ParseOptions {
+                    walk_hash: false,
+                    ..Default::default()
+                },
                 &mut |_| Ok(()),
                 &mut |i, off, chunk| {
                     let e = &index.entries[i];

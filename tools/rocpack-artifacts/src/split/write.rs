@@ -11,7 +11,7 @@ use rayon::prelude::*;
 use rocpack_kpack::{Compression, KpackStreamWriter};
 
 use super::plan::Plan;
-use super::scan::{Frame, KernelRef};
+use super::scan::KernelRef;
 use super::{mkdir_p, ArchArtifact, KpackSummary, Progress, SplitError, SplitOptions};
 use crate::fsutil::{self, FsError, IoContext};
 use crate::manifest::ArtifactManifest;
@@ -254,27 +254,20 @@ impl Sources {
     }
 }
 
-/// Reads one code object's bytes.
-fn read_kernel(k: &KernelRef) -> Result<Vec<u8>, SplitError> {
+/// Reads `len` bytes at `offset` of `path` (a code object of the input or
+/// of a spilled payload, or a frame the scan compressed).
+fn read_range(
+    path: &Path,
+    offset: u64,
+    len: u64,
+    what: &'static str,
+) -> Result<Vec<u8>, SplitError> {
     use std::os::unix::fs::FileExt;
-    let f = File::open(&k.file).ctx(&k.file, "open")?;
-    let len = usize::try_from(k.size)
-        .map_err(|_| SplitError::Usage(format!("{}: code object too large", k.file.display())))?;
+    let f = File::open(path).ctx(path, "open")?;
+    let len = usize::try_from(len)
+        .map_err(|_| SplitError::Usage(format!("{}: {what}: too large", path.display())))?;
     let mut buf = vec![0u8; len];
-    f.read_exact_at(&mut buf, k.offset)
-        .ctx(&k.file, "read code object")?;
-    Ok(buf)
-}
-
-/// Reads a frame the scan compressed.
-fn read_frame(f: &Frame) -> Result<Vec<u8>, SplitError> {
-    use std::os::unix::fs::FileExt;
-    let file = File::open(&f.file).ctx(&f.file, "open")?;
-    let len = usize::try_from(f.len)
-        .map_err(|_| SplitError::Usage(format!("{}: frame too large", f.file.display())))?;
-    let mut buf = vec![0u8; len];
-    file.read_exact_at(&mut buf, f.offset)
-        .ctx(&f.file, "read compressed code object")?;
+    f.read_exact_at(&mut buf, offset).ctx(path, what)?;
     Ok(buf)
 }
 
@@ -324,9 +317,17 @@ fn write_archive(
                     .par_iter()
                     .map(|k| {
                         if let Some(f) = &k.frame {
-                            return Ok((k.size, read_frame(f)?));
+                            return Ok((
+                                k.size,
+                                read_range(
+                                    &f.file,
+                                    f.offset,
+                                    f.len,
+                                    "read compressed code object",
+                                )?,
+                            ));
                         }
-                        let data = read_kernel(k)?;
+                        let data = read_range(&k.file, k.offset, k.size, "read code object")?;
                         let frame = rocpack_kpack::compress_frame(&data, level)
                             .map_err(|e| kpack_err(path, e))?;
                         Ok((data.len() as u64, frame))
