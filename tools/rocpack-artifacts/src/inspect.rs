@@ -61,9 +61,19 @@ fn fail(msg: impl Into<String>) -> InspectError {
 pub struct Input {
     file: File,
     map: Option<Arc<memmap2::Mmap>>,
+    /// Whether walks compute each CCOB payload's MD5 (`hash_matches`).
+    ccob_hash: bool,
 }
 
 impl Input {
+    /// Do not compute the MD5 of compressed bundles' payloads: their
+    /// `hash_matches` stays `None`. The MD5 is one sequential pass over
+    /// the whole payload, the slowest part of reading a large CCOB.
+    pub fn without_ccob_hash(mut self) -> Self {
+        self.ccob_hash = false;
+        self
+    }
+
     /// Open `path` (a regular file; a FIFO, directory or device is refused
     /// at once with what it is).
     pub fn open(path: &Path) -> Result<Self> {
@@ -104,7 +114,11 @@ impl Input {
             let _ = m.advise(memmap2::Advice::Random);
             Some(Arc::new(m))
         };
-        Ok(Input { file, map })
+        Ok(Input {
+            file,
+            map,
+            ccob_hash: true,
+        })
     }
 
     /// The whole file.
@@ -846,8 +860,8 @@ pub fn stream_all<S: CoSink>(input: &Input, d: &Desc, sink: &S) -> Result<Vec<Op
                         states.push(Some(sink.begin(i)?));
                     }
                     let abs = bundle.file_offset.unwrap_or(0);
-                    let (summary, states) =
-                        walk_into(bytes, &index, states, sink).map_err(|e| {
+                    let (summary, states) = walk_into(bytes, &index, states, sink, input.ccob_hash)
+                        .map_err(|e| {
                             fail(format!("bundle {} at byte offset {abs}: {e}", bundle.index))
                         })?;
                     for (k, st) in states.into_iter().enumerate() {
@@ -883,9 +897,16 @@ fn walk_into<S: CoSink>(
     index: &rocpack_bundle::BundleIndex,
     mut states: Vec<Option<S::State>>,
     sink: &S,
+    ccob_hash: bool,
 ) -> Result<(rocpack_bundle::WalkSummary, Vec<Option<S::State>>)> {
-    let opts = ParseOptions::default();
-    if !S::PIPELINE || index.payload_len < PIPELINE_MIN {
+    let opts = ParseOptions {
+        walk_hash: ccob_hash,
+        ..Default::default()
+    };
+    // A sink that is cheaper than a copy of every chunk runs on this thread
+    // unless the second core is free (no MD5 thread).
+    let pipeline = S::PIPELINE || !ccob_hash;
+    if !pipeline || index.payload_len < PIPELINE_MIN {
         let summary = rocpack_bundle::walk_bundle::<InspectError>(
             bytes,
             index,
