@@ -5,38 +5,18 @@
 # SHA-256 throughput is the practical floor). Prints the ratio and peak RSS.
 # Targets: ratio <= 1.5, peak RSS <= 128 MiB.
 #
-#   bench/inspect.sh            # downloads librocsparse0 into $CACHE once
-#   CACHE=/some/dir bench/inspect.sh
-set -euo pipefail
-. "$(dirname "$0")/../tests/ci/lib.sh"
-cd "$ROOT"
+#   bench/inspect.sh     # downloads librocsparse0 into $ROCPACK_BENCH_CACHE once
+. "$(dirname "$0")/lib.sh"
 
-CACHE="${CACHE:-/tmp/debcorpus}"
 REPS="${REPS:-3}"
-need_pkgs time openssl
-
-LIB="$(find "$CACHE/x/librocsparse0" -name 'librocsparse.so.0.*' -type f 2>/dev/null | head -n1 || true)"
-if [ -z "$LIB" ]; then
-    log "fetching librocsparse0 into $CACHE"
-    mkdir -p "$CACHE"
-    (
-        cd "$CACHE"
-        chown _apt . 2>/dev/null || true
-        apt-get download librocsparse0 || { apt-get update -q && apt-get download librocsparse0; }
-        deb="$(ls librocsparse0_*.deb | head -n1)"
-        rm -rf x/librocsparse0 && mkdir -p x && dpkg-deb -x "$deb" x/librocsparse0
-    )
-    LIB="$(find "$CACHE/x/librocsparse0" -name 'librocsparse.so.0.*' -type f | head -n1)"
-fi
-[ -n "$LIB" ] || die "librocsparse.so.0.* not found under $CACHE"
-
-log "cargo build --release -p kpack"
-cargo build --release -p kpack
-KPACK="$ROOT/target/release/kpack"
+command -v openssl >/dev/null || bdie "openssl not installed"
+[ -x /usr/bin/time ] || bdie "/usr/bin/time not installed (Debian package time)"
+KPACK="${KPACK:-$(kpack_release)}"   # KPACK=path/to/kpack skips the build
+LIB="$(rocsparse)"
 
 size=$(stat -c %s "$LIB")
-log "input: $LIB ($size bytes); warming the page cache"
-cat "$LIB" >/dev/null
+blog "input: $LIB ($size bytes)"
+warm_large_folios "$LIB"
 
 # best-of-$REPS wall time (s) and the peak RSS (KiB) of that run
 measure() {

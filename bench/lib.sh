@@ -66,3 +66,17 @@ rss_mib() {
 
 # ratio A B: A / B with 2 decimals.
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b <= 0) b = 0.001; printf "%.2f\n", a / b }'; }
+
+# warm_large_folios FILE...: bring FILE into the page cache the way a fresh
+# read does, through readahead, which builds large page-cache folios (up to
+# 2 MiB). A fault on a mapping of such a folio maps all of it, so this is the
+# worst case for a tool that maps its input. Dropping the caches first needs
+# root; otherwise the files are only read.
+warm_large_folios() {
+    if [ -w /proc/sys/vm/drop_caches ]; then
+        blog "dropping the page cache (large folios on re-read)"
+        sync; echo 1 > /proc/sys/vm/drop_caches
+    fi
+    blog "warming the page cache: $*"
+    cat "$@" > /dev/null
+}

@@ -25,16 +25,7 @@ ln "$LIB" "$ART/lib/librocsparse.so.0.1" 2>/dev/null || cp "$LIB" "$ART/lib/libr
 printf 'lib\n' > "$ART/artifact_manifest.txt"
 SIZE=$(stat -c %s "$LIB")
 
-# The worst case for a mapped input: the file read in by readahead, which
-# builds large page-cache folios (up to 2 MiB); a fault on a mapping of such
-# a folio maps all of it. Dropping the caches first (root only) gets there
-# whatever state the file was in.
-if [ -w /proc/sys/vm/drop_caches ]; then
-    blog "dropping the page cache (large folios on re-read)"
-    sync; echo 1 > /proc/sys/vm/drop_caches
-fi
-blog "warming the page cache ($SIZE bytes)"
-cat "$LIB" > /dev/null
+warm_large_folios "$LIB"
 
 REPS="${REPS:-3}"
 # best NAME CMD...: run CMD $REPS times and keep the report of the fastest

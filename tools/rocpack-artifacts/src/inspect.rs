@@ -109,8 +109,9 @@ impl Input {
             // readers; inputs are build artifacts that are not modified in place.
             let m = unsafe { memmap2::Mmap::map(&file) }
                 .map_err(|e| fail(format!("{}: cannot map: {e}", path.display())))?;
-            // Only headers are read through the mapping: no read-ahead or
-            // fault-around, so resident memory stays small on huge inputs.
+            // Only ELF headers are read through the mapping (bundle headers
+            // and code objects with positioned reads), so resident memory
+            // stays small on huge inputs; no read-ahead for what is read.
             let _ = m.advise(memmap2::Advice::Random);
             Some(Arc::new(m))
         };
@@ -132,6 +133,21 @@ impl Input {
         let p = sub.as_ptr() as usize;
         let off = p.checked_sub(base)?;
         (off.checked_add(sub.len())? <= self.bytes().len()).then_some(off as u64)
+    }
+
+    /// A source of the same bytes as `part` (a slice of the mapped file):
+    /// positioned reads of the file, so parsing headers through it never
+    /// faults the mapping in (a fault maps a whole page-cache folio, up to
+    /// 2 MiB, and a 1 GB library has hundreds of bundle headers).
+    fn source<'a>(&'a self, part: &'a [u8]) -> PartSource<'a> {
+        match self.offset_of(part) {
+            Some(off) => PartSource::File(rocpack_bundle::FileRange::new(
+                &self.file,
+                off,
+                part.len() as u64,
+            )),
+            None => PartSource::Slice(part),
+        }
     }
 
     /// Bytes `[offset, offset + len)` of the file.
@@ -162,6 +178,33 @@ impl Input {
             done += n as u64;
         }
         Ok(())
+    }
+}
+
+/// What [`Input::source`] gives: the file, or a slice that is not of it.
+enum PartSource<'a> {
+    File(rocpack_bundle::FileRange<'a>),
+    Slice(&'a [u8]),
+}
+
+impl rocpack_bundle::ReadAt for PartSource<'_> {
+    fn size(&self) -> u64 {
+        match self {
+            PartSource::File(f) => f.size(),
+            PartSource::Slice(s) => s.size(),
+        }
+    }
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> std::io::Result<usize> {
+        match self {
+            PartSource::File(f) => f.read_at(offset, buf),
+            PartSource::Slice(s) => s.read_at(offset, buf),
+        }
+    }
+    fn as_slice(&self) -> Option<&[u8]> {
+        match self {
+            PartSource::File(_) => None,
+            PartSource::Slice(s) => Some(s),
+        }
     }
 }
 
@@ -454,7 +497,7 @@ fn describe_section(
     source: &str,
     base: u64,
 ) -> Result<Vec<BundleDesc>> {
-    let spans = rocpack_bundle::find_bundles(bytes).map_err(|e| {
+    let spans = rocpack_bundle::find_bundles_in(&input.source(bytes)).map_err(|e| {
         fail(format!(
             "{source} at byte offset {base}: {}",
             e.shifted(base)
@@ -477,12 +520,13 @@ fn describe_bundle(
     bytes: &[u8],
     abs: u64,
 ) -> Result<BundleDesc> {
-    let b = rocpack_bundle::index_bundle(bytes, &ParseOptions::default()).map_err(|e| {
-        fail(format!(
-            "bundle {index} at byte offset {abs}: {}",
-            e.shifted(abs)
-        ))
-    })?;
+    let b = rocpack_bundle::index_bundle_in(&input.source(bytes), &ParseOptions::default())
+        .map_err(|e| {
+            fail(format!(
+                "bundle {index} at byte offset {abs}: {}",
+                e.shifted(abs)
+            ))
+        })?;
     let (format, version, compression) = match b.format {
         Format::Uncompressed => ("uncompressed", None, None),
         Format::Ccob { version, method } => ("ccob", Some(version), Some(method.name())),
@@ -568,7 +612,8 @@ fn pointer_model(m: &rocpack_elf::PointerModel, machine: u16) -> String {
 }
 
 fn describe_elf(input: &Input, data: &[u8], name: &str, file_offset: u64) -> Result<Desc> {
-    let info = rocpack_elf::analyze(data).map_err(|e| fail(e.to_string()))?;
+    let info =
+        rocpack_elf::analyze_in(data, &input.source(data)).map_err(|e| fail(e.to_string()))?;
     let mut d = Desc::new(name.to_string(), file_offset, data.len() as u64, "elf");
     d.elf = Some(ElfDesc {
         elf_type: elf_type(info.kind),
@@ -854,7 +899,10 @@ pub fn stream_all<S: CoSink>(input: &Input, d: &Desc, sink: &S) -> Result<Vec<Op
                 Job::Walk { bundle, ids, slot } => {
                     let (at, len) = bundle.at.expect("planned walks have a place");
                     let bytes = input.range(at, len)?;
-                    let index = rocpack_bundle::index_bundle(bytes, &ParseOptions::default())?;
+                    let index = rocpack_bundle::index_bundle_in(
+                        &input.source(bytes),
+                        &ParseOptions::default(),
+                    )?;
                     let mut states: Vec<Option<S::State>> = Vec::with_capacity(ids.len());
                     for &i in ids {
                         states.push(Some(sink.begin(i)?));
