@@ -1,8 +1,12 @@
-//! Minimal, total reader for ELF64 little-endian files: header, program
-//! headers, section headers, names, symbols, relocations, dynamic entries.
-//! Every access is bounds-checked; errors name the byte offset.
+//! Total reader for ELF64 little-endian files: header, program headers,
+//! section headers, names, symbols and relocations are read with
+//! `object::read::elf`, after bounds checks that name the byte offset of
+//! what is missing; the rest of this file is what the rewrite needs that a
+//! reader does not give (encoders, RELR with its word kinds, alignment).
 
 use object::elf;
+use object::read::elf::{FileHeader as _, ProgramHeader as _, SectionHeader as _};
+use object::LittleEndian as LE;
 
 use crate::error::{Error, Result};
 
@@ -31,11 +35,6 @@ pub(crate) fn get<'a>(
             len: data.len() as u64,
         }),
     }
-}
-
-pub(crate) fn u16_at(data: &[u8], offset: u64, what: &'static str) -> Result<u16> {
-    let b = get(data, offset, 2, what)?;
-    Ok(u16::from_le_bytes([b[0], b[1]]))
 }
 
 pub(crate) fn u32_at(data: &[u8], offset: u64, what: &'static str) -> Result<u32> {
@@ -195,6 +194,10 @@ pub(crate) fn is_elf(data: &[u8]) -> bool {
 }
 
 impl<'a> Elf<'a> {
+    /// Parses the headers with `object::read::elf`, after the checks that
+    /// give this crate's own errors (not ELF, 32-bit, big-endian, a
+    /// truncated table, PN_XNUM): every table is bounds-checked against the
+    /// input before `object` reads it.
     pub fn parse(data: &'a [u8]) -> Result<Self> {
         if !is_elf(data) {
             return Err(Error::NotElf);
@@ -212,15 +215,12 @@ impl<'a> Elf<'a> {
                 "big-endian ELF (only little-endian is handled)",
             ));
         }
-        let e_type = u16_at(data, 16, "e_type")?;
-        let e_machine = u16_at(data, 18, "e_machine")?;
-        let e_phoff = u64_at(data, 32, "e_phoff")?;
-        let e_shoff = u64_at(data, 40, "e_shoff")?;
-        let e_phentsize = u16_at(data, 54, "e_phentsize")?;
-        let e_phnum = u16_at(data, 56, "e_phnum")?;
-        let e_shentsize = u16_at(data, 58, "e_shentsize")?;
-        let e_shnum = u16_at(data, 60, "e_shnum")?;
-        let e_shstrndx = u16_at(data, 62, "e_shstrndx")?;
+        let h = elf::FileHeader64::<LE>::parse(data)
+            .map_err(|e| Error::malformed(0, format!("ELF header: {e}")))?;
+        let en = LE;
+        let (e_phoff, e_shoff) = (h.e_phoff(en), h.e_shoff(en));
+        let (e_phnum, e_shnum) = (h.e_phnum(en), h.e_shnum(en));
+        let (e_phentsize, e_shentsize) = (h.e_phentsize(en), h.e_shentsize(en));
         if e_phnum != 0 && u64::from(e_phentsize) != PHDR_SIZE {
             return Err(Error::malformed(
                 54,
@@ -233,78 +233,96 @@ impl<'a> Elf<'a> {
                 format!("e_shentsize {e_shentsize}, expected 64"),
             ));
         }
-        let ehdr = Ehdr {
-            e_type,
-            e_machine,
-            e_phoff,
-            e_shoff,
-            e_phnum,
-            e_shnum,
-            e_shstrndx,
-        };
-        // Program headers.
-        let mut phdrs = Vec::new();
         if e_phnum == 0xffff {
             return Err(Error::unsupported(
                 56,
                 "extended program header numbering (PN_XNUM)",
             ));
         }
-        for i in 0..u64::from(e_phnum) {
-            let off = e_phoff
-                .checked_add(i * PHDR_SIZE)
-                .ok_or_else(|| Error::malformed(32, "e_phoff overflows"))?;
-            let b = get(data, off, PHDR_SIZE, "program header")?;
-            let r64 = |o: usize| {
-                let mut a = [0u8; 8];
-                a.copy_from_slice(&b[o..o + 8]);
-                u64::from_le_bytes(a)
-            };
-            phdrs.push(Phdr {
-                p_type: u32::from_le_bytes([b[0], b[1], b[2], b[3]]),
-                p_flags: u32::from_le_bytes([b[4], b[5], b[6], b[7]]),
-                p_offset: r64(8),
-                p_vaddr: r64(16),
-                p_paddr: r64(24),
-                p_filesz: r64(32),
-                p_memsz: r64(40),
-                p_align: r64(48),
-            });
+        let ehdr = Ehdr {
+            e_type: h.e_type(en),
+            e_machine: h.e_machine(en),
+            e_phoff,
+            e_shoff,
+            e_phnum,
+            e_shnum,
+            e_shstrndx: h.e_shstrndx(en),
+        };
+        // Program headers.
+        let table = u64::from(e_phnum) * PHDR_SIZE;
+        if e_phnum != 0 {
+            get(data, e_phoff, table, "program header table")?;
         }
-        // Section headers (with extended numbering).
+        let phdrs = h
+            .program_headers(en, data)
+            .map_err(|e| Error::malformed(32, format!("program headers: {e}")))?
+            .iter()
+            .map(|p| Phdr {
+                p_type: p.p_type(en),
+                p_flags: p.p_flags(en),
+                p_offset: p.p_offset(en),
+                p_vaddr: p.p_vaddr(en),
+                p_paddr: p.p_paddr(en),
+                p_filesz: p.p_filesz(en),
+                p_memsz: p.p_memsz(en),
+                p_align: p.p_align(en),
+            })
+            .collect();
+        // Section headers (extended numbering: the count and the name
+        // table's index in section 0).
         let mut shdrs = Vec::new();
-        let mut shstrndx = usize::from(e_shstrndx);
+        let mut shstrndx = usize::from(h.e_shstrndx(en));
         if e_shoff != 0 {
-            let first = read_shdr(data, e_shoff)?;
-            let mut count = u64::from(e_shnum);
-            if count == 0 {
-                count = first.sh_size;
-            }
-            if usize::from(e_shstrndx) == usize::from(elf::SHN_XINDEX) {
-                shstrndx = first.sh_link as usize;
-            }
-            // Bound the count by the input size before allocating.
+            get(data, e_shoff, SHDR_SIZE, "section header")?;
+            let count = match e_shnum {
+                0 => u64_at(data, e_shoff + 32, "section 0 sh_size (section count)")?,
+                n => u64::from(n),
+            };
+            // Bound the count by the input size before anything is read.
             let table = count
                 .checked_mul(SHDR_SIZE)
                 .ok_or_else(|| Error::malformed(60, "section count overflows"))?;
             get(data, e_shoff, table, "section header table")?;
-            shdrs.reserve(count as usize);
-            for i in 0..count {
-                shdrs.push(read_shdr(data, e_shoff + i * SHDR_SIZE)?);
-            }
-            if shstrndx != 0 {
-                let strtab = shdrs.get(shstrndx).ok_or_else(|| {
+            let sections = h
+                .section_headers(en, data)
+                .map_err(|e| Error::malformed(40, format!("section headers: {e}")))?;
+            shstrndx = h
+                .shstrndx(en, data)
+                .map_err(|e| Error::malformed(62, format!("e_shstrndx: {e}")))?
+                as usize;
+            let names = if shstrndx != 0 {
+                let strtab = sections.get(shstrndx).ok_or_else(|| {
                     Error::malformed(62, format!("e_shstrndx {shstrndx} out of range"))
                 })?;
-                let names = get(data, strtab.sh_offset, strtab.sh_size, ".shstrtab")?.to_vec();
-                for (i, s) in shdrs.iter_mut().enumerate() {
-                    s.name = cstr(&names, u64::from(s.sh_name)).ok_or_else(|| {
+                get(data, strtab.sh_offset(en), strtab.sh_size(en), ".shstrtab")?
+            } else {
+                &[]
+            };
+            shdrs.reserve(sections.len());
+            for (i, s) in sections.iter().enumerate() {
+                let name = if shstrndx == 0 {
+                    Vec::new()
+                } else {
+                    cstr(names, u64::from(s.sh_name(en))).ok_or_else(|| {
                         Error::malformed(
                             e_shoff + i as u64 * SHDR_SIZE,
-                            format!("section name offset {} outside .shstrtab", s.sh_name),
+                            format!("section name offset {} outside .shstrtab", s.sh_name(en)),
                         )
-                    })?;
-                }
+                    })?
+                };
+                shdrs.push(Shdr {
+                    sh_name: s.sh_name(en),
+                    sh_type: s.sh_type(en),
+                    sh_flags: s.sh_flags(en),
+                    sh_addr: s.sh_addr(en),
+                    sh_offset: s.sh_offset(en),
+                    sh_size: s.sh_size(en),
+                    sh_link: s.sh_link(en),
+                    sh_info: s.sh_info(en),
+                    sh_addralign: s.sh_addralign(en),
+                    sh_entsize: s.sh_entsize(en),
+                    name,
+                });
             }
         }
         Ok(Elf {
@@ -328,26 +346,28 @@ impl<'a> Elf<'a> {
         self.ehdr.e_shoff + index as u64 * SHDR_SIZE
     }
 
-    /// Symbols of a SHT_SYMTAB / SHT_DYNSYM section.
+    /// Symbols of a SHT_SYMTAB / SHT_DYNSYM section (a partial last
+    /// entry is ignored).
     pub fn symbols(&self, index: usize) -> Result<Vec<Sym>> {
         let s = self.shdrs.get(index).ok_or_else(|| {
             Error::malformed(0, format!("symbol table index {index} out of range"))
         })?;
         let bytes = s.data(self.data)?;
-        let n = bytes.len() as u64 / SYM_SIZE;
-        let mut out = Vec::with_capacity(n as usize);
-        for i in 0..n {
-            let b = &bytes[(i * SYM_SIZE) as usize..((i + 1) * SYM_SIZE) as usize];
-            let mut v = [0u8; 8];
-            v.copy_from_slice(&b[8..16]);
-            out.push(Sym {
-                st_name: u32::from_le_bytes([b[0], b[1], b[2], b[3]]),
-                st_info: b[4],
-                st_shndx: u16::from_le_bytes([b[6], b[7]]),
-                st_value: u64::from_le_bytes(v),
-            });
-        }
-        Ok(out)
+        let whole = bytes.len() - bytes.len() % SYM_SIZE as usize;
+        let (syms, _) = object::pod::slice_from_bytes::<elf::Sym64<LE>>(
+            &bytes[..whole],
+            whole / SYM_SIZE as usize,
+        )
+        .map_err(|()| Error::malformed(s.sh_offset, "symbol table"))?;
+        Ok(syms
+            .iter()
+            .map(|y| Sym {
+                st_name: y.st_name.get(LE),
+                st_info: y.st_info,
+                st_shndx: y.st_shndx.get(LE),
+                st_value: y.st_value.get(LE),
+            })
+            .collect())
     }
 
     /// Name of symbol `sym` of symbol table `symtab`.
@@ -366,32 +386,44 @@ impl<'a> Elf<'a> {
             .unwrap_or_default()
     }
 
-    /// Entries of a SHT_RELA or SHT_REL section.
+    /// Entries of a SHT_RELA or SHT_REL section (a partial last entry
+    /// is ignored).
     pub fn relocations(&self, index: usize) -> Result<Vec<Reloc>> {
         let s = &self.shdrs[index];
         let rela = s.sh_type == elf::SHT_RELA;
         let size = if rela { RELA_SIZE } else { REL_SIZE };
         let bytes = s.data(self.data)?;
-        let n = bytes.len() as u64 / size;
-        let mut out = Vec::with_capacity(n as usize);
-        for i in 0..n {
-            let off = s.sh_offset + i * size;
-            let r_offset = u64_at(self.data, off, "relocation")?;
-            let info = u64_at(self.data, off + 8, "relocation")?;
-            let r_addend = if rela {
-                Some(u64_at(self.data, off + 16, "relocation")? as i64)
-            } else {
-                None
-            };
-            out.push(Reloc {
-                entry_offset: off,
-                r_offset,
-                r_type: (info & 0xffff_ffff) as u32,
-                r_sym: (info >> 32) as u32,
-                r_addend,
-            });
+        let n = bytes.len() / size as usize;
+        let bad = |()| Error::malformed(s.sh_offset, "relocation table");
+        let at = |i: usize| s.sh_offset + i as u64 * size;
+        if rela {
+            let (rs, _) =
+                object::pod::slice_from_bytes::<elf::Rela64<LE>>(bytes, n).map_err(bad)?;
+            Ok(rs
+                .iter()
+                .enumerate()
+                .map(|(i, r)| Reloc {
+                    entry_offset: at(i),
+                    r_offset: r.r_offset.get(LE),
+                    r_type: r.r_type(LE, false),
+                    r_sym: r.r_sym(LE, false),
+                    r_addend: Some(r.r_addend.get(LE)),
+                })
+                .collect())
+        } else {
+            let (rs, _) = object::pod::slice_from_bytes::<elf::Rel64<LE>>(bytes, n).map_err(bad)?;
+            Ok(rs
+                .iter()
+                .enumerate()
+                .map(|(i, r)| Reloc {
+                    entry_offset: at(i),
+                    r_offset: r.r_offset.get(LE),
+                    r_type: r.r_type(LE),
+                    r_sym: r.r_sym(LE),
+                    r_addend: None,
+                })
+                .collect())
         }
-        Ok(out)
     }
 
     /// Addresses listed by a SHT_RELR section, each with whether it came
@@ -429,29 +461,6 @@ impl<'a> Elf<'a> {
         }
         Ok(out)
     }
-}
-
-fn read_shdr(data: &[u8], off: u64) -> Result<Shdr> {
-    let b = get(data, off, SHDR_SIZE, "section header")?;
-    let r64 = |o: usize| {
-        let mut a = [0u8; 8];
-        a.copy_from_slice(&b[o..o + 8]);
-        u64::from_le_bytes(a)
-    };
-    let r32 = |o: usize| u32::from_le_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]]);
-    Ok(Shdr {
-        sh_name: r32(0),
-        sh_type: r32(4),
-        sh_flags: r64(8),
-        sh_addr: r64(16),
-        sh_offset: r64(24),
-        sh_size: r64(32),
-        sh_link: r32(40),
-        sh_info: r32(44),
-        sh_addralign: r64(48),
-        sh_entsize: r64(56),
-        name: Vec::new(),
-    })
 }
 
 /// NUL-terminated string at `off` in `table`.
