@@ -373,6 +373,33 @@ pub(crate) fn parse_ccob_header_within(b: &[u8], available: u64) -> Result<CcobH
     })
 }
 
+/// Refuse a CCOB whose header claims `claim` uncompressed bytes for
+/// `payload_len` compressed ones: more than the caller's limit, or more
+/// than [`MAX_CCOB_RATIO`] allows (before anything is allocated).
+pub(crate) fn check_claim(claim: u64, payload_len: u64, opts: &ParseOptions) -> Result<()> {
+    if claim > opts.max_decompressed_size {
+        return Err(Error::Malformed {
+            offset: 0,
+            what: format!(
+                "uncompressed size {claim} exceeds the limit of {} bytes",
+                opts.max_decompressed_size
+            ),
+        });
+    }
+    let ratio_cap = payload_len
+        .saturating_mul(MAX_CCOB_RATIO)
+        .saturating_add(1 << 16);
+    if claim > ratio_cap {
+        return Err(Error::Malformed {
+            offset: 0,
+            what: format!(
+                "uncompressed size {claim} is implausible for {payload_len} compressed bytes (more than {MAX_CCOB_RATIO}x)"
+            ),
+        });
+    }
+    Ok(())
+}
+
 /// Decompress the CCOB at the start of `b`. Returns the header, the number
 /// of input bytes the CCOB occupies and the decompressed payload.
 pub fn decompress_ccob(b: &[u8], opts: &ParseOptions) -> Result<(CcobHeader, u64, Vec<u8>)> {
@@ -386,27 +413,7 @@ pub fn decompress_ccob(b: &[u8], opts: &ParseOptions) -> Result<(CcobHeader, u64
     };
     let payload = &b[start..end];
     let claim = h.uncompressed_size;
-    if claim > opts.max_decompressed_size {
-        return Err(Error::Malformed {
-            offset: 0,
-            what: format!(
-                "uncompressed size {claim} exceeds the limit of {} bytes",
-                opts.max_decompressed_size
-            ),
-        });
-    }
-    let ratio_cap = (payload.len() as u64)
-        .saturating_mul(MAX_CCOB_RATIO)
-        .saturating_add(1 << 16);
-    if claim > ratio_cap {
-        return Err(Error::Malformed {
-            offset: 0,
-            what: format!(
-                "uncompressed size {claim} is implausible for {} compressed bytes (more than {MAX_CCOB_RATIO}x)",
-                payload.len()
-            ),
-        });
-    }
+    check_claim(claim, payload.len() as u64, opts)?;
     let cap = claim.min(
         (payload.len() as u64)
             .saturating_mul(64)

@@ -13,8 +13,8 @@ use std::io::Read;
 use md5::{Digest, Md5};
 
 use crate::bundle::{
-    parse_ccob_header_within, CcobHeader, Format, ParseOptions, BUNDLE_MAGIC, CCOB_MAGIC,
-    MAX_CCOB_RATIO,
+    check_claim, parse_ccob_header_within, CcobHeader, Format, ParseOptions, BUNDLE_MAGIC,
+    CCOB_MAGIC,
 };
 use crate::error::{show_bytes, Error, Result};
 use crate::source::{read_vec, ReadAt, SourceReader};
@@ -144,26 +144,7 @@ fn open_ccob<'a>(src: &'a (dyn ReadAt + 'a), opts: &ParseOptions) -> Result<Ccob
     }
     let payload_len = end.saturating_sub(start);
     let claim = h.uncompressed_size;
-    if claim > opts.max_decompressed_size {
-        return Err(Error::Malformed {
-            offset: 0,
-            what: format!(
-                "uncompressed size {claim} exceeds the limit of {} bytes",
-                opts.max_decompressed_size
-            ),
-        });
-    }
-    let ratio_cap = payload_len
-        .saturating_mul(MAX_CCOB_RATIO)
-        .saturating_add(1 << 16);
-    if claim > ratio_cap {
-        return Err(Error::Malformed {
-            offset: 0,
-            what: format!(
-                "uncompressed size {claim} is implausible for {payload_len} compressed bytes (more than {MAX_CCOB_RATIO}x)"
-            ),
-        });
-    }
+    check_claim(claim, payload_len, opts)?;
     // A slice is decoded in place; any other source through a buffer.
     let payload: Box<dyn std::io::BufRead + 'a> = match src.as_slice() {
         Some(s) => Box::new(s.get(start as usize..end as usize).unwrap_or_default()),
