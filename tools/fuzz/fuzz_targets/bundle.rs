@@ -8,6 +8,7 @@ libfuzzer_sys::fuzz_target!(|data: &[u8]| {
     let opts = ParseOptions {
         verify_hash: true,
         max_decompressed_size: 1 << 24,
+        ..Default::default()
     };
     if let Ok(b) = parse_bundle_with(data, &opts) {
         assert!(b.len as usize <= data.len());

@@ -8,7 +8,8 @@ use std::sync::Arc;
 
 use md5::{Digest, Md5};
 
-use crate::error::{read_u16, read_u32, read_u64, show_bytes, slice, Error, Result};
+use crate::error::{read_u16, read_u32, read_u64, show_bytes, Error, Result};
+use crate::stream::{in_payload, parse_header_in, IndexEntry};
 use crate::target::TargetId;
 
 /// Magic of an uncompressed bundle (24 bytes, no NUL).
@@ -16,10 +17,6 @@ pub const BUNDLE_MAGIC: &[u8; 24] = b"__CLANG_OFFLOAD_BUNDLE__";
 /// Magic of a compressed bundle.
 pub const CCOB_MAGIC: &[u8; 4] = b"CCOB";
 
-/// Size of the fixed part of an uncompressed bundle header (magic + count).
-const UNCOMPRESSED_FIXED: usize = 32;
-/// Size of one entry record without its ID bytes (offset, size, id length).
-const ENTRY_FIXED: usize = 24;
 /// Largest decompressed/compressed ratio a CCOB may claim. Real bundles
 /// compress 10–50×; zlib cannot exceed ~1032×. Bounds allocations by input
 /// size for hostile headers.
@@ -242,11 +239,10 @@ pub fn parse_bundle(bytes: &[u8]) -> Result<Bundle<'_>> {
 /// [`parse_bundle`] with options (hash verification, size cap).
 pub fn parse_bundle_with<'a>(bytes: &'a [u8], opts: &ParseOptions) -> Result<Bundle<'a>> {
     if bytes.starts_with(BUNDLE_MAGIC) {
-        let table = parse_table(bytes)?;
+        let (_, table, len) = parse_header_in(&bytes)?;
         let entries = table
-            .entries
             .into_iter()
-            .map(|(id, offset, size)| Entry {
+            .map(|IndexEntry { id, offset, size }| Entry {
                 data: EntryData::Borrowed(&bytes[offset as usize..(offset + size) as usize]),
                 id,
                 offset,
@@ -255,18 +251,19 @@ pub fn parse_bundle_with<'a>(bytes: &'a [u8], opts: &ParseOptions) -> Result<Bun
             .collect();
         Ok(Bundle {
             format: Format::Uncompressed,
-            len: table.len,
+            len,
             ccob: None,
             entries,
             decompressed: None,
         })
     } else if bytes.starts_with(CCOB_MAGIC) {
         let (header, consumed, payload) = decompress_ccob(bytes, opts)?;
-        let table = parse_table(&payload).map_err(|e| in_payload(e, &header))?;
-        if let Some(k) = payload[table.len as usize..].iter().position(|&b| b != 0) {
+        let (_, table, end) =
+            parse_header_in(&payload.as_slice()).map_err(|e| in_payload(e, &header))?;
+        if let Some(k) = payload[end as usize..].iter().position(|&b| b != 0) {
             return Err(in_payload(
                 Error::Malformed {
-                    offset: table.len + k as u64,
+                    offset: end + k as u64,
                     what: "non-zero data after the end of the bundle".into(),
                 },
                 &header,
@@ -274,9 +271,8 @@ pub fn parse_bundle_with<'a>(bytes: &'a [u8], opts: &ParseOptions) -> Result<Bun
         }
         let payload: Arc<[u8]> = payload.into();
         let entries = table
-            .entries
             .into_iter()
-            .map(|(id, offset, size)| Entry {
+            .map(|IndexEntry { id, offset, size }| Entry {
                 data: EntryData::Payload {
                     payload: Arc::clone(&payload),
                     start: offset as usize,
@@ -303,98 +299,6 @@ pub fn parse_bundle_with<'a>(bytes: &'a [u8], opts: &ParseOptions) -> Result<Bun
             found: show_bytes(bytes),
         })
     }
-}
-
-fn in_payload(e: Error, h: &CcobHeader) -> Error {
-    match e {
-        Error::Malformed { offset, what } => Error::Malformed {
-            offset: 0,
-            what: format!(
-                "in the decompressed CCOB payload at payload offset {offset}: {what} (header {} bytes)",
-                h.header_len
-            ),
-        },
-        Error::Truncated {
-            offset,
-            expected,
-            needed,
-            available,
-        } => Error::Malformed {
-            offset: 0,
-            what: format!(
-                "decompressed CCOB payload truncated at payload offset {offset}: expected {expected} ({needed} bytes), {available} left"
-            ),
-        },
-        Error::BadMagic { found, .. } => Error::Malformed {
-            offset: 0,
-            what: format!("decompressed CCOB payload is not an uncompressed bundle ({found})"),
-        },
-        other => other,
-    }
-}
-
-struct Table {
-    entries: Vec<(TargetId, u64, u64)>,
-    len: u64,
-}
-
-/// Parse the entry table of an uncompressed bundle at the start of `b` and
-/// check every code object lies within `b`.
-fn parse_table(b: &[u8]) -> Result<Table> {
-    if !b.starts_with(BUNDLE_MAGIC) {
-        return Err(Error::BadMagic {
-            offset: 0,
-            found: show_bytes(b),
-        });
-    }
-    let count = read_u64(b, 24, "u64 entry count")?;
-    // Each entry needs at least ENTRY_FIXED bytes of header: bound the count
-    // by the input before allocating anything.
-    let room = (b.len().saturating_sub(UNCOMPRESSED_FIXED) / ENTRY_FIXED) as u64;
-    if count > room {
-        return Err(Error::Malformed {
-            offset: 24,
-            what: format!(
-                "entry count {count} cannot fit: {} bytes after the header hold at most {room} entries",
-                b.len().saturating_sub(UNCOMPRESSED_FIXED)
-            ),
-        });
-    }
-    let mut pos = UNCOMPRESSED_FIXED;
-    let mut end = 0u64;
-    let mut entries = Vec::with_capacity(count as usize);
-    for i in 0..count {
-        let rec = pos;
-        let offset = read_u64(b, pos, "entry code-object offset")?;
-        let size = read_u64(b, pos + 8, "entry code-object size")?;
-        let id_len = read_u64(b, pos + 16, "entry ID length")?;
-        pos += ENTRY_FIXED;
-        let id_len_usize = usize::try_from(id_len).unwrap_or(usize::MAX);
-        let id_bytes = slice(b, pos, id_len_usize, "entry ID bytes")?;
-        let id_str = std::str::from_utf8(id_bytes).map_err(|_| Error::Malformed {
-            offset: pos as u64,
-            what: format!("entry {i} ID is not UTF-8"),
-        })?;
-        let id = TargetId::parse(id_str).map_err(|e| Error::Malformed {
-            offset: pos as u64,
-            what: format!("entry {i}: {e}"),
-        })?;
-        pos += id_len_usize;
-        let co_end = offset.checked_add(size).filter(|&e| e <= b.len() as u64);
-        let Some(co_end) = co_end else {
-            return Err(Error::Malformed {
-                offset: rec as u64,
-                what: format!(
-                    "entry {i} ({id}) code object [{offset}, +{size}) runs past the end of the input ({} bytes)",
-                    b.len()
-                ),
-            });
-        };
-        end = end.max(co_end);
-        entries.push((id, offset, size));
-    }
-    let len = end.max(pos as u64);
-    Ok(Table { entries, len })
 }
 
 /// Parse a CCOB header at the start of `b`.
@@ -469,6 +373,33 @@ pub(crate) fn parse_ccob_header_within(b: &[u8], available: u64) -> Result<CcobH
     })
 }
 
+/// Refuse a CCOB whose header claims `claim` uncompressed bytes for
+/// `payload_len` compressed ones: more than the caller's limit, or more
+/// than [`MAX_CCOB_RATIO`] allows (before anything is allocated).
+pub(crate) fn check_claim(claim: u64, payload_len: u64, opts: &ParseOptions) -> Result<()> {
+    if claim > opts.max_decompressed_size {
+        return Err(Error::Malformed {
+            offset: 0,
+            what: format!(
+                "uncompressed size {claim} exceeds the limit of {} bytes",
+                opts.max_decompressed_size
+            ),
+        });
+    }
+    let ratio_cap = payload_len
+        .saturating_mul(MAX_CCOB_RATIO)
+        .saturating_add(1 << 16);
+    if claim > ratio_cap {
+        return Err(Error::Malformed {
+            offset: 0,
+            what: format!(
+                "uncompressed size {claim} is implausible for {payload_len} compressed bytes (more than {MAX_CCOB_RATIO}x)"
+            ),
+        });
+    }
+    Ok(())
+}
+
 /// Decompress the CCOB at the start of `b`. Returns the header, the number
 /// of input bytes the CCOB occupies and the decompressed payload.
 pub fn decompress_ccob(b: &[u8], opts: &ParseOptions) -> Result<(CcobHeader, u64, Vec<u8>)> {
@@ -482,27 +413,7 @@ pub fn decompress_ccob(b: &[u8], opts: &ParseOptions) -> Result<(CcobHeader, u64
     };
     let payload = &b[start..end];
     let claim = h.uncompressed_size;
-    if claim > opts.max_decompressed_size {
-        return Err(Error::Malformed {
-            offset: 0,
-            what: format!(
-                "uncompressed size {claim} exceeds the limit of {} bytes",
-                opts.max_decompressed_size
-            ),
-        });
-    }
-    let ratio_cap = (payload.len() as u64)
-        .saturating_mul(MAX_CCOB_RATIO)
-        .saturating_add(1 << 16);
-    if claim > ratio_cap {
-        return Err(Error::Malformed {
-            offset: 0,
-            what: format!(
-                "uncompressed size {claim} is implausible for {} compressed bytes (more than {MAX_CCOB_RATIO}x)",
-                payload.len()
-            ),
-        });
-    }
+    check_claim(claim, payload.len() as u64, opts)?;
     let cap = claim.min(
         (payload.len() as u64)
             .saturating_mul(64)

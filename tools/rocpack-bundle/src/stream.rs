@@ -13,8 +13,8 @@ use std::io::Read;
 use md5::{Digest, Md5};
 
 use crate::bundle::{
-    parse_ccob_header_within, CcobHeader, Format, ParseOptions, BUNDLE_MAGIC, CCOB_MAGIC,
-    MAX_CCOB_RATIO,
+    check_claim, parse_ccob_header_within, CcobHeader, Format, ParseOptions, BUNDLE_MAGIC,
+    CCOB_MAGIC,
 };
 use crate::error::{show_bytes, Error, Result};
 use crate::source::{read_vec, ReadAt, SourceReader};
@@ -144,26 +144,7 @@ fn open_ccob<'a>(src: &'a (dyn ReadAt + 'a), opts: &ParseOptions) -> Result<Ccob
     }
     let payload_len = end.saturating_sub(start);
     let claim = h.uncompressed_size;
-    if claim > opts.max_decompressed_size {
-        return Err(Error::Malformed {
-            offset: 0,
-            what: format!(
-                "uncompressed size {claim} exceeds the limit of {} bytes",
-                opts.max_decompressed_size
-            ),
-        });
-    }
-    let ratio_cap = payload_len
-        .saturating_mul(MAX_CCOB_RATIO)
-        .saturating_add(1 << 16);
-    if claim > ratio_cap {
-        return Err(Error::Malformed {
-            offset: 0,
-            what: format!(
-                "uncompressed size {claim} is implausible for {payload_len} compressed bytes (more than {MAX_CCOB_RATIO}x)"
-            ),
-        });
-    }
+    check_claim(claim, payload_len, opts)?;
     // A slice is decoded in place; any other source through a buffer.
     let payload: Box<dyn std::io::BufRead + 'a> = match src.as_slice() {
         Some(s) => Box::new(s.get(start as usize..end as usize).unwrap_or_default()),
@@ -236,6 +217,8 @@ fn parse_header(
             });
         }
         let got = next(len as usize)?;
+        // Kept even when short: the magic check looks at what there is.
+        header.extend_from_slice(&got);
         if (got.len() as u64) < len {
             return Err(Error::Truncated {
                 offset: at,
@@ -244,14 +227,24 @@ fn parse_header(
                 available: got.len() as u64,
             });
         }
-        header.extend_from_slice(&got);
         Ok(at as usize)
     };
-    take(FIXED, "bundle header", &mut header)?;
+    // Read what there is of the fixed header first, so that a short input
+    // that is no bundle at all is named as such, not as a truncated one.
+    let fixed = take(FIXED.min(limit), "bundle header", &mut header);
     if !header.starts_with(BUNDLE_MAGIC) {
         return Err(Error::BadMagic {
             offset: 0,
             found: show_bytes(&header),
+        });
+    }
+    fixed?;
+    if (header.len() as u64) < FIXED {
+        return Err(Error::Truncated {
+            offset: 0,
+            expected: "bundle header",
+            needed: FIXED,
+            available: header.len() as u64,
         });
     }
     let u64_at = |h: &[u8], p: usize| {
@@ -312,7 +305,9 @@ pub(crate) fn parse_header_in(src: &dyn ReadAt) -> Result<(Vec<u8>, Vec<IndexEnt
     })
 }
 
-fn in_payload(e: Error, h: &CcobHeader) -> Error {
+/// An error from parsing a CCOB's decompressed payload, reported as a
+/// malformed CCOB (the payload offset goes into the message).
+pub(crate) fn in_payload(e: Error, h: &CcobHeader) -> Error {
     match e {
         Error::Malformed { offset, what } => Error::Malformed {
             offset: 0,
@@ -690,4 +685,45 @@ pub enum CopyError {
     Bundle(#[from] Error),
     #[error("{0}")]
     Io(std::io::Error),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{parse_bundle, write_ccob, write_uncompressed, Method};
+
+    /// `parse_bundle` and `index_bundle` share one table parser: on every
+    /// prefix of a bundle, and of a CCOB payload, they fail alike.
+    #[test]
+    fn parse_and_index_fail_alike() {
+        let raw = write_uncompressed(&[
+            ("host-x86_64-unknown-linux-gnu-", &b""[..]),
+            ("hipv4-amdgcn-amd-amdhsa--gfx1100", &b"abcdef"[..]),
+        ]);
+        let opts = ParseOptions::default();
+        for n in 0..raw.len() {
+            for input in [
+                raw[..n].to_vec(),
+                write_ccob(&raw[..n], 3, Method::Zstd).unwrap(),
+            ] {
+                let p = parse_bundle(&input).map(|b| (b.len, b.entries.len()));
+                let i = index_bundle(&input, &opts).map(|x| (x.len, x.entries.len()));
+                assert_eq!(p, i, "prefix {n}");
+            }
+        }
+        let short = write_ccob(b"not a bundle", 3, Method::Zlib).unwrap();
+        let e = parse_bundle(&short).unwrap_err().to_string();
+        assert!(e.contains("not an uncompressed bundle"), "{e}");
+        let mut head = BUNDLE_MAGIC.to_vec();
+        head.extend_from_slice(&[0; 4]);
+        assert!(matches!(
+            parse_bundle(&head),
+            Err(Error::Truncated {
+                offset: 0,
+                needed: FIXED,
+                available: 28,
+                ..
+            })
+        ));
+    }
 }

@@ -10,11 +10,13 @@ use std::collections::HashSet;
 
 use object::elf;
 
-use crate::analyze::{FatBinaryInfo, PointerModel, HIPF_MAGIC, HIPK_MAGIC, MARKER_SECTION};
-use crate::elf::{align_up, grow, put_u16, put_u32, put_u64, Elf, Shdr, EHDR_SIZE, SYM_SIZE};
+use crate::analyze::{FatBinaryInfo, PointerModel, MARKER_SECTION};
+use crate::elf::{align_up, grow, put_u16, put_u64, Elf, Shdr, EHDR_SIZE, SYM_SIZE};
 use crate::error::{Error, Result};
-
-const BUNDLE_ALIGN: u64 = 4096;
+use crate::rewrite::{
+    build_fatbin, marker_shdr, shstrtab_bytes, shstrtab_without_marker, split_sections, write_hipf,
+    write_hipk,
+};
 
 struct Edit {
     /// Section index being replaced.
@@ -203,24 +205,12 @@ pub(crate) fn split_object(elf: &Elf<'_>, info: &FatBinaryInfo, marker: &[u8]) -
         f.sh_type = elf::SHT_NOBITS;
         f.sh_size = 0;
     }
-    let mut shstrtab = elf.shdrs[elf.shstrndx].data(elf.data)?.to_vec();
+    let mut shstrtab = shstrtab_bytes(elf)?;
     let name_off =
         u32::try_from(shstrtab.len()).map_err(|_| Error::layout(0, ".shstrtab too large"))?;
     shstrtab.extend_from_slice(MARKER_SECTION.as_bytes());
     shstrtab.push(0);
-    shdrs.push(Shdr {
-        sh_name: name_off,
-        sh_type: elf::SHT_PROGBITS,
-        sh_flags: u64::from(elf::SHF_ALLOC),
-        sh_addr: 0,
-        sh_offset: 0,
-        sh_size: marker.len() as u64,
-        sh_link: 0,
-        sh_info: 0,
-        sh_addralign: 1,
-        sh_entsize: 0,
-        name: MARKER_SECTION.as_bytes().to_vec(),
-    });
+    shdrs.push(marker_shdr(name_off, 0, 0, marker.len() as u64));
     let edits = [
         Edit {
             index: elf.shstrndx,
@@ -236,18 +226,7 @@ pub(crate) fn split_object(elf: &Elf<'_>, info: &FatBinaryInfo, marker: &[u8]) -
         patch_symbol(elf, &mut out, &new_off, symtab, k, marker_shndx, 0)?;
     }
     for w in &info.wrappers {
-        let co = w.bundle.ok_or_else(|| Error::Wrapper {
-            index: w.index,
-            offset: w.file_offset,
-            what: "wrapper does not point at a bundle".into(),
-        })?;
-        let woff = moved(elf, &new_off, w.file_offset)?;
-        put_u32(&mut out, woff, HIPK_MAGIC)?;
-        put_u32(
-            &mut out,
-            woff + 16,
-            u32::try_from(co).map_err(|_| Error::layout(woff, "too many bundles"))?,
-        )?;
+        let woff = write_hipk(&mut out, w, |o| moved(elf, &new_off, o))?;
         if let PointerModel::Object { entry_offset, .. } = &w.model {
             let e = moved(elf, &new_off, *entry_offset)?;
             if is_rela_entry(elf, *entry_offset) {
@@ -279,13 +258,7 @@ pub(crate) fn reassemble_object(
     info: &FatBinaryInfo,
     bundles: &[Vec<u8>],
 ) -> Result<Vec<u8>> {
-    let fb = info
-        .fatbin
-        .ok_or_else(|| Error::malformed(0, "split object without .hip_fatbin"))?;
-    let mk = info
-        .marker
-        .as_ref()
-        .ok_or_else(|| Error::malformed(0, "split object without .rocm_kpack_ref"))?;
+    let (fb, mk) = split_sections(info, "object")?;
     if mk.section.index + 1 != elf.shdrs.len() {
         return Err(Error::unsupported(
             elf.shdr_offset(mk.section.index),
@@ -294,22 +267,11 @@ pub(crate) fn reassemble_object(
     }
     let (symtab, syms) = wrapper_symbols(elf, info)?;
     let fb_shndx = section_index_u16(fb.index)?;
-    let mut fat = Vec::new();
-    let mut offs = Vec::with_capacity(bundles.len());
-    for b in bundles {
-        let pos = align_up(fat.len() as u64, BUNDLE_ALIGN).unwrap_or(u64::MAX);
-        fat.resize(pos as usize, 0);
-        offs.push(pos);
-        fat.extend_from_slice(b);
-    }
+    let (fat, offs) = build_fatbin(bundles);
     let mut shdrs = elf.shdrs.clone();
     shdrs.pop();
     shdrs[fb.index].sh_type = elf::SHT_PROGBITS;
-    let mut shstrtab = elf.shdrs[elf.shstrndx].data(elf.data)?.to_vec();
-    let mname = elf.shdrs[mk.section.index].sh_name as usize;
-    if mname + MARKER_SECTION.len() + 1 == shstrtab.len() {
-        shstrtab.truncate(mname);
-    }
+    let shstrtab = shstrtab_without_marker(elf, mk)?;
     let edits = [
         Edit {
             index: elf.shstrndx,
@@ -327,8 +289,7 @@ pub(crate) fn reassemble_object(
     for w in &info.wrappers {
         let co = w.co_index() as usize;
         let woff = moved(elf, &new_off, w.file_offset)?;
-        put_u32(&mut out, woff, HIPF_MAGIC)?;
-        put_u32(&mut out, woff + 16, 0)?;
+        write_hipf(&mut out, woff)?;
         if let PointerModel::Object { entry_offset, .. } = &w.model {
             let e = moved(elf, &new_off, *entry_offset)?;
             if is_rela_entry(elf, *entry_offset) {

@@ -22,8 +22,8 @@ use std::collections::HashSet;
 use object::elf;
 
 use crate::analyze::{
-    analyze_elf, FatBinaryInfo, PointerModel, State, HIPF_MAGIC, HIPK_MAGIC, MARKER_SECTION,
-    R_AARCH64_RELATIVE, R_X86_64_RELATIVE,
+    analyze_elf, FatBinaryInfo, MarkerInfo, PointerModel, SectionRange, State, HIPF_MAGIC,
+    HIPK_MAGIC, MARKER_SECTION, R_AARCH64_RELATIVE, R_X86_64_RELATIVE,
 };
 use crate::elf::{
     align_down, align_up, get, grow, put, put_u16, put_u32, put_u64, u64_at, Elf, Phdr, Shdr,
@@ -762,34 +762,7 @@ fn split_linked(elf: &Elf<'_>, info: &FatBinaryInfo, marker: &[u8]) -> Result<Ve
             }
         }
     }
-    let name_off = elf.shdrs.get(elf.shstrndx).map_or(0, |s| s.sh_size);
-    let mut shstrtab = elf
-        .shdrs
-        .get(elf.shstrndx)
-        .map(|s| s.data(data))
-        .transpose()?
-        .unwrap_or_default()
-        .to_vec();
-    shstrtab.extend_from_slice(MARKER_SECTION.as_bytes());
-    shstrtab.push(0);
-    shdrs.push(Shdr {
-        sh_name: u32::try_from(name_off).map_err(|_| Error::layout(0, ".shstrtab too large"))?,
-        sh_type: elf::SHT_PROGBITS,
-        sh_flags: u64::from(elf::SHF_ALLOC),
-        sh_addr: m,
-        sh_offset: o2 + (m - w),
-        sh_size: mlen,
-        sh_link: 0,
-        sh_info: 0,
-        sh_addralign: 1,
-        sh_entsize: 0,
-        name: MARKER_SECTION.as_bytes().to_vec(),
-    });
-    if elf.ehdr.e_shnum == 0 {
-        if let Some(s0) = shdrs.first_mut() {
-            s0.sh_size += 1;
-        }
-    }
+    let shstrtab = add_marker_section(elf, &mut shdrs, m, o2 + (m - w), mlen)?;
 
     // Program headers.
     let mut phdrs: Vec<Phdr> = Vec::with_capacity(new_n as usize);
@@ -842,13 +815,7 @@ fn split_linked(elf: &Elf<'_>, info: &FatBinaryInfo, marker: &[u8]) -> Result<Ve
             "program header table does not fit",
         ));
     }
-    for (k, p) in phdrs.iter().enumerate() {
-        put(
-            &mut out,
-            elf.ehdr.e_phoff + k as u64 * PHDR_SIZE,
-            &p.encode(),
-        )?;
-    }
+    write_phdrs(elf, &mut out, &phdrs)?;
 
     let limit = data.len() as u64 + shstrtab.len() as u64 + 2 * page;
     layout_tail(elf, end, &mut shdrs, &shstrtab, &mut map, &mut out, limit)?;
@@ -857,18 +824,7 @@ fn split_linked(elf: &Elf<'_>, info: &FatBinaryInfo, marker: &[u8]) -> Result<Ve
 
     // Wrappers.
     for wr in &info.wrappers {
-        let co = wr.bundle.ok_or_else(|| Error::Wrapper {
-            index: wr.index,
-            offset: wr.file_offset,
-            what: "wrapper does not point at a bundle".into(),
-        })?;
-        let woff = map.map_or_err(wr.file_offset, "wrapper")?;
-        put_u32(&mut out, woff, HIPK_MAGIC)?;
-        put_u32(
-            &mut out,
-            woff + 16,
-            u32::try_from(co).map_err(|_| Error::layout(woff, "too many bundles"))?,
-        )?;
+        write_hipk(&mut out, wr, |o| map.map_or_err(o, "wrapper"))?;
         write_pointer(&mut out, &map, wr, m)?;
     }
 
@@ -876,14 +832,7 @@ fn split_linked(elf: &Elf<'_>, info: &FatBinaryInfo, marker: &[u8]) -> Result<Ve
     write_ehdr(&mut out, new_n, shoff, shdrs.len() as u64)?;
 
     // Self-check: the result must analyse as split, every wrapper on the marker.
-    let check = crate::analyze::analyze(&out)?;
-    if check.state != State::Split || check.wrappers.len() != info.wrappers.len() {
-        return Err(Error::layout(
-            0,
-            "internal: rewritten file does not analyse as split",
-        ));
-    }
-    Ok(out)
+    check_split(out, info)
 }
 
 /// Split a binary whose `.hip_fatbin` is too small to hold the marker and
@@ -929,60 +878,15 @@ fn split_in_place(
     if let Some(sh) = shdrs.get_mut(fb.index) {
         sh.sh_size = 0;
     }
-    let name_off = elf.shdrs.get(elf.shstrndx).map_or(0, |s| s.sh_size);
-    let mut shstrtab = elf
-        .shdrs
-        .get(elf.shstrndx)
-        .map(|s| s.data(data))
-        .transpose()?
-        .unwrap_or_default()
-        .to_vec();
-    shstrtab.extend_from_slice(MARKER_SECTION.as_bytes());
-    shstrtab.push(0);
-    shdrs.push(Shdr {
-        sh_name: u32::try_from(name_off).map_err(|_| Error::layout(0, ".shstrtab too large"))?,
-        sh_type: elf::SHT_PROGBITS,
-        sh_flags: u64::from(elf::SHF_ALLOC),
-        sh_addr: v,
-        sh_offset: fb.file_offset,
-        sh_size: mlen,
-        sh_link: 0,
-        sh_info: 0,
-        sh_addralign: 1,
-        sh_entsize: 0,
-        name: MARKER_SECTION.as_bytes().to_vec(),
-    });
-    if elf.ehdr.e_shnum == 0 {
-        if let Some(s0) = shdrs.first_mut() {
-            s0.sh_size += 1;
-        }
-    }
+    let shstrtab = add_marker_section(elf, &mut shdrs, v, fb.file_offset, mlen)?;
     layout_tail(elf, end, &mut shdrs, &shstrtab, &mut map, &mut out, limit)?;
     for wr in &info.wrappers {
-        let co = wr.bundle.ok_or_else(|| Error::Wrapper {
-            index: wr.index,
-            offset: wr.file_offset,
-            what: "wrapper does not point at a bundle".into(),
-        })?;
-        let woff = map.map_or_err(wr.file_offset, "wrapper")?;
-        put_u32(&mut out, woff, HIPK_MAGIC)?;
-        put_u32(
-            &mut out,
-            woff + 16,
-            u32::try_from(co).map_err(|_| Error::layout(woff, "too many bundles"))?,
-        )?;
+        write_hipk(&mut out, wr, |o| map.map_or_err(o, "wrapper"))?;
         write_pointer(&mut out, &map, wr, v)?;
     }
     let shoff = write_shdrs(&shdrs, &mut out)?;
     write_ehdr(&mut out, elf.phdrs.len() as u64, shoff, shdrs.len() as u64)?;
-    let check = crate::analyze::analyze(&out)?;
-    if check.state != State::Split || check.wrappers.len() != info.wrappers.len() {
-        return Err(Error::layout(
-            0,
-            "internal: rewritten file does not analyse as split",
-        ));
-    }
-    Ok(out)
+    check_split(out, info)
 }
 
 /// Undo [`split_in_place`]: the bundles go back where the marker is, if
@@ -993,13 +897,7 @@ fn reassemble_in_place(
     bundles: &[Vec<u8>],
 ) -> Result<Vec<u8>> {
     let data = elf.data;
-    let fb = info
-        .fatbin
-        .ok_or_else(|| Error::malformed(0, "split binary without .hip_fatbin"))?;
-    let mk = info
-        .marker
-        .as_ref()
-        .ok_or_else(|| Error::malformed(0, "split binary without .rocm_kpack_ref"))?;
+    let (fb, mk) = split_sections(info, "binary")?;
     let v = fb.addr;
     if mk.section.addr != v || fb.size != 0 {
         return Err(Error::unsupported(
@@ -1031,14 +929,8 @@ fn reassemble_in_place(
         .min()
         .unwrap_or(u64::MAX)
         .min(l.p_vaddr + l.p_filesz);
-    let mut fat = Vec::new();
-    let mut bundle_addr = Vec::with_capacity(bundles.len());
-    for b in bundles {
-        let pos = align_up(fat.len() as u64, BUNDLE_ALIGN).unwrap_or(u64::MAX);
-        fat.resize(usize::try_from(pos).unwrap_or(usize::MAX), 0);
-        bundle_addr.push(v + pos);
-        fat.extend_from_slice(b);
-    }
+    let (fat, offsets) = build_fatbin(bundles);
+    let bundle_addr: Vec<u64> = offsets.iter().map(|&o| v + o).collect();
     let cap = free_end - v;
     if fat.len() as u64 > cap {
         return Err(Error::layout(
@@ -1063,17 +955,7 @@ fn reassemble_in_place(
             s0.sh_size = s0.sh_size.saturating_sub(1);
         }
     }
-    let mut shstrtab = elf
-        .shdrs
-        .get(elf.shstrndx)
-        .map(|s| s.data(data))
-        .transpose()?
-        .unwrap_or_default()
-        .to_vec();
-    let mname = elf.shdrs[mk.section.index].sh_name as usize;
-    if mname + MARKER_SECTION.len() + 1 == shstrtab.len() {
-        shstrtab.truncate(mname);
-    }
+    let shstrtab = shstrtab_without_marker(elf, mk)?;
     let page = page_size(elf)?;
     let limit = (data.len() as u64).saturating_add(fat.len() as u64 + 4 * page);
     layout_tail(elf, end, &mut shdrs, &shstrtab, &mut map, &mut out, limit)?;
@@ -1082,14 +964,152 @@ fn reassemble_in_place(
         let addr = *bundle_addr
             .get(co)
             .ok_or_else(|| Error::layout(wr.file_offset, "wrapper co_index has no bundle"))?;
-        let woff = map.map_or_err(wr.file_offset, "wrapper")?;
-        put_u32(&mut out, woff, HIPF_MAGIC)?;
-        put_u32(&mut out, woff + 16, 0)?;
+        write_hipf(&mut out, map.map_or_err(wr.file_offset, "wrapper")?)?;
         write_pointer(&mut out, &map, wr, addr)?;
     }
     remove_section(elf, &mut out, &map, &mut shdrs, mk.section.index, fb.index)?;
     let shoff = write_shdrs(&shdrs, &mut out)?;
     write_ehdr(&mut out, elf.phdrs.len() as u64, shoff, shdrs.len() as u64)?;
+    Ok(out)
+}
+
+/// `.hip_fatbin` and the marker of a split `what` (binary, object).
+pub(crate) fn split_sections<'i>(
+    info: &'i FatBinaryInfo,
+    what: &str,
+) -> Result<(SectionRange, &'i MarkerInfo)> {
+    let fb = info
+        .fatbin
+        .ok_or_else(|| Error::malformed(0, format!("split {what} without .hip_fatbin")))?;
+    let mk = info
+        .marker
+        .as_ref()
+        .ok_or_else(|| Error::malformed(0, format!("split {what} without .rocm_kpack_ref")))?;
+    Ok((fb, mk))
+}
+
+/// A rebuilt `.hip_fatbin`: the bundles in order, each aligned to
+/// [`BUNDLE_ALIGN`], and the offset of each in it.
+pub(crate) fn build_fatbin(bundles: &[Vec<u8>]) -> (Vec<u8>, Vec<u64>) {
+    let mut fat = Vec::new();
+    let mut offsets = Vec::with_capacity(bundles.len());
+    for b in bundles {
+        let pos = align_up(fat.len() as u64, BUNDLE_ALIGN).unwrap_or(u64::MAX);
+        fat.resize(usize::try_from(pos).unwrap_or(usize::MAX), 0);
+        offsets.push(pos);
+        fat.extend_from_slice(b);
+    }
+    (fat, offsets)
+}
+
+/// The bytes of `.shstrtab` (empty when the file has none).
+pub(crate) fn shstrtab_bytes(elf: &Elf<'_>) -> Result<Vec<u8>> {
+    Ok(elf
+        .shdrs
+        .get(elf.shstrndx)
+        .map(|s| s.data(elf.data))
+        .transpose()?
+        .unwrap_or_default()
+        .to_vec())
+}
+
+/// `.shstrtab` without the marker's name, when split appended it last.
+pub(crate) fn shstrtab_without_marker(elf: &Elf<'_>, mk: &MarkerInfo) -> Result<Vec<u8>> {
+    let mut shstrtab = shstrtab_bytes(elf)?;
+    let mname = elf.shdrs[mk.section.index].sh_name as usize;
+    if mname + MARKER_SECTION.len() + 1 == shstrtab.len() {
+        shstrtab.truncate(mname);
+    }
+    Ok(shstrtab)
+}
+
+/// Header of the `.rocm_kpack_ref` section (ALLOC, PROGBITS, byte
+/// aligned), its name at `sh_name` of `.shstrtab`.
+pub(crate) fn marker_shdr(sh_name: u32, addr: u64, offset: u64, size: u64) -> Shdr {
+    Shdr {
+        sh_name,
+        sh_type: elf::SHT_PROGBITS,
+        sh_flags: u64::from(elf::SHF_ALLOC),
+        sh_addr: addr,
+        sh_offset: offset,
+        sh_size: size,
+        sh_link: 0,
+        sh_info: 0,
+        sh_addralign: 1,
+        sh_entsize: 0,
+        name: MARKER_SECTION.as_bytes().to_vec(),
+    }
+}
+
+/// Append the marker section (`size` bytes at `addr`, file offset
+/// `offset`) to `shdrs`; returns `.shstrtab` with its name appended.
+fn add_marker_section(
+    elf: &Elf<'_>,
+    shdrs: &mut Vec<Shdr>,
+    addr: u64,
+    offset: u64,
+    size: u64,
+) -> Result<Vec<u8>> {
+    let name_off = elf.shdrs.get(elf.shstrndx).map_or(0, |s| s.sh_size);
+    let mut shstrtab = shstrtab_bytes(elf)?;
+    shstrtab.extend_from_slice(MARKER_SECTION.as_bytes());
+    shstrtab.push(0);
+    let name = u32::try_from(name_off).map_err(|_| Error::layout(0, ".shstrtab too large"))?;
+    shdrs.push(marker_shdr(name, addr, offset, size));
+    if elf.ehdr.e_shnum == 0 {
+        if let Some(s0) = shdrs.first_mut() {
+            s0.sh_size += 1;
+        }
+    }
+    Ok(shstrtab)
+}
+
+/// Make wrapper `wr` a split one (HIPK, `co_index` = its bundle) where
+/// `locate` puts its input offset in the output; returns that offset.
+pub(crate) fn write_hipk(
+    out: &mut [u8],
+    wr: &crate::WrapperInfo,
+    locate: impl FnOnce(u64) -> Result<u64>,
+) -> Result<u64> {
+    let co = wr.bundle.ok_or_else(|| Error::Wrapper {
+        index: wr.index,
+        offset: wr.file_offset,
+        what: "wrapper does not point at a bundle".into(),
+    })?;
+    let woff = locate(wr.file_offset)?;
+    put_u32(out, woff, HIPK_MAGIC)?;
+    put_u32(
+        out,
+        woff + 16,
+        u32::try_from(co).map_err(|_| Error::layout(woff, "too many bundles"))?,
+    )?;
+    Ok(woff)
+}
+
+/// Make the wrapper at output offset `woff` a fat one again (HIPF,
+/// `co_index` 0).
+pub(crate) fn write_hipf(out: &mut [u8], woff: u64) -> Result<()> {
+    put_u32(out, woff, HIPF_MAGIC)?;
+    put_u32(out, woff + 16, 0)
+}
+
+/// Write the program header table at `e_phoff`.
+fn write_phdrs(elf: &Elf<'_>, out: &mut [u8], phdrs: &[Phdr]) -> Result<()> {
+    for (k, p) in phdrs.iter().enumerate() {
+        put(out, elf.ehdr.e_phoff + k as u64 * PHDR_SIZE, &p.encode())?;
+    }
+    Ok(())
+}
+
+/// The rewritten file, once it analyses as split with every wrapper.
+fn check_split(out: Vec<u8>, info: &FatBinaryInfo) -> Result<Vec<u8>> {
+    let check = crate::analyze::analyze(&out)?;
+    if check.state != State::Split || check.wrappers.len() != info.wrappers.len() {
+        return Err(Error::layout(
+            0,
+            "internal: rewritten file does not analyse as split",
+        ));
+    }
     Ok(out)
 }
 
@@ -1138,13 +1158,7 @@ fn write_pointer(out: &mut [u8], map: &OffMap, wr: &crate::WrapperInfo, target: 
 
 fn reassemble_linked(elf: &Elf<'_>, info: &FatBinaryInfo, bundles: &[Vec<u8>]) -> Result<Vec<u8>> {
     let data = elf.data;
-    let fb = info
-        .fatbin
-        .ok_or_else(|| Error::malformed(0, "split binary without .hip_fatbin"))?;
-    let mk = info
-        .marker
-        .as_ref()
-        .ok_or_else(|| Error::malformed(0, "split binary without .rocm_kpack_ref"))?;
+    let (fb, mk) = split_sections(info, "binary")?;
     if !fb.nobits {
         return reassemble_in_place(elf, info, bundles);
     }
@@ -1217,21 +1231,8 @@ fn reassemble_linked(elf: &Elf<'_>, info: &FatBinaryInfo, bundles: &[Vec<u8>]) -
     let delta = b0.wrapping_sub(w); // applied with wrapping_add
 
     // Rebuilt .hip_fatbin.
-    let mut fat = Vec::new();
-    for b in bundles {
-        let pos = align_up(fat.len() as u64, BUNDLE_ALIGN).unwrap_or(u64::MAX) as usize;
-        fat.resize(pos, 0);
-        fat.extend_from_slice(b);
-    }
-    let mut bundle_addr = Vec::with_capacity(bundles.len());
-    {
-        let mut pos = 0u64;
-        for b in bundles {
-            pos = align_up(pos, BUNDLE_ALIGN).unwrap_or(u64::MAX);
-            bundle_addr.push(v + pos);
-            pos += b.len() as u64;
-        }
-    }
+    let (fat, offsets) = build_fatbin(bundles);
+    let bundle_addr: Vec<u64> = offsets.iter().map(|&o| v + o).collect();
     // Free range: up to the first section after the marker (or L2's end).
     let r_end = elf
         .shdrs
@@ -1323,17 +1324,7 @@ fn reassemble_linked(elf: &Elf<'_>, info: &FatBinaryInfo, bundles: &[Vec<u8>]) -
             s0.sh_size = s0.sh_size.saturating_sub(1);
         }
     }
-    let mut shstrtab = elf
-        .shdrs
-        .get(elf.shstrndx)
-        .map(|s| s.data(data))
-        .transpose()?
-        .unwrap_or_default()
-        .to_vec();
-    let mname = elf.shdrs[mk.section.index].sh_name as usize;
-    if mname + MARKER_SECTION.len() + 1 == shstrtab.len() {
-        shstrtab.truncate(mname);
-    }
+    let shstrtab = shstrtab_without_marker(elf, mk)?;
 
     let mut phdrs: Vec<Phdr> = Vec::with_capacity(new_n as usize);
     for (i, p) in elf.phdrs.iter().enumerate() {
@@ -1356,21 +1347,13 @@ fn reassemble_linked(elf: &Elf<'_>, info: &FatBinaryInfo, bundles: &[Vec<u8>]) -
         }
         phdrs.push(p);
     }
-    for (k, p) in phdrs.iter().enumerate() {
-        put(
-            &mut out,
-            elf.ehdr.e_phoff + k as u64 * PHDR_SIZE,
-            &p.encode(),
-        )?;
-    }
+    write_phdrs(elf, &mut out, &phdrs)?;
     layout_tail(elf, end, &mut shdrs, &shstrtab, &mut map, &mut out, limit)?;
     relocate_block_refs(elf, &mut out, &map, w, m, delta, &moved)?;
 
     for wr in &info.wrappers {
         let co = wr.co_index() as usize;
-        let woff = map.map_or_err(wr.file_offset, "wrapper")?;
-        put_u32(&mut out, woff, HIPF_MAGIC)?;
-        put_u32(&mut out, woff + 16, 0)?;
+        write_hipf(&mut out, map.map_or_err(wr.file_offset, "wrapper")?)?;
         write_pointer(&mut out, &map, wr, bundle_addr[co])?;
     }
     remove_section(elf, &mut out, &map, &mut shdrs, mk.section.index, fb.index)?;

@@ -107,6 +107,34 @@ struct Header {
     gfx_arches: Option<Vec<String>>,
 }
 
+/// The setters of the [`Header`] fields, for a writer with a `header`
+/// field (both writers offer the same ones).
+macro_rules! header_setters {
+    () => {
+        /// Set `group_name` (default: empty).
+        pub fn group_name(&mut self, name: impl Into<String>) -> &mut Self {
+            self.header.group_name = name.into();
+            self
+        }
+
+        /// Set `gfx_arch_family` (default: the only arch, or empty).
+        pub fn arch_family(&mut self, family: impl Into<String>) -> &mut Self {
+            self.header.gfx_arch_family = Some(family.into());
+            self
+        }
+
+        /// Set `gfx_arches` (default: the targets added, in first-added order).
+        pub fn arches<I, S>(&mut self, arches: I) -> &mut Self
+        where
+            I: IntoIterator<Item = S>,
+            S: Into<String>,
+        {
+            self.header.gfx_arches = Some(arches.into_iter().map(Into::into).collect());
+            self
+        }
+    };
+}
+
 impl Header {
     fn arches<'s>(&'s self, toc: &'s TocBuilder) -> &'s [String] {
         self.gfx_arches.as_deref().unwrap_or(&toc.targets_seen)
@@ -120,6 +148,15 @@ impl Header {
                 _ => String::new(),
             },
         }
+    }
+}
+
+/// `key` as a writer stores it: with `\` made `/` when `normalize`.
+fn stored_key(normalize: bool, key: &str) -> String {
+    if normalize {
+        normalize_key(key)
+    } else {
+        key.to_owned()
     }
 }
 
@@ -246,27 +283,7 @@ impl<W: Write + Seek> KpackStreamWriter<W> {
         })
     }
 
-    /// Set `group_name` (default: empty).
-    pub fn group_name(&mut self, name: impl Into<String>) -> &mut Self {
-        self.header.group_name = name.into();
-        self
-    }
-
-    /// Set `gfx_arch_family` (default: the only arch, or empty).
-    pub fn arch_family(&mut self, family: impl Into<String>) -> &mut Self {
-        self.header.gfx_arch_family = Some(family.into());
-        self
-    }
-
-    /// Set `gfx_arches` (default: the targets added, in first-added order).
-    pub fn arches<I, S>(&mut self, arches: I) -> &mut Self
-    where
-        I: IntoIterator<Item = S>,
-        S: Into<String>,
-    {
-        self.header.gfx_arches = Some(arches.into_iter().map(Into::into).collect());
-        self
-    }
+    header_setters!();
 
     /// Whether `add*` replaces `\` with `/` in keys like the reference
     /// writer (default `true`); `false` writes keys verbatim.
@@ -276,11 +293,7 @@ impl<W: Write + Seek> KpackStreamWriter<W> {
     }
 
     fn key(&self, key: &str) -> String {
-        if self.normalize {
-            normalize_key(key)
-        } else {
-            key.to_owned()
-        }
+        stored_key(self.normalize, key)
     }
 
     /// Number of kernels added so far.
@@ -503,27 +516,7 @@ impl<'a> KpackWriter<'a> {
         self.compression
     }
 
-    /// Set `group_name` (default: empty).
-    pub fn group_name(&mut self, name: impl Into<String>) -> &mut Self {
-        self.header.group_name = name.into();
-        self
-    }
-
-    /// Set `gfx_arch_family` (default: the only arch, or empty).
-    pub fn arch_family(&mut self, family: impl Into<String>) -> &mut Self {
-        self.header.gfx_arch_family = Some(family.into());
-        self
-    }
-
-    /// Set `gfx_arches` (default: the targets added, in first-added order).
-    pub fn arches<I, S>(&mut self, arches: I) -> &mut Self
-    where
-        I: IntoIterator<Item = S>,
-        S: Into<String>,
-    {
-        self.header.gfx_arches = Some(arches.into_iter().map(Into::into).collect());
-        self
-    }
+    header_setters!();
 
     /// Number of kernels added.
     pub fn len(&self) -> usize {
@@ -550,11 +543,7 @@ impl<'a> KpackWriter<'a> {
         data: impl Into<Cow<'a, [u8]>>,
         metadata: Option<rmpv::Value>,
     ) -> Result<u32> {
-        let key = if self.normalize {
-            normalize_key(key)
-        } else {
-            key.to_owned()
-        };
+        let key = stored_key(self.normalize, key);
         let id = (key, target.to_owned());
         if self.seen.contains_key(&id) {
             return Err(Error::new(ErrorKind::Duplicate {

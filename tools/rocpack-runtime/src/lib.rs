@@ -257,6 +257,53 @@ impl Drop for MallocBuf {
     }
 }
 
+/// One of an archive's name lists (architectures, binary names).
+type NameList = fn(&KpackArchive) -> &[CString];
+
+/// `*count` = the length of `list` of `archive` (the `kpack_get_*_count`
+/// functions).
+///
+/// # Safety
+/// `archive` is NULL or an open handle; `count` is NULL or writable.
+unsafe fn list_count(
+    archive: *const KpackArchive,
+    count: *mut usize,
+    list: NameList,
+) -> kpack_error_t {
+    guard(|| {
+        if archive.is_null() || count.is_null() {
+            return KPACK_ERROR_INVALID_ARGUMENT;
+        }
+        *count = list(&*archive).len();
+        KPACK_SUCCESS
+    })
+}
+
+/// `*out` = entry `index` of `list` of `archive`, a string that lives
+/// until `kpack_close` (the `kpack_get_architecture`/`_binary` functions).
+///
+/// # Safety
+/// `archive` is NULL or an open handle; `out` is NULL or writable.
+unsafe fn list_item(
+    archive: *const KpackArchive,
+    index: usize,
+    out: *mut *const c_char,
+    list: NameList,
+) -> kpack_error_t {
+    guard(|| {
+        if archive.is_null() || out.is_null() {
+            return KPACK_ERROR_INVALID_ARGUMENT;
+        }
+        match list(&*archive).get(index) {
+            Some(s) => {
+                *out = s.as_ptr();
+                KPACK_SUCCESS
+            }
+            None => KPACK_ERROR_INVALID_ARGUMENT,
+        }
+    })
+}
+
 /// Open the archive at `path`; on success `*archive` owns it (`kpack_close`).
 ///
 /// # Safety
@@ -302,13 +349,7 @@ pub unsafe extern "C" fn kpack_get_architecture_count(
     archive: *const KpackArchive,
     count: *mut usize,
 ) -> kpack_error_t {
-    guard(|| {
-        if archive.is_null() || count.is_null() {
-            return KPACK_ERROR_INVALID_ARGUMENT;
-        }
-        *count = (&*archive).arches.len();
-        KPACK_SUCCESS
-    })
+    list_count(archive, count, |a| &a.arches)
 }
 
 /// Architecture `index`; the string lives until `kpack_close`.
@@ -321,18 +362,7 @@ pub unsafe extern "C" fn kpack_get_architecture(
     index: usize,
     arch: *mut *const c_char,
 ) -> kpack_error_t {
-    guard(|| {
-        if archive.is_null() || arch.is_null() {
-            return KPACK_ERROR_INVALID_ARGUMENT;
-        }
-        match (&*archive).arches.get(index) {
-            Some(s) => {
-                *arch = s.as_ptr();
-                KPACK_SUCCESS
-            }
-            None => KPACK_ERROR_INVALID_ARGUMENT,
-        }
-    })
+    list_item(archive, index, arch, |a| &a.arches)
 }
 
 /// Number of distinct binary names in the TOC.
@@ -344,13 +374,7 @@ pub unsafe extern "C" fn kpack_get_binary_count(
     archive: *const KpackArchive,
     count: *mut usize,
 ) -> kpack_error_t {
-    guard(|| {
-        if archive.is_null() || count.is_null() {
-            return KPACK_ERROR_INVALID_ARGUMENT;
-        }
-        *count = (&*archive).binaries.len();
-        KPACK_SUCCESS
-    })
+    list_count(archive, count, |a| &a.binaries)
 }
 
 /// Binary name `index` (sorted order); the string lives until `kpack_close`.
@@ -363,18 +387,7 @@ pub unsafe extern "C" fn kpack_get_binary(
     index: usize,
     binary: *mut *const c_char,
 ) -> kpack_error_t {
-    guard(|| {
-        if archive.is_null() || binary.is_null() {
-            return KPACK_ERROR_INVALID_ARGUMENT;
-        }
-        match (&*archive).binaries.get(index) {
-            Some(s) => {
-                *binary = s.as_ptr();
-                KPACK_SUCCESS
-            }
-            None => KPACK_ERROR_INVALID_ARGUMENT,
-        }
-    })
+    list_item(archive, index, binary, |a| &a.binaries)
 }
 
 /// The code object of (`binary_name`, `arch`): a `malloc` copy the caller
