@@ -12,15 +12,7 @@ mod common;
 use common::*;
 
 fn split(input: &Path, prefix: &str, out: &Path, extra: &[&str]) -> Output {
-    let mut args = vec![
-        "split",
-        "--artifact-dir",
-        s(input),
-        "--artifact-prefix",
-        prefix,
-        "--output-dir",
-        s(out),
-    ];
+    let mut args = split_args(input, prefix, out);
     args.extend_from_slice(extra);
     kpack(&args)
 }

@@ -230,6 +230,16 @@ pub fn write(p: &Path, data: &[u8]) {
     fs::write(p, data).unwrap_or_else(|e| panic!("write {}: {e}", p.display()));
 }
 
+/// Makes a FIFO at `p` (with `mkfifo`), for inputs that would hang a reader.
+pub fn mkfifo(p: &Path) {
+    let ok = Command::new("mkfifo")
+        .arg(p)
+        .status()
+        .unwrap_or_else(|e| panic!("mkfifo {}: {e}", p.display()))
+        .success();
+    assert!(ok, "mkfifo {} failed", p.display());
+}
+
 /// Inverts the bits of the byte at `at` (clamped to the last byte) of file
 /// `p`, writing a NEW file: split outputs may be hard links to the shared
 /// fixtures, so an existing inode is never written through.
