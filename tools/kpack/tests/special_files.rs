@@ -9,10 +9,7 @@ use common::*;
 fn fifos_directories_and_devices_are_refused() {
     let tmp = tempdir();
     let t = tmp.path();
-    let fifo = t.join("fifo");
-    mkfifo(&fifo);
-    let zero = t.join("zero");
-    std::os::unix::fs::symlink("/dev/zero", &zero).unwrap();
+    let (fifo, zero) = fifo_and_dev_zero(t, "fifo", "zero");
     // A split input whose manifest is a FIFO.
     let art = t.join("x_lib");
     std::fs::create_dir_all(art.join("lib")).unwrap();

@@ -20,10 +20,7 @@ fn manifests_and_configs_that_are_special_files_are_refused() {
     let pkg = shards.join("s1/x_lib_generic");
     std::fs::create_dir_all(&pkg).unwrap();
     std::os::unix::fs::symlink("/dev/zero", pkg.join("artifact_manifest.txt")).unwrap();
-    let fifo = t.join("config.json");
-    mkfifo(&fifo);
-    let zero = t.join("zero.json");
-    std::os::unix::fs::symlink("/dev/zero", &zero).unwrap();
+    let (fifo, zero) = fifo_and_dev_zero(t, "config.json", "zero.json");
     let out = t.join("o");
     let cases: Vec<(Vec<&str>, &str)> = vec![
         (split_args(&art, "x_lib", &out), "artifact_manifest.txt"),
@@ -72,10 +69,7 @@ fn manifests_and_configs_that_are_special_files_are_refused() {
 fn pack_and_reassemble_inputs_that_are_special_files_are_refused() {
     let tmp = tempdir();
     let t = tmp.path();
-    let fifo = t.join("co.hsaco");
-    mkfifo(&fifo);
-    let zero = t.join("zero.hsaco");
-    std::os::unix::fs::symlink("/dev/zero", &zero).unwrap();
+    let (fifo, zero) = fifo_and_dev_zero(t, "co.hsaco", "zero.hsaco");
     let kdir = t.join("kpacks");
     std::fs::create_dir_all(&kdir).unwrap();
     let out = t.join("out.kpack");

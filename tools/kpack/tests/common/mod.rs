@@ -36,6 +36,15 @@ pub fn kpack_bounded(args: &[&str]) -> Output {
     output_within(cmd, Duration::from_secs(20), &format!("kpack {args:?}"))
 }
 
+/// Two inputs no reader may take whole: a FIFO `dir/fifo` and a symlink
+/// `dir/zero` to `/dev/zero`. Returns (FIFO, link).
+pub fn fifo_and_dev_zero(dir: &Path, fifo: &str, zero: &str) -> (PathBuf, PathBuf) {
+    let (f, z) = (dir.join(fifo), dir.join(zero));
+    mkfifo(&f);
+    std::os::unix::fs::symlink("/dev/zero", &z).unwrap();
+    (f, z)
+}
+
 /// The arguments of `kpack split --artifact-dir art --artifact-prefix
 /// prefix --output-dir out`.
 pub fn split_args<'a>(art: &'a Path, prefix: &'a str, out: &'a Path) -> Vec<&'a str> {
