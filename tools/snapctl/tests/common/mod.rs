@@ -58,6 +58,15 @@ pub fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
+/// Asserts `o` exited with `want` and its stderr contains `needle`; returns
+/// the stderr.
+pub fn fails_with(o: &Output, want: i32, needle: &str) -> String {
+    let err = stderr(o);
+    assert_eq!(code(o), want, "{err}");
+    assert!(err.contains(needle), "`{needle}` not in: {err}");
+    err
+}
+
 pub fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
@@ -206,6 +215,31 @@ impl Scratch {
     }
     pub fn cmd(&self, args: &[&str]) -> Output {
         snapctl(self.path(), args, &[])
+    }
+    /// `snapctl check --snapshots-root root --checksums <checksums>`.
+    pub fn check(&self, checksums: &str) -> Output {
+        self.cmd(&[
+            "check",
+            "--snapshots-root",
+            "root",
+            "--checksums",
+            checksums,
+        ])
+    }
+    /// `snapctl fetch --snapshots-root root <store…> [--channel <channel>]
+    /// --version <version> -o <out>`; `store` is empty or `["--store", …]`.
+    pub fn fetch(&self, store: &[&str], channel: Option<&str>, version: &str, out: &str) -> Output {
+        let mut a = vec!["fetch", "--snapshots-root", "root"];
+        a.extend_from_slice(store);
+        if let Some(c) = channel {
+            a.extend(["--channel", c]);
+        }
+        a.extend(["--version", version, "-o", out]);
+        self.cmd(&a)
+    }
+    /// SHA-256 of the file at `rel` in the scratch dir.
+    pub fn sha_of(&self, rel: &str) -> String {
+        sha256_hex(&fs::read(self.path().join(rel)).unwrap())
     }
 }
 
