@@ -36,6 +36,16 @@ pub fn shared() -> PathBuf {
     }
 }
 
+/// The directory of the running test executable (`target/<profile>/deps`):
+/// `cargo test` builds every crate type of the library under test there
+/// (it uplifts them to `target/<profile>` only on `cargo build`).
+pub fn test_exe_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("path of the test executable");
+    exe.parent()
+        .expect("test executable's directory")
+        .to_path_buf()
+}
+
 /// `<shared>/fixtures`.
 pub fn fixtures() -> PathBuf {
     shared().join("fixtures")
