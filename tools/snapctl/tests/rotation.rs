@@ -453,22 +453,22 @@ fn bad_input_exits_2_naming_file_and_line_and_writes_nothing() {
     );
     fs::write(&m62, &good).unwrap();
 
-    // Unknown version string on the command line.
-    let mut a = args.clone();
-    a[4] = "6.4-rc1".into();
-    assert_bad_input(&s, &a, "unknown ROCm version string \"6.4-rc1\"");
-    // Artifact that does not exist.
-    let mut a = args.clone();
-    a[6] = "art/missing.a".into();
-    assert_bad_input(&s, &a, "art/missing.a: artifact:");
-    // Header that does not exist.
-    let mut a = args.clone();
-    a[8] = "art/nope.h".into();
-    assert_bad_input(&s, &a, "art/nope.h: header:");
-    // Malformed --commit.
-    let mut a = args.clone();
-    a[10] = "rcclx".into();
-    assert_bad_input(&s, &a, "expected NAME=HASH");
+    // One bad value of `create_args` at a time: (index of the value, bad
+    // value, what the message must say).
+    for (i, bad, needle) in [
+        // Unknown version string on the command line.
+        (4, "6.4-rc1", "unknown ROCm version string \"6.4-rc1\""),
+        // Artifact that does not exist.
+        (6, "art/missing.a", "art/missing.a: artifact:"),
+        // Header that does not exist.
+        (8, "art/nope.h", "art/nope.h: header:"),
+        // Malformed --commit.
+        (10, "rcclx", "expected NAME=HASH"),
+    ] {
+        let mut a = args.clone();
+        a[i] = bad.into();
+        assert_bad_input(&s, &a, needle);
+    }
     // Unreadable store: configured store is a file.
     fs::write(s.root().join("snapctl.conf"), "# cfg\nstore = notadir\n").unwrap();
     fs::write(s.root().join("notadir"), "x").unwrap();
