@@ -2,11 +2,12 @@
 //! look-alikes that must not be mis-parsed as fat binaries, and bad input.
 
 use std::path::Path;
+use std::process::Output;
 
 use serde_json::Value;
 
 mod common;
-use common::{kpack, sha256_hex, shared};
+use common::{assert_ok, kpack, sha256_hex, shared, tempdir};
 
 fn inspect(path: &Path) -> Value {
     let out = kpack(&["inspect".as_ref(), "--json".as_ref(), path.as_os_str()]);
@@ -17,6 +18,17 @@ fn inspect(path: &Path) -> Value {
         String::from_utf8_lossy(&out.stderr)
     );
     serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// `kpack unbundle input <flag> out`; `flag` is `-o` or `--output-dir`
+/// (both spellings are tested).
+fn unbundle(input: &Path, flag: &str, out: &Path) -> Output {
+    kpack(&[
+        "unbundle".as_ref(),
+        input.as_os_str(),
+        flag.as_ref(),
+        out.as_os_str(),
+    ])
 }
 
 #[test]
@@ -77,7 +89,7 @@ fn a_library_that_merely_contains_the_magic_is_host_only() {
     let mut so = std::fs::read(shared().join("fixtures/fatbins/libfx_hostonly.so")).unwrap();
     let at = so.len();
     so.extend_from_slice(b"\0__CLANG_OFFLOAD_BUNDLE__\0\x02\0\0\0\0\0\0\0CCOB");
-    let dir = tempfile::tempdir().unwrap();
+    let dir = tempdir();
     let p = dir.path().join("liblookalike.so");
     std::fs::write(&p, &so).unwrap();
     let v = inspect(&p);
@@ -93,13 +105,8 @@ fn a_library_that_merely_contains_the_magic_is_host_only() {
 
     // unbundle finds nothing and creates an empty directory
     let out = dir.path().join("out");
-    let r = kpack(&[
-        "unbundle".as_ref(),
-        p.as_os_str(),
-        "--output-dir".as_ref(),
-        out.as_os_str(),
-    ]);
-    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    let r = unbundle(&p, "--output-dir", &out);
+    assert_ok(&r);
     assert_eq!(std::fs::read_dir(&out).unwrap().count(), 0);
 
     // a non-ELF blob with the magic inside is "unknown", not a bundle
@@ -116,7 +123,7 @@ fn a_library_that_merely_contains_the_magic_is_host_only() {
 
 #[test]
 fn raw_bundles_ccob_and_kpack_files() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = tempdir();
     let entries = [
         ("host-x86_64-unknown-linux--", Vec::new()),
         (
@@ -148,13 +155,8 @@ fn raw_bundles_ccob_and_kpack_files() {
         }
         // unbundle writes the device entries byte for byte
         let out = dir.path().join(format!("{name}.out"));
-        let r = kpack(&[
-            "unbundle".as_ref(),
-            p.as_os_str(),
-            "-o".as_ref(),
-            out.as_os_str(),
-        ]);
-        assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+        let r = unbundle(&p, "-o", &out);
+        assert_ok(&r);
         let gfx942 = out.join("b0-e2-hipv4-amdgcn-amd-amdhsa--gfx942:sramecc+:xnack-.hsaco");
         assert_eq!(std::fs::read(&gfx942).unwrap(), entries[2].1);
         assert_eq!(
@@ -163,12 +165,7 @@ fn raw_bundles_ccob_and_kpack_files() {
             "host entry skipped"
         );
         // a second run refuses the non-empty directory
-        let r = kpack(&[
-            "unbundle".as_ref(),
-            p.as_os_str(),
-            "-o".as_ref(),
-            out.as_os_str(),
-        ]);
+        let r = unbundle(&p, "-o", &out);
         assert_eq!(r.status.code(), Some(2));
     }
     let golden = shared().join("fixtures/kpack-golden/test_zstd.kpack");
@@ -192,16 +189,11 @@ fn raw_bundles_ccob_and_kpack_files() {
 #[test]
 fn unbundle_static_archive_matches_the_tsv() {
     let fixtures = shared().join("fixtures");
-    let dir = tempfile::tempdir().unwrap();
+    let dir = tempdir();
     let out = dir.path().join("static");
     let a = fixtures.join("fatbins/libfx_static.a");
-    let r = kpack(&[
-        "unbundle".as_ref(),
-        a.as_os_str(),
-        "--output-dir".as_ref(),
-        out.as_os_str(),
-    ]);
-    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    let r = unbundle(&a, "--output-dir", &out);
+    assert_ok(&r);
     let tsv = std::fs::read_to_string(fixtures.join("expected-unbundle.tsv")).unwrap();
     let mut n = 0;
     for line in tsv
@@ -227,7 +219,7 @@ fn unbundle_static_archive_matches_the_tsv() {
 
 #[test]
 fn bad_input_exits_2_naming_the_offset_and_leaves_nothing() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = tempdir();
     // fat binary whose bundle entry table is corrupted (entry count huge)
     let mut so = std::fs::read(shared().join("fixtures/fatbins/libfx_multi.so")).unwrap();
     so[12288 + 24..12288 + 32].copy_from_slice(&u64::MAX.to_le_bytes());
@@ -243,12 +235,7 @@ fn bad_input_exits_2_naming_the_offset_and_leaves_nothing() {
         "{err}"
     );
     let out = dir.path().join("out");
-    let r = kpack(&[
-        "unbundle".as_ref(),
-        p.as_os_str(),
-        "-o".as_ref(),
-        out.as_os_str(),
-    ]);
+    let r = unbundle(&p, "-o", &out);
     assert_eq!(r.status.code(), Some(2));
     assert!(!out.exists());
     assert_eq!(
@@ -309,7 +296,7 @@ fn split_binary_shows_hipk_wrappers_and_marker() {
     let so = std::fs::read(shared().join("fixtures/fatbins/libfx_two_tu.so")).unwrap();
     let marker = rocpack_kpack::Marker::new(["../.kpack/x_@GFXARCH@.kpack"], "lib/libfx_two_tu.so");
     let split = rocpack_elf::split_host(&so, &marker.encode()).expect("split");
-    let dir = tempfile::tempdir().unwrap();
+    let dir = tempdir();
     let p = dir.path().join("split.so");
     std::fs::write(&p, &split).unwrap();
     let v = inspect(&p);

@@ -3,11 +3,12 @@
 //! stdout/stderr and the tree on disk.
 
 use std::fs;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Output;
 
 mod common;
-use common::{artifacts, kpack, s, split_all, stderr, stdout, SHARDS};
+use common::{artifacts, kpack, s, split_all, stderr, stdout, tempdir, SHARDS};
+use tempfile::TempDir;
 
 fn recombine(input: &Path, config: &Path, out: &Path, extra: &[&str]) -> Output {
     let mut args = vec![
@@ -21,6 +22,24 @@ fn recombine(input: &Path, config: &Path, out: &Path, extra: &[&str]) -> Output 
     ];
     args.extend_from_slice(extra);
     kpack(&args)
+}
+
+/// `recombine` with the fixtures' `packaging-config.json`.
+fn recombine_default(input: &Path, out: &Path, extra: &[&str]) -> Output {
+    recombine(
+        input,
+        &artifacts().join("packaging-config.json"),
+        out,
+        extra,
+    )
+}
+
+/// A temporary directory holding `split_all` of the fixture shards, and the
+/// shards directory in it.
+fn split_fixture_shards() -> (TempDir, PathBuf) {
+    let tmp = tempdir();
+    let shards = split_all(tmp.path());
+    (tmp, shards)
 }
 
 /// Nothing but `keep` in `dir` (no output, no staging leftovers).
@@ -37,15 +56,9 @@ fn only(dir: &Path, keep: &[&str]) {
 
 #[test]
 fn recombine_json_report_and_verify_round_trip() {
-    let tmp = tempfile::tempdir().unwrap();
-    let shards = split_all(tmp.path());
+    let (tmp, shards) = split_fixture_shards();
     let out = tmp.path().join("out");
-    let o = recombine(
-        &shards,
-        &artifacts().join("packaging-config.json"),
-        &out,
-        &["--json"],
-    );
+    let o = recombine_default(&shards, &out, &["--json"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(v["ok"], true);
@@ -149,8 +162,7 @@ fn recombine_json_report_and_verify_round_trip() {
 
 #[test]
 fn strict_config_fails_with_exit_1_naming_gfx1150() {
-    let tmp = tempfile::tempdir().unwrap();
-    let shards = split_all(tmp.path());
+    let (tmp, shards) = split_fixture_shards();
     let out = tmp.path().join("out");
     let o = recombine(
         &shards,
@@ -169,8 +181,7 @@ fn strict_config_fails_with_exit_1_naming_gfx1150() {
 
 #[test]
 fn bad_inputs_exit_2_without_partial_output() {
-    let tmp = tempfile::tempdir().unwrap();
-    let shards = split_all(tmp.path());
+    let (tmp, shards) = split_fixture_shards();
     let cfgdir = tmp.path().join("cfg");
     fs::create_dir(&cfgdir).unwrap();
     let good = fs::read_to_string(artifacts().join("packaging-config.json")).unwrap();
@@ -246,12 +257,7 @@ fn bad_inputs_exit_2_without_partial_output() {
         only(tmp.path(), &["shards", "cfg"]);
     }
     // Missing shards directory.
-    let o = recombine(
-        &tmp.path().join("nope"),
-        &artifacts().join("packaging-config.json"),
-        &tmp.path().join("out"),
-        &[],
-    );
+    let o = recombine_default(&tmp.path().join("nope"), &tmp.path().join("out"), &[]);
     assert_eq!(o.status.code(), Some(2));
     assert!(stderr(&o).contains("nope"), "{}", stderr(&o));
     only(tmp.path(), &["shards", "cfg"]);
@@ -259,32 +265,21 @@ fn bad_inputs_exit_2_without_partial_output() {
     let out = tmp.path().join("busy");
     fs::create_dir(&out).unwrap();
     fs::write(out.join("x"), b"x").unwrap();
-    let o = recombine(
-        &shards,
-        &artifacts().join("packaging-config.json"),
-        &out,
-        &[],
-    );
+    let o = recombine_default(&shards, &out, &[]);
     assert_eq!(o.status.code(), Some(2));
     assert!(stderr(&o).contains("not empty"), "{}", stderr(&o));
     only(&out, &["x"]);
     // An existing empty output directory is fine.
     let out = tmp.path().join("empty");
     fs::create_dir(&out).unwrap();
-    let o = recombine(
-        &shards,
-        &artifacts().join("packaging-config.json"),
-        &out,
-        &[],
-    );
+    let o = recombine_default(&shards, &out, &[]);
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(out.join("blas_lib_generic/artifact_manifest.txt").is_file());
 }
 
 #[test]
 fn tampered_shard_fails_duplicate_check_naming_both_shards_and_file() {
-    let tmp = tempfile::tempdir().unwrap();
-    let shards = split_all(tmp.path());
+    let (tmp, shards) = split_fixture_shards();
     let rel = "ml-libs/aotriton/stage/lib/aotriton/kernels/gfx906/flash/attn_fwd/attn_fwd-Sig-F__^fp16@16_128_False_False_0-Gpu-gfx906.hsaco";
     let p = shards.join("gfx1151-build/aotriton_lib_gfx906").join(rel);
     let mut d = fs::read(&p).unwrap();
@@ -292,12 +287,7 @@ fn tampered_shard_fails_duplicate_check_naming_both_shards_and_file() {
     fs::remove_file(&p).unwrap(); // never write through a hard link to the fixtures
     fs::write(&p, d).unwrap();
     let out = tmp.path().join("out");
-    let o = recombine(
-        &shards,
-        &artifacts().join("packaging-config.json"),
-        &out,
-        &["--json"],
-    );
+    let o = recombine_default(&shards, &out, &["--json"]);
     assert_eq!(o.status.code(), Some(1));
     let err = stderr(&o);
     assert!(
@@ -315,23 +305,14 @@ fn tampered_shard_fails_duplicate_check_naming_both_shards_and_file() {
 /// points inside is a staged input and accepted.
 #[test]
 fn symlinked_shard_package_outside_is_refused() {
-    let tmp = tempfile::tempdir().unwrap();
-    let shards = split_all(tmp.path());
+    let (tmp, shards) = split_fixture_shards();
     let cfg = artifacts().join("packaging-config.json");
     let elsewhere = tmp.path().join("elsewhere");
     let pkg = shards.join("gfx1151-build/blas_lib_gfx1151");
     std::fs::rename(&pkg, &elsewhere).unwrap();
     std::os::unix::fs::symlink(&elsewhere, &pkg).unwrap();
     let out = tmp.path().join("out");
-    let o = kpack(&[
-        "recombine",
-        "--input-shards-dir",
-        s(&shards),
-        "--config",
-        s(&cfg),
-        "--output-dir",
-        s(&out),
-    ]);
+    let o = recombine(&shards, &cfg, &out, &[]);
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     assert!(
         stderr(&o).contains("outside the shards directory"),
@@ -343,14 +324,6 @@ fn symlinked_shard_package_outside_is_refused() {
     std::fs::remove_file(&pkg).unwrap();
     std::fs::rename(&elsewhere, &inside).unwrap();
     std::os::unix::fs::symlink(&inside, &pkg).unwrap();
-    let o = kpack(&[
-        "recombine",
-        "--input-shards-dir",
-        s(&shards),
-        "--config",
-        s(&cfg),
-        "--output-dir",
-        s(&out),
-    ]);
+    let o = recombine(&shards, &cfg, &out, &[]);
     assert!(o.status.success(), "{}", stderr(&o));
 }

@@ -2,38 +2,18 @@
 //! symlink to /dev/zero given where a file is read is refused at once with
 //! what it is (exit 2), under a 256 MiB address-space ceiling.
 
-use std::process::{Command, Output};
-use std::time::Duration;
-
 mod common;
-use common::{s, KPACK};
-
-fn kpack_bounded(args: &[&str]) -> Output {
-    let mut cmd = rocpack_testsupport::under_vmem_limit(KPACK, 262_144);
-    cmd.args(args);
-    rocpack_testsupport::output_within(cmd, Duration::from_secs(20), &format!("kpack {args:?}"))
-}
+use common::*;
 
 #[test]
 fn fifos_directories_and_devices_are_refused() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = tempdir();
     let t = tmp.path();
-    let fifo = t.join("fifo");
-    assert!(Command::new("mkfifo")
-        .arg(&fifo)
-        .status()
-        .unwrap()
-        .success());
-    let zero = t.join("zero");
-    std::os::unix::fs::symlink("/dev/zero", &zero).unwrap();
+    let (fifo, zero) = fifo_and_dev_zero(t, "fifo", "zero");
     // A split input whose manifest is a FIFO.
     let art = t.join("x_lib");
     std::fs::create_dir_all(art.join("lib")).unwrap();
-    assert!(Command::new("mkfifo")
-        .arg(art.join("artifact_manifest.txt"))
-        .status()
-        .unwrap()
-        .success());
+    mkfifo(&art.join("artifact_manifest.txt"));
     let out = t.join("o");
     let cases: Vec<(Vec<&str>, &str)> = vec![
         (vec!["inspect", s(&fifo)], "FIFO"),
@@ -48,18 +28,7 @@ fn fifos_directories_and_devices_are_refused() {
             vec!["select-family", "--arch", "gfx1100", "--config", s(&zero)],
             "device",
         ),
-        (
-            vec![
-                "split",
-                "--artifact-dir",
-                s(&art),
-                "--artifact-prefix",
-                "x_lib",
-                "--output-dir",
-                s(&out),
-            ],
-            "FIFO",
-        ),
+        (split_args(&art, "x_lib", &out), "FIFO"),
     ];
     for (args, needle) in cases {
         let o = kpack_bounded(&args);

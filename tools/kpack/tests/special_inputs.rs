@@ -4,20 +4,12 @@
 //! at once (exit 2, saying what it is) under a 256 MiB address-space
 //! ceiling: before, /dev/zero was read whole and a FIFO hung.
 
-use std::process::{Command, Output};
-use std::time::Duration;
-
-fn kpack_bounded(args: &[&str]) -> Output {
-    let mut cmd = rocpack_testsupport::under_vmem_limit(env!("CARGO_BIN_EXE_kpack"), 262_144);
-    cmd.args(args).env("MALLOC_ARENA_MAX", "1");
-    rocpack_testsupport::output_within(cmd, Duration::from_secs(20), &format!("kpack {args:?}"))
-}
-
-use rocpack_testsupport::s;
+mod common;
+use common::*;
 
 #[test]
 fn manifests_and_configs_that_are_special_files_are_refused() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = tempdir();
     let t = tmp.path();
     // An artifact whose manifest is a symlink to /dev/zero.
     let art = t.join("x_lib");
@@ -28,28 +20,10 @@ fn manifests_and_configs_that_are_special_files_are_refused() {
     let pkg = shards.join("s1/x_lib_generic");
     std::fs::create_dir_all(&pkg).unwrap();
     std::os::unix::fs::symlink("/dev/zero", pkg.join("artifact_manifest.txt")).unwrap();
-    let fifo = t.join("config.json");
-    assert!(Command::new("mkfifo")
-        .arg(&fifo)
-        .status()
-        .unwrap()
-        .success());
-    let zero = t.join("zero.json");
-    std::os::unix::fs::symlink("/dev/zero", &zero).unwrap();
+    let (fifo, zero) = fifo_and_dev_zero(t, "config.json", "zero.json");
     let out = t.join("o");
     let cases: Vec<(Vec<&str>, &str)> = vec![
-        (
-            vec![
-                "split",
-                "--artifact-dir",
-                s(&art),
-                "--artifact-prefix",
-                "x_lib",
-                "--output-dir",
-                s(&out),
-            ],
-            "artifact_manifest.txt",
-        ),
+        (split_args(&art, "x_lib", &out), "artifact_manifest.txt"),
         (
             vec![
                 "recombine",
@@ -93,16 +67,9 @@ fn manifests_and_configs_that_are_special_files_are_refused() {
 /// hang, or be read until memory ran out).
 #[test]
 fn pack_and_reassemble_inputs_that_are_special_files_are_refused() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = tempdir();
     let t = tmp.path();
-    let fifo = t.join("co.hsaco");
-    assert!(Command::new("mkfifo")
-        .arg(&fifo)
-        .status()
-        .unwrap()
-        .success());
-    let zero = t.join("zero.hsaco");
-    std::os::unix::fs::symlink("/dev/zero", &zero).unwrap();
+    let (fifo, zero) = fifo_and_dev_zero(t, "co.hsaco", "zero.hsaco");
     let kdir = t.join("kpacks");
     std::fs::create_dir_all(&kdir).unwrap();
     let out = t.join("out.kpack");

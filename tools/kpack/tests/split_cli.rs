@@ -12,17 +12,36 @@ mod common;
 use common::*;
 
 fn split(input: &Path, prefix: &str, out: &Path, extra: &[&str]) -> Output {
+    let mut args = split_args(input, prefix, out);
+    args.extend_from_slice(extra);
+    kpack(&args)
+}
+
+/// `kpack split --batch-artifact-parent-dir parent --output-dir out extra…`.
+fn split_batch(parent: &Path, out: &Path, extra: &[&str]) -> Output {
     let mut args = vec![
         "split",
-        "--artifact-dir",
-        s(input),
-        "--artifact-prefix",
-        prefix,
+        "--batch-artifact-parent-dir",
+        s(parent),
         "--output-dir",
         s(out),
     ];
     args.extend_from_slice(extra);
     kpack(&args)
+}
+
+/// The gfx110X `blas_lib` artifact (rocBLAS and hipBLASLt: fat binaries,
+/// databases, symlinks), the input most tests split.
+fn blas_dgpu() -> PathBuf {
+    fixture_shard("gfx110X-build").join("blas_lib_gfx110X-dgpu")
+}
+
+/// Splits `input` as `blas_lib` into `dir/out` and asserts it
+/// [`fails_cleanly`] naming every one of `needles`.
+fn refuse_blas_split(dir: &Path, input: &Path, needles: &[&str]) {
+    let out = dir.join("out");
+    let o = split(input, "blas_lib", &out, &[]);
+    fails_cleanly(&o, &out, needles);
 }
 
 /// Rows of expected-unbundle.tsv: (file, bundle_index, target, sha256, size).
@@ -57,7 +76,7 @@ fn arch_of(target: &str) -> &str {
 /// promises about the result.
 fn check_component(shard_name: &str, component: &str, prefix: &str, dbs: &[&str], n_fat: usize) {
     let input = fixture_shard(shard_name).join(component);
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = tempdir();
     let out = tmp.path().join("out");
     let mut extra = vec!["--json"];
     if !dbs.is_empty() {
@@ -356,7 +375,7 @@ fn split_aotriton_and_support() {
         0,
     );
     // support_dev has no device code: only the generic artifact.
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = tempdir();
     let out = tmp.path().join("o");
     assert_ok(&split(
         &fixture_shard("gfx120X-build").join("support_dev_gfx120X-all"),
@@ -373,9 +392,9 @@ fn split_aotriton_and_support() {
 
 #[test]
 fn database_arch_names_keep_features() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = tempdir();
     let out = tmp.path().join("o");
-    let input = fixture_shard("gfx110X-build").join("blas_lib_gfx110X-dgpu");
+    let input = blas_dgpu();
     assert_ok(&split(
         &input,
         "blas_lib",
@@ -420,14 +439,9 @@ fn every_prefix_kpack_serves_both_install_models() {
     // flattened into one root (TheRock's dist/), both prefixes' `.kpack/`
     // meet at one path. So each prefix holds the same archive, with the
     // kernels of both.
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = tempdir();
     let out = tmp.path().join("o");
-    assert_ok(&split(
-        &fixture_shard("gfx110X-build").join("blas_lib_gfx110X-dgpu"),
-        "blas_lib",
-        &out,
-        &[],
-    ));
+    assert_ok(&split(&blas_dgpu(), "blas_lib", &out, &[]));
     let mut bytes = Vec::new();
     for p in ["rocBLAS", "hipBLASLt"] {
         let kp = out.join(format!(
@@ -457,8 +471,8 @@ fn every_prefix_kpack_serves_both_install_models() {
 
 #[test]
 fn compression_and_exclusion() {
-    let tmp = tempfile::tempdir().unwrap();
-    let input = fixture_shard("gfx110X-build").join("blas_lib_gfx110X-dgpu");
+    let tmp = tempdir();
+    let input = blas_dgpu();
     let kp = "math-libs/BLAS/rocBLAS/stage/.kpack";
     let z = tmp.path().join("z");
     assert_ok(&split(&input, "blas_lib", &z, &[]));
@@ -514,7 +528,7 @@ fn compression_and_exclusion() {
 
 #[test]
 fn aliases_and_ignored_flags() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = tempdir();
     let out = tmp.path().join("o");
     let input = fixture_shard("gfx1151-build").join("blas_test_gfx1151");
     let o = kpack(&[
@@ -545,20 +559,19 @@ fn aliases_and_ignored_flags() {
 
 #[test]
 fn batch_mode_splits_every_artifact() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = tempdir();
     let out = tmp.path().join("o");
-    let o = kpack(&[
-        "split",
-        "--batch-artifact-parent-dir",
-        s(&fixture_shard("gfx120X-build")),
-        "--output-dir",
-        s(&out),
-        "--split-databases",
-        "rocblas",
-        "hipblaslt",
-        "aotriton",
-        "--json",
-    ]);
+    let o = split_batch(
+        &fixture_shard("gfx120X-build"),
+        &out,
+        &[
+            "--split-databases",
+            "rocblas",
+            "hipblaslt",
+            "aotriton",
+            "--json",
+        ],
+    );
     assert_ok(&o);
     let names: BTreeSet<String> = fs::read_dir(&out)
         .unwrap()
@@ -597,17 +610,11 @@ fn batch_mode_splits_every_artifact() {
 
 #[test]
 fn deterministic_across_dirs_and_jobs() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = tempdir();
     let a_in = tmp.path().join("first/in/blas_lib_gfx110X-dgpu");
     let b_in = tmp.path().join("second/deeper/input/blas_lib_gfx110X-dgpu");
-    copy_tree(
-        &fixture_shard("gfx110X-build").join("blas_lib_gfx110X-dgpu"),
-        &a_in,
-    );
-    copy_tree(
-        &fixture_shard("gfx110X-build").join("blas_lib_gfx110X-dgpu"),
-        &b_in,
-    );
+    copy_tree(&blas_dgpu(), &a_in);
+    copy_tree(&blas_dgpu(), &b_in);
     let a_out = tmp.path().join("out-a");
     let b_out = tmp.path().join("elsewhere/out-b");
     let dbs = ["--split-databases", "rocblas", "hipblaslt"];
@@ -667,12 +674,9 @@ fn bad_manifest_prefixes() {
         ("math-libs/BLAS/rocBLAS/stage\n../../escape\n", "`..`"),
         ("/abs/stage\n", "absolute"),
     ] {
-        let tmp = tempfile::tempdir().unwrap();
+        let tmp = tempdir();
         let input = tmp.path().join("in");
-        copy_tree(
-            &fixture_shard("gfx110X-build").join("blas_lib_gfx110X-dgpu"),
-            &input,
-        );
+        copy_tree(&blas_dgpu(), &input);
         fs::write(input.join("artifact_manifest.txt"), text).unwrap();
         let out = tmp.path().join("outdir/out");
         let o = split(&input, "blas_lib", &out, &[]);
@@ -682,50 +686,39 @@ fn bad_manifest_prefixes() {
 
 #[test]
 fn symlink_escaping_the_tree() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = tempdir();
     let input = tmp.path().join("in");
-    copy_tree(
-        &fixture_shard("gfx110X-build").join("blas_lib_gfx110X-dgpu"),
-        &input,
-    );
+    copy_tree(&blas_dgpu(), &input);
     let lib = input.join("math-libs/BLAS/rocBLAS/stage/lib");
     std::os::unix::fs::symlink("../../../../../../etc/passwd", lib.join("evil")).unwrap();
-    let out = tmp.path().join("out");
-    let o = split(&input, "blas_lib", &out, &[]);
-    fails_cleanly(&o, &out, &["lib/evil", "outside"]);
+    refuse_blas_split(tmp.path(), &input, &["lib/evil", "outside"]);
 
     fs::remove_file(lib.join("evil")).unwrap();
     std::os::unix::fs::symlink("/etc/passwd", lib.join("abs")).unwrap();
-    let o = split(&input, "blas_lib", &out, &[]);
-    fails_cleanly(&o, &out, &["lib/abs", "outside"]);
+    refuse_blas_split(tmp.path(), &input, &["lib/abs", "outside"]);
 }
 
 #[test]
 fn truncated_elf_names_file_and_offset() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = tempdir();
     let input = tmp.path().join("in");
-    copy_tree(
-        &fixture_shard("gfx110X-build").join("blas_lib_gfx110X-dgpu"),
-        &input,
-    );
+    copy_tree(&blas_dgpu(), &input);
     let f = input.join("math-libs/BLAS/rocBLAS/stage/lib/librocblas.so.5.2");
     let bytes = fs::read(&f).unwrap();
     // Cut inside .hip_fatbin (bundles start at 12288).
     fs::write(&f, &bytes[..20000]).unwrap();
-    let out = tmp.path().join("out");
-    let o = split(&input, "blas_lib", &out, &[]);
-    fails_cleanly(&o, &out, &["librocblas.so.5.2", "offset"]);
+    refuse_blas_split(tmp.path(), &input, &["librocblas.so.5.2", "offset"]);
 }
 
 #[test]
 fn refuses_existing_output_and_output_inside_input() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = tempdir();
     let input = fixture_shard("gfx1151-build").join("blas_test_gfx1151");
     let out = tmp.path().join("out");
     fs::create_dir_all(out.join("blas_test_generic")).unwrap();
     fs::write(out.join("blas_test_generic/keep"), b"mine").unwrap();
     let o = split(&input, "blas_test", &out, &[]);
-    assert_eq!(o.status.code(), Some(2));
+    assert_exit(&o, 2);
     assert_eq!(
         fs::read(out.join("blas_test_generic/keep")).unwrap(),
         b"mine"
@@ -735,18 +728,13 @@ fn refuses_existing_output_and_output_inside_input() {
     let copy = tmp.path().join("copy");
     copy_tree(&input, &copy);
     let o = split(&copy, "blas_test", &copy.join("math-libs/out"), &[]);
-    assert_eq!(
-        o.status.code(),
-        Some(2),
-        "{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
+    assert_exit(&o, 2);
     assert!(!copy.join("math-libs/out").exists());
 }
 
 #[test]
 fn usage_errors_exit_2() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = tempdir();
     let out = tmp.path().join("o");
     // --artifact-dir without --artifact-prefix
     let o = kpack(&[
@@ -756,7 +744,7 @@ fn usage_errors_exit_2() {
         "--output-dir",
         s(&out),
     ]);
-    assert_eq!(o.status.code(), Some(2));
+    assert_exit(&o, 2);
     // unknown database handler
     let o = split(
         &fixture_shard("gfx1151-build").join("blas_lib_gfx1151"),
@@ -764,19 +752,19 @@ fn usage_errors_exit_2() {
         &out,
         &["--split-databases", "nope"],
     );
-    assert_eq!(o.status.code(), Some(2));
+    assert_exit(&o, 2);
     // missing manifest
     let empty = tmp.path().join("empty");
     fs::create_dir(&empty).unwrap();
     let o = split(&empty, "x", &out, &[]);
-    assert_eq!(o.status.code(), Some(2));
+    assert_exit(&o, 2);
     assert!(String::from_utf8_lossy(&o.stderr).contains("artifact_manifest.txt"));
     assert!(!out.exists());
 }
 
 #[test]
 fn batch_mode_is_all_or_nothing() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = tempdir();
     let parent = tmp.path().join("shard");
     copy_tree(&fixture_shard("gfx1151-build"), &parent);
     // Break one of the four artifacts: its manifest escapes the directory.
@@ -786,13 +774,7 @@ fn batch_mode_is_all_or_nothing() {
     )
     .unwrap();
     let out = tmp.path().join("out");
-    let o = kpack(&[
-        "split",
-        "--batch-artifact-parent-dir",
-        s(&parent),
-        "--output-dir",
-        s(&out),
-    ]);
+    let o = split_batch(&parent, &out, &[]);
     fails_cleanly(&o, &out, &["blas_test_gfx1151/artifact_manifest.txt"]);
     // A `<name>_generic` directory is never treated as an input artifact.
     fs::write(
@@ -804,14 +786,7 @@ fn batch_mode_is_all_or_nothing() {
         &parent.join("support_dev_gfx1151"),
         &parent.join("support_dev_generic"),
     );
-    let o = kpack(&[
-        "split",
-        "--batch-artifact-parent-dir",
-        s(&parent),
-        "--output-dir",
-        s(&out),
-        "--json",
-    ]);
+    let o = split_batch(&parent, &out, &["--json"]);
     assert_ok(&o);
     let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(j.as_array().unwrap().len(), 4);
@@ -819,12 +794,9 @@ fn batch_mode_is_all_or_nothing() {
 
 #[test]
 fn overlapping_bundle_entries_name_file_and_offset() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = tempdir();
     let input = tmp.path().join("in");
-    copy_tree(
-        &fixture_shard("gfx110X-build").join("blas_lib_gfx110X-dgpu"),
-        &input,
-    );
+    copy_tree(&blas_dgpu(), &input);
     let f = input.join("math-libs/BLAS/rocBLAS/stage/lib/librocblas.so.5.2");
     let mut b = fs::read(&f).unwrap();
     // First bundle at 12288 (expected-unbundle.tsv): magic, u64 count, then
@@ -841,14 +813,16 @@ fn overlapping_bundle_entries_name_file_and_offset() {
     let overlap = entries[1].1 + 16;
     b[entries[2].0..entries[2].0 + 8].copy_from_slice(&overlap.to_le_bytes());
     fs::write(&f, &b).unwrap();
-    let out = tmp.path().join("out");
-    let o = split(&input, "blas_lib", &out, &[]);
-    fails_cleanly(&o, &out, &["librocblas.so.5.2", "offset 12288", "overlap"]);
+    refuse_blas_split(
+        tmp.path(),
+        &input,
+        &["librocblas.so.5.2", "offset 12288", "overlap"],
+    );
 }
 
 #[test]
 fn generic_packages_keep_no_emptied_directories() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = tempdir();
     let out = tmp.path().join("o");
     assert_ok(&split(
         &fixture_shard("gfx110X-build").join("aotriton_lib_gfx110X-dgpu"),
@@ -875,7 +849,7 @@ fn generic_packages_keep_no_emptied_directories() {
 /// compression of the arch packages.
 #[test]
 fn re_split_is_byte_identical() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = tempdir();
     for compression in ["zstd", "none"] {
         for (i, sh) in ["gfx110X-build", "gfx1151-build", "gfx120X-build"]
             .iter()
@@ -920,7 +894,7 @@ fn re_split_is_byte_identical() {
 /// NOBITS) are copied untouched, as are `*_dbg` artifacts' files.
 #[test]
 fn debug_files_pass_through() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = tempdir();
     let art = tmp.path().join("fx_lib_dbg");
     let lib = art.join("hip/lib");
     fs::create_dir_all(lib.join(".debug")).unwrap();
@@ -951,7 +925,7 @@ fn debug_files_pass_through() {
 /// artifact; a filter that keeps nothing fails.
 #[test]
 fn gpu_targets_keep_variants_and_fail_when_empty() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = tempdir();
     let art = tmp.path().join("blas_lib_gfxall");
     let lib = art.join("blas/lib");
     fs::create_dir_all(lib.join("rocblas/library")).unwrap();
@@ -1031,7 +1005,7 @@ fn gpu_targets_keep_variants_and_fail_when_empty() {
         "--gpu-targets",
         "gfx1250-strict",
     ]);
-    assert_eq!(o.status.code(), Some(2));
+    assert_exit(&o, 2);
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(
         err.contains("leaves no code object") && err.contains("gfx1100"),
@@ -1050,7 +1024,7 @@ fn gpu_targets_keep_variants_and_fail_when_empty() {
         "--gpu-targets",
         "sm_90",
     ]);
-    assert_eq!(o.status.code(), Some(2));
+    assert_exit(&o, 2);
 }
 
 /// Hostile trees: a symlink chain that is lexically inside but physically
@@ -1060,7 +1034,7 @@ fn gpu_targets_keep_variants_and_fail_when_empty() {
 #[test]
 fn symlink_escapes_are_refused() {
     use std::os::unix::fs::symlink;
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = tempdir();
     let t = tmp.path();
     fs::create_dir_all(t.join("outside")).unwrap();
     fs::write(t.join("outside/x"), "secret").unwrap();
@@ -1117,7 +1091,7 @@ fn symlink_escapes_are_refused() {
 /// and no staging leftovers.
 #[test]
 fn split_killed_during_commit_rolls_forward() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = tempdir();
     let parent = fixture_shard("gfx120X-build");
     let args = |out: &Path| -> Vec<String> {
         [

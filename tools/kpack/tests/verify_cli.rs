@@ -5,7 +5,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 mod common;
-use common::{artifacts, kpack, s, split_all, stdout};
+use common::{artifacts, assert_ok, kpack, s, split_all, split_args, stdout};
 
 fn recombined(dir: &Path) -> PathBuf {
     let shards = split_all(dir);
@@ -185,16 +185,7 @@ fn verify_accepts_per_translation_unit_arch_sets() {
     .unwrap();
     fs::write(art.join("artifact_manifest.txt"), "lib\n").unwrap();
     let out = tmp.path().join("o");
-    let o = kpack(&[
-        "split",
-        "--artifact-dir",
-        s(&art),
-        "--artifact-prefix",
-        "x_lib",
-        "--output-dir",
-        s(&out),
-    ]);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_ok(&kpack(&split_args(&art, "x_lib", &out)));
     let o = kpack(&["verify", "--artifacts-dir", s(&out), "--json"]);
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(o.status.code(), Some(0), "{v:#}");

@@ -54,6 +54,32 @@ impl<T> IoContext<T> for io::Result<T> {
     }
 }
 
+/// Builds a set of outputs in a staging directory beside `dest` and moves
+/// them into place all or nothing (see [`rocpack_kpack::commit::StagingDir`]).
+///
+/// `write` fills the staging directory it is given and returns its result
+/// with the names of the outputs it made there. The first of `reserved`
+/// (checked before `write` runs) or of those names that already exists in
+/// `dest` is passed to `exists`, which makes the error; nothing is committed
+/// then.
+pub(crate) fn commit_outputs<T, E: From<FsError>>(
+    dest: &Path,
+    reserved: &[OsString],
+    write: impl FnOnce(&Path) -> Result<(T, Vec<OsString>), E>,
+    exists: impl Fn(&Path) -> E,
+) -> Result<T, E> {
+    let staging = rocpack_kpack::commit::StagingDir::new(dest).map_err(FsError::from)?;
+    if let Some(c) = staging.conflicts(reserved).into_iter().next() {
+        return Err(exists(&c));
+    }
+    let (out, names) = write(staging.path())?;
+    if let Some(c) = staging.conflicts(&names).into_iter().next() {
+        return Err(exists(&c));
+    }
+    staging.commit().map_err(FsError::from)?;
+    Ok(out)
+}
+
 /// Makes `p` absolute (relative to the current directory) without touching
 /// the file system and without resolving symlinks; `.`/`..` are folded.
 pub fn absolute_lexical(p: &Path) -> io::Result<PathBuf> {

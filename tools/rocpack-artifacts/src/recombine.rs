@@ -42,7 +42,6 @@ use crate::fsutil::{self, FsError, IoContext};
 use crate::manifest::{ArtifactManifest, ManifestError, MANIFEST_FILE};
 use crate::select::Target;
 use crate::walk::{self, EntryKind, WalkError};
-use rocpack_kpack::commit::StagingDir;
 
 /// How output files are materialised.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -544,13 +543,20 @@ fn recombine_inner(
         }
     }
     let plan = plan(opts, log)?;
-    let staging = StagingDir::new(out).map_err(FsError::from)?;
-    let root = staging.path().to_path_buf();
-    for (name, manifest, entries) in &plan.packages {
-        write_package(&root.join(name), manifest, entries, opts.link_mode)?;
-    }
-    staging.commit().map_err(FsError::from)?;
-    Ok(plan.report)
+    let report = fsutil::commit_outputs(
+        out,
+        &[],
+        |root| {
+            let mut names = Vec::new();
+            for (name, manifest, entries) in &plan.packages {
+                write_package(&root.join(name), manifest, entries, opts.link_mode)?;
+                names.push(name.into());
+            }
+            Ok((plan.report, names))
+        },
+        |_| RecombineError::OutputNotEmpty(out.clone()),
+    )?;
+    Ok(report)
 }
 
 fn write_package(

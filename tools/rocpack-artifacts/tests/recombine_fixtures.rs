@@ -13,6 +13,9 @@ use rocpack_artifacts::recombine::{
 };
 use rocpack_artifacts::split::{split_batch, NoProgress, SplitOptions};
 use rocpack_artifacts::verify::{verify, VerifyOptions, VerifyReport};
+
+mod common;
+use common::verify_dir;
 use rocpack_testsupport::{artifacts, copy_tree, flip_byte, list_files as files};
 
 const SHARDS: [&str; 3] = ["gfx110X-build", "gfx1151-build", "gfx120X-build"];
@@ -56,18 +59,6 @@ fn run(input: &Path, cfg: PackagingConfig, out: &Path) -> Result<RecombineReport
         staging_roots: Vec::new(),
     };
     recombine(&opts, &mut |_| {})
-}
-
-fn verify_dir(dir: &Path) -> VerifyReport {
-    verify(
-        &VerifyOptions {
-            artifacts_dir: dir.to_path_buf(),
-            config: None,
-            ..VerifyOptions::default()
-        },
-        &mut |_| {},
-    )
-    .unwrap()
 }
 
 fn kpack_arches(p: &Path) -> Vec<String> {

@@ -4,23 +4,12 @@
 //! not violations; lookups for code that exists in the tree are.
 
 use std::fs;
-use std::path::Path;
 
 use rocpack_artifacts::split::{split_artifact, NoProgress, SplitOptions};
-use rocpack_artifacts::verify::{verify, VerifyOptions};
 use rocpack_testsupport::fatbins;
 
-fn check(dir: &Path) -> rocpack_artifacts::verify::VerifyReport {
-    verify(
-        &VerifyOptions {
-            artifacts_dir: dir.to_path_buf(),
-            config: None,
-            ..VerifyOptions::default()
-        },
-        &mut |_| {},
-    )
-    .unwrap()
-}
+mod common;
+use common::verify_dir;
 
 #[test]
 fn split_fatbins_verify_and_archive_members_are_checked() {
@@ -54,7 +43,7 @@ fn split_fatbins_verify_and_archive_members_are_checked() {
         &NoProgress,
     )
     .unwrap();
-    let r = check(&out);
+    let r = verify_dir(&out);
     assert!(r.ok, "{:#?}", r.violations);
     assert!(r.host_binaries >= 8, "{}", r.host_binaries); // 5 .so/.exe + 2 archive members + …
     assert!(r.lookups_resolved > 0 && r.lookups_not_built > 0);
@@ -64,7 +53,7 @@ fn split_fatbins_verify_and_archive_members_are_checked() {
     let a = out.join("x_generic/pre/lib/libfx_static.a");
     fs::remove_file(&a).unwrap();
     fs::copy(fatbins().join("libfx_static.a"), &a).unwrap();
-    let r = check(&out);
+    let r = verify_dir(&out);
     assert!(
         r.violations
             .iter()

@@ -4,40 +4,12 @@
 //! 4 MiB is parsed and every entry is read (before: one copy per entry,
 //! 256 MiB for this 4 MiB payload).
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use rocpack_testsupport::CountingAlloc;
 
 use rocpack_bundle::{parse_bundle, write_ccob, Compression, BUNDLE_MAGIC};
 
-struct Counting;
-static LIVE: AtomicUsize = AtomicUsize::new(0);
-static PEAK: AtomicUsize = AtomicUsize::new(0);
-
-fn grew(n: usize) {
-    let now = LIVE.fetch_add(n, Ordering::Relaxed) + n;
-    PEAK.fetch_max(now, Ordering::Relaxed);
-}
-
-// SAFETY: forwards to the system allocator unchanged; only counts bytes.
-#[allow(unsafe_code)]
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
-        grew(l.size());
-        System.alloc(l)
-    }
-    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
-        LIVE.fetch_sub(l.size(), Ordering::Relaxed);
-        System.dealloc(p, l)
-    }
-    unsafe fn realloc(&self, p: *mut u8, l: Layout, n: usize) -> *mut u8 {
-        LIVE.fetch_sub(l.size(), Ordering::Relaxed);
-        grew(n);
-        System.realloc(p, l, n)
-    }
-}
-
 #[global_allocator]
-static A: Counting = Counting;
+static A: CountingAlloc = CountingAlloc::new();
 
 /// An uncompressed bundle with `n` device entries that all cover the same
 /// `size` bytes (hand-built: our writer never produces overlaps).
@@ -66,15 +38,14 @@ fn overlapping_ccob_entries_cost_the_payload_once() {
     let raw = overlapping_bundle(64, size);
     let ccob = write_ccob(&raw, 2, Compression::Zstd).unwrap();
     drop(raw);
-    let base = LIVE.load(Ordering::Relaxed);
-    PEAK.store(base, Ordering::Relaxed);
+    let base = A.start();
     let parsed = parse_bundle(&ccob).unwrap();
     let mut total = 0usize;
     for e in &parsed.entries {
         total += e.data.len();
     }
     assert_eq!(total, 64 * size);
-    let peak = PEAK.load(Ordering::Relaxed) - base;
+    let peak = A.peak_since(base);
     drop(parsed);
     // The payload, plus decoder state and the entry table.
     assert!(

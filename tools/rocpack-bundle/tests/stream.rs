@@ -4,43 +4,15 @@
 //! counting allocator bounds the bytes live while a 64 MiB payload whose
 //! 32 entries all overlap is walked.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use rocpack_testsupport::CountingAlloc;
 
 use rocpack_bundle::{
     copy_payload, index_bundle, parse_bundle, walk_bundle, write_ccob, write_uncompressed,
     write_uncompressed_aligned, BundleLayout, Compression, Error, ParseOptions, BUNDLE_MAGIC,
 };
 
-struct Counting;
-static LIVE: AtomicUsize = AtomicUsize::new(0);
-static PEAK: AtomicUsize = AtomicUsize::new(0);
-
-fn grew(n: usize) {
-    let now = LIVE.fetch_add(n, Ordering::Relaxed) + n;
-    PEAK.fetch_max(now, Ordering::Relaxed);
-}
-
-// SAFETY: forwards to the system allocator unchanged; only counts bytes.
-#[allow(unsafe_code)]
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
-        grew(l.size());
-        System.alloc(l)
-    }
-    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
-        LIVE.fetch_sub(l.size(), Ordering::Relaxed);
-        System.dealloc(p, l)
-    }
-    unsafe fn realloc(&self, p: *mut u8, l: Layout, n: usize) -> *mut u8 {
-        LIVE.fetch_sub(l.size(), Ordering::Relaxed);
-        grew(n);
-        System.realloc(p, l, n)
-    }
-}
-
 #[global_allocator]
-static A: Counting = Counting;
+static A: CountingAlloc = CountingAlloc::new();
 
 /// Deterministic pseudo-random bytes (xorshift), compressible a little.
 fn bytes(seed: u64, n: usize) -> Vec<u8> {
@@ -236,8 +208,7 @@ fn walk_memory_is_a_chunk_not_the_payload() {
     let ccob = write_ccob(&raw, 3, Compression::Zstd).unwrap();
     drop(raw);
     let opts = ParseOptions::default();
-    let base = LIVE.load(Ordering::Relaxed);
-    PEAK.store(base, Ordering::Relaxed);
+    let base = A.start();
     let index = index_bundle(&ccob, &opts).unwrap();
     let mut total = 0u64;
     let summary = walk_bundle::<Error>(&ccob, &index, &opts, &mut |_| Ok(()), &mut |_, _, c| {
@@ -248,7 +219,7 @@ fn walk_memory_is_a_chunk_not_the_payload() {
     assert_eq!(summary.hash_matches, Some(true));
     let want: u64 = index.entries.iter().map(|e| e.size).sum();
     assert_eq!(total, want);
-    let peak = PEAK.load(Ordering::Relaxed) - base;
+    let peak = A.peak_since(base);
     // A chunk, the zstd window (8 MiB at most for level 3 frames) and the
     // table; the payload is 64 MiB and the entries cover 2 GiB.
     assert!(

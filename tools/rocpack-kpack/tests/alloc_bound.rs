@@ -2,32 +2,12 @@
 //! a counting allocator records the largest single allocation while hostile
 //! archives (huge counts, huge lengths, huge claimed sizes) are parsed and read.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use rocpack_testsupport::CountingAlloc;
 
 use rocpack_kpack::{Compression, KpackReader, KpackStreamWriter};
 
-struct Counting;
-static LARGEST: AtomicUsize = AtomicUsize::new(0);
-
-// SAFETY: forwards to the system allocator unchanged; only records sizes.
-#[allow(unsafe_code)]
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
-        LARGEST.fetch_max(l.size(), Ordering::Relaxed);
-        System.alloc(l)
-    }
-    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
-        System.dealloc(p, l)
-    }
-    unsafe fn realloc(&self, p: *mut u8, l: Layout, n: usize) -> *mut u8 {
-        LARGEST.fetch_max(n, Ordering::Relaxed);
-        System.realloc(p, l, n)
-    }
-}
-
 #[global_allocator]
-static A: Counting = Counting;
+static A: CountingAlloc = CountingAlloc::new();
 
 fn header(toc: &[u8]) -> Vec<u8> {
     let mut v = b"KPAK".to_vec();
@@ -72,7 +52,7 @@ fn hostile_inputs_allocate_little() {
     );
     inputs.push(archive);
 
-    LARGEST.store(0, Ordering::Relaxed);
+    A.start();
     for d in &inputs {
         if let Ok(r) = KpackReader::from_bytes(d) {
             for e in r.entries() {
@@ -80,7 +60,7 @@ fn hostile_inputs_allocate_little() {
             }
         }
     }
-    let largest = LARGEST.load(Ordering::Relaxed);
+    let largest = A.largest();
     // Bounded by the zstd decoder's own workspace plus the 100 KB of real output
     // (plus growth), nowhere near the claimed sizes.
     assert!(

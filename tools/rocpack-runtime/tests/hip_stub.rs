@@ -9,8 +9,6 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use sha2::{Digest, Sha256};
-
 const LIBS: [&str; 9] = [
     "libfx_multi.so",
     "libfx_multi_compressed.so",
@@ -29,24 +27,12 @@ fn manifest_dir() -> PathBuf {
 }
 
 fn lib_dir() -> PathBuf {
-    // `cargo test` builds every crate type of the library into `deps/` (it
-    // uplifts them to `target/<profile>` only on `cargo build`), so `deps/`
-    // holds the libraries of this very build.
-    let exe = std::env::current_exe().unwrap();
-    exe.parent().unwrap().to_path_buf()
+    rocpack_testsupport::test_exe_dir()
 }
 
 fn fixtures() -> PathBuf {
-    let shared = std::env::var_os("ROCPACK_SHARED")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| manifest_dir().join("../../../shared"));
-    let f = shared.join("fixtures");
-    assert!(
-        f.join("expected-unbundle.tsv").is_file(),
-        "fixtures not found at {} (run `. tests/ci/lib.sh` or set ROCPACK_SHARED)",
-        f.display()
-    );
-    f
+    rocpack_testsupport::require_fixtures();
+    rocpack_testsupport::fixtures()
 }
 
 /// The `kpack` binary: $ROCPACK_KPACK, or built next to this test.
@@ -187,7 +173,7 @@ fn load(h: &Harness, file: &Path, exe: bool, arch: &str, out: &Path) -> Vec<(u64
 fn split_install_and_load(compression: &str) {
     let fx = fixtures();
     let want = expected(&fx);
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = rocpack_testsupport::tempdir();
     let art = tmp.path().join("art/fx_lib");
     std::fs::create_dir_all(art.join("lib")).unwrap();
     std::fs::write(art.join("artifact_manifest.txt"), "lib\n").unwrap();
@@ -256,7 +242,7 @@ fn split_install_and_load(compression: &str) {
                     Some(sha) => {
                         assert_eq!(err, 0, "{name}#{co} [{arch}]: kpack error {err}");
                         assert_eq!(
-                            &hex(&Sha256::digest(&bytes)),
+                            &rocpack_testsupport::sha256_hex(&bytes),
                             sha,
                             "{name}#{co} [{arch}]: code object differs from clang-offload-bundler's"
                         );
@@ -276,10 +262,6 @@ fn split_install_and_load(compression: &str) {
     }
     eprintln!("{compression}: {resolved} code objects resolved through librocm_kpack, {misses} expected misses");
     assert!(resolved >= 60, "only {resolved} lookups");
-}
-
-fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
 #[test]

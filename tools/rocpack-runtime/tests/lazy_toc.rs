@@ -179,7 +179,7 @@ fn damaged_zstd_frame_fails_its_lookup_only() {
     let e = r.entry("k2#0", "gfx942").unwrap().clone();
     let loc = r.blob_location(e.ordinal).unwrap();
     drop(r);
-    let dir = tempfile::tempdir().unwrap();
+    let dir = rocpack_testsupport::tempdir();
     let f0 = loc.offset as usize;
     let cases = [
         // The size prefix of k2's frame points past the zstd blob.
@@ -244,7 +244,7 @@ fn lazy_zstd_index_is_shared_across_threads() {
     for i in 0..N {
         w.add(&format!("k{i}#0"), "gfx942", body(i)).unwrap();
     }
-    let dir = tempfile::tempdir().unwrap();
+    let dir = rocpack_testsupport::tempdir();
     let path = dir.path().join("mt.kpack");
     let f = std::fs::File::create(&path).unwrap();
     w.write_to(std::io::BufWriter::new(f)).unwrap();

@@ -30,15 +30,11 @@ fn manifest_dir() -> PathBuf {
 }
 
 fn lib_dir() -> PathBuf {
-    // `cargo test` builds every crate type of the library into `deps/` (it
-    // uplifts them to `target/<profile>` only on `cargo build`), so `deps/`
-    // holds the libraries of this very build.
-    let exe = std::env::current_exe().unwrap();
-    exe.parent().unwrap().to_path_buf()
+    rocpack_testsupport::test_exe_dir()
 }
 
 fn golden() -> PathBuf {
-    manifest_dir().join("../../tests/fixtures/kpack-golden")
+    rocpack_testsupport::repo_root().join("tests/fixtures/kpack-golden")
 }
 
 /// The first zstd frame after the header, decoded by the zstd crate: an
@@ -227,7 +223,7 @@ fn run(exe: &Path, mode: &str, dir: &Path, env: &[(&str, String)]) -> String {
 }
 
 fn all_modes(static_link: bool) {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = rocpack_testsupport::tempdir();
     let dir = tmp.path().join("tree");
     setup(&dir);
     let exe = compile(tmp.path(), static_link);
@@ -328,7 +324,7 @@ fn exports_exactly_the_fourteen_functions() {
 
 #[test]
 fn header_compiles_and_links_as_cpp() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = rocpack_testsupport::tempdir();
     let exe = tmp.path().join("header_cpp");
     let lib = lib_dir();
     let st = Command::new("c++")

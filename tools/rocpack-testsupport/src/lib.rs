@@ -36,6 +36,16 @@ pub fn shared() -> PathBuf {
     }
 }
 
+/// The directory of the running test executable (`target/<profile>/deps`):
+/// `cargo test` builds every crate type of the library under test there
+/// (it uplifts them to `target/<profile>` only on `cargo build`).
+pub fn test_exe_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("path of the test executable");
+    exe.parent()
+        .expect("test executable's directory")
+        .to_path_buf()
+}
+
 /// `<shared>/fixtures`.
 pub fn fixtures() -> PathBuf {
     shared().join("fixtures")
@@ -230,6 +240,16 @@ pub fn write(p: &Path, data: &[u8]) {
     fs::write(p, data).unwrap_or_else(|e| panic!("write {}: {e}", p.display()));
 }
 
+/// Makes a FIFO at `p` (with `mkfifo`), for inputs that would hang a reader.
+pub fn mkfifo(p: &Path) {
+    let ok = Command::new("mkfifo")
+        .arg(p)
+        .status()
+        .unwrap_or_else(|e| panic!("mkfifo {}: {e}", p.display()))
+        .success();
+    assert!(ok, "mkfifo {} failed", p.display());
+}
+
 /// Inverts the bits of the byte at `at` (clamped to the last byte) of file
 /// `p`, writing a NEW file: split outputs may be hard links to the shared
 /// fixtures, so an existing inode is never written through.
@@ -374,6 +394,81 @@ pub fn mapped_rss_kib(addr: usize) -> Option<u64> {
         }
     }
     None
+}
+
+// ------------------------------------------------------------------ memory
+
+/// A global allocator that forwards to the system allocator and counts:
+/// the bytes live now, the most live at once, and the largest single
+/// request. An observer independent of the code under test, for memory
+/// bounds. Install it in a test binary with
+/// `#[global_allocator] static A: CountingAlloc = CountingAlloc::new();`.
+#[derive(Debug, Default)]
+pub struct CountingAlloc {
+    live: std::sync::atomic::AtomicUsize,
+    peak: std::sync::atomic::AtomicUsize,
+    largest: std::sync::atomic::AtomicUsize,
+}
+
+impl CountingAlloc {
+    /// All counters at zero.
+    pub const fn new() -> Self {
+        use std::sync::atomic::AtomicUsize;
+        Self {
+            live: AtomicUsize::new(0),
+            peak: AtomicUsize::new(0),
+            largest: AtomicUsize::new(0),
+        }
+    }
+
+    /// Starts a measurement: the peak and the largest request restart from
+    /// now. Returns the bytes live now, the base for [`Self::peak_since`].
+    pub fn start(&self) -> usize {
+        use std::sync::atomic::Ordering::Relaxed;
+        let base = self.live.load(Relaxed);
+        self.peak.store(base, Relaxed);
+        self.largest.store(0, Relaxed);
+        base
+    }
+
+    /// The most bytes live at once since [`Self::start`], above its `base`.
+    pub fn peak_since(&self, base: usize) -> usize {
+        self.peak
+            .load(std::sync::atomic::Ordering::Relaxed)
+            .saturating_sub(base)
+    }
+
+    /// The largest single allocation or reallocation since [`Self::start`].
+    pub fn largest(&self) -> usize {
+        self.largest.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    fn grew(&self, n: usize) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let now = self.live.fetch_add(n, Relaxed) + n;
+        self.peak.fetch_max(now, Relaxed);
+        self.largest.fetch_max(n, Relaxed);
+    }
+}
+
+// SAFETY: forwards every call to the system allocator unchanged; only counts.
+#[allow(unsafe_code)]
+unsafe impl std::alloc::GlobalAlloc for CountingAlloc {
+    unsafe fn alloc(&self, l: std::alloc::Layout) -> *mut u8 {
+        self.grew(l.size());
+        std::alloc::System.alloc(l)
+    }
+    unsafe fn dealloc(&self, p: *mut u8, l: std::alloc::Layout) {
+        self.live
+            .fetch_sub(l.size(), std::sync::atomic::Ordering::Relaxed);
+        std::alloc::System.dealloc(p, l)
+    }
+    unsafe fn realloc(&self, p: *mut u8, l: std::alloc::Layout, n: usize) -> *mut u8 {
+        self.live
+            .fetch_sub(l.size(), std::sync::atomic::Ordering::Relaxed);
+        self.grew(n);
+        std::alloc::System.realloc(p, l, n)
+    }
 }
 
 #[cfg(test)]

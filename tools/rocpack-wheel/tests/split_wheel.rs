@@ -5,24 +5,18 @@
 use std::collections::BTreeMap;
 use std::fs;
 use std::io::{Read, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use rocpack_artifacts::databases::DatabaseKind;
 use rocpack_artifacts::split::NoProgress;
+use rocpack_testsupport::{fatbins, tempdir};
 use rocpack_wheel::installed::verify_installed;
 use rocpack_wheel::{split_wheel, WheelSplitOptions};
 use sha2::{Digest, Sha256};
 use zip::write::SimpleFileOptions;
 
-fn fixtures() -> PathBuf {
-    std::env::var_os("ROCPACK_SHARED")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared")))
-        .join("fixtures")
-}
-
 fn fatbin(name: &str) -> Vec<u8> {
-    fs::read(fixtures().join("fatbins").join(name)).unwrap()
+    fs::read(fatbins().join(name)).unwrap()
 }
 
 const WHEEL: &str = "fx_pkg-2.0-py3-none-linux_x86_64.whl";
@@ -127,7 +121,7 @@ fn text(b: &[u8]) -> String {
 
 #[test]
 fn splits_into_host_and_device_wheels() {
-    let t = tempfile::tempdir().unwrap();
+    let t = tempdir();
     let input = t.path().join(WHEEL);
     make_wheel(&input, &base_files());
     let out = t.path().join("out");
@@ -213,7 +207,7 @@ fn splits_into_host_and_device_wheels() {
 
 #[test]
 fn output_does_not_depend_on_jobs_or_directory() {
-    let t = tempfile::tempdir().unwrap();
+    let t = tempdir();
     let input = t.path().join(WHEEL);
     make_wheel(&input, &base_files());
     let mut a = opts(&input, &t.path().join("a"));
@@ -243,7 +237,7 @@ fn output_does_not_depend_on_jobs_or_directory() {
 
 #[test]
 fn failures_leave_nothing() {
-    let t = tempfile::tempdir().unwrap();
+    let t = tempdir();
     let input = t.path().join(WHEEL);
     make_wheel(&input, &base_files());
     // A filter that keeps nothing.
@@ -273,7 +267,7 @@ fn failures_leave_nothing() {
 
 #[test]
 fn refuses_unsafe_or_inconsistent_wheels() {
-    let t = tempfile::tempdir().unwrap();
+    let t = tempdir();
     let cases: Vec<(&str, Files, Option<&str>)> = vec![
         (
             "escape",
@@ -311,7 +305,7 @@ fn refuses_unsafe_or_inconsistent_wheels() {
 /// family wheels from a packaging config whose dependencies all exist.
 #[test]
 fn prefix_compression_requires_and_families() {
-    let t = tempfile::tempdir().unwrap();
+    let t = tempdir();
     let input = t.path().join(WHEEL);
     make_wheel(&input, &base_files());
     let out = t.path().join("out");

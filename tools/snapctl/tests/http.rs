@@ -58,18 +58,8 @@ fn http_store_fetch_verify_and_read_only() {
     ok(&s.run(&s.create_args(2, "6.4"), &[]));
     let url = serve(s.store());
 
-    ok(&s.cmd(&[
-        "fetch",
-        "--snapshots-root",
-        "root",
-        "--store",
-        &url,
-        "--version",
-        "6.4",
-        "-o",
-        "got.a",
-    ]));
-    assert_eq!(sha256_hex(&fs::read(s.path().join("got.a")).unwrap()), a2);
+    ok(&s.fetch(&["--store", &url], None, "6.4", "got.a"));
+    assert_eq!(s.sha_of("got.a"), a2);
     let o = s.cmd(&["verify", "--snapshots-root", "root", "--store", &url]);
     assert_eq!(code(&o), 0, "{}{}", stdout(&o), stderr(&o));
 
@@ -84,19 +74,7 @@ fn http_store_fetch_verify_and_read_only() {
     let o = s.cmd(&["verify", "--snapshots-root", "root", "--store", &url]);
     assert_eq!(code(&o), 1);
     assert!(stdout(&o).contains(&format!("BAD 6.4 last-stable: blob cas/sha256/{a1} corrupt in {url}: expected sha256 {a1}, actual sha256 {bad}")), "{}", stdout(&o));
-    let o = s.cmd(&[
-        "fetch",
-        "--snapshots-root",
-        "root",
-        "--store",
-        &url,
-        "--channel",
-        "last-stable",
-        "--version",
-        "6.4",
-        "-o",
-        "bad.a",
-    ]);
+    let o = s.fetch(&["--store", &url], Some("last-stable"), "6.4", "bad.a");
     assert_eq!(code(&o), 1, "{}", stderr(&o));
     assert!(!s.path().join("bad.a").exists());
     // Missing on the server.
@@ -160,22 +138,9 @@ fn fetch_and_verify_are_bounded_by_the_recorded_size() {
     s.artifact(1);
     ok(&s.run(&s.create_args(1, "6.4"), &[]));
     let (url, sent) = serve_liar(100_000_000_000);
-    let fetch = |store: &str| {
-        s.cmd(&[
-            "fetch",
-            "--snapshots-root",
-            "root",
-            "--store",
-            store,
-            "--version",
-            "6.4",
-            "-o",
-            "got.a",
-        ])
-    };
+    let fetch = |store: &str| s.fetch(&["--store", store], None, "6.4", "got.a");
     let o = fetch(&url);
-    assert_eq!(code(&o), 1, "{}", stderr(&o));
-    assert!(stderr(&o).contains("metadata says"), "{}", stderr(&o));
+    fails_with(&o, 1, "metadata says");
     assert!(!s.path().join("got.a").exists());
     let leftovers: Vec<_> = fs::read_dir(s.path())
         .unwrap()

@@ -2,7 +2,9 @@
 
 mod common;
 use common::*;
+use std::collections::BTreeMap;
 use std::fs;
+use std::time::SystemTime;
 
 fn three_creates(s: &Scratch) -> [String; 3] {
     let mut shas = [String::new(), String::new(), String::new()];
@@ -17,10 +19,10 @@ fn meta(s: &Scratch, rel: &str) -> String {
     fs::read_to_string(s.root().join(rel)).unwrap()
 }
 
-#[test]
-fn three_creates_rotate_and_never_touch_blobs_or_other_versions() {
-    let s = Scratch::new(true);
-    let before_other: Vec<_> = [
+/// Content and metadata mtime of the seed's snapshots other than 6.4, which
+/// creates of 6.4 must leave alone.
+fn other_versions(s: &Scratch) -> Vec<(BTreeMap<String, Vec<u8>>, SystemTime)> {
+    [
         "stable/6.2",
         "stable/7.0",
         "last-stable/6.2",
@@ -28,15 +30,20 @@ fn three_creates_rotate_and_never_touch_blobs_or_other_versions() {
     ]
     .iter()
     .map(|d| {
-        (
-            tree(&s.root().join(d)),
-            fs::metadata(s.root().join(d).join("metadata.txt"))
-                .unwrap()
-                .modified()
-                .unwrap(),
-        )
+        let dir = s.root().join(d);
+        let mtime = fs::metadata(dir.join("metadata.txt"))
+            .unwrap()
+            .modified()
+            .unwrap();
+        (tree(&dir), mtime)
     })
-    .collect();
+    .collect()
+}
+
+#[test]
+fn three_creates_rotate_and_never_touch_blobs_or_other_versions() {
+    let s = Scratch::new(true);
+    let before_other = other_versions(&s);
 
     let a1 = s.artifact(1);
     ok(&s.run(&s.create_args(1, "6.4"), &[]));
@@ -115,23 +122,7 @@ fn three_creates_rotate_and_never_touch_blobs_or_other_versions() {
     );
 
     // Other versions untouched (content and mtime).
-    let after_other: Vec<_> = [
-        "stable/6.2",
-        "stable/7.0",
-        "last-stable/6.2",
-        "last-stable/7.0",
-    ]
-    .iter()
-    .map(|d| {
-        (
-            tree(&s.root().join(d)),
-            fs::metadata(s.root().join(d).join("metadata.txt"))
-                .unwrap()
-                .modified()
-                .unwrap(),
-        )
-    })
-    .collect();
+    let after_other = other_versions(&s);
     assert_eq!(before_other, after_other);
 
     // No transaction leftovers.
@@ -144,13 +135,7 @@ fn three_creates_rotate_and_never_touch_blobs_or_other_versions() {
     );
 
     // The checksums file is fresh and verify passes for 6.4 (the seed's blobs are not in this store).
-    ok(&s.cmd(&[
-        "check",
-        "--snapshots-root",
-        "root",
-        "--checksums",
-        "root/stable_checksums.bzl",
-    ]));
+    ok(&s.check("root/stable_checksums.bzl"));
 }
 
 #[test]
@@ -184,21 +169,10 @@ fn rollback_swaps_last_stable_back() {
         .exists());
     let bzl = meta(&s, "stable_checksums.bzl");
     assert!(bzl.contains(&format!("    \"6.4\": \"{a2}\",")), "{bzl}");
-    ok(&s.cmd(&[
-        "check",
-        "--snapshots-root",
-        "root",
-        "--checksums",
-        "root/stable_checksums.bzl",
-    ]));
+    ok(&s.check("root/stable_checksums.bzl"));
     // Nothing left to roll back to.
     let o = s.cmd(&["rollback", "--snapshots-root", "root", "--version", "6.4"]);
-    assert_eq!(code(&o), 2, "{}", stderr(&o));
-    assert!(
-        stderr(&o).contains("no last-stable snapshot of ROCm 6.4"),
-        "{}",
-        stderr(&o)
-    );
+    fails_with(&o, 2, "no last-stable snapshot of ROCm 6.4");
 }
 
 #[test]
@@ -287,22 +261,10 @@ fn check_reports_stale_file_with_diff() {
     ok(&s.run(&s.create_args(1, "6.4"), &[]));
     let stale = fs::read_to_string(s.root().join("stable_checksums.bzl")).unwrap();
     fs::write(s.path().join("checked_in.bzl"), &stale).unwrap();
-    ok(&s.cmd(&[
-        "check",
-        "--snapshots-root",
-        "root",
-        "--checksums",
-        "checked_in.bzl",
-    ]));
+    ok(&s.check("checked_in.bzl"));
     let a2 = s.artifact(2);
     ok(&s.run(&s.create_args(2, "6.4"), &[]));
-    let o = s.cmd(&[
-        "check",
-        "--snapshots-root",
-        "root",
-        "--checksums",
-        "checked_in.bzl",
-    ]);
+    let o = s.check("checked_in.bzl");
     assert_eq!(code(&o), 1);
     let d = stdout(&o);
     assert!(
@@ -316,13 +278,7 @@ fn check_reports_stale_file_with_diff() {
         stderr(&o)
     );
     // A missing checked-in file is stale too.
-    let o = s.cmd(&[
-        "check",
-        "--snapshots-root",
-        "root",
-        "--checksums",
-        "nope.bzl",
-    ]);
+    let o = s.check("nope.bzl");
     assert_eq!(code(&o), 1);
 }
 
@@ -353,17 +309,7 @@ fn verify_detects_corrupt_and_missing_blobs() {
     );
 
     // fetch refuses it and writes nothing.
-    let o = s.cmd(&[
-        "fetch",
-        "--snapshots-root",
-        "root",
-        "--channel",
-        "stable",
-        "--version",
-        "6.4",
-        "-o",
-        "out.a",
-    ]);
+    let o = s.fetch(&[], Some("stable"), "6.4", "out.a");
     assert_eq!(code(&o), 1, "{}", stderr(&o));
     assert!(
         stderr(&o).contains(&format!("expected sha256 {a3}, actual {actual}")),
@@ -409,27 +355,9 @@ fn verify_detects_corrupt_and_missing_blobs() {
 fn fetch_status_gc() {
     let s = Scratch::new(false);
     let [a1, a2, a3] = three_creates(&s);
-    ok(&s.cmd(&[
-        "fetch",
-        "--snapshots-root",
-        "root",
-        "--channel",
-        "last-stable",
-        "--version",
-        "6.4",
-        "-o",
-        "got.a",
-    ]));
-    assert_eq!(sha256_hex(&fs::read(s.path().join("got.a")).unwrap()), a2);
-    let o = s.cmd(&[
-        "fetch",
-        "--snapshots-root",
-        "root",
-        "--version",
-        "7.0",
-        "-o",
-        "x.a",
-    ]);
+    ok(&s.fetch(&[], Some("last-stable"), "6.4", "got.a"));
+    assert_eq!(s.sha_of("got.a"), a2);
+    let o = s.fetch(&[], None, "7.0", "x.a");
     assert_eq!(code(&o), 2);
     assert!(
         stderr(&o).contains("no stable snapshot of ROCm 7.0") && stderr(&o).contains("it has: 6.4"),
@@ -525,22 +453,22 @@ fn bad_input_exits_2_naming_file_and_line_and_writes_nothing() {
     );
     fs::write(&m62, &good).unwrap();
 
-    // Unknown version string on the command line.
-    let mut a = args.clone();
-    a[4] = "6.4-rc1".into();
-    assert_bad_input(&s, &a, "unknown ROCm version string \"6.4-rc1\"");
-    // Artifact that does not exist.
-    let mut a = args.clone();
-    a[6] = "art/missing.a".into();
-    assert_bad_input(&s, &a, "art/missing.a: artifact:");
-    // Header that does not exist.
-    let mut a = args.clone();
-    a[8] = "art/nope.h".into();
-    assert_bad_input(&s, &a, "art/nope.h: header:");
-    // Malformed --commit.
-    let mut a = args.clone();
-    a[10] = "rcclx".into();
-    assert_bad_input(&s, &a, "expected NAME=HASH");
+    // One bad value of `create_args` at a time: (index of the value, bad
+    // value, what the message must say).
+    for (i, bad, needle) in [
+        // Unknown version string on the command line.
+        (4, "6.4-rc1", "unknown ROCm version string \"6.4-rc1\""),
+        // Artifact that does not exist.
+        (6, "art/missing.a", "art/missing.a: artifact:"),
+        // Header that does not exist.
+        (8, "art/nope.h", "art/nope.h: header:"),
+        // Malformed --commit.
+        (10, "rcclx", "expected NAME=HASH"),
+    ] {
+        let mut a = args.clone();
+        a[i] = bad.into();
+        assert_bad_input(&s, &a, needle);
+    }
     // Unreadable store: configured store is a file.
     fs::write(s.root().join("snapctl.conf"), "# cfg\nstore = notadir\n").unwrap();
     fs::write(s.root().join("notadir"), "x").unwrap();
@@ -580,13 +508,7 @@ fn store_and_checksums_are_configured_once() {
     ok(&s.run(&s.create_args(2, "6.4"), &[]));
     assert_eq!(blob_stats(&s.path().join("blobs")).len(), 2);
     assert!(!s.root().join("store").exists());
-    ok(&s.cmd(&[
-        "check",
-        "--snapshots-root",
-        "root",
-        "--checksums",
-        "out/stable_checksums.bzl",
-    ]));
+    ok(&s.check("out/stable_checksums.bzl"));
     ok(&s.cmd(&["verify", "--snapshots-root", "root"]));
 }
 
@@ -660,23 +582,12 @@ fn prefix_is_remembered_and_never_reverts_to_rcclx() {
     );
     let gen = ok(&s.cmd(&["gen-checksums", "--snapshots-root", "root", "--output", "-"]));
     assert!(gen.contains("MYLIB_STABLE_CHECKSUMS"), "{gen}");
-    ok(&s.cmd(&[
-        "check",
-        "--snapshots-root",
-        "root",
-        "--checksums",
-        "root/stable_checksums.bzl",
-    ]));
+    ok(&s.check("root/stable_checksums.bzl"));
 
     let mut other = s.create_args(1, "6.4");
     other.extend(["--prefix".into(), "OTHER".into()]);
     let o = s.run(&other, &[]);
-    assert_eq!(code(&o), 2, "{}", stderr(&o));
-    assert!(
-        stderr(&o).contains("differs from prefix = MYLIB"),
-        "{}",
-        stderr(&o)
-    );
+    fails_with(&o, 2, "differs from prefix = MYLIB");
 }
 
 /// Item 5: `rollback` refuses a last-stable snapshot with a missing or changed header
@@ -693,8 +604,7 @@ fn rollback_refuses_incomplete_snapshot_and_readers_write_nothing() {
     fs::remove_file(&header).unwrap();
     let before = tree(&s.root());
     let o = s.cmd(&["rollback", "--snapshots-root", "root", "--version", "6.4"]);
-    assert_eq!(code(&o), 2, "{}", stderr(&o));
-    assert!(stderr(&o).contains("rccl.h"), "{}", stderr(&o));
+    fails_with(&o, 2, "rccl.h");
     assert!(stderr(&o).contains("incomplete"), "{}", stderr(&o));
     assert_same_tree(&before, &tree(&s.root()), "root after a refused rollback");
     fs::write(&header, b"changed\n").unwrap();

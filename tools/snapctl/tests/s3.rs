@@ -56,31 +56,10 @@ fn s3_store_create_verify_fetch_gc() {
 
     let o = s.cmd(&["verify", "--snapshots-root", "root", "--all"]);
     assert_eq!(code(&o), 0, "{}{}", stdout(&o), stderr(&o));
-    ok(&s.cmd(&[
-        "fetch",
-        "--snapshots-root",
-        "root",
-        "--version",
-        "6.2",
-        "-o",
-        "big.a",
-    ]));
+    ok(&s.fetch(&[], None, "6.2", "big.a"));
     assert!(fs::read(s.path().join("big.a")).unwrap() == big);
-    ok(&s.cmd(&[
-        "fetch",
-        "--snapshots-root",
-        "root",
-        "--channel",
-        "last-stable",
-        "--version",
-        "6.4",
-        "-o",
-        "got.a",
-    ]));
-    assert_eq!(
-        sha256_hex(&fs::read(s.path().join("got.a")).unwrap()),
-        shas[1]
-    );
+    ok(&s.fetch(&[], Some("last-stable"), "6.4", "got.a"));
+    assert_eq!(s.sha_of("got.a"), shas[1]);
     let gc = ok(&s.cmd(&["gc", "--snapshots-root", "root", "--dry-run"]));
     assert_eq!(
         gc, "",
@@ -99,15 +78,7 @@ fn s3_store_create_verify_fetch_gc() {
         "{}",
         stdout(&o)
     );
-    let o = s.cmd(&[
-        "fetch",
-        "--snapshots-root",
-        "root",
-        "--version",
-        "7.0",
-        "-o",
-        "x.a",
-    ]);
+    let o = s.fetch(&[], None, "7.0", "x.a");
     assert_eq!(code(&o), 2, "{}", stderr(&o));
     assert!(!s.path().join("x.a").exists());
 }
@@ -268,16 +239,8 @@ fn s3_artifact_changing_mid_upload_never_poisons() {
         );
     }
     ok(&s.cmd(&["verify", "--snapshots-root", "root", "--all"]));
-    ok(&s.cmd(&[
-        "fetch",
-        "--snapshots-root",
-        "root",
-        "--version",
-        "6.4",
-        "-o",
-        "got.a",
-    ]));
+    ok(&s.fetch(&[], None, "6.4", "got.a"));
     let meta = fs::read_to_string(s.root().join("stable/6.4/metadata.txt")).unwrap();
-    let got = sha256_hex(&fs::read(s.path().join("got.a")).unwrap());
+    let got = s.sha_of("got.a");
     assert!(meta.contains(&got), "{meta}");
 }

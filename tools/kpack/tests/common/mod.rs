@@ -6,6 +6,7 @@
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::process::Output;
+use std::time::Duration;
 
 pub use rocpack_testsupport::*;
 
@@ -24,6 +25,38 @@ pub fn kpack_ok<S: AsRef<OsStr>>(args: &[S]) -> String {
     let o = kpack(args);
     assert_ok(&o);
     stdout(&o)
+}
+
+/// Runs `kpack args…` under a 256 MiB address-space ceiling (one malloc
+/// arena, so the ceiling measures the heap, not per-thread reservations);
+/// fails the test when it is still running after 20 s.
+pub fn kpack_bounded(args: &[&str]) -> Output {
+    let mut cmd = under_vmem_limit(KPACK, 262_144);
+    cmd.args(args).env("MALLOC_ARENA_MAX", "1");
+    output_within(cmd, Duration::from_secs(20), &format!("kpack {args:?}"))
+}
+
+/// Two inputs no reader may take whole: a FIFO `dir/fifo` and a symlink
+/// `dir/zero` to `/dev/zero`. Returns (FIFO, link).
+pub fn fifo_and_dev_zero(dir: &Path, fifo: &str, zero: &str) -> (PathBuf, PathBuf) {
+    let (f, z) = (dir.join(fifo), dir.join(zero));
+    mkfifo(&f);
+    std::os::unix::fs::symlink("/dev/zero", &z).unwrap();
+    (f, z)
+}
+
+/// The arguments of `kpack split --artifact-dir art --artifact-prefix
+/// prefix --output-dir out`.
+pub fn split_args<'a>(art: &'a Path, prefix: &'a str, out: &'a Path) -> Vec<&'a str> {
+    vec![
+        "split",
+        "--artifact-dir",
+        s(art),
+        "--artifact-prefix",
+        prefix,
+        "--output-dir",
+        s(out),
+    ]
 }
 
 /// `kpack split --batch-artifact-parent-dir` for every fixture shard into

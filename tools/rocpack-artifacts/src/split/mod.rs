@@ -34,7 +34,7 @@
 //! decides which architectures are kept and where every file and code
 //! object goes, [`write`] writes the generic and per-architecture
 //! artifacts. This module holds the options and report types and commits
-//! the result through `rocpack-kpack`'s [`StagingDir`].
+//! the result through `rocpack-kpack`'s [`StagingDir`](rocpack_kpack::commit::StagingDir).
 
 mod plan;
 mod scan;
@@ -45,7 +45,6 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use rocpack_kpack::commit::StagingDir;
 use rocpack_kpack::Compression;
 use serde::Serialize;
 
@@ -369,23 +368,22 @@ fn split_artifact_inner(
 ) -> Result<SplitReport, SplitError> {
     check_name("artifact prefix", &opts.artifact_prefix)?;
     check_dirs(&opts.artifact_dir, &opts.output_dir)?;
-    let staging = StagingDir::new(&opts.output_dir).map_err(FsError::from)?;
     let generic = OsString::from(format!("{}_generic", opts.artifact_prefix));
-    if let Some(c) = staging.conflicts(&[generic]).into_iter().next() {
-        return Err(SplitError::Usage(format!(
-            "{}: already exists",
-            c.display()
-        )));
-    }
-    let report = split_into(opts, staging.path(), progress)?;
-    if let Some(c) = staging.conflicts(&output_names(&report)).into_iter().next() {
-        return Err(SplitError::Usage(format!(
-            "{}: already exists",
-            c.display()
-        )));
-    }
-    staging.commit().map_err(FsError::from)?;
-    Ok(report)
+    fsutil::commit_outputs(
+        &opts.output_dir,
+        &[generic],
+        |staging| {
+            let report = split_into(opts, staging, progress)?;
+            let names = output_names(&report);
+            Ok((report, names))
+        },
+        already_exists,
+    )
+}
+
+/// The error for an output that is already in the output directory.
+fn already_exists(path: &Path) -> SplitError {
+    SplitError::Usage(format!("{}: already exists", path.display()))
 }
 
 /// One artifact directory found by [`batch_artifacts`].
@@ -445,11 +443,25 @@ fn split_batch_inner(
 ) -> Result<Vec<SplitReport>, SplitError> {
     check_dirs(parent, &template.output_dir)?;
     let items = batch_artifacts(parent)?;
-    let staging = StagingDir::new(&template.output_dir).map_err(FsError::from)?;
+    fsutil::commit_outputs(
+        &template.output_dir,
+        &[],
+        |staging| split_batch_into(&items, template, staging, progress),
+        already_exists,
+    )
+}
+
+/// Splits `items` into `staging`; returns the reports and the output names.
+fn split_batch_into(
+    items: &[BatchItem],
+    template: &SplitOptions,
+    staging: &Path,
+    progress: &dyn Progress,
+) -> Result<(Vec<SplitReport>, Vec<OsString>), SplitError> {
     let mut reports = Vec::new();
     let mut errors = Vec::new();
     let mut names: Vec<OsString> = Vec::new();
-    for item in &items {
+    for item in items {
         let opts = SplitOptions {
             artifact_dir: item.dir.clone(),
             artifact_prefix: item.artifact_prefix.clone(),
@@ -457,9 +469,7 @@ fn split_batch_inner(
         };
         // Two artifact dirs with one prefix (e.g. `x_gfx110X` and `x_gfx120X`
         // in one parent) would write the same outputs.
-        let sub = staging
-            .path()
-            .join(format!(".{}", reports.len() + errors.len()));
+        let sub = staging.join(format!(".{}", reports.len() + errors.len()));
         let r = fs::create_dir(&sub)
             .ctx(&sub, "create directory")
             .map_err(SplitError::from)
@@ -468,7 +478,7 @@ fn split_batch_inner(
             Ok(r) => {
                 for n in output_names(&r) {
                     let from = sub.join(&n);
-                    let to = staging.path().join(&n);
+                    let to = staging.join(&n);
                     if to.exists() || names.contains(&n) {
                         errors.push(SplitError::Usage(format!(
                             "{}: output {} is produced by two artifact directories",
@@ -493,14 +503,7 @@ fn split_batch_inner(
             SplitError::Batch(errors)
         });
     }
-    if let Some(c) = staging.conflicts(&names).into_iter().next() {
-        return Err(SplitError::Usage(format!(
-            "{}: already exists",
-            c.display()
-        )));
-    }
-    staging.commit().map_err(FsError::from)?;
-    Ok(reports)
+    Ok((reports, names))
 }
 
 /// A [`Progress`] counting units, for tests and `--json` summaries.

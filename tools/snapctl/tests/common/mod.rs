@@ -7,14 +7,14 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+// Each test binary uses only part of these.
+#[allow(unused_imports)]
+pub use rocpack_testsupport::{copy_tree, repo_root, sha256_hex, stderr, stdout};
+
 pub const EPOCH: &str = "1769508672"; // 2026-01-27 10:11:12 UTC
 
 pub fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_snapctl")
-}
-
-pub fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
 pub fn seed_dir() -> PathBuf {
@@ -54,12 +54,13 @@ pub fn code(o: &Output) -> i32 {
     o.status.code().unwrap_or(-1)
 }
 
-pub fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
-
-pub fn stdout(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
+/// Asserts `o` exited with `want` and its stderr contains `needle`; returns
+/// the stderr.
+pub fn fails_with(o: &Output, want: i32, needle: &str) -> String {
+    let err = stderr(o);
+    assert_eq!(code(o), want, "{err}");
+    assert!(err.contains(needle), "`{needle}` not in: {err}");
+    err
 }
 
 /// Deterministic pseudo-random bytes (xorshift), so digests are stable across runs.
@@ -73,20 +74,6 @@ pub fn det_bytes(seed: u64, len: usize) -> Vec<u8> {
             (x >> 24) as u8
         })
         .collect()
-}
-
-pub fn copy_tree(src: &Path, dst: &Path) {
-    fs::create_dir_all(dst).unwrap();
-    for e in fs::read_dir(src).unwrap() {
-        let e = e.unwrap();
-        let ft = e.file_type().unwrap();
-        let to = dst.join(e.file_name());
-        if ft.is_dir() {
-            copy_tree(&e.path(), &to);
-        } else if ft.is_file() {
-            fs::copy(e.path(), &to).unwrap();
-        }
-    }
 }
 
 /// Every regular file under `dir`: relative path → content. Skips the lock file and
@@ -137,11 +124,6 @@ pub fn blob_stats(store: &Path) -> BTreeMap<String, (u64, i64, u64)> {
     out
 }
 
-pub fn sha256_hex(b: &[u8]) -> String {
-    use sha2::{Digest, Sha256};
-    hex::encode(Sha256::digest(b))
-}
-
 /// A scratch dir holding `root/` (copy of the seed), `art/` (artifacts, headers).
 pub struct Scratch {
     pub dir: tempfile::TempDir,
@@ -149,7 +131,7 @@ pub struct Scratch {
 
 impl Scratch {
     pub fn new(with_seed: bool) -> Scratch {
-        let dir = tempfile::tempdir().unwrap();
+        let dir = rocpack_testsupport::tempdir();
         if with_seed {
             copy_tree(&seed_dir(), &dir.path().join("root"));
         } else {
@@ -206,6 +188,31 @@ impl Scratch {
     }
     pub fn cmd(&self, args: &[&str]) -> Output {
         snapctl(self.path(), args, &[])
+    }
+    /// `snapctl check --snapshots-root root --checksums <checksums>`.
+    pub fn check(&self, checksums: &str) -> Output {
+        self.cmd(&[
+            "check",
+            "--snapshots-root",
+            "root",
+            "--checksums",
+            checksums,
+        ])
+    }
+    /// `snapctl fetch --snapshots-root root <store…> [--channel <channel>]
+    /// --version <version> -o <out>`; `store` is empty or `["--store", …]`.
+    pub fn fetch(&self, store: &[&str], channel: Option<&str>, version: &str, out: &str) -> Output {
+        let mut a = vec!["fetch", "--snapshots-root", "root"];
+        a.extend_from_slice(store);
+        if let Some(c) = channel {
+            a.extend(["--channel", c]);
+        }
+        a.extend(["--version", version, "-o", out]);
+        self.cmd(&a)
+    }
+    /// SHA-256 of the file at `rel` in the scratch dir.
+    pub fn sha_of(&self, rel: &str) -> String {
+        sha256_hex(&fs::read(self.path().join(rel)).unwrap())
     }
 }
 
