@@ -6,7 +6,7 @@
 
 use object::elf;
 use object::read::elf::{FileHeader as _, ProgramHeader as _, SectionHeader as _};
-use object::LittleEndian as LE;
+use object::{LittleEndian as LE, U32, U64};
 
 use crate::error::{Error, Result};
 
@@ -97,16 +97,20 @@ pub(crate) struct Phdr {
 }
 
 impl Phdr {
+    /// The on-disk program header (object's `ProgramHeader64`).
     pub fn encode(&self) -> [u8; 56] {
+        let h = elf::ProgramHeader64::<LE> {
+            p_type: U32::new(LE, self.p_type),
+            p_flags: U32::new(LE, self.p_flags),
+            p_offset: U64::new(LE, self.p_offset),
+            p_vaddr: U64::new(LE, self.p_vaddr),
+            p_paddr: U64::new(LE, self.p_paddr),
+            p_filesz: U64::new(LE, self.p_filesz),
+            p_memsz: U64::new(LE, self.p_memsz),
+            p_align: U64::new(LE, self.p_align),
+        };
         let mut b = [0u8; 56];
-        b[0..4].copy_from_slice(&self.p_type.to_le_bytes());
-        b[4..8].copy_from_slice(&self.p_flags.to_le_bytes());
-        b[8..16].copy_from_slice(&self.p_offset.to_le_bytes());
-        b[16..24].copy_from_slice(&self.p_vaddr.to_le_bytes());
-        b[24..32].copy_from_slice(&self.p_paddr.to_le_bytes());
-        b[32..40].copy_from_slice(&self.p_filesz.to_le_bytes());
-        b[40..48].copy_from_slice(&self.p_memsz.to_le_bytes());
-        b[48..56].copy_from_slice(&self.p_align.to_le_bytes());
+        b.copy_from_slice(object::pod::bytes_of(&h));
         b
     }
 }
@@ -127,18 +131,22 @@ pub(crate) struct Shdr {
 }
 
 impl Shdr {
+    /// The on-disk section header (object's `SectionHeader64`).
     pub fn encode(&self) -> [u8; 64] {
+        let h = elf::SectionHeader64::<LE> {
+            sh_name: U32::new(LE, self.sh_name),
+            sh_type: U32::new(LE, self.sh_type),
+            sh_flags: U64::new(LE, self.sh_flags),
+            sh_addr: U64::new(LE, self.sh_addr),
+            sh_offset: U64::new(LE, self.sh_offset),
+            sh_size: U64::new(LE, self.sh_size),
+            sh_link: U32::new(LE, self.sh_link),
+            sh_info: U32::new(LE, self.sh_info),
+            sh_addralign: U64::new(LE, self.sh_addralign),
+            sh_entsize: U64::new(LE, self.sh_entsize),
+        };
         let mut b = [0u8; 64];
-        b[0..4].copy_from_slice(&self.sh_name.to_le_bytes());
-        b[4..8].copy_from_slice(&self.sh_type.to_le_bytes());
-        b[8..16].copy_from_slice(&self.sh_flags.to_le_bytes());
-        b[16..24].copy_from_slice(&self.sh_addr.to_le_bytes());
-        b[24..32].copy_from_slice(&self.sh_offset.to_le_bytes());
-        b[32..40].copy_from_slice(&self.sh_size.to_le_bytes());
-        b[40..44].copy_from_slice(&self.sh_link.to_le_bytes());
-        b[44..48].copy_from_slice(&self.sh_info.to_le_bytes());
-        b[48..56].copy_from_slice(&self.sh_addralign.to_le_bytes());
-        b[56..64].copy_from_slice(&self.sh_entsize.to_le_bytes());
+        b.copy_from_slice(object::pod::bytes_of(&h));
         b
     }
     pub fn is_alloc(&self) -> bool {
@@ -396,34 +404,35 @@ impl<'a> Elf<'a> {
         let n = bytes.len() / size as usize;
         let bad = |()| Error::malformed(s.sh_offset, "relocation table");
         let at = |i: usize| s.sh_offset + i as u64 * size;
-        if rela {
-            let (rs, _) =
-                object::pod::slice_from_bytes::<elf::Rela64<LE>>(bytes, n).map_err(bad)?;
-            Ok(rs
-                .iter()
-                .enumerate()
-                .map(|(i, r)| Reloc {
-                    entry_offset: at(i),
-                    r_offset: r.r_offset.get(LE),
-                    r_type: r.r_type(LE, false),
-                    r_sym: r.r_sym(LE, false),
-                    r_addend: Some(r.r_addend.get(LE)),
-                })
-                .collect())
+        // SHT_REL entries are read as RELA ones without an addend.
+        let entries: Vec<elf::Rela64<LE>> = if rela {
+            object::pod::slice_from_bytes::<elf::Rela64<LE>>(bytes, n)
+                .map_err(bad)?
+                .0
+                .to_vec()
         } else {
-            let (rs, _) = object::pod::slice_from_bytes::<elf::Rel64<LE>>(bytes, n).map_err(bad)?;
-            Ok(rs
+            object::pod::slice_from_bytes::<elf::Rel64<LE>>(bytes, n)
+                .map_err(bad)?
+                .0
                 .iter()
-                .enumerate()
-                .map(|(i, r)| Reloc {
-                    entry_offset: at(i),
-                    r_offset: r.r_offset.get(LE),
-                    r_type: r.r_type(LE),
-                    r_sym: r.r_sym(LE),
-                    r_addend: None,
+                .map(|r| elf::Rela64 {
+                    r_offset: r.r_offset,
+                    r_info: r.r_info,
+                    r_addend: object::I64::new(LE, 0),
                 })
-                .collect())
-        }
+                .collect()
+        };
+        Ok(entries
+            .iter()
+            .enumerate()
+            .map(|(i, r)| Reloc {
+                entry_offset: at(i),
+                r_offset: r.r_offset.get(LE),
+                r_type: r.r_type(LE, false),
+                r_sym: r.r_sym(LE, false),
+                r_addend: rela.then(|| r.r_addend.get(LE)),
+            })
+            .collect())
     }
 
     /// Addresses listed by a SHT_RELR section, each with whether it came

@@ -53,12 +53,21 @@ fn load(loader: &Path, libdir: &Path, file: &Path, dump_len: usize) -> Vec<Strin
         std::fs::set_permissions(file, std::fs::Permissions::from_mode(0o755)).unwrap();
         Command::new(file)
     };
-    let o = cmd
-        .env("LD_LIBRARY_PATH", libdir)
+    cmd.env("LD_LIBRARY_PATH", libdir)
         .env("ROCPACK_STUB_LOG", &log)
-        .env("ROCPACK_STUB_LEN", dump_len.to_string())
-        .output()
-        .unwrap();
+        .env("ROCPACK_STUB_LEN", dump_len.to_string());
+    // A file just written can be "busy" for a moment: a child another test
+    // thread forks in between holds the write descriptor until its exec.
+    let mut tries = 0;
+    let o = loop {
+        match cmd.output() {
+            Err(e) if e.raw_os_error() == Some(26) && tries < 50 => {
+                tries += 1;
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            r => break r.unwrap(),
+        }
+    };
     assert!(
         o.status.success(),
         "{}: exit {:?}: {}",
