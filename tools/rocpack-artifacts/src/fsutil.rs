@@ -222,6 +222,103 @@ pub fn real_dir_below(base: &Path, rel: &str) -> Result<Option<PathBuf>, String>
 /// checked with `fstat` on the open descriptor).
 pub fn read_bounded(path: &Path, limit: u64) -> io::Result<Vec<u8>> {
     use std::io::Read;
+    let (f, meta) = open_regular(path)?;
+    if meta.len() > limit {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("file is {} bytes; at most {limit} are accepted", meta.len()),
+        ));
+    }
+    let mut bytes = Vec::with_capacity(meta.len() as usize);
+    f.take(limit + 1).read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > limit {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("file grew past {limit} bytes while being read"),
+        ));
+    }
+    Ok(bytes)
+}
+
+/// A regular file mapped read-only (an empty file has no mapping), with
+/// the open file for positioned reads ([`Mapped::source`]).
+pub struct Mapped {
+    file: fs::File,
+    map: Option<memmap2::Mmap>,
+}
+
+impl Mapped {
+    /// Maps `path`; refuses what is not a regular file (a FIFO is never
+    /// waited on).
+    #[allow(unsafe_code)]
+    pub fn open(path: &Path) -> io::Result<Mapped> {
+        let (file, meta) = open_regular(path)?;
+        let map = if meta.len() == 0 {
+            None
+        } else {
+            // SAFETY: a read-only private mapping of an input nobody
+            // modifies while the tool runs (every build action's premise);
+            // a concurrent truncation could raise SIGBUS, never memory
+            // unsafety beyond that documented mmap caveat.
+            Some(unsafe { memmap2::Mmap::map(&file) }?)
+        };
+        Ok(Mapped { file, map })
+    }
+
+    /// The file's bytes (through the mapping: touch only headers).
+    pub fn bytes(&self) -> &[u8] {
+        self.map.as_deref().unwrap_or_default()
+    }
+
+    /// The same bytes through positioned reads (what parsers of bundle
+    /// headers should read, so device code is never mapped in).
+    pub fn source(&self) -> rocpack_bundle::FileRange<'_> {
+        rocpack_bundle::FileRange::new(&self.file, 0, self.bytes().len() as u64)
+    }
+
+    /// The open file.
+    pub fn file(&self) -> &fs::File {
+        &self.file
+    }
+}
+
+/// Whether two files hold the same bytes, compared in 256 KiB pieces.
+pub fn files_equal(a: &Path, b: &Path) -> io::Result<bool> {
+    use std::io::Read;
+    let (mut fa, ma) = open_regular(a)?;
+    let (mut fb, mb) = open_regular(b)?;
+    if ma.len() != mb.len() {
+        return Ok(false);
+    }
+    let fill = |f: &mut fs::File, buf: &mut [u8]| -> io::Result<usize> {
+        let mut n = 0;
+        while n < buf.len() {
+            match f.read(&mut buf[n..]) {
+                Ok(0) => break,
+                Ok(k) => n += k,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(n)
+    };
+    let mut ba = vec![0u8; 256 * 1024];
+    let mut bb = vec![0u8; 256 * 1024];
+    loop {
+        let n = fill(&mut fa, &mut ba)?;
+        let m = fill(&mut fb, &mut bb)?;
+        if n != m || ba[..n] != bb[..m] {
+            return Ok(false);
+        }
+        if n == 0 {
+            return Ok(true);
+        }
+    }
+}
+
+/// Opens `path` for reading without blocking on a FIFO and refuses what is
+/// not a regular file, naming what it is.
+fn open_regular(path: &Path) -> io::Result<(fs::File, fs::Metadata)> {
     use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
     let f = fs::OpenOptions::new()
         .read(true)
@@ -244,21 +341,7 @@ pub fn read_bounded(path: &Path, limit: u64) -> io::Result<Vec<u8>> {
             format!("not a regular file ({kind})"),
         ));
     }
-    if meta.len() > limit {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidData,
-            format!("file is {} bytes; at most {limit} are accepted", meta.len()),
-        ));
-    }
-    let mut bytes = Vec::with_capacity(meta.len() as usize);
-    f.take(limit + 1).read_to_end(&mut bytes)?;
-    if bytes.len() as u64 > limit {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidData,
-            format!("file grew past {limit} bytes while being read"),
-        ));
-    }
-    Ok(bytes)
+    Ok((f, meta))
 }
 
 /// Joins a `/`-separated relative path (already validated) onto `base`.

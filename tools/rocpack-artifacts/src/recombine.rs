@@ -30,7 +30,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
-use std::io::{self, Read};
+use std::io;
 use std::path::{Path, PathBuf};
 
 use rayon::prelude::*;
@@ -366,39 +366,6 @@ fn is_kpack_path(rel: &str) -> bool {
 }
 
 /// Byte-for-byte comparison (sizes first, then streamed chunks).
-fn files_equal(a: &Path, b: &Path) -> io::Result<bool> {
-    let (ma, mb) = (fs::metadata(a)?, fs::metadata(b)?);
-    if ma.len() != mb.len() {
-        return Ok(false);
-    }
-    let (mut fa, mut fb) = (fs::File::open(a)?, fs::File::open(b)?);
-    let mut ba = vec![0u8; 256 * 1024];
-    let mut bb = vec![0u8; 256 * 1024];
-    loop {
-        let n = read_full(&mut fa, &mut ba)?;
-        let m = read_full(&mut fb, &mut bb)?;
-        if n != m || ba.get(..n) != bb.get(..m) {
-            return Ok(false);
-        }
-        if n == 0 {
-            return Ok(true);
-        }
-    }
-}
-
-fn read_full(f: &mut fs::File, buf: &mut [u8]) -> io::Result<usize> {
-    let mut n = 0;
-    while n < buf.len() {
-        match f.read(&mut buf[n..]) {
-            Ok(0) => break,
-            Ok(k) => n += k,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(n)
-}
-
 fn sha256_file(p: &Path) -> String {
     use sha2::{Digest, Sha256};
     let mut h = Sha256::new();
@@ -464,24 +431,26 @@ fn same_device_content(rel: &str, a: &TreeEntry, b: &TreeEntry) -> Result<(), St
                 ))
             }
         }
-        (EntryKind::File { .. }, EntryKind::File { .. }) => match files_equal(&a.path, &b.path) {
-            Ok(true) => Ok(()),
-            Ok(false) => {
-                if rel.ends_with(".kpack") {
-                    match kpack_difference(&a.path, &b.path) {
-                        None => Ok(()),
-                        Some(d) => Err(d),
+        (EntryKind::File { .. }, EntryKind::File { .. }) => {
+            match fsutil::files_equal(&a.path, &b.path) {
+                Ok(true) => Ok(()),
+                Ok(false) => {
+                    if rel.ends_with(".kpack") {
+                        match kpack_difference(&a.path, &b.path) {
+                            None => Ok(()),
+                            Some(d) => Err(d),
+                        }
+                    } else {
+                        Err(format!(
+                            "sha256 {} vs {}",
+                            sha256_file(&a.path),
+                            sha256_file(&b.path)
+                        ))
                     }
-                } else {
-                    Err(format!(
-                        "sha256 {} vs {}",
-                        sha256_file(&a.path),
-                        sha256_file(&b.path)
-                    ))
                 }
+                Err(e) => Err(format!("cannot compare: {e}")),
             }
-            Err(e) => Err(format!("cannot compare: {e}")),
-        },
+        }
         _ => Err("one is a file, the other a directory or symlink".into()),
     }
 }
@@ -489,11 +458,12 @@ fn same_device_content(rel: &str, a: &TreeEntry, b: &TreeEntry) -> Result<(), St
 /// Split host binaries differ in layout between shards; compare what the
 /// runtime uses instead: marker payload and wrapper co_indices.
 fn host_binary_signature(p: &Path) -> Option<(Vec<u8>, Vec<u32>)> {
-    let data = fs::read(p).ok()?;
+    let m = fsutil::Mapped::open(p).ok()?;
+    let data = m.bytes();
     if !data.starts_with(b"\x7fELF") {
         return None;
     }
-    let info = rocpack_elf::analyze(&data).ok()?;
+    let info = rocpack_elf::analyze_in(data, &m.source()).ok()?;
     if info.state != rocpack_elf::State::Split {
         return None;
     }

@@ -283,7 +283,7 @@ fn check_generic_file(pkg: &Package, rel: &str, path: &Path) -> Vec<GenericFindi
         )));
         return out;
     }
-    let Ok(data) = fs::read(path) else {
+    let Ok(mapped) = fsutil::Mapped::open(path) else {
         out.push(GenericFinding::Violation(v(
             &pkg.name,
             rel,
@@ -292,6 +292,7 @@ fn check_generic_file(pkg: &Package, rel: &str, path: &Path) -> Vec<GenericFindi
         )));
         return out;
     };
+    let data = mapped.bytes();
     if data.starts_with(b"__CLANG_OFFLOAD_BUNDLE__") || data.starts_with(b"CCOB") {
         out.push(GenericFinding::Warning(format!(
             "{}/{rel}: device-only offload bundle in a generic package: it ships only the archs of the shard it came from",
@@ -299,8 +300,8 @@ fn check_generic_file(pkg: &Package, rel: &str, path: &Path) -> Vec<GenericFindi
         )));
         return out;
     }
-    if rocpack_elf::is_archive(&data) {
-        match rocpack_elf::archive_members(&data) {
+    if rocpack_elf::is_archive(data) {
+        match rocpack_elf::archive_members(data) {
             Ok(members) => {
                 for m in members {
                     if m.data.starts_with(b"\x7fELF") {
@@ -319,7 +320,7 @@ fn check_generic_file(pkg: &Package, rel: &str, path: &Path) -> Vec<GenericFindi
     if !data.starts_with(b"\x7fELF") {
         return out;
     }
-    out.extend(judge_elf(pkg, rel, rel, &data));
+    out.extend(judge_elf(pkg, rel, rel, data));
     out
 }
 
@@ -724,7 +725,7 @@ pub fn verify(
         if list.len() > 1 {
             let first = list[0];
             for other in &list[1..] {
-                let same = fs::read(first.1).ok() == fs::read(other.1).ok();
+                let same = fsutil::files_equal(first.1, other.1).unwrap_or(false);
                 if !same {
                     vio.push(v(
                         &first.0.name,

@@ -613,10 +613,12 @@ impl Collector<'_> {
 }
 
 /// Unmaps the pages of `map` this process has touched, in `range` (byte
-/// offset, length) or everywhere. Every page fault on a file mapping maps
-/// up to 64 KiB around the byte read (fault-around), so reading a bundle
-/// header and the first bytes of each code object of a 1.3 GB library
-/// would otherwise keep hundreds of MiB resident until the file is done.
+/// offset, length) or everywhere. A page fault on a file mapping maps the
+/// pages around the byte read (fault-around; on current kernels the whole
+/// page-cache folio, up to 2 MiB), so walking the bundles of a 1.3 GB
+/// library would otherwise keep hundreds of MiB resident until the file is
+/// done. Bundle headers are read with positioned reads instead (see
+/// `FileRange`); this covers the host rewrite and the bundle walks.
 /// The pages stay in the page cache; a later read faults them in again.
 #[allow(unsafe_code)]
 fn release(map: &memmap2::Mmap, range: Option<(u64, usize)>) {
