@@ -11,9 +11,9 @@
 # run had committed, possibly through the roll-forward), the directory must then
 # equal the reference, and no staging directory or lock may be left.
 #
-# A fifth mode aborts split inside its commit into an existing directory
-# (ROCPACK_FAULT_COMMIT_AFTER=k, k random), the window random kills rarely
-# hit, so the roll-forward is exercised every time.
+# Two more modes abort split and recombine inside their commit into an
+# existing directory (ROCPACK_FAULT_COMMIT_AFTER=k, k random), the window
+# random kills rarely hit, so the roll-forward is exercised every time.
 #
 # Bounded: STRESS_SECONDS (default 100) of kill iterations, at most
 # STRESS_ITERATIONS (default 1000). Prints counts; exits 1 on any broken
@@ -65,6 +65,7 @@ t0=$(now_ms); recombine_cmd "$W/ref-rec" >/dev/null 2>&1; t_rec=$(( $(now_ms) - 
 REF_SPLIT="$(tree_digest "$W/ref-split")"
 N_SPLIT_OUT=$(find "$W/ref-split" -mindepth 1 -maxdepth 1 | wc -l)
 REF_REC="$(tree_digest "$W/ref-rec")"
+N_REC_OUT=$(find "$W/ref-rec" -mindepth 1 -maxdepth 1 | wc -l)
 EMPTY="$(empty_digest)"
 echo "kpack stress: reference split ${t_split} ms, recombine ${t_rec} ms; ${BUDGET}s budget"
 
@@ -75,8 +76,9 @@ fail() { echo "INVARIANT BROKEN (iteration $iters, $mode, kill after ${delay_ms}
 
 start=$(date +%s)
 while [ $(( $(date +%s) - start )) -lt "$BUDGET" ] && [ "$iters" -lt "$MAX_ITER" ]; do
-    mode_n=$(( iters % 5 ))
+    mode_n=$(( iters % 6 ))
     case $mode_n in
+        5) mode=recombine-commit-fault; cmd=recombine_cmd; ref=$REF_REC ;;
         4) mode=split-commit-fault; cmd=split_cmd; ref=$REF_SPLIT ;;
         0) mode=split-new; cmd=split_cmd; ref=$REF_SPLIT ;;
         1) mode=split-existing; cmd=split_cmd; ref=$REF_SPLIT ;;
@@ -90,7 +92,7 @@ while [ $(( $(date +%s) - start )) -lt "$BUDGET" ] && [ "$iters" -lt "$MAX_ITER"
     if [[ $mode == split-existing || $mode == split-commit-fault ]]; then
         mkdir "$out"; echo kept >"$out/unrelated.txt"
     fi
-    if [[ $mode == recombine-existing ]]; then mkdir "$out"; fi
+    if [[ $mode == recombine-existing || $mode == recombine-commit-fault ]]; then mkdir "$out"; fi
     # Kill somewhere in [0, 1.2 x the run time), the run time being the
     # last uninterrupted run of this command (the machine's load varies);
     # every other iteration aims at the last half, where commits happen.
@@ -106,9 +108,12 @@ while [ $(( $(date +%s) - start )) -lt "$BUDGET" ] && [ "$iters" -lt "$MAX_ITER"
         # the commit, which random timing rarely hits.
         k=$(( RANDOM % N_SPLIT_OUT ))
         ROCPACK_FAULT_COMMIT_AFTER=$k "${SPLIT[@]}" "$out" >/dev/null 2>&1 & pid=$!
+    elif [[ $mode == recombine-commit-fault ]]; then
+        k=$(( RANDOM % N_REC_OUT ))
+        ROCPACK_FAULT_COMMIT_AFTER=$k "${RECOMBINE[@]}" "$out" >/dev/null 2>&1 & pid=$!
     elif [[ $mode == split-* ]]; then "${SPLIT[@]}" "$out" >/dev/null 2>&1 & pid=$!
     else "${RECOMBINE[@]}" "$out" >/dev/null 2>&1 & pid=$!; fi
-    if [[ $mode != split-commit-fault ]]; then
+    if [[ $mode != *-commit-fault ]]; then
         sleep "$(printf '%d.%03d' $((delay_ms / 1000)) $((delay_ms % 1000)))"
         kill -9 "$pid" 2>/dev/null || true
     fi
@@ -125,7 +130,7 @@ while [ $(( $(date +%s) - start )) -lt "$BUDGET" ] && [ "$iters" -lt "$MAX_ITER"
         d="$(tree_digest "$out")"
         if [ "$d" = "$EMPTY" ]; then st_old=$((st_old + 1))
         elif [ "$d" = "$ref" ]; then st_new=$((st_new + 1))
-        elif [[ $mode == split-existing || $mode == split-commit-fault ]] \
+        elif [[ $mode == *-existing || $mode == *-commit-fault ]] \
             && compgen -G "$it/.out.partial-*/.commit" >/dev/null; then
             st_rolling=$((st_rolling + 1))
         else
@@ -156,7 +161,7 @@ while [ $(( $(date +%s) - start )) -lt "$BUDGET" ] && [ "$iters" -lt "$MAX_ITER"
     iters=$((iters + 1))
 done
 
-modes=""; for m in split-new split-existing split-commit-fault recombine-new recombine-existing; do modes+=" $m ${per_mode[$m]:-0},"; done
+modes=""; for m in split-new split-existing split-commit-fault recombine-new recombine-existing recombine-commit-fault; do modes+=" $m ${per_mode[$m]:-0},"; done
 echo "kpack stress: $iters kill -9 iterations (${modes%,}); killed mid-run $killed, finished before the kill $finished"
 echo "kpack stress: state after the kill: old $st_old, new $st_new, interrupted commit (rolled forward by the re-run) $st_rolling"
 echo "kpack stress: re-runs: completed $rerun_ok, refused as already complete $rerun_refused"

@@ -500,6 +500,10 @@ fn recombine_inner(
     log: &mut (dyn FnMut(&str) + Send),
 ) -> Result<RecombineReport, RecombineError> {
     let out = &opts.output_dir;
+    // A commit into this directory that a kill interrupted is finished
+    // first: its durable list says what belongs there, and the directory is
+    // then judged complete, not partly filled.
+    rocpack_kpack::commit::complete_interrupted(out).map_err(FsError::from)?;
     if let Ok(meta) = fs::symlink_metadata(out) {
         if !meta.is_dir() {
             return Err(RecombineError::OutputNotEmpty(out.clone()));
