@@ -710,34 +710,37 @@ fn split_fat(
         let mut member_seen = MemberNames::default();
         let mut any = false;
         for m in &members {
-            let info = match rocpack_elf::analyze(m.data) {
+            let member_err = |e: rocpack_elf::Error| {
+                elf_err(
+                    path,
+                    rocpack_elf::Error::Member {
+                        name: m.name.clone(),
+                        offset: m.header_offset,
+                        source: Box::new(e),
+                    },
+                )
+            };
+            // Bundle headers through positioned reads, as for ELF files.
+            let at = offset_in(data, m.data).ok_or_else(|| {
+                SplitError::Usage(format!(
+                    "{}: internal: archive member `{}` is not inside the file",
+                    path.display(),
+                    m.name
+                ))
+            })?;
+            let member_src = rocpack_bundle::Window::new(&src, at, m.data.len() as u64);
+            let info = match rocpack_elf::analyze_in(m.data, &member_src) {
                 Ok(i) => i,
                 // Members that are not ELF64 objects (e.g. other archives'
                 // payloads) carry no HIP device code we can split.
                 Err(rocpack_elf::Error::NotElf) => continue,
                 Err(e @ rocpack_elf::Error::Unsupported { .. }) => {
                     if carries_device_code(m.data) {
-                        return Err(elf_err(
-                            path,
-                            rocpack_elf::Error::Member {
-                                name: m.name.clone(),
-                                offset: m.header_offset,
-                                source: Box::new(e),
-                            },
-                        ));
+                        return Err(member_err(e));
                     }
                     continue;
                 }
-                Err(e) => {
-                    return Err(elf_err(
-                        path,
-                        rocpack_elf::Error::Member {
-                            name: m.name.clone(),
-                            offset: m.header_offset,
-                            source: Box::new(e),
-                        },
-                    ))
-                }
+                Err(e) => return Err(member_err(e)),
             };
             if !info.has_device_code() {
                 continue;
