@@ -979,39 +979,45 @@ fn lookup(
             candidates.join(", ")
         )));
     }
-    let mut last_miss = None;
     let readers: Vec<&rocpack_kpack::KpackReader> = valid.iter().map(|(_, r)| *r).collect();
-    for (i, t, _) in rocpack_kpack::match_order(&[arch], &readers) {
-        let (path, r) = valid[i];
+    let order = rocpack_kpack::match_order(&[arch], &readers);
+    // The runtime's fall-through (one loop, shared with librocm_kpack): any
+    // per-archive failure moves on to the next archive listing the target.
+    // A lookup is "not built" only when every archive lacked the key.
+    let mut only_misses = true;
+    let got = rocpack_kpack::fall_through(&order, |(i, t, _)| {
+        let (path, r) = valid[*i];
         let t = t.as_str();
         if r.entry(&key, t).is_none() {
-            last_miss = Some(format!(
+            return Err(format!(
                 "{path} lists {t} but has no kernel {key} (KERNEL_NOT_FOUND)"
             ));
-            continue;
         }
-        let bytes = r.get(&key, t).map_err(|e| {
-            LookupError::Other(format!("{path}: kernel {key} [{t}] does not read: {e}"))
-        })?;
+        only_misses = false;
+        let bytes = r
+            .get(&key, t)
+            .map_err(|e| format!("{path}: kernel {key} [{t}] does not read: {e}"))?;
         let machine = bytes.get(18..20).map(|b| u16::from_le_bytes([b[0], b[1]]));
         if !bytes.starts_with(b"\x7fELF") || machine != Some(EM_AMDGPU) {
-            return Err(LookupError::Other(format!(
+            return Err(format!(
                 "{path}: kernel {key} [{t}] is not an AMDGPU ELF code object"
-            )));
+            ));
         }
-        return Ok(());
+        Ok(())
+    });
+    match got {
+        Ok(_) => Ok(()),
+        Err(Some((_, m))) if only_misses => Err(LookupError::NoKernel(m)),
+        Err(Some((_, m))) => Err(LookupError::Other(m)),
+        Err(None) => Err(LookupError::Other(format!(
+            "no archive lists a target compatible with {arch} (ARCH_NOT_FOUND); archives: {}",
+            valid
+                .iter()
+                .map(|(p, _)| p.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ))),
     }
-    if let Some(m) = last_miss {
-        return Err(LookupError::NoKernel(m));
-    }
-    Err(LookupError::Other(format!(
-        "no archive lists a target compatible with {arch} (ARCH_NOT_FOUND); archives: {}",
-        valid
-            .iter()
-            .map(|(p, _)| p.as_str())
-            .collect::<Vec<_>>()
-            .join(", ")
-    )))
 }
 
 /// Why a lookup failed.

@@ -38,9 +38,9 @@ pub use format::{
 };
 pub use kpm::{Kpm, KpmFile};
 pub use loader::{
-    candidate_paths, compatible_targets, expand_search_path, match_order, strip_target_prefix,
-    weakly_canonical, Candidate, LoadError, Loader, LoaderEnv, Lookup, Resolved, AMDHSA_PREFIX,
-    ENV_KPACK_PATH, ENV_KPACK_PATH_PREFIX, ENV_PATH_SEPARATOR,
+    candidate_paths, compatible_targets, expand_search_path, fall_through, match_order,
+    strip_target_prefix, weakly_canonical, Candidate, LoadError, Loader, LoaderEnv, Lookup,
+    Resolved, AMDHSA_PREFIX, ENV_KPACK_PATH, ENV_KPACK_PATH_PREFIX, ENV_PATH_SEPARATOR,
 };
 pub use marker::{Marker, MARKER_MAX_LEN, MARKER_SECTION, MARKER_SECTION_PE};
 pub use reader::KpackReader;

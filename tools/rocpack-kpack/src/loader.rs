@@ -250,6 +250,29 @@ pub struct Lookup {
     pub archives: Vec<PathBuf>,
 }
 
+/// Step 5 of the runtime's lookup, the one fall-through loop of the
+/// project: try `fetch` on every candidate in order; the first success wins
+/// and any per-archive failure moves on to the next candidate. `Ok` holds the
+/// candidate `fetch` accepted, `Err(Some(..))` the last candidate and its
+/// failure (the runtime returns the last archive's error), `Err(None)` means
+/// there was no candidate (`ARCH_NOT_FOUND`). [`Loader::resolve`], the
+/// runtime library's `kpack_load_code_object` and `kpack verify` (which
+/// resolves paths in a tree as installed, not on this machine, hence the
+/// generic candidate) all go through it.
+pub fn fall_through<C, T, E>(
+    candidates: &[C],
+    mut fetch: impl FnMut(&C) -> Result<T, E>,
+) -> Result<(&C, T), Option<(&C, E)>> {
+    let mut last = None;
+    for c in candidates {
+        match fetch(c) {
+            Ok(v) => return Ok((c, v)),
+            Err(e) => last = Some((c, e)),
+        }
+    }
+    Err(last)
+}
+
 /// Why a lookup fails; [`LoadError::code`] gives the runtime's error number.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -392,8 +415,8 @@ impl Loader {
         co_index: u64,
         arch_list: &[&str],
     ) -> Result<Resolved, LoadError> {
-        self.resolve_inner(marker, binary_dir, co_index, arch_list)
-            .map(|(r, _)| r)
+        self.resolve_inner(marker, binary_dir, co_index, arch_list, |_, _, _| Ok(()))
+            .map(|(r, ())| r)
     }
 
     /// Like [`Loader::resolve`], taking the raw marker bytes (decoded as the runtime does).
@@ -408,7 +431,8 @@ impl Loader {
         self.resolve(&m, binary_dir, co_index, arch_list)
     }
 
-    /// Resolve and return the code object bytes.
+    /// Resolve and return the code object bytes (an archive whose kernel
+    /// does not read falls through to the next, as in the runtime).
     pub fn load(
         &mut self,
         marker: &Marker,
@@ -416,47 +440,51 @@ impl Loader {
         co_index: u64,
         arch_list: &[&str],
     ) -> Result<(Resolved, Vec<u8>), LoadError> {
-        let (r, archive) = self.resolve_inner(marker, binary_dir, co_index, arch_list)?;
-        let bytes = archive
-            .get(&r.key, &r.target)
-            .map_err(LoadError::Read)?
-            .into_owned();
-        Ok((r, bytes))
+        self.resolve_inner(marker, binary_dir, co_index, arch_list, |r, key, target| {
+            r.get(key, target)
+                .map(std::borrow::Cow::into_owned)
+                .map_err(LoadError::Read)
+        })
     }
 
-    fn resolve_inner(
+    /// Steps 1–5: [`Loader::lookup`], then [`fall_through`] the candidates
+    /// with `fetch` (called only on archives holding the key).
+    fn resolve_inner<T>(
         &mut self,
         marker: &Marker,
         binary_dir: &Path,
         co_index: u64,
         arch_list: &[&str],
-    ) -> Result<(Resolved, Arc<KpackReader>), LoadError> {
+        fetch: impl Fn(&KpackReader, &str, &str) -> Result<T, LoadError>,
+    ) -> Result<(Resolved, T), LoadError> {
         let lookup = self.lookup(marker, binary_dir, co_index, arch_list)?;
-        let mut last_miss = None;
-        for c in lookup.candidates {
-            if c.reader.entry(&lookup.key, &c.target).is_none() {
-                // Fall through to the next archive listing the target.
-                last_miss = Some(LoadError::KernelNotFound {
-                    archive: c.archive,
-                    key: lookup.key.clone(),
-                    target: c.target,
+        let key = lookup.key.clone();
+        let (c, v) = fall_through(&lookup.candidates, |c| {
+            if c.reader.entry(&key, &c.target).is_none() {
+                return Err(LoadError::KernelNotFound {
+                    archive: c.archive.clone(),
+                    key: key.clone(),
+                    target: c.target.clone(),
                 });
-                continue;
             }
-            return Ok((
-                Resolved {
-                    archive: c.archive,
-                    target: c.target,
-                    key: lookup.key,
-                    requested_arch: c.requested_arch,
-                },
-                c.reader,
-            ));
-        }
-        Err(last_miss.unwrap_or_else(|| LoadError::ArchNotFound {
-            requested: arch_list.iter().map(|s| (*s).to_owned()).collect(),
-            archives: lookup.archives,
-        }))
+            fetch(&c.reader, &key, &c.target)
+        })
+        .map_err(|e| match e {
+            Some((_, e)) => e,
+            None => LoadError::ArchNotFound {
+                requested: arch_list.iter().map(|s| (*s).to_owned()).collect(),
+                archives: lookup.archives.clone(),
+            },
+        })?;
+        Ok((
+            Resolved {
+                archive: c.archive.clone(),
+                target: c.target.clone(),
+                key,
+                requested_arch: c.requested_arch.clone(),
+            },
+            v,
+        ))
     }
 
     /// Steps 1–4 without fetching: the lookup key and every (archive,

@@ -425,3 +425,38 @@ fn lookup_lists_every_candidate_in_runtime_order() {
         ["plain.kpack"]
     );
 }
+
+/// Fall-through is past *any* per-archive failure, not only a missing key:
+/// an archive whose kernel does not read (a damaged zstd frame) gives way to
+/// the next archive listing the target, as in the runtime library (one
+/// `fall_through` loop serves both, and `kpack verify`).
+#[test]
+fn loader_falls_through_an_archive_whose_kernel_does_not_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().canonicalize().unwrap();
+    let k = root.join(".kpack");
+    std::fs::create_dir_all(&k).unwrap();
+    let mut w = KpackWriter::new(Compression::Zstd { level: 3 });
+    w.group_name("g").arch_family("f").arches(["gfx90a"]);
+    w.add("libx.so#0", "gfx90a", vec![7u8; 4096]).unwrap();
+    let (cur, _) = w.write_to(std::io::Cursor::new(Vec::new())).unwrap();
+    let mut bad = cur.into_inner();
+    let r = rocpack_kpack::KpackReader::from_bytes(&bad).unwrap();
+    let ord = r.entry("libx.so#0", "gfx90a").unwrap().ordinal;
+    let at = r.blob_location(ord).unwrap().offset as usize;
+    drop(r);
+    bad[at] = !bad[at]; // no longer a zstd frame
+    std::fs::write(k.join("a_gfx90a.kpack"), &bad).unwrap();
+    archive(&k, "b_gfx90a.kpack", &["gfx90a"], &["libx.so#0"]);
+    let m = Marker::new(
+        [".kpack/a_@GFXARCH@.kpack", ".kpack/b_@GFXARCH@.kpack"],
+        "libx.so",
+    );
+    let mut l = Loader::new(LoaderEnv::none());
+    let (r, bytes) = l.load(&m, &root, 0, &["gfx90a"]).unwrap();
+    assert_eq!(r.archive, k.join("b_gfx90a.kpack"));
+    assert_eq!(bytes, b"b_gfx90a.kpack:libx.so#0@gfx90a");
+    // Alone, the damaged archive's failure is the answer (6, not 5).
+    let only = Marker::new([".kpack/a_@GFXARCH@.kpack"], "libx.so");
+    assert_eq!(l.load(&only, &root, 0, &["gfx90a"]).unwrap_err().code(), 6);
+}

@@ -627,41 +627,40 @@ pub unsafe extern "C" fn kpack_load_code_object(
                 return load_error_code(&e);
             }
         };
-        // Fall-through: every (archive, target) candidate in order; any
+        // Fall-through (rocpack_kpack::fall_through, shared with `kpack
+        // verify`): every (archive, target) candidate in order; any
         // per-archive failure moves on, the last one is returned.
-        let mut last = KPACK_ERROR_KERNEL_NOT_FOUND;
-        for c in &lookup.candidates {
+        let got = rocpack_kpack::fall_through(&lookup.candidates, |c| {
             let got = cache
                 .file(&c.reader)
                 .and_then(|f| fetch(&c.reader, &f, &lookup.key, &c.target));
-            match got {
-                Ok((p, n)) => {
-                    if cache.env.debug {
-                        eprintln!(
-                            "kpack: {} -> {} [{}] ({n} bytes)",
-                            lookup.key,
-                            c.archive.display(),
-                            c.target
-                        );
-                    }
-                    *code_object_out = p;
-                    *code_object_size_out = n;
-                    return KPACK_SUCCESS;
-                }
-                Err(code) => {
-                    if cache.env.debug {
-                        eprintln!(
-                            "kpack: {}: {} [{}]: {code:?}, trying the next archive",
-                            lookup.key,
-                            c.archive.display(),
-                            c.target
-                        );
-                    }
-                    last = code;
-                }
+            if let (Err(code), true) = (&got, cache.env.debug) {
+                eprintln!(
+                    "kpack: {}: {} [{}]: {code:?}, trying the next archive",
+                    lookup.key,
+                    c.archive.display(),
+                    c.target
+                );
             }
+            got
+        });
+        match got {
+            Ok((c, (p, n))) => {
+                if cache.env.debug {
+                    eprintln!(
+                        "kpack: {} -> {} [{}] ({n} bytes)",
+                        lookup.key,
+                        c.archive.display(),
+                        c.target
+                    );
+                }
+                *code_object_out = p;
+                *code_object_size_out = n;
+                KPACK_SUCCESS
+            }
+            Err(Some((_, code))) => code,
+            Err(None) => KPACK_ERROR_ARCH_NOT_FOUND,
         }
-        last
     })
 }
 
