@@ -41,6 +41,11 @@ rm -rf "$W/fx"
 WHEELS=(
   "jax-rocm60-plugin==0.5.0 3.11 jax_rocm60_plugin-0.5.0-cp311-cp311-manylinux_2_28_x86_64.whl 05414df017d473b77cae3b04e69d199cbdaa2ddb7cff0801edbae84f37a74308"
   "jax-rocm7-plugin==0.10.0 3.12 jax_rocm7_plugin-0.10.0-cp312-cp312-manylinux_2_28_x86_64.whl f00e5664a380bef3657b412e4ea3895a5a29656155074e2667e68194eabb5329"
+  # The field case of issue #10: a 520 MB lld-linked XLA plugin whose first
+  # PT_LOAD has p_align 0x4000 and the others 0x1000, with 41 CCOB v3 (zstd,
+  # long-distance matched) bundles; reassembly must squeeze them back into
+  # the original .hip_fatbin.
+  "jax-rocm7-pjrt==0.10.0 3.12 jax_rocm7_pjrt-0.10.0-py3-none-manylinux_2_28_x86_64.whl fe0a40550c60e1b9f82eebfa6243ed6a7e3de7a07369142232bf8e331de03181"
 )
 for line in "${WHEELS[@]}"; do
     read -r req pyver whl want <<<"$line"

@@ -67,12 +67,15 @@ struct Found {
 /// The bundles (by co_index) of one split file, from the archives. Each
 /// bundle whose layout the split recorded is rebuilt exactly (format,
 /// version, entry IDs, order, offsets); the others in clang's canonical
-/// form (`canonical` counts them, with the first reason).
+/// form (`canonical` counts them, with the first reason). `effort` (0 to
+/// [`MAX_EFFORT`]) is how hard compressed bundles are squeezed: the
+/// decompressed bytes are the same at every effort, only their compressed
+/// size differs, and a rebuilt `.hip_fatbin` must fit where the original was.
 fn bundles_for(
     info: &FatBinaryInfo,
     readers: &[(PathBuf, KpackReader)],
     what: &str,
-    compress: bool,
+    effort: u8,
     canonical: &mut (usize, Option<String>),
 ) -> rocpack_elf::Result<Vec<Vec<u8>>> {
     let err = |msg: String| rocpack_elf::Error::Layout {
@@ -131,7 +134,7 @@ fn bundles_for(
                 "{what}: no code objects for `{key}` in any .kpack file"
             )));
         }
-        match exact_bundle(&found) {
+        match exact_bundle(&found, effort) {
             Ok(b) => bundles.push(b),
             Err(why) => {
                 canonical.0 += 1;
@@ -139,8 +142,8 @@ fn bundles_for(
                 let mut entries: Vec<(&str, &[u8])> = vec![(HOST_ID, &[][..])];
                 entries.extend(found.iter().map(|(id, f)| (id.as_str(), f.data.as_slice())));
                 let bundle = rocpack_bundle::write_uncompressed(&entries);
-                if compress {
-                    let c = rocpack_bundle::write_ccob_level(
+                if effort > 0 {
+                    let c = rocpack_bundle::write_ccob_long(
                         &bundle,
                         2,
                         rocpack_bundle::Method::Zstd,
@@ -157,8 +160,13 @@ fn bundles_for(
     Ok(bundles)
 }
 
+/// Highest `effort` of [`bundles_for`].
+const MAX_EFFORT: u8 = 2;
+
 /// The bundle in its original layout and container format, or why not.
-fn exact_bundle(found: &BTreeMap<String, Found>) -> Result<Vec<u8>, String> {
+/// Compressed at LLVM's default level (effort 0), then with long-distance
+/// matching at level 9 (1, what current LLVM writes) and 19 (2).
+fn exact_bundle(found: &BTreeMap<String, Found>, effort: u8) -> Result<Vec<u8>, String> {
     let mut parts = Vec::with_capacity(found.len());
     for f in found.values() {
         let place = f
@@ -179,9 +187,12 @@ fn exact_bundle(found: &BTreeMap<String, Found>) -> Result<Vec<u8>, String> {
     let raw = layout.build(&data).map_err(|e| e.to_string())?;
     match layout.format {
         Format::Uncompressed => Ok(raw),
-        Format::Ccob { version, method } => {
-            rocpack_bundle::write_ccob(&raw, version, method).map_err(|e| e.to_string())
+        Format::Ccob { version, method } => match effort {
+            0 => rocpack_bundle::write_ccob(&raw, version, method),
+            1 => rocpack_bundle::write_ccob_long(&raw, version, method, 9),
+            _ => rocpack_bundle::write_ccob_long(&raw, version, method, 19),
         }
+        .map_err(|e| e.to_string()),
     }
 }
 
@@ -206,7 +217,7 @@ pub fn run(args: ReassembleArgs) -> anyhow::Result<ExitCode> {
     }
     let name = args.host.display().to_string();
     let mut canonical = (0usize, None::<String>);
-    let mut build = |compress: bool| {
+    let mut build = |effort: u8| {
         canonical = (0, None);
         rocpack_elf::reassemble_file(&host, &mut |member, info| {
             let what = if member.is_empty() {
@@ -214,16 +225,18 @@ pub fn run(args: ReassembleArgs) -> anyhow::Result<ExitCode> {
             } else {
                 format!("{name}({member})")
             };
-            bundles_for(info, &readers, &what, compress, &mut canonical)
+            bundles_for(info, &readers, &what, effort, &mut canonical)
         })
     };
-    let out = match build(false) {
-        Ok(o) => o,
-        Err(rocpack_elf::Error::Layout { .. }) => {
-            build(true).with_context(|| format!("failed to reassemble `{name}`"))?
-        }
-        Err(e) => {
-            return Err(anyhow::Error::new(e).context(format!("failed to reassemble `{name}`")))
+    // Squeeze harder only while the bundles do not fit.
+    let mut effort = 0;
+    let out = loop {
+        match build(effort) {
+            Ok(o) => break o,
+            Err(rocpack_elf::Error::Layout { .. }) if effort < MAX_EFFORT => effort += 1,
+            Err(e) => {
+                return Err(anyhow::Error::new(e).context(format!("failed to reassemble `{name}`")))
+            }
         }
     };
     // Write atomically next to the output, with the host file's mode.
