@@ -48,6 +48,6 @@ pub use target::{
     AMDHSA_PREFIX, MAX_FEATURES, RUNTIME_MAX_FEATURES,
 };
 pub use write::{
-    write_ccob, write_ccob_level, write_ccob_long, write_uncompressed, write_uncompressed_aligned, DEFAULT_ALIGN,
-    DEFAULT_ZLIB_LEVEL, DEFAULT_ZSTD_LEVEL,
+    write_ccob, write_ccob_level, write_ccob_long, write_uncompressed, write_uncompressed_aligned,
+    DEFAULT_ALIGN, DEFAULT_ZLIB_LEVEL, DEFAULT_ZSTD_LEVEL,
 };

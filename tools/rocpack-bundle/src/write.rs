@@ -97,7 +97,9 @@ pub fn write_ccob_long(
 fn zstd_long(bundle: &[u8], level: i32) -> std::io::Result<Vec<u8>> {
     use zstd::zstd_safe::CParameter;
     // Smallest window (2^10 .. 2^27) covering the bundle.
-    let need = (bundle.len().max(1) as u64).next_power_of_two().trailing_zeros();
+    let need = (bundle.len().max(1) as u64)
+        .next_power_of_two()
+        .trailing_zeros();
     let window = need.clamp(10, 27);
     let mut c = zstd::bulk::Compressor::new(level)?;
     c.set_parameter(CParameter::EnableLongDistanceMatching(true))?;

@@ -705,7 +705,7 @@ fn split_fat(
         archs: BTreeSet::new(),
         counts: (0, 0),
     };
-    let host = if rocpack_elf::is_archive(data) {
+    let host_len = if rocpack_elf::is_archive(data) {
         let members = rocpack_elf::archive_members(data).map_err(|e| elf_err(path, e))?;
         let mut member_seen = MemberNames::default();
         let mut any = false;
@@ -762,7 +762,10 @@ fn split_fat(
             )
             .encode())
         };
-        rocpack_elf::split_archive(data, &mut marker_for).map_err(|e| elf_err(path, e))?
+        let host =
+            rocpack_elf::split_archive(data, &mut marker_for).map_err(|e| elf_err(path, e))?;
+        super::write_file_mode(host_dst, &host, mode)?;
+        host.len()
     } else {
         let info = match rocpack_elf::analyze_in(data, &src) {
             Ok(i) => i,
@@ -787,10 +790,14 @@ fn split_fat(
         release(&map, None);
         let host = rocpack_elf::split_host_in(data, &src, &marker).map_err(|e| elf_err(path, e))?;
         release(&map, None);
+        // Written (into the staging directory) and freed before the device
+        // code is walked: peak memory is the larger of the two, not the sum.
+        super::write_file_mode(host_dst, &host, mode)?;
+        let len = host.len();
+        drop(host);
         collector.collect(data, &info, &kernel_name)?;
-        host
+        len
     };
-    super::write_file_mode(host_dst, &host, mode)?;
     let Collector {
         kernels,
         archs,
@@ -803,7 +810,7 @@ fn split_fat(
         code_objects: counts.1,
         architectures: archs.into_iter().collect(),
         input_bytes: data.len() as u64,
-        output_bytes: host.len() as u64,
+        output_bytes: host_len as u64,
     };
     Ok(Some(FatOutcome { kernels, summary }))
 }
