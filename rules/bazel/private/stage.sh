@@ -4,8 +4,11 @@
 #
 # Inputs in a Bazel sandbox are symlinks into the execroot, and without a
 # sandbox a source directory shows everything in it. The helpers must see
-# exactly the declared files as regular files, so they are copied (symlinks
-# dereferenced) into a fresh directory first.
+# exactly the declared files as regular files, so each is hard-linked (no
+# bytes copied; copied, symlinks dereferenced, only across file systems) into
+# a fresh directory first. Nothing in the stage is ever written to: the
+# helpers only read their inputs, and only the stage's directories are made
+# writable for the clean-up.
 #
 # stage.sh [options] -- TOOL ARGS...
 #   --stage LIST          LIST holds "dest<TAB>src" lines: src (a file, or a
@@ -42,7 +45,7 @@ while [ $# -gt 0 ]; do
     esac
 done
 work="$(mktemp -d "${TMPDIR:-/tmp}/rocpack.XXXXXXXX")"
-trap 'chmod -R u+w "$work" 2>/dev/null; rm -rf "$work"' EXIT
+trap 'find "$work" -type d -exec chmod u+w {} + 2>/dev/null; rm -rf "$work"' EXIT
 stage="$work/stage"
 out="$work/out"
 mkdir -p "$stage"
@@ -59,7 +62,8 @@ fi
 # (execroot, sandbox). Follow those; the first relative link on the way is
 # the artifact's own symlink (librocblas.so.5 -> librocblas.so.5.2) and is
 # staged as that link, as `kpack` sees it in the original tree (the helper
-# judges where it points). Anything else is copied.
+# judges where it points). A file is hard-linked where it lies (the last
+# absolute hop), or copied when that is on another file system.
 stage_one() {
     local own="" l="$1" hops=0 t
     while [ -L "$l" ] && [ $hops -lt 40 ]; do
@@ -73,6 +77,8 @@ stage_one() {
     mkdir -p "$(dirname "$2")"
     if [ -n "$own" ]; then
         ln -s "$own" "$2"
+    elif [ -f "$l" ] && [ ! -L "$l" ] && ln "$l" "$2" 2>/dev/null; then
+        :
     else
         cp -L "$1" "$2"
     fi
@@ -95,7 +101,8 @@ if [ -n "$stage_list" ]; then
             stage_one "$src" "$stage/$dest"
         fi
     done < "$stage_list"
-    chmod -R u+w "$stage"
+    # Directories only: a file may be a hard link of a source or output file.
+    find "$stage" -type d -exec chmod u+w {} +
 fi
 
 cmd=()
