@@ -29,7 +29,7 @@ step() { # prints the time of the previous step, then starts the next
     TS=$SECONDS
     log "$*"
 }
-skip() { printf '\n==> SKIPPED: Bazel 7 check: %s\n' "$*" >&2; exit 0; }
+skip() { printf '\n!!! SKIPPED: the Bazel 7 stage did not run: %s !!!\n\n' "$*" >&2; exit 0; }
 
 [ "${ROCPACK_BAZEL7:-1}" != 0 ] || skip "ROCPACK_BAZEL7=0"
 [ "$(id -u)" -eq 0 ] || skip "needs root (debootstrap, chroot, mounts); run as root"
