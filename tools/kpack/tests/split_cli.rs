@@ -1194,13 +1194,22 @@ fn reassemble_restores_every_fixture_bundle_exactly() {
         }
     }
     assert!(names.len() >= 10, "{names:?}");
+    assert_reassembles_exactly(tmp.path(), &art, &names);
+}
+
+/// Splits `art` (files `names` under `hip/lib`) with zstd and with `none`
+/// archives, reassembles each file and compares every bundle with the
+/// input's: container format, CCOB version and method, and the
+/// (decompressed) bundle byte for byte.
+fn assert_reassembles_exactly(tmp: &Path, art: &Path, names: &[String]) {
+    let lib = art.join("hip/lib");
     write(&art.join("artifact_manifest.txt"), b"hip\n");
     for comp in ["zstd", "none"] {
-        let out = tmp.path().join(format!("o-{comp}"));
-        assert_ok(&split(&art, "fx_lib", &out, &["--compression", comp]));
-        for name in &names {
+        let out = tmp.join(format!("o-{comp}"));
+        assert_ok(&split(art, "fx_lib", &out, &["--compression", comp]));
+        for name in names {
             let host = out.join("fx_lib_generic/hip/lib").join(name);
-            let back = tmp.path().join(format!("back-{comp}-{name}"));
+            let back = tmp.join(format!("back-{comp}-{name}"));
             assert_ok(&kpack(&[
                 "reassemble",
                 "--host",
@@ -1230,4 +1239,81 @@ fn reassemble_restores_every_fixture_bundle_exactly() {
             }
         }
     }
+}
+
+/// Issue 10, reassembly of every container the fixtures' clang does not
+/// write: a fixture object's bundle re-encoded as CCOB v1, v2 and v3, with
+/// zlib and with zstd (rocpack_bundle's writer, which clang-offload-bundler
+/// 19 reads back for v1/v2), put back with `objcopy --update-section` and
+/// linked into a shared library with `cc -shared`; the object and the
+/// library each split and reassemble to the same container and bytes.
+#[test]
+fn reassemble_restores_ccob_v1_v2_v3_zlib_and_zstd() {
+    require_fixtures();
+    let tmp = tempdir();
+    let work = tmp.path().join("work");
+    fs::create_dir_all(&work).unwrap();
+    let run = |cmd: &mut Command| {
+        let o = cmd.output().unwrap();
+        assert!(
+            o.status.success(),
+            "{cmd:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    };
+    run(Command::new("ar")
+        .current_dir(&work)
+        .arg("x")
+        .arg(fatbins().join("libfx_static.a"))
+        .arg("kern_a.o"));
+    run(Command::new("objcopy").current_dir(&work).args([
+        "--dump-section",
+        ".hip_fatbin=raw.bin",
+        "kern_a.o",
+    ]));
+    let raw = fs::read(work.join("raw.bin")).unwrap();
+    assert!(raw.starts_with(b"__CLANG_OFFLOAD_BUNDLE__"));
+    let art = tmp.path().join("fx_lib_gfxall");
+    let lib = art.join("hip/lib");
+    fs::create_dir_all(&lib).unwrap();
+    let mut names = Vec::new();
+    for (v, m) in [
+        (1, rocpack_bundle::Method::Zlib),
+        (1, rocpack_bundle::Method::Zstd),
+        (2, rocpack_bundle::Method::Zlib),
+        (3, rocpack_bundle::Method::Zlib),
+        (3, rocpack_bundle::Method::Zstd),
+    ] {
+        let tag = format!("v{v}_{}", m.name());
+        let ccob = rocpack_bundle::write_ccob(&raw, v, m).unwrap();
+        fs::write(work.join(format!("{tag}.bin")), &ccob).unwrap();
+        let obj = format!("kern_{tag}.o");
+        run(Command::new("objcopy").current_dir(&work).args([
+            "--update-section",
+            &format!(".hip_fatbin={tag}.bin"),
+            "kern_a.o",
+            &obj,
+        ]));
+        let so = format!("libkern_{tag}.so");
+        run(Command::new("cc")
+            .current_dir(&work)
+            .args(["-shared", "-o", &so, &obj]));
+        for f in [obj, so] {
+            let d = fs::read(work.join(&f)).unwrap();
+            let b = bundles_of(&d);
+            assert_eq!(b.len(), 1, "{f}");
+            let p = rocpack_bundle::parse_bundle(&b[0]).unwrap();
+            assert_eq!(
+                p.format,
+                rocpack_bundle::Format::Ccob {
+                    version: v,
+                    method: m
+                },
+                "{f}"
+            );
+            fs::write(lib.join(&f), &d).unwrap();
+            names.push(f);
+        }
+    }
+    assert_reassembles_exactly(tmp.path(), &art, &names);
 }
