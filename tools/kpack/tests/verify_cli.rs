@@ -201,3 +201,50 @@ fn verify_accepts_per_translation_unit_arch_sets() {
         );
     }
 }
+
+/// Hardening items 8 and 10, verify's side: a symlink chain that is
+/// lexically inside the package but physically outside (`lib/up -> ..`,
+/// `lib/esc -> up/../../../outside/x`) and a fat ELF verify cannot analyse
+/// (device code kept in the generic package behind an `e_phnum` of 0xffff)
+/// each fail `kpack verify`, naming the file; the clean tree passes.
+#[test]
+fn verify_refuses_symlink_chains_and_unanalysable_fat_elves() {
+    use std::os::unix::fs::symlink;
+    let tmp = tempfile::tempdir().unwrap();
+    let out = recombined(tmp.path());
+    let run = |dir: &Path| {
+        let o = kpack(&["verify", "--artifacts-dir", s(dir)]);
+        (
+            o.status.code(),
+            format!("{}{}", stdout(&o), String::from_utf8_lossy(&o.stderr)),
+        )
+    };
+    assert_eq!(run(&out).0, Some(0));
+
+    // The chain, in a copy of the tree.
+    let chain = tmp.path().join("chain");
+    rocpack_testsupport::copy_tree(&out, &chain);
+    fs::create_dir_all(tmp.path().join("outside")).unwrap();
+    fs::write(tmp.path().join("outside/x"), "secret").unwrap();
+    let lib = chain.join("blas_lib_generic/math-libs/BLAS/rocBLAS/stage/lib");
+    assert!(lib.is_dir(), "{}", lib.display());
+    symlink("..", lib.join("up")).unwrap();
+    symlink("up/../../../../../../../outside/x", lib.join("esc")).unwrap();
+    let (code, text) = run(&chain);
+    assert_ne!(code, Some(0), "{text}");
+    assert!(text.contains("esc"), "{text}");
+
+    // A fat ELF the analysis refuses, left in the generic package.
+    let odd = tmp.path().join("odd");
+    rocpack_testsupport::copy_tree(&out, &odd);
+    let mut fat = fs::read(rocpack_testsupport::fatbins().join("libfx_multi.so")).unwrap();
+    fat[56..58].copy_from_slice(&0xffffu16.to_le_bytes()); // e_phnum = PN_XNUM
+    fs::write(
+        odd.join("blas_lib_generic/math-libs/BLAS/rocBLAS/stage/lib/libodd.so"),
+        &fat,
+    )
+    .unwrap();
+    let (code, text) = run(&odd);
+    assert_ne!(code, Some(0), "{text}");
+    assert!(text.contains("libodd.so"), "{text}");
+}

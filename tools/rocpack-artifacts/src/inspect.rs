@@ -1369,3 +1369,14 @@ fn refuse_overlaps(d: &Desc) -> Result<()> {
     }
     d.members.iter().try_for_each(refuse_overlaps)
 }
+
+/// Whether bytes an ELF reader could not handle still hold HIP device code
+/// (a `.hip_fatbin` section name or an offload bundle magic). `split`
+/// refuses such a file rather than keep its device code in a generic
+/// package, and `verify` reports one found there.
+pub fn carries_device_code(data: &[u8]) -> bool {
+    const NEEDLES: [&[u8]; 2] = [b".hip_fatbin", BUNDLE_MAGIC];
+    NEEDLES
+        .iter()
+        .any(|n| memchr::memmem::find(data, n).is_some())
+}

@@ -338,7 +338,19 @@ fn judge_elf(pkg: &Package, rel: &str, label: &str, data: &[u8]) -> Vec<GenericF
     }
     let info = match rocpack_elf::analyze(data) {
         Ok(i) => i,
-        Err(_) => return out, // not a HIP binary we can judge (other ELF flavours)
+        // An ELF we cannot analyse (PN_XNUM, 32-bit, odd e_type) is fine
+        // without device code; with it, it is a fat binary nobody can see
+        // into, shipped in a generic package.
+        Err(e) if crate::inspect::carries_device_code(data) => {
+            out.push(GenericFinding::Violation(v(
+                &pkg.name,
+                label,
+                "fat_binary",
+                format!("carries HIP device code but cannot be analysed ({e}): a fat binary left in a generic package"),
+            )));
+            return out;
+        }
+        Err(_) => return out, // not a HIP binary (other ELF flavours)
     };
     match info.state {
         rocpack_elf::State::HostOnly => {}

@@ -735,7 +735,7 @@ fn split_fat(
                 // payloads) carry no HIP device code we can split.
                 Err(rocpack_elf::Error::NotElf) => continue,
                 Err(e @ rocpack_elf::Error::Unsupported { .. }) => {
-                    if carries_device_code(m.data) {
+                    if crate::inspect::carries_device_code(m.data) {
                         return Err(member_err(e));
                     }
                     continue;
@@ -774,7 +774,7 @@ fn split_fat(
             // keeping device code in the generic package silently would
             // ship a fat binary that verify cannot see.
             Err(e @ rocpack_elf::Error::Unsupported { .. }) => {
-                if carries_device_code(data) {
+                if crate::inspect::carries_device_code(data) {
                     return Err(elf_err(path, e));
                 }
                 return Ok(None);
@@ -833,13 +833,4 @@ impl MemberNames {
             format!("{name};{n}")
         }
     }
-}
-
-/// Whether bytes an ELF reader could not handle still hold HIP device code
-/// (a `.hip_fatbin` section name or an offload bundle magic).
-fn carries_device_code(data: &[u8]) -> bool {
-    const NEEDLES: [&[u8]; 2] = [b".hip_fatbin", b"__CLANG_OFFLOAD_BUNDLE__"];
-    NEEDLES
-        .iter()
-        .any(|n| data.windows(n.len()).any(|w| w == *n))
 }
