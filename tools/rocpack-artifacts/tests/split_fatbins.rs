@@ -232,3 +232,56 @@ fn archive_with_two_members_of_one_name_splits() {
         "{v:#?}"
     );
 }
+
+/// Issue 10: layout problems are reported before any bundle is
+/// decompressed. A compressed fixture whose CCOB payload is damaged splits
+/// with a decompression error; the same file whose last PT_LOAD is also no
+/// longer congruent (p_vaddr moved by 8) fails on the layout instead: the
+/// rewrite looked at the segments first and never reached the payload.
+#[test]
+fn layout_errors_come_before_any_decompression() {
+    let base = fs::read(fixtures().join("fatbins/libfx_multi_compressed.so")).unwrap();
+    let fb = memchr_ccob(&base);
+    let mut damaged = base.clone();
+    for b in &mut damaged[fb + 64..fb + 256] {
+        *b ^= 0x5a;
+    }
+    let mut both = damaged.clone();
+    // Program header 3 (the RW PT_LOAD): p_vaddr and p_paddr + 8.
+    let ph = 64 + 3 * 56;
+    assert_eq!(u32::from_le_bytes(both[ph..ph + 4].try_into().unwrap()), 1);
+    for at in [ph + 16, ph + 24] {
+        let v = u64::from_le_bytes(both[at..at + 8].try_into().unwrap()) + 8;
+        both[at..at + 8].copy_from_slice(&v.to_le_bytes());
+    }
+    let run = |data: &[u8]| {
+        let tmp = tempfile::tempdir().unwrap();
+        let art = tmp.path().join("hip_lib_gfxall");
+        let dst = art.join(PREFIX).join("lib/libfx.so");
+        fs::create_dir_all(dst.parent().unwrap()).unwrap();
+        fs::write(&dst, data).unwrap();
+        fs::write(art.join("artifact_manifest.txt"), format!("{PREFIX}\n")).unwrap();
+        let opts = SplitOptions {
+            jobs: Some(1),
+            ..SplitOptions::new(art.clone(), "hip_lib", tmp.path().join("out"))
+        };
+        split_artifact(&opts, &CountingProgress::default())
+            .expect_err("must fail")
+            .to_string()
+    };
+    let payload_err = run(&damaged);
+    assert!(!payload_err.contains("congruent"), "{payload_err}");
+    let layout_err = run(&both);
+    assert!(layout_err.contains("libfx.so"), "{layout_err}");
+    assert!(
+        layout_err.contains("congruent") || layout_err.contains("layout"),
+        "{layout_err}"
+    );
+    assert_ne!(payload_err, layout_err);
+}
+
+fn memchr_ccob(d: &[u8]) -> usize {
+    d.windows(4)
+        .position(|w| w == b"CCOB")
+        .expect("a CCOB bundle")
+}

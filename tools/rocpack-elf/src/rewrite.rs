@@ -97,10 +97,14 @@ pub fn split_host_in(
     if marker_payload.is_empty() {
         return Err(Error::layout(0, "empty marker payload"));
     }
-    validate_bundles(src, &info)?;
     if info.kind == crate::ElfKind::Relocatable {
+        validate_bundles(src, &info)?;
         return crate::object_file::split_object(&elf, &info, marker_payload);
     }
+    // The segments first: a layout the rewrite cannot take is reported
+    // before a single bundle header is decompressed.
+    validate_layout(&elf, page_size(&elf)?)?;
+    validate_bundles(src, &info)?;
     split_linked(&elf, &info, marker_payload)
 }
 
