@@ -460,3 +460,33 @@ fn loader_falls_through_an_archive_whose_kernel_does_not_read() {
     let only = Marker::new([".kpack/a_@GFXARCH@.kpack"], "libx.so");
     assert_eq!(l.load(&only, &root, 0, &["gfx90a"]).unwrap_err().code(), 6);
 }
+
+/// The archive limit (MAX_ARCHIVES valid archives per lookup): with 65
+/// archives on ROCM_KPACK_PATH, all listing the target and only the last
+/// holding the key, the last is never opened (the 64 misses answer 5); the
+/// same archive within the first 64 is found.
+#[test]
+fn at_most_max_archives_are_searched() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().canonicalize().unwrap();
+    let k = root.join(".kpack");
+    let mut paths = Vec::new();
+    for i in 0..65 {
+        let name = format!("a{i:02}_gfx90a.kpack");
+        let keys: &[&str] = if i == 64 {
+            &["libx.so#0"]
+        } else {
+            &["other#0"]
+        };
+        archive(&k, &name, &["gfx90a"], keys);
+        paths.push(k.join(name).display().to_string());
+    }
+    let m = Marker::new([".kpack/none_@GFXARCH@.kpack"], "libx.so");
+    let mut l = Loader::new(LoaderEnv::from_values(Some(&paths.join(":")), None));
+    assert_eq!(l.resolve(&m, &root, 0, &["gfx90a"]).unwrap_err().code(), 5);
+    // The holder moved to the front: found.
+    paths.rotate_right(1);
+    let mut l = Loader::new(LoaderEnv::from_values(Some(&paths.join(":")), None));
+    let r = l.resolve(&m, &root, 0, &["gfx90a"]).unwrap();
+    assert_eq!(r.archive, k.join("a64_gfx90a.kpack"));
+}

@@ -231,7 +231,11 @@ fn all_modes(static_link: bool) {
     run(&exe, "load", &dir, &[]);
     run(&exe, "threads", &dir, &[]);
     run(&exe, "oom", &dir, &[]);
-    run(&exe, "envonce", &dir, &[]);
+    let err = run(&exe, "envonce", &dir, &[]);
+    assert!(
+        !err.contains("kpack: "),
+        "ROCM_KPACK_DEBUG set after kpack_cache_create printed: {err}"
+    );
     // Truthiness (kpack-reference §12.1): any non-empty value other than
     // exactly "0" is on, whatever it says; "0" and "" are off.
     for v in ["1", "true", "yes", "false", "no", "00", "0 ", " ", "off"] {

@@ -7,6 +7,7 @@
  *   threads   8 threads x 500 lookups through one cache
  *   oom       a 64 MiB kernel under an address-space limit: OUT_OF_MEMORY
  *   envonce   the environment is read at cache creation, not per lookup
+ *             (DISABLE, PATH and DEBUG; the driver checks nothing was printed)
  *   debug     a load with ROCM_KPACK_DEBUG set by the caller (the driver checks stderr)
  * Prints one line per failed check and "N passed, M failed" at the end. */
 #define _POSIX_C_SOURCE 200809L
@@ -309,6 +310,11 @@ static void envonce_tests(void) {
   CHECK_EQ(load(before, "lib/libhip.so", 0, "gfx1100", &size), KPACK_SUCCESS);
   CHECK_EQ(size, 1019);
   unsetenv("ROCM_KPACK_PATH");
+  /* nor ROCM_KPACK_DEBUG: the driver checks that nothing was printed */
+  setenv("ROCM_KPACK_DEBUG", "1", 1);
+  CHECK_EQ(load(before, "lib/libhip.so", 0, "gfx1100", &size), KPACK_SUCCESS);
+  CHECK_EQ(load(before, "lib/libhip.so", 0, "gfx942", &size), KPACK_ERROR_ARCHIVE_NOT_FOUND);
+  unsetenv("ROCM_KPACK_DEBUG");
   kpack_cache_destroy(before);
   kpack_cache_destroy(after);
 }
