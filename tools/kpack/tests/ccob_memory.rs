@@ -24,13 +24,7 @@ use sha2::{Digest, Sha256};
 const CEILING: u64 = 160 << 20;
 
 fn fixture(name: &str) -> PathBuf {
-    let p = std::env::var_os("ROCPACK_SHARED")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/rocpack-shared")
-        })
-        .join("fixtures/fatbins")
-        .join(name);
+    let p = rocpack_testsupport::fatbins().join(name);
     assert!(
         p.exists(),
         "fixture {} missing (set ROCPACK_SHARED)",
@@ -98,7 +92,7 @@ fn inspect_and_unbundle_of_a_large_ccob_stay_under_the_ceiling() {
     let (fat, want) = large_fat(tmp.path());
     assert_eq!(want.len(), 24);
 
-    let o = bounded(&["inspect", "--json", s(&fat)]);
+    let o = bounded(&["inspect", "--json", "--check-hash", s(&fat)]);
     assert!(o.status.success(), "inspect: {}", stderr(&o));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     let b = &v["bundles"][0];

@@ -1,7 +1,8 @@
-//! `kpack inspect --no-hash-check`: a CCOB's stored MD5 is not checked
-//! (`hash_matches` null, even when it is wrong), while every code object is
-//! still decompressed and hashed exactly as without the flag; by default a
-//! wrong stored hash is reported as a mismatch.
+//! `kpack inspect` does not check a CCOB's stored MD5 by default (as
+//! clang-offload-bundler without `-verbose`; `hash_matches` null, even when
+//! it is wrong, `--no-hash-check` the same), while every code object is
+//! still decompressed and hashed exactly as with `--check-hash`, which
+//! reports a wrong stored hash as a mismatch.
 
 use serde_json::Value;
 
@@ -17,7 +18,7 @@ fn inspect(path: &std::path::Path, extra: &[&str]) -> Value {
 }
 
 #[test]
-fn no_hash_check_skips_only_the_payload_md5() {
+fn only_check_hash_computes_the_payload_md5() {
     let tmp = tempfile::tempdir().unwrap();
     let objs: Vec<(String, Vec<u8>)> = (0..4u64)
         .map(|i| {
@@ -44,15 +45,21 @@ fn no_hash_check_skips_only_the_payload_md5() {
     };
     let want: Vec<String> = objs.iter().map(|(_, d)| sha256_hex(d)).collect();
 
-    let checked = inspect(&good, &[]);
+    let checked = inspect(&good, &["--check-hash"]);
     assert_eq!(checked["bundles"][0]["hash_matches"], true);
     assert_eq!(sha_of(&checked), want);
-    let wrong = inspect(&bad, &[]);
+    let wrong = inspect(&bad, &["--check-hash"]);
     assert_eq!(wrong["bundles"][0]["hash_matches"], false);
 
     for p in [&good, &bad] {
-        let fast = inspect(p, &["--no-hash-check"]);
-        assert_eq!(fast["bundles"][0]["hash_matches"], Value::Null, "{p:?}");
-        assert_eq!(sha_of(&fast), want, "{p:?}");
+        for flags in [&[][..], &["--no-hash-check"][..]] {
+            let fast = inspect(p, flags);
+            assert_eq!(
+                fast["bundles"][0]["hash_matches"],
+                Value::Null,
+                "{p:?} {flags:?}"
+            );
+            assert_eq!(sha_of(&fast), want, "{p:?} {flags:?}");
+        }
     }
 }

@@ -10,7 +10,12 @@ mod common;
 use common::{assert_ok, kpack, sha256_hex, shared, tempdir};
 
 fn inspect(path: &Path) -> Value {
-    let out = kpack(&["inspect".as_ref(), "--json".as_ref(), path.as_os_str()]);
+    let out = kpack(&[
+        "inspect".as_ref(),
+        "--json".as_ref(),
+        "--check-hash".as_ref(),
+        path.as_os_str(),
+    ]);
     assert!(
         out.status.success(),
         "{}: {}",

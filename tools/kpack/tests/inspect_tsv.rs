@@ -11,7 +11,12 @@ mod common;
 use common::{kpack, shared};
 
 fn inspect_json(path: &std::path::Path) -> Value {
-    let out = kpack(&["inspect".as_ref(), "--json".as_ref(), path.as_os_str()]);
+    let out = kpack(&[
+        "inspect".as_ref(),
+        "--json".as_ref(),
+        "--check-hash".as_ref(),
+        path.as_os_str(),
+    ]);
     assert!(
         out.status.success(),
         "kpack inspect {} failed: {}",

@@ -20,17 +20,24 @@ pub struct InspectArgs {
     /// Print JSON (schema in docs/cli/inspect-json.md) instead of text.
     #[arg(long)]
     pub json: bool,
-    /// Skip the MD5 of each compressed bundle's payload (`hash_matches`
-    /// is then null): one sequential hash of the whole payload, the
-    /// slowest part of inspecting a large CCOB. Code objects are still
-    /// decompressed, size-checked and SHA-256-hashed.
-    #[arg(long)]
+    /// Also check each compressed bundle's stored hash (the truncated MD5
+    /// of its payload; `hash_matches` true or false instead of null). Off
+    /// by default, as in clang-offload-bundler, which computes it only
+    /// with `-verbose`: it is one sequential MD5 of the whole payload, the
+    /// slowest part of inspecting a large CCOB. Without it code objects are
+    /// still decompressed, size-checked and SHA-256-hashed, and a damaged
+    /// stream still fails to decompress.
+    #[arg(long, conflicts_with = "no_hash_check")]
+    pub check_hash: bool,
+    /// The default (no MD5 of CCOB payloads); kept for scripts written when
+    /// checking was the default.
+    #[arg(long, hide = true)]
     pub no_hash_check: bool,
 }
 
 pub fn run(args: InspectArgs) -> Result<ExitCode> {
     let mut input = Input::open(&args.file)?;
-    if args.no_hash_check {
+    if !args.check_hash {
         input = input.without_ccob_hash();
     }
     let desc = inspect::inspect(&input, &args.file.display().to_string())?;
