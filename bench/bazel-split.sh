@@ -42,9 +42,7 @@ cleanup() {
 trap cleanup EXIT
 
 ART="$PKG/art/sparse_lib_gfxall"
-mkdir -p "$ART/lib"
-ln "$LIB" "$ART/lib/librocsparse.so.0.1" 2>/dev/null || cp "$LIB" "$ART/lib/librocsparse.so.0.1"
-printf 'lib\n' > "$ART/artifact_manifest.txt"
+rocsparse_artifact "$ART"
 extra=""
 [ -n "$COMPRESSION" ] && extra="    compression = \"$COMPRESSION\","
 cat > "$PKG/BUILD.bazel" <<EOF
@@ -69,18 +67,11 @@ KPACK="$TD/release/kpack"
 blog "warming the page cache ($SIZE bytes)"
 cat "$LIB" > /dev/null
 
-now() { date +%s.%N; }
-secs() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.3f\n", b - a }'; }
-min() { sort -n | head -n1; }
 
 blog "kpack split alone (x3)"
-flags=(--artifact-dir "$ART" --artifact-prefix sparse_lib --output-dir "$WORK/cli")
+flags=()
 [ -n "$COMPRESSION" ] && flags+=(--compression "$COMPRESSION")
-for i in 1 2 3; do
-    rm -rf "$WORK/cli"; sync
-    s=$(now); TZ=UTC LC_ALL=C "$KPACK" split "${flags[@]}" >/dev/null || bdie "kpack split"; e=$(now)
-    secs "$s" "$e"
-done > "$WORK/cli.times"
+split_alone "$KPACK" "$ART" "$WORK/cli" 3 "${flags[@]}" > "$WORK/cli.times"
 cli_s=$(min < "$WORK/cli.times")
 
 blog "bazel build //$PKG:split, warm server, a new compilation mode each run (x3)"

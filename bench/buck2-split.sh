@@ -48,9 +48,7 @@ trap cleanup EXIT
 
 # The example tree: one artifact directory holding the library (hard link).
 ART="$PKG/art/sparse_lib_gfxall"
-mkdir -p "$ART/lib"
-ln "$LIB" "$ART/lib/librocsparse.so.0.1" 2>/dev/null || cp "$LIB" "$ART/lib/librocsparse.so.0.1"
-printf 'lib\n' > "$ART/artifact_manifest.txt"
+rocsparse_artifact "$ART"
 extra=""
 [ -n "$COMPRESSION" ] && extra="    compression = \"$COMPRESSION\","
 cat > "$PKG/BUCK" <<EOF
@@ -74,18 +72,11 @@ KPACK="$(awk '{print $2; exit}' "$WORK/helpers.out")"
 blog "warming the page cache ($SIZE bytes)"
 cat "$LIB" > /dev/null
 
-now() { date +%s.%N; }
-secs() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.3f\n", b - a }'; }
-min() { sort -n | head -n1; }
 
 blog "kpack split alone (x$REPS)"
-flags=(--artifact-dir "$ART" --artifact-prefix sparse_lib --output-dir "$WORK/cli")
+flags=()
 [ -n "$COMPRESSION" ] && flags+=(--compression "$COMPRESSION")
-for i in $(seq "$REPS"); do
-    rm -rf "$WORK/cli"; sync
-    s=$(now); TZ=UTC LC_ALL=C "$KPACK" split "${flags[@]}" >/dev/null || bdie "kpack split"; e=$(now)
-    secs "$s" "$e"
-done > "$WORK/cli.times"
+split_alone "$KPACK" "$ART" "$WORK/cli" "$REPS" "${flags[@]}" > "$WORK/cli.times"
 cli_s=$(min < "$WORK/cli.times")
 
 blog "buck2 build //$PKG:split, first (hashes the source)"

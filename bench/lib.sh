@@ -80,3 +80,34 @@ warm_large_folios() {
     blog "warming the page cache: $*"
     cat "$@" > /dev/null
 }
+
+# now / secs START END / min: wall-clock arithmetic for the build-system
+# benches (best of several runs, one per line, on stdin for min).
+now() { date +%s.%N; }
+secs() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.3f\n", b - a }'; }
+min() { sort -n | head -n1; }
+
+# rocsparse_artifact DIR: DIR becomes an artifact directory whose one prefix
+# `lib` holds Debian's librocsparse.so.0.1 (hard-linked, copied across file
+# systems), the example tree of bench/buck2-split.sh and bench/bazel-split.sh.
+rocsparse_artifact() {
+    local lib; lib="$(rocsparse)"
+    mkdir -p "$1/lib"
+    ln "$lib" "$1/lib/librocsparse.so.0.1" 2>/dev/null || cp "$lib" "$1/lib/librocsparse.so.0.1"
+    printf 'lib\n' > "$1/artifact_manifest.txt"
+}
+
+# split_alone KPACK ART OUT REPS [FLAGS...]: `kpack split` of ART into OUT
+# REPS times (OUT removed before each), one wall time per line on stdout.
+split_alone() {
+    local kp="$1" art="$2" out="$3" reps="$4"; shift 4
+    local i s e
+    for i in $(seq "$reps"); do
+        rm -rf "$out"; sync
+        s=$(now)
+        TZ=UTC LC_ALL=C "$kp" split --artifact-dir "$art" --artifact-prefix sparse_lib \
+            --output-dir "$out" "$@" >/dev/null || bdie "kpack split"
+        e=$(now)
+        secs "$s" "$e"
+    done
+}
