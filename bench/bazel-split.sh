@@ -42,10 +42,7 @@ cleanup() {
 trap cleanup EXIT
 
 ART="$PKG/art/sparse_lib_gfxall"
-rocsparse_artifact "$ART"
-extra=""
-[ -n "$COMPRESSION" ] && extra="    compression = \"$COMPRESSION\","
-cat > "$PKG/BUILD.bazel" <<EOF
+split_package "$PKG" BUILD.bazel bazel
 load("//rules/bazel:defs.bzl", "kpack_split")
 
 kpack_split(

@@ -46,12 +46,8 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# The example tree: one artifact directory holding the library (hard link).
 ART="$PKG/art/sparse_lib_gfxall"
-rocsparse_artifact "$ART"
-extra=""
-[ -n "$COMPRESSION" ] && extra="    compression = \"$COMPRESSION\","
-cat > "$PKG/BUCK" <<EOF
+split_package "$PKG" BUCK buck2
 load("//rules/buck2:defs.bzl", "kpack_split")
 
 kpack_split(

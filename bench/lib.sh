@@ -97,6 +97,27 @@ rocsparse_artifact() {
     printf 'lib\n' > "$1/artifact_manifest.txt"
 }
 
+# split_package PKG BUILD_FILE RULES: the package of the build-system split
+# benches: PKG/art/sparse_lib_gfxall (rocsparse_artifact) and a BUILD_FILE
+# (BUILD.bazel or BUCK) with one kpack_split `split` loaded from
+# //rules/RULES:defs.bzl; $COMPRESSION, when set, becomes its compression.
+split_package() {
+    local pkg="$1" build="$2" rules="$3" extra=""
+    rocsparse_artifact "$pkg/art/sparse_lib_gfxall"
+    [ -n "${COMPRESSION:-}" ] && extra="    compression = \"$COMPRESSION\","
+    cat > "$pkg/$build" <<EOF
+load("//rules/$rules:defs.bzl", "kpack_split")
+
+kpack_split(
+    name = "split",
+    srcs = glob(["art/**"]),
+    artifact_prefix = "sparse_lib",
+    shard = "sparse-build",
+$extra
+)
+EOF
+}
+
 # split_alone KPACK ART OUT REPS [FLAGS...]: `kpack split` of ART into OUT
 # REPS times (OUT removed before each), one wall time per line on stdout.
 split_alone() {
