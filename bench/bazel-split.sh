@@ -43,16 +43,6 @@ trap cleanup EXIT
 
 ART="$PKG/art/sparse_lib_gfxall"
 split_package "$PKG" BUILD.bazel bazel
-load("//rules/bazel:defs.bzl", "kpack_split")
-
-kpack_split(
-    name = "split",
-    srcs = glob(["art/**"]),
-    artifact_prefix = "sparse_lib",
-    shard = "sparse-build",
-$extra
-)
-EOF
 
 blog "bazel: first build of //$PKG:split (builds the helpers into $TD, digests the source)"
 sync; s=$(date +%s.%N)

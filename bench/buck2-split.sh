@@ -48,16 +48,6 @@ trap cleanup EXIT
 
 ART="$PKG/art/sparse_lib_gfxall"
 split_package "$PKG" BUCK buck2
-load("//rules/buck2:defs.bzl", "kpack_split")
-
-kpack_split(
-    name = "split",
-    srcs = glob(["art/**"]),
-    artifact_prefix = "sparse_lib",
-    shard = "sparse-build",
-$extra
-)
-EOF
 
 blog "buck2: helpers (release, cargo target dir $TD)"
 b2 build "rocpack//:rocpack_helpers[kpack]" --show-full-output > "$WORK/helpers.out" 2> "$WORK/helpers.err" \
