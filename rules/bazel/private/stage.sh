@@ -4,11 +4,10 @@
 #
 # Inputs in a Bazel sandbox are symlinks into the execroot, and without a
 # sandbox a source directory shows everything in it. The helpers must see
-# exactly the declared files as regular files, so each is hard-linked (no
-# bytes copied; copied, symlinks dereferenced, only across file systems) into
-# a fresh directory first. Nothing in the stage is ever written to: the
-# helpers only read their inputs, and only the stage's directories are made
-# writable for the clean-up.
+# exactly the declared files as regular files, so they are copied (symlinks
+# dereferenced) into a fresh directory first. Not hard-linked: a link changes
+# the source's ctime, and Bazel then digests the whole input again on the
+# next build (measured: a 1.3 GB input re-hashed after every split).
 #
 # stage.sh [options] -- TOOL ARGS...
 #   --stage LIST          LIST holds "dest<TAB>src" lines: src (a file, or a
@@ -16,9 +15,10 @@
 #                         $STAGE/dest. The token @STAGE@ in ARGS is replaced.
 #   --tmp-out             ARGS token @OUT@ becomes a fresh path (not yet created,
 #                         so tools that insist on a new output dir accept it).
-#   --collect SUB DEST    after TOOL: copy @OUT@/SUB/. into directory DEST;
+#   --collect SUB DEST    after TOOL: move @OUT@/SUB/* into directory DEST
+#                         (@OUT@ is made beside DEST, so each is a rename);
 #                         fails when SUB does not exist (lists what does).
-#   --collect-all DEST    after TOOL: copy @OUT@/. into directory DEST.
+#   --collect-all DEST    after TOOL: move @OUT@/* into directory DEST.
 #   --list-dirs FILE STRIP  write the sorted names of @OUT@'s subdirectories
 #                         to FILE, removing the prefix STRIP from each.
 #   --list-skip NAME      leave NAME (after stripping) out of that list.
@@ -45,9 +45,16 @@ while [ $# -gt 0 ]; do
     esac
 done
 work="$(mktemp -d "${TMPDIR:-/tmp}/rocpack.XXXXXXXX")"
-trap 'find "$work" -type d -exec chmod u+w {} + 2>/dev/null; rm -rf "$work"' EXIT
+# Collected outputs are moved, not copied: the helper writes beside the
+# declared output (same file system), and each entry is renamed into it.
+outdir="$work"
+dest="${collect_all:-$collect_dest}"
+if [ -n "$dest" ]; then
+    outdir="$(mktemp -d "$(dirname "$dest")/.rocpack-out.XXXXXXXX")"
+fi
+trap 'find "$work" "$outdir" -type d -exec chmod u+w {} + 2>/dev/null; rm -rf "$work" "$outdir"' EXIT
 stage="$work/stage"
-out="$work/out"
+out="$outdir/out"
 mkdir -p "$stage"
 
 if [ -n "$sha_hex" ]; then
@@ -62,8 +69,7 @@ fi
 # (execroot, sandbox). Follow those; the first relative link on the way is
 # the artifact's own symlink (librocblas.so.5 -> librocblas.so.5.2) and is
 # staged as that link, as `kpack` sees it in the original tree (the helper
-# judges where it points). A file is hard-linked where it lies (the last
-# absolute hop), or copied when that is on another file system.
+# judges where it points). Anything else is copied.
 stage_one() {
     local own="" l="$1" hops=0 t
     while [ -L "$l" ] && [ $hops -lt 40 ]; do
@@ -77,8 +83,6 @@ stage_one() {
     mkdir -p "$(dirname "$2")"
     if [ -n "$own" ]; then
         ln -s "$own" "$2"
-    elif [ -f "$l" ] && [ ! -L "$l" ] && ln "$l" "$2" 2>/dev/null; then
-        :
     else
         cp -L "$1" "$2"
     fi
@@ -101,8 +105,7 @@ if [ -n "$stage_list" ]; then
             stage_one "$src" "$stage/$dest"
         fi
     done < "$stage_list"
-    # Directories only: a file may be a hard link of a source or output file.
-    find "$stage" -type d -exec chmod u+w {} +
+    chmod -R u+w "$stage"
 fi
 
 cmd=()
@@ -144,10 +147,10 @@ if [ -n "$collect_sub" ]; then
         exit 1
     fi
     mkdir -p "$collect_dest"
-    cp -R "$out/$collect_sub/." "$collect_dest/"
+    find "$out/$collect_sub" -mindepth 1 -maxdepth 1 -exec mv -t "$collect_dest" {} +
 fi
 if [ -n "$collect_all" ]; then
     [ -d "$out" ] || { echo "rocpack: the helper wrote no output directory" >&2; exit 1; }
     mkdir -p "$collect_all"
-    cp -R "$out/." "$collect_all/"
+    find "$out" -mindepth 1 -maxdepth 1 -exec mv -t "$collect_all" {} +
 fi
