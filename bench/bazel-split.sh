@@ -15,12 +15,14 @@
 #   bazel (warm): whole `bazel build` command, server running and the 1.3 GB
 #     source already digested once; a new output directory each run
 #     (--platform_suffix), so exactly the split action runs again. Its inputs
-#     are copied by rules/bazel/private/stage.sh (a hard link would change
-#     the source's ctime and make Bazel digest the 1.3 GB again on the next
-#     build) and its outputs renamed into place; the rest of the difference
-#     is the sandbox and Bazel's digest of the outputs (SHA-256 by default,
-#     printed below; BAZEL_STARTUP=--digest_function=blake3 where the Bazel
-#     build supports it, which Debian's 7.7.1 does not). Compared.
+#     are staged by rules/bazel/private/stage.sh as symlinks to where they
+#     really are, which kpack reads through --staging-root (a copy would cost
+#     a pass over 1.3 GB; a hard link would change the source's ctime and
+#     make Bazel digest the 1.3 GB again on the next build), and its outputs
+#     are renamed into place; the rest of the difference is the sandbox and
+#     Bazel's digest of the outputs (SHA-256 by default, printed below;
+#     BAZEL_STARTUP=--digest_function=blake3 where the Bazel build supports
+#     it, which Debian's 7.7.1 does not). Compared.
 #   bazel (first): the first build of the target, which also digests the
 #     1.3 GB source (reported, not compared).
 #

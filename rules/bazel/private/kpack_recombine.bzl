@@ -21,6 +21,7 @@ def kpack_recombine_action(ctx, kpack, stage, shards, config, component, group, 
     lst = stage_list(ctx, "stage.txt", pairs)
     args = ctx.actions.args()
     args.add("--stage", lst)
+    args.add("--link-inputs")
     args.add("--collect", kpack_package_dir_name(component, group))
     args.add(out_dir.path)
     args.add("--")
@@ -29,6 +30,7 @@ def kpack_recombine_action(ctx, kpack, stage, shards, config, component, group, 
     args.add("--input-shards-dir", "@STAGE@/shards")
     args.add("--config", config)
     args.add("--output-dir", "@OUT@")
+    args.add("@STAGING_ROOTS@")
     ctx.actions.run(
         executable = stage,
         arguments = [args],

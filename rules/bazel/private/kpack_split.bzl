@@ -25,6 +25,7 @@ def kpack_split_action(ctx, kpack, stage, artifact_files, out_dir, archs_file, a
     lst = stage_list(ctx, "stage.txt", [("a/" + rel if rel else "a", f) for rel, f in artifact_files])
     args = ctx.actions.args()
     args.add("--stage", lst)
+    args.add("--link-inputs")
     args.add("--collect-all", out_dir.path)
     args.add("--list-dirs", archs_file)
     args.add(artifact_prefix + "_")
@@ -36,6 +37,7 @@ def kpack_split_action(ctx, kpack, stage, artifact_files, out_dir, archs_file, a
     args.add("split")
     args.add("--artifact-dir", "@STAGE@/a")
     args.add("--output-dir", "@OUT@")
+    args.add("@STAGING_ROOTS@")
     args.add_all(kpack_split_arg_list(artifact_prefix, split_databases, compression, exclude_archs))
     ctx.actions.run(
         executable = stage,

@@ -4,10 +4,11 @@
 #
 # Inputs in a Bazel sandbox are symlinks into the execroot, and without a
 # sandbox a source directory shows everything in it. The helpers must see
-# exactly the declared files as regular files, so they are copied (symlinks
-# dereferenced) into a fresh directory first. Not hard-linked: a link changes
-# the source's ctime, and Bazel then digests the whole input again on the
-# next build (measured: a 1.3 GB input re-hashed after every split).
+# exactly the declared files, so they are staged into a fresh directory
+# first: copied (symlinks dereferenced), or, with --link-inputs (kpack split
+# and recombine), linked. Never hard-linked: a hard link changes the
+# source's ctime, and Bazel then digests the whole input again on the next
+# build (measured: a 1.3 GB input re-hashed after every split).
 #
 # stage.sh [options] -- TOOL ARGS...
 #   --stage LIST          LIST holds "dest<TAB>src" lines: src (a file, or a
@@ -25,10 +26,22 @@
 #   --expect-dirs NAMES   fail unless @OUT@'s subdirectories are exactly the
 #                         space-separated NAMES.
 #   --sha256 HEX FILE     fail unless FILE's sha256 is HEX (before TOOL).
+#   --link-inputs         stage each input file as an absolute symlink to the
+#                         file it really is (no bytes copied), and replace the
+#                         ARGS token @STAGING_ROOTS@ with `--staging-root R`
+#                         for each directory R those files lie in at their
+#                         staged relative path: kpack reads such a link as the
+#                         input it stands for and judges the input's own
+#                         symlinks as in the original tree (the policy the
+#                         Buck2 rules use with symlinked_dir). A directory is
+#                         one link to where it really is (a root itself). A
+#                         file whose real path does not end in its staged
+#                         path is copied.
 set -euo pipefail
 export LC_ALL=C
 stage_list="" tmp_out=0 collect_sub="" collect_dest="" collect_all="" list_file="" list_strip=""
-expect_dirs="" have_expect=0 list_skip=""
+expect_dirs="" have_expect=0 list_skip="" link_inputs=0
+roots=()
 sha_hex="" sha_file=""
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -40,6 +53,7 @@ while [ $# -gt 0 ]; do
         --list-skip) list_skip="$2"; shift 2 ;;
         --expect-dirs) expect_dirs="$2"; have_expect=1; shift 2 ;;
         --sha256) sha_hex="$2"; sha_file="$3"; shift 3 ;;
+        --link-inputs) link_inputs=1; shift ;;
         --) shift; break ;;
         *) echo "stage.sh: unknown option $1" >&2; exit 2 ;;
     esac
@@ -69,9 +83,41 @@ fi
 # (execroot, sandbox). Follow those; the first relative link on the way is
 # the artifact's own symlink (librocblas.so.5 -> librocblas.so.5.2) and is
 # staged as that link, as `kpack` sees it in the original tree (the helper
-# judges where it points). Anything else is copied.
+# judges where it points). Anything else is copied, or with --link-inputs
+# linked (REL: its path below the staging root kpack will see).
+add_root() {
+    local r
+    for r in "${roots[@]}"; do [ "$r" = "$1" ] && return 0; done
+    roots+=("$1")
+}
+# own_location P: follow P's absolute links (sandbox, execroot) and print
+# where the entry really is: the first relative link met (the artifact's own
+# symlink) or the file, by its physical directory.
+own_location() {
+    local l="$1" hops=0 t
+    while [ -L "$l" ] && [ $hops -lt 40 ]; do
+        t="$(readlink "$l")"
+        case "$t" in /*) l="$t" ;; *) break ;; esac
+        hops=$((hops + 1))
+    done
+    printf '%s/%s\n' "$(readlink -f -- "$(dirname -- "$l")")" "$(basename -- "$l")"
+}
+# tree_root DIR: the directory DIR really is when every entry below it (seen
+# through the sandbox's links) lies at its own relative path below one
+# place, e.g. a tree artifact in the execroot; nothing when not.
+tree_root() {
+    local src="$1" root="" e rel real r
+    while IFS= read -r -d '' e; do
+        rel="${e#"$src"/}"
+        real="$(own_location "$e")"
+        case "$real" in */"$rel") r="${real%/"$rel"}" ;; *) return 0 ;; esac
+        if [ -z "$root" ]; then root="$r"; elif [ "$root" != "$r" ]; then return 0; fi
+    done < <(find "$src" -mindepth 1 ! -type d -print0)
+    [ -n "$root" ] && printf '%s\n' "$root"
+    return 0
+}
 stage_one() {
-    local own="" l="$1" hops=0 t
+    local own="" l="$1" hops=0 t real rel="${3:-}"
     while [ -L "$l" ] && [ $hops -lt 40 ]; do
         t="$(readlink "$l")"
         case "$t" in
@@ -81,6 +127,21 @@ stage_one() {
         hops=$((hops + 1))
     done
     mkdir -p "$(dirname "$2")"
+    if [ "$link_inputs" = 1 ] && [ -n "$rel" ] && { [ -n "$own" ] || [ -f "$l" ]; }; then
+        if [ -n "$own" ]; then
+            # The artifact's own symlink, where it really is: kpack judges
+            # it there, in the original tree.
+            real="$(readlink -f -- "$(dirname -- "$l")")/$(basename -- "$l")"
+        else
+            real="$(readlink -f -- "$l")"
+        fi
+        case "$real" in
+            */"$rel")
+                add_root "${real%/"$rel"}"
+                ln -s "$real" "$2"
+                return 0 ;;
+        esac
+    fi
     if [ -n "$own" ]; then
         ln -s "$own" "$2"
     else
@@ -91,25 +152,42 @@ stage_one() {
 if [ -n "$stage_list" ]; then
     while IFS=$'\t' read -r dest src; do
         [ -n "$dest" ] || continue
-        if [ -d "$src" ]; then
+        real=""
+        if [ -d "$src" ] && [ "$link_inputs" = 1 ]; then
+            real="$(tree_root "$src")"
+        fi
+        if [ -n "$real" ]; then
+            # A directory input (a tree artifact: split outputs handed to
+            # recombine) is one link to where it really is, and a root.
+            mkdir -p "$(dirname "$stage/$dest")"
+            ln -s "$real" "$stage/$dest"
+            add_root "$real"
+        elif [ -d "$src" ]; then
             mkdir -p "$stage/$dest"
             while IFS= read -r -d '' e; do
                 rel="${e#"$src"/}"
                 if [ -d "$e" ] && ! { [ -L "$e" ] && case "$(readlink "$e")" in /*) false ;; *) true ;; esac; }; then
                     mkdir -p "$stage/$dest/$rel"
                 else
-                    stage_one "$e" "$stage/$dest/$rel"
+                    stage_one "$e" "$stage/$dest/$rel" "$rel"
                 fi
             done < <(find -L "$src" -mindepth 1 -print0 | sort -z)
         else
-            stage_one "$src" "$stage/$dest"
+            # Below the staged directory's first component (@STAGE@/a for
+            # kpack split) the path is the input's own.
+            case "$dest" in */*) rel="${dest#*/}" ;; *) rel="" ;; esac
+            stage_one "$src" "$stage/$dest" "$rel"
         fi
     done < "$stage_list"
-    chmod -R u+w "$stage"
+    find "$stage" -type d -exec chmod u+w {} +
 fi
 
 cmd=()
 for a in "$@"; do
+    if [ "$a" = "@STAGING_ROOTS@" ]; then
+        for r in "${roots[@]}"; do cmd+=(--staging-root "$r"); done
+        continue
+    fi
     a="${a//@STAGE@/$stage}"
     a="${a//@OUT@/$out}"
     cmd+=("$a")
