@@ -9,9 +9,11 @@ Usage: check_split.py KPACK ART OUT NAME
   OUT: its output directory; NAME: the --artifact-prefix
 Prints one summary line; exits 1 with every mismatch listed.
 """
+import atexit
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -47,6 +49,9 @@ def main():
     # Every code object of every .kpack, hashed here from the unpacked files.
     stored = {}
     tmp = tempfile.mkdtemp(prefix="pypi-check-")
+    # Unpacked archives and reassembled binaries: gigabytes for a large
+    # wheel; removed however the check ends.
+    atexit.register(shutil.rmtree, tmp, True)
     kpacks = []
     for d, _, files in os.walk(out):
         kpacks += [os.path.join(d, f) for f in files if f.endswith(".kpack")]
