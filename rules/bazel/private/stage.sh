@@ -90,16 +90,22 @@ add_root() {
     for r in "${roots[@]}"; do [ "$r" = "$1" ] && return 0; done
     roots+=("$1")
 }
-# own_location P: follow P's absolute links (sandbox, execroot) and print
-# where the entry really is: the first relative link met (the artifact's own
-# symlink) or the file, by its physical directory.
-own_location() {
+# last_hop P: follow P's absolute links (sandbox, execroot) and print where
+# they end: the file, or the first relative link met (the artifact's own
+# symlink, librocblas.so.5 -> librocblas.so.5.2).
+last_hop() {
     local l="$1" hops=0 t
     while [ -L "$l" ] && [ $hops -lt 40 ]; do
         t="$(readlink "$l")"
         case "$t" in /*) l="$t" ;; *) break ;; esac
         hops=$((hops + 1))
     done
+    printf '%s\n' "$l"
+}
+# own_location P: where P's last hop physically is (its directory resolved).
+own_location() {
+    local l
+    l="$(last_hop "$1")"
     printf '%s/%s\n' "$(readlink -f -- "$(dirname -- "$l")")" "$(basename -- "$l")"
 }
 # tree_root DIR: the directory DIR really is when every entry below it (seen
@@ -117,21 +123,17 @@ tree_root() {
     return 0
 }
 stage_one() {
-    local own="" l="$1" hops=0 t real rel="${3:-}"
-    while [ -L "$l" ] && [ $hops -lt 40 ]; do
-        t="$(readlink "$l")"
-        case "$t" in
-            /*) l="$t" ;;
-            *) own="$t"; break ;;
-        esac
-        hops=$((hops + 1))
-    done
+    local own="" l real rel="${3:-}"
+    l="$(last_hop "$1")"
+    if [ -L "$l" ]; then
+        case "$(readlink "$l")" in /*) ;; *) own="$(readlink "$l")" ;; esac
+    fi
     mkdir -p "$(dirname "$2")"
     if [ "$link_inputs" = 1 ] && [ -n "$rel" ] && { [ -n "$own" ] || [ -f "$l" ]; }; then
         if [ -n "$own" ]; then
             # The artifact's own symlink, where it really is: kpack judges
             # it there, in the original tree.
-            real="$(readlink -f -- "$(dirname -- "$l")")/$(basename -- "$l")"
+            real="$(own_location "$l")"
         else
             real="$(readlink -f -- "$l")"
         fi

@@ -204,7 +204,7 @@ fn verify_accepts_per_translation_unit_arch_sets() {
 
 /// Hardening items 8 and 10, verify's side: a symlink chain that is
 /// lexically inside the package but physically outside (`lib/up -> ..`,
-/// `lib/esc -> up/../../../outside/x`) and a fat ELF verify cannot analyse
+/// `lib/esc -> up/../…/outside/x`, out of the tree) and a fat ELF verify cannot analyse
 /// (device code kept in the generic package behind an `e_phnum` of 0xffff)
 /// each fail `kpack verify`, naming the file; the clean tree passes.
 #[test]

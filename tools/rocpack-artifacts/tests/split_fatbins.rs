@@ -241,7 +241,7 @@ fn archive_with_two_members_of_one_name_splits() {
 #[test]
 fn layout_errors_come_before_any_decompression() {
     let base = fs::read(fixtures().join("fatbins/libfx_multi_compressed.so")).unwrap();
-    let fb = memchr_ccob(&base);
+    let fb = ccob_offset(&base);
     let mut damaged = base.clone();
     for b in &mut damaged[fb + 64..fb + 256] {
         *b ^= 0x5a;
@@ -280,7 +280,7 @@ fn layout_errors_come_before_any_decompression() {
     assert_ne!(payload_err, layout_err);
 }
 
-fn memchr_ccob(d: &[u8]) -> usize {
+fn ccob_offset(d: &[u8]) -> usize {
     d.windows(4)
         .position(|w| w == b"CCOB")
         .expect("a CCOB bundle")

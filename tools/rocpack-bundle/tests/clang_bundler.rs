@@ -221,3 +221,54 @@ fn clang_offload_bundler_output_parses_identically() {
         }
     }
 }
+
+/// What `kpack inspect` follows by default (docs/cli/inspect-json.md):
+/// clang-offload-bundler unbundles a CCOB whose stored hash is wrong without
+/// a word, and compares the hash only with `-verbose`.
+#[test]
+fn clang_checks_the_ccob_hash_only_when_verbose() {
+    let Some(tool) = bundler() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let want = entries();
+    let mut ccob = write_ccob(&write_uncompressed(&want), 2, Method::Zstd).unwrap();
+    // v2 header: magic, version, method, total size, uncompressed size, hash.
+    ccob[16] ^= 0xff;
+    let p = dir.path().join("bad-hash.bundle");
+    std::fs::write(&p, &ccob).unwrap();
+    unbundle_and_compare(&tool, dir.path(), &p, &want);
+    let r = Command::new(&tool)
+        .args(["--unbundle", "--verbose", "--type=o"])
+        .arg(format!("--input={}", p.display()))
+        .arg(format!("--targets={}", DEVICE[0]))
+        .arg(format!("--output={}", dir.path().join("v.co").display()))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&r.stderr);
+    assert!(err.contains("Hashes match: No"), "{err}");
+}
+
+/// `write_ccob_long` (what `kpack reassemble` falls back to when a bundle
+/// must shrink to fit): repeats farther apart than the level's own window
+/// are found, and clang-offload-bundler reads the result back exactly.
+#[test]
+fn long_distance_ccobs_are_smaller_and_clang_reads_them() {
+    let Some(tool) = bundler() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    // One 12 MiB code object per target, the same bytes: the repeats are
+    // 12 MiB apart, beyond level 9's 8 MiB window.
+    let blob = common::pseudo_random(99, 12 << 20);
+    let mut want = vec![("host-x86_64-unknown-linux--".to_string(), Vec::new())];
+    want.extend(DEVICE[..3].iter().map(|id| (id.to_string(), blob.clone())));
+    let raw = write_uncompressed(&want);
+    let plain = write_ccob_level(&raw, 2, Method::Zstd, 9).unwrap();
+    let long = write_ccob_long(&raw, 2, Method::Zstd, 9).unwrap();
+    assert!(
+        long.len() * 2 < plain.len(),
+        "long {} vs plain {}",
+        long.len(),
+        plain.len()
+    );
+    let p = dir.path().join("long.bundle");
+    std::fs::write(&p, &long).unwrap();
+    unbundle_and_compare(&tool, dir.path(), &p, &want);
+}
