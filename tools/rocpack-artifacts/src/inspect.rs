@@ -24,7 +24,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use rayon::prelude::*;
-use rocpack_bundle::{Format, ParseOptions, BUNDLE_MAGIC, CCOB_MAGIC};
+use rocpack_bundle::{Format, ParseOptions, BUNDLE_MAGIC};
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 

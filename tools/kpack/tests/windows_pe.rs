@@ -1,0 +1,277 @@
+//! Windows PE32+/COFF end to end: `kpack inspect`/`unbundle` against
+//! clang-offload-bundler (expected-unbundle-win.tsv), `kpack split` of a
+//! TheRock-style `bin/*.dll` artifact, and the split images loaded for real
+//! under Wine (Debian's wine64): a stub `amdhip64.dll` receives every wrapper
+//! after the Windows loader mapped and rebased the image, follows its
+//! pointer into `.kpackrf`, and each (wrapper, arch) is resolved through
+//! rocpack's lookup (`rocpack_kpack::Loader`) to the original code object.
+//! Also after `llvm-strip --strip-debug` / `llvm-objcopy` of the split
+//! images and with the preferred image base taken (forced rebase).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use rocpack_testsupport as ts;
+use serde_json::Value;
+
+mod common;
+use common::{assert_ok, kpack};
+
+const DLLS: [&str; 4] = [
+    "fx_win_lld.dll",
+    "fx_win_gnu.dll",
+    "fx_win_ccob.dll",
+    "fx_win_overlay.dll",
+];
+
+/// `file -> (bundle, target) -> sha256` (device entries, bundler's word).
+fn expected() -> BTreeMap<String, BTreeMap<(u32, String), String>> {
+    let tsv =
+        std::fs::read_to_string(ts::win_fixtures().join("expected-unbundle-win.tsv")).unwrap();
+    let mut m: BTreeMap<String, BTreeMap<(u32, String), String>> = BTreeMap::new();
+    for line in tsv.lines().skip(1) {
+        let c: Vec<&str> = line.split('\t').collect();
+        m.entry(c[0].trim_start_matches("fatbins-win/").to_string())
+            .or_default()
+            .insert((c[2].parse().unwrap(), c[4].to_string()), c[5].to_string());
+    }
+    m
+}
+
+#[test]
+fn inspect_and_unbundle_pe_and_coff_like_clang_offload_bundler() {
+    let exp = expected();
+    let tmp = ts::tempdir();
+    for (file, want) in &exp {
+        let path = ts::win_fatbin(file);
+        let out = kpack(&["inspect".as_ref(), "--json".as_ref(), path.as_os_str()]);
+        assert_ok(&out);
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let kind = if file.ends_with(".obj") { "coff" } else { "pe" };
+        assert_eq!(v["kind"], kind, "{file}");
+        assert_eq!(v["pe"]["state"], "fat", "{file}");
+        let mut got = BTreeMap::new();
+        for b in v["bundles"].as_array().unwrap() {
+            for c in b["code_objects"].as_array().unwrap() {
+                if !c["is_host"].as_bool().unwrap() {
+                    got.insert(
+                        (
+                            b["index"].as_u64().unwrap() as u32,
+                            c["target"].as_str().unwrap().to_string(),
+                        ),
+                        c["sha256"].as_str().unwrap().to_string(),
+                    );
+                }
+            }
+        }
+        assert_eq!(&got, want, "{file}: inspect --json");
+        let text = ts::stdout(&kpack(&["inspect".as_ref(), path.as_os_str()]));
+        assert!(text.contains("state fat"), "{text}");
+        // unbundle: one file per code object, same bytes as the bundler's.
+        let dir = tmp.path().join(file);
+        assert_ok(&kpack(&[
+            "unbundle".as_ref(),
+            path.as_os_str(),
+            "-o".as_ref(),
+            dir.as_os_str(),
+        ]));
+        let mut shas: BTreeSet<String> = BTreeSet::new();
+        for e in std::fs::read_dir(&dir).unwrap() {
+            let p = e.unwrap().path();
+            if !p.file_name().unwrap().to_string_lossy().contains("host") {
+                shas.insert(ts::sha256_file(&p));
+            }
+        }
+        let want_shas: BTreeSet<String> = want.values().cloned().collect();
+        assert_eq!(shas, want_shas, "{file}: unbundle");
+    }
+}
+
+/// Wine, when installed (in CI its absence is a failure).
+fn wine() -> Option<PathBuf> {
+    for w in ["/usr/lib/wine/wine64", "/usr/bin/wine64", "/usr/bin/wine"] {
+        if Path::new(w).is_file() {
+            return Some(PathBuf::from(w));
+        }
+    }
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "wine64 is not installed (apt-get install wine64)"
+    );
+    eprintln!("note: wine64 not installed, skipping");
+    None
+}
+
+fn mingw(args: &[&str], src: &str, out: &Path) {
+    let o = Command::new("x86_64-w64-mingw32-gcc")
+        .args(args)
+        .arg("-o")
+        .arg(out)
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/wine").join(src))
+        .output()
+        .expect("x86_64-w64-mingw32-gcc (gcc-mingw-w64-x86-64)");
+    assert_ok(&o);
+}
+
+/// One wrapper registration reported by the stub.
+#[derive(Debug)]
+struct Reg {
+    base: u64,
+    preferred: u64,
+    magic: u32,
+    version: u32,
+    co_index: u32,
+    in_kpackrf: bool,
+    data: Vec<u8>,
+}
+
+fn hexnum(s: &str) -> u64 {
+    u64::from_str_radix(s, 16).unwrap()
+}
+
+/// Run `load_dlls.exe args…` under Wine in `dir`: registrations per DLL.
+fn run_wine(wine: &Path, dir: &Path, args: &[&str]) -> BTreeMap<String, Vec<Reg>> {
+    let prefix = ts::repo_root().join("target/rocpack-win/wineprefix");
+    std::fs::create_dir_all(&prefix).unwrap();
+    let out = Command::new(wine)
+        .arg("load_dlls.exe")
+        .args(args)
+        .current_dir(dir)
+        .env("WINEPREFIX", &prefix)
+        .env("WINEDEBUG", "-all")
+        .env("WINEDLLOVERRIDES", "mscoree,mshtml=")
+        .output()
+        .expect("wine");
+    let text = ts::stdout(&out);
+    assert!(out.status.success(), "wine load_dlls.exe {args:?}: {text}{}", ts::stderr(&out));
+    let mut by_dll = BTreeMap::new();
+    let mut pending = Vec::new();
+    for line in text.lines() {
+        if let Some(rest) = line.strip_prefix("reg ") {
+            let kv: BTreeMap<&str, &str> =
+                rest.split(' ').filter_map(|f| f.split_once('=')).collect();
+            pending.push(Reg {
+                base: hexnum(kv["base"]),
+                preferred: hexnum(kv["preferred"]),
+                magic: hexnum(kv["magic"]) as u32,
+                version: kv["version"].parse().unwrap(),
+                co_index: kv["co_index"].parse().unwrap(),
+                in_kpackrf: kv["in_kpackrf"] == "1",
+                data: hex::decode(kv["data"]).unwrap(),
+            });
+        } else if let Some(rest) = line.strip_prefix("loaded ") {
+            let name = rest.split(' ').next().unwrap().to_string();
+            by_dll.insert(name, std::mem::take(&mut pending));
+        }
+    }
+    assert!(pending.is_empty(), "registrations outside any LoadLibrary: {text}");
+    by_dll
+}
+
+/// Every HIPK wrapper of every DLL resolves, for every arch, to the code
+/// object clang-offload-bundler extracted from the fat original.
+fn check_resolves(
+    regs: &BTreeMap<String, Vec<Reg>>,
+    bin: &Path,
+    exp: &BTreeMap<String, BTreeMap<(u32, String), String>>,
+    rebased: bool,
+) -> usize {
+    let mut n = 0;
+    for dll in DLLS {
+        let r = &regs[dll];
+        let want = &exp[dll];
+        let wrappers: BTreeSet<u32> = want.keys().map(|(b, _)| *b).collect();
+        assert_eq!(r.len(), wrappers.len(), "{dll}: registrations {r:?}");
+        for reg in r {
+            assert_eq!(reg.magic, 0x4B50_4948, "{dll}: magic {:#x}", reg.magic);
+            assert_eq!(reg.version, 1);
+            assert!(reg.in_kpackrf, "{dll}: pointer not in .kpackrf after loading");
+            if rebased {
+                assert_ne!(reg.base, reg.preferred, "{dll}: expected a rebase");
+            }
+            let marker = rocpack_kpack::Marker::decode(&reg.data).unwrap();
+            let mut loader = rocpack_kpack::Loader::new(rocpack_kpack::LoaderEnv::none());
+            for ((co, target), sha) in want.iter().filter(|((b, _), _)| *b == reg.co_index) {
+                let arch = target.rsplit("--").next().unwrap();
+                let (_, bytes) = loader
+                    .load(&marker, bin, u64::from(*co), &[arch])
+                    .unwrap_or_else(|e| panic!("{dll}#{co} [{arch}]: {e}"));
+                assert_eq!(&ts::sha256_hex(&bytes), sha, "{dll}#{co} [{arch}]");
+                n += 1;
+            }
+        }
+    }
+    n
+}
+
+#[test]
+fn split_dlls_load_under_wine_and_resolve_to_the_original_code_objects() {
+    let Some(wine) = wine() else { return };
+    let exp = expected();
+    let tmp = ts::tempdir();
+    let art = tmp.path().join("art/fx_win");
+    std::fs::create_dir_all(art.join("bin")).unwrap();
+    std::fs::write(art.join("artifact_manifest.txt"), "bin\n").unwrap();
+    for f in DLLS.iter().chain(&["fx_win_app.exe"]) {
+        std::fs::copy(ts::win_fatbin(f), art.join("bin").join(f)).unwrap();
+    }
+    let out = tmp.path().join("out");
+    assert_ok(&kpack(&[
+        "split".as_ref(),
+        "--artifact-prefix".as_ref(),
+        "fx_win".as_ref(),
+        "--artifact-dir".as_ref(),
+        art.as_os_str(),
+        "--output-dir".as_ref(),
+        out.as_os_str(),
+    ]));
+    // Overlay install of every package's bin/ (TheRock's Windows layout).
+    let bin = tmp.path().join("root/bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    for pkg in std::fs::read_dir(&out).unwrap() {
+        let p = pkg.unwrap().path().join("bin");
+        if p.is_dir() {
+            assert_ok(&Command::new("cp").arg("-a").arg(format!("{}/.", p.display())).arg(&bin).output().unwrap());
+        }
+    }
+    for dll in DLLS {
+        let fat = std::fs::metadata(ts::win_fatbin(dll)).unwrap().len();
+        let host = std::fs::metadata(bin.join(dll)).unwrap().len();
+        assert!(host < fat, "{dll}: {fat} -> {host} bytes");
+    }
+    mingw(&["-O1", "-shared"], "hip_stub_win.c", &bin.join("amdhip64.dll"));
+    mingw(&["-O1"], "load_dlls.c", &bin.join("load_dlls.exe"));
+
+    // 1. As split. 2. Preferred base taken by a reservation: every DLL rebased.
+    let regs = run_wine(&wine, &bin, &DLLS);
+    let n1 = check_resolves(&regs, &bin, &exp, false);
+    let preferred = regs["fx_win_lld.dll"][0].preferred;
+    let mut args = vec!["--reserve".to_string(), format!("{preferred:x}")];
+    args.extend(DLLS.iter().map(|s| s.to_string()));
+    let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+    let n2 = check_resolves(&run_wine(&wine, &bin, &argv), &bin, &exp, true);
+
+    // 3. After llvm-strip --strip-debug and an llvm-objcopy rewrite.
+    for dll in DLLS {
+        let p = bin.join(dll);
+        assert_ok(&Command::new("llvm-strip-19").arg("--strip-debug").arg(&p).output().unwrap());
+        assert_ok(&Command::new("llvm-objcopy-19").arg(&p).arg(&p).output().unwrap());
+    }
+    let n3 = check_resolves(&run_wine(&wine, &bin, &DLLS), &bin, &exp, false);
+
+    // 4. The split EXE registers its own wrapper when run.
+    let o = Command::new(&wine)
+        .arg("fx_win_app.exe")
+        .current_dir(&bin)
+        .env("WINEPREFIX", ts::repo_root().join("target/rocpack-win/wineprefix"))
+        .env("WINEDEBUG", "-all")
+        .output()
+        .unwrap();
+    let text = ts::stdout(&o);
+    assert!(o.status.success() && text.contains("magic=4b504948") && text.contains("in_kpackrf=1"), "{text}");
+    eprintln!("wine: {n1} + {n2} (rebased) + {n3} (stripped) code objects resolved");
+    assert_eq!(n1, 14);
+    assert_eq!(n1, n2);
+    assert_eq!(n1, n3);
+}
