@@ -108,7 +108,11 @@ fn mingw(args: &[&str], src: &str, out: &Path) {
         .args(args)
         .arg("-o")
         .arg(out)
-        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/wine").join(src))
+        .arg(
+            Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("tests/wine")
+                .join(src),
+        )
         .output()
         .expect("x86_64-w64-mingw32-gcc (gcc-mingw-w64-x86-64)");
     assert_ok(&o);
@@ -144,7 +148,11 @@ fn run_wine(wine: &Path, dir: &Path, args: &[&str]) -> BTreeMap<String, Vec<Reg>
         .output()
         .expect("wine");
     let text = ts::stdout(&out);
-    assert!(out.status.success(), "wine load_dlls.exe {args:?}: {text}{}", ts::stderr(&out));
+    assert!(
+        out.status.success(),
+        "wine load_dlls.exe {args:?}: {text}{}",
+        ts::stderr(&out)
+    );
     let mut by_dll = BTreeMap::new();
     let mut pending = Vec::new();
     for line in text.lines() {
@@ -165,7 +173,10 @@ fn run_wine(wine: &Path, dir: &Path, args: &[&str]) -> BTreeMap<String, Vec<Reg>
             by_dll.insert(name, std::mem::take(&mut pending));
         }
     }
-    assert!(pending.is_empty(), "registrations outside any LoadLibrary: {text}");
+    assert!(
+        pending.is_empty(),
+        "registrations outside any LoadLibrary: {text}"
+    );
     by_dll
 }
 
@@ -186,7 +197,10 @@ fn check_resolves(
         for reg in r {
             assert_eq!(reg.magic, 0x4B50_4948, "{dll}: magic {:#x}", reg.magic);
             assert_eq!(reg.version, 1);
-            assert!(reg.in_kpackrf, "{dll}: pointer not in .kpackrf after loading");
+            assert!(
+                reg.in_kpackrf,
+                "{dll}: pointer not in .kpackrf after loading"
+            );
             if rebased {
                 assert_ne!(reg.base, reg.preferred, "{dll}: expected a rebase");
             }
@@ -205,18 +219,16 @@ fn check_resolves(
     n
 }
 
-#[test]
-fn split_dlls_load_under_wine_and_resolve_to_the_original_code_objects() {
-    let Some(wine) = wine() else { return };
-    let exp = expected();
-    let tmp = ts::tempdir();
-    let art = tmp.path().join("art/fx_win");
+/// `kpack split` of a TheRock-style Windows artifact (`bin/*.dll`, an EXE);
+/// returns the output directory.
+fn split_artifact(tmp: &Path) -> PathBuf {
+    let art = tmp.join("art/fx_win");
     std::fs::create_dir_all(art.join("bin")).unwrap();
     std::fs::write(art.join("artifact_manifest.txt"), "bin\n").unwrap();
     for f in DLLS.iter().chain(&["fx_win_app.exe"]) {
         std::fs::copy(ts::win_fatbin(f), art.join("bin").join(f)).unwrap();
     }
-    let out = tmp.path().join("out");
+    let out = tmp.join("out");
     assert_ok(&kpack(&[
         "split".as_ref(),
         "--artifact-prefix".as_ref(),
@@ -226,13 +238,106 @@ fn split_dlls_load_under_wine_and_resolve_to_the_original_code_objects() {
         "--output-dir".as_ref(),
         out.as_os_str(),
     ]));
+    out
+}
+
+#[test]
+fn split_windows_artifact_verifies_and_reassembles() {
+    let tmp = ts::tempdir();
+    let out = split_artifact(tmp.path());
+    let host_dir = out.join("fx_win_generic/bin");
+    for f in DLLS.iter().chain(&["fx_win_app.exe"]) {
+        let v: Value = serde_json::from_slice(
+            &kpack(&[
+                "inspect".as_ref(),
+                "--json".as_ref(),
+                host_dir.join(f).as_os_str(),
+            ])
+            .stdout,
+        )
+        .unwrap();
+        assert_eq!(v["pe"]["state"], "split", "{f}");
+        assert!(v["bundles"].as_array().unwrap().is_empty(), "{f}");
+        // Reassembly: byte-identical for uncompressed bundles; CCOB bundles
+        // are recompressed, so their code objects are compared.
+        let re = tmp.path().join(format!("re_{f}"));
+        assert_ok(&kpack(&[
+            "reassemble".as_ref(),
+            "--host".as_ref(),
+            host_dir.join(f).as_os_str(),
+            "--kpack-dir".as_ref(),
+            out.as_os_str(),
+            "-o".as_ref(),
+            re.as_os_str(),
+        ]));
+        let orig = std::fs::read(ts::win_fatbin(f)).unwrap();
+        let back = std::fs::read(&re).unwrap();
+        if f.contains("ccob") {
+            let cos = |p: &Path| {
+                let v: Value = serde_json::from_slice(
+                    &kpack(&["inspect".as_ref(), "--json".as_ref(), p.as_os_str()]).stdout,
+                )
+                .unwrap();
+                v["bundles"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .flat_map(|b| b["code_objects"].as_array().unwrap().clone())
+                    .map(|c| (c["target"].to_string(), c["sha256"].to_string()))
+                    .collect::<Vec<_>>()
+            };
+            assert_eq!(cos(&re), cos(&ts::win_fatbin(f)), "{f}");
+        } else {
+            assert!(back == orig, "{f}: reassembled image is not the original");
+        }
+    }
+    // verify: both install models resolve every PE marker.
+    let o = kpack(&[
+        "verify".as_ref(),
+        "--artifacts-dir".as_ref(),
+        out.as_os_str(),
+    ]);
+    assert_ok(&o);
+    let text = ts::stdout(&o) + &ts::stderr(&o);
+    assert!(
+        text.contains("5 split host binaries") && text.contains("32/32 lookups resolved"),
+        "{text}"
+    );
+    // A fat DLL left in the generic package is a violation.
+    std::fs::copy(
+        ts::win_fatbin("fx_win_lld.dll"),
+        host_dir.join("fx_win_lld.dll"),
+    )
+    .unwrap();
+    let o = kpack(&[
+        "verify".as_ref(),
+        "--artifacts-dir".as_ref(),
+        out.as_os_str(),
+    ]);
+    assert_eq!(o.status.code(), Some(1), "{}", ts::stdout(&o));
+    assert!(ts::stdout(&o).contains("fat_binary"), "{}", ts::stdout(&o));
+}
+
+#[test]
+fn split_dlls_load_under_wine_and_resolve_to_the_original_code_objects() {
+    let Some(wine) = wine() else { return };
+    let exp = expected();
+    let tmp = ts::tempdir();
+    let out = split_artifact(tmp.path());
     // Overlay install of every package's bin/ (TheRock's Windows layout).
     let bin = tmp.path().join("root/bin");
     std::fs::create_dir_all(&bin).unwrap();
     for pkg in std::fs::read_dir(&out).unwrap() {
         let p = pkg.unwrap().path().join("bin");
         if p.is_dir() {
-            assert_ok(&Command::new("cp").arg("-a").arg(format!("{}/.", p.display())).arg(&bin).output().unwrap());
+            assert_ok(
+                &Command::new("cp")
+                    .arg("-a")
+                    .arg(format!("{}/.", p.display()))
+                    .arg(&bin)
+                    .output()
+                    .unwrap(),
+            );
         }
     }
     for dll in DLLS {
@@ -240,7 +345,11 @@ fn split_dlls_load_under_wine_and_resolve_to_the_original_code_objects() {
         let host = std::fs::metadata(bin.join(dll)).unwrap().len();
         assert!(host < fat, "{dll}: {fat} -> {host} bytes");
     }
-    mingw(&["-O1", "-shared"], "hip_stub_win.c", &bin.join("amdhip64.dll"));
+    mingw(
+        &["-O1", "-shared"],
+        "hip_stub_win.c",
+        &bin.join("amdhip64.dll"),
+    );
     mingw(&["-O1"], "load_dlls.c", &bin.join("load_dlls.exe"));
 
     // 1. As split. 2. Preferred base taken by a reservation: every DLL rebased.
@@ -255,8 +364,20 @@ fn split_dlls_load_under_wine_and_resolve_to_the_original_code_objects() {
     // 3. After llvm-strip --strip-debug and an llvm-objcopy rewrite.
     for dll in DLLS {
         let p = bin.join(dll);
-        assert_ok(&Command::new("llvm-strip-19").arg("--strip-debug").arg(&p).output().unwrap());
-        assert_ok(&Command::new("llvm-objcopy-19").arg(&p).arg(&p).output().unwrap());
+        assert_ok(
+            &Command::new("llvm-strip-19")
+                .arg("--strip-debug")
+                .arg(&p)
+                .output()
+                .unwrap(),
+        );
+        assert_ok(
+            &Command::new("llvm-objcopy-19")
+                .arg(&p)
+                .arg(&p)
+                .output()
+                .unwrap(),
+        );
     }
     let n3 = check_resolves(&run_wine(&wine, &bin, &DLLS), &bin, &exp, false);
 
@@ -264,12 +385,18 @@ fn split_dlls_load_under_wine_and_resolve_to_the_original_code_objects() {
     let o = Command::new(&wine)
         .arg("fx_win_app.exe")
         .current_dir(&bin)
-        .env("WINEPREFIX", ts::repo_root().join("target/rocpack-win/wineprefix"))
+        .env(
+            "WINEPREFIX",
+            ts::repo_root().join("target/rocpack-win/wineprefix"),
+        )
         .env("WINEDEBUG", "-all")
         .output()
         .unwrap();
     let text = ts::stdout(&o);
-    assert!(o.status.success() && text.contains("magic=4b504948") && text.contains("in_kpackrf=1"), "{text}");
+    assert!(
+        o.status.success() && text.contains("magic=4b504948") && text.contains("in_kpackrf=1"),
+        "{text}"
+    );
     eprintln!("wine: {n1} + {n2} (rebased) + {n3} (stripped) code objects resolved");
     assert_eq!(n1, 14);
     assert_eq!(n1, n2);

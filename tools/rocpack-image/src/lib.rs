@@ -108,6 +108,7 @@ fn elf_cb<T>(
     move |name, info| {
         f(name, &Analysis::Elf(info.clone())).map_err(|e| match e {
             Error::Elf(e) => e,
+            Error::Layout { offset, what } => rocpack_elf::Error::Layout { offset, what },
             other => rocpack_elf::Error::Layout {
                 offset: other.offset().unwrap_or(0),
                 what: other.to_string(),

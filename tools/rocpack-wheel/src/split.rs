@@ -343,16 +343,14 @@ fn load_input(opts: &WheelSplitOptions, root: &Path) -> Result<Loaded, WheelErro
     Ok((files, Some(w), Some(name), meta.len()))
 }
 
-/// Whether the file holds HIP device code (ELF or archive members).
+/// Whether the file holds HIP device code (ELF, PE32+ image or archive members).
 fn has_device_code(path: &Path) -> Result<bool, WheelError> {
-    let mut magic = [0u8; 8];
-    {
-        use std::io::Read;
-        let mut f = fs::File::open(path).map_err(|e| ioerr(path, "open", e))?;
-        let n = f.read(&mut magic).map_err(|e| ioerr(path, "read", e))?;
-        if n < 4 || !(magic.starts_with(b"\x7fELF") || &magic == b"!<arch>\n") {
-            return Ok(false);
-        }
+    use rocpack_image::FileType;
+    if !matches!(
+        rocpack_image::detect_file(path).map_err(|e| ioerr(path, "read", e))?,
+        FileType::Elf { .. } | FileType::Archive | FileType::Pe { .. }
+    ) {
+        return Ok(false);
     }
     let size = fs::metadata(path)
         .map_err(|e| ioerr(path, "stat", e))?
@@ -366,7 +364,7 @@ fn has_device_code(path: &Path) -> Result<bool, WheelError> {
             .iter()
             .any(|m| rocpack_elf::analyze(m.data).is_ok_and(|i| i.has_device_code())));
     }
-    Ok(rocpack_elf::analyze(&data).is_ok_and(|i| i.has_device_code()))
+    Ok(rocpack_image::analyze(&data).is_ok_and(|i| i.has_device_code()))
 }
 
 fn wheel_rel(prefix_rel: &str, overlay: &str) -> String {
