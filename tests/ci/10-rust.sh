@@ -9,6 +9,7 @@ need_pkgs clang-tools-19 llvm-19 lld-19 elfutils binutils zstd openssl gcc libc6
 # (tools/rocpack-image/tests/pe_fixtures.rs, about 6 s).
 need_pkgs gcc-mingw-w64-x86-64 wine64
 python3 -c 'import pefile' 2>/dev/null || need_pkgs python3-pefile
+python3 -m pip --version >/dev/null 2>&1 || need_pkgs python3-pip  # split-wheel win_amd64 install test
 export PATH="/usr/lib/llvm-19/bin:$PATH"
 log "cargo fetch"
 cargo fetch --locked

@@ -402,3 +402,154 @@ fn split_dlls_load_under_wine_and_resolve_to_the_original_code_objects() {
     assert_eq!(n1, n2);
     assert_eq!(n1, n3);
 }
+
+/// Builds a win_amd64 wheel (`.pyd` + DLL + RECORD) from a directory, and
+/// checks every RECORD of the wheels given: both written by Python's
+/// zipfile/hashlib, not by rocpack.
+const WHEEL_PY: &str = r#"
+import base64, hashlib, os, sys, zipfile
+def h(d): return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(d).digest()).rstrip(b"=").decode()
+if sys.argv[1] == "make":
+    src, out = sys.argv[2], sys.argv[3]
+    files = sorted(os.path.relpath(os.path.join(r, f), src) for r, _, fs in os.walk(src) for f in fs)
+    rec = [f"{p},{h(open(os.path.join(src, p), 'rb').read())},{os.path.getsize(os.path.join(src, p))}" for p in files]
+    dist = [p for p in files if p.endswith(".dist-info/WHEEL")][0].split("/")[0]
+    rec.append(f"{dist}/RECORD,,")
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as z:
+        for p in files:
+            z.write(os.path.join(src, p), p)
+        z.writestr(f"{dist}/RECORD", "\n".join(rec) + "\n")
+else:
+    for w in sys.argv[2:]:
+        z = zipfile.ZipFile(w)
+        names = set(z.namelist())
+        rec = [n for n in names if n.endswith(".dist-info/RECORD")]
+        assert len(rec) == 1, (w, rec)
+        seen = set()
+        for line in z.read(rec[0]).decode().splitlines():
+            p, dig, size = line.rsplit(",", 2)
+            seen.add(p)
+            if p == rec[0]:
+                continue
+            d = z.read(p)
+            assert dig == h(d) and int(size) == len(d), (w, p)
+        assert seen == names, (w, names ^ seen)
+        tag = [l for l in z.read(rec[0].replace("RECORD", "WHEEL")).decode().splitlines() if l.startswith("Tag:")]
+        assert tag == ["Tag: cp311-cp311-win_amd64"], (w, tag)
+        assert w.endswith("-cp311-cp311-win_amd64.whl"), w
+    print("records ok")
+"#;
+
+#[test]
+fn split_wheel_of_a_win_amd64_wheel_installs_with_pip_and_resolves() {
+    let py = |args: &[&std::ffi::OsStr]| {
+        let o = Command::new("python3")
+            .arg("-c")
+            .arg(WHEEL_PY)
+            .args(args)
+            .output()
+            .unwrap();
+        assert_ok(&o);
+    };
+    let tmp = ts::tempdir();
+    let src = tmp.path().join("src");
+    std::fs::create_dir_all(src.join("fxwin")).unwrap();
+    std::fs::create_dir_all(src.join("fxwin-0.1.dist-info")).unwrap();
+    std::fs::copy(
+        ts::win_fatbin("fx_win_lld.dll"),
+        src.join("fxwin/_kern.cp311-win_amd64.pyd"),
+    )
+    .unwrap();
+    std::fs::copy(
+        ts::win_fatbin("fx_win_ccob.dll"),
+        src.join("fxwin/fx_win_ccob.dll"),
+    )
+    .unwrap();
+    std::fs::write(src.join("fxwin/__init__.py"), "").unwrap();
+    std::fs::write(
+        src.join("fxwin-0.1.dist-info/METADATA"),
+        "Metadata-Version: 2.1\nName: fxwin\nVersion: 0.1\n",
+    )
+    .unwrap();
+    std::fs::write(
+        src.join("fxwin-0.1.dist-info/WHEEL"),
+        "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: false\nTag: cp311-cp311-win_amd64\n",
+    )
+    .unwrap();
+    let whl = tmp.path().join("fxwin-0.1-cp311-cp311-win_amd64.whl");
+    py(&["make".as_ref(), src.as_os_str(), whl.as_os_str()]);
+    let out = tmp.path().join("out");
+    assert_ok(&kpack(&[
+        "split-wheel".as_ref(),
+        whl.as_os_str(),
+        "-o".as_ref(),
+        out.as_os_str(),
+    ]));
+    let mut wheels: Vec<PathBuf> = std::fs::read_dir(&out)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    wheels.sort();
+    let names: Vec<String> = wheels
+        .iter()
+        .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "fxwin-0.1-cp311-cp311-win_amd64.whl",
+            "fxwin_device_gfx1100-0.1-cp311-cp311-win_amd64.whl",
+            "fxwin_device_gfx906-0.1-cp311-cp311-win_amd64.whl"
+        ]
+    );
+    let mut args: Vec<&std::ffi::OsStr> = vec!["check".as_ref()];
+    args.extend(wheels.iter().map(|p| p.as_os_str()));
+    py(&args);
+    // Real pip, for a Windows target, into a directory.
+    let site = tmp.path().join("site");
+    let o = Command::new("python3")
+        .args([
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--disable-pip-version-check",
+            "--no-deps",
+            "--no-index",
+        ])
+        .args([
+            "--only-binary=:all:",
+            "--platform",
+            "win_amd64",
+            "--python-version",
+            "3.11",
+        ])
+        .args(["--implementation", "cp", "--abi", "cp311", "--target"])
+        .arg(&site)
+        .args(&wheels)
+        .output()
+        .expect("python3 -m pip");
+    assert_ok(&o);
+    let pyd = std::fs::read(site.join("fxwin/_kern.cp311-win_amd64.pyd")).unwrap();
+    assert!(
+        pyd.len()
+            < std::fs::metadata(ts::win_fatbin("fx_win_lld.dll"))
+                .unwrap()
+                .len() as usize
+    );
+    for arch in ["gfx1100", "gfx906"] {
+        let o = kpack(&[
+            "verify".as_ref(),
+            "--installed-tree".as_ref(),
+            site.as_os_str(),
+            "--gpu-target".as_ref(),
+            arch.as_ref(),
+        ]);
+        assert_ok(&o);
+        assert!(
+            ts::stdout(&o).contains("2 split host binaries, 3/3 lookups resolved"),
+            "{}",
+            ts::stdout(&o)
+        );
+    }
+}
