@@ -209,7 +209,7 @@ pub fn split_analyzed(data: &[u8], info: &PeInfo, marker: &[u8]) -> Result<Vec<u
         }
     }
     let e = info.sections_end;
-    if e % fa != 0 || ps % fa != 0 || rs % fa != 0 {
+    if !e.is_multiple_of(fa) || !ps.is_multiple_of(fa) || !rs.is_multiple_of(fa) {
         return Err(Error::layout(
             e,
             format!("section data not aligned to FileAlignment {fa:#x}"),
