@@ -553,3 +553,65 @@ fn split_wheel_of_a_win_amd64_wheel_installs_with_pip_and_resolves() {
         );
     }
 }
+
+#[test]
+fn windows_shards_recombine_and_verify() {
+    // Two build shards of one Windows artifact (TheRock's bin/*.dll layout),
+    // each keeping one target, recombined into one package per group.
+    let tmp = ts::tempdir();
+    let art = tmp.path().join("art/fx_win");
+    std::fs::create_dir_all(art.join("bin")).unwrap();
+    std::fs::write(art.join("artifact_manifest.txt"), "bin\n").unwrap();
+    for f in DLLS {
+        std::fs::copy(ts::win_fatbin(f), art.join("bin").join(f)).unwrap();
+    }
+    let shards = tmp.path().join("shards");
+    for (shard, arch) in [("win-a", "gfx1100"), ("win-b", "gfx906")] {
+        assert_ok(&kpack(&[
+            "split".as_ref(),
+            "--artifact-prefix".as_ref(),
+            "fx_win".as_ref(),
+            "--artifact-dir".as_ref(),
+            art.as_os_str(),
+            "--output-dir".as_ref(),
+            shards.join(shard).as_os_str(),
+            "--gpu-targets".as_ref(),
+            arch.as_ref(),
+        ]));
+    }
+    let config = tmp.path().join("config.json");
+    std::fs::write(
+        &config,
+        r#"{"primary_shard": "win-a",
+            "architecture_groups": {"gfx110X": {"display_name": "RDNA3", "architectures": ["gfx1100"]},
+                                    "gfx90X": {"display_name": "Vega", "architectures": ["gfx906"]}},
+            "validation": {"error_on_duplicate_device_code": true, "verify_generic_artifacts_match": true,
+                           "error_on_missing_architecture": true}}"#,
+    )
+    .unwrap();
+    let out = tmp.path().join("out");
+    let o = kpack(&[
+        "recombine".as_ref(),
+        "--input-shards-dir".as_ref(),
+        shards.as_os_str(),
+        "--config".as_ref(),
+        config.as_os_str(),
+        "--output-dir".as_ref(),
+        out.as_os_str(),
+    ]);
+    assert_ok(&o);
+    let o = kpack(&[
+        "verify".as_ref(),
+        "--artifacts-dir".as_ref(),
+        out.as_os_str(),
+        "--config".as_ref(),
+        config.as_os_str(),
+    ]);
+    assert_ok(&o);
+    let text = ts::stdout(&o);
+    assert!(text.contains("4 split host binaries"), "{text}");
+    assert!(
+        text.contains("lookups resolved") && !text.contains("FAIL"),
+        "{text}"
+    );
+}
