@@ -615,3 +615,68 @@ fn windows_shards_recombine_and_verify() {
         "{text}"
     );
 }
+
+#[test]
+fn host_only_signed_and_32_bit_images_are_described_not_split() {
+    let tmp = ts::tempdir();
+    // Host-only DLL: kind pe, state host-only, no bundles.
+    let o = kpack(&[
+        "inspect".as_ref(),
+        "--json".as_ref(),
+        ts::win_fatbin("amdhip64.dll").as_os_str(),
+    ]);
+    assert_ok(&o);
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["pe"]["state"], "host-only");
+    assert!(v["bundles"].as_array().unwrap().is_empty());
+    // A PE32 image (optional-header magic 0x10b): described with a note.
+    let mut img = std::fs::read(ts::win_fatbin("amdhip64.dll")).unwrap();
+    let lfanew = u32::from_le_bytes(img[0x3c..0x40].try_into().unwrap()) as usize;
+    img[lfanew + 24..lfanew + 26].copy_from_slice(&0x10bu16.to_le_bytes());
+    let p32 = tmp.path().join("x86.dll");
+    std::fs::write(&p32, &img).unwrap();
+    let o = kpack(&["inspect".as_ref(), "--json".as_ref(), p32.as_os_str()]);
+    assert_ok(&o);
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["kind"], "pe");
+    assert!(
+        v["notes"][0].as_str().unwrap().contains("PE32 (32-bit)"),
+        "{v}"
+    );
+    // A signed fat DLL in an artifact: split fails naming the file and why.
+    let mut fat = std::fs::read(ts::win_fatbin("fx_win_lld.dll")).unwrap();
+    let at = fat.len() as u32;
+    fat.extend_from_slice(&[16, 0, 0, 0, 0, 2, 2, 0, 0x30, 0x82, 0, 0, 0, 0, 0, 0]);
+    let lfanew = u32::from_le_bytes(fat[0x3c..0x40].try_into().unwrap()) as usize;
+    let d = lfanew + 24 + 112 + 8 * 4;
+    fat[d..d + 4].copy_from_slice(&at.to_le_bytes());
+    fat[d + 4..d + 8].copy_from_slice(&16u32.to_le_bytes());
+    let art = tmp.path().join("art/signed");
+    std::fs::create_dir_all(art.join("bin")).unwrap();
+    std::fs::write(art.join("artifact_manifest.txt"), "bin\n").unwrap();
+    std::fs::write(art.join("bin/signed.dll"), &fat).unwrap();
+    let o = kpack(&[
+        "split".as_ref(),
+        "--artifact-prefix".as_ref(),
+        "signed".as_ref(),
+        "--artifact-dir".as_ref(),
+        art.as_os_str(),
+        "--output-dir".as_ref(),
+        tmp.path().join("out").as_os_str(),
+    ]);
+    let err = ts::stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("signed.dll")
+            && err.contains("Authenticode-signed")
+            && err.contains("re-sign"),
+        "{err}"
+    );
+    assert!(!tmp.path().join("out").exists(), "no partial output");
+    let o = kpack(&["inspect".as_ref(), art.join("bin/signed.dll").as_os_str()]);
+    assert!(
+        ts::stdout(&o).contains("Authenticode"),
+        "{}",
+        ts::stdout(&o)
+    );
+}

@@ -442,6 +442,13 @@ fn describe_bytes(
         }
         rocpack_image::FileType::Elf { .. } => describe_elf(input, data, name, file_offset)
             .map_err(|e| fail(format!("{name}: ELF: {e}"))),
+        rocpack_image::FileType::Pe { pe32_plus: false } => {
+            let mut d = Desc::new(name.to_string(), file_offset, size, "pe");
+            d.notes
+                .push("PE32 (32-bit) image: HIP device code is only read from PE32+ images".into());
+            note_stray_magic(&mut d, data);
+            Ok(d)
+        }
         t @ (rocpack_image::FileType::Pe { .. } | rocpack_image::FileType::Coff { .. }) => {
             describe_pe(input, data, name, file_offset)
                 .map_err(|e| fail(format!("{name}: {}: {e}", t.name().to_uppercase())))
