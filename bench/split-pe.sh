@@ -6,7 +6,9 @@
 # (incompressible bytes), made by clang-offload-bundler, placed in
 # `.hip_fatbin` with one HIPF wrapper each (DIR64 base relocations), and
 # linked by lld (MinGW driver) into `.hip_fat`/`.hipFatB` as ROCm's Windows
-# builds are. Defaults: 64 bundles x 8 targets x 128 KiB = 64 MiB of code objects.
+# builds are. Each code object is an AMDGPU ELF header followed by random
+# bytes. The split output is checked with `kpack verify` and reassembled
+# (byte-identical) before anything is timed. Defaults: 64 bundles x 8 targets x 128 KiB = 64 MiB of code objects.
 #
 #   bench/split-pe.sh          # BUNDLES=.. TARGETS=.. ENTRY_KIB=.. REPS=.. KPACK=..
 . "$(dirname "$0")/lib.sh"
@@ -29,7 +31,9 @@ if [ ! -f "$DLL" ]; then
         for i in $(seq 0 $((BUNDLES - 1))); do
             targets="host-x86_64-unknown-linux--"; inputs="-input=$W/host"
             for j in $(seq 0 $((TARGETS - 1))); do
-                head -c $((ENTRY_KIB * 1024)) /dev/urandom >"$W/b/$i.$j"
+                # an AMDGPU ELF header (so `kpack verify` accepts it), then incompressible bytes
+                { printf '\177ELF\002\001\001\100\002\000\000\000\000\000\000\000\003\000\340\000'
+                  head -c $((ENTRY_KIB * 1024 - 20)) /dev/urandom; } >"$W/b/$i.$j"
                 targets="$targets,hipv4-amdgcn-amd-amdhsa--${ARCHS[$((j % ${#ARCHS[@]}))]}"
                 inputs="$inputs -input=$W/b/$i.$j"
             done
@@ -55,6 +59,15 @@ size=$(stat -c %s "$DLL")
 mkdir -p "$W/art/big/bin"
 ln -f "$DLL" "$W/art/big/bin/fx_big.dll" 2>/dev/null || cp "$DLL" "$W/art/big/bin/fx_big.dll"
 echo bin >"$W/art/big/artifact_manifest.txt"
+
+"$KPACK" split --compression none --artifact-dir "$W/art/big" --artifact-prefix big --output-dir "$W/out" >/dev/null 2>&1 \
+    || bdie "kpack split"
+"$KPACK" verify --artifacts-dir "$W/out" >"$W/verify.log" 2>&1 || { cat "$W/verify.log"; bdie "kpack verify"; }
+"$KPACK" reassemble --host "$W/out/big_generic/bin/fx_big.dll" --kpack-dir "$W/out" -o "$W/re.dll" 2>/dev/null \
+    || bdie "kpack reassemble"
+cmp -s "$W/re.dll" "$DLL" || bdie "reassembled DLL differs from the input"
+rm -f "$W/re.dll"
+blog "split output verified ($(tail -1 "$W/verify.log" | cut -c1-90)...), reassembly byte-identical"
 
 best() { # best REPORT-PREFIX CMD... -> "seconds peak_kib" of the fastest run
     local b="" r="" t m
