@@ -60,6 +60,7 @@ mkdir -p "$W/art/big/bin"
 ln -f "$DLL" "$W/art/big/bin/fx_big.dll" 2>/dev/null || cp "$DLL" "$W/art/big/bin/fx_big.dll"
 echo bin >"$W/art/big/artifact_manifest.txt"
 
+rm -rf "$W/out"
 "$KPACK" split --compression none --artifact-dir "$W/art/big" --artifact-prefix big --output-dir "$W/out" >/dev/null 2>&1 \
     || bdie "kpack split"
 "$KPACK" verify --artifacts-dir "$W/out" >"$W/verify.log" 2>&1 || { cat "$W/verify.log"; bdie "kpack verify"; }

@@ -721,7 +721,7 @@ fn state_name(s: rocpack_elf::State) -> &'static str {
 /// as ELF, with PE/COFF headers in `pe`.
 fn describe_pe(input: &Input, data: &[u8], name: &str, file_offset: u64) -> Result<Desc> {
     use rocpack_image::pe;
-    let info = pe::analyze(data).map_err(|e| fail(e.to_string()))?;
+    let info = pe::analyze_in(data, &input.source(data)).map_err(|e| fail(e.to_string()))?;
     let kind = if info.kind == pe::PeKind::Object {
         "coff"
     } else {

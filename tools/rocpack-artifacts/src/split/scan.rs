@@ -788,13 +788,15 @@ fn split_fat(
         rocpack_image::detect(data),
         rocpack_image::FileType::Pe { .. }
     ) {
-        let info = rocpack_image::pe::analyze(data).map_err(|e| image_err(path, e))?;
+        let info = rocpack_image::pe::analyze_in(data, &src).map_err(|e| image_err(path, e))?;
         if !info.has_device_code() {
             return Ok(None);
         }
         let marker = Marker::for_split(&opts.artifact_prefix, depth, kernel_name.clone()).encode();
+        release(&map, None);
         let host = rocpack_image::pe::split_analyzed(data, &info, &marker)
             .map_err(|e| image_err(path, e))?;
+        release(&map, None);
         super::write_file_mode(host_dst, &host, mode)?;
         let len = host.len();
         drop(host);

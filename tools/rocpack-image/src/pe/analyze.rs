@@ -303,21 +303,28 @@ fn decode_sections<'d>(
 
 /// Analyse a PE32+ image or a COFF object (regular or `/bigobj`).
 pub fn analyze(data: &[u8]) -> Result<PeInfo> {
+    analyze_in(data, &data)
+}
+
+/// [`analyze`], finding the bundles of the bundle section through `src`, a
+/// source of the same bytes as `data` (for a mapped file: positioned reads
+/// of the file, so device code is never faulted into the mapping).
+pub fn analyze_in(data: &[u8], src: &dyn rocpack_bundle::ReadAt) -> Result<PeInfo> {
     match crate::detect::detect(data) {
-        crate::FileType::Pe { pe32_plus: true } => analyze_image(data),
+        crate::FileType::Pe { pe32_plus: true } => analyze_image(data, src),
         crate::FileType::Pe { pe32_plus: false } => Err(Error::unsupported(
             0,
             "PE32 (32-bit) image: HIP device code is only handled in PE32+ images",
         )),
-        crate::FileType::Coff { bigobj: false } => analyze_object::<pe::ImageFileHeader>(data),
+        crate::FileType::Coff { bigobj: false } => analyze_object::<pe::ImageFileHeader>(data, src),
         crate::FileType::Coff { bigobj: true } => {
-            analyze_object::<pe::AnonObjectHeaderBigobj>(data)
+            analyze_object::<pe::AnonObjectHeaderBigobj>(data, src)
         }
         _ => Err(Error::NotAnImage("no PE or COFF header")),
     }
 }
 
-fn analyze_image(data: &[u8]) -> Result<PeInfo> {
+fn analyze_image(data: &[u8], src: &dyn rocpack_bundle::ReadAt) -> Result<PeInfo> {
     let dos = pe::ImageDosHeader::parse(data).map_err(obj_err(0))?;
     let nt_offset = u64::from(dos.nt_headers_offset());
     let mut off = nt_offset;
@@ -416,7 +423,7 @@ fn analyze_image(data: &[u8]) -> Result<PeInfo> {
         signed,
         headers: Some(headers),
     };
-    find_sections(data, &mut info, false)?;
+    find_sections(data, src, &mut info, false)?;
     let image_base = info.headers.as_ref().map_or(0, |h| h.image_base);
     let relocs_stripped = characteristics & pe::IMAGE_FILE_RELOCS_STRIPPED != 0 || !has_relocs;
     read_wrappers(
@@ -460,7 +467,7 @@ fn analyze_image(data: &[u8]) -> Result<PeInfo> {
     Ok(info)
 }
 
-fn analyze_object<C: CoffHeader>(data: &[u8]) -> Result<PeInfo> {
+fn analyze_object<C: CoffHeader>(data: &[u8], src: &dyn rocpack_bundle::ReadAt) -> Result<PeInfo> {
     let mut off = 0u64;
     let header = C::parse(data, &mut off).map_err(obj_err(0))?;
     let table_offset = off;
@@ -485,7 +492,7 @@ fn analyze_object<C: CoffHeader>(data: &[u8]) -> Result<PeInfo> {
         trailing: 0,
         signed: false,
     };
-    find_sections(data, &mut info, true)?;
+    find_sections(data, src, &mut info, true)?;
     let relocs: Vec<pe::ImageRelocation> = match info.wrapper_section {
         Some(ws) => table
             .section(object::SectionIndex(ws.index + 1))
@@ -555,7 +562,12 @@ fn analyze_object<C: CoffHeader>(data: &[u8]) -> Result<PeInfo> {
 }
 
 /// Locate the bundle, wrapper and marker sections and the bundles.
-fn find_sections(data: &[u8], info: &mut PeInfo, object: bool) -> Result<()> {
+fn find_sections(
+    data: &[u8],
+    src: &dyn rocpack_bundle::ReadAt,
+    info: &mut PeInfo,
+    object: bool,
+) -> Result<()> {
     let find = |names: &[&str]| {
         let hits: Vec<&PeSection> = info
             .sections
@@ -592,8 +604,9 @@ fn find_sections(data: &[u8], info: &mut PeInfo, object: bool) -> Result<()> {
         info.fatbin = Some(range);
         let len = u64::from(f.file_len(object));
         if len > 0 {
-            let bytes = get(data, u64::from(f.raw_offset), len, &f.name)?;
-            let spans = rocpack_bundle::find_bundles(bytes).map_err(|e| Error::Bundle {
+            get(data, u64::from(f.raw_offset), len, &f.name)?;
+            let section = rocpack_bundle::Window::new(src, u64::from(f.raw_offset), len);
+            let spans = rocpack_bundle::find_bundles_in(&section).map_err(|e| Error::Bundle {
                 offset: u64::from(f.raw_offset) + e.offset().unwrap_or(0),
                 source: e,
             })?;

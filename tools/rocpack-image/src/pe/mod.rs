@@ -4,7 +4,8 @@ mod analyze;
 mod rewrite;
 
 pub use analyze::{
-    analyze, bundle_bytes, ImageHeaders, PeInfo, PeKind, PePointer, PeSection, PeWrapper,
-    FATBIN_SECTIONS, MARKER_CHARACTERISTICS, MARKER_SECTION, WRAPPER_SECTIONS, WRAPPER_SIZE,
+    analyze, analyze_in, bundle_bytes, ImageHeaders, PeInfo, PeKind, PePointer, PeSection,
+    PeWrapper, FATBIN_SECTIONS, MARKER_CHARACTERISTICS, MARKER_SECTION, WRAPPER_SECTIONS,
+    WRAPPER_SIZE,
 };
 pub use rewrite::{pe_checksum, reassemble, split_analyzed, split_host};
