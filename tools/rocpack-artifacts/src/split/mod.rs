@@ -36,6 +36,7 @@
 //! artifacts. This module holds the options and report types and commits
 //! the result through `rocpack-kpack`'s [`StagingDir`](rocpack_kpack::commit::StagingDir).
 
+mod filter;
 mod plan;
 mod scan;
 mod write;
@@ -169,6 +170,18 @@ pub enum SplitError {
     Batch(Vec<SplitError>),
 }
 
+impl SplitError {
+    /// Whether the output directory is untouched: true for every error but
+    /// a commit that failed after outputs started moving into place.
+    pub fn wrote_nothing(&self) -> bool {
+        match self {
+            SplitError::Fs(e) => !e.wrote_something(),
+            SplitError::Batch(v) => v.iter().all(SplitError::wrote_nothing),
+            _ => true,
+        }
+    }
+}
+
 /// One code object written to a `.kpack`.
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
 pub struct KpackSummary {
@@ -241,6 +254,10 @@ pub struct SplitReport {
     pub arch_artifacts: Vec<ArchArtifact>,
     /// Compression scheme of the archives.
     pub compression: String,
+    /// Options that matched or left nothing (a database handler that
+    /// claimed no file, a `--gpu-targets` target the artifact lacks, an
+    /// `--exclude-arch` that dropped every code object); printed on stderr.
+    pub warnings: Vec<String>,
 }
 
 /// Is `arch` dropped by one of `excludes`?
@@ -313,6 +330,7 @@ fn split_into(
         fat_binaries: plan.fat_summaries,
         arch_artifacts,
         compression: opts.compression.scheme().as_str().to_string(),
+        warnings: plan.warnings,
     })
 }
 
@@ -341,14 +359,10 @@ fn output_names(r: &SplitReport) -> Vec<OsString> {
     v
 }
 
-/// Runs `f` on a thread pool of `jobs` threads (`None`: rayon's default).
+/// Runs `f` on a thread pool of `jobs` threads (`None`: rayon's default;
+/// capped by [`crate::jobs::cap`]).
 fn with_pool<T: Send>(jobs: Option<usize>, f: impl FnOnce() -> T + Send) -> Result<T, SplitError> {
-    let mut b = rayon::ThreadPoolBuilder::new();
-    if let Some(n) = jobs {
-        b = b.num_threads(n.max(1));
-    }
-    let pool = b
-        .build()
+    let pool = crate::jobs::pool(jobs)
         .map_err(|e| SplitError::Usage(format!("cannot start {jobs:?} worker threads: {e}")))?;
     Ok(pool.install(f))
 }
