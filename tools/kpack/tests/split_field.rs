@@ -307,12 +307,30 @@ fn versioned_layouts_are_claimed_and_no_ops_are_reported() {
     assert_eq!(v["warnings"].as_array().unwrap().len(), 2, "{v:#}");
 }
 
-/// Item 4: `--gpu-targets` on an artifact with database files but no
-/// code object at all for the target fails (docs: "fails when nothing is
-/// left") instead of writing an output without device code.
+/// Item 4: `--gpu-targets` that leaves nothing fails (docs: "fails when
+/// nothing is left") instead of writing an output without device code: on
+/// an artifact of database files only (it used to succeed with a generic
+/// artifact and nothing else), and on one whose fat binaries lack the
+/// target while its Tensile files have it.
 #[test]
 fn gpu_targets_leaving_no_device_code_fails() {
     let tmp = tempdir();
+    let art = artifact_with(tmp.path(), "README", b"db only");
+    let lib = art.join("lib/rocblas/library");
+    fs::create_dir_all(&lib).unwrap();
+    fs::write(lib.join("TensileLibrary_lazy_gfx1100.dat"), "t").unwrap();
+    let out = tmp.path().join("out");
+    refused(
+        &split(
+            &art,
+            "x",
+            &out,
+            &["--split-databases", "rocblas", "--gpu-targets", "gfx1201"],
+        ),
+        &out,
+        &["--gpu-targets gfx1201 leaves nothing", "gfx1100"],
+    );
+
     let art = tmp.path().join("blas_lib_gfx110X-dgpu");
     rocpack_testsupport::copy_tree(
         &fixture_shard("gfx110X-build").join("blas_lib_gfx110X-dgpu"),
@@ -321,7 +339,6 @@ fn gpu_targets_leaving_no_device_code_fails() {
     let lib = art.join("math-libs/BLAS/hipBLASLt/stage/lib/hipblaslt/library");
     fs::create_dir_all(&lib).unwrap();
     fs::write(lib.join("TensileLibrary_lazy_gfx1201.dat"), "t").unwrap();
-    let out = tmp.path().join("out");
     refused(
         &split(
             &art,
