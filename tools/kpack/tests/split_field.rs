@@ -294,17 +294,45 @@ fn versioned_layouts_are_claimed_and_no_ops_are_reported() {
         .is_file());
     let err = stderr(&o);
     assert!(
-        err.contains("warning: --split-databases aotriton: no file matched"),
+        err.contains("warning: --split-databases aotriton: no file in the artifact matched"),
         "{err}"
     );
-    assert!(
-        !err.contains("--split-databases rocblas: no file matched"),
-        "{err}"
-    );
+    assert!(!err.contains("--split-databases rocblas: no file"), "{err}");
     assert!(err.contains("warning: --gpu-targets gfx1030: the artifact has no code object or database file for it"), "{err}");
     assert!(!err.contains("--gpu-targets gfx1201"), "{err}");
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(v["warnings"].as_array().unwrap().len(), 2, "{v:#}");
+    assert_eq!(v["unmatched_databases"], serde_json::json!(["aotriton"]));
+    assert_eq!(v["unmatched_gpu_targets"], serde_json::json!(["gfx1030"]));
+
+    // A batch of two artifacts: aotriton matches in one of them (no
+    // warning: each family artifact has its own libraries), gfx1030 in
+    // none (one warning for the batch, not one per artifact).
+    let parent = tmp.path().join("batch");
+    rocpack_testsupport::copy_tree(&art, &parent.join("x_gfx110X"));
+    let aot = parent.join("y_gfx110X");
+    rocpack_testsupport::copy_tree(&art, &aot);
+    let k = aot.join("lib/aotriton/kernels/gfx1100");
+    fs::create_dir_all(&k).unwrap();
+    fs::write(k.join("a.hsaco"), "k").unwrap();
+    let o = kpack(&[
+        "split",
+        "--batch-artifact-parent-dir",
+        s(&parent),
+        "--output-dir",
+        s(&tmp.path().join("bout")),
+        "--split-databases",
+        "rocblas",
+        "aotriton",
+        "--gpu-targets",
+        "gfx1100",
+        "gfx1030",
+    ]);
+    assert_ok(&o);
+    let err = stderr(&o);
+    assert!(!err.contains("--split-databases aotriton"), "{err}");
+    assert_eq!(err.matches("--gpu-targets gfx1030").count(), 1, "{err}");
+    assert!(err.contains("any artifact of the batch"), "{err}");
 }
 
 /// Item 4: `--gpu-targets` that leaves nothing fails (docs: "fails when

@@ -29,8 +29,36 @@ pub(super) struct Plan {
     pub per_arch: BTreeMap<String, PerPrefix>,
     /// Fat binaries, in walk order.
     pub fat_summaries: Vec<FatBinarySummary>,
-    /// Options that matched nothing or left nothing (not errors).
+    /// Options that left nothing (not errors).
     pub warnings: Vec<String>,
+    /// `--split-databases` handlers that claimed no file.
+    pub unmatched_databases: Vec<DatabaseKind>,
+    /// `--gpu-targets` values the artifact has nothing for.
+    pub unmatched_targets: Vec<String>,
+}
+
+/// The warnings for handlers and targets that matched nothing; `scope`
+/// names where ("the artifact", "any artifact of the batch").
+pub(super) fn no_op_warnings(
+    databases: &[DatabaseKind],
+    targets: &[String],
+    scope: &str,
+) -> Vec<String> {
+    let mut out: Vec<String> = databases
+        .iter()
+        .map(|k| {
+            format!(
+                "--split-databases {k}: no file in {scope} matched ({}); such files stay in the generic artifact",
+                k.layout()
+            )
+        })
+        .collect();
+    out.extend(
+        targets.iter().map(|t| {
+            format!("--gpu-targets {t}: {scope} has no code object or database file for it")
+        }),
+    );
+    out
 }
 
 /// One prefix's entries and which of them the generic artifact receives.
@@ -76,14 +104,13 @@ pub(super) fn plan(opts: &SplitOptions, scan: Scan) -> Result<Plan, SplitError> 
     let mut warnings = Vec::new();
     // A handler that claims nothing is almost always a layout it does not
     // know (or a handler meant for another artifact): say so.
-    for k in &opts.databases {
-        if !claimed.contains_key(k) {
-            warnings.push(format!(
-                "--split-databases {k}: no file matched ({}); its files, if any, stay in the generic artifact",
-                k.layout()
-            ));
-        }
-    }
+    let unmatched_databases: Vec<DatabaseKind> = opts
+        .databases
+        .iter()
+        .filter(|k| !claimed.contains_key(k))
+        .copied()
+        .collect();
+    let mut unmatched_targets = Vec::new();
     let fats = || {
         prefixes.iter().flat_map(|p| {
             p.classes.iter().flatten().filter_map(|c| match c {
@@ -105,9 +132,7 @@ pub(super) fn plan(opts: &SplitOptions, scan: Scan) -> Result<Plan, SplitError> 
                 .iter()
                 .any(|a| rocpack_bundle::base_arch(a).is_some_and(|b| Some(&b) == base.as_ref()));
             if !hit {
-                warnings.push(format!(
-                    "--gpu-targets {t}: the artifact has no code object or database file for it"
-                ));
+                unmatched_targets.push(t.clone());
             }
         }
         let selected: Vec<&str> = code_archs
@@ -191,5 +216,7 @@ pub(super) fn plan(opts: &SplitOptions, scan: Scan) -> Result<Plan, SplitError> 
         per_arch,
         fat_summaries,
         warnings,
+        unmatched_databases,
+        unmatched_targets,
     })
 }
