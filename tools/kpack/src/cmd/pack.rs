@@ -193,6 +193,7 @@ pub fn run(args: PackArgs) -> anyhow::Result<ExitCode> {
     // keys from an unpacked manifest are kept verbatim.
     w.normalize_keys(false);
     if let Some(m) = &manifest_defaults {
+        w.content_checksum(m.content_checksum());
         w.group_name(m.group_name.clone())
             .arch_family(m.gfx_arch_family.clone())
             .arches(m.gfx_arches.iter().cloned());
