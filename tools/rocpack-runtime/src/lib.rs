@@ -93,12 +93,11 @@ fn open_error_code(kind: &ErrorKind) -> kpack_error_t {
         ErrorKind::Io(_) => KPACK_ERROR_IO_ERROR,
         ErrorKind::UnsupportedVersion(_) => KPACK_ERROR_UNSUPPORTED_VERSION,
         ErrorKind::BadMagic { .. } => KPACK_ERROR_INVALID_FORMAT,
-        ErrorKind::Truncated { what, .. } => match *what {
-            "KPAK header" | "version" | "toc_offset" | "zstd frame count" => {
-                KPACK_ERROR_INVALID_FORMAT
-            }
-            _ => KPACK_ERROR_MSGPACK_PARSE_FAILED,
-        },
+        ErrorKind::Truncated {
+            what: "KPAK header" | "version" | "toc_offset" | "zstd frame count",
+            ..
+        } => KPACK_ERROR_INVALID_FORMAT,
+        ErrorKind::Truncated { .. } => KPACK_ERROR_MSGPACK_PARSE_FAILED,
         ErrorKind::OutOfBounds { field, .. } if field == "zstd_offset" => KPACK_ERROR_IO_ERROR,
         ErrorKind::OutOfBounds { .. } => KPACK_ERROR_INVALID_FORMAT,
         ErrorKind::Invalid { field, .. } if field == "zstd blob frame count" => {
