@@ -1,15 +1,19 @@
 """kpack_packages: one kpack_recombine target per group of a packaging config."""
 
 load("//rules/common:kpack.bzl", "kpack_package_target_names")
-load(":kpack_recombine.bzl", "kpack_recombine")
+load(":kpack_recombine.bzl", "kpack_package", "kpack_recombine_all")
 
 def kpack_packages(component, shards, config, groups, **kwargs):
     """Creates `<component>_generic` and `<component>_<group>` for every group.
 
     Starlark cannot read the JSON config while loading BUILD files, so the
     group names are passed in `groups` (in config order); a group that is not
-    in the config (or has no content in the shards) makes its package action
-    fail, naming the packages `kpack recombine` did write.
+    in the config (or has no content in the shards) makes the action fail,
+    naming the group and the packages `kpack recombine` did write.
+
+    ONE `kpack recombine` action (target `<component>_all_packages`) makes
+    every package; each `<component>_<group>` target hands out its own
+    directory, at the same path as a `kpack_recombine` of that name.
 
     Args:
       component: component (artifact prefix) name, e.g. "blas_lib".
@@ -21,15 +25,18 @@ def kpack_packages(component, shards, config, groups, **kwargs):
     Returns:
       The list of created target names.
     """
+    targets = kpack_package_target_names(component, groups)
+    all_name = component + "_all_packages"
+    kpack_recombine_all(
+        name = all_name,
+        shards = shards,
+        config = config,
+        component = component,
+        groups = [g for _, g in targets],
+        **kwargs
+    )
     names = []
-    for target, group in kpack_package_target_names(component, groups):
-        kpack_recombine(
-            name = target,
-            shards = shards,
-            config = config,
-            component = component,
-            group = group,
-            **kwargs
-        )
+    for target, group in targets:
+        kpack_package(name = target, packages = ":" + all_name, group = group, **kwargs)
         names.append(target)
     return names
