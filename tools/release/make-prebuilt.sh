@@ -82,7 +82,7 @@ for b in kpack snapctl; do
 done
 archive="rocpack-$VERSION-$PLATFORM.tar.gz"
 tar --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner -C "$stage" -cf - kpack snapctl \
-    | gzip -n -9 > "$OUT/$archive"
+    | gzip -n > "$OUT/$archive"
 (cd "$OUT" && sha256sum "$archive" "kpack-$VERSION-$PLATFORM" "snapctl-$VERSION-$PLATFORM" > SHA256SUMS)
 sha_of() { awk -v f="$1" '$2 == f {print $1}' "$OUT/SHA256SUMS"; }
 A="$(sha_of "$archive")" K="$(sha_of "kpack-$VERSION-$PLATFORM")" S="$(sha_of "snapctl-$VERSION-$PLATFORM")"

@@ -169,7 +169,8 @@ def _settings(own_flag, setting, channel, extra):
 
 def _defines(channel_define, channel):
     # A C string literal ("stable"): C code uses it as it is, no stringizing.
-    return [channel_define + "=\"" + channel + "\""] if channel_define else []
+    # `defines` are shell-tokenized, hence the escaped quotes.
+    return [channel_define + "=\\\"" + channel + "\\\""] if channel_define else []
 
 def prebuilt_snapshot(
         name,
