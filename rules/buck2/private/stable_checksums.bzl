@@ -10,6 +10,8 @@ load(":toolchain.bzl", "toolchain_attr")
 _StableChecksumsInfo = provider(
     doc = "The staged snapshots root and the generated file of a stable_checksums target.",
     fields = {
+        # The generated stable_checksums.bzl.
+        "generated": provider_field(typing.Any),
         # Dict name prefix (--prefix).
         "prefix": provider_field(str),
         # Directory: copy of the snapshots root (metadata files).
@@ -63,7 +65,7 @@ def _gen_impl(ctx: AnalysisContext) -> list[Provider]:
     generated = stable_checksums_action(ctx.actions, toolchain.snapctl, root, ctx.attrs.prefix, ctx.attrs.out)
     return [
         DefaultInfo(default_output = generated),
-        _StableChecksumsInfo(root = root, prefix = ctx.attrs.prefix),
+        _StableChecksumsInfo(root = root, prefix = ctx.attrs.prefix, generated = generated),
     ]
 
 _stable_checksums_gen = rule(
@@ -113,7 +115,7 @@ exit 1
 """
 
 def _test_impl(ctx: AnalysisContext) -> list[Provider]:
-    generated = ctx.attrs.generated[DefaultInfo].default_outputs[0]
+    generated = ctx.attrs.generated[_StableChecksumsInfo].generated
     cmd = cmd_args("/bin/sh", "-c", _TEST, "stable_checksums_test", ctx.attrs.checked_in, generated, ctx.attrs.update_target)
     return [
         DefaultInfo(),
