@@ -1,6 +1,4 @@
-"""kpack_recombine: split shards + packaging config -> one group's package.
-
-kpack_packages uses the same action once for every group (`kpack_recombine_all`)."""
+"""kpack_recombine: split shards + packaging config -> one group's package."""
 
 load("//rules/common:kpack.bzl", "KPACK_GENERIC_GROUP", "KPACK_RECOMBINE_MNEMONIC", "kpack_package_dir_name")
 load(":providers.bzl", "KpackPackageInfo", "KpackSplitInfo")
@@ -46,7 +44,15 @@ def kpack_recombine_action(ctx, kpack, stage, shards, config, component, group, 
         env = ACTION_ENV,
     )
 
-def _shards(ctx):
+def kpack_recombine_shards(ctx):
+    """The (shard name, split tree) pairs of `ctx.attr.shards`, checked.
+
+    Args:
+      ctx: context of a rule with `shards` and `component` attributes.
+
+    Returns:
+      A list of (shard name, tree artifact) pairs.
+    """
     shards = []
     seen = {}
     for s in ctx.attr.shards:
@@ -60,7 +66,7 @@ def _shards(ctx):
     return shards
 
 def _kpack_recombine_impl(ctx):
-    shards = _shards(ctx)
+    shards = kpack_recombine_shards(ctx)
     out_dir = ctx.actions.declare_directory(ctx.label.name)
     kpack_recombine_action(
         ctx,
@@ -95,67 +101,4 @@ action fails when the shards give that group no content.
         "component": attr.string(mandatory = True, doc = "Component name (the artifact prefix of the shards), e.g. \"blas_lib\"."),
         "group": attr.string(mandatory = True, doc = "Architecture group of the config to keep, or \"%s\" for the host-code package." % KPACK_GENERIC_GROUP),
     }, **tool_attrs(kpack = True)),
-)
-
-_KpackPackagesInfo = provider(
-    doc = "Every package of one kpack_recombine_all: group -> KpackPackageInfo.",
-    fields = {"packages": "dict group -> KpackPackageInfo."},
-)
-
-def _kpack_recombine_all_impl(ctx):
-    shards = _shards(ctx)
-    groups = ctx.attr.groups
-    dirs = [ctx.actions.declare_directory(kpack_package_dir_name(ctx.attr.component, g)) for g in groups]
-    kpack_recombine_action(
-        ctx,
-        kpack = ctx.executable._kpack,
-        stage = ctx.executable._stage,
-        shards = shards,
-        config = ctx.file.config,
-        component = ctx.attr.component,
-        group = groups[0],
-        out_dir = dirs[0],
-        more = [(g, d) for g, d in zip(groups[1:], dirs[1:])],
-    )
-    return [
-        DefaultInfo(files = depset(dirs)),
-        _KpackPackagesInfo(packages = {
-            g: KpackPackageInfo(dir = d, component = ctx.attr.component, group = g)
-            for g, d in zip(groups, dirs)
-        }),
-    ]
-
-kpack_recombine_all = rule(
-    implementation = _kpack_recombine_all_impl,
-    doc = """One `kpack recombine` for every package of a component (used by kpack_packages).
-
-Outputs: the directories `<component>_<group>` of the package (not under the
-target's name), one per entry of `groups`; `kpack_package` targets of those
-names hand each out. The action fails, naming what it did write, when a group
-gives no package.
-""",
-    attrs = dict({
-        "shards": attr.label_list(providers = [KpackSplitInfo], mandatory = True, doc = "kpack_split targets, one per CI shard, all of the same component."),
-        "config": attr.label(allow_single_file = [".json"], mandatory = True, doc = "The packaging config JSON."),
-        "component": attr.string(mandatory = True, doc = "Component name (the artifact prefix of the shards)."),
-        "groups": attr.string_list(mandatory = True, doc = "Packages to keep: \"%s\" and the config's architecture groups." % KPACK_GENERIC_GROUP),
-    }, **tool_attrs(kpack = True)),
-)
-
-def _kpack_package_impl(ctx):
-    info = ctx.attr.packages[_KpackPackagesInfo].packages.get(ctx.attr.group)
-    if info == None:
-        fail("%s: %s makes no package of group '%s'" % (ctx.label, ctx.attr.packages.label, ctx.attr.group))
-    return [
-        DefaultInfo(files = depset([info.dir]), runfiles = ctx.runfiles(files = [info.dir])),
-        info,
-    ]
-
-kpack_package = rule(
-    implementation = _kpack_package_impl,
-    doc = "One package of a kpack_recombine_all target (no action of its own).",
-    attrs = {
-        "packages": attr.label(providers = [_KpackPackagesInfo], mandatory = True, doc = "The kpack_recombine_all target."),
-        "group": attr.string(mandatory = True, doc = "Architecture group, or \"%s\"." % KPACK_GENERIC_GROUP),
-    },
 )
