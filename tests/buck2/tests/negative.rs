@@ -257,10 +257,7 @@ fn a_checksum_for_an_unknown_rocm_version_is_caught() {
         Ok(_) => panic!("{} analysed", l),
         Err(err) => format!("{err:#}"),
     };
-    assert!(
-        err.contains("6.4.2 (not a declared ROCm version"),
-        "{err}"
-    );
+    assert!(err.contains("6.4.2 (not a declared ROCm version"), "{err}");
 }
 
 #[test]

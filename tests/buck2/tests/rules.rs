@@ -357,9 +357,14 @@ fn kpack_example_has_one_package_per_group() {
     let t = label("examples/kpack", "blas_lib_gfx110X");
     let cfg = e.config_for(&t, &[]).unwrap();
     let a = e.analyze(&t, &cfg).unwrap_or_else(|err| panic!("{err:#}"));
-    assert!(a.actions.is_empty(), "a package target runs no action of its own");
+    assert!(
+        a.actions.is_empty(),
+        "a package target runs no action of its own"
+    );
     let all = label("examples/kpack", "blas_lib_all_packages");
-    let all = e.analyze(&all, &cfg).unwrap_or_else(|err| panic!("{err:#}"));
+    let all = e
+        .analyze(&all, &cfg)
+        .unwrap_or_else(|err| panic!("{err:#}"));
     let out = &a.providers_json["DefaultInfo"]["default_output"];
     assert_eq!(
         out["basename"],
@@ -784,7 +789,10 @@ fn every_stable_checksums_command_names_the_prefix() {
 fn with_checksums(e: &Rc<Engine>, from: &str, to: &str) {
     let rel = "examples/rcclx/stable_checksums.bzl";
     let text = std::fs::read_to_string(repo_root().join(rel)).unwrap();
-    assert!(text.contains(from), "{rel} lacks {from:?}: update this test");
+    assert!(
+        text.contains(from),
+        "{rel} lacks {from:?}: update this test"
+    );
     e.overlay(rel, &text.replacen(from, to, 1));
 }
 
@@ -863,7 +871,10 @@ fn messages_name_labels_that_work_from_the_project_root() {
     let text = std::fs::read_to_string(repo_root().join(rel)).unwrap();
     let from = "checksums_target = \"//examples/rcclx:stable_checksums\",";
     assert!(text.contains(from));
-    e.overlay(rel, &text.replace(from, "checksums_target = \":stable_checksums\","));
+    e.overlay(
+        rel,
+        &text.replace(from, "checksums_target = \":stable_checksums\","),
+    );
     let t = label("examples/rcclx", "hello");
     let cfg = e.config_for(&t, &["rcclx_stable", "rocm71"]).unwrap();
     let err = match e.analyze(&t, &cfg) {
