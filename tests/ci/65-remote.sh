@@ -92,12 +92,12 @@ WS_A="$T/a/rocpack"
 WS_B="$T/elsewhere/clone-b/rocpack"
 remote_copy_ws "$ROOT" "$WS_A" "$REL"
 remote_copy_ws "$ROOT" "$WS_B" "$REL"
-# One output base (one Bazel server) per client: the local reference build
-# shares the first one under another output directory (--platform_suffix), so
-# neither sees the other's outputs or action cache.
-OB_R1="$T/ob-remote-1" OB_R2="$T/ob-remote-2"
-BASES+=("$OB_R1" "$OB_R2")
-LOCAL=(--platform_suffix=local)
+# One output base (one Bazel server) per client. (The local reference build
+# cannot share the remote one under another --platform_suffix: the staging
+# lists and .d files name the output directory.)
+OB_LOCAL="$T/ob-local" OB_R1="$T/ob-remote-1" OB_R2="$T/ob-remote-2"
+BASES+=("$OB_LOCAL" "$OB_R1" "$OB_R2")
+LOCAL=(--platform_suffix=-local)
 
 step "NativeLink server + worker on 127.0.0.1"
 nl_init "$T/nativelink"
@@ -109,11 +109,12 @@ done_step
 
 # ---------------------------------------------------------------------------
 step "Bazel: local reference build of //examples/... (the oracle)"
-(cd "$WS_A" && bazel --output_base="$OB_R1" build "${HELPERS[@]}" "${LOCAL[@]}" \
+(cd "$WS_A" && bazel --output_base="$OB_LOCAL" build "${HELPERS[@]}" \
     --execution_log_json_file="$T/local.json" //examples/... 2>"$T/local.err") \
     || { tail -30 "$T/local.err" >&2; die "local build"; }
 execlog "$T/local.json" summary | tail -1 >&2
-outputs_sums "$OB_R1/execroot/rocpack/bazel-out/k8-fastbuild-local/bin" > "$T/sums.local"
+outputs_sums "$OB_LOCAL/execroot/rocpack/bazel-out/k8-fastbuild/bin" > "$T/sums.local"
+(cd "$WS_A" && bazel --output_base="$OB_LOCAL" shutdown)
 [ "$(wc -l < "$T/sums.local")" -gt 20 ] || die "local build: only $(wc -l < "$T/sums.local") output files"
 done_step
 
