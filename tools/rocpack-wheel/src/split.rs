@@ -318,7 +318,10 @@ fn free_bytes(dir: &Path) -> Option<u64> {
         }
         st.assume_init()
     };
-    Some(u64::from(st.f_bavail).saturating_mul(u64::from(st.f_frsize)))
+    // u64 on 64-bit Linux, u32 on 32-bit targets.
+    #[allow(clippy::useless_conversion)]
+    let (avail, frsize) = (u64::from(st.f_bavail), u64::from(st.f_frsize));
+    Some(avail.saturating_mul(frsize))
 }
 
 /// Hashes a file with `algo` for the RECORD check: (digest, size).
