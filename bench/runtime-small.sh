@@ -48,7 +48,7 @@ per_load_delta() {
         case "$tool" in
         strace) strace -f -c -o "$WORK/sc$r" "$exe" steady "$tree/marker.bin" "$tree/lib/libsmall.so" 200 "$r" > /dev/null \
                     || bdie "strace"
-                awk '$NF=="total" {print $(NF-1)}' "$WORK/sc$r" > "$WORK/n$r" ;;
+                awk '$NF=="total" {print $4}' "$WORK/sc$r" > "$WORK/n$r" ;;
         callgrind) valgrind --tool=callgrind --callgrind-out-file="$WORK/cg$r" "$exe" steady "$tree/marker.bin" \
                     "$tree/lib/libsmall.so" 200 "$r" > /dev/null 2> "$WORK/cgerr$r" || bdie "valgrind"
                 sed -n 's/^summary: *//p' "$WORK/cg$r" > "$WORK/n$r" ;;
