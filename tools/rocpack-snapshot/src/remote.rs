@@ -8,7 +8,7 @@ use crate::error::{io_at, Error, Result};
 use crate::fsutil::step;
 use crate::hash;
 use crate::metadata::store_key;
-use crate::store::{BlobState, Listed, PutOutcome, TEMP_PREFIX};
+use crate::blob::{BlobState, Listed, PutOutcome, TEMP_PREFIX};
 use futures_util::StreamExt;
 use object_store::path::Path as ObjPath;
 use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload};
