@@ -328,7 +328,9 @@ impl InputRecord {
                     .split_once('=')
                     .ok_or_else(|| format!("{at}: `{hash}` is not `algorithm=digest`"))?;
                 let algo = HashAlgo::parse(algo).ok_or_else(|| {
-                    format!("{at}: hash algorithm `{algo}` is not accepted (sha256, sha384 or sha512)")
+                    format!(
+                        "{at}: hash algorithm `{algo}` is not accepted (sha256, sha384 or sha512)"
+                    )
                 })?;
                 Some((algo, digest.trim_end_matches('=').to_string()))
             };

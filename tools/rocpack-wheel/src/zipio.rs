@@ -271,10 +271,7 @@ impl InputWheel {
 
 /// Reads the RECORD of an input (`record_path`, a wheel path) for
 /// [`InputWheel::extract`].
-pub fn input_record(
-    w: &mut InputWheel,
-    record_path: &str,
-) -> Result<InputRecord, WheelError> {
+pub fn input_record(w: &mut InputWheel, record_path: &str) -> Result<InputRecord, WheelError> {
     let text = w.read_entry(record_path, MAX_RECORD)?.ok_or_else(|| {
         WheelError::Usage(format!(
             "{}: no {record_path} (every wheel lists its files there)",
