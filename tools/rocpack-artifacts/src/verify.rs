@@ -38,8 +38,8 @@ use crate::walk::{self, EntryKind};
 /// AMDGPU `e_machine`.
 const EM_AMDGPU: u16 = 224;
 
-/// The `.kpack` entry metadata key listing the targets of the entry's
-/// bundle that `kpack split` stored.
+/// The `.kpack` entry metadata key listing the device targets of the
+/// entry's original bundle (written by `kpack split`).
 pub const BUNDLE_TARGETS: &str = "bundle_targets";
 
 /// Options of [`verify`].
@@ -805,9 +805,9 @@ pub fn verify(
             }
         }
     }
-    // (kernel name, co_index) → the targets `kpack split` stored for that
-    // bundle (`metadata.bundle_targets` of any of its entries): what the
-    // binary was built for, whichever archives are left.
+    // (kernel name, co_index) → the device targets of that bundle as
+    // `kpack split` recorded them (`metadata.bundle_targets` of any of its
+    // entries): what the binary was built for, whichever archives are left.
     let mut recorded: BTreeMap<(String, u64), BTreeSet<String>> = BTreeMap::new();
     for (_, r) in kpacks.values() {
         for e in r.entries() {
@@ -1123,8 +1123,8 @@ enum LookupError {
 }
 
 /// `metadata.bundle_targets` of a `.kpack` entry written by `kpack split`:
-/// the targets of every code object of the entry's bundle that the split
-/// stored ([formats/kpack.md](../../docs/formats/kpack.md) §2).
+/// the targets of every device code object of the entry's original bundle
+/// (`docs/formats/kpack.md` §2).
 fn recorded_targets(metadata: &rocpack_kpack::rmpv::Value) -> Option<Vec<String>> {
     let list = metadata
         .as_map()?

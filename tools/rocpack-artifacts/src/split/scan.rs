@@ -342,7 +342,7 @@ pub(super) struct KernelRef {
     /// Its place in the original bundle (`metadata.bundle`), when the
     /// bundle can be rebuilt exactly.
     pub place: Option<rocpack_kpack::rmpv::Value>,
-    /// Targets of every code object of its bundle that the split stores
+    /// Targets of every device code object of its bundle
     /// (`metadata.bundle_targets`).
     pub bundle_targets: Arc<[String]>,
     /// Its zstd frame, when the scan compressed it already (then `file`
@@ -555,13 +555,15 @@ impl Collector<'_> {
                     )));
                 }
             }
-            // The targets this split stores for the bundle (recorded in
-            // every entry's metadata, so verify can tell an arch the
-            // binary never had from one whose archive was lost).
+            // The bundle's device targets (recorded in every entry's
+            // metadata, so verify can tell an arch the binary never had
+            // from one whose archive was lost). All of them, whatever
+            // `--exclude-arch` / `--gpu-targets` keep: a kept archive is
+            // byte for byte the one an unfiltered split writes.
             let stored: Arc<[String]> = index
                 .entries
                 .iter()
-                .filter(|e| !e.id.is_host() && !keep.drops(e.id.target_id()))
+                .filter(|e| !e.id.is_host())
                 .map(|e| e.id.target_id().to_string())
                 .collect();
             let mut frames = Vec::new();

@@ -248,7 +248,8 @@ fn kpack_err(path: &Path, e: rocpack_kpack::Error) -> SplitError {
 
 /// An entry's free-form `metadata`: its full bundle entry ID, its prefix,
 /// when known its place in the original bundle (bundle_meta), and the
-/// targets of its bundle this split stores (`bundle_targets`, read by verify).
+/// targets of every device code object of its bundle (`bundle_targets`,
+/// read by verify).
 fn entry_metadata(k: &KernelRef) -> Option<rocpack_kpack::rmpv::Value> {
     use rocpack_kpack::rmpv::Value;
     let mut m = vec![
