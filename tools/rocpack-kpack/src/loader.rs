@@ -38,7 +38,11 @@
 //! (device and inode), opened once. Once open, the cache serves the file
 //! it opened (the reader holds it open and reads it with `pread`) for the
 //! cache's life: replacing the path by rename or deleting it changes
-//! nothing, as in ROCm. A path looked up again costs no system call.
+//! nothing, as in ROCm. A path looked up again costs no system call, and
+//! each marker path is made weakly canonical once per cache (ROCm
+//! resolves it on every lookup; a directory symlink retargeted while the
+//! process runs is therefore not followed for archives not yet opened). A
+//! missing archive is looked for again on every lookup (one `stat`).
 //!
 //! One difference by design: archives are opened with this crate's strict
 //! reader, so an archive the C++ reader would half-accept (unknown scheme,
@@ -210,6 +214,20 @@ pub fn candidate_paths(
     arch_list: &[&str],
     env: &LoaderEnv,
 ) -> Vec<PathBuf> {
+    candidate_paths_with(marker, binary_dir, arch_list, env, &mut |p| {
+        weakly_canonical(p)
+    })
+}
+
+/// [`candidate_paths`] with `canon` resolving a joined marker path (the
+/// [`Loader`] remembers these resolutions).
+fn candidate_paths_with(
+    marker: &Marker,
+    binary_dir: &Path,
+    arch_list: &[&str],
+    env: &LoaderEnv,
+    canon: &mut dyn FnMut(&Path) -> PathBuf,
+) -> Vec<PathBuf> {
     let mut out = Vec::new();
     let mut seen = std::collections::HashSet::new();
     let mut push = |p: PathBuf, out: &mut Vec<PathBuf>| {
@@ -252,12 +270,12 @@ pub fn candidate_paths(
             }
         }
     }
-    let resolve = |e: &str| {
+    let mut resolve = |e: &str| {
         let p = Path::new(e);
         if p.is_absolute() {
-            weakly_canonical(p)
+            canon(p)
         } else {
-            weakly_canonical(&binary_dir.join(p))
+            canon(&binary_dir.join(p))
         }
     };
     for rel in &marker.kpack_search_paths {
@@ -411,7 +429,14 @@ pub struct Loader {
     by_path: HashMap<PathBuf, Arc<KpackReader>>,
     /// The same archives by file, so two paths to one file share a reader.
     by_file: HashMap<FileKey, Arc<KpackReader>>,
+    /// Marker paths (joined to the binary's directory) already made weakly
+    /// canonical: resolved once per cache, so a steady-state lookup makes
+    /// no `readlink`. Cleared when it holds [`MAX_RESOLVED`] paths.
+    resolved: HashMap<PathBuf, PathBuf>,
 }
+
+/// Most remembered path resolutions per [`Loader`].
+const MAX_RESOLVED: usize = 1 << 16;
 
 /// Which file an archive is: on Unix its device and inode (one `stat`, the
 /// same file through any path, symlink or `..`, with none of the `readlink`
@@ -442,6 +467,7 @@ impl Loader {
             env,
             by_path: HashMap::new(),
             by_file: HashMap::new(),
+            resolved: HashMap::new(),
         }
     }
 
@@ -584,7 +610,18 @@ impl Loader {
             )));
         }
         let key = marker.lookup_key(co_index);
-        let candidates = candidate_paths(marker, binary_dir, arch_list, &self.env);
+        let resolved = &mut self.resolved;
+        let candidates = candidate_paths_with(marker, binary_dir, arch_list, &self.env, &mut |p| {
+            if let Some(c) = resolved.get(p) {
+                return c.clone();
+            }
+            if resolved.len() >= MAX_RESOLVED {
+                resolved.clear();
+            }
+            let c = weakly_canonical(p);
+            resolved.insert(p.to_path_buf(), c.clone());
+            c
+        });
         let mut valid: Vec<(PathBuf, Arc<KpackReader>)> = Vec::new();
         let mut rejected = Vec::new();
         for c in &candidates {
