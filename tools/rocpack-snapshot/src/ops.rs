@@ -109,7 +109,10 @@ pub fn create(root: &RootOpts, a: CreateArgs, out: Out<'_>) -> Result<u8> {
     };
     let outcome = txn::create(&repo, &st, &req)?;
     if fresh {
-        eprintln!("snapctl: created the snapshots root {}", root.root.display());
+        eprintln!(
+            "snapctl: created the snapshots root {}",
+            root.root.display()
+        );
     }
     match outcome {
         CreateOutcome::AlreadyStable { meta, recovered } => {

@@ -139,8 +139,7 @@ fn locate(f: &File, len: u64) -> Result<(u64, u64, u64, u64), String> {
         u64::from(u32_at(e, 16)),
     );
     let mut record = eocd;
-    if eocd >= LOCATOR_LEN && u32_at(&read_at(f, eocd - LOCATOR_LEN, 4)?, 0) == EOCD64_LOCATOR_SIG
-    {
+    if eocd >= LOCATOR_LEN && u32_at(&read_at(f, eocd - LOCATOR_LEN, 4)?, 0) == EOCD64_LOCATOR_SIG {
         // ZIP64: the standard 56-byte record right before the locator.
         let at = eocd
             .checked_sub(LOCATOR_LEN + EOCD64_LEN)
@@ -415,7 +414,10 @@ mod tests {
         t
     }
 
-    fn scan_file(t: &tempfile::NamedTempFile, l: &Limits) -> Result<(Vec<CdEntry>, Summary), String> {
+    fn scan_file(
+        t: &tempfile::NamedTempFile,
+        l: &Limits,
+    ) -> Result<(Vec<CdEntry>, Summary), String> {
         let f = File::open(t.path()).unwrap();
         let len = f.metadata().unwrap().len();
         scan(&f, len, l)
@@ -423,11 +425,20 @@ mod tests {
 
     #[test]
     fn reads_a_plain_zip_and_a_prefixed_one() {
-        let files = [("a.txt", b"hello".to_vec()), ("d/b.bin", vec![0u8; 100_000])];
+        let files = [
+            ("a.txt", b"hello".to_vec()),
+            ("d/b.bin", vec![0u8; 100_000]),
+        ];
         for prefix in [&b""[..], b"#!/bin/sh\nexit 0\n"] {
             let t = zip_file(prefix, &files);
             let (e, s) = scan_file(&t, &WIDE).unwrap();
-            assert_eq!(s, Summary { entries: 2, expanded: 100_005 });
+            assert_eq!(
+                s,
+                Summary {
+                    entries: 2,
+                    expanded: 100_005
+                }
+            );
             assert_eq!(&*e[1].name, b"d/b.bin");
             assert_eq!(e[0].header, prefix.len() as u64);
         }
@@ -444,7 +455,10 @@ mod tests {
         let e = scan_file(&t, &l(1, 1000, 1000)).unwrap_err();
         assert!(e.contains("2 entries; at most 1"), "{e}");
         let e = scan_file(&t, &l(10, 55, 1000)).unwrap_err();
-        assert!(e.contains("entry `b` expands to 60 bytes; at most 55"), "{e}");
+        assert!(
+            e.contains("entry `b` expands to 60 bytes; at most 55"),
+            "{e}"
+        );
         let e = scan_file(&t, &l(10, 1000, 100)).unwrap_err();
         assert!(e.contains("expands to 110 bytes; at most 100"), "{e}");
     }

@@ -101,11 +101,7 @@ fn base_files() -> Files {
             b"Wheel-Version: 1.0\nRoot-Is-Purelib: false\nTag: py3-none-linux_x86_64\n".to_vec(),
             Some(0o644),
         ),
-        (
-            "fx_pkg-2.0.dist-info/RECORD",
-            b"AUTO".to_vec(),
-            Some(0o644),
-        ),
+        ("fx_pkg-2.0.dist-info/RECORD", b"AUTO".to_vec(), Some(0o644)),
     ]
 }
 
@@ -517,8 +513,11 @@ fn overlap_bomb(path: &Path, files: &Files, names: &[&str], kernel: usize) {
     {
         let mut z = zip::ZipWriter::new(&mut buf);
         for (n, b, m) in files {
-            z.start_file(*n, SimpleFileOptions::default().unix_permissions(m.unwrap()))
-                .unwrap();
+            z.start_file(
+                *n,
+                SimpleFileOptions::default().unix_permissions(m.unwrap()),
+            )
+            .unwrap();
             z.write_all(b).unwrap();
         }
         z.finish().unwrap();
@@ -686,7 +685,8 @@ fn duplicate_entry_names_are_refused() {
 fn record_mismatch_is_refused_naming_the_file() {
     let t = tempdir();
     let rp = "fx_pkg-2.0.dist-info/RECORD";
-    let cases: Vec<(&str, Box<dyn Fn(&mut Files)>, &str)> = vec![
+    type Edit = Box<dyn Fn(&mut Files)>;
+    let cases: Vec<(&str, Edit, &str)> = vec![
         (
             "changed",
             Box::new(|f: &mut Files| {
@@ -753,12 +753,19 @@ fn record_mismatch_is_refused_naming_the_file() {
     for (n, b, _) in base_files() {
         let p = w.join(n);
         fs::create_dir_all(p.parent().unwrap()).unwrap();
-        let b = if n == rp { record_of(&base_files(), rp) } else { b };
+        let b = if n == rp {
+            record_of(&base_files(), rp)
+        } else {
+            b
+        };
         fs::write(p, b).unwrap();
     }
     fs::write(w.join("fx/__init__.py"), b"tampered\n").unwrap();
     let e = refused(&w, Some(opts(&w, &d.join("out"))));
-    assert!(e.contains("`fx/__init__.py`") && e.contains("RECORD"), "{e}");
+    assert!(
+        e.contains("`fx/__init__.py`") && e.contains("RECORD"),
+        "{e}"
+    );
 }
 
 /// Item 7: METADATA Version must be PEP 440, and the file name's version the
@@ -810,14 +817,23 @@ fn device_requires_dist_cannot_inject_headers() {
     make_wheel(&input, &base_files());
     for (req, want) in [
         ("rocm-sdk-core\nName: evil", "contains a newline"),
-        ("rocm-sdk-core\r\nProvides-Extra: x", "contains a carriage return"),
+        (
+            "rocm-sdk-core\r\nProvides-Extra: x",
+            "contains a carriage return",
+        ),
         ("rocm\u{7}core", "U+0007"),
-        ("; python_version > '3'", "does not start with a distribution name"),
+        (
+            "; python_version > '3'",
+            "does not start with a distribution name",
+        ),
         ("", "does not start with a distribution name"),
     ] {
         let mut o = opts(&input, &t.path().join("out"));
         o.device_requires_dist = vec!["rocm-sdk-device-@GFXARCH@".into(), req.into()];
         let e = refused(&input, Some(o));
-        assert!(e.contains("--device-requires-dist") && e.contains(want), "{req:?}: {e}");
+        assert!(
+            e.contains("--device-requires-dist") && e.contains(want),
+            "{req:?}: {e}"
+        );
     }
 }

@@ -144,7 +144,9 @@ fn artifact_truncated_while_copied_is_never_published_torn() {
                 } else if sha == sha_small && size == SMALL.to_string() {
                     after += 1;
                 } else {
-                    torn.push(format!("round {round}: published {size} bytes, sha256 {sha}"));
+                    torn.push(format!(
+                        "round {round}: published {size} bytes, sha256 {sha}"
+                    ));
                 }
             }
             Some(2) if log.contains("changed while snapctl read it") => refused += 1,
@@ -183,8 +185,16 @@ fn first_create_makes_the_snapshots_root() {
     args[2] = root.into();
     let o = s.run(&args, &[]);
     ok(&o);
-    assert!(stderr(&o).contains("created the snapshots root"), "{}", stderr(&o));
-    assert!(s.path().join(root).join("stable/6.4/metadata.txt").is_file());
+    assert!(
+        stderr(&o).contains("created the snapshots root"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(s
+        .path()
+        .join(root)
+        .join("stable/6.4/metadata.txt")
+        .is_file());
     ok(&s.cmd(&["verify", "--snapshots-root", root]));
     ok(&s.cmd(&[
         "check",
@@ -275,7 +285,11 @@ fn create_messages_name_the_real_cause() {
     };
     let (a, h, c) = ("art/lib1/librcclx-dev.a", "art/lib1/rccl.h", "rcclx=abc");
     fs::copy(s.path().join(a), s.path().join("art/metadata.txt")).unwrap();
-    let err = fails_with(&run("art/metadata.txt", h, c), 2, "the artifact may not be named metadata.txt");
+    let err = fails_with(
+        &run("art/metadata.txt", h, c),
+        2,
+        "the artifact may not be named metadata.txt",
+    );
     assert!(!err.contains("header"), "{err}");
     fs::copy(s.path().join(h), s.path().join("art/a\\b.h")).unwrap();
     let err = fails_with(&run(a, "art/a\\b.h", c), 2, "contains a backslash");
