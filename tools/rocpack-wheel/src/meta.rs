@@ -149,34 +149,48 @@ fn csv_field(s: &str) -> String {
     }
 }
 
+/// Appends one RECORD row for a file to `out`.
+pub fn push_record_row(out: &mut String, r: &RecordRow) {
+    out.push_str(&format!(
+        "{},sha256={},{}\n",
+        csv_field(&r.path),
+        b64url(&r.sha256),
+        r.size
+    ));
+}
+
+/// Appends the row of the RECORD file itself (empty hash and size).
+pub fn push_record_self(out: &mut String, record_path: &str) {
+    out.push_str(&format!("{},,\n", csv_field(record_path)));
+}
+
 /// RECORD text: one row per file (in the given order), then the RECORD
 /// file itself with empty hash and size.
 pub fn record(rows: &[RecordRow], record_path: &str) -> String {
     let mut s = String::new();
     for r in rows {
-        s.push_str(&format!(
-            "{},sha256={},{}\n",
-            csv_field(&r.path),
-            b64url(&r.sha256),
-            r.size
-        ));
+        push_record_row(&mut s, r);
     }
-    s.push_str(&format!("{},,\n", csv_field(record_path)));
+    push_record_self(&mut s, record_path);
     s
 }
 
-/// Splits RECORD text into CSV rows (1-based line, fields): fields may be
-/// quoted (`"a,b"`, `""` for a quote), rows end with `\n` or `\r\n`,
-/// blank lines are skipped.
-fn csv_rows(text: &str) -> Result<Vec<(usize, Vec<String>)>, String> {
-    let mut rows = Vec::new();
+/// Calls `row` with each CSV row of RECORD text (1-based line, fields):
+/// fields may be quoted (`"a,b"`, `""` for a quote), rows end with `\n` or
+/// `\r\n`, blank lines are skipped. One row at a time: nothing is kept
+/// per row here.
+fn csv_rows(
+    text: &str,
+    mut row: impl FnMut(usize, &[String]) -> Result<(), String>,
+) -> Result<(), String> {
     let mut line = 1;
     let mut chars = text.chars().peekable();
+    let mut fields: Vec<String> = Vec::new();
     while chars.peek().is_some() {
         let start = line;
-        let mut fields = vec![String::new()];
+        fields.clear();
+        fields.push(String::new());
         let mut quoted = false;
-        let mut any = false;
         while let Some(c) = chars.next() {
             let f = fields.last_mut().ok_or("internal: no field")?;
             match c {
@@ -199,16 +213,15 @@ fn csv_rows(text: &str) -> Result<Vec<(usize, Vec<String>)>, String> {
                     f.push(c);
                 }
             }
-            any = true;
         }
         if quoted {
             return Err(format!("line {start}: unterminated quoted field"));
         }
-        if any && !(fields.len() == 1 && fields[0].is_empty()) {
-            rows.push((start, fields));
+        if !(fields.len() == 1 && fields[0].is_empty()) {
+            row(start, &fields)?;
         }
     }
-    Ok(rows)
+    Ok(())
 }
 
 /// A hash algorithm a RECORD may use (PEP 427 forbids md5 and sha1).
@@ -281,11 +294,12 @@ impl FileHasher {
     }
 }
 
-/// One row of an input RECORD.
+/// One row of an input RECORD (kept for every file until it is checked,
+/// so it is small).
 #[derive(Debug, Clone)]
 struct InputRow {
-    line: usize,
-    hash: Option<(HashAlgo, String)>,
+    line: u32,
+    hash: Option<(HashAlgo, Box<str>)>,
     size: Option<u64>,
 }
 
@@ -313,9 +327,9 @@ impl InputRecord {
     /// Parses the RECORD at wheel path `record_path`.
     pub fn parse(text: &str, record_path: &str) -> Result<InputRecord, String> {
         let mut rows = BTreeMap::new();
-        for (line, f) in csv_rows(text).map_err(|e| format!("{record_path}: {e}"))? {
+        csv_rows(text, |line, f| {
             let at = format!("{record_path} line {line}");
-            let [path, hash, size] = f.as_slice() else {
+            let [path, hash, size] = f else {
                 return Err(format!(
                     "{at}: {} fields; a RECORD row is `path,hash,size`",
                     f.len()
@@ -332,7 +346,7 @@ impl InputRecord {
                         "{at}: hash algorithm `{algo}` is not accepted (sha256, sha384 or sha512)"
                     )
                 })?;
-                Some((algo, digest.trim_end_matches('=').to_string()))
+                Some((algo, digest.trim_end_matches('=').into()))
             };
             let size = if size.is_empty() {
                 None
@@ -345,13 +359,19 @@ impl InputRecord {
             if hash.is_none() && !is_record_file(path, record_path) {
                 return Err(format!("{at}: `{path}` has no hash"));
             }
+            let line = u32::try_from(line).unwrap_or(u32::MAX);
             if rows
                 .insert(path.clone(), InputRow { line, hash, size })
                 .is_some()
             {
                 return Err(format!("{at}: `{path}` is listed twice"));
             }
-        }
+            Ok(())
+        })
+        .map_err(|e| match e.strip_prefix("line ") {
+            Some(rest) => format!("{record_path}: line {rest}"),
+            None => e,
+        })?;
         Ok(InputRecord {
             path: record_path.to_string(),
             rows,
@@ -382,7 +402,7 @@ impl InputRecord {
             ));
         };
         if let Some((algo, want)) = &row.hash {
-            if want != digest_b64 {
+            if &**want != digest_b64 {
                 return Err(format!(
                     "`{name}`: {} line {} says {}={want}, the file has {}={digest_b64}: the RECORD does not match the files",
                     self.path,
@@ -462,5 +482,38 @@ mod tests {
         );
         assert!(r.starts_with("\"a,b\",sha256=AAAA"));
         assert!(r.ends_with("x-1.dist-info/RECORD,,\n"));
+    }
+
+    #[test]
+    fn input_record_rows_quotes_and_checks() {
+        let h = b64url(&<sha2::Sha256 as sha2::Digest>::digest(b"abc"));
+        let text = format!(
+            "\"a,b.py\",sha256={h}=,3\r\nplain.py,sha256={h},3\n\nx-1.dist-info/RECORD,,\n"
+        );
+        let mut r = InputRecord::parse(&text, "x-1.dist-info/RECORD").unwrap();
+        assert_eq!(r.algo("a,b.py").unwrap(), Some(HashAlgo::Sha256));
+        assert_eq!(r.algo("x-1.dist-info/RECORD").unwrap(), None);
+        assert!(r.algo("other.py").unwrap_err().contains("not listed"));
+        r.check("a,b.py", &h, 3).unwrap();
+        assert!(r
+            .check("plain.py", &h, 4)
+            .unwrap_err()
+            .contains("says 3 bytes"));
+        let r = InputRecord::parse(&text, "x-1.dist-info/RECORD").unwrap();
+        assert!(r.finish().unwrap_err().contains("line 1 lists `a,b.py`"));
+        for (bad, want) in [
+            ("a.py,sha256=x\n", "2 fields"),
+            ("a.py,,\n", "has no hash"),
+            ("a.py,sha1=x,1\n", "`sha1` is not accepted"),
+            ("a.py,sha256=x,big\n", "not a byte count"),
+            ("\"a.py,sha256=x,1\n", "unterminated"),
+            (
+                "a.py,sha256=x,1\na.py,sha256=x,1\n",
+                "line 2: `a.py` is listed twice",
+            ),
+        ] {
+            let e = InputRecord::parse(bad, "R").unwrap_err();
+            assert!(e.contains(want), "{bad:?}: {e}");
+        }
     }
 }

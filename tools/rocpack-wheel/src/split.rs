@@ -224,8 +224,10 @@ struct Loaded {
 }
 
 /// A file of the extracted input, by wheel path.
+///
+/// Kept for every file of the wheel (up to the entry cap), so it is small:
+/// the path on disk is `zipio::join(root, wheel path)`, made when needed.
 struct InFile {
-    path: PathBuf,
     mode: u32,
     raw: Option<usize>,
 }
@@ -369,7 +371,6 @@ fn load_input(opts: &WheelSplitOptions, root: &Path) -> Result<Loaded, WheelErro
                     files.insert(
                         e.rel.clone(),
                         InFile {
-                            path: dst,
                             mode: mode & 0o777,
                             raw: None,
                         },
@@ -379,18 +380,21 @@ fn load_input(opts: &WheelSplitOptions, root: &Path) -> Result<Loaded, WheelErro
         }
         let dist_info = find_dist_info(files.keys().map(String::as_str))?;
         let record_path = format!("{dist_info}/RECORD");
-        let rec_file = files.get(&record_path).ok_or_else(|| {
-            usage(format!(
+        if !files.contains_key(&record_path) {
+            return Err(usage(format!(
                 "{}: no {record_path} (every wheel lists its files there)",
                 opts.input.display()
-            ))
-        })?;
-        let mut record = InputRecord::parse(&read_text(&rec_file.path, MAX_RECORD)?, &record_path)
-            .map_err(|m| usage(format!("{}: {m}", opts.input.display())))?;
+            )));
+        }
+        let mut record = InputRecord::parse(
+            &read_text(&zipio::join(root, &record_path), MAX_RECORD)?,
+            &record_path,
+        )
+        .map_err(|m| usage(format!("{}: {m}", opts.input.display())))?;
         let in_dir = |m: String| usage(format!("{}: {m}", opts.input.display()));
-        for (k, f) in &files {
+        for k in files.keys() {
             if let Some(algo) = record.algo(k).map_err(in_dir)? {
-                let (digest, n) = hash_file(&f.path, algo)?;
+                let (digest, n) = hash_file(&zipio::join(root, k), algo)?;
                 record.check(k, &digest, n).map_err(in_dir)?;
             }
         }
@@ -431,11 +435,11 @@ fn load_input(opts: &WheelSplitOptions, root: &Path) -> Result<Loaded, WheelErro
     record
         .finish()
         .map_err(|m| usage(format!("{}: {m}", opts.input.display())))?;
-    for e in &w.entries {
+    // The names move into the map: one copy of each per run.
+    for e in std::mem::take(&mut w.entries) {
         files.insert(
-            e.name.clone(),
+            e.name,
             InFile {
-                path: zipio::join(root, &e.name),
                 mode: e.mode,
                 raw: Some(e.index),
             },
@@ -587,12 +591,12 @@ fn split_inner(
     let metadata_file = files
         .get(&meta_path)
         .ok_or_else(|| usage(format!("{meta_path}: missing")))?;
-    let wheel_file = files
-        .get(&wheel_path)
-        .ok_or_else(|| usage(format!("{wheel_path}: missing")))?;
-    let mut metadata = Headers::parse(&read_text(&metadata_file.path, MAX_META)?)
+    if !files.contains_key(&wheel_path) {
+        return Err(usage(format!("{wheel_path}: missing")));
+    }
+    let mut metadata = Headers::parse(&read_text(&zipio::join(&root, &meta_path), MAX_META)?)
         .map_err(|e| usage(format!("{meta_path}: {e}")))?;
-    let wheel_meta = Headers::parse(&read_text(&wheel_file.path, MAX_META)?)
+    let wheel_meta = Headers::parse(&read_text(&zipio::join(&root, &wheel_path), MAX_META)?)
         .map_err(|e| usage(format!("{wheel_path}: {e}")))?;
     let name = metadata
         .first("Name")
@@ -683,8 +687,8 @@ fn split_inner(
                 "--overlay-root `{overlay}`: no such directory in the wheel"
             )));
         }
-        for (k, f) in &files {
-            if !k.starts_with(&pre) && has_device_code(&f.path)? {
+        for k in files.keys() {
+            if !k.starts_with(&pre) && has_device_code(&zipio::join(&root, k))? {
                 return Err(usage(format!(
                     "{k}: fat binary outside --overlay-root `{overlay}` (its device code would stay in the host wheel)"
                 )));
@@ -955,7 +959,7 @@ fn split_inner(
                 k.clone(),
                 OutEntry {
                     name: k.clone(),
-                    content: Content::Disk(f.path.clone()),
+                    content: Content::Disk(zipio::join(&root, k)),
                     mode: f.mode,
                     raw_from_input: f.raw,
                     store: false,

@@ -17,7 +17,7 @@ use crate::WheelError;
 
 /// Most entries an input wheel may have (the largest ROCm wheels hold a
 /// few ten thousand files).
-pub const MAX_ENTRIES: u64 = 1 << 18;
+pub const MAX_ENTRIES: u64 = 1 << 17;
 /// Most bytes one entry of an input wheel may expand to.
 pub const MAX_ENTRY_EXPANDED: u64 = 16 << 30;
 /// Most bytes an input wheel may expand to (sum of declared sizes).
@@ -512,7 +512,9 @@ pub fn write_wheel(
     let record_path = format!("{dist_info}/RECORD");
     let file = File::create(out).map_err(|e| ioerr(out, "create", e))?;
     let mut z = ZipWriter::new(io::BufWriter::with_capacity(1 << 20, file));
-    let mut rows = Vec::with_capacity(entries.len());
+    // RECORD is built as the entries are written (no row kept per entry).
+    let mut record = String::new();
+    let mut files = 0usize;
     let mut i = 0;
     while i < entries.len() {
         let mut j = i;
@@ -555,11 +557,12 @@ pub fn write_wheel(
                         .map_err(zfail)?;
                 }
             }
-            rows.push(row);
+            crate::meta::push_record_row(&mut record, &row);
+            files += 1;
         }
         i = j;
     }
-    let record = crate::meta::record(&rows, &record_path);
+    crate::meta::push_record_self(&mut record, &record_path);
     let rec = OutEntry {
         name: record_path.clone(),
         content: Content::Bytes(record.into_bytes()),
@@ -576,7 +579,7 @@ pub fn write_wheel(
     let bytes = fs::metadata(out).map_err(|e| ioerr(out, "stat", e))?.len();
     Ok(Written {
         bytes,
-        files: rows.len() + 1,
+        files: files + 1,
     })
 }
 

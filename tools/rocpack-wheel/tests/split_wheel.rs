@@ -685,7 +685,8 @@ fn duplicate_entry_names_are_refused() {
 fn record_mismatch_is_refused_naming_the_file() {
     let t = tempdir();
     let rp = "fx_pkg-2.0.dist-info/RECORD";
-    let cases: Vec<(&str, Box<dyn Fn(&mut Files)>, &str)> = vec![
+    type Edit = Box<dyn Fn(&mut Files)>;
+    let cases: Vec<(&str, Edit, &str)> = vec![
         (
             "changed",
             Box::new(|f: &mut Files| {
