@@ -169,7 +169,9 @@ def _settings(own_flag, setting, channel, extra):
     return [":" + setting, ":" + setting + "_global"]
 
 def _defines(channel_define, channel):
-    return [channel_define + "=" + channel] if channel_define else []
+    # A C string literal ("stable"): C code uses it as it is, no stringizing.
+    # `defines` are shell-tokenized, hence the escaped quotes.
+    return [channel_define + "=\\\"" + channel + "\\\""] if channel_define else []
 
 def prebuilt_snapshot(
         name,
@@ -184,7 +186,7 @@ def prebuilt_snapshot(
         library = None,
         channel_define = None,
         header_patterns = ["**/*.h"],
-        verify_with_snapctl = False,
+        verify_with_snapctl = True,
         checksums_target = None,
         checksums_prefix = None,
         abi_inputs = None,
@@ -233,8 +235,9 @@ def prebuilt_snapshot(
       artifact: file name of the prebuilt static library; defaults to
         "lib<library>.a".
       library: library name in messages; defaults to `name`.
-      channel_define: preprocessor macro set to the channel name for
-        dependents (e.g. "MYLIB_SNAPSHOT_CHANNEL"); None for none.
+      channel_define: preprocessor macro defined for dependents as the
+        channel name, a C string literal (`-DMYLIB_SNAPSHOT_CHANNEL="stable"`);
+        None for none.
       header_patterns: globs (relative to each snapshot dir) of snapshotted headers.
       checksums_target: label of the stable_checksums target, named in the
         missing-snapshot message ("bazel run <label>.update"); ":name" is
@@ -243,7 +246,8 @@ def prebuilt_snapshot(
         for MYLIB_STABLE_CHECKSUMS); the message's `snapctl create` command
         carries it as `--prefix`. Defaults to `library` upper-cased.
       verify_with_snapctl: also verify each blob with `snapctl fetch` against
-        the snapshot's metadata.txt.
+        the snapshot's metadata.txt (default True, as in Buck2, where it is
+        always on); False checks the pinned sha256 only.
       abi_inputs: ABI-drift guard: labels of the dependency headers/libraries
         the prebuilt archives were compiled against (`snapctl create
         --abi-input`). Before an archive can be linked, `snapctl abi-check`

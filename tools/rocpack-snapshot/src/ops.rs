@@ -97,7 +97,8 @@ pub struct CreateArgs {
 
 /// `snapctl create`.
 pub fn create(root: &RootOpts, a: CreateArgs, out: Out<'_>) -> Result<u8> {
-    let repo = Repo::open(&root.root)?;
+    let repo = Repo::open_for_create(&root.root)?;
+    let fresh = std::fs::symlink_metadata(&root.root).is_err();
     let st = repo.store(a.store.as_deref())?;
     let req = CreateRequest {
         version: a.version,
@@ -110,7 +111,14 @@ pub fn create(root: &RootOpts, a: CreateArgs, out: Out<'_>) -> Result<u8> {
         store_url: a.store,
         abi_inputs: crate::abi::resolve_inputs(&a.abi_inputs, a.abi_base.as_deref())?,
     };
-    match txn::create(&repo, &st, &req)? {
+    let outcome = txn::create(&repo, &st, &req)?;
+    if fresh {
+        eprintln!(
+            "snapctl: created the snapshots root {}",
+            root.root.display()
+        );
+    }
+    match outcome {
         CreateOutcome::AlreadyStable { meta, recovered } => {
             note_recovery(&recovered);
             say!(
