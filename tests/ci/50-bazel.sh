@@ -32,6 +32,17 @@ KPACK_BIN="$helpers/kpack" SNAPCTL_BIN="$helpers/snapctl" CARGO_PROFILE=dev bash
 echo "    (bazel e2e: $((SECONDS - T))s)" >&2
 
 T=$SECONDS
+log "ABI-drift guard with a real break: examples/abi_guard (prebuilt_snapshot abi_inputs)"
+rules/bazel/prebuilt/install.sh "$helpers/kpack" "$helpers/snapctl"
+bash examples/abi_guard/check.sh --config=prebuilt
+echo "    (abi_guard: $((SECONDS - T))s)" >&2
+
+T=$SECONDS
+log "source snapshots: examples/rcclx_source (source_snapshot, package paths mapped, freshness test)"
+bash examples/rcclx_source/check.sh --config=prebuilt
+echo "    (rcclx_source: $((SECONDS - T))s)" >&2
+
+T=$SECONDS
 log "consumer workspace e2e/bazel-workspace (local_repository ../..), toolchain from source with CI's warm target dir"
 SNAPCTL_BIN="$helpers/snapctl" bash tests/bazel/consumer.sh e2e/bazel-workspace \
     --@rocpack//rules/bazel:cargo_target_dir="$ROOT/target" --@rocpack//rules/bazel:cargo_profile=dev

@@ -145,6 +145,24 @@ done < "$WORK/transcript"
 [ "$checked" -eq "$n" ] || die "checked $checked of README's $n buck2 commands"
 done_step
 
+step "source snapshots: examples/rcclx_source per channel (each channel dir a cell), rcl_check_test red on an unrecorded edit"
+for pair in "rcl head:" "rcl 2:-m rcl_stable" "rcl 1:-m snapshot_last_stable"; do
+    want="${pair%%:*}"; mods="${pair#*:}"
+    # shellcheck disable=SC2086
+    got="$(b2c run $mods //examples/rcclx_source:hello 2>"$WORK/src.err")" || { cat "$WORK/src.err" >&2; die "rcclx_source $mods"; }
+    echo "  ${mods:-(default)} -> $got"
+    [ "$got" = "$want" ] || die "rcclx_source ${mods:-(default)} printed '$got', expected '$want'"
+done
+b2c test //examples/rcclx_source:rcl_check_test >"$WORK/src.out" 2>&1 || { cat "$WORK/src.out" >&2; die "rcl_check_test on clean trees"; }
+SRC_EDIT=examples/rcclx_source/snapshots/stable/examples/rcclx_source/rcl/rcl.c
+cp "$SRC_EDIT" "$WORK/rcl.c.orig"
+echo '/* unrecorded hotfix */' >>"$SRC_EDIT"
+if b2c test //examples/rcclx_source:rcl_check_test >"$WORK/src.out" 2>&1; then
+    cp "$WORK/rcl.c.orig" "$SRC_EDIT"; die "rcl_check_test passed with an unrecorded edit"
+fi
+cp "$WORK/rcl.c.orig" "$SRC_EDIT"
+grep -q "edited without being recorded" "$WORK/src.out" || { cat "$WORK/src.out" >&2; die "rcl_check_test failed for another reason"; }
+
 step "missing snapshot: -m rcclx_stable -m rocm71 fails at analysis with the fix"
 if b2c build -m rcclx_stable -m rocm71 //examples/rcclx:hello >"$WORK/miss.out" 2>"$WORK/miss.err"; then
     die "a missing snapshot built"

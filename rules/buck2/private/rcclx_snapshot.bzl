@@ -161,6 +161,8 @@ def prebuilt_snapshot(
         verify_with_snapctl: bool = True,
         checksums_target: str | None = None,
         checksums_prefix: str | None = None,
+        abi_inputs: list[str] | None = None,
+        snapshot_artifacts: dict[str, typing.Any] | None = None,
         visibility: list[str] = [],
         **kwargs):
     """A library built from source (dev) or taken from a pinned prebuilt snapshot.
@@ -216,6 +218,8 @@ def prebuilt_snapshot(
         for MYLIB_STABLE_CHECKSUMS), shown as `snapctl create --prefix` in the
         missing-snapshot message; defaults to the upper-cased library name
         for libraries other than rcclx.
+      abi_inputs: Bazel only so far (the ABI-drift guard); fails on Buck2.
+      snapshot_artifacts: Bazel only so far (with abi_inputs); fails on Buck2.
       visibility: visibility of <name>.
       **kwargs: common attributes for every target.
     """
@@ -225,6 +229,9 @@ def prebuilt_snapshot(
         fail("prebuilt_snapshot: set exactly one of local_store and store_url")
     if not verify_with_snapctl:
         fail("prebuilt_snapshot: on Buck2 blobs are always verified by snapctl fetch; leave verify_with_snapctl at True")
+    if abi_inputs != None or snapshot_artifacts != None:
+        # Same parameters as Bazel's; the guard itself is not wired on Buck2 yet.
+        fail("prebuilt_snapshot: abi_inputs (the ABI-drift guard) is implemented for Bazel only so far; run `snapctl abi-check` in a test meanwhile")
     library = library or name
     artifact = artifact or default_artifact(library)
     pkg = native.package_name()

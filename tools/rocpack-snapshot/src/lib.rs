@@ -10,6 +10,7 @@
 //! * [`ops`] — the `snapctl` commands (the binary only parses arguments).
 //! * [`checksums`] — `stable_checksums.bzl` generation, Starlark validation, diff.
 
+pub mod abi;
 pub mod blob;
 pub mod checksums;
 pub mod error;
@@ -20,7 +21,9 @@ pub mod ops;
 #[cfg(feature = "remote")]
 mod remote;
 pub mod repo;
+pub mod source;
 pub mod store;
+pub mod tree;
 pub mod txn;
 
 pub use error::{Error, Result};

@@ -59,6 +59,9 @@ pub struct Metadata {
     pub headers: BTreeMap<String, String>,
     /// Commit name → hash, in file order (the seed writes them sorted).
     pub commits: Vec<(String, String)>,
+    /// ABI inputs (workspace-relative path → sha256) the artifact was
+    /// compiled against (`create --abi-input`; see [`crate::abi`]).
+    pub abi_inputs: BTreeMap<String, String>,
 }
 
 /// Store key of a sha256 digest.
@@ -169,6 +172,7 @@ enum Section {
     Artifact,
     Headers,
     Commits,
+    Abi,
 }
 
 impl Metadata {
@@ -183,6 +187,7 @@ impl Metadata {
         let mut art_size: Option<(usize, u64)> = None;
         let mut art_key: Option<(usize, String)> = None;
         let mut headers = BTreeMap::new();
+        let mut abi_inputs = BTreeMap::new();
         let mut commits: Vec<(String, String)> = Vec::new();
         let mut section = Section::None;
         let mut seen = Vec::new();
@@ -199,7 +204,13 @@ impl Metadata {
             last_line = lineno;
             if line.starts_with([' ', '\t']) {
                 let entry = line.trim();
-                let Some((key, value)) = entry.split_once(':') else {
+                // ABI input paths may hold ':'; their value (hex) never does.
+                let split = if section == Section::Abi {
+                    entry.rsplit_once(':')
+                } else {
+                    entry.split_once(':')
+                };
+                let Some((key, value)) = split else {
                     return Err(err(
                         lineno,
                         format!("expected `  name: value`, found {entry:?}"),
@@ -273,6 +284,15 @@ impl Metadata {
                             return Err(err(lineno, format!("duplicate header {key}")));
                         }
                     }
+                    Section::Abi => {
+                        let name = crate::abi::normalize_path(key).map_err(|m| err(lineno, m))?;
+                        if !is_hex(value, 64) {
+                            return Err(err(lineno, format!("ABI input {key}: sha256 must be 64 hex digits, found {value:?}")));
+                        }
+                        if abi_inputs.insert(name, value.to_ascii_lowercase()).is_some() {
+                            return Err(err(lineno, format!("duplicate ABI input {key}")));
+                        }
+                    }
                     Section::Commits => {
                         if key.is_empty() || key.contains(char::is_whitespace) || value.contains(char::is_whitespace) {
                             return Err(err(lineno, format!("expected `  name: hash`, found {entry:?}")));
@@ -314,7 +334,9 @@ impl Metadata {
                     validate_version(rest).map_err(|m| err(lineno, m))?;
                     version = Some(rest.to_string());
                 }
-                "Checksums" | "Artifact" | "Headers" | "Commit Hashes" if !rest.is_empty() => {
+                "Checksums" | "Artifact" | "Headers" | "Commit Hashes" | "ABI inputs"
+                    if !rest.is_empty() =>
+                {
                     return Err(err(
                         lineno,
                         format!("`{tag}:` must be followed by indented entries on the next lines"),
@@ -329,6 +351,7 @@ impl Metadata {
                     artifact_line = Some(lineno);
                 }
                 "Headers" => section = Section::Headers,
+                "ABI inputs" => section = Section::Abi,
                 "Commit Hashes" => section = Section::Commits,
                 other => return Err(err(lineno, format!("unknown field {other:?}"))),
             }
@@ -376,6 +399,7 @@ impl Metadata {
             artifact,
             headers,
             commits,
+            abi_inputs,
         })
     }
 
@@ -416,6 +440,12 @@ impl Metadata {
         if !self.headers.is_empty() {
             s.push_str("\nHeaders:\n");
             for (name, digest) in &self.headers {
+                let _ = writeln!(s, "  {name}: {digest}");
+            }
+        }
+        if !self.abi_inputs.is_empty() {
+            s.push_str("\nABI inputs:\n");
+            for (name, digest) in &self.abi_inputs {
                 let _ = writeln!(s, "  {name}: {digest}");
             }
         }

@@ -90,6 +90,9 @@ pub struct CreateArgs {
     pub commits: Vec<String>,
     pub checksums: Option<PathBuf>,
     pub prefix: Option<String>,
+    /// `--abi-input` files and `--abi-base` (default: the working directory).
+    pub abi_inputs: Vec<PathBuf>,
+    pub abi_base: Option<PathBuf>,
 }
 
 /// `snapctl create`.
@@ -106,6 +109,7 @@ pub fn create(root: &RootOpts, a: CreateArgs, out: Out<'_>) -> Result<u8> {
         prefix: a.prefix,
         lock_timeout: root.lock_timeout,
         store_url: a.store,
+        abi_inputs: crate::abi::resolve_inputs(&a.abi_inputs, a.abi_base.as_deref())?,
     };
     let outcome = txn::create(&repo, &st, &req)?;
     if fresh {
