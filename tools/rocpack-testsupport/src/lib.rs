@@ -107,6 +107,40 @@ pub fn have_tool(tool: &str) -> bool {
     ok
 }
 
+/// Messages of `eu-elflint --gnu-ld FILE` (stdout and stderr, one per line,
+/// "No errors" dropped). elflint exits non-zero when it has something to say,
+/// so only its text is used.
+pub fn elflint_messages(file: &Path) -> std::collections::BTreeSet<String> {
+    let o = Command::new("eu-elflint")
+        .arg("--gnu-ld")
+        .arg(file)
+        .output()
+        .unwrap_or_else(|e| panic!("eu-elflint {}: {e}", file.display()));
+    let name = file.to_string_lossy();
+    String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .chain(String::from_utf8_lossy(&o.stderr).lines())
+        .filter(|l| !l.contains("No errors") && !l.trim().is_empty())
+        // elflint may prefix a message with the file name; compare messages.
+        .map(|l| l.replace(name.as_ref(), "FILE"))
+        .collect()
+}
+
+/// Panics unless `eu-elflint --gnu-ld` says nothing about `rewritten` that it
+/// does not already say about `original` (lld outputs carry a few complaints
+/// of their own). Every rewritten ELF in the tests goes through this.
+pub fn assert_no_new_elflint_messages(original: &Path, rewritten: &Path) {
+    let before = elflint_messages(original);
+    let after = elflint_messages(rewritten);
+    let new: Vec<_> = after.difference(&before).collect();
+    assert!(
+        new.is_empty(),
+        "{}: new eu-elflint --gnu-ld messages vs {}: {new:?}",
+        rewritten.display(),
+        original.display()
+    );
+}
+
 // --------------------------------------------------------------------- CLI
 
 /// Runs `bin` with `args`, capturing its output.
