@@ -51,6 +51,11 @@ if [ -n "${HELPERS_DIR:-}" ]; then
 fi
 
 b2 build //... || fail "buck2 build //..."
+if [ -n "${HELPERS_DIR:-}" ]; then
+    "$BUCK2" --isolation-dir "$ISO" log what-ran > "$DIR/cold-ran" 2>/dev/null || fail "buck2 log what-ran"
+    ! grep -q cargo_build "$DIR/cold-ran" || fail "cargo built the helpers although .buckconfig says tools = prebuilt"
+    grep -q "http_file\|download" "$DIR/cold-ran" || echo "e2e/buck2: (no download listed by what-ran)" >&2
+fi
 b2 test //... || fail "buck2 test //..."
 # rocpack's own targets, reached through the cell.
 b2 build rocpack//examples/kpack:blas_lib_gfx110X || fail "buck2 build rocpack//examples/kpack:blas_lib_gfx110X"
