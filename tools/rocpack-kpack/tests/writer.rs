@@ -424,7 +424,7 @@ fn every_flipped_frame_byte_is_an_error() {
 /// Issue 20 (d): Python's `zstandard` (the library rocm-kpack's Python
 /// tools use for these frames) decodes rocpack's checksummed frames, and
 /// rejects one with a flipped byte (checksum mismatch). Needs python3 with
-/// `zstandard` (Debian's python3-zstandard; tests/ci/10-rust.sh installs it).
+/// `zstandard` (tests/ci/10-rust.sh pip-installs it for the python3 on PATH).
 #[test]
 fn python_zstandard_reads_checksummed_frames() {
     let ok = std::process::Command::new("python3")
