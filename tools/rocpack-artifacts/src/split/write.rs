@@ -410,7 +410,8 @@ fn write_zstd_archives(
                 {
                     let Ok(mut st) = gate.0.lock() else { break };
                     while !st.stop
-                        && !(st.next == i && (st.in_flight == 0 || st.in_flight + c <= PIPELINE_BYTES))
+                        && !(st.next == i
+                            && (st.in_flight == 0 || st.in_flight + c <= PIPELINE_BYTES))
                     {
                         st = match gate.1.wait(st) {
                             Ok(g) => g,
@@ -448,7 +449,9 @@ fn write_zstd_archives(
                             Compression::Zstd { level },
                         )
                         .map_err(|e| kpack_err(&job.path, e))?;
-                        w.group_name(group).arch_family(&job.arch).arches([&job.arch]);
+                        w.group_name(group)
+                            .arch_family(&job.arch)
+                            .arches([&job.arch]);
                         open = Some((w, 0));
                     }
                     if let Some((w, code_bytes)) = open.as_mut() {
