@@ -2,7 +2,7 @@
 # Rust: format, lints, every unit/integration/golden test of the workspace.
 . "$(dirname "$0")/lib.sh"
 cd "$ROOT"
-need_pkgs clang-tools-19 llvm-19 lld-19 elfutils binutils zstd openssl gcc libc6-dev debhelper debugedit patchelf mold
+need_pkgs clang-tools-19 llvm-19 lld-19 elfutils binutils zstd openssl gcc libc6-dev debhelper debugedit patchelf mold cmake pkgconf python3-zstandard
 export PATH="/usr/lib/llvm-19/bin:$PATH"
 log "cargo fetch"
 cargo fetch --locked

@@ -168,7 +168,9 @@ def _settings(own_flag, setting, channel, extra):
     return [":" + setting, ":" + setting + "_global"]
 
 def _defines(channel_define, channel):
-    return [channel_define + "=" + channel] if channel_define else []
+    # A C string literal ("stable"): C code uses it as it is, no stringizing.
+    # `defines` are shell-tokenized, hence the escaped quotes.
+    return [channel_define + "=\\\"" + channel + "\\\""] if channel_define else []
 
 def prebuilt_snapshot(
         name,
@@ -183,7 +185,7 @@ def prebuilt_snapshot(
         library = None,
         channel_define = None,
         header_patterns = ["**/*.h"],
-        verify_with_snapctl = False,
+        verify_with_snapctl = True,
         checksums_target = None,
         checksums_prefix = None,
         visibility = None,
@@ -230,8 +232,9 @@ def prebuilt_snapshot(
       artifact: file name of the prebuilt static library; defaults to
         "lib<library>.a".
       library: library name in messages; defaults to `name`.
-      channel_define: preprocessor macro set to the channel name for
-        dependents (e.g. "MYLIB_SNAPSHOT_CHANNEL"); None for none.
+      channel_define: preprocessor macro defined for dependents as the
+        channel name, a C string literal (`-DMYLIB_SNAPSHOT_CHANNEL="stable"`);
+        None for none.
       header_patterns: globs (relative to each snapshot dir) of snapshotted headers.
       checksums_target: label of the stable_checksums target, named in the
         missing-snapshot message ("bazel run <label>.update"); ":name" is
@@ -240,7 +243,8 @@ def prebuilt_snapshot(
         for MYLIB_STABLE_CHECKSUMS); the message's `snapctl create` command
         carries it as `--prefix`. Defaults to `library` upper-cased.
       verify_with_snapctl: also verify each blob with `snapctl fetch` against
-        the snapshot's metadata.txt.
+        the snapshot's metadata.txt (default True, as in Buck2, where it is
+        always on); False checks the pinned sha256 only.
       visibility: visibility of <name> and <name>_channel.
       **kwargs: common attributes (tags, ...) for every target.
     """

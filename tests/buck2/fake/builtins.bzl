@@ -44,6 +44,13 @@ DefaultInfo = provider(fields = ["default_output", "default_outputs", "other_out
 RunInfo = provider(fields = ["args"])
 ExternalRunnerTestInfo = provider(fields = ["type", "command", "env", "labels", "contacts", "use_project_relative_paths", "run_from_project_root", "default_executor", "executor_overrides", "local_resources", "required_local_resources", "worker_count"])
 ConstraintValueInfo = provider(fields = ["setting", "label"])
+# Execution platforms (rules/buck2/remote/defs.bzl).
+PlatformInfo = provider(fields = ["label", "configuration"])
+ExecutionPlatformInfo = provider(fields = ["label", "configuration", "executor_config"])
+ExecutionPlatformRegistrationInfo = provider(fields = ["platforms"])
+
+def CommandExecutorConfig(local_enabled, remote_enabled, **kwargs):
+    return struct(local_enabled = local_enabled, remote_enabled = remote_enabled, **kwargs)
 
 def _is_provider_instance(v):
     return type(v) == "struct" and hasattr(v, "__provider__")

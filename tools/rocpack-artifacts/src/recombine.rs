@@ -40,7 +40,7 @@ use crate::config::PackagingConfig;
 use crate::databases;
 use crate::fsutil::{self, FsError, IoContext};
 use crate::manifest::{ArtifactManifest, ManifestError, MANIFEST_FILE};
-use crate::select::Target;
+use crate::target::Target;
 use crate::walk::{self, EntryKind, WalkError};
 
 /// How output files are materialised.
@@ -484,10 +484,7 @@ pub fn recombine(
     log: &mut (dyn FnMut(&str) + Send),
 ) -> Result<RecombineReport, RecombineError> {
     match opts.jobs {
-        Some(n) => match rayon::ThreadPoolBuilder::new()
-            .num_threads(n.max(1))
-            .build()
-        {
+        Some(n) => match crate::jobs::pool(Some(n)) {
             Ok(pool) => pool.install(|| recombine_inner(opts, log)),
             Err(_) => recombine_inner(opts, log),
         },

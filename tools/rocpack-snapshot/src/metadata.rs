@@ -87,24 +87,77 @@ pub fn is_hex(s: &str, len: usize) -> bool {
     s.len() == len && s.bytes().all(|b| b.is_ascii_hexdigit())
 }
 
-/// A file name that is safe to place in a snapshot directory.
-pub fn validate_file_name(name: &str) -> std::result::Result<(), String> {
-    if name.is_empty()
-        || name == "."
-        || name == ".."
-        || name.starts_with('.')
-        || name.contains('/')
-        || name.contains('\\')
-        || name
-            .chars()
-            .any(|c| c.is_control() || c == ':' || c.is_whitespace())
-    {
-        return Err(format!(
-            "{name:?} is not a usable file name (no '/', ':', whitespace, leading '.')"
-        ));
+/// A character named for a message: `a newline`, `a tab`, `U+0007`.
+pub fn describe_char(c: char) -> String {
+    match c {
+        '\n' => "a newline".into(),
+        '\r' => "a carriage return".into(),
+        '\t' => "a tab".into(),
+        '\0' => "a NUL byte".into(),
+        ' ' => "a space".into(),
+        '\\' => "a backslash".into(),
+        c if c.is_control() || c.is_whitespace() => format!("U+{:04X}", u32::from(c)),
+        c => format!("'{c}'"),
     }
+}
+
+/// Why `name` cannot be placed in a snapshot directory, if it cannot.
+fn file_name_problem(name: &str) -> Option<String> {
+    if name.is_empty() {
+        return Some("it is empty".into());
+    }
+    if name == "." || name == ".." {
+        return Some("it names a directory".into());
+    }
+    if name.starts_with('.') {
+        return Some("it starts with '.'".into());
+    }
+    if let Some(c) = name
+        .chars()
+        .find(|&c| matches!(c, '/' | '\\' | ':') || c.is_control() || c.is_whitespace())
+    {
+        let why = match c {
+            '/' => " (a file name, not a path, is recorded)",
+            '\\' => " (not a path separator here, and not portable)",
+            ':' => " (the separator of metadata.txt entries)",
+            _ => "",
+        };
+        return Some(format!("it contains {}{why}", describe_char(c)));
+    }
+    None
+}
+
+/// A file name that is safe to place in a snapshot directory (see
+/// [`validate_header_name`] and [`validate_artifact_name`] for the names
+/// that are also reserved).
+pub fn validate_file_name(name: &str) -> std::result::Result<(), String> {
+    match file_name_problem(name) {
+        Some(p) => Err(format!("{name:?} is not a usable file name: {p}")),
+        None => Ok(()),
+    }
+}
+
+/// The name of a header snapshotted beside `metadata.txt`.
+pub fn validate_header_name(name: &str) -> std::result::Result<(), String> {
+    validate_file_name(name)?;
     if name == "metadata.txt" {
-        return Err("a header may not be named metadata.txt".into());
+        return Err(
+            "a header may not be named metadata.txt (the snapshot's own metadata file beside it)"
+                .into(),
+        );
+    }
+    Ok(())
+}
+
+/// The file name of the artifact (stored in the blob store under its
+/// digest; its name is recorded in `metadata.txt`).
+pub fn validate_artifact_name(name: &str) -> std::result::Result<(), String> {
+    validate_file_name(name)?;
+    if name == "metadata.txt" {
+        return Err(
+            "the artifact may not be named metadata.txt: that is the name of a snapshot's own metadata file (pass the prebuilt library, e.g. librcclx-dev.a)"
+                .into(),
+        );
     }
     Ok(())
 }
@@ -194,7 +247,7 @@ impl Metadata {
                     },
                     Section::Artifact => match key {
                         "name" if art_name.is_none() => {
-                            validate_file_name(value).map_err(|m| err(lineno, m))?;
+                            validate_artifact_name(value).map_err(|m| err(lineno, m))?;
                             art_name = Some((lineno, value.to_string()));
                         }
                         "size" if art_size.is_none() => {
@@ -212,7 +265,7 @@ impl Metadata {
                         }
                     },
                     Section::Headers => {
-                        validate_file_name(key).map_err(|m| err(lineno, m))?;
+                        validate_header_name(key).map_err(|m| err(lineno, m))?;
                         if !is_hex(value, 64) {
                             return Err(err(lineno, format!("header {key}: sha256 must be 64 hex digits, found {value:?}")));
                         }

@@ -94,7 +94,8 @@ pub struct CreateArgs {
 
 /// `snapctl create`.
 pub fn create(root: &RootOpts, a: CreateArgs, out: Out<'_>) -> Result<u8> {
-    let repo = Repo::open(&root.root)?;
+    let repo = Repo::open_for_create(&root.root)?;
+    let fresh = std::fs::symlink_metadata(&root.root).is_err();
     let st = repo.store(a.store.as_deref())?;
     let req = CreateRequest {
         version: a.version,
@@ -106,7 +107,14 @@ pub fn create(root: &RootOpts, a: CreateArgs, out: Out<'_>) -> Result<u8> {
         lock_timeout: root.lock_timeout,
         store_url: a.store,
     };
-    match txn::create(&repo, &st, &req)? {
+    let outcome = txn::create(&repo, &st, &req)?;
+    if fresh {
+        eprintln!(
+            "snapctl: created the snapshots root {}",
+            root.root.display()
+        );
+    }
+    match outcome {
         CreateOutcome::AlreadyStable { meta, recovered } => {
             note_recovery(&recovered);
             say!(

@@ -21,7 +21,10 @@ use crate::checksums::{self, Channels};
 use crate::error::{io_at, Error, Result};
 use crate::fsutil::{self, step};
 use crate::hash;
-use crate::metadata::{validate_file_name, validate_version, Artifact, Metadata};
+use crate::metadata::{
+    describe_char, validate_artifact_name, validate_header_name, validate_version, Artifact,
+    Metadata,
+};
 use crate::repo::{now_utc, Channel, Repo, Snapshot};
 use crate::store::{PutOutcome, Store};
 use serde::{Deserialize, Serialize};
@@ -246,9 +249,10 @@ fn apply(repo: &Repo, j: &Journal) -> Result<()> {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::CrossesDevices => {
                 // Destination on another filesystem (e.g. the checksums file): copy beside it, then rename.
-                let tmp = dir.join(format!(".{}.tmp-{}", ins.staged, std::process::id()));
-                fsutil::copy_durable(&src, &tmp)?;
-                fs::rename(&tmp, &dst).map_err(io_at(&dst))?;
+                fsutil::sweep_stale_temps(&dst);
+                let tmp = fsutil::temp_beside(&dst)?;
+                fsutil::copy_durable(&src, tmp.path())?;
+                tmp.persist(&dst).map_err(|e| Error::io(&dst, e.error))?;
                 fsutil::fsync_dir(&dir)?;
                 fs::remove_file(&src).map_err(io_at(&src))?;
             }
@@ -455,6 +459,22 @@ pub fn generate_checksums(repo: &Repo, prefix: &str) -> Result<String> {
     checksums::generate(prefix, &channels_of(&stable, &last))
 }
 
+/// Why `--commit NAME=HASH` cannot be recorded in `metadata.txt`, if it cannot.
+fn commit_problem(name: &str, hash: &str) -> Option<String> {
+    for (what, s) in [("NAME", name), ("HASH", hash)] {
+        if s.is_empty() {
+            return Some(format!("the {what} is empty"));
+        }
+        if let Some(c) = s.chars().find(|c| c.is_control() || c.is_whitespace()) {
+            return Some(format!("the {what} contains {}", describe_char(c)));
+        }
+    }
+    if name.contains(':') {
+        return Some("the NAME contains ':' (the separator of metadata.txt entries)".into());
+    }
+    None
+}
+
 /// `snapctl create`: upload the artifact, rotate last-stable → archives, stable →
 /// last-stable, new → stable, regenerate the checksums file — as one transaction.
 pub fn create(repo: &Repo, store: &Store, req: &CreateRequest) -> Result<CreateOutcome> {
@@ -474,7 +494,8 @@ pub fn create(repo: &Repo, store: &Store, req: &CreateRequest) -> Result<CreateO
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    validate_file_name(&art_name).map_err(|m| Error::input(&req.artifact, None, m))?;
+    validate_artifact_name(&art_name)
+        .map_err(|m| Error::input(&req.artifact, None, format!("--artifact: {m}")))?;
     let mut header_names = BTreeMap::new();
     for h in &req.headers {
         let hm = fs::metadata(h).map_err(|e| Error::input(h, None, format!("header: {e}")))?;
@@ -485,20 +506,17 @@ pub fn create(repo: &Repo, store: &Store, req: &CreateRequest) -> Result<CreateO
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();
-        validate_file_name(&n).map_err(|m| Error::input(h, None, m))?;
+        validate_header_name(&n).map_err(|m| Error::input(h, None, format!("--header: {m}")))?;
         if header_names.insert(n.clone(), h.clone()).is_some() {
             return Err(Error::Usage(format!("two headers are named {n}")));
         }
     }
     let mut commits = req.commits.clone();
     for (n, v) in &commits {
-        if n.is_empty()
-            || v.is_empty()
-            || n.contains([':', ' ', '\t', '\n'])
-            || v.contains(char::is_whitespace)
-        {
+        if let Some(p) = commit_problem(n, v) {
             return Err(Error::Usage(format!(
-                "--commit {n}={v}: expected NAME=HASH without spaces or ':' in NAME"
+                "--commit {:?}: {p}; expected NAME=HASH",
+                format!("{n}={v}")
             )));
         }
     }
@@ -513,7 +531,9 @@ pub fn create(repo: &Repo, store: &Store, req: &CreateRequest) -> Result<CreateO
     checksums::validate_prefix(&prefix).map_err(Error::Usage)?;
     let checksums_path = repo.checksums_path(req.checksums.as_deref());
 
-    // 2. Lock, recover, read and validate the whole repo.
+    // 2. Lock, recover, read and validate the whole repo (a first create
+    //    makes the root: see `Repo::open_for_create`).
+    repo.ensure_root()?;
     let _lock = repo.lock(true, req.lock_timeout)?;
     let recovered = recover_locked(repo)?;
     let (stable, last) = read_state(repo)?;

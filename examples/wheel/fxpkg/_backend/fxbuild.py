@@ -1,6 +1,10 @@
 """Minimal PEP 517 backend (stdlib only): packs src/ into a platform wheel.
 
-Deterministic: sorted entries, fixed timestamps, Unix modes kept.
+Deterministic: sorted entries, fixed timestamps, and Unix modes from the
+content (0755 for ELF files, 0644 otherwise), never from the file system:
+a checkout's exec bits are not part of a build's inputs (a remote worker
+makes every input executable; git may drop the bits), so the wheel would
+otherwise differ between machines.
 """
 import base64
 import hashlib
@@ -60,7 +64,7 @@ def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
         for rel, path in _files():
             with open(path, "rb") as f:
                 data = f.read()
-            mode = 0o755 if os.stat(path).st_mode & 0o111 else 0o644
+            mode = 0o755 if data[:4] == b"\x7fELF" else 0o644
             _add(zf, records, rel, data, mode)
         _add(zf, records, DIST_INFO + "/METADATA", METADATA.encode(), 0o644)
         _add(zf, records, DIST_INFO + "/WHEEL", WHEEL.encode(), 0o644)

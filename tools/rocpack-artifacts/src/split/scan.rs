@@ -9,12 +9,13 @@ use std::fs::File;
 use std::io::{BufWriter, Read};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
 
 use rayon::prelude::*;
 use rocpack_kpack::{Compression, Marker};
 
-use super::plan::ArchFilter;
-use super::{check_name, FatBinarySummary, Progress, SplitError, SplitOptions};
+use super::filter::ArchFilter;
+use super::{FatBinarySummary, Progress, SplitError, SplitOptions};
 use crate::databases;
 use crate::fsutil::{self, FsError, IoContext};
 use crate::manifest::ArtifactManifest;
@@ -341,6 +342,9 @@ pub(super) struct KernelRef {
     /// Its place in the original bundle (`metadata.bundle`), when the
     /// bundle can be rebuilt exactly.
     pub place: Option<rocpack_kpack::rmpv::Value>,
+    /// Targets of every device code object of its bundle
+    /// (`metadata.bundle_targets`).
+    pub bundle_targets: Arc<[String]>,
     /// Its zstd frame, when the scan compressed it already (then `file`
     /// and `offset` are not read).
     pub frame: Option<Frame>,
@@ -350,8 +354,8 @@ pub(super) struct KernelRef {
 pub(super) enum Class {
     /// Copied to the generic artifact as it is.
     Generic,
-    /// A database file of this architecture.
-    Database(String),
+    /// A database file of this architecture, claimed by this handler.
+    Database(databases::DatabaseKind, String),
     /// A fat binary (its host-only rewrite is already written).
     Fat(FatOutcome),
 }
@@ -516,6 +520,7 @@ impl Collector<'_> {
     ) -> Result<(), SplitError> {
         let (path, spill, map) = (self.path, self.spill, self.map);
         let whole: &[u8] = map;
+        let keep = ArchFilter::new(self.opts);
         for b in &info.bundles {
             let bytes =
                 rocpack_elf::bundle_bytes(image, info, b.index).map_err(|e| elf_err(path, e))?;
@@ -532,13 +537,41 @@ impl Collector<'_> {
             let index =
                 rocpack_bundle::index_bundle(bytes, &Default::default()).map_err(bundle_err)?;
             self.counts.0 += 1;
+            // Every entry but the host's must name an AMDGPU target, by the
+            // one rule verify and recombine use: device code under an ID
+            // nobody can load is refused, never dropped (it would be stored
+            // nowhere).
+            for (position, e) in index.entries.iter().enumerate() {
+                if e.id.kind() == Some("host") {
+                    continue;
+                }
+                if let Err(expected) = e.id.check_amdgpu() {
+                    return Err(SplitError::Usage(format!(
+                        "{}: byte offset {bundle_off}: bundle {} entry {position} `{}` ({} bytes of code) does not name an AMDGPU target (expected {expected}); refusing to split: its code object would be stored nowhere",
+                        path.display(),
+                        b.index,
+                        e.id,
+                        e.size
+                    )));
+                }
+            }
+            // The bundle's device targets (recorded in every entry's
+            // metadata, so verify can tell an arch the binary never had
+            // from one whose archive was lost). All of them, whatever
+            // `--exclude-arch` / `--gpu-targets` keep: a kept archive is
+            // byte for byte the one an unfiltered split writes.
+            let stored: Arc<[String]> = index
+                .entries
+                .iter()
+                .filter(|e| !e.id.is_host())
+                .map(|e| e.id.target_id().to_string())
+                .collect();
             let mut frames = Vec::new();
             let (spilled, walk) = if index.ccob.is_some() {
                 match self.opts.compression {
                     // Decompression and compression overlap; only frames
                     // are spilled.
                     Compression::Zstd { level } if index.overlaps().is_empty() => {
-                        let keep = ArchFilter::new(self.opts);
                         let p = spill.compress_payload(
                             path,
                             bytes,
@@ -578,13 +611,6 @@ impl Collector<'_> {
                     })
                 });
                 let arch = entry.id.target_id().to_string();
-                if check_name("architecture", &arch).is_err() {
-                    return Err(SplitError::Usage(format!(
-                        "{}: byte offset {bundle_off}: bundle entry `{}` names no usable architecture",
-                        path.display(),
-                        entry.id
-                    )));
-                }
                 self.counts.1 += 1;
                 self.archs.insert(arch.clone());
                 // Offsets are relative to the (decompressed) bundle; the
@@ -602,6 +628,7 @@ impl Collector<'_> {
                     offset,
                     prefix: String::new(),
                     place,
+                    bundle_targets: stored.clone(),
                     frame: frames.get(position).cloned().flatten(),
                 });
             }
@@ -661,11 +688,38 @@ fn classify_file(
         if let Some(fat) = split_fat(cx, prefix, rel, path, host_dst, mode)? {
             return Ok(Class::Fat(fat));
         }
+    } else if magic.starts_with(b"\x7fELF") {
+        // ELFCLASS32 or big-endian: HIP binaries are neither, so one with
+        // device code cannot be split; copying it as a generic file would
+        // ship a fat binary nobody checks.
+        let (_file, map) = map_file(path)?;
+        if crate::inspect::carries_device_code(&map) {
+            return Err(SplitError::Usage(format!(
+                "{}: a {} ELF file carrying HIP device code (`.hip_fatbin` or an offload bundle): only 64-bit little-endian fat binaries can be split; refusing to copy it into the generic artifact",
+                path.display(),
+                elf_flavour(magic)
+            )));
+        }
     }
-    if let Some((_, arch)) = databases::classify(&cx.opts.databases, rel) {
-        return Ok(Class::Database(arch));
+    if let Some((kind, arch)) = databases::classify(&cx.opts.databases, rel) {
+        return Ok(Class::Database(kind, arch));
     }
     Ok(Class::Generic)
+}
+
+/// `ELFCLASS32 little-endian`, `ELFCLASS64 big-endian`, … from `e_ident`.
+fn elf_flavour(magic: &[u8]) -> String {
+    let class = match magic.get(4) {
+        Some(1) => "ELFCLASS32".to_string(),
+        Some(2) => "ELFCLASS64".to_string(),
+        c => format!("ELF class {c:?}"),
+    };
+    let data = match magic.get(5) {
+        Some(1) => "little-endian",
+        Some(2) => "big-endian",
+        _ => "unknown byte order",
+    };
+    format!("{class} {data}")
 }
 
 fn read_up_to(f: &mut File, buf: &mut [u8]) -> std::io::Result<usize> {
@@ -731,9 +785,22 @@ fn split_fat(
             let member_src = rocpack_bundle::Window::new(&src, at, m.data.len() as u64);
             let info = match rocpack_elf::analyze_in(m.data, &member_src) {
                 Ok(i) => i,
-                // Members that are not ELF64 objects (e.g. other archives'
-                // payloads) carry no HIP device code we can split.
-                Err(rocpack_elf::Error::NotElf) => continue,
+                // Members that are not ELF (text, other archives) are kept
+                // as they are, unless they hide device code (a nested
+                // archive of fat objects, a raw bundle): that would be
+                // copied into the generic artifact unsplit.
+                Err(rocpack_elf::Error::NotElf) => {
+                    if crate::inspect::carries_device_code(m.data) {
+                        return Err(SplitError::Usage(format!(
+                            "{}: archive member `{}` (header at byte offset {}) is not an ELF object but carries HIP device code ({}); nested archives and raw bundles inside archives cannot be split; refusing to copy it into the generic artifact",
+                            path.display(),
+                            m.name,
+                            m.header_offset,
+                            if rocpack_elf::is_archive(m.data) { "a nested `ar` archive" } else { "`.hip_fatbin` or an offload bundle" }
+                        )));
+                    }
+                    continue;
+                }
                 Err(e @ rocpack_elf::Error::Unsupported { .. }) => {
                     if crate::inspect::carries_device_code(m.data) {
                         return Err(member_err(e));

@@ -246,8 +246,10 @@ fn kpack_err(path: &Path, e: rocpack_kpack::Error) -> SplitError {
     }
 }
 
-/// An entry's free-form `metadata`: its full bundle entry ID, its prefix
-/// and, when known, its place in the original bundle (bundle_meta).
+/// An entry's free-form `metadata`: its full bundle entry ID, its prefix,
+/// when known its place in the original bundle (bundle_meta), and the
+/// targets of every device code object of its bundle (`bundle_targets`,
+/// read by verify).
 fn entry_metadata(k: &KernelRef) -> Option<rocpack_kpack::rmpv::Value> {
     use rocpack_kpack::rmpv::Value;
     let mut m = vec![
@@ -257,6 +259,15 @@ fn entry_metadata(k: &KernelRef) -> Option<rocpack_kpack::rmpv::Value> {
     if let Some(place) = &k.place {
         m.push((Value::from("bundle"), place.clone()));
     }
+    m.push((
+        Value::from(crate::verify::BUNDLE_TARGETS),
+        Value::Array(
+            k.bundle_targets
+                .iter()
+                .map(|t| Value::from(t.as_str()))
+                .collect(),
+        ),
+    ));
     Some(Value::Map(m))
 }
 

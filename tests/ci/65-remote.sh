@@ -1,0 +1,439 @@
+#!/usr/bin/env bash
+# Remote execution (issue 26): rocpack's Bazel and Buck2 actions on a real
+# Remote Execution API engine, NativeLink (../shared/tools/nativelink), run
+# here as a server (CAS, action cache, scheduler) plus one worker process,
+# both on 127.0.0.1 with ports and directories of this run only
+# (tests/remote/nativelink.sh). docs/remote-execution.md explains the setup.
+#
+# Bazel 4.2.3, helpers = release binaries pinned by sha256 (a
+# rocpack_release_binaries repository over a file:// tarball built here):
+#  * local reference build of //examples/... (its outputs are the oracle);
+#  * cold remote build: every spawn runs on the worker (execution log), the
+#    outputs are byte-identical to the local ones; `bazel test` remotely;
+#  * a second client (another copy of the repository in another directory,
+#    a fresh output base): build + test are 100 % remote cache hits;
+#  * hermeticity: the helpers' digests are inputs of every helper action;
+#    an undeclared read fails on the worker (and succeeds locally: the probe
+#    can fail); the action environment is exactly the declared one; no output
+#    holds an absolute path of this run or the host name;
+#  * the consumer workspace e2e/bazel-workspace remotely with helpers built
+#    from source: the cargo build is the one local action (no-remote by
+#    design), everything else remote;
+#  * faults: the worker is SIGKILLed in the middle of a build (the build
+#    retries on the restarted worker or fails cleanly; the next build is
+#    correct); one byte of a CAS blob is flipped on the server's disk
+#    (detected by digest, never an output).
+# Buck2 (../shared/tools/buck2) with [buck2_re_client] and the
+# remote-enabled platform rocpack//rules/buck2/remote:remote, helpers fetched
+# by http_file (sha256-pinned) from a loopback HTTP server:
+#  * cold build of //examples/...: every action remote (buck2 log what-ran),
+#    kpack packages byte-identical to Bazel's; `buck2 test` remotely;
+#  * `buck2 clean` and a second copy: everything served from the cache;
+#  * the undeclared-read and environment probes.
+# Every step prints its time.
+. "$(dirname "$0")/lib.sh"
+cd "$ROOT"
+
+NL_BIN="$ROCPACK_SHARED_DIR/tools/nativelink"
+BUCK2_BIN="$ROCPACK_SHARED_DIR/tools/buck2"
+if [ ! -x "$NL_BIN" ]; then
+    printf '\n%s\n%s\n%s\n\n' \
+        '!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!' \
+        '!!! SKIPPED: no NativeLink (../shared/tools/nativelink).             !!!' \
+        '!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!' >&2
+    exit 0
+fi
+need_pkgs bazel-bootstrap zstd gcc g++ libc6-dev binutils python3 bc
+export LC_ALL=C
+. "$ROOT/tests/remote/lib.sh"
+
+T="$(mktemp -d /tmp/rocpack-remote.XXXXXX)"
+BASES=() HTTP_PID="" B2_DIRS=()
+ISO=rocpack-remote
+cleanup() {
+    local rc=$?
+    for b in "${BASES[@]}"; do bazel --output_base="$b" shutdown >/dev/null 2>&1 || true; done
+    for d in "${B2_DIRS[@]}"; do (cd "$d" && "$BUCK2_BIN" --isolation-dir "$ISO" kill >/dev/null 2>&1) || true; done
+    [ -n "$HTTP_PID" ] && kill "$HTTP_PID" 2>/dev/null || true
+    nl_stop
+    if [ $rc -ne 0 ] && [ -n "${NL_DIR:-}" ]; then
+        echo "--- nativelink worker log (tail) ---" >&2
+        sed 's/\x1b\[[0-9;]*m//g' "$NL_DIR/worker.log" 2>/dev/null | grep -E 'ERROR|WARN' | tail -10 >&2 || true
+    fi
+    chmod -R u+w "$T" 2>/dev/null || true
+    [ -n "${KEEP:-}" ] && echo "kept $T" >&2 || rm -rf "$T"
+    exit $rc
+}
+trap cleanup EXIT
+
+STEP_T0=0
+step() { STEP_NAME="$*"; log "$*"; STEP_T0=$(date +%s.%N); }
+done_step() { printf '    [%s: %.1f s]\n' "$STEP_NAME" "$(echo "$(date +%s.%N) - $STEP_T0" | bc)" >&2; }
+STAGE_T0=$(date +%s.%N)
+execlog() { python3 "$ROOT/tests/remote/execlog.py" "$@"; }
+# sha256 of every regular file under bazel-bin/examples, runfiles trees and
+# manifests left out (they name the output base by design).
+outputs_sums() { # BIN
+    (cd "$1" && find -L examples -type f ! -path '*.runfiles/*' ! -name '*.runfiles_manifest' \
+        ! -name 'MANIFEST' ! -name '*.repo_mapping' -print0 | sort -z | xargs -0 sha256sum)
+}
+
+# ---------------------------------------------------------------------------
+step "helpers: cargo build -p kpack -p snapctl (dev), release tarball pinned by sha256"
+cargo fetch --locked
+cargo build --locked -q -p kpack -p snapctl
+REL="$T/release"
+remote_release "$REL" target/debug/kpack target/debug/snapctl
+echo "    tarball $REL_SHA; kpack $KPACK_SHA; snapctl $SNAPCTL_SHA" >&2
+done_step
+
+HELPERS=("${REMOTE_HELPERS[@]}")
+WS_A="$T/a/rocpack"
+WS_B="$T/elsewhere/clone-b/rocpack"
+remote_copy_ws "$ROOT" "$WS_A" "$REL"
+remote_copy_ws "$ROOT" "$WS_B" "$REL"
+# One output base (one Bazel server) per client. (The local reference build
+# cannot share the remote one under another --platform_suffix: the staging
+# lists and .d files name the output directory.)
+OB_LOCAL="$T/ob-local" OB_R1="$T/ob-remote-1" OB_R2="$T/ob-remote-2"
+BASES+=("$OB_LOCAL" "$OB_R1" "$OB_R2")
+LOCAL=(--platform_suffix=-local)
+
+step "NativeLink server + worker on 127.0.0.1"
+nl_init "$T/nativelink"
+nl_start_server
+nl_start_worker
+echo "    $NL_ADDR (instance $NL_INSTANCE), worker API 127.0.0.1:$NL_WORKER_PORT, work dir $NL_WORK_DIR" >&2
+REMOTE=(--config=remote --remote_executor="$NL_ADDR" --remote_instance_name="$NL_INSTANCE")
+done_step
+
+# ---------------------------------------------------------------------------
+step "Bazel: local reference build of //examples/... (the oracle)"
+(cd "$WS_A" && bazel --output_base="$OB_LOCAL" build "${HELPERS[@]}" \
+    --execution_log_json_file="$T/local.json" //examples/... 2>"$T/local.err") \
+    || { tail -30 "$T/local.err" >&2; die "local build"; }
+execlog "$T/local.json" summary | tail -1 >&2
+outputs_sums "$OB_LOCAL/execroot/rocpack/bazel-out/k8-fastbuild/bin" > "$T/sums.local"
+(cd "$WS_A" && bazel --output_base="$OB_LOCAL" shutdown)
+[ "$(wc -l < "$T/sums.local")" -gt 20 ] || die "local build: only $(wc -l < "$T/sums.local") output files"
+done_step
+
+step "Bazel: cold remote build of //examples/... (every spawn on the worker)"
+(cd "$WS_A" && bazel --output_base="$OB_R1" build "${HELPERS[@]}" "${REMOTE[@]}" \
+    --execution_log_json_file="$T/cold.json" //examples/... 2>"$T/cold.err") \
+    || { tail -30 "$T/cold.err" >&2; die "remote build"; }
+grep -E '^INFO: [0-9]+ processes' "$T/cold.err" >&2 || true
+execlog "$T/cold.json" summary >&2
+execlog "$T/cold.json" remote || die "cold remote build: spawns ran locally"
+BIN_R1="$OB_R1/execroot/rocpack/bazel-out/k8-fastbuild/bin"
+outputs_sums "$BIN_R1" > "$T/sums.r1"
+diff -u "$T/sums.local" "$T/sums.r1" >&2 || die "remote outputs differ from the local build"
+echo "    $(wc -l < "$T/sums.r1") output files byte-identical to the local build" >&2
+done_step
+
+step "Bazel: bazel test //examples/... remotely"
+(cd "$WS_A" && bazel --output_base="$OB_R1" test "${HELPERS[@]}" "${REMOTE[@]}" \
+    --execution_log_json_file="$T/test.json" //examples/... 2>"$T/test.err") \
+    || { tail -30 "$T/test.err" >&2; die "remote bazel test"; }
+execlog "$T/test.json" summary >&2
+execlog "$T/test.json" remote || die "remote test: spawns ran locally"
+ntests="$(execlog "$T/test.json" summary | awk '$2 == "TestRunner" && $3 == "remote" {print $1}')"
+[ "${ntests:-0}" -gt 0 ] || die "no TestRunner spawn ran remotely"
+grep -E 'Executed [0-9]+ out of' "$T/test.err" >&2 || true
+echo "    $ntests test actions ran on the worker" >&2
+done_step
+
+step "Bazel: second client (another directory, fresh output base): 100 % remote cache hits"
+(cd "$WS_B" && bazel --output_base="$OB_R2" test "${HELPERS[@]}" "${REMOTE[@]}" \
+    --execution_log_json_file="$T/second.json" //examples/... 2>"$T/second.err") \
+    || { tail -30 "$T/second.err" >&2; die "second client"; }
+execlog "$T/second.json" summary >&2
+execlog "$T/second.json" hits || die "second client: not every spawn was a remote cache hit"
+outputs_sums "$OB_R2/execroot/rocpack/bazel-out/k8-fastbuild/bin" > "$T/sums.r2"
+diff -u "$T/sums.local" "$T/sums.r2" >&2 || die "second client's outputs differ from the local build"
+(cd "$WS_B" && bazel --output_base="$OB_R2" shutdown)
+done_step
+
+# ---------------------------------------------------------------------------
+step "hermeticity: helper digests in every helper action, probes on the worker, no paths in outputs"
+HELPER_MNEMONICS="$(execlog "$T/cold.json" summary | awk '$2 ~ /^(Kpack|Snap|Stable|Wheel)/ {print $2}' | sort -u | paste -sd, -)"
+[ -n "$HELPER_MNEMONICS" ] || die "no helper actions in the cold log"
+echo "    helper actions: $HELPER_MNEMONICS" >&2
+execlog "$T/cold.json" helper-inputs "kpack=$KPACK_SHA" "snapctl=$SNAPCTL_SHA" --mnemonics "$HELPER_MNEMONICS" >&2 \
+    || die "a helper action lacks the helper's digest among its inputs"
+probe() { # NAME strategy-args... ; prints the probe's output
+    (cd "$WS_A" && bazel --output_base="$OB_R1" build "$@" "//tests/remote:probe_$1" >/dev/null 2>"$T/probe.err") || return 1
+    cat "$BIN_R1/tests/remote/probe_$1.txt"
+}
+probe_remote() { local p="$1"; shift; (cd "$WS_A" && bazel --output_base="$OB_R1" build "${REMOTE[@]}" "$@" "//tests/remote:probe_$p" >/dev/null 2>"$T/probe.err") && cat "$BIN_R1/tests/remote/probe_$p.txt"; }
+# Environment: exactly what the action declares (+ what bash sets itself).
+env_out="$(probe_remote env)" || { cat "$T/probe.err" >&2; die "env probe"; }
+names="$(printf '%s\n' "$env_out" | cut -d= -f1 | paste -sd' ' -)"
+[ "$names" = "LC_ALL PATH PWD SHLVL _" ] || { printf '%s\n' "$env_out" >&2; die "remote action environment is not the declared one: $names"; }
+echo "    remote action environment: $names (the worker's own variables do not leak)" >&2
+# Working directory: nothing but the declared inputs (none here).
+listing="$(probe_remote listing)" || { cat "$T/probe.err" >&2; die "listing probe"; }
+[ -z "$listing" ] || { printf '%s\n' "$listing" >&2; die "the remote work directory holds undeclared files"; }
+# An undeclared read: works locally (the execroot shows the workspace), fails remotely.
+probe_remote undeclared >/dev/null && die "an undeclared read succeeded on the worker"
+grep -q 'undeclared.txt: No such file' "$T/probe.err" || { cat "$T/probe.err" >&2; die "undeclared read failed otherwise"; }
+(cd "$WS_A" && bazel --output_base="$OB_R1" build --spawn_strategy=local //tests/remote:probe_undeclared >/dev/null 2>"$T/probe.err") \
+    || { cat "$T/probe.err" >&2; die "the undeclared-read probe fails locally too: it proves nothing"; }
+echo "    undeclared read: fails on the worker, succeeds in a local unsandboxed execroot" >&2
+# No absolute path of this run, no host name in any output.
+host="$(hostname)"
+for needle in "$T" "$WS_A" "$WS_B" "$NL_WORK_DIR" "$ROOT" "$HOME/" "$host"; do
+    [ "${#needle}" -ge 4 ] || continue
+    if (cd "$BIN_R1" && find -L examples -type f ! -path '*.runfiles/*' ! -name '*.runfiles_manifest' \
+            ! -name MANIFEST -print0 | xargs -0 grep -l -F -- "$needle"); then
+        die "outputs contain '$needle'"
+    fi
+done
+echo "    no output names this run's directories, the worker's work dir, \$HOME or the host ($host)" >&2
+done_step
+
+# ---------------------------------------------------------------------------
+step "known gap: a source symlink (librocblas.so.5 -> librocblas.so.5.2) locally and remotely"
+# The copies above hold the files symlinks point to. Here the checkout as it
+# is: the local split keeps the link (stage.sh --link-inputs lets kpack see
+# the source tree), the worker only gets the file's bytes (Bazel digests a
+# source symlink's target; it is not part of the action key). Reported, not
+# failed: the fix belongs in the rules (declare links as links).
+WS_S="$T/symlinks/rocpack"; OB_S="$T/ob-symlinks"; BASES+=("$OB_S")
+remote_copy_ws "$ROOT" "$WS_S" "$REL" keep-symlinks
+gap_target=//examples/kpack:split_gfx1151-build
+(cd "$WS_S" && bazel --output_base="$OB_S" build "${HELPERS[@]}" "${LOCAL[@]}" "$gap_target" 2>"$T/gap.err" \
+    && bazel --output_base="$OB_S" build "${HELPERS[@]}" "${REMOTE[@]}" "$gap_target" 2>>"$T/gap.err") \
+    || { tail -20 "$T/gap.err" >&2; die "builds of $gap_target"; }
+gap_list() { (cd "$OB_S/execroot/rocpack/bazel-out/$1/bin/examples/kpack/split_gfx1151-build.split" \
+    && find . -printf '%y %s %p %l\n' | sort -k3); }
+if diff <(gap_list k8-fastbuild-local) <(gap_list k8-fastbuild) > "$T/gap.diff"; then
+    echo "    no difference any more: source symlinks survive remote execution (update docs/remote-execution.md)" >&2
+else
+    echo "    KNOWN GAP (docs/remote-execution.md): local (<) and remote (>) differ:" >&2
+    sed 's/^/      /' "$T/gap.diff" >&2
+fi
+(cd "$WS_S" && bazel --output_base="$OB_S" shutdown)
+done_step
+
+# ---------------------------------------------------------------------------
+step "faults: the worker is killed in the middle of a build, then restarted"
+# --noremote_accept_cached: everything executes again (a build that is all
+# cache hits has nothing to kill). probe_slow runs 4 s, so the kill lands
+# while an action is on the worker.
+(cd "$WS_A" && timeout 300 bazel --output_base="$OB_R1" build "${HELPERS[@]}" "${REMOTE[@]}" --noremote_accept_cached \
+    --execution_log_json_file="$T/kill.json" //examples/... //tests/remote:probe_slow >"$T/kill.out" 2>&1) &
+BUILD_PID=$!
+for _ in $(seq 600); do
+    [ -n "$(ls -A "$NL_WORK_DIR" 2>/dev/null)" ] && break
+    sleep 0.05
+done
+running="$(ls -A "$NL_WORK_DIR" | wc -l)"
+[ "$running" -gt 0 ] || die "no action reached the worker within 30 s"
+nl_kill_worker
+echo "    worker SIGKILLed with $running action(s) in its work directory" >&2
+sleep 2
+nl_start_worker
+kill_rc=0; wait "$BUILD_PID" || kill_rc=$?
+if [ "$kill_rc" = 0 ]; then
+    echo "    the build completed: the scheduler re-queued the lost action(s) on the restarted worker" >&2
+elif [ "$kill_rc" = 124 ]; then
+    tail -20 "$T/kill.out" >&2; die "the build hung after the worker died"
+else
+    grep -E '^ERROR' "$T/kill.out" | head -3 >&2
+    echo "    the build failed cleanly (rc $kill_rc)" >&2
+fi
+(cd "$WS_A" && bazel --output_base="$OB_R1" build "${HELPERS[@]}" "${REMOTE[@]}" //examples/... //tests/remote:probe_slow 2>"$T/after.err") \
+    || { tail -20 "$T/after.err" >&2; die "the build after the worker restart failed"; }
+outputs_sums "$BIN_R1" > "$T/sums.after"
+diff -u "$T/sums.local" "$T/sums.after" >&2 || die "outputs after the worker crash differ"
+[ "$(cat "$BIN_R1/tests/remote/probe_slow.txt")" = done ] || die "probe_slow output wrong"
+echo "    next build: outputs identical to the local build" >&2
+done_step
+
+step "faults: one byte of a CAS blob flipped on the server's disk"
+# The blob of a .kpack output (its sha256 from the local build); a third
+# client with a fresh output base must download it.
+victim_line="$(grep '\.kpack$' "$T/sums.local" | head -1)"
+victim_sha="${victim_line%% *}"; victim_path="${victim_line##* }"
+blob="$(find "$NL_CAS_DIR" -type f -name "*$victim_sha*" | head -1)"
+[ -n "$blob" ] || { ls "$NL_CAS_DIR" | head >&2; die "blob $victim_sha ($victim_path) not in the server's CAS"; }
+cp "$blob" "$T/blob.orig"
+python3 - "$blob" <<'EOF'
+import sys
+p = sys.argv[1]
+with open(p, "r+b") as f:
+    f.seek(0, 2); n = f.tell(); f.seek(n // 2); b = f.read(1); f.seek(n // 2)
+    f.write(bytes([b[0] ^ 0x01]))
+EOF
+cmp -s "$blob" "$T/blob.orig" && die "the byte flip did not change the blob"
+c_rc=0
+# The first client's outputs go (bazel clean): they must come back from the cache.
+(cd "$WS_A" && bazel --output_base="$OB_R1" clean)
+(cd "$WS_A" && timeout 300 bazel --output_base="$OB_R1" build "${HELPERS[@]}" "${REMOTE[@]}" //examples/... >"$T/corrupt.out" 2>&1) || c_rc=$?
+[ "$c_rc" != 124 ] || die "the build hung on a corrupted blob"
+BIN_R3="$BIN_R1"
+if [ "$c_rc" = 0 ]; then
+    echo "    the build succeeded (the corrupted blob was re-made or refetched)" >&2
+else
+    grep -iE 'digest|hash|mismatch|corrupt' "$T/corrupt.out" | head -3 >&2
+    grep -qiE 'digest|hash|mismatch|corrupt' "$T/corrupt.out" || { tail -20 "$T/corrupt.out" >&2; die "failed without naming the digest"; }
+    echo "    detected: the build failed on the digest mismatch (rc $c_rc)" >&2
+fi
+# Whatever exists in the third client's output tree must be correct bytes.
+if [ -d "$BIN_R3/examples" ]; then
+    outputs_sums "$BIN_R3" > "$T/sums.r3"
+    bad="$(join -1 2 -2 2 <(sort -k2 "$T/sums.local") <(sort -k2 "$T/sums.r3") | awk '$2 != $3 {print $1}')"
+    [ -z "$bad" ] || die "corrupted bytes became outputs: $bad"
+    ! grep -q " $victim_path\$" "$T/sums.r3" || grep -q "^$victim_sha  $victim_path\$" "$T/sums.r3" \
+        || die "the corrupted blob became $victim_path"
+    echo "    $(wc -l < "$T/sums.r3") outputs present, all with the right bytes" >&2
+fi
+cp "$T/blob.orig" "$blob"
+done_step
+
+# ---------------------------------------------------------------------------
+step "e2e/bazel-workspace remotely, helpers built from source (the cargo build is the one local action)"
+E2E_WS="$WS_A/e2e/bazel-workspace"
+(cd "$E2E_WS" && bazel test --spawn_strategy=remote --remote_local_fallback=false --strategy=CargoBuild=local \
+    --remote_executor="$NL_ADDR" --remote_instance_name="$NL_INSTANCE" \
+    --@rocpack//rules/bazel:cargo_target_dir="$ROOT/target" --@rocpack//rules/bazel:cargo_profile=dev \
+    --execution_log_json_file="$T/e2e.json" //... 2>"$T/e2e.err") \
+    || { tail -30 "$T/e2e.err" >&2; die "e2e/bazel-workspace remotely"; }
+execlog "$T/e2e.json" summary >&2
+execlog "$T/e2e.json" remote --local-ok "CargoBuild=cargo needs the host's ~/.cargo registry and toolchain (no-remote by design)" \
+    || die "e2e/bazel-workspace: spawns other than CargoBuild ran locally"
+(cd "$E2E_WS" && bazel shutdown)
+done_step
+
+# ---------------------------------------------------------------------------
+if [ ! -x "$BUCK2_BIN" ]; then
+    log "SKIPPED Buck2 part: no ../shared/tools/buck2"
+else
+step "Buck2: cold remote build of //examples/... (helpers by http_file, sha256-pinned, from a loopback server)"
+HTTP_PORT="$(_nl_pick_port)"
+python3 -m http.server --bind 127.0.0.1 --directory "$REL/stage" "$HTTP_PORT" >"$T/http.log" 2>&1 &
+HTTP_PID=$!
+for _ in $(seq 100); do _nl_port_free "$HTTP_PORT" || break; sleep 0.05; done
+b2_config() { # WS
+    cp "$1/tests/remote/buck2-probes.BUCK" "$1/tests/remote/BUCK"
+    # Appended to the copy's .buckconfig: the RE client is set up when the
+    # daemon starts, from the project's config (not from --config-file).
+    cat >> "$1/.buckconfig" <<EOF
+
+[buck2_re_client]
+  engine_address = $NL_ADDR
+  action_cache_address = $NL_ADDR
+  cas_address = $NL_ADDR
+  tls = false
+  instance_name = $NL_INSTANCE
+
+[build]
+  execution_platforms = rocpack//rules/buck2/remote:remote
+
+[rocpack]
+  tools = prebuilt
+  kpack_url = http://127.0.0.1:$HTTP_PORT/kpack
+  kpack_sha256 = $KPACK_SHA
+  snapctl_url = http://127.0.0.1:$HTTP_PORT/snapctl
+  snapctl_sha256 = $SNAPCTL_SHA
+EOF
+    B2_DIRS+=("$1")
+}
+b2() { "$BUCK2_BIN" --isolation-dir "$ISO" "$@"; }
+# "executor count" of the last command (build, test): re, cache, local, ...
+what_ran() { # OUT
+    local i
+    for i in 1 2 3 4 5; do
+        b2 log what-ran --format json >"$1" 2>/dev/null && return 0
+        sleep 1
+    done
+    return 1
+}
+executors() { python3 -c '
+import json, sys
+c = {}
+for line in open(sys.argv[1]):
+    line = line.strip()
+    if not line: continue
+    o = json.loads(line)
+    r = o.get("reproducer", {}).get("executor", "?").lower()
+    c[r] = c.get(r, 0) + 1
+print(" ".join(f"{k}={v}" for k, v in sorted(c.items())))' "$1"; }
+b2_config "$WS_A"
+b2_config "$WS_B"
+cd "$WS_A"
+b2 build //examples/... >"$T/b2-cold.out" 2>"$T/b2-cold.err" \
+    || { tail -30 "$T/b2-cold.err" >&2; die "buck2 remote build"; }
+grep -E '^(\[.*\] )?(Commands|Cache hits):' "$T/b2-cold.err" >&2 || true
+what_ran "$T/b2-cold.ran" || die "buck2 log what-ran"
+ex="$(executors "$T/b2-cold.ran")"
+echo "    executors: $ex" >&2
+case " $ex " in *" re="*) ;; *) die "no action ran remotely: $ex" ;; esac
+case " $ex " in *" local="*) die "actions ran locally: $ex" ;; esac
+done_step
+
+step "Buck2: kpack packages byte-identical to Bazel's local ones"
+b2 build //examples/kpack:blas_lib_generic //examples/kpack:blas_lib_gfx110X \
+    //examples/kpack:blas_lib_gfx115X //examples/kpack:blas_lib_gfx120X --show-full-output >"$T/b2-out.out" 2>"$T/b2-out.err" \
+    || { tail -20 "$T/b2-out.err" >&2; die "buck2 build of the kpack packages"; }
+listing() { (cd "$1" && find . -mindepth 1 -printf '%P %y %l\n' | sort; find -L . -type f -print0 | sort -z | xargs -0 -r sha256sum); }
+compared=0
+while read -r target path; do
+    name="${target##*:}"
+    diff <(listing "$OB_R1/execroot/rocpack/bazel-out/k8-fastbuild/bin/examples/kpack/$name") <(listing "$path") >&2 \
+        || die "$target (remote, Buck2) differs from Bazel's local $name"
+    compared=$((compared + 1))
+done < <(grep '^rocpack//examples/kpack:' "$T/b2-out.out")
+[ "$compared" = 4 ] || die "compared $compared packages, expected 4"
+echo "    4 packages identical" >&2
+done_step
+
+step "Buck2: buck2 test //examples/... remotely"
+b2 test //examples/... >"$T/b2-test.out" 2>"$T/b2-test.err" \
+    || { tail -30 "$T/b2-test.err" >&2; die "buck2 test remotely"; }
+grep -E 'Pass [0-9]+|Tests finished' "$T/b2-test.err" >&2 || true
+grep -q 'Fail 0' "$T/b2-test.err" || die "buck2 test reported failures"
+what_ran "$T/b2-test.ran" || die "buck2 log what-ran (test)"
+ex="$(executors "$T/b2-test.ran")"
+echo "    executors: $ex" >&2
+case " $ex " in *" local="*) die "test actions ran locally: $ex" ;; esac
+done_step
+
+step "Buck2: buck2 clean, then a second copy: everything from the cache"
+b2 clean >/dev/null 2>&1
+b2 build //examples/... >"$T/b2-warm.out" 2>"$T/b2-warm.err" \
+    || { tail -30 "$T/b2-warm.err" >&2; die "buck2 build after clean"; }
+what_ran "$T/b2-warm.ran" || die "buck2 log what-ran (after clean)"
+ex="$(executors "$T/b2-warm.ran")"
+echo "    after buck2 clean: $ex" >&2
+case " $ex " in *" re="*|*" local="*) die "after buck2 clean, actions executed: $ex" ;; esac
+b2 kill >/dev/null 2>&1 || true
+cd "$WS_B"
+b2 build //examples/... >"$T/b2-b.out" 2>"$T/b2-b.err" \
+    || { tail -30 "$T/b2-b.err" >&2; die "buck2 build in the second copy"; }
+what_ran "$T/b2-b.ran" || die "buck2 log what-ran (second copy)"
+ex="$(executors "$T/b2-b.ran")"
+echo "    second copy ($WS_B): $ex" >&2
+case " $ex " in *" re="*|*" local="*) die "second copy: actions executed: $ex" ;; esac
+done_step
+
+step "Buck2: probes (environment, undeclared read) on the worker"
+b2 build //tests/remote:probe_env //tests/remote:probe_listing --show-full-output \
+    >"$T/b2-probe.out" 2>"$T/b2-probe.err" || { tail -20 "$T/b2-probe.err" >&2; die "buck2 probes"; }
+env_file="$(awk '$1 == "rocpack//tests/remote:probe_env" {print $2}' "$T/b2-probe.out")"
+names="$(cut -d= -f1 "$env_file" | paste -sd' ' -)"
+[ "$names" = "BUCK_SCRATCH_PATH LC_ALL PATH PWD" ] || { cat "$env_file" >&2; die "buck2 remote environment: $names"; }
+list_file="$(awk '$1 == "rocpack//tests/remote:probe_listing" {print $2}' "$T/b2-probe.out")"
+[ ! -s "$list_file" ] || { cat "$list_file" >&2; die "buck2: the remote work directory holds undeclared files"; }
+if b2 build //tests/remote:probe_undeclared >/dev/null 2>"$T/b2-und.err"; then
+    die "buck2: an undeclared read succeeded on the worker"
+fi
+grep -q 'undeclared.txt: No such file' "$T/b2-und.err" || { tail -20 "$T/b2-und.err" >&2; die "buck2 undeclared read failed otherwise"; }
+echo "    environment: $names; work dir empty; undeclared read fails remotely" >&2
+b2 kill >/dev/null 2>&1 || true
+cd "$ROOT"
+done_step
+fi
+
+printf '\n==> remote stage passed in %.0f s\n' "$(echo "$(date +%s.%N) - $STAGE_T0" | bc)" >&2
