@@ -60,7 +60,8 @@ median_wall() { for f in "$@"; do wall_s "$f"; done | sort -n | awk '{a[NR]=$1} 
 max_rss() { for f in "$@"; do rss_mib "$f"; done | sort -n | tail -n1; }
 
 run_input() {
-    local name="$1" lib="$2" w="$WORK/$name"
+    local name="$1" lib="$2"
+    local w="$WORK/$name"
     mkdir -p "$w/art/$name/lib"
     ln -f "$lib" "$w/art/$name/lib/" 2>/dev/null || cp "$lib" "$w/art/$name/lib/"
     echo lib > "$w/art/$name/artifact_manifest.txt"
@@ -82,7 +83,8 @@ run_input() {
         timed "$w/reas.$i" "$KPACK" reassemble --host "$w/split/${name}_generic/lib/$base" \
             --kpack-dir "$w/split" --output "$w/back"
     done
-    cmp -s "$w/back" "$lib" && same=yes || same=no
+    local same=no
+    cmp -s "$w/back" "$lib" && same=yes
     local cp_s zs_s none_s split_s reas_s
     cp_s=$(median_wall "$w"/cp.*); zs_s=$(median_wall "$w"/zstd.*)
     none_s=$(median_wall "$w"/none.*); split_s=$(median_wall "$w"/split.*)
