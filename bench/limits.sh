@@ -74,10 +74,10 @@ run_input() {
         sync; timed "$w/cp.$i" cp "$lib" "$w/cp.out"; rm -f "$w/cp.out"
         sync; timed "$w/zstd.$i" zstd -q -3 -T0 -f "$lib" -o "$w/zstd.out"; rm -f "$w/zstd.out"
         rm -rf "$w/none"; sync
-        timed "$w/none.$i" "$KPACK" split --artifact-dir "$w/art" --artifact-prefix "$name" \
+        timed "$w/none.$i" "$KPACK" split --artifact-dir "$w/art/$name" --artifact-prefix "$name" \
             --output-dir "$w/none" --compression none
         rm -rf "$w/split"; sync
-        timed "$w/split.$i" "$KPACK" split --artifact-dir "$w/art" --artifact-prefix "$name" \
+        timed "$w/split.$i" "$KPACK" split --artifact-dir "$w/art/$name" --artifact-prefix "$name" \
             --output-dir "$w/split"
         rm -f "$w/back"; sync
         timed "$w/reas.$i" "$KPACK" reassemble --host "$w/split/${name}_generic/lib/$base" \
@@ -95,7 +95,7 @@ run_input() {
     kp3=$(find "$w/split" -name '*.kpack' -printf '%s\n' | awk '{s+=$1} END {print s+0}')
     if [ "${SIZES:-1}" = 1 ]; then
         rm -rf "$w/s19"
-        "$KPACK" split --artifact-dir "$w/art" --artifact-prefix "$name" --output-dir "$w/s19" \
+        "$KPACK" split --artifact-dir "$w/art/$name" --artifact-prefix "$name" --output-dir "$w/s19" \
             --compression zstd:19 >/dev/null 2>&1 || bdie "split zstd:19"
         kp19=$(find "$w/s19" -name '*.kpack' -printf '%s\n' | awk '{s+=$1} END {print s+0}')
         rm -rf "$w/s19"
