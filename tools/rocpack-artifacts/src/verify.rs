@@ -35,9 +35,6 @@ use crate::manifest::{ArtifactManifest, MANIFEST_FILE};
 use crate::target::Target;
 use crate::walk::{self, EntryKind};
 
-/// AMDGPU `e_machine`.
-const EM_AMDGPU: u16 = 224;
-
 /// The `.kpack` entry metadata key listing the device targets of the
 /// entry's original bundle (written by `kpack split`).
 pub const BUNDLE_TARGETS: &str = "bundle_targets";
@@ -297,20 +294,20 @@ fn check_generic_file(pkg: &Package, rel: &str, path: &Path) -> Vec<GenericFindi
         return out;
     };
     let data = mapped.bytes();
-    if data.starts_with(b"__CLANG_OFFLOAD_BUNDLE__") || data.starts_with(b"CCOB") {
-        out.push(GenericFinding::Warning(format!(
-            "{}/{rel}: device-only offload bundle in a generic package: it ships only the archs of the shard it came from",
-            pkg.name
-        )));
-        return out;
-    }
-    if rocpack_elf::is_archive(data) {
-        match rocpack_elf::archive_members(data) {
+    use rocpack_image::FileType;
+    match rocpack_image::detect(&data[..data.len().min(rocpack_image::HEAD_LEN)]) {
+        FileType::Bundle | FileType::Ccob => {
+            out.push(GenericFinding::Warning(format!(
+                "{}/{rel}: device-only offload bundle in a generic package: it ships only the archs of the shard it came from",
+                pkg.name
+            )));
+        }
+        FileType::Archive => match rocpack_elf::archive_members(data) {
             Ok(members) => {
                 for m in members {
-                    if m.data.starts_with(b"\x7fELF") {
+                    if matches!(rocpack_image::detect(m.data), FileType::Elf { .. }) {
                         let label = format!("{rel}({})", m.name);
-                        out.extend(judge_elf(pkg, rel, &label, m.data));
+                        out.extend(judge_image(pkg, rel, &label, m.data));
                     }
                 }
             }
@@ -318,31 +315,21 @@ fn check_generic_file(pkg: &Package, rel: &str, path: &Path) -> Vec<GenericFindi
                 "{}/{rel}: static archive could not be read: {e}",
                 pkg.name
             ))),
-        }
-        return out;
+        },
+        // Device code objects without an arch in the name stay generic in
+        // split (nothing names their arch); they are not judged.
+        FileType::Elf { .. } | FileType::Pe { .. } => out.extend(judge_image(pkg, rel, rel, data)),
+        _ => {}
     }
-    if !data.starts_with(b"\x7fELF") {
-        return out;
-    }
-    out.extend(judge_elf(pkg, rel, rel, data));
     out
 }
 
-/// Judges one ELF image (a file, or an archive member labelled `label`).
-fn judge_elf(pkg: &Package, rel: &str, label: &str, data: &[u8]) -> Vec<GenericFinding> {
+/// Judges one ELF file or PE image (a file, or an archive member labelled `label`).
+fn judge_image(pkg: &Package, rel: &str, label: &str, data: &[u8]) -> Vec<GenericFinding> {
     let mut out = Vec::new();
-    let machine = data
-        .get(18..20)
-        .map(|b| u16::from_le_bytes([b[0], b[1]]))
-        .unwrap_or(0);
-    if machine == EM_AMDGPU {
-        // Device code objects without an arch in the name stay generic in
-        // split (nothing names their arch); only report them.
-        return out;
-    }
-    let info = match rocpack_elf::analyze(data) {
+    let info = match rocpack_image::analyze(data) {
         Ok(i) => i,
-        // An ELF we cannot analyse (PN_XNUM, 32-bit, odd e_type) is fine
+        // A file we cannot analyse (PN_XNUM, 32-bit, odd e_type) is fine
         // without device code; with it, it is a fat binary nobody can see
         // into, shipped in a generic package.
         Err(e) if crate::inspect::carries_device_code(data) => {
@@ -356,7 +343,8 @@ fn judge_elf(pkg: &Package, rel: &str, label: &str, data: &[u8]) -> Vec<GenericF
         }
         Err(_) => return out, // not a HIP binary (other ELF flavours)
     };
-    match info.state {
+    let wrappers = info.wrapper_markers();
+    match info.state() {
         rocpack_elf::State::HostOnly => {}
         rocpack_elf::State::Fat => {
             if info.has_device_code() {
@@ -365,19 +353,19 @@ fn judge_elf(pkg: &Package, rel: &str, label: &str, data: &[u8]) -> Vec<GenericF
                     label,
                     "fat_binary",
                     format!(
-                        "fat binary with device code left in a generic package ({} bundle(s) in .hip_fatbin, {} HIPF wrapper(s))",
-                        info.bundles.len(),
-                        info.wrappers.len()
+                        "fat binary with device code left in a generic package ({} bundle(s) in its bundle section, {} HIPF wrapper(s))",
+                        info.bundles().len(),
+                        wrappers.len()
                     ),
                 )));
             }
         }
         rocpack_elf::State::Split => {
-            let bad: Vec<usize> = info
-                .wrappers
+            let bad: Vec<usize> = wrappers
                 .iter()
-                .filter(|w| w.magic != rocpack_elf::HIPK_MAGIC || !w.points_to_marker)
-                .map(|w| w.index)
+                .enumerate()
+                .filter(|(_, (magic, _, m))| *magic != rocpack_elf::HIPK_MAGIC || m.is_none())
+                .map(|(i, _)| i)
                 .collect();
             if !bad.is_empty() {
                 out.push(GenericFinding::Violation(v(
@@ -387,12 +375,12 @@ fn judge_elf(pkg: &Package, rel: &str, label: &str, data: &[u8]) -> Vec<GenericF
                     format!("wrapper(s) {bad:?} are not HIPK wrappers pointing at the marker"),
                 )));
             }
-            let Some(m) = info.marker else {
+            let Some(m) = info.marker() else {
                 out.push(GenericFinding::Violation(v(
                     &pkg.name,
                     label,
                     "bad_marker",
-                    "HIPK wrappers but no .rocm_kpack_ref marker",
+                    "HIPK wrappers but no marker section (.rocm_kpack_ref / .kpackrf)",
                 )));
                 return out;
             };
@@ -403,17 +391,13 @@ fn judge_elf(pkg: &Package, rel: &str, label: &str, data: &[u8]) -> Vec<GenericF
                     rel: rel.to_string(),
                     label: label.to_string(),
                     marker,
-                    co_indices: info
-                        .wrappers
-                        .iter()
-                        .map(|w| u64::from(w.co_index()))
-                        .collect(),
+                    co_indices: wrappers.iter().map(|w| u64::from(w.1)).collect(),
                 })),
                 Err(e) => out.push(GenericFinding::Violation(v(
                     &pkg.name,
                     label,
                     "bad_marker",
-                    format!(".rocm_kpack_ref marker does not decode: {e}"),
+                    format!("marker does not decode: {e}"),
                 ))),
             }
         }
@@ -1089,8 +1073,7 @@ fn lookup(
         let bytes = r
             .get(&key, t)
             .map_err(|e| format!("{path}: kernel {key} [{t}] does not read: {e}"))?;
-        let machine = bytes.get(18..20).map(|b| u16::from_le_bytes([b[0], b[1]]));
-        if !bytes.starts_with(b"\x7fELF") || machine != Some(EM_AMDGPU) {
+        if rocpack_image::detect(&bytes) != rocpack_image::FileType::AmdgpuCodeObject {
             return Err(format!(
                 "{path}: kernel {key} [{t}] is not an AMDGPU ELF code object"
             ));

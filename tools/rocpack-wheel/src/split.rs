@@ -318,7 +318,10 @@ fn free_bytes(dir: &Path) -> Option<u64> {
         }
         st.assume_init()
     };
-    Some(u64::from(st.f_bavail).saturating_mul(u64::from(st.f_frsize)))
+    // u64 on 64-bit Linux, u32 on 32-bit targets.
+    #[allow(clippy::useless_conversion)]
+    let (avail, frsize) = (u64::from(st.f_bavail), u64::from(st.f_frsize));
+    Some(avail.saturating_mul(frsize))
 }
 
 /// Hashes a file with `algo` for the RECORD check: (digest, size).
@@ -447,16 +450,14 @@ fn load_input(opts: &WheelSplitOptions, root: &Path) -> Result<Loaded, WheelErro
     })
 }
 
-/// Whether the file holds HIP device code (ELF or archive members).
+/// Whether the file holds HIP device code (ELF, PE32+ image or archive members).
 fn has_device_code(path: &Path) -> Result<bool, WheelError> {
-    let mut magic = [0u8; 8];
-    {
-        use std::io::Read;
-        let mut f = fs::File::open(path).map_err(|e| ioerr(path, "open", e))?;
-        let n = f.read(&mut magic).map_err(|e| ioerr(path, "read", e))?;
-        if n < 4 || !(magic.starts_with(b"\x7fELF") || &magic == b"!<arch>\n") {
-            return Ok(false);
-        }
+    use rocpack_image::FileType;
+    if !matches!(
+        rocpack_image::detect_file(path).map_err(|e| ioerr(path, "read", e))?,
+        FileType::Elf { .. } | FileType::Archive | FileType::Pe { .. }
+    ) {
+        return Ok(false);
     }
     let size = fs::metadata(path)
         .map_err(|e| ioerr(path, "stat", e))?
@@ -470,7 +471,7 @@ fn has_device_code(path: &Path) -> Result<bool, WheelError> {
             .iter()
             .any(|m| rocpack_elf::analyze(m.data).is_ok_and(|i| i.has_device_code())));
     }
-    Ok(rocpack_elf::analyze(&data).is_ok_and(|i| i.has_device_code()))
+    Ok(rocpack_image::analyze(&data).is_ok_and(|i| i.has_device_code()))
 }
 
 fn wheel_rel(prefix_rel: &str, overlay: &str) -> String {

@@ -147,6 +147,16 @@ pub enum SplitError {
         /// The error (part of the message).
         error: rocpack_elf::Error,
     },
+    /// A PE32+ image could not be analysed or rewritten.
+    #[error("{path}: byte offset {offset}: {error}")]
+    Image {
+        /// The input file.
+        path: PathBuf,
+        /// Byte offset the error is about.
+        offset: u64,
+        /// The error (part of the message).
+        error: rocpack_image::Error,
+    },
     /// A bundle could not be parsed.
     #[error("{path}: byte offset {offset}: {error}")]
     Bundle {

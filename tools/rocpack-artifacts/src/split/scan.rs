@@ -464,6 +464,14 @@ pub(super) fn scan(
     })
 }
 
+fn image_err(path: &Path, e: rocpack_image::Error) -> SplitError {
+    SplitError::Image {
+        path: path.to_path_buf(),
+        offset: e.offset().unwrap_or(0),
+        error: e,
+    }
+}
+
 fn elf_err(path: &Path, e: rocpack_elf::Error) -> SplitError {
     SplitError::Elf {
         path: path.to_path_buf(),
@@ -510,20 +518,29 @@ struct Collector<'a> {
 }
 
 impl Collector<'_> {
-    /// Collects the code objects of one analysed ELF image (`image` is a
-    /// sub-slice of the mapped file).
+    /// Collects the code objects of the bundles of one analysed ELF or PE
+    /// image (`image` is a sub-slice of the mapped file).
     fn collect(
         &mut self,
         image: &[u8],
-        info: &rocpack_elf::FatBinaryInfo,
+        bundles: &[rocpack_elf::BundleInfo],
         kernel_name: &str,
     ) -> Result<(), SplitError> {
         let (path, spill, map) = (self.path, self.spill, self.map);
         let whole: &[u8] = map;
         let keep = ArchFilter::new(self.opts);
-        for b in &info.bundles {
-            let bytes =
-                rocpack_elf::bundle_bytes(image, info, b.index).map_err(|e| elf_err(path, e))?;
+        for b in bundles {
+            let bytes = usize::try_from(b.file_offset)
+                .ok()
+                .zip(usize::try_from(b.len).ok())
+                .and_then(|(a, n)| image.get(a..a.checked_add(n)?))
+                .ok_or_else(|| {
+                    SplitError::Usage(format!(
+                        "{}: internal: bundle {} outside the file",
+                        path.display(),
+                        b.index
+                    ))
+                })?;
             let bundle_off = offset_in(whole, bytes).unwrap_or(b.file_offset);
             let bundle_err = |e: rocpack_bundle::Error| SplitError::Bundle {
                 path: path.to_path_buf(),
@@ -673,31 +690,40 @@ fn classify_file(
     host_dst: &Path,
     mode: u32,
 ) -> Result<Class, SplitError> {
-    let mut magic = [0u8; 8];
+    use rocpack_image::FileType;
+    let mut head = vec![0u8; rocpack_image::HEAD_LEN.min(size as usize)];
     let n = if size == 0 {
         0
     } else {
         let mut f = File::open(path).ctx(path, "open")?;
-        read_up_to(&mut f, &mut magic).ctx(path, "read")?
+        read_up_to(&mut f, &mut head).ctx(path, "read")?
     };
-    let magic = &magic[..n];
-    let is_elf64le =
-        magic.len() >= 6 && magic.starts_with(b"\x7fELF") && magic[4] == 2 && magic[5] == 1;
-    let is_ar = magic == b"!<arch>\n";
-    if is_elf64le || is_ar {
+    let magic = &head[..n];
+    let kind = rocpack_image::detect(magic);
+    if matches!(
+        kind,
+        FileType::Elf { elf64_le: true } | FileType::Archive | FileType::Pe { pe32_plus: true }
+    ) {
         if let Some(fat) = split_fat(cx, prefix, rel, path, host_dst, mode)? {
             return Ok(Class::Fat(fat));
         }
-    } else if magic.starts_with(b"\x7fELF") {
-        // ELFCLASS32 or big-endian: HIP binaries are neither, so one with
-        // device code cannot be split; copying it as a generic file would
-        // ship a fat binary nobody checks.
+    } else if matches!(
+        kind,
+        FileType::Elf { elf64_le: false } | FileType::Pe { pe32_plus: false }
+    ) {
+        // ELFCLASS32, big-endian or PE32: HIP binaries are neither, so one
+        // with device code cannot be split; copying it as a generic file
+        // would ship a fat binary nobody checks.
         let (_file, map) = map_file(path)?;
         if crate::inspect::carries_device_code(&map) {
+            let flavour = if kind == (FileType::Pe { pe32_plus: false }) {
+                "PE32 (32-bit)".to_string()
+            } else {
+                format!("{} ELF", elf_flavour(magic))
+            };
             return Err(SplitError::Usage(format!(
-                "{}: a {} ELF file carrying HIP device code (`.hip_fatbin` or an offload bundle): only 64-bit little-endian fat binaries can be split; refusing to copy it into the generic artifact",
+                "{}: a {flavour} file carrying HIP device code (`.hip_fatbin` or an offload bundle): only 64-bit little-endian fat binaries can be split; refusing to copy it into the generic artifact",
                 path.display(),
-                elf_flavour(magic)
             )));
         }
     }
@@ -733,7 +759,8 @@ fn read_up_to(f: &mut File, buf: &mut [u8]) -> std::io::Result<usize> {
     Ok(n)
 }
 
-/// Analyses and rewrites one ELF file or archive; `None` if it has no device code.
+/// Analyses and rewrites one ELF file, archive or PE32+ image; `None` if it
+/// has no device code.
 fn split_fat(
     cx: &ScanCx<'_>,
     prefix: &str,
@@ -814,7 +841,7 @@ fn split_fat(
             }
             any = true;
             let member_name = format!("{kernel_name}({})", member_seen.label(&m.name));
-            collector.collect(m.data, &info, &member_name)?;
+            collector.collect(m.data, &info.bundles, &member_name)?;
         }
         if !any {
             return Ok(None);
@@ -833,6 +860,24 @@ fn split_fat(
             rocpack_elf::split_archive(data, &mut marker_for).map_err(|e| elf_err(path, e))?;
         super::write_file_mode(host_dst, &host, mode)?;
         host.len()
+    } else if matches!(
+        rocpack_image::detect(data),
+        rocpack_image::FileType::Pe { .. }
+    ) {
+        let info = rocpack_image::pe::analyze_in(data, &src).map_err(|e| image_err(path, e))?;
+        if !info.has_device_code() {
+            return Ok(None);
+        }
+        let marker = Marker::for_split(&opts.artifact_prefix, depth, kernel_name.clone()).encode();
+        release(&map, None);
+        let host = rocpack_image::pe::split_analyzed(data, &info, &marker)
+            .map_err(|e| image_err(path, e))?;
+        release(&map, None);
+        super::write_file_mode(host_dst, &host, mode)?;
+        let len = host.len();
+        drop(host);
+        collector.collect(data, &info.bundles, &kernel_name)?;
+        len
     } else {
         let info = match rocpack_elf::analyze_in(data, &src) {
             Ok(i) => i,
@@ -862,7 +907,7 @@ fn split_fat(
         super::write_file_mode(host_dst, &host, mode)?;
         let len = host.len();
         drop(host);
-        collector.collect(data, &info, &kernel_name)?;
+        collector.collect(data, &info.bundles, &kernel_name)?;
         len
     };
     let Collector {
