@@ -60,7 +60,8 @@ median_wall() { for f in "$@"; do wall_s "$f"; done | sort -n | awk '{a[NR]=$1} 
 max_rss() { for f in "$@"; do rss_mib "$f"; done | sort -n | tail -n1; }
 
 run_input() {
-    local name="$1" lib="$2" w="$WORK/$name"
+    local name="$1" lib="$2"
+    local w="$WORK/$name"
     mkdir -p "$w/art/$name/lib"
     ln -f "$lib" "$w/art/$name/lib/" 2>/dev/null || cp "$lib" "$w/art/$name/lib/"
     echo lib > "$w/art/$name/artifact_manifest.txt"
@@ -73,16 +74,17 @@ run_input() {
         sync; timed "$w/cp.$i" cp "$lib" "$w/cp.out"; rm -f "$w/cp.out"
         sync; timed "$w/zstd.$i" zstd -q -3 -T0 -f "$lib" -o "$w/zstd.out"; rm -f "$w/zstd.out"
         rm -rf "$w/none"; sync
-        timed "$w/none.$i" "$KPACK" split --artifact-dir "$w/art" --artifact-prefix "$name" \
+        timed "$w/none.$i" "$KPACK" split --artifact-dir "$w/art/$name" --artifact-prefix "$name" \
             --output-dir "$w/none" --compression none
         rm -rf "$w/split"; sync
-        timed "$w/split.$i" "$KPACK" split --artifact-dir "$w/art" --artifact-prefix "$name" \
+        timed "$w/split.$i" "$KPACK" split --artifact-dir "$w/art/$name" --artifact-prefix "$name" \
             --output-dir "$w/split"
         rm -f "$w/back"; sync
         timed "$w/reas.$i" "$KPACK" reassemble --host "$w/split/${name}_generic/lib/$base" \
             --kpack-dir "$w/split" --output "$w/back"
     done
-    cmp -s "$w/back" "$lib" && same=yes || same=no
+    local same=no
+    cmp -s "$w/back" "$lib" && same=yes
     local cp_s zs_s none_s split_s reas_s
     cp_s=$(median_wall "$w"/cp.*); zs_s=$(median_wall "$w"/zstd.*)
     none_s=$(median_wall "$w"/none.*); split_s=$(median_wall "$w"/split.*)
@@ -93,7 +95,7 @@ run_input() {
     kp3=$(find "$w/split" -name '*.kpack' -printf '%s\n' | awk '{s+=$1} END {print s+0}')
     if [ "${SIZES:-1}" = 1 ]; then
         rm -rf "$w/s19"
-        "$KPACK" split --artifact-dir "$w/art" --artifact-prefix "$name" --output-dir "$w/s19" \
+        "$KPACK" split --artifact-dir "$w/art/$name" --artifact-prefix "$name" --output-dir "$w/s19" \
             --compression zstd:19 >/dev/null 2>&1 || bdie "split zstd:19"
         kp19=$(find "$w/s19" -name '*.kpack' -printf '%s\n' | awk '{s+=$1} END {print s+0}')
         rm -rf "$w/s19"

@@ -138,7 +138,9 @@ fn rewrite(
     new_body: &mut dyn FnMut(&Raw<'_>) -> Result<Option<Vec<u8>>>,
 ) -> Result<Vec<u8>> {
     let raws = parse(data)?;
-    let mut out = Vec::with_capacity(data.len());
+    // No reservation of the input's size: split members shrink by their
+    // device code, which is most of a fat archive.
+    let mut out = Vec::new();
     out.extend_from_slice(MAGIC);
     let mut offsets: Vec<(u64, u64)> = Vec::new();
     let mut symtabs: Vec<(usize, Kind, usize)> = Vec::new();

@@ -751,7 +751,11 @@ fn split_linked(elf: &Elf<'_>, info: &FatBinaryInfo, marker: &[u8]) -> Result<Ve
     map.add(b0_off, blocklen, o2);
     map.add(0, d_off, 0);
     map.add(o_r, end - o_r, o_r - shift);
-    let mut out: Vec<u8> = Vec::with_capacity(data.len());
+    // The output is the input less the `shift` bytes given back (plus the
+    // table and `.shstrtab` growth): reserve that, never the input's size,
+    // which for a 1 GiB fat binary would be 1 GiB for a few MB of host code.
+    let out_len = (data.len() as u64).saturating_sub(shift) + 2 * page;
+    let mut out: Vec<u8> = Vec::with_capacity(usize::try_from(out_len).unwrap_or(0));
     out.extend_from_slice(get(data, 0, d_off, "file prefix")?);
     out.resize(o2 as usize, 0);
     let mut region = vec![0u8; (r - w) as usize];
