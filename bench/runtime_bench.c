@@ -12,6 +12,7 @@
  * interleaved with the other two). */
 #define _POSIX_C_SOURCE 200809L
 #include <fcntl.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,7 +40,50 @@ static unsigned char* slurp(const char* path) {
   return n ? b : NULL;
 }
 
+/* runtime_bench steady MARKER HOST_BINARY N ROUNDS: one cache resolves
+ * co_index 0..N-1 of HOST_BINARY once (first_pass_ms: opens the archive and
+ * locates every frame), then ROUNDS more passes over them are timed
+ * (steady_ns: ns per kpack_load_code_object + kpack_free_code_object, the
+ * best of 5 repetitions). */
+static int steady(int argc, char** argv) {
+  if (argc != 6) return 2;
+  unsigned char* marker = slurp(argv[2]);
+  if (!marker) return 1;
+  long n = atol(argv[4]), rounds = atol(argv[5]);
+  const char* archs[2] = {"amdgcn-amd-amdhsa--gfx1100", "gfx11-generic"};
+  kpack_cache_t c;
+  if (kpack_cache_create(&c) != KPACK_SUCCESS) return 1;
+  double t0 = now();
+  for (long i = 0; i < n; i++) {
+    void* co;
+    size_t cs;
+    kpack_error_t e = kpack_load_code_object(c, marker, argv[3], (uint32_t)i, archs, 2, &co, &cs);
+    if (e != KPACK_SUCCESS) {
+      fprintf(stderr, "co %ld: error %d\n", i, (int)e);
+      return 1;
+    }
+    kpack_free_code_object(co);
+  }
+  double first = now() - t0, best = 1e9;
+  for (int rep = 0; rep < 5; rep++) {
+    t0 = now();
+    for (long r = 0; r < rounds; r++)
+      for (long i = 0; i < n; i++) {
+        void* co;
+        size_t cs;
+        if (kpack_load_code_object(c, marker, argv[3], (uint32_t)i, archs, 2, &co, &cs) != KPACK_SUCCESS) return 1;
+        kpack_free_code_object(co);
+      }
+    double t = now() - t0;
+    if (t < best) best = t;
+  }
+  kpack_cache_destroy(c);
+  printf("first_pass_ms=%.2f\nsteady_ns=%.0f\n", first * 1e3, best * 1e9 / (double)(n * rounds));
+  return 0;
+}
+
 int main(int argc, char** argv) {
+  if (argc > 1 && strcmp(argv[1], "steady") == 0) return steady(argc, argv);
   if (argc != 3 && argc != 5) return 2;
   const char* path = argv[1];
   const char* arch = argv[2];

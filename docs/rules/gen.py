@@ -24,7 +24,7 @@ OUT = os.path.join(ROOT, "docs", "rules")
 PAGES = [
     ("kpack.md", "kpack rules", ["rules/bazel/private/kpack_split.bzl", "rules/bazel/private/kpack_recombine.bzl", "rules/bazel/private/kpack_packages.bzl"]),
     ("wheels.md", "Wheel rules", ["rules/bazel/private/kpack_wheel_split.bzl"]),
-    ("snapshots.md", "Snapshot rules", ["rules/bazel/private/rcclx_snapshot.bzl", "rules/bazel/private/stable_checksums.bzl"]),
+    ("snapshots.md", "Snapshot rules", ["rules/bazel/private/rcclx_snapshot.bzl", "rules/bazel/private/abi_guard.bzl", "rules/bazel/private/stable_checksums.bzl", "rules/bazel/private/source_snapshot.bzl", "rules/bazel/private/source_snapshot_repo.bzl", "rules/bazel/source_snapshot_ext.bzl"]),
     ("helpers.md", "Helper binaries, flags and tests", ["rules/bazel/private/cargo_binary.bzl", "rules/bazel/private/toolchain.bzl", "rules/bazel/private/string_flag.bzl", "rules/bazel/private/script_test.bzl", "rules/bazel/private/release_binaries.bzl", "rules/bazel/repositories.bzl", "rules/bazel/extensions.bzl", "rules/bazel/private/providers.bzl"]),
     ("common.md", "Shared Starlark (rules/common, loaded by Bazel and Buck2)", ["rules/common/kpack.bzl", "rules/common/snapshot.bzl", "rules/common/wheel.bzl"]),
 ]
@@ -149,6 +149,33 @@ def attr_table(attrs_node):
     return ["| attribute | type | default | description |", "|---|---|---|---|"] + [attr_row(n, c) for n, c in rows] + [""]
 
 
+# Defaults of the shared attribute tables' kinds (rules/common/*.bzl: name ->
+# (kind, doc), turned into attr.* by each build system's wrapper).
+_SHARED_KIND_DEFAULTS = {"label": "optional", "string": '`""`', "string_list": "`[]`"}
+
+
+def shared_attr_table(attrs_node):
+    """Rows of a rule whose attrs come from a shared table: `dict(_attrs(), ...)`
+    where the file builds them from a loaded `*_ATTRS` dict of (kind, doc)."""
+    if attrs_node is None or "_attrs()" not in ast.unparse(attrs_node):
+        return []
+    rows = []
+    for name, table in sorted(ENV.items()):
+        if not name.endswith("_ATTRS") or not isinstance(table, dict):
+            continue
+        for attr, v in table.items():
+            if not (isinstance(v, tuple) and len(v) == 2):
+                return []
+            kind, doc = v
+            dflt = _SHARED_KIND_DEFAULTS.get(kind, "optional")
+            if attr == "wheel":
+                dflt = "required"
+            rows.append("| `%s` | %s | %s | %s |" % (attr, kind, dflt, " ".join(doc.split()).replace("|", "\\|")))
+    if not rows:
+        return []
+    return ["| attribute | type | default | description |", "|---|---|---|---|"] + rows + [""]
+
+
 def render_file(path):
     global ENV
     ENV = constants(path)
@@ -199,7 +226,10 @@ def render_file(path):
                             lines += [str(lit(kw(t, "doc"))).strip(), ""]
                         lines += ["```python", "%s.%s(%s)" % (name, tag, ", ".join(n + " = ..." for n, _ in attrs_of(kw(t, "attrs")))), "```", ""]
                         lines += attr_table(kw(t, "attrs"))
-            lines += attr_table(attrs_node)
+            table = attr_table(attrs_node)
+            if not table and kind == "rule":
+                table = shared_attr_table(attrs_node)
+            lines += table
         elif isinstance(node, ast.FunctionDef) and not node.name.startswith("_"):
             doc = ast.get_docstring(node)
             args = [a.arg for a in node.args.args]
@@ -260,6 +290,11 @@ def lint(all_pages):
         for line in text.splitlines():
             if line.startswith("|") and (re.search(r"['\"] % [A-Z_(]", line) or re.search(r"\b[A-Z][A-Z_]{3,} %", line)):
                 problems.append("%s: unevaluated expression: %s" % (name, line))
+        # Issue 24 item 9: kpack_wheel_split had no attribute table.
+        for rule_name in re.findall(r"^### `(\w+)` \(rule\)$", text, re.M):
+            part = text.split("### `%s` (rule)" % rule_name, 1)[1].split("\n### ", 1)[0]
+            if "| attribute |" not in part:
+                problems.append("%s: rule %s has no attribute table" % (name, rule_name))
         for ext in re.findall(r"^### `(\w+)` \(module_extension\)$", text, re.M):
             part = text.split("### `%s` (module_extension)" % ext, 1)[1].split("\n### ", 1)[0]
             if "#### Tag `" not in part or "| attribute |" not in part:

@@ -3,12 +3,19 @@
 #
 # Assembles a consumer project in DIR (which must not exist): this
 # directory's files, a copy of the rocpack checkout (tracked and untracked,
-# non-ignored files, as a fresh clone has them) at third-party/rocpack, and a
-# copy of one example shard as the consumer's own artifact. Then, with the
-# real BUCK2: build and test everything (every rocpack rule under the
-# consumer's names), run the consumer's program with its two snapshot
-# libraries in separately chosen channels, and check a missing snapshot of
-# either fails with that library's own message and fix.
+# non-ignored files, as a fresh clone has them) at third_party/rocpack (as
+# docs/buck2.md says), and a copy of one example shard as the consumer's own
+# artifact. Then, with the real BUCK2: build and test everything (every
+# rocpack rule under the consumer's names), run the consumer's program with
+# its two snapshot libraries in separately chosen channels, and check a
+# missing snapshot of either fails with that library's own message and fix.
+#
+# HELPERS_DIR=DIR (kpack, snapctl): prebuilt helpers instead of cargo, made
+# into a release by tools/release/make-prebuilt.sh, served on 127.0.0.1 and
+# pasted into .buckconfig as printed. Then also: a ROCm version of the
+# project's own (7.2, `[rocpack] rocm_versions`) gets a snapshot and is
+# linked; a rebuild with another PATH runs nothing; `kpack verify` checks the
+# packages given as symlinked package dirs; no target/ appears in the tree.
 set -euo pipefail
 BUCK2="$1" DIR="$2" ISO="$3"; shift 3
 CFG=("$@")
@@ -17,18 +24,38 @@ repo="$(cd "$here/../.." && pwd)"
 fail() { echo "e2e/buck2 FAILED: $*" >&2; exit 1; }
 
 [ ! -e "$DIR" ] || fail "$DIR exists"
-mkdir -p "$DIR/third-party/rocpack"
+mkdir -p "$DIR/third_party/rocpack"
 (cd "$here" && tar -cf - --exclude=run.sh .) | (cd "$DIR" && tar -xf -)
 (cd "$repo" && git ls-files -co --exclude-standard -z | tar -cf - --null -T -) \
-    | (cd "$DIR/third-party/rocpack" && tar -xf -)
+    | (cd "$DIR/third_party/rocpack" && tar -xf -)
 cp -a "$repo/examples/kpack/shards/gfx1151-build/blas_lib_gfx1151" "$DIR/app/art"
 
 cd "$DIR"
 b2() { local sub="$1"; shift; "$BUCK2" --isolation-dir "$ISO" "$sub" "${CFG[@]}" "$@"; }
-# The daemon of this project ends with the run.
-trap '"$BUCK2" --isolation-dir "$ISO" kill >/dev/null 2>&1 || true' EXIT
+server_pid=""
+# The daemon of this project (and the release's HTTP server) end with the run.
+trap '"$BUCK2" --isolation-dir "$ISO" kill >/dev/null 2>&1 || true; [ -z "$server_pid" ] || kill "$server_pid" 2>/dev/null || true' EXIT
+
+if [ -n "${HELPERS_DIR:-}" ]; then
+    # The release, as tools/release/make-prebuilt.sh makes it, on a local
+    # HTTP server (127.0.0.1 only); its .buckconfig lines pasted as printed.
+    rel="$DIR.release"
+    rm -rf "$rel"
+    port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+    "$repo/tools/release/make-prebuilt.sh" --out "$rel" --bin-dir "$HELPERS_DIR" --base-url "http://127.0.0.1:$port" > "$rel.snippets"
+    python3 -m http.server --bind 127.0.0.1 --directory "$rel" "$port" >/dev/null 2>&1 &
+    server_pid=$!
+    for _ in $(seq 50); do python3 -c "import urllib.request; urllib.request.urlopen('http://127.0.0.1:$port/SHA256SUMS')" 2>/dev/null && break; sleep 0.1; done
+    awk '/^# --- Buck2/ { on = 1; next } /^# --- / { on = 0 } on' "$rel.snippets" >> .buckconfig
+    grep -q '^  tools = prebuilt' .buckconfig || fail "no Buck2 lines in make-prebuilt.sh's output"
+fi
 
 b2 build //... || fail "buck2 build //..."
+if [ -n "${HELPERS_DIR:-}" ]; then
+    "$BUCK2" --isolation-dir "$ISO" log what-ran > "$DIR/cold-ran" 2>/dev/null || fail "buck2 log what-ran"
+    ! grep -q cargo_build "$DIR/cold-ran" || fail "cargo built the helpers although .buckconfig says tools = prebuilt"
+    grep -q "http_file\|download" "$DIR/cold-ran" || echo "e2e/buck2: (no download listed by what-ran)" >&2
+fi
 b2 test //... || fail "buck2 test //..."
 # rocpack's own targets, reached through the cell.
 b2 build rocpack//examples/kpack:blas_lib_gfx110X || fail "buck2 build rocpack//examples/kpack:blas_lib_gfx110X"
@@ -38,7 +65,7 @@ commit_of() { # METADATA LIBRARY
     sed -n "s/^  $2: \([0-9a-f]\{40\}\)\$/\1/p" "$1"
 }
 fooccl_stable_64="$(commit_of fooccl/snapshots/stable/6.4/metadata.txt fooccl)"
-rcclx_last_64="$(commit_of third-party/rocpack/examples/rcclx/snapshots/last-stable/6.4/metadata.txt rcclx)"
+rcclx_last_64="$(commit_of third_party/rocpack/examples/rcclx/snapshots/last-stable/6.4/metadata.txt rcclx)"
 [ -n "$fooccl_stable_64" ] && [ -n "$rcclx_last_64" ] || fail "no commit in the snapshots' metadata.txt"
 
 # expect_hello NAME WANT -m ...: one `buck2 run` of //app:hello (both libraries
@@ -87,4 +114,39 @@ cp fooccl/stable_checksums.bzl "$DIR/fooccl-checksums.orig"
 b2 run //fooccl:stable_checksums.update >/dev/null 2>&1 || fail "buck2 run //fooccl:stable_checksums.update"
 cmp "$DIR/fooccl-checksums.orig" fooccl/stable_checksums.bzl || fail ".update changed fooccl's up-to-date checksums file"
 grep -q "^FOOCCL_STABLE_CHECKSUMS = " fooccl/stable_checksums.bzl || fail "fooccl's checksums file lost its FOOCCL_ names"
+if [ -n "${HELPERS_DIR:-}" ]; then
+    # A ROCm version of the project's own: a stable 7.2 snapshot of fooccl.
+    gcc -c -O2 -fPIC -Ifooccl/include -DFOOCCL_ROCM_VERSION=7.2 -DFOOCCL_COMMIT=v72 fooccl/src/fooccl.c -o "$DIR/fooccl72.o"
+    ar rcsD "$DIR/libfooccl72.a" "$DIR/fooccl72.o"
+    cp "$DIR/libfooccl72.a" "$DIR/libfooccl.a"
+    "$HELPERS_DIR/snapctl" create --snapshots-root fooccl/snapshots --store fooccl/store --version 7.2 \
+        --artifact "$DIR/libfooccl.a" --prefix FOOCCL --header fooccl/include/fooccl.h --commit fooccl=v72 >/dev/null \
+        || fail "snapctl create 7.2"
+    b2 run //fooccl:stable_checksums.update >/dev/null 2>&1 || fail "buck2 run //fooccl:stable_checksums.update (7.2)"
+    grep -q '"7.2"' fooccl/stable_checksums.bzl || fail "no 7.2 in fooccl's checksums"
+    got="$(b2 run -m fooccl_stable -m rocm72 //app:hello 2>"$DIR/h72.err" | sed -n 1p)" || { tail -20 "$DIR/h72.err" >&2; fail "hello with fooccl stable 7.2"; }
+    [ "$got" = "consumer: fooccl channel=stable rocm=7.2 commit=v72 prod=24" ] || fail "7.2: $got"
+    b2 test //fooccl:stable_checksums_test >/dev/null 2>&1 || fail "checksums test after the 7.2 snapshot"
+    echo "e2e/buck2: ok: ROCm 7.2 ([rocpack] rocm_versions): $got" >&2
+
+    # The same build with another PATH runs nothing.
+    b2 build //... >/dev/null 2>&1 || fail "rebuild"
+    mkdir -p "$DIR.otherbin"
+    PATH="$DIR.otherbin:$PATH" b2 build //... >/dev/null 2>&1 || fail "rebuild with another PATH"
+    "$BUCK2" --isolation-dir "$ISO" log what-ran > "$DIR/what-ran" 2>/dev/null || fail "buck2 log what-ran"
+    [ ! -s "$DIR/what-ran" ] || { cat "$DIR/what-ran" >&2; fail "a PATH change reran actions"; }
+    echo "e2e/buck2: ok: another PATH, nothing ran" >&2
+
+    # kpack verify of the packages, given as symlinked package dirs.
+    b2 build //app:mathlib_generic //app:mathlib_gfx115X --show-full-output > "$DIR/pk.out" 2>/dev/null || fail "packages"
+    mkdir -p "$DIR/verify"
+    while read -r t path; do ln -sfn "$path" "$DIR/verify/${t##*:}"; done < <(grep '^root//app:mathlib_' "$DIR/pk.out")
+    [ "$(ls "$DIR/verify" | wc -l)" = 2 ] || fail "package outputs: $(cat "$DIR/pk.out")"
+    "$HELPERS_DIR/kpack" verify --artifacts-dir "$DIR/verify" > "$DIR/verify.out" 2>&1 \
+        || { cat "$DIR/verify.out" >&2; fail "kpack verify of symlinked package dirs"; }
+    grep -Eq 'OK: [1-9][0-9]* packages?' "$DIR/verify.out" || { cat "$DIR/verify.out" >&2; fail "kpack verify checked no package"; }
+    echo "e2e/buck2: ok: kpack verify: $(grep -E 'OK: ' "$DIR/verify.out" | head -1)" >&2
+fi
+# The helpers' build never writes into the consumer's tree.
+[ ! -e target ] || fail "a target/ directory appeared in the consumer's project root"
 echo "e2e/buck2: consumer project ok" >&2

@@ -5,8 +5,6 @@
 
 #include "rcclx.h"
 
-#define STR2(x) #x
-#define STR(x) STR2(x)
 
 #ifndef RCCLX_SNAPSHOT_CHANNEL
 #error "RCCLX_SNAPSHOT_CHANNEL comes from the rcclx_snapshot target"
@@ -14,7 +12,7 @@
 
 int main(void) {
     const long v[] = {1, 2, 3};
-    printf("rcclx channel=%s rocm=%s commit=%s sum=%ld\n", STR(RCCLX_SNAPSHOT_CHANNEL),
+    printf("rcclx channel=%s rocm=%s commit=%s sum=%ld\n", RCCLX_SNAPSHOT_CHANNEL,
            rcclx_rocm_version(), rcclx_commit(), rcclx_all_reduce_sum(v, 3));
     return 0;
 }

@@ -17,6 +17,7 @@ load("//rules/bazel/private:kpack_split.bzl", _kpack_split = "kpack_split")
 load("//rules/bazel/private:kpack_wheel_split.bzl", _kpack_wheel_split = "kpack_wheel_split")
 load("//rules/bazel/private:providers.bzl", _FlagValueInfo = "FlagValueInfo", _KpackPackageInfo = "KpackPackageInfo", _KpackSplitInfo = "KpackSplitInfo", _SnapshotBlobInfo = "SnapshotBlobInfo")
 load("//rules/bazel/private:rcclx_snapshot.bzl", _prebuilt_snapshot = "prebuilt_snapshot", _rcclx_snapshot = "rcclx_snapshot", _snapshot_blob = "snapshot_blob")
+load("//rules/bazel/private:source_snapshot.bzl", _source_snapshot = "source_snapshot")
 load("//rules/bazel/private:script_test.bzl", _rocpack_script_test = "rocpack_script_test")
 load("//rules/bazel/private:stable_checksums.bzl", _stable_checksums = "stable_checksums")
 load("//rules/bazel/private:string_flag.bzl", _string_flag = "string_flag")
@@ -28,6 +29,7 @@ kpack_wheel_split = _kpack_wheel_split
 stable_checksums = _stable_checksums
 prebuilt_snapshot = _prebuilt_snapshot
 rcclx_snapshot = _rcclx_snapshot
+source_snapshot = _source_snapshot
 snapshot_blob = _snapshot_blob
 cargo_binary = _cargo_binary
 string_flag = _string_flag

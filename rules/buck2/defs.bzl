@@ -16,6 +16,7 @@ load("//rules/buck2/private:kpack_split.bzl", _kpack_split = "kpack_split")
 load("//rules/buck2/private:kpack_wheel_split.bzl", _kpack_wheel_split = "kpack_wheel_split")
 load("//rules/buck2/private:providers.bzl", _KpackPackageInfo = "KpackPackageInfo", _KpackSplitInfo = "KpackSplitInfo", _RocpackToolchainInfo = "RocpackToolchainInfo", _SnapshotBlobInfo = "SnapshotBlobInfo")
 load("//rules/buck2/private:rcclx_snapshot.bzl", _prebuilt_snapshot = "prebuilt_snapshot", _rcclx_snapshot = "rcclx_snapshot", _snapshot_blob = "snapshot_blob")
+load("//rules/buck2/private:source_snapshot.bzl", _source_snapshot = "source_snapshot")
 load("//rules/buck2/private:stable_checksums.bzl", _stable_checksums = "stable_checksums")
 load("//rules/buck2/private:toolchain.bzl", _rocpack_helper_tools = "rocpack_helper_tools", _rocpack_toolchain = "rocpack_toolchain")
 
@@ -27,6 +28,9 @@ kpack_wheel_split = _kpack_wheel_split
 
 # Prebuilt snapshots: dev / stable / last-stable selection and the checksums file.
 prebuilt_snapshot, rcclx_snapshot, snapshot_blob, stable_checksums = _prebuilt_snapshot, _rcclx_snapshot, _snapshot_blob, _stable_checksums
+
+# Source snapshots: each channel directory is a cell; dev = HEAD.
+source_snapshot = _source_snapshot
 
 # The helper binaries and the toolchain that hands them to actions.
 rocpack_cargo_build, rocpack_toolchain, rocpack_helper_tools = _rocpack_cargo_build, _rocpack_toolchain, _rocpack_helper_tools

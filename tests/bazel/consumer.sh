@@ -46,6 +46,16 @@ bazel build "${F[@]}" "${TARGETS[@]}"
 bazel test "${F[@]}" "${TARGETS[@]}"
 BIN="$(bazel info "${F[@]}" bazel-bin 2>/dev/null)"
 
+log "a changed PATH reruns no cargo build (issue 24: the cargo action took the shell's environment)"
+mkdir -p "$T/otherbin"
+PATH="$T/otherbin:$PATH" bazel build "${F[@]}" --execution_log_json_file="$T/path.json" "${TARGETS[@]}"
+if grep -q '"CargoBuild"' "$T/path.json"; then die "the cargo action reran after a PATH change"; fi
+if grep -q '"commandArgs"' "$T/path.json"; then
+    grep -o '"mnemonic": *"[A-Za-z]*"' "$T/path.json" | sort | uniq -c >&2
+    die "a PATH change reran actions (.bazelrc has --incompatible_strict_action_env)"
+fi
+echo "  rebuild with another PATH: nothing ran" >&2
+
 log "kpack_split / kpack_packages / kpack_recombine: fx_lib with groups rdna3, rdna4"
 for p in fx_lib_generic fx_lib_rdna3 fx_lib_rdna4 fx_lib_rdna4_only; do
     [ -f "$BIN/fx/$p/artifact_manifest.txt" ] || die "$p has no artifact_manifest.txt"

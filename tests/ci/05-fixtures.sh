@@ -17,3 +17,4 @@ if [ -f "$ref" ] && [ "$fx" != "$ROCPACK_SHARED_DIR/fixtures" ]; then
         log "WARNING: $bad of $total generated fixture files differ from ../shared/fixtures (toolchain versions?)"
     fi
 fi
+log "Windows fixtures: $(find "$ROCPACK_WIN_FIXTURES/fatbins-win" -type f | wc -l) files, $(($(wc -l <"$ROCPACK_WIN_FIXTURES/expected-unbundle-win.tsv") - 1)) code objects in $ROCPACK_WIN_FIXTURES"

@@ -2,7 +2,16 @@
 # Rust: format, lints, every unit/integration/golden test of the workspace.
 . "$(dirname "$0")/lib.sh"
 cd "$ROOT"
-need_pkgs clang-tools-19 llvm-19 lld-19 elfutils binutils zstd openssl gcc libc6-dev debhelper debugedit patchelf mold
+need_pkgs clang-tools-19 llvm-19 lld-19 elfutils binutils zstd openssl gcc libc6-dev debhelper debugedit patchelf mold cmake pkgconf git
+# Windows (PE/COFF): mingw-w64 builds the Wine test harness, Wine loads the
+# split DLLs (tools/kpack/tests/windows_pe.rs, about 35 s with a fresh prefix;
+# installing wine64 took 42 s here), pefile checks split images
+# (tools/rocpack-image/tests/pe_fixtures.rs, about 6 s).
+need_pkgs gcc-mingw-w64-x86-64 wine64
+# pefile for the python3 that runs the tests (pyenv's on CI machines, not Debian's)
+python3 -c 'import zstandard' 2>/dev/null || python3 -m pip install -q 'zstandard==0.23.0'  # rocpack-kpack writer test: Python's reader
+python3 -c 'import pefile' 2>/dev/null || python3 -m pip install -q 'pefile==2024.8.26'
+python3 -m pip --version >/dev/null 2>&1 || need_pkgs python3-pip  # split-wheel win_amd64 install test
 export PATH="/usr/lib/llvm-19/bin:$PATH"
 log "cargo fetch"
 cargo fetch --locked

@@ -20,7 +20,7 @@ RUNS="${ROCPACK_FUZZ_RUNS:-50000}"
 SECS="${ROCPACK_FUZZ_SECONDS:-20}"
 seeds="$(mktemp -d)"
 trap 'rm -rf "$seeds"' EXIT
-targets=(bundle ccob target_id kpack marker elf packaging_config metadata runtime)
+targets=(bundle ccob target_id kpack marker elf pe packaging_config metadata runtime)
 for t in "${targets[@]}"; do mkdir -p "$seeds/$t"; done
 fx="$ROCPACK_SHARED/fixtures"
 if [ -d "$fx/fatbins" ]; then
@@ -35,6 +35,10 @@ if [ -d "$fx/fatbins" ]; then
     cp "$fx/kpack-golden/test_zstd.kpack" "$seeds/kpack/zstd.kpack"
     cp "$fx/kpack-golden/test_zstd.kpack" "$fx/kpack-golden/test_noop.kpack" "$seeds/runtime/"
     cp "$fx/artifacts/packaging-config.json" "$seeds/packaging_config/config.json"
+fi
+wfx="$ROCPACK_WIN_FIXTURES/fatbins-win"
+if [ -d "$wfx" ]; then
+    cp "$wfx/fx_win_lld.dll" "$wfx/fx_win_ccob.dll" "$wfx/fx_win_msvc.dll" "$wfx/fx_win_kern.obj" "$seeds/pe/"
 fi
 printf 'hipv4-amdgcn-amd-amdhsa--gfx90a:xnack+\ngfx90a:xnack+' >"$seeds/target_id/a"
 printf 'hipv4-amdgcn-amd-amdhsa--gfx11-generic\ngfx1151' >"$seeds/target_id/b"

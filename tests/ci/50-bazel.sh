@@ -4,7 +4,10 @@
 # --disk_cache, HTTP remote cache on nginx), hermeticity, the from-source
 # toolchain (one cargo invocation, cargo target dir reaching the exec
 # configuration) and the prebuilt toolchain (tests/bazel/e2e.sh); then the
-# WORKSPACE-mode consumer workspace e2e/bazel-workspace (tests/bazel/consumer.sh).
+# WORKSPACE-mode consumer workspace e2e/bazel-workspace (tests/bazel/consumer.sh);
+# then a consumer assembled from docs/rules/consumers.md with rocpack vendored
+# at third_party/rocpack and helpers from tools/release/make-prebuilt.sh
+# (tests/bazel/vendored.sh).
 . "$(dirname "$0")/lib.sh"
 cd "$ROOT"
 need_pkgs bazel-bootstrap nginx gcc libc6-dev binutils python3 curl
@@ -29,7 +32,23 @@ KPACK_BIN="$helpers/kpack" SNAPCTL_BIN="$helpers/snapctl" CARGO_PROFILE=dev bash
 echo "    (bazel e2e: $((SECONDS - T))s)" >&2
 
 T=$SECONDS
+log "ABI-drift guard with a real break: examples/abi_guard (prebuilt_snapshot abi_inputs)"
+rules/bazel/prebuilt/install.sh "$helpers/kpack" "$helpers/snapctl"
+bash examples/abi_guard/check.sh --config=prebuilt
+echo "    (abi_guard: $((SECONDS - T))s)" >&2
+
+T=$SECONDS
+log "source snapshots: examples/rcclx_source (source_snapshot, package paths mapped, freshness test)"
+bash examples/rcclx_source/check.sh --config=prebuilt
+echo "    (rcclx_source: $((SECONDS - T))s)" >&2
+
+T=$SECONDS
 log "consumer workspace e2e/bazel-workspace (local_repository ../..), toolchain from source with CI's warm target dir"
 SNAPCTL_BIN="$helpers/snapctl" bash tests/bazel/consumer.sh e2e/bazel-workspace \
     --@rocpack//rules/bazel:cargo_target_dir="$ROOT/target" --@rocpack//rules/bazel:cargo_profile=dev
 echo "    (consumer: $((SECONDS - T))s)" >&2
+
+T=$SECONDS
+log "vendored consumer (WORKSPACE): third_party/rocpack, docs/rules/consumers.md's files, release-script helpers"
+bash tests/bazel/vendored.sh workspace "$helpers/kpack" "$helpers/snapctl"
+echo "    (vendored consumer: $((SECONDS - T))s)" >&2

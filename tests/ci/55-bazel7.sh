@@ -10,6 +10,9 @@
 #   * a bzlmod consumer taking the kpack/snapctl toolchain from release
 #     binaries pinned by sha256 (rocpack_toolchains.prebuilt) and a snapshot
 #     blob from a remote store (rocpack_snapshots).
+#   * a bzlmod consumer assembled from docs/rules/consumers.md, rocpack
+#     vendored at third_party/rocpack, helpers from the release script
+#     (tests/bazel/vendored.sh bzlmod).
 #
 #   tests/ci/55-bazel7.sh     # as root; first run ~5-10 min + 2.3 GB, then the chroot is reused
 #
@@ -193,4 +196,7 @@ cmp bazel-bin/snap/stable_rocm64/librcclx-dev.a /workspace/examples/rcclx/store/
 echo "  consumer module OK: prebuilt toolchain gives identical blas_lib_gfx110X; stable 6.4 blob fetched and verified"
 bazel shutdown
 '
+step "vendored consumer (bzlmod): third_party/rocpack, docs/rules/consumers.md's files, release-script helpers, ROCm 7.2, PATH change, kpack verify"
+in_chroot bash /workspace/tests/bazel/vendored.sh bzlmod /workspace/rules/bazel/prebuilt/kpack /workspace/rules/bazel/prebuilt/snapctl --config=debian7
+
 step "Bazel 7 check passed"

@@ -145,6 +145,24 @@ done < "$WORK/transcript"
 [ "$checked" -eq "$n" ] || die "checked $checked of README's $n buck2 commands"
 done_step
 
+step "source snapshots: examples/rcclx_source per channel (each channel dir a cell), rcl_check_test red on an unrecorded edit"
+for pair in "rcl head:" "rcl 2:-m rcl_stable" "rcl 1:-m snapshot_last_stable"; do
+    want="${pair%%:*}"; mods="${pair#*:}"
+    # shellcheck disable=SC2086
+    got="$(b2c run $mods //examples/rcclx_source:hello 2>"$WORK/src.err")" || { cat "$WORK/src.err" >&2; die "rcclx_source $mods"; }
+    echo "  ${mods:-(default)} -> $got"
+    [ "$got" = "$want" ] || die "rcclx_source ${mods:-(default)} printed '$got', expected '$want'"
+done
+b2c test //examples/rcclx_source:rcl_check_test >"$WORK/src.out" 2>&1 || { cat "$WORK/src.out" >&2; die "rcl_check_test on clean trees"; }
+SRC_EDIT=examples/rcclx_source/snapshots/stable/examples/rcclx_source/rcl/rcl.c
+cp "$SRC_EDIT" "$WORK/rcl.c.orig"
+echo '/* unrecorded hotfix */' >>"$SRC_EDIT"
+if b2c test //examples/rcclx_source:rcl_check_test >"$WORK/src.out" 2>&1; then
+    cp "$WORK/rcl.c.orig" "$SRC_EDIT"; die "rcl_check_test passed with an unrecorded edit"
+fi
+cp "$WORK/rcl.c.orig" "$SRC_EDIT"
+grep -q "edited without being recorded" "$WORK/src.out" || { cat "$WORK/src.out" >&2; die "rcl_check_test failed for another reason"; }
+
 step "missing snapshot: -m rcclx_stable -m rocm71 fails at analysis with the fix"
 if b2c build -m rcclx_stable -m rocm71 //examples/rcclx:hello >"$WORK/miss.out" 2>"$WORK/miss.err"; then
     die "a missing snapshot built"
@@ -167,9 +185,30 @@ cmp -s "$WORK/checksums.orig" "$CHECKSUMS" && die "could not make the file stale
 if b2c test //examples/rcclx:stable_checksums_test >"$WORK/stale.out" 2>"$WORK/stale.err"; then
     die "stable_checksums_test passed on a stale file"
 fi
+# The fix it names is the .update target (absolute label), not a command
+# with an internal buck-out path.
+grep -qF "buck2 run //examples/rcclx:stable_checksums.update" "$WORK/stale.out" "$WORK/stale.err" \
+    || { cat "$WORK/stale.out" "$WORK/stale.err" >&2; die "the stale-checksums failure does not name the .update target"; }
+! grep -q "regenerate it with: snapctl" "$WORK/stale.out" "$WORK/stale.err" || die "the stale-checksums failure suggests snapctl with a buck-out path"
 run_logged upd2 b2c run //examples/rcclx:stable_checksums.update || die ".update (stale)"
 cmp "$WORK/checksums.orig" "$CHECKSUMS" || die ".update did not restore the file byte for byte"
 run_logged fresh b2c test //examples/rcclx:stable_checksums_test || die "stable_checksums_test on the restored file"
+done_step
+
+step "kpack_wheel_split: --show-output names the wheel directory; [wheels] and [report] sub-targets"
+run_logged wheels b2c build //examples/wheel:fxpkg_wheels "//examples/wheel:fxpkg_wheels[report]" --show-full-output || die "buck2 build of the wheel split"
+wdir="$(awk '$1 == "rocpack//examples/wheel:fxpkg_wheels" {print $2}' "$WORK/wheels.out")"
+wrep="$(awk '$1 == "rocpack//examples/wheel:fxpkg_wheels[report]" {print $2}' "$WORK/wheels.out")"
+[ -n "$wdir" ] && [ -d "$wdir" ] && ls "$wdir"/*.whl >/dev/null 2>&1 || { cat "$WORK/wheels.out" >&2; die "--show-output of fxpkg_wheels is not the wheel directory: '$wdir'"; }
+[ -f "$wrep" ] || die "[report] is not the JSON report: '$wrep'"
+done_step
+
+step "kpack_packages: one kpack recombine for every package"
+b2c build //examples/kpack:blas_lib_generic //examples/kpack:blas_lib_gfx110X //examples/kpack:blas_lib_gfx115X //examples/kpack:blas_lib_gfx120X \
+    -m rcclx_last_stable -m rocm71 >/dev/null 2>&1 || die "build of the packages"
+b2 log what-ran > "$WORK/pk-ran" 2>/dev/null || die "buck2 log what-ran"
+n="$(grep -c 'kpack_recombine' "$WORK/pk-ran" || true)"
+[ "$n" = 1 ] || { cat "$WORK/pk-ran" >&2; die "$n kpack recombine runs for the 4 packages of blas_lib, expected 1"; }
 done_step
 
 step "kpack outputs byte-identical to the kpack CLI"
@@ -276,7 +315,8 @@ done_step
 if [ -d e2e/buck2 ]; then
     step "consumer cell e2e/buck2 (rocpack as an external cell)"
     E2E="$WORK/consumer"
-    bash e2e/buck2/run.sh "$BUCK2_BIN" "$E2E" "$ISO" "${CFG[@]}" || die "e2e/buck2"
+    # Helpers from tools/release/make-prebuilt.sh (what the docs show first).
+    HELPERS_DIR="$CARGO_TD/$PROFILE_DIR" bash e2e/buck2/run.sh "$BUCK2_BIN" "$E2E" "$ISO" "${CFG[@]}" || die "e2e/buck2"
     done_step
 fi
 

@@ -67,3 +67,27 @@ ensure_fixtures() {
     fi
 }
 ensure_fixtures
+
+# Windows (PE32+/COFF) fixtures: built from the same HIP sources with clang-19
+# for x86_64-w64-windows-gnu and linked with lld and mingw-w64's GNU ld (about
+# 5 s), into target/rocpack-win/fixtures, rebuilt when the generator, the
+# sources or the toolchain change. Tests find them there (or at
+# $ROCPACK_WIN_FIXTURES).
+WIN_FIXTURE_PKGS=(clang-19 lld-19 llvm-19 clang-tools-19 gcc-mingw-w64-x86-64)
+ensure_win_fixtures() {
+    local dest="$ROOT/target/rocpack-win/fixtures" key
+    export ROCPACK_WIN_FIXTURES="${ROCPACK_WIN_FIXTURES:-$dest}"
+    [ "$ROCPACK_WIN_FIXTURES" = "$dest" ] || return 0
+    need_pkgs "${WIN_FIXTURE_PKGS[@]}"
+    key=$( { sha256sum "$ROOT/tests/fixtures/make-winfatbins.sh";
+             (cd "$ROCPACK_SHARED/fixtures/src" && LC_ALL=C ls | xargs sha256sum);
+             dpkg-query -W "${WIN_FIXTURE_PKGS[@]}"; } | sha256sum | cut -d' ' -f1)
+    if [ "$(cat "$dest/.stamp" 2>/dev/null)" != "$key" ]; then
+        log "building Windows test fixtures into $dest"
+        rm -rf "$dest" && mkdir -p "$dest"
+        bash "$ROOT/tests/fixtures/make-winfatbins.sh" "$dest" "$ROCPACK_SHARED/fixtures/src" \
+            >"$dest/../make-winfatbins.log" 2>&1 || { tail -20 "$dest/../make-winfatbins.log" >&2; die "Windows fixture build"; }
+        printf '%s\n' "$key" >"$dest/.stamp"
+    fi
+}
+ensure_win_fixtures

@@ -14,7 +14,8 @@ its own walk of the tree), not with snapctl's opinion alone:
   enospc      creates into a root on a tiny tmpfs with the free space moved
               across every point of the transaction (needs root: mount).
   s3          creates into moto's S3 server while another thread rewrites
-              the artifact in place; a poisoned object is replaced.
+              the artifact in place (each refused or a whole version
+              published); a poisoned object is replaced.
 
 Each part prints one summary line with its counts; any broken invariant
 stops the run with exit 1 and names the iteration.
@@ -588,9 +589,17 @@ def s3(work, url, endpoint, rng):
     th.start()
     n = 12
     keys = set()
+    refused = 0
     try:
         for i in range(n):
-            p = run(create_args(root, "6.4", a, h, 100 + i), base)
+            # Refused (the file changed while it was read: never published
+            # torn) or a whole version of it published.
+            p = run(create_args(root, "6.4", a, h, 100 + i), base, check=False)
+            if p.returncode == 2 and "changed while snapctl read it" in p.stderr:
+                refused += 1
+                continue
+            if p.returncode != 0:
+                raise Broken(f"s3: create exited {p.returncode}: {p.stderr}")
             m = re.search(r"(uploaded|reused) cas/sha256/([0-9a-f]{64})", p.stdout)
             if not m:
                 raise Broken(f"s3: unexpected create output: {p.stdout}")
@@ -607,7 +616,8 @@ def s3(work, url, endpoint, rng):
     want = parse_meta(os.path.join(root, "stable", "6.4", "metadata.txt"))[0]
     if sha256(fetched) != want:
         raise Broken("s3: fetched bytes do not match the stable metadata")
-    print(f"s3: {n} creates while the artifact was rewritten in place {writes[0]} times; "
+    print(f"s3: {n} creates while the artifact was rewritten in place {writes[0]} times: "
+          f"{refused} refused (changed while read), {n - refused} published; "
           f"{len(keys)} distinct objects, every one hashes to its name; verify --all and fetch ok",
           flush=True)
     return n

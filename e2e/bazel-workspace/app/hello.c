@@ -6,11 +6,9 @@
 #include "barccl.h"
 #include "fooccl.h"
 
-#define STR2(x) #x
-#define STR(x) STR2(x)
 
 int main(void) {
-    printf("fooccl channel=%s rocm=%s commit=%s\n", STR(FOOCCL_SNAPSHOT_CHANNEL), fooccl_rocm_version(), fooccl_commit());
-    printf("barccl channel=%s rocm=%s commit=%s\n", STR(BARCCL_SNAPSHOT_CHANNEL), barccl_rocm_version(), barccl_commit());
+    printf("fooccl channel=%s rocm=%s commit=%s\n", FOOCCL_SNAPSHOT_CHANNEL, fooccl_rocm_version(), fooccl_commit());
+    printf("barccl channel=%s rocm=%s commit=%s\n", BARCCL_SNAPSHOT_CHANNEL, barccl_rocm_version(), barccl_commit());
     return 0;
 }

@@ -6,8 +6,6 @@
 #include "fooccl.h"
 #include "rcclx.h"
 
-#define STR2(x) #x
-#define STR(x) STR2(x)
 
 #ifndef FOOCCL_SNAPSHOT_CHANNEL
 #error "FOOCCL_SNAPSHOT_CHANNEL comes from the fooccl rcclx_snapshot target"
@@ -18,9 +16,9 @@
 
 int main(void) {
     const long v[] = {1, 2, 3, 4};
-    printf("consumer: fooccl channel=%s rocm=%s commit=%s prod=%ld\n", STR(FOOCCL_SNAPSHOT_CHANNEL),
+    printf("consumer: fooccl channel=%s rocm=%s commit=%s prod=%ld\n", FOOCCL_SNAPSHOT_CHANNEL,
            fooccl_rocm_version(), fooccl_commit(), fooccl_all_reduce_prod(v, 4));
-    printf("consumer: rcclx channel=%s rocm=%s commit=%s sum=%ld\n", STR(RCCLX_SNAPSHOT_CHANNEL),
+    printf("consumer: rcclx channel=%s rocm=%s commit=%s sum=%ld\n", RCCLX_SNAPSHOT_CHANNEL,
            rcclx_rocm_version(), rcclx_commit(), rcclx_all_reduce_sum(v, 3));
     return 0;
 }

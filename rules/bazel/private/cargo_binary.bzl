@@ -4,9 +4,17 @@ The default of the //rules/bazel:kpack and :snapctl label_flags is ONE
 `cargo_binaries` action building both helpers (`cargo build -p kpack -p
 snapctl`), so a cold first build compiles the shared crates once. It runs the
 host's `cargo build --offline --locked` outside the sandbox (cargo needs a
-writable ~/.cargo; bazel-offline.md section 2.2) into a private temporary
-target dir, and copies the binaries out. Crate sources must already be in
-~/.cargo/registry (`cargo fetch`).
+writable ~/.cargo; bazel-offline.md section 2.2) and copies the binaries out.
+Crate sources must already be in ~/.cargo/registry (`cargo fetch`).
+
+The action's environment is pinned (CARGO_ENV, plus ROCPACK_CARGO_TARGET_DIR
+when --host_action_env passes it): a changed PATH in the user's shell does not
+change the action's key, so it does not rerun a 20-minute cold build. cargo
+is found on that PATH or in ~/.cargo/bin (HOME from the passwd entry of the
+user running Bazel). Without a target dir, cargo builds in a per-checkout
+cache dir, `${XDG_CACHE_HOME:-~/.cache}/rocpack/cargo-target/<hash of the
+Cargo.toml path>`, kept between runs: an interrupted build keeps what cargo
+finished, and the next build continues from there.
 
 A warm target dir (e.g. CI's own `cargo build`) is reused with
 
@@ -20,6 +28,10 @@ ROCPACK_CARGO_TARGET_DIR works too, but must reach the exec configuration:
 
 load(":providers.bzl", "FlagValueInfo")
 
+# The whole environment of the cargo action; nothing else of the client's
+# reaches it (use_default_shell_env would add its PATH to the action key).
+CARGO_ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C", "CARGO_TERM_COLOR": "never"}
+
 _CMD = """set -euo pipefail
 manifest="$1"; profile="$2"; tdir="${3:-${ROCPACK_CARGO_TARGET_DIR:-}}"; shift 3
 # The real checkout path (the execroot links to it): cargo then keys its
@@ -30,11 +42,17 @@ pkgs=()
 while [ "$1" != -- ]; do pkgs+=("$1"); shift; done
 shift
 outdir="$1"; shift
+[ -n "${HOME:-}" ] || HOME="$(getent passwd "$(id -u)" | cut -d: -f6)"
+[ -n "$HOME" ] || HOME="${TMPDIR:-/tmp}"
+export HOME
 if [ -z "$tdir" ]; then
-    tdir="$(mktemp -d "${TMPDIR:-/tmp}/rocpack-cargo.XXXXXXXX")"
-    trap 'rm -rf "$tdir"' EXIT
+    # Kept between runs (not a temporary dir removed on exit): an
+    # interrupted cold build loses nothing cargo finished.
+    key="$(printf '%s' "$manifest" | sha256sum | cut -c1-16)"
+    tdir="${XDG_CACHE_HOME:-$HOME/.cache}/rocpack/cargo-target/$key"
+    mkdir -p "$tdir"
 fi
-export PATH="$PATH:${HOME:-/root}/.cargo/bin"
+export PATH="$PATH:$HOME/.cargo/bin"
 cargo build --offline --locked --quiet --profile "$profile" --manifest-path "$manifest" "${pkgs[@]}" --target-dir "$tdir"
 dir="$profile"; [ "$profile" = dev ] && dir=debug
 for b in "$@"; do cp "$tdir/$dir/$b" "$outdir/$b"; done
@@ -57,14 +75,18 @@ def cargo_build_action(ctx, manifest, srcs, packages, binaries, profile, outs, t
       binaries: binary names, in the order of `outs`.
       profile: cargo profile ("release" or "dev").
       outs: declared output Files, one per binary, all in one directory.
-      target_dir: cargo target dir to reuse; empty for a fresh temporary one
-        (or $ROCPACK_CARGO_TARGET_DIR when the action sees it).
+      target_dir: cargo target dir to reuse; empty: $ROCPACK_CARGO_TARGET_DIR
+        when --host_action_env passes it, else a per-checkout cache dir.
       extra_args: more `cargo build` arguments (e.g. ["--bin", "kpack"]).
     """
     args = [manifest.path, profile, target_dir]
     for p in packages:
         args += ["-p", p]
     args += extra_args + ["--", outs[0].dirname] + binaries
+    env = dict(CARGO_ENV)
+    passed = ctx.configuration.default_shell_env.get("ROCPACK_CARGO_TARGET_DIR")
+    if passed:
+        env["ROCPACK_CARGO_TARGET_DIR"] = passed
     ctx.actions.run_shell(
         command = _CMD,
         arguments = args,
@@ -72,7 +94,7 @@ def cargo_build_action(ctx, manifest, srcs, packages, binaries, profile, outs, t
         outputs = outs,
         mnemonic = "CargoBuild",
         progress_message = "cargo build %s (%s)" % (" ".join(["-p " + p for p in packages]), profile),
-        use_default_shell_env = True,
+        env = env,
         execution_requirements = {"no-sandbox": "1", "no-remote": "1"},
     )
 

@@ -4,8 +4,8 @@ load("//rules/common:kpack.bzl", "KPACK_GENERIC_GROUP", "KPACK_RECOMBINE_MNEMONI
 load(":providers.bzl", "KpackPackageInfo", "KpackSplitInfo")
 load(":tools.bzl", "ACTION_ENV", "stage_list", "tool_attrs")
 
-def kpack_recombine_action(ctx, kpack, stage, shards, config, component, group, out_dir):
-    """Registers one `kpack recombine` action keeping one package (reusable).
+def kpack_recombine_action(ctx, kpack, stage, shards, config, component, group, out_dir, more = []):
+    """Registers one `kpack recombine` action keeping one or more packages (reusable).
 
     Args:
       ctx: rule context.
@@ -16,14 +16,16 @@ def kpack_recombine_action(ctx, kpack, stage, shards, config, component, group, 
       component: component name.
       group: architecture group or "generic".
       out_dir: declared tree artifact receiving <component>_<group>/'s contents.
+      more: further (group, declared tree artifact) pairs the same run fills.
     """
     pairs = [("shards/" + name, tree) for name, tree in shards]
     lst = stage_list(ctx, "stage.txt", pairs)
     args = ctx.actions.args()
     args.add("--stage", lst)
     args.add("--link-inputs")
-    args.add("--collect", kpack_package_dir_name(component, group))
-    args.add(out_dir.path)
+    for g, d in [(group, out_dir)] + more:
+        args.add("--collect", kpack_package_dir_name(component, g))
+        args.add(d.path)
     args.add("--")
     args.add(kpack)
     args.add("recombine")
@@ -36,13 +38,21 @@ def kpack_recombine_action(ctx, kpack, stage, shards, config, component, group, 
         arguments = [args],
         inputs = [lst, config] + [t for _, t in shards],
         tools = [kpack],
-        outputs = [out_dir],
+        outputs = [out_dir] + [d for _, d in more],
         mnemonic = KPACK_RECOMBINE_MNEMONIC,
-        progress_message = "kpack recombine %s (%s)" % (kpack_package_dir_name(component, group), ctx.label),
+        progress_message = "kpack recombine %s (%s)" % (" ".join([kpack_package_dir_name(component, g) for g, _ in [(group, out_dir)] + more]), ctx.label),
         env = ACTION_ENV,
     )
 
-def _kpack_recombine_impl(ctx):
+def kpack_recombine_shards(ctx):
+    """The (shard name, split tree) pairs of `ctx.attr.shards`, checked.
+
+    Args:
+      ctx: context of a rule with `shards` and `component` attributes.
+
+    Returns:
+      A list of (shard name, tree artifact) pairs.
+    """
     shards = []
     seen = {}
     for s in ctx.attr.shards:
@@ -53,6 +63,10 @@ def _kpack_recombine_impl(ctx):
         if info.artifact_prefix != ctx.attr.component:
             fail("kpack_recombine: shard %s splits component '%s', not '%s'" % (s.label, info.artifact_prefix, ctx.attr.component))
         shards.append((info.shard, info.dir))
+    return shards
+
+def _kpack_recombine_impl(ctx):
+    shards = kpack_recombine_shards(ctx)
     out_dir = ctx.actions.declare_directory(ctx.label.name)
     kpack_recombine_action(
         ctx,

@@ -3,6 +3,7 @@ last-stable snapshot, selected per library by its own channel flag (default:
 the global channel flag) and the ROCm version flag."""
 
 load("//rules/common:snapshot.bzl", "PREBUILT_CHANNELS", "SNAPSHOT_CHANNELS", "available_versions", "channel_dir", "checksum_sha256", "default_artifact", "default_checksums_prefix", "missing_snapshot_message", "rocm_config_name", "snapshot_target_name", "store_blob_path")
+load(":abi_guard.bzl", "abi_guard")
 load(":providers.bzl", "FlagValueInfo", "SnapshotBlobInfo")
 load(":string_flag.bzl", "string_flag")
 load(":tools.bzl", "ACTION_ENV", "stage_list", "tool_attrs")
@@ -168,7 +169,9 @@ def _settings(own_flag, setting, channel, extra):
     return [":" + setting, ":" + setting + "_global"]
 
 def _defines(channel_define, channel):
-    return [channel_define + "=" + channel] if channel_define else []
+    # A C string literal ("stable"): C code uses it as it is, no stringizing.
+    # `defines` are shell-tokenized, hence the escaped quotes.
+    return [channel_define + "=\\\"" + channel + "\\\""] if channel_define else []
 
 def prebuilt_snapshot(
         name,
@@ -183,9 +186,11 @@ def prebuilt_snapshot(
         library = None,
         channel_define = None,
         header_patterns = ["**/*.h"],
-        verify_with_snapctl = False,
+        verify_with_snapctl = True,
         checksums_target = None,
         checksums_prefix = None,
+        abi_inputs = None,
+        snapshot_artifacts = None,
         visibility = None,
         **kwargs):
     """A library that is built from source (dev) or a pinned prebuilt snapshot.
@@ -230,8 +235,9 @@ def prebuilt_snapshot(
       artifact: file name of the prebuilt static library; defaults to
         "lib<library>.a".
       library: library name in messages; defaults to `name`.
-      channel_define: preprocessor macro set to the channel name for
-        dependents (e.g. "MYLIB_SNAPSHOT_CHANNEL"); None for none.
+      channel_define: preprocessor macro defined for dependents as the
+        channel name, a C string literal (`-DMYLIB_SNAPSHOT_CHANNEL="stable"`);
+        None for none.
       header_patterns: globs (relative to each snapshot dir) of snapshotted headers.
       checksums_target: label of the stable_checksums target, named in the
         missing-snapshot message ("bazel run <label>.update"); ":name" is
@@ -240,7 +246,15 @@ def prebuilt_snapshot(
         for MYLIB_STABLE_CHECKSUMS); the message's `snapctl create` command
         carries it as `--prefix`. Defaults to `library` upper-cased.
       verify_with_snapctl: also verify each blob with `snapctl fetch` against
-        the snapshot's metadata.txt.
+        the snapshot's metadata.txt (default True, as in Buck2, where it is
+        always on); False checks the pinned sha256 only.
+      abi_inputs: ABI-drift guard: labels of the dependency headers/libraries
+        the prebuilt archives were compiled against (`snapctl create
+        --abi-input`). Before an archive can be linked, `snapctl abi-check`
+        compares them with the digests recorded for that snapshot and fails
+        naming each changed file and the two ways out. Needs `snapshot_artifacts`.
+      snapshot_artifacts: the checksums file's <PREFIX>_SNAPSHOT_ARTIFACTS
+        dict (its `abi_inputs` entries are the recorded digests).
       visibility: visibility of <name> and <name>_channel.
       **kwargs: common attributes (tags, ...) for every target.
     """
@@ -291,7 +305,24 @@ def prebuilt_snapshot(
                 snapctl = _flag("snapctl") if verify_with_snapctl else None,
                 **kwargs
             )
-            native.cc_import(name = target + "_import", static_library = ":" + target + "_blob", **kwargs)
+            archive = ":" + target + "_blob"
+            if abi_inputs != None:
+                if snapshot_artifacts == None:
+                    fail("prebuilt_snapshot: abi_inputs needs snapshot_artifacts (<PREFIX>_SNAPSHOT_ARTIFACTS)")
+                abi_guard(
+                    name = target + "_abi",
+                    archive = archive,
+                    inputs = abi_inputs,
+                    expect = snapshot_artifacts.get(channel, {}).get(version, {}).get("abi_inputs", {}),
+                    library = library,
+                    channel = channel,
+                    version = version,
+                    recut = "snapctl create --snapshots-root %s --version %s --artifact %s" % (root_path, version, artifact),
+                    dev = "--%s=dev" % _own_label(pkg, own_flag),
+                    **kwargs
+                )
+                archive = ":" + target + "_abi"
+            native.cc_import(name = target + "_import", static_library = archive, **kwargs)
             native.cc_library(
                 name = target,
                 hdrs = native.glob([snap_dir + "/" + p for p in header_patterns]),

@@ -144,10 +144,14 @@ def stable_checksums(name, srcs, prefix = None, snapshots_root = "snapshots", ou
         Must match the prefix in <snapshots_root>/snapctl.conf (`snapctl
         create --prefix` records it there).
       out: name of the checked-in file in this package.
-      **kwargs: common attributes (visibility, tags) for all three targets.
+      **kwargs: common attributes (visibility, tags) for all three targets;
+        `size` goes to the test only (default "small").
     """
     if not prefix:
         fail("stable_checksums(name = \"%s\"): set `prefix`, the dict-name prefix of the generated file (e.g. prefix = \"MYLIB\" for MYLIB_STABLE_CHECKSUMS)" % name)
+    # "small": a diff of two files; the default "medium" made every
+    # `bazel test` warn that the size is too big.
+    test_size = kwargs.pop("size", "small")
     _stable_checksums_gen(name = name, srcs = srcs, snapshots_root = snapshots_root, prefix = prefix, out = out, **kwargs)
     pkg = native.package_name()
     dest = (pkg + "/" + out) if pkg else out
@@ -155,6 +159,7 @@ def stable_checksums(name, srcs, prefix = None, snapshots_root = "snapshots", ou
     _stable_checksums_update(name = update, generated = ":" + name, dest = dest, **kwargs)
     _stable_checksums_test(
         name = name + "_test",
+        size = test_size,
         checked_in = out,
         generated = ":" + name,
         update_target = "//%s:%s" % (pkg, update),

@@ -19,6 +19,8 @@
 #   --collect SUB DEST    after TOOL: move @OUT@/SUB/* into directory DEST
 #                         (@OUT@ is made beside DEST, so each is a rename);
 #                         fails when SUB does not exist (lists what does).
+#                         Repeatable: one helper run fills several outputs
+#                         (kpack_packages: every group of one recombine).
 #   --collect-all DEST    after TOOL: move @OUT@/* into directory DEST.
 #   --list-dirs FILE STRIP  write the sorted names of @OUT@'s subdirectories
 #                         to FILE, removing the prefix STRIP from each.
@@ -39,7 +41,7 @@
 #                         path is copied.
 set -euo pipefail
 export LC_ALL=C
-stage_list="" tmp_out=0 collect_sub="" collect_dest="" collect_all="" list_file="" list_strip=""
+stage_list="" tmp_out=0 collect_subs=() collect_dests=() collect_all="" list_file="" list_strip=""
 expect_dirs="" have_expect=0 list_skip="" link_inputs=0
 roots=()
 sha_hex="" sha_file=""
@@ -47,7 +49,7 @@ while [ $# -gt 0 ]; do
     case "$1" in
         --stage) stage_list="$2"; shift 2 ;;
         --tmp-out) tmp_out=1; shift ;;
-        --collect) collect_sub="$2"; collect_dest="$3"; tmp_out=1; shift 3 ;;
+        --collect) collect_subs+=("$2"); collect_dests+=("$3"); tmp_out=1; shift 3 ;;
         --collect-all) collect_all="$2"; tmp_out=1; shift 2 ;;
         --list-dirs) list_file="$2"; list_strip="$3"; shift 3 ;;
         --list-skip) list_skip="$2"; shift 2 ;;
@@ -62,7 +64,7 @@ work="$(mktemp -d "${TMPDIR:-/tmp}/rocpack.XXXXXXXX")"
 # Collected outputs are moved, not copied: the helper writes beside the
 # declared output (same file system), and each entry is renamed into it.
 outdir="$work"
-dest="${collect_all:-$collect_dest}"
+dest="${collect_all:-${collect_dests[0]:-}}"
 if [ -n "$dest" ]; then
     outdir="$(mktemp -d "$(dirname "$dest")/.rocpack-out.XXXXXXXX")"
 fi
@@ -221,14 +223,20 @@ if [ -n "$list_file" ]; then
         [ "$name" = "$list_skip" ] || printf '%s\n' "$name"
     done > "$list_file"
 fi
-if [ -n "$collect_sub" ]; then
-    if [ ! -d "$out/$collect_sub" ]; then
-        echo "rocpack: the helper wrote no '$collect_sub'; it wrote: $(subdirs | tr '\n' ' ')" >&2
-        exit 1
-    fi
-    mkdir -p "$collect_dest"
-    find "$out/$collect_sub" -mindepth 1 -maxdepth 1 -exec mv -t "$collect_dest" {} +
+missing=()
+for sub in "${collect_subs[@]}"; do
+    [ -d "$out/$sub" ] || missing+=("$sub")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+    # kpack recombine writes <component>_<group> for each group of the
+    # config that has content in the shards (and <component>_generic).
+    echo "rocpack: no package ${missing[*]}: its group is not an architecture group of the packaging config, or no shard has code for it (check the \`group\` / \`groups\` attribute against the config). The helper wrote: $(subdirs | tr '\n' ' ')" >&2
+    exit 1
 fi
+for i in "${!collect_subs[@]}"; do
+    mkdir -p "${collect_dests[$i]}"
+    find "$out/${collect_subs[$i]}" -mindepth 1 -maxdepth 1 -exec mv -t "${collect_dests[$i]}" {} +
+done
 if [ -n "$collect_all" ]; then
     [ -d "$out" ] || { echo "rocpack: the helper wrote no output directory" >&2; exit 1; }
     mkdir -p "$collect_all"

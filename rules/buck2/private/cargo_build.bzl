@@ -1,12 +1,18 @@
 """rocpack_cargo_build: the helper binaries built by cargo from this repository."""
 
-# $1 target dir ("" = a private scratch dir), $2 output dir, $3 cargo profile,
+# $1 target dir ("" = a per-checkout dir under ~/.cache/rocpack, kept between
+# builds and outside every project tree), $2 output dir, $3 cargo profile,
 # $4 profile's directory name, $5 manifest, $6 space-separated binaries; then
 # the cargo -p flags. Only the binaries land in the output (Buck2 hashes every
 # output byte: a whole cargo target dir is gigabytes), without debug info.
 _CARGO_BUILD = """set -eu
 td=$1; out=$2; profile=$3; pdir=$4; manifest=$5; bins=$6; shift 6
-[ -n "$td" ] || td="${BUCK_SCRATCH_PATH:?}/cargo-target"
+if [ -z "$td" ]; then
+    [ -n "${HOME:-}" ] || HOME="$(getent passwd "$(id -u)" | cut -d: -f6)"
+    key="$(readlink -f "$manifest" | tr -d '\n' | sha256sum | cut -c1-16)"
+    td="${XDG_CACHE_HOME:-${HOME:-${TMPDIR:-/tmp}}/.cache}/rocpack/cargo-target/$key"
+    mkdir -p "$td"
+fi
 cargo build --locked --offline --quiet --profile "$profile" --manifest-path "$manifest" --target-dir "$td" "$@"
 mkdir -p "$out"
 for b in $bins; do
@@ -25,8 +31,8 @@ def rocpack_cargo_build_action(actions: AnalysisActions, manifest: Artifact, src
       packages: cargo packages (-p) to build; each has a binary of its name.
       profile: cargo profile ("release" or "dev").
       target_dir: cargo's --target-dir, shared with other cargo runs
-        (relative paths are from the project root); "" builds in a private
-        scratch directory.
+        (relative paths are from the project root); "": a per-checkout
+        directory under ~/.cache/rocpack/cargo-target, outside the project.
 
     Returns:
       The declared directory holding one binary per package.
@@ -64,6 +70,6 @@ rocpack_cargo_build = rule(
         "packages": attrs.list(attrs.string(), default = ["kpack", "snapctl"], doc = "Cargo packages to build, in one cargo run; each must have a binary of the same name."),
         "profile": attrs.string(default = "release", doc = "Cargo profile (`[rocpack] cargo_profile`)."),
         "srcs": attrs.list(attrs.source(), doc = "Every file cargo reads: manifests, Cargo.lock and the crates' sources."),
-        "target_dir": attrs.string(default = "", doc = "cargo --target-dir shared with other cargo runs (`[rocpack] cargo_target_dir`; relative to the project root); empty: a private scratch directory."),
+        "target_dir": attrs.string(default = "", doc = "cargo --target-dir shared with other cargo runs (`[rocpack] cargo_target_dir`; relative to the project root); empty: a per-checkout directory under ~/.cache/rocpack/cargo-target, kept between builds and outside the project."),
     },
 )

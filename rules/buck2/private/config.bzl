@@ -8,7 +8,7 @@ CONFIG_PACKAGE. Each rcclx_snapshot also declares its own channel setting
 overrides the global channel for that library only.
 """
 
-load("//rules/common:snapshot.bzl", "ROCM_VERSIONS", "SNAPSHOT_CHANNELS", "channel_config_name", "rocm_config_name")
+load("//rules/common:snapshot.bzl", "ROCM_VERSIONS", "SNAPSHOT_CHANNELS", "channel_config_name", "rocm_config_name", "version_key")
 
 # Where `snapshot_constraints()` is called (rules/buck2/config/BUCK). The
 # cell is named `rocpack` (here an alias of root, in .buckconfig) so the
@@ -19,6 +19,29 @@ CONFIG_PACKAGE = "rocpack//rules/buck2/config"
 # Defaults applied by the root PACKAGE (`set_cfg_modifiers`).
 DEFAULT_CHANNEL = "dev"
 DEFAULT_ROCM_VERSION = "6.4"
+
+def rocm_versions() -> list[str]:
+    """The ROCm versions Buck2 knows: rules/common's ROCM_VERSIONS plus the project's own.
+
+    Bazel's `rocm_version` is a string flag and takes any version; a Buck2
+    modifier needs a declared constraint value. A project adds versions (a
+    7.2 snapshot) in its root `.buckconfig`, with no change to rocpack:
+
+        [rocpack]
+          rocm_versions = 7.2, 7.3
+
+    Each becomes the constraint value `rocm<key>` here and the alias
+    `-m rocm<key>` of `snapshot_modifier_aliases`.
+
+    Returns:
+      ROCM_VERSIONS followed by the extra versions, each once.
+    """
+    out = list(ROCM_VERSIONS)
+    for v in read_root_config("rocpack", "rocm_versions", "").replace(",", " ").split():
+        version_key(v)  # digits and dots only
+        if v not in out:
+            out.append(v)
+    return out
 
 def channel_constraint(channel: str) -> str:
     """Label of the constraint value of a channel.
@@ -50,7 +73,7 @@ def snapshot_constraints():
     for c in SNAPSHOT_CHANNELS:
         native.constraint_value(name = c, constraint_setting = ":snapshot_channel", visibility = ["PUBLIC"])
     native.constraint_setting(name = "rocm_version", visibility = ["PUBLIC"])
-    for v in ROCM_VERSIONS:
+    for v in rocm_versions():
         native.constraint_value(name = rocm_config_name(v), constraint_setting = ":rocm_version", visibility = ["PUBLIC"])
 
 # Prefix of the `-m` aliases of the global channel, which every snapshot
@@ -133,7 +156,7 @@ def snapshot_modifier_aliases(libraries: dict[str, str] = {}) -> struct:
             if alias in aliases:
                 fail("snapshot_modifier_aliases: alias -m %s is defined twice (library name %s)" % (alias, library))
             aliases[alias] = target.rsplit(":", 1)[0] + ":" + library_channel_value(target.rsplit(":", 1)[1], c)
-    for v in ROCM_VERSIONS:
+    for v in rocm_versions():
         aliases[rocm_config_name(v)] = rocm_constraint(v)
     return struct(**aliases)
 

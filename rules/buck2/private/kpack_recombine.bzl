@@ -4,20 +4,19 @@ load("//rules/common:kpack.bzl", "KPACK_GENERIC_GROUP", "kpack_package_dir_name"
 load(":providers.bzl", "KpackPackageInfo", "KpackSplitInfo", "RocpackToolchainInfo")
 load(":toolchain.bzl", "toolchain_attr")
 
-def kpack_recombine_action(actions: AnalysisActions, kpack: RunInfo, shards: dict[str, Artifact], config: Artifact, component: str, group: str, out_name: str) -> Artifact:
-    """Registers one `kpack recombine`; returns the kept package directory.
+def kpack_recombine_run(actions: AnalysisActions, kpack: RunInfo, shards: dict[str, Artifact], config: Artifact, identifier: str, out_name: str) -> Artifact:
+    """Registers one `kpack recombine`; returns its whole output directory.
 
     Args:
       actions: the rule's AnalysisActions.
       kpack: RunInfo of the kpack helper.
       shards: shard name -> split output directory.
       config: the packaging-config JSON.
-      component: component name.
-      group: architecture group, or "generic".
+      identifier: the action's identifier.
       out_name: name of the declared output directory.
 
     Returns:
-      The `<component>_<group>/` directory inside the recombine output.
+      The directory `kpack recombine` wrote (one `<component>_<group>/` per package).
     """
     # Symlinks, not copies: <shard> -> that split's output directory, each
     # named with --staging-root so recombine accepts the link (Buck2's
@@ -38,13 +37,30 @@ def kpack_recombine_action(actions: AnalysisActions, kpack: RunInfo, shards: dic
             [cmd_args("--staging-root", shards[s]) for s in sorted(shards)],
         ),
         category = "kpack_recombine",
-        identifier = kpack_package_dir_name(component, group),
+        identifier = identifier,
         env = {"LC_ALL": "C", "TZ": "UTC"},
     )
+    return out_dir
+
+def kpack_recombine_action(actions: AnalysisActions, kpack: RunInfo, shards: dict[str, Artifact], config: Artifact, component: str, group: str, out_name: str) -> Artifact:
+    """Registers one `kpack recombine`; returns the kept package directory.
+
+    Args:
+      actions: the rule's AnalysisActions.
+      kpack: RunInfo of the kpack helper.
+      shards: shard name -> split output directory.
+      config: the packaging-config JSON.
+      component: component name.
+      group: architecture group, or "generic".
+      out_name: name of the declared output directory.
+
+    Returns:
+      The `<component>_<group>/` directory inside the recombine output.
+    """
+    out_dir = kpack_recombine_run(actions, kpack, shards, config, kpack_package_dir_name(component, group), out_name)
     return out_dir.project(kpack_package_dir_name(component, group))
 
-def _kpack_recombine_impl(ctx: AnalysisContext) -> list[Provider]:
-    toolchain = ctx.attrs._rocpack_toolchain[RocpackToolchainInfo]
+def _shards(ctx: AnalysisContext) -> dict[str, Artifact]:
     shards = {}
     for dep in ctx.attrs.shards:
         info = dep[KpackSplitInfo]
@@ -53,6 +69,11 @@ def _kpack_recombine_impl(ctx: AnalysisContext) -> list[Provider]:
         if info.artifact_prefix != ctx.attrs.component:
             fail("kpack_recombine: shard '%s' splits component '%s', not '%s'" % (info.shard, info.artifact_prefix, ctx.attrs.component))
         shards[info.shard] = info.dir
+    return shards
+
+def _kpack_recombine_impl(ctx: AnalysisContext) -> list[Provider]:
+    toolchain = ctx.attrs._rocpack_toolchain[RocpackToolchainInfo]
+    shards = _shards(ctx)
     package = kpack_recombine_action(
         ctx.actions,
         kpack = toolchain.kpack,
@@ -83,12 +104,60 @@ that group no content.
     }, **toolchain_attr()),
 )
 
-def kpack_packages(component: str, shards: list[str], config: str, groups: list[str], **kwargs) -> list[str]:
-    """One kpack_recombine target per package: `<component>_generic`, then `<component>_<group>`.
+_KpackPackagesInfo = provider(
+    doc = "Every package of one kpack_recombine_all: group -> KpackPackageInfo.",
+    fields = {
+        "packages": provider_field(dict[str, typing.Any]),
+    },
+)
 
-    The group names come in `groups` (in the order of the config) because a
-    BUCK file cannot read JSON; a name missing from the config fails that
-    package's action, which lists the config's groups.
+def _kpack_recombine_all_impl(ctx: AnalysisContext) -> list[Provider]:
+    toolchain = ctx.attrs._rocpack_toolchain[RocpackToolchainInfo]
+    out = kpack_recombine_run(ctx.actions, toolchain.kpack, _shards(ctx), ctx.attrs.config, ctx.attrs.component, ctx.label.name + ".recombine")
+    packages = {}
+    sub_targets = {}
+    for g in ctx.attrs.groups:
+        d = out.project(kpack_package_dir_name(ctx.attrs.component, g))
+        packages[g] = KpackPackageInfo(dir = d, component = ctx.attrs.component, group = g)
+        sub_targets[g] = [DefaultInfo(default_output = d)]
+    return [
+        DefaultInfo(default_output = out, sub_targets = sub_targets),
+        _KpackPackagesInfo(packages = packages),
+    ]
+
+_kpack_recombine_all = rule(
+    impl = _kpack_recombine_all_impl,
+    doc = "One `kpack recombine` for every package of a component (kpack_packages); sub-target [<group>] is one package.",
+    attrs = dict({
+        "component": attrs.string(doc = "Component name (the artifact prefix of the shards)."),
+        "config": attrs.source(doc = "The packaging config JSON."),
+        "groups": attrs.list(attrs.string(), doc = "Packages to keep: \"%s\" and the config's architecture groups." % KPACK_GENERIC_GROUP),
+        "shards": attrs.list(attrs.dep(providers = [KpackSplitInfo]), doc = "kpack_split targets, one per CI shard, all of the same component."),
+    }, **toolchain_attr()),
+)
+
+def _kpack_package_impl(ctx: AnalysisContext) -> list[Provider]:
+    info = ctx.attrs.packages[_KpackPackagesInfo].packages.get(ctx.attrs.group)
+    if info == None:
+        fail("%s makes no package of group '%s'" % (ctx.attrs.packages.label, ctx.attrs.group))
+    return [DefaultInfo(default_output = info.dir), info]
+
+_kpack_package = rule(
+    impl = _kpack_package_impl,
+    doc = "One package of a kpack_packages recombine (no action of its own).",
+    attrs = {
+        "group": attrs.string(doc = "Architecture group, or \"%s\"." % KPACK_GENERIC_GROUP),
+        "packages": attrs.dep(providers = [_KpackPackagesInfo], doc = "The recombine of every package."),
+    },
+)
+
+def kpack_packages(component: str, shards: list[str], config: str, groups: list[str], **kwargs) -> list[str]:
+    """One package target per package (`<component>_generic`, then `<component>_<group>`), all from ONE recombine.
+
+    `<component>_all_packages` runs `kpack recombine` once; each package
+    target hands out its directory. The group names come in `groups` (in the
+    order of the config) because a BUCK file cannot read JSON; a name missing
+    from the config makes that package's output missing.
 
     Args:
       component: the shards' artifact prefix, e.g. "blas_lib".
@@ -101,6 +170,8 @@ def kpack_packages(component: str, shards: list[str], config: str, groups: list[
       Names of the created targets.
     """
     targets = kpack_package_target_names(component, groups)
+    all_name = component + "_all_packages"
+    _kpack_recombine_all(name = all_name, component = component, groups = [g for _, g in targets], config = config, shards = shards, **kwargs)
     for target, group in targets:
-        kpack_recombine(name = target, component = component, group = group, config = config, shards = shards, **kwargs)
+        _kpack_package(name = target, packages = ":" + all_name, group = group, **kwargs)
     return [target for target, _ in targets]

@@ -29,8 +29,12 @@ def _impl(ctx: AnalysisContext) -> list[Provider]:
         category = "kpack_wheel_split",
         env = {"LC_ALL": "C", "TZ": "UTC"},
     )
+    # One default output, so `buck2 build --show-output` prints the wheel
+    # directory (with two it printed an empty path); the report is built
+    # along and is the [report] sub-target.
     return [DefaultInfo(
-        default_outputs = [out_dir, report],
+        default_output = out_dir,
+        other_outputs = [report],
         sub_targets = {
             "report": [DefaultInfo(default_output = report)],
             "wheels": [DefaultInfo(default_output = out_dir)],

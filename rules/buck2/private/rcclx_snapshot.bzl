@@ -3,8 +3,8 @@ snapshot, selected by the library's own channel (`-m rcclx_stable`), else the
 global `snapshot_channel` (`-m snapshot_stable`; default dev), and the
 `rocm_version` constraint (`-m rocm64`)."""
 
-load("//rules/common:snapshot.bzl", "PREBUILT_CHANNELS", "ROCM_VERSIONS", "SNAPSHOT_CHANNELS", "available_versions", "channel_dir", "checksum_sha256", "default_artifact", "missing_snapshot_message", "snapshot_target_name", "store_blob_path")
-load(":config.bzl", "channel_constraint", "library_channel_constraints", "library_channel_value", "rocm_constraint")
+load("//rules/common:snapshot.bzl", "PREBUILT_CHANNELS", "SNAPSHOT_CHANNELS", "available_versions", "channel_dir", "checksum_sha256", "default_artifact", "missing_snapshot_message", "snapshot_target_name", "store_blob_path")
+load(":config.bzl", "channel_constraint", "library_channel_constraints", "library_channel_value", "rocm_constraint", "rocm_versions")
 load(":providers.bzl", "RocpackToolchainInfo", "SnapshotBlobInfo")
 load(":toolchain.bzl", "toolchain_attr")
 
@@ -104,6 +104,31 @@ def _missing_impl(ctx: AnalysisContext) -> list[Provider]:
     args[-1] = args[-1] or None
     fail(buck2_spelling(missing_snapshot_message(*args)))
 
+def _broken_impl(ctx: AnalysisContext) -> list[Provider]:
+    fail(ctx.attrs.message)
+
+_broken_snapshot = rule(
+    impl = _broken_impl,
+    doc = "Selected when the checksums file pins a blob the local store does not hold: fails at analysis time naming the blob and the fixes, so the rest of the package (dev, the checksums test, `.update`) still loads.",
+    attrs = {
+        "message": attrs.string(doc = "The error."),
+    },
+)
+
+def _missing_blob_message(library, channel, version, sha, blob, update_command):
+    return "\n".join([
+        "the %s snapshot of %s for ROCm %s is pinned to sha256 %s, which is not in the store:" % (channel.replace("_", "-"), library, version, sha),
+        "  missing: %s" % blob,
+        "  if the checksums file is stale, regenerate it: %s" % (update_command or "snapctl gen-checksums"),
+        "  otherwise restore the blob (snapctl create put it there; `snapctl verify` checks a store)",
+    ])
+
+def _absolute_target(label: str | None) -> str | None:
+    # ":x" -> "//<package>:x": a label printed in a message must work from the project root.
+    if label and label.startswith(":"):
+        return "//" + native.package_name() + label
+    return label
+
 _missing_snapshot = rule(
     impl = _missing_impl,
     doc = "Selected when the configured channel/version has no snapshot: fails at analysis time with a message that says how to create it.",
@@ -136,6 +161,8 @@ def prebuilt_snapshot(
         verify_with_snapctl: bool = True,
         checksums_target: str | None = None,
         checksums_prefix: str | None = None,
+        abi_inputs: list[str] | None = None,
+        snapshot_artifacts: dict[str, typing.Any] | None = None,
         visibility: list[str] = [],
         **kwargs):
     """A library built from source (dev) or taken from a pinned prebuilt snapshot.
@@ -176,19 +203,23 @@ def prebuilt_snapshot(
       artifact: file name of the prebuilt static library; defaults to
         "lib<library>.a".
       library: library name in messages; defaults to `name`.
-      channel_define: preprocessor macro set to the channel name for
-        dependents (e.g. "RCCLX_SNAPSHOT_CHANNEL"); None for none.
+      channel_define: preprocessor macro defined for dependents as the
+        channel name, a C string literal (`-DRCCLX_SNAPSHOT_CHANNEL="stable"`);
+        None for none.
       header_patterns: globs (relative to each snapshot dir) of snapshotted headers.
       remote_repo_prefix: Bazel only (http_file repositories); fails on Buck2,
         where `store_url` fetches blobs with http_file directly.
-      verify_with_snapctl: accepted for parity with Bazel; on Buck2 every blob
-        is always verified by `snapctl fetch` (sha256, size, metadata.txt).
+      verify_with_snapctl: as in Bazel (default True there too); on Buck2
+        every blob is always verified by `snapctl fetch` (sha256, size,
+        metadata.txt), so False is refused.
       checksums_target: label of the stable_checksums target, named in the
         missing-snapshot message (`buck2 run <label>.update`).
       checksums_prefix: dict-name prefix of the checksums file (e.g. "MYLIB"
         for MYLIB_STABLE_CHECKSUMS), shown as `snapctl create --prefix` in the
         missing-snapshot message; defaults to the upper-cased library name
         for libraries other than rcclx.
+      abi_inputs: Bazel only so far (the ABI-drift guard); fails on Buck2.
+      snapshot_artifacts: Bazel only so far (with abi_inputs); fails on Buck2.
       visibility: visibility of <name>.
       **kwargs: common attributes for every target.
     """
@@ -198,20 +229,34 @@ def prebuilt_snapshot(
         fail("prebuilt_snapshot: set exactly one of local_store and store_url")
     if not verify_with_snapctl:
         fail("prebuilt_snapshot: on Buck2 blobs are always verified by snapctl fetch; leave verify_with_snapctl at True")
+    if abi_inputs != None or snapshot_artifacts != None:
+        # Same parameters as Bazel's; the guard itself is not wired on Buck2 yet.
+        fail("prebuilt_snapshot: abi_inputs (the ABI-drift guard) is implemented for Bazel only so far; run `snapctl abi-check` in a test meanwhile")
     library = library or name
     artifact = artifact or default_artifact(library)
     pkg = native.package_name()
     root_path = (pkg + "/" + snapshots_root) if pkg else snapshots_root
     store_shown = store_url or ((pkg + "/" + local_store) if pkg else local_store)
     by_channel = {"stable": stable_checksums, "last_stable": last_stable_checksums}
-    for channel, checksums in by_channel.items():
-        for version in checksums:
-            if version not in ROCM_VERSIONS:
-                # No constraint value could ever select it: a typo or a new version.
-                fail("prebuilt_snapshot: %s checksums list ROCm %s, which is not one of ROCM_VERSIONS %s (rules/common/snapshot.bzl)" % (channel, version, ROCM_VERSIONS))
+    versions = rocm_versions()
+    checksums_target = _absolute_target(checksums_target)
+    update_command = ("buck2 run %s.update" % checksums_target) if checksums_target else ""
+
+    def _available(checksums):
+        # A version no constraint value can select (a typo, or a new ROCm
+        # release the project has not declared) does not stop the library
+        # from loading; every missing-snapshot message names it and the fix.
+        out = []
+        for v in available_versions(checksums):
+            if v in versions:
+                out.append(v)
+            else:
+                out.append("%s (not a declared ROCm version: add it to `rocm_versions` under [rocpack] in the project's .buckconfig)" % v)
+        return out
 
     def _flags(channel):
-        return ["-D" + channel_define + "=" + channel] if channel_define else []
+        # A C string literal ("stable"): C code uses it as it is, no stringizing.
+        return ["-D" + channel_define + "=\"" + channel + "\""] if channel_define else []
 
     # This library's own channel (unset: the global channel decides).
     library_channel_constraints(name)
@@ -236,7 +281,7 @@ def prebuilt_snapshot(
     for channel in PREBUILT_CHANNELS:
         checksums = by_channel[channel]
         by_version[channel] = {}
-        for version in ROCM_VERSIONS:
+        for version in versions:
             target = snapshot_target_name(name, channel, version)
             by_version[channel][rocm_constraint(version)] = ":" + target
             if version not in checksums:
@@ -245,11 +290,11 @@ def prebuilt_snapshot(
                     library = library,
                     channel = channel,
                     version = version,
-                    available = available_versions(checksums),
+                    available = _available(checksums),
                     snapshots_root = root_path,
                     store = store_shown,
                     artifact = artifact,
-                    update_command = ("buck2 run %s.update" % checksums_target) if checksums_target else "",
+                    update_command = update_command,
                     checksums_prefix = checksums_prefix or ("" if library == "rcclx" else library.upper()),
                     target_compatible_with = _compatible(channel, version),
                     **kwargs
@@ -259,6 +304,14 @@ def prebuilt_snapshot(
             snap_dir = snapshots_root + "/" + channel_dir(channel) + "/" + version
             if local_store != None:
                 blob = local_store + "/" + store_blob_path(sha)
+                if not native.glob([blob]):
+                    _broken_snapshot(
+                        name = target,
+                        message = _missing_blob_message(library, channel, version, sha, ((pkg + "/") if pkg else "") + blob, update_command),
+                        target_compatible_with = _compatible(channel, version),
+                        **kwargs
+                    )
+                    continue
             else:
                 blob = ":" + target + "_download"
                 native.http_file(

@@ -10,6 +10,8 @@ load(":toolchain.bzl", "toolchain_attr")
 _StableChecksumsInfo = provider(
     doc = "The staged snapshots root and the generated file of a stable_checksums target.",
     fields = {
+        # The generated stable_checksums.bzl.
+        "generated": provider_field(typing.Any),
         # Dict name prefix (--prefix).
         "prefix": provider_field(str),
         # Directory: copy of the snapshots root (metadata files).
@@ -63,7 +65,7 @@ def _gen_impl(ctx: AnalysisContext) -> list[Provider]:
     generated = stable_checksums_action(ctx.actions, toolchain.snapctl, root, ctx.attrs.prefix, ctx.attrs.out)
     return [
         DefaultInfo(default_output = generated),
-        _StableChecksumsInfo(root = root, prefix = ctx.attrs.prefix),
+        _StableChecksumsInfo(root = root, prefix = ctx.attrs.prefix, generated = generated),
     ]
 
 _stable_checksums_gen = rule(
@@ -71,7 +73,7 @@ _stable_checksums_gen = rule(
     doc = "Generates stable_checksums.bzl from snapshot metadata with `snapctl gen-checksums`.",
     attrs = dict({
         "out": attrs.string(default = "stable_checksums.bzl", doc = "Name of the checked-in file in the package."),
-        "prefix": attrs.string(default = "RCCLX", doc = "Prefix of the generated dict names (<PREFIX>_STABLE_CHECKSUMS, <PREFIX>_LAST_STABLE_CHECKSUMS)."),
+        "prefix": attrs.string(doc = "Prefix of the generated dict names (<PREFIX>_STABLE_CHECKSUMS, <PREFIX>_LAST_STABLE_CHECKSUMS)."),
         "snapshots_root": attrs.string(default = "snapshots", doc = "The snapshots root, relative to the package."),
         "srcs": attrs.list(attrs.source(), doc = "Files of the snapshots root: every stable/<ver>/metadata.txt and last-stable/<ver>/metadata.txt (a glob of snapshots/**/metadata.txt)."),
     }, **toolchain_attr()),
@@ -98,12 +100,23 @@ _stable_checksums_update = rule(
     attrs = _CHECKED_IN_ATTRS,
 )
 
+# The freshness test, as Bazel's: a diff of the checked-in file against the
+# generated one, and the `.update` target to run (not a snapctl command with
+# a buck-out path, which only works from inside buck-out).
+_TEST = """checked_in=$1; generated=$2; update=$3
+if diff -u "$checked_in" "$generated"; then
+    echo "$checked_in is up to date"
+    exit 0
+fi
+echo >&2
+echo "$checked_in is stale (diff above: checked-in vs generated). Fix with:" >&2
+echo "    buck2 run $update" >&2
+exit 1
+"""
+
 def _test_impl(ctx: AnalysisContext) -> list[Provider]:
-    toolchain = ctx.attrs._rocpack_toolchain[RocpackToolchainInfo]
-    info = ctx.attrs.generated[_StableChecksumsInfo]
-    # --prefix: the staged root holds only the metadata files (no
-    # snapctl.conf), so snapctl would otherwise compare against RCCLX_ names.
-    cmd = cmd_args(toolchain.snapctl, "check", "--snapshots-root", info.root, "--checksums", ctx.attrs.checked_in, "--prefix", info.prefix)
+    generated = ctx.attrs.generated[_StableChecksumsInfo].generated
+    cmd = cmd_args("/bin/sh", "-c", _TEST, "stable_checksums_test", ctx.attrs.checked_in, generated, ctx.attrs.update_target)
     return [
         DefaultInfo(),
         RunInfo(args = cmd),
@@ -118,11 +131,15 @@ def _test_impl(ctx: AnalysisContext) -> list[Provider]:
 
 _stable_checksums_test = rule(
     impl = _test_impl,
-    doc = "Fails (`snapctl check`, exit 1) when the checked-in file differs from what the metadata gives.",
-    attrs = dict(_CHECKED_IN_ATTRS, labels = attrs.list(attrs.string(), default = [], doc = "Test labels.")),
+    doc = "Fails (exit 1, with a diff and the `buck2 run <name>.update` command) when the checked-in file differs from the one generated from the metadata.",
+    attrs = dict(
+        _CHECKED_IN_ATTRS,
+        labels = attrs.list(attrs.string(), default = [], doc = "Test labels."),
+        update_target = attrs.string(doc = "Label of the `.update` target, named in the failure message."),
+    ),
 )
 
-def stable_checksums(name: str, srcs: list[str], snapshots_root: str = "snapshots", prefix: str = "RCCLX", out: str = "stable_checksums.bzl", **kwargs):
+def stable_checksums(name: str, srcs: list[str], prefix: str | None = None, snapshots_root: str = "snapshots", out: str = "stable_checksums.bzl", **kwargs):
     """Three targets around one checked-in stable_checksums.bzl.
 
     * `<name>`: `buck2 build` writes the file from the snapshot metadata.
@@ -133,10 +150,15 @@ def stable_checksums(name: str, srcs: list[str], snapshots_root: str = "snapshot
       name: name of the generating target.
       srcs: the metadata files, e.g. glob(["snapshots/**/metadata.txt"]).
       snapshots_root: directory of the snapshots, relative to the package.
-      prefix: dict names start with it ("RCCLX" -> RCCLX_STABLE_CHECKSUMS).
+      prefix: dict names start with it ("MYLIB" -> MYLIB_STABLE_CHECKSUMS);
+        required, as in Bazel (nothing defaults to rcclx). Must match the
+        prefix `snapctl create --prefix` recorded in snapshots/snapctl.conf.
       out: the checked-in file, in this package.
       **kwargs: attributes for the three targets (visibility, ...).
     """
+    if not prefix:
+        fail("stable_checksums(name = \"%s\"): set `prefix`, the dict-name prefix of the generated file (e.g. prefix = \"MYLIB\" for MYLIB_STABLE_CHECKSUMS)" % name)
+    pkg = native.package_name()
     _stable_checksums_gen(name = name, srcs = srcs, snapshots_root = snapshots_root, prefix = prefix, out = out, **kwargs)
     _stable_checksums_update(name = name + ".update", generated = ":" + name, checked_in = out, **kwargs)
-    _stable_checksums_test(name = name + "_test", generated = ":" + name, checked_in = out, **kwargs)
+    _stable_checksums_test(name = name + "_test", generated = ":" + name, checked_in = out, update_target = "//%s:%s.update" % (pkg, name), **kwargs)

@@ -57,14 +57,17 @@ def rocpack_helper_tools(name, cargo_build = "rocpack//:rocpack_helpers", visibi
       cargo_build: the rocpack_cargo_build target.
       visibility: visibility of the toolchain target.
     """
-    mode = read_config("rocpack", "tools", "cargo")
+    # The project's root .buckconfig decides (read_root_config): the
+    # toolchains cell of a consumer project has no .buckconfig of its own, so
+    # read_config there never saw `tools = prebuilt` (issue 24).
+    mode = read_root_config("rocpack", "tools", "cargo")
     if mode == "cargo":
         kpack = cargo_build + "[kpack]"
         snapctl = cargo_build + "[snapctl]"
     elif mode == "prebuilt":
         for tool in ["kpack", "snapctl"]:
-            url = read_config("rocpack", tool + "_url", "")
-            sha256 = read_config("rocpack", tool + "_sha256", "")
+            url = read_root_config("rocpack", tool + "_url", "")
+            sha256 = read_root_config("rocpack", tool + "_sha256", "")
             if not url or not sha256:
                 fail("[rocpack] tools = prebuilt needs both %s_url and %s_sha256 in .buckconfig (got url '%s', sha256 '%s')" % (tool, tool, url, sha256))
             native.http_file(

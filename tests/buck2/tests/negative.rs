@@ -204,8 +204,8 @@ fn a_missing_alias_is_caught() {
 fn a_select_without_a_version_is_caught() {
     let e = broken(
         "rules/buck2/private/rcclx_snapshot.bzl",
-        "        for version in ROCM_VERSIONS:",
-        "        for version in ROCM_VERSIONS[:-1]:",
+        "        for version in versions:",
+        "        for version in versions[:-1]:",
     );
     let err = check_select_coverage(&e, &label("examples/rcclx", "rcclx"), "rcclx").unwrap_err();
     assert!(format!("{err:#}").contains("None of"), "{err:#}");
@@ -243,17 +243,21 @@ fn a_command_line_the_helper_rejects_is_caught() {
 
 #[test]
 fn a_checksum_for_an_unknown_rocm_version_is_caught() {
-    // The seed's `.get(ver, "0" * 64)` let typos pass silently.
+    // The seed's `.get(ver, "0" * 64)` let typos pass silently. A version no
+    // constraint selects does not stop the package from loading (issue 24),
+    // but the message of the version it hides names it and the fix.
     let e = broken(
         "examples/rcclx/stable_checksums.bzl",
         "    \"6.4\": ",
         "    \"6.4.2\": ",
     );
-    let err = format!("{:#}", e.package("root", "examples/rcclx").unwrap_err());
-    assert!(
-        err.contains("ROCm 6.4.2, which is not one of ROCM_VERSIONS"),
-        "{err}"
-    );
+    let l = label("examples/rcclx", "hello");
+    let cfg = e.config_for(&l, &["rcclx_stable", "rocm64"]).unwrap();
+    let err = match e.analyze(&l, &cfg) {
+        Ok(_) => panic!("{} analysed", l),
+        Err(err) => format!("{err:#}"),
+    };
+    assert!(err.contains("6.4.2 (not a declared ROCm version"), "{err}");
 }
 
 #[test]

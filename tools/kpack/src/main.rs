@@ -40,7 +40,32 @@ enum Command {
     SelectFamily(cmd::select_family::SelectFamilyArgs),
 }
 
+/// Inputs are memory-mapped; one truncated by another process while kpack
+/// reads it raises `SIGBUS`. Turn that into a usage/input error (exit 2
+/// with a message) instead of a crash. Outputs are written to temporary
+/// files and renamed, so none is left half-written.
+#[allow(unsafe_code)]
+fn exit_2_on_sigbus() {
+    extern "C" fn on_sigbus(_: libc::c_int) {
+        const MSG: &[u8] = b"kpack: an input file was truncated while it was being read (SIGBUS)\n";
+        // SAFETY: write(2) and _exit(2) are async-signal-safe.
+        unsafe {
+            libc::write(2, MSG.as_ptr().cast(), MSG.len());
+            libc::_exit(2);
+        }
+    }
+    // SAFETY: a zeroed sigaction with a plain handler and an empty mask is
+    // valid; installing it has no other effect.
+    unsafe {
+        let mut sa: libc::sigaction = std::mem::zeroed();
+        sa.sa_sigaction = on_sigbus as extern "C" fn(libc::c_int) as libc::sighandler_t;
+        libc::sigemptyset(&mut sa.sa_mask);
+        libc::sigaction(libc::SIGBUS, &sa, std::ptr::null_mut());
+    }
+}
+
 fn main() -> ExitCode {
+    exit_2_on_sigbus();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(err) => {

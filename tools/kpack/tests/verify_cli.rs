@@ -248,3 +248,163 @@ fn verify_refuses_symlink_chains_and_unanalysable_fat_elves() {
     assert_ne!(code, Some(0), "{text}");
     assert!(text.contains("libodd.so"), "{text}");
 }
+
+/// Issue 25 item 1, the CI gate of a BLAS build: hipBLASLt's Tensile files
+/// add archs (gfx1103, gfx1201) librocblas and libhipblaslt have no code
+/// for. Their packages hold only database files; every lookup of a split
+/// binary for those archs is "not built", in both install models — and an
+/// arch a binary had and lost (every gfx1101 archive removed while the
+/// package keeps its Tensile files) still fails, in both models.
+#[test]
+fn verify_counts_database_only_archs_as_not_built_but_fails_a_lost_arch() {
+    let tmp = tempfile::tempdir().unwrap();
+    let art = tmp.path().join("blas_lib_gfx110X-dgpu");
+    rocpack_testsupport::copy_tree(
+        &artifacts().join("gfx110X-build/blas_lib_gfx110X-dgpu"),
+        &art,
+    );
+    let lib = art.join("math-libs/BLAS/hipBLASLt/stage/lib/hipblaslt/library");
+    fs::create_dir_all(&lib).unwrap();
+    for arch in ["gfx1103", "gfx1201"] {
+        fs::write(lib.join(format!("TensileLibrary_lazy_{arch}.dat")), arch).unwrap();
+        fs::write(lib.join(format!("Kernels.so-000-{arch}.hsaco")), arch).unwrap();
+    }
+    let out = tmp.path().join("out");
+    let mut args = split_args(&art, "blas_lib", &out);
+    args.extend(["--split-databases", "rocblas", "hipblaslt"]);
+    assert_ok(&kpack(&args));
+    for arch in ["gfx1103", "gfx1201"] {
+        let pkg = out.join(format!("blas_lib_{arch}"));
+        assert!(pkg.is_dir(), "{}", pkg.display());
+        assert!(
+            !rocpack_testsupport::list_files(&pkg)
+                .iter()
+                .any(|f| f.ends_with(".kpack")),
+            "{arch} must hold database files only"
+        );
+    }
+    let run = |dir: &Path| {
+        let o = kpack(&["verify", "--artifacts-dir", s(dir), "--json"]);
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        (o.status.code(), v)
+    };
+    let (code, v) = run(&out);
+    assert_eq!(code, Some(0), "{v:#}");
+    for m in v["models"].as_array().unwrap() {
+        let (l, r, nb) = (
+            m["lookups"].as_u64().unwrap(),
+            m["resolved"].as_u64().unwrap(),
+            m["not_built"].as_u64().unwrap(),
+        );
+        // 3 host binaries' wrappers × (gfx1103, gfx1201) at least.
+        assert!(nb >= 6, "{m}");
+        assert_eq!(l, r + nb, "{m}");
+    }
+
+    // Lose gfx1101: remove every gfx1101 archive, keep its Tensile files.
+    let lost = tmp.path().join("lost");
+    rocpack_testsupport::copy_tree(&out, &lost);
+    let pkg = lost.join("blas_lib_gfx1101");
+    let mut removed = 0;
+    for f in rocpack_testsupport::list_files(&pkg) {
+        if f.ends_with(".kpack") {
+            fs::remove_file(pkg.join(&f)).unwrap();
+            removed += 1;
+        }
+    }
+    assert_eq!(removed, 2, "one archive per prefix with fat binaries");
+    assert!(rocpack_testsupport::list_files(&pkg)
+        .iter()
+        .any(|f| f.contains("gfx1101")));
+    let (code, v) = run(&lost);
+    assert_eq!(code, Some(1), "{v:#}");
+    let vio = v["violations"].as_array().unwrap();
+    for model in ["overlay", "flatten"] {
+        for bin in ["librocblas.so.5.2", "libhipblaslt.so.1.0"] {
+            assert!(
+                vio.iter().any(|x| x["kind"] == "unresolved"
+                    && x["path"].as_str().unwrap().ends_with(bin)
+                    && x["message"]
+                        .as_str()
+                        .unwrap()
+                        .contains(&format!("{model} install"))
+                    && x["message"].as_str().unwrap().contains("arch gfx1101")
+                    && x["message"]
+                        .as_str()
+                        .unwrap()
+                        .contains("recorded gfx1101 code")),
+                "{model} {bin}: {vio:#?}"
+            );
+        }
+    }
+    // …and none for the archs nobody built.
+    assert!(
+        !vio.iter().any(|x| {
+            let m = x["message"].as_str().unwrap();
+            m.contains("gfx1103") || m.contains("gfx1201")
+        }),
+        "{vio:#?}"
+    );
+}
+
+/// Issue 24 item 4: zero packages checked is a failure (an empty directory,
+/// a directory of other things); package directories that are symlinks (as
+/// build-system outputs are) are followed and checked, and one that leads
+/// nowhere is a violation.
+#[test]
+fn verify_fails_on_nothing_checked_and_follows_symlinked_packages() {
+    use std::os::unix::fs::symlink;
+    let tmp = tempfile::tempdir().unwrap();
+    let run = |dir: &Path| {
+        let o = kpack(&["verify", "--artifacts-dir", s(dir), "--json"]);
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        (o.status.code(), v)
+    };
+    let empty = tmp.path().join("empty");
+    fs::create_dir(&empty).unwrap();
+    let (code, v) = run(&empty);
+    assert_eq!(code, Some(1), "{v:#}");
+    assert_eq!(v["violations"][0]["kind"], "no_packages", "{v:#}");
+    let o = kpack(&["verify", "--artifacts-dir", s(&empty)]);
+    assert!(stdout(&o).contains("FAILED: 0 packages"), "{}", stdout(&o));
+    fs::write(empty.join("README"), "not a package").unwrap();
+    assert_eq!(run(&empty).0, Some(1));
+
+    // A split, and a directory of links to its packages (how rule outputs
+    // are gathered): the same packages, files and lookups.
+    let shards = split_all(tmp.path());
+    let real = shards.join("gfx110X-build");
+    let (code, want) = run(&real);
+    assert_eq!(code, Some(0), "{want:#}");
+    assert!(want["packages"].as_u64().unwrap() >= 4, "{want:#}");
+    let links = tmp.path().join("links");
+    fs::create_dir(&links).unwrap();
+    for n in fs::read_dir(&real).unwrap() {
+        let n = n.unwrap().file_name();
+        symlink(real.join(&n), links.join(&n)).unwrap();
+    }
+    let (code, v) = run(&links);
+    assert_eq!(code, Some(0), "{v:#}");
+    for k in [
+        "packages",
+        "files",
+        "kpack_files",
+        "host_binaries",
+        "lookups",
+        "lookups_resolved",
+    ] {
+        assert_eq!(v[k], want[k], "{k}");
+    }
+    // A dangling package link is a violation, not a skip.
+    symlink(tmp.path().join("gone"), links.join("blas_lib_gfx1199")).unwrap();
+    let (code, v) = run(&links);
+    assert_eq!(code, Some(1), "{v:#}");
+    assert!(
+        v["violations"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|x| x["kind"] == "bad_package" && x["package"] == "blas_lib_gfx1199"),
+        "{v:#}"
+    );
+}

@@ -22,7 +22,7 @@ use std::path::{Path, PathBuf};
 use serde::de::{self, Deserializer, MapAccess, Visitor};
 use serde::{Deserialize, Serialize};
 
-use crate::select::Target;
+use crate::target::Target;
 
 /// Largest config file accepted (bytes).
 pub const MAX_CONFIG_SIZE: u64 = 16 * 1024 * 1024;
@@ -322,7 +322,7 @@ impl PackagingConfig {
                 let apath = format!("{gpath}.architectures[{i}]");
                 let target =
                     Target::parse(arch).map_err(|e| schema(origin, &apath, e.to_string()))?;
-                if arch.starts_with(crate::select::AGENT_PREFIX) || arch.starts_with("hipv4-") {
+                if arch.starts_with(crate::target::AGENT_PREFIX) || arch.starts_with("hipv4-") {
                     return Err(schema(
                         origin,
                         apath,

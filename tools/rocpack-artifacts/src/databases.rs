@@ -84,6 +84,35 @@ impl DatabaseKind {
         }
     }
 
+    /// The files this handler claims, in a few words (for "matched
+    /// nothing" warnings).
+    pub fn layout(self) -> &'static str {
+        match self {
+            DatabaseKind::Rocblas => {
+                "`…/rocblas/[<version>/]library/*.{co,hsaco,dat}` or `…/library/<arch>/…`"
+            }
+            DatabaseKind::Hipblaslt => {
+                "`…/hipblaslt/[<version>/]library/*.{co,hsaco,dat}` or `…/library/<arch>/…`"
+            }
+            DatabaseKind::Hipsparselt => {
+                "`…/hipsparselt/[<version>/]library/*.{co,hsaco,dat}` or `…/library/<arch>/…`"
+            }
+            DatabaseKind::Aotriton => {
+                "`…/aotriton/kernels/<arch>/…` or `aotriton.images/amd-<family>/…`"
+            }
+            DatabaseKind::Miopen => {
+                "`(lib)MIOpenCK…_<arch>.so` or `miopen/db/<arch>….{kdb,model,db.txt,fdb.txt}`"
+            }
+            DatabaseKind::Composablekernel => "`(lib)device_conv_operations_<arch token>.(a|lib)`",
+            DatabaseKind::Hipkernelprovider => {
+                "`…/engines/{arch_content,test_arch_content}/…/<arch>/…`"
+            }
+            DatabaseKind::HotswapCache => {
+                "`share/rocjitsu/translations/<arch>/v1/<sha256>.(man|obj)`"
+            }
+        }
+    }
+
     /// The architecture this handler assigns to the file at `rel_path`
     /// (a `/`-separated path relative to its prefix), or `None` when the
     /// file is not one of this handler's database files.
@@ -93,13 +122,22 @@ impl DatabaseKind {
         match self {
             DatabaseKind::Rocblas | DatabaseKind::Hipblaslt | DatabaseKind::Hipsparselt => {
                 let lib = self.name();
-                let at = dirs
-                    .windows(2)
-                    .position(|w| w[0] == lib && w[1] == "library")?;
+                // `<lib>/library/`, or a distribution's versioned
+                // `<lib>/<version>/library/` (Debian: `rocblas/4.4.1/library/`).
+                let library = (0..dirs.len()).find_map(|i| {
+                    if dirs[i] != lib {
+                        return None;
+                    }
+                    match (dirs.get(i + 1), dirs.get(i + 2)) {
+                        (Some(&"library"), _) => Some(i + 1),
+                        (Some(v), Some(&"library")) if is_version(v) => Some(i + 2),
+                        _ => None,
+                    }
+                })?;
                 // Per-arch subdirectory layout: every file under
                 // `library/<arch>/` belongs to that arch (also arch-less
                 // ones: TensileManifest.txt, *_fallback.dat).
-                if let Some(sub) = dirs.get(at + 2) {
+                if let Some(sub) = dirs.get(library + 1) {
                     if let Some(a) = parse_target_exact(sub) {
                         return Some(a);
                     }
@@ -191,6 +229,14 @@ impl DatabaseKind {
             }
         }
     }
+}
+
+/// A version directory as distributions name them: `4.4.1`, `1.1`, `6`.
+fn is_version(s: &str) -> bool {
+    s.as_bytes().first().is_some_and(u8::is_ascii_digit)
+        && s.bytes().all(|b| b.is_ascii_digit() || b == b'.')
+        && !s.ends_with('.')
+        && !s.contains("..")
 }
 
 /// AOTriton image directory (`amd-` stripped) → the arch or family its
@@ -325,6 +371,32 @@ mod tests {
             DatabaseKind::Rocblas.classify("lib/rocblas/library/x_gfx1100.json"),
             None
         );
+        // Debian's versioned layout.
+        for (path, want) in [
+            (
+                "lib/x86_64-linux-gnu/rocblas/4.4.1/library/TensileLibrary_lazy_gfx1100.dat",
+                Some("gfx1100"),
+            ),
+            (
+                "lib/rocblas/4.4.1/library/gfx90a/TensileManifest.txt",
+                Some("gfx90a"),
+            ),
+            ("lib/rocblas/4.4.1/library/TensileLibrary.dat", None),
+            (
+                "lib/rocblas/v4/library/TensileLibrary_lazy_gfx1100.dat",
+                None,
+            ),
+            (
+                "lib/rocblas/4.4.1/x/library/TensileLibrary_lazy_gfx1100.dat",
+                None,
+            ),
+        ] {
+            assert_eq!(
+                DatabaseKind::Rocblas.classify(path).as_deref(),
+                want,
+                "{path}"
+            );
+        }
         let h = "lib/hipblaslt/library/extop_gfx906.co";
         assert_eq!(
             DatabaseKind::Hipblaslt.classify(h).as_deref(),

@@ -32,6 +32,16 @@ impl FsError {
     }
 }
 
+impl FsError {
+    /// Whether this error came after a commit started moving outputs into
+    /// place (see [`rocpack_kpack::commit::COMMIT_INTERRUPTED`]): the
+    /// destination may hold some of them, so "nothing was written" is false.
+    pub fn wrote_something(&self) -> bool {
+        self.what == rocpack_kpack::commit::COMMIT_INTERRUPTED
+            || self.what == rocpack_kpack::commit::COMMITTED_UNSYNCED
+    }
+}
+
 impl From<rocpack_kpack::commit::CommitError> for FsError {
     fn from(e: rocpack_kpack::commit::CommitError) -> Self {
         Self {
@@ -68,6 +78,24 @@ pub(crate) fn commit_outputs<T, E: From<FsError>>(
     write: impl FnOnce(&Path) -> Result<(T, Vec<OsString>), E>,
     exists: impl Fn(&Path) -> E,
 ) -> Result<T, E> {
+    // Outputs are moved into place by rename: through a symlinked output
+    // directory that would replace the link (a new destination) or write
+    // somewhere the caller did not name. Refused up front, saying why.
+    if let Ok(m) = fs::symlink_metadata(dest) {
+        if m.file_type().is_symlink() {
+            let to = fs::read_link(dest)
+                .map(|t| t.display().to_string())
+                .unwrap_or_else(|_| "?".to_string());
+            return Err(E::from(FsError::new(
+                dest,
+                "use as output directory",
+                io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!("is a symlink (to `{to}`); outputs are committed by rename, so pass the directory it points to"),
+                ),
+            )));
+        }
+    }
     let staging = rocpack_kpack::commit::StagingDir::new(dest).map_err(FsError::from)?;
     if let Some(c) = staging.conflicts(reserved).into_iter().next() {
         return Err(exists(&c));

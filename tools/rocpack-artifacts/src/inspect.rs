@@ -24,7 +24,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use rayon::prelude::*;
-use rocpack_bundle::{Format, ParseOptions, BUNDLE_MAGIC, CCOB_MAGIC};
+use rocpack_bundle::{Format, ParseOptions, BUNDLE_MAGIC};
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
@@ -221,9 +221,13 @@ pub struct Desc {
     /// Offset of these bytes in the inspected file (non-zero for members).
     pub file_offset: u64,
     pub size: u64,
-    /// `elf`, `archive`, `bundle`, `ccob`, `kpack`, `amdgpu-code-object`, `unknown`.
+    /// `elf`, `pe`, `coff`, `archive`, `bundle`, `ccob`, `kpack`,
+    /// `amdgpu-code-object`, `unknown` (what `rocpack_image::detect` says).
     pub kind: &'static str,
     pub elf: Option<ElfDesc>,
+    /// PE32+ images and COFF objects (absent from other kinds' JSON).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pe: Option<PeDesc>,
     pub bundles: Vec<BundleDesc>,
     pub wrappers: Vec<WrapperDesc>,
     pub marker: Option<MarkerDesc>,
@@ -243,6 +247,31 @@ pub struct ElfDesc {
     pub hip_fat_bin_segment: Option<SectionDesc>,
     /// `__CLANG_OFFLOAD_BUNDLE__*` sections (`-fgpu-rdc` objects).
     pub offload_bundle_sections: Vec<String>,
+}
+
+/// The PE/COFF counterpart of [`ElfDesc`].
+#[derive(Debug, Serialize)]
+pub struct PeDesc {
+    /// `DLL`, `EXE` or `OBJ`.
+    pub pe_type: &'static str,
+    /// COFF machine (34404 = x86-64).
+    pub machine: u16,
+    /// `fat`, `host-only` or `split`.
+    pub state: &'static str,
+    /// Preferred image base (0 for objects).
+    pub image_base: u64,
+    /// Name of the bundle section (`.hip_fat` or `.hip_fatbin`).
+    pub fatbin_section: Option<String>,
+    /// `file_offset` = PointerToRawData, `addr` = RVA, `size` = VirtualSize
+    /// (SizeOfRawData in objects), `nobits` = no data in the file.
+    pub hip_fatbin: Option<SectionDesc>,
+    /// Name of the wrapper section (`.hipFatB` or `.hipFatBinSegment`).
+    pub wrapper_section: Option<String>,
+    pub hip_fat_bin_segment: Option<SectionDesc>,
+    /// An Authenticode certificate table is present.
+    pub signed: bool,
+    /// Bytes after the last section's data (COFF symbol table, overlay).
+    pub trailing_bytes: u64,
 }
 
 #[derive(Debug, Serialize)]
@@ -360,6 +389,7 @@ impl Desc {
             size,
             kind,
             elf: None,
+            pe: None,
             bundles: Vec::new(),
             wrappers: Vec::new(),
             marker: None,
@@ -373,10 +403,6 @@ impl Desc {
 // ---------------------------------------------------------------------------
 // Analysis.
 
-const ELF_MAGIC: &[u8] = b"\x7fELF";
-const AR_MAGIC: &[u8] = b"!<arch>\n";
-const KPAK_MAGIC: &[u8] = b"KPAK";
-const EM_AMDGPU: u16 = 0xe0;
 const MAX_DEPTH: usize = 4;
 
 /// Describe the whole input and hash every code object: the structure
@@ -401,12 +427,9 @@ fn describe_bytes(
     depth: usize,
 ) -> Result<Desc> {
     let size = data.len() as u64;
-    if data.starts_with(ELF_MAGIC) {
-        let machine = data
-            .get(18..20)
-            .map(|b| u16::from_le_bytes([b[0], b[1]]))
-            .unwrap_or(0);
-        if machine == EM_AMDGPU {
+    let head = &data[..data.len().min(rocpack_image::HEAD_LEN)];
+    match rocpack_image::detect(head) {
+        rocpack_image::FileType::AmdgpuCodeObject => {
             let mut d = Desc::new(name.to_string(), file_offset, size, "amdgpu-code-object");
             let flags = data
                 .get(48..52)
@@ -415,52 +438,64 @@ fn describe_bytes(
             d.notes.push(format!(
                 "raw AMDGPU code object (e_machine EM_AMDGPU, e_flags {flags:#x}), not an offload bundle"
             ));
-            return Ok(d);
+            Ok(d)
         }
-        return describe_elf(input, data, name, file_offset)
-            .map_err(|e| fail(format!("{name}: ELF: {e}")));
-    }
-    if data.starts_with(AR_MAGIC) {
-        let mut d = Desc::new(name.to_string(), file_offset, size, "archive");
-        if depth >= MAX_DEPTH {
-            d.notes.push("nested archive not descended into".into());
-            return Ok(d);
+        rocpack_image::FileType::Elf { .. } => describe_elf(input, data, name, file_offset)
+            .map_err(|e| fail(format!("{name}: ELF: {e}"))),
+        rocpack_image::FileType::Pe { pe32_plus: false } => {
+            let mut d = Desc::new(name.to_string(), file_offset, size, "pe");
+            d.notes
+                .push("PE32 (32-bit) image: HIP device code is only read from PE32+ images".into());
+            note_stray_magic(&mut d, data);
+            Ok(d)
         }
-        let members = rocpack_elf::archive_members(data)
-            .map_err(|e| fail(format!("{name}: archive: {e}")))?;
-        for m in members {
-            let off = input
-                .offset_of(m.data)
-                .unwrap_or(file_offset + m.header_offset + 60);
-            let member_name = format!("{name}({})", m.name);
-            d.members
-                .push(describe_bytes(input, m.data, &member_name, off, depth + 1)?);
+        t @ (rocpack_image::FileType::Pe { .. } | rocpack_image::FileType::Coff { .. }) => {
+            describe_pe(input, data, name, file_offset)
+                .map_err(|e| fail(format!("{name}: {}: {e}", t.name().to_uppercase())))
         }
-        return Ok(d);
+        rocpack_image::FileType::Archive => {
+            let mut d = Desc::new(name.to_string(), file_offset, size, "archive");
+            if depth >= MAX_DEPTH {
+                d.notes.push("nested archive not descended into".into());
+                return Ok(d);
+            }
+            let members = rocpack_elf::archive_members(data)
+                .map_err(|e| fail(format!("{name}: archive: {e}")))?;
+            for m in members {
+                let off = input
+                    .offset_of(m.data)
+                    .unwrap_or(file_offset + m.header_offset + 60);
+                let member_name = format!("{name}({})", m.name);
+                d.members
+                    .push(describe_bytes(input, m.data, &member_name, off, depth + 1)?);
+            }
+            Ok(d)
+        }
+        t @ (rocpack_image::FileType::Bundle | rocpack_image::FileType::Ccob) => {
+            let kind = t.name();
+            let mut d = Desc::new(name.to_string(), file_offset, size, kind);
+            d.bundles = describe_section(input, data, "file", 0)
+                .map_err(|e| fail(format!("{name}: {kind} file: {e}")))?;
+            note_overlaps(&mut d);
+            Ok(d)
+        }
+        rocpack_image::FileType::Kpack => {
+            let mut d = Desc::new(name.to_string(), file_offset, size, "kpack");
+            d.kpack = Some(
+                describe_kpack(input, data).map_err(|e| fail(format!("{name}: .kpack: {e}")))?,
+            );
+            Ok(d)
+        }
+        rocpack_image::FileType::Unknown => {
+            let mut d = Desc::new(name.to_string(), file_offset, size, "unknown");
+            d.notes.push(
+                "not an ELF file, PE image, COFF object, archive, offload bundle, CCOB or .kpack"
+                    .into(),
+            );
+            note_stray_magic(&mut d, data);
+            Ok(d)
+        }
     }
-    if data.starts_with(BUNDLE_MAGIC) || data.starts_with(CCOB_MAGIC) {
-        let kind = if data.starts_with(CCOB_MAGIC) {
-            "ccob"
-        } else {
-            "bundle"
-        };
-        let mut d = Desc::new(name.to_string(), file_offset, size, kind);
-        d.bundles = describe_section(input, data, "file", 0)
-            .map_err(|e| fail(format!("{name}: {kind} file: {e}")))?;
-        note_overlaps(&mut d);
-        return Ok(d);
-    }
-    if data.starts_with(KPAK_MAGIC) {
-        let mut d = Desc::new(name.to_string(), file_offset, size, "kpack");
-        d.kpack =
-            Some(describe_kpack(input, data).map_err(|e| fail(format!("{name}: .kpack: {e}")))?);
-        return Ok(d);
-    }
-    let mut d = Desc::new(name.to_string(), file_offset, size, "unknown");
-    d.notes
-        .push("not an ELF file, archive, offload bundle, CCOB or .kpack".into());
-    note_stray_magic(&mut d, data);
-    Ok(d)
 }
 
 /// Note occurrences of the bundle magic outside any bundle section (a
@@ -618,11 +653,7 @@ fn describe_elf(input: &Input, data: &[u8], name: &str, file_offset: u64) -> Res
     d.elf = Some(ElfDesc {
         elf_type: elf_type(info.kind),
         machine: info.machine,
-        state: match info.state {
-            rocpack_elf::State::HostOnly => "host-only",
-            rocpack_elf::State::Fat => "fat",
-            rocpack_elf::State::Split => "split",
-        },
+        state: state_name(info.state),
         hip_fatbin: info.fatbin.as_ref().map(section),
         hip_fat_bin_segment: info.wrapper_section.as_ref().map(section),
         offload_bundle_sections: info.offload_bundle_sections.clone(),
@@ -659,17 +690,7 @@ fn describe_elf(input: &Input, data: &[u8], name: &str, file_offset: u64) -> Res
         });
     }
     if let Some(m) = &info.marker {
-        let (paths, kernel, error) = match rocpack_kpack::Marker::decode(&m.bytes) {
-            Ok(mk) => (mk.kpack_search_paths, Some(mk.kernel_name), None),
-            Err(e) => (Vec::new(), None, Some(e.to_string())),
-        };
-        d.marker = Some(MarkerDesc {
-            file_offset: m.section.file_offset,
-            size: m.section.size,
-            kpack_search_paths: paths,
-            kernel_name: kernel,
-            error,
-        });
+        d.marker = Some(marker_desc(m));
     }
     if let Some(fb) = &info.fatbin {
         if fb.nobits {
@@ -686,6 +707,99 @@ fn describe_elf(input: &Input, data: &[u8], name: &str, file_offset: u64) -> Res
         note_stray_magic(&mut d, data);
     }
     Ok(d)
+}
+
+fn state_name(s: rocpack_elf::State) -> &'static str {
+    match s {
+        rocpack_elf::State::HostOnly => "host-only",
+        rocpack_elf::State::Fat => "fat",
+        rocpack_elf::State::Split => "split",
+    }
+}
+
+/// A PE32+ image or COFF object: the same bundles / wrappers / marker model
+/// as ELF, with PE/COFF headers in `pe`.
+fn describe_pe(input: &Input, data: &[u8], name: &str, file_offset: u64) -> Result<Desc> {
+    use rocpack_image::pe;
+    let info = pe::analyze_in(data, &input.source(data)).map_err(|e| fail(e.to_string()))?;
+    let kind = if info.kind == pe::PeKind::Object {
+        "coff"
+    } else {
+        "pe"
+    };
+    let mut d = Desc::new(name.to_string(), file_offset, data.len() as u64, kind);
+    let fat_name = info.fatbin.map(|f| info.section_name(f.index).to_string());
+    d.pe = Some(PeDesc {
+        pe_type: info.kind_name(),
+        machine: info.machine,
+        state: state_name(info.state),
+        image_base: info.headers.as_ref().map_or(0, |h| h.image_base),
+        fatbin_section: fat_name.clone(),
+        hip_fatbin: info.fatbin.as_ref().map(section),
+        wrapper_section: info
+            .wrapper_section
+            .map(|w| info.section_name(w.index).to_string()),
+        hip_fat_bin_segment: info.wrapper_section.as_ref().map(section),
+        signed: info.signed,
+        trailing_bytes: info.trailing,
+    });
+    let source = fat_name.clone().unwrap_or_default();
+    for b in &info.bundles {
+        let bytes = pe::bundle_bytes(data, &info, b.index)
+            .map_err(|e| fail(format!("bundle {}: {e}", b.index)))?;
+        let mut bd = describe_bundle(input, b.index, &source, bytes, b.file_offset)?;
+        bd.wrappers = b.wrappers.clone();
+        d.bundles.push(bd);
+    }
+    note_overlaps(&mut d);
+    for w in &info.wrappers {
+        d.wrappers.push(WrapperDesc {
+            index: w.index,
+            file_offset: w.file_offset,
+            magic: if w.magic == rocpack_elf::HIPK_MAGIC {
+                "HIPK"
+            } else {
+                "HIPF"
+            },
+            version: w.version,
+            pointer: w.pointer.describe(),
+            target: format!("{:#x}", w.target),
+            bundle: w.bundle,
+            points_to_marker: w.points_to_marker,
+            co_index: (w.magic == rocpack_elf::HIPK_MAGIC).then(|| w.co_index()),
+        });
+    }
+    if let Some(m) = &info.marker {
+        d.marker = Some(marker_desc(m));
+    }
+    if let Some(f) = info.fatbin.filter(|f| f.nobits) {
+        d.notes.push(format!(
+            "{} has no data in the file: device code was split out of this image",
+            info.section_name(f.index)
+        ));
+    }
+    if info.signed {
+        d.notes
+            .push("Authenticode certificate table present (signed image)".into());
+    }
+    if info.fatbin.is_none() {
+        note_stray_magic(&mut d, data);
+    }
+    Ok(d)
+}
+
+fn marker_desc(m: &rocpack_elf::MarkerInfo) -> MarkerDesc {
+    let (paths, kernel, error) = match rocpack_kpack::Marker::decode(&m.bytes) {
+        Ok(mk) => (mk.kpack_search_paths, Some(mk.kernel_name), None),
+        Err(e) => (Vec::new(), None, Some(e.to_string())),
+    };
+    MarkerDesc {
+        file_offset: m.section.file_offset,
+        size: m.section.size,
+        kpack_search_paths: paths,
+        kernel_name: kernel,
+        error,
+    }
 }
 
 fn describe_rdc_sections(input: &Input, data: &[u8], index: usize) -> Result<BundleDesc> {
@@ -1163,7 +1277,10 @@ fn plan_files(
 
 /// `.hsaco` for AMDGPU ELF, `.bc` for LLVM bitcode, `.bin` otherwise.
 fn ext(head: &[u8]) -> &'static str {
-    if head.starts_with(b"\x7fELF") {
+    if matches!(
+        rocpack_image::detect(head),
+        rocpack_image::FileType::AmdgpuCodeObject | rocpack_image::FileType::Elf { .. }
+    ) {
         "hsaco"
     } else if head.starts_with(b"BC\xc0\xde") || head.starts_with(&[0xde, 0xc0, 0x17, 0x0b]) {
         "bc"

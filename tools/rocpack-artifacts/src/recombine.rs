@@ -40,7 +40,7 @@ use crate::config::PackagingConfig;
 use crate::databases;
 use crate::fsutil::{self, FsError, IoContext};
 use crate::manifest::{ArtifactManifest, ManifestError, MANIFEST_FILE};
-use crate::select::Target;
+use crate::target::Target;
 use crate::walk::{self, EntryKind, WalkError};
 
 /// How output files are materialised.
@@ -460,15 +460,18 @@ fn same_device_content(rel: &str, a: &TreeEntry, b: &TreeEntry) -> Result<(), St
 fn host_binary_signature(p: &Path) -> Option<(Vec<u8>, Vec<u32>)> {
     let m = fsutil::Mapped::open(p).ok()?;
     let data = m.bytes();
-    if !data.starts_with(b"\x7fELF") {
+    let info = match rocpack_image::detect(&data[..data.len().min(rocpack_image::HEAD_LEN)]) {
+        rocpack_image::FileType::Elf { .. } => {
+            rocpack_image::Analysis::Elf(rocpack_elf::analyze_in(data, &m.source()).ok()?)
+        }
+        rocpack_image::FileType::Pe { .. } => rocpack_image::analyze(data).ok()?,
+        _ => return None,
+    };
+    if info.state() != rocpack_elf::State::Split {
         return None;
     }
-    let info = rocpack_elf::analyze_in(data, &m.source()).ok()?;
-    if info.state != rocpack_elf::State::Split {
-        return None;
-    }
-    let marker = info.marker?.bytes;
-    Some((marker, info.wrappers.iter().map(|w| w.co_index()).collect()))
+    let marker = info.marker()?.bytes.clone();
+    Some((marker, info.wrapper_markers().iter().map(|w| w.1).collect()))
 }
 
 /// Everything a run found and decided before writing.
@@ -484,10 +487,7 @@ pub fn recombine(
     log: &mut (dyn FnMut(&str) + Send),
 ) -> Result<RecombineReport, RecombineError> {
     match opts.jobs {
-        Some(n) => match rayon::ThreadPoolBuilder::new()
-            .num_threads(n.max(1))
-            .build()
-        {
+        Some(n) => match crate::jobs::pool(Some(n)) {
             Ok(pool) => pool.install(|| recombine_inner(opts, log)),
             Err(_) => recombine_inner(opts, log),
         },

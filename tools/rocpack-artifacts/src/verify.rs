@@ -32,11 +32,12 @@ use crate::config::PackagingConfig;
 use crate::databases::{self, DatabaseKind};
 use crate::fsutil::{self, FsError, IoContext};
 use crate::manifest::{ArtifactManifest, MANIFEST_FILE};
-use crate::select::Target;
+use crate::target::Target;
 use crate::walk::{self, EntryKind};
 
-/// AMDGPU `e_machine`.
-const EM_AMDGPU: u16 = 224;
+/// The `.kpack` entry metadata key listing the device targets of the
+/// entry's original bundle (written by `kpack split`).
+pub const BUNDLE_TARGETS: &str = "bundle_targets";
 
 /// Options of [`verify`].
 #[derive(Debug, Clone, Default)]
@@ -293,20 +294,20 @@ fn check_generic_file(pkg: &Package, rel: &str, path: &Path) -> Vec<GenericFindi
         return out;
     };
     let data = mapped.bytes();
-    if data.starts_with(b"__CLANG_OFFLOAD_BUNDLE__") || data.starts_with(b"CCOB") {
-        out.push(GenericFinding::Warning(format!(
-            "{}/{rel}: device-only offload bundle in a generic package: it ships only the archs of the shard it came from",
-            pkg.name
-        )));
-        return out;
-    }
-    if rocpack_elf::is_archive(data) {
-        match rocpack_elf::archive_members(data) {
+    use rocpack_image::FileType;
+    match rocpack_image::detect(&data[..data.len().min(rocpack_image::HEAD_LEN)]) {
+        FileType::Bundle | FileType::Ccob => {
+            out.push(GenericFinding::Warning(format!(
+                "{}/{rel}: device-only offload bundle in a generic package: it ships only the archs of the shard it came from",
+                pkg.name
+            )));
+        }
+        FileType::Archive => match rocpack_elf::archive_members(data) {
             Ok(members) => {
                 for m in members {
-                    if m.data.starts_with(b"\x7fELF") {
+                    if matches!(rocpack_image::detect(m.data), FileType::Elf { .. }) {
                         let label = format!("{rel}({})", m.name);
-                        out.extend(judge_elf(pkg, rel, &label, m.data));
+                        out.extend(judge_image(pkg, rel, &label, m.data));
                     }
                 }
             }
@@ -314,31 +315,21 @@ fn check_generic_file(pkg: &Package, rel: &str, path: &Path) -> Vec<GenericFindi
                 "{}/{rel}: static archive could not be read: {e}",
                 pkg.name
             ))),
-        }
-        return out;
+        },
+        // Device code objects without an arch in the name stay generic in
+        // split (nothing names their arch); they are not judged.
+        FileType::Elf { .. } | FileType::Pe { .. } => out.extend(judge_image(pkg, rel, rel, data)),
+        _ => {}
     }
-    if !data.starts_with(b"\x7fELF") {
-        return out;
-    }
-    out.extend(judge_elf(pkg, rel, rel, data));
     out
 }
 
-/// Judges one ELF image (a file, or an archive member labelled `label`).
-fn judge_elf(pkg: &Package, rel: &str, label: &str, data: &[u8]) -> Vec<GenericFinding> {
+/// Judges one ELF file or PE image (a file, or an archive member labelled `label`).
+fn judge_image(pkg: &Package, rel: &str, label: &str, data: &[u8]) -> Vec<GenericFinding> {
     let mut out = Vec::new();
-    let machine = data
-        .get(18..20)
-        .map(|b| u16::from_le_bytes([b[0], b[1]]))
-        .unwrap_or(0);
-    if machine == EM_AMDGPU {
-        // Device code objects without an arch in the name stay generic in
-        // split (nothing names their arch); only report them.
-        return out;
-    }
-    let info = match rocpack_elf::analyze(data) {
+    let info = match rocpack_image::analyze(data) {
         Ok(i) => i,
-        // An ELF we cannot analyse (PN_XNUM, 32-bit, odd e_type) is fine
+        // A file we cannot analyse (PN_XNUM, 32-bit, odd e_type) is fine
         // without device code; with it, it is a fat binary nobody can see
         // into, shipped in a generic package.
         Err(e) if crate::inspect::carries_device_code(data) => {
@@ -352,7 +343,8 @@ fn judge_elf(pkg: &Package, rel: &str, label: &str, data: &[u8]) -> Vec<GenericF
         }
         Err(_) => return out, // not a HIP binary (other ELF flavours)
     };
-    match info.state {
+    let wrappers = info.wrapper_markers();
+    match info.state() {
         rocpack_elf::State::HostOnly => {}
         rocpack_elf::State::Fat => {
             if info.has_device_code() {
@@ -361,19 +353,19 @@ fn judge_elf(pkg: &Package, rel: &str, label: &str, data: &[u8]) -> Vec<GenericF
                     label,
                     "fat_binary",
                     format!(
-                        "fat binary with device code left in a generic package ({} bundle(s) in .hip_fatbin, {} HIPF wrapper(s))",
-                        info.bundles.len(),
-                        info.wrappers.len()
+                        "fat binary with device code left in a generic package ({} bundle(s) in its bundle section, {} HIPF wrapper(s))",
+                        info.bundles().len(),
+                        wrappers.len()
                     ),
                 )));
             }
         }
         rocpack_elf::State::Split => {
-            let bad: Vec<usize> = info
-                .wrappers
+            let bad: Vec<usize> = wrappers
                 .iter()
-                .filter(|w| w.magic != rocpack_elf::HIPK_MAGIC || !w.points_to_marker)
-                .map(|w| w.index)
+                .enumerate()
+                .filter(|(_, (magic, _, m))| *magic != rocpack_elf::HIPK_MAGIC || m.is_none())
+                .map(|(i, _)| i)
                 .collect();
             if !bad.is_empty() {
                 out.push(GenericFinding::Violation(v(
@@ -383,12 +375,12 @@ fn judge_elf(pkg: &Package, rel: &str, label: &str, data: &[u8]) -> Vec<GenericF
                     format!("wrapper(s) {bad:?} are not HIPK wrappers pointing at the marker"),
                 )));
             }
-            let Some(m) = info.marker else {
+            let Some(m) = info.marker() else {
                 out.push(GenericFinding::Violation(v(
                     &pkg.name,
                     label,
                     "bad_marker",
-                    "HIPK wrappers but no .rocm_kpack_ref marker",
+                    "HIPK wrappers but no marker section (.rocm_kpack_ref / .kpackrf)",
                 )));
                 return out;
             };
@@ -399,17 +391,13 @@ fn judge_elf(pkg: &Package, rel: &str, label: &str, data: &[u8]) -> Vec<GenericF
                     rel: rel.to_string(),
                     label: label.to_string(),
                     marker,
-                    co_indices: info
-                        .wrappers
-                        .iter()
-                        .map(|w| u64::from(w.co_index()))
-                        .collect(),
+                    co_indices: wrappers.iter().map(|w| u64::from(w.1)).collect(),
                 })),
                 Err(e) => out.push(GenericFinding::Violation(v(
                     &pkg.name,
                     label,
                     "bad_marker",
-                    format!(".rocm_kpack_ref marker does not decode: {e}"),
+                    format!("marker does not decode: {e}"),
                 ))),
             }
         }
@@ -439,10 +427,31 @@ pub fn verify(
         if name.starts_with('.') {
             continue;
         }
-        let path = root.join(&name);
-        if !fs::symlink_metadata(&path).ctx(&path, "stat")?.is_dir() {
+        let link = root.join(&name);
+        let meta = fs::symlink_metadata(&link).ctx(&link, "stat")?;
+        // Build systems hand their outputs over as symlinks (`bazel-bin`,
+        // Buck2's `buck-out` links, a directory of links to rule outputs):
+        // a package that is a symlink to a directory is followed and
+        // checked like any other; one that leads nowhere is a violation.
+        let path = if meta.file_type().is_symlink() {
+            match fs::canonicalize(&link) {
+                Ok(real) if real.is_dir() => real,
+                Ok(_) => continue, // a link to a file, not a package
+                Err(e) => {
+                    vio.push(v(
+                        &name,
+                        "",
+                        "bad_package",
+                        format!("symlinked package does not resolve to a directory: {e}"),
+                    ));
+                    continue;
+                }
+            }
+        } else if meta.is_dir() {
+            link
+        } else {
             continue;
-        }
+        };
         let Some((component, kind)) = parse_package_name(&name) else {
             vio.push(v(
                 &name,
@@ -517,6 +526,20 @@ pub fn verify(
         });
     }
     report.packages = packages.len();
+    if packages.is_empty() {
+        // Nothing checked is not a pass: an empty directory, a wrong
+        // `--artifacts-dir` or packages under other names would otherwise
+        // print `OK: 0 packages`.
+        vio.push(v(
+            "",
+            "",
+            "no_packages",
+            format!(
+                "{}: no package to check (a package is a directory, or a symlink to one, named `<component>_generic` or `<component>_<arch or group>`)",
+                root.display()
+            ),
+        ));
+    }
     report.files = packages
         .iter()
         .map(|p| {
@@ -766,6 +789,23 @@ pub fn verify(
             }
         }
     }
+    // (kernel name, co_index) → the device targets of that bundle as
+    // `kpack split` recorded them (`metadata.bundle_targets` of any of its
+    // entries): what the binary was built for, whichever archives are left.
+    let mut recorded: BTreeMap<(String, u64), BTreeSet<String>> = BTreeMap::new();
+    for (_, r) in kpacks.values() {
+        for e in r.entries() {
+            let Some(ts) = e.metadata.as_ref().and_then(recorded_targets) else {
+                continue;
+            };
+            if let Some((name, i)) = rocpack_kpack::split_toc_key(&e.key) {
+                recorded
+                    .entry((name.to_string(), i))
+                    .or_default()
+                    .extend(ts);
+            }
+        }
+    }
     let mut requested: BTreeSet<(String, u64)> = BTreeSet::new();
     for h in &hosts {
         for i in &h.co_indices {
@@ -825,36 +865,7 @@ pub fn verify(
                     mr.lookups += 1;
                     match lookup(&h.marker, dir, co, arch, &installed) {
                         Ok(()) => mr.resolved += 1,
-                        Err(LookupError::NoKernel(msg)) => {
-                            // Every archive for this arch lacks the key: fine
-                            // when this translation unit (co_index) was never
-                            // built for the arch — each has its own arch set
-                            // (-fgpu-rdc off, mixed --offload-arch) — a
-                            // violation when its code for the arch is elsewhere
-                            // in the tree.
-                            let built: Vec<u64> = rocpack_kpack::compatible_targets(arch)
-                                .iter()
-                                .filter_map(|t| {
-                                    built.get(&(h.marker.kernel_name.clone(), t.clone()))
-                                })
-                                .flatten()
-                                .copied()
-                                .collect();
-                            if !built.contains(&co) {
-                                mr.not_built += 1;
-                            } else {
-                                vio.push(v(
-                                    &h.package,
-                                    &h.label,
-                                    "unresolved",
-                                    format!(
-                                        "{} install: wrapper co_index {co}, arch {arch}: {msg} (the tree holds {arch} code for co_index {built:?} of this binary)",
-                                        model.name()
-                                    ),
-                                ));
-                            }
-                        }
-                        Err(LookupError::Other(msg)) => vio.push(v(
+                        Err(LookupError::Broken(msg)) => vio.push(v(
                             &h.package,
                             &h.label,
                             "unresolved",
@@ -863,6 +874,59 @@ pub fn verify(
                                 model.name()
                             ),
                         )),
+                        Err(miss) => {
+                            // No archive has this key for the arch: fine when
+                            // this translation unit (co_index) was never built
+                            // for it — each has its own arch set (-fgpu-rdc
+                            // off, mixed --offload-arch), and a package may
+                            // hold only another library's database files for
+                            // an arch — a violation when its code for the
+                            // arch is elsewhere in the tree, or the split
+                            // recorded that the bundle had it.
+                            let compatible = rocpack_kpack::compatible_targets(arch);
+                            let name = &h.marker.kernel_name;
+                            let elsewhere: Vec<u64> = compatible
+                                .iter()
+                                .filter_map(|t| built.get(&(name.clone(), t.clone())))
+                                .flatten()
+                                .copied()
+                                .collect();
+                            let record = recorded.get(&(name.clone(), co));
+                            let had: Option<&String> =
+                                record.and_then(|r| compatible.iter().find(|t| r.contains(*t)));
+                            let (msg, no_archive) = match &miss {
+                                LookupError::NoKernel(m) => (m, false),
+                                LookupError::NoArchive(m) | LookupError::Broken(m) => (m, true),
+                            };
+                            let why = if elsewhere.contains(&co) {
+                                Some(format!(
+                                    "the tree holds {arch} code for co_index {elsewhere:?} of this binary"
+                                ))
+                            } else if let Some(t) = had {
+                                Some(format!(
+                                    "the split recorded {t} code for this bundle, and no archive in the tree holds it"
+                                ))
+                            } else if record.is_none() && no_archive {
+                                Some(
+                                    "no archive records which targets this bundle was built for (split by ROCm's splitter or an older kpack), so a missing archive cannot be told from one never built"
+                                        .to_string(),
+                                )
+                            } else {
+                                None
+                            };
+                            match why {
+                                None => mr.not_built += 1,
+                                Some(why) => vio.push(v(
+                                    &h.package,
+                                    &h.label,
+                                    "unresolved",
+                                    format!(
+                                        "{} install: wrapper co_index {co}, arch {arch}: {msg} ({why})",
+                                        model.name()
+                                    ),
+                                )),
+                            }
+                        }
                     }
                 }
             }
@@ -986,7 +1050,7 @@ fn lookup(
         .filter_map(|c| installed.get(c.as_str()).map(|r| (c, *r)))
         .collect();
     if valid.is_empty() {
-        return Err(LookupError::Other(format!(
+        return Err(LookupError::NoArchive(format!(
             "no archive found (ARCHIVE_NOT_FOUND); looked for {}",
             candidates.join(", ")
         )));
@@ -1009,8 +1073,7 @@ fn lookup(
         let bytes = r
             .get(&key, t)
             .map_err(|e| format!("{path}: kernel {key} [{t}] does not read: {e}"))?;
-        let machine = bytes.get(18..20).map(|b| u16::from_le_bytes([b[0], b[1]]));
-        if !bytes.starts_with(b"\x7fELF") || machine != Some(EM_AMDGPU) {
+        if rocpack_image::detect(&bytes) != rocpack_image::FileType::AmdgpuCodeObject {
             return Err(format!(
                 "{path}: kernel {key} [{t}] is not an AMDGPU ELF code object"
             ));
@@ -1020,8 +1083,8 @@ fn lookup(
     match got {
         Ok(_) => Ok(()),
         Err(Some((_, m))) if only_misses => Err(LookupError::NoKernel(m)),
-        Err(Some((_, m))) => Err(LookupError::Other(m)),
-        Err(None) => Err(LookupError::Other(format!(
+        Err(Some((_, m))) => Err(LookupError::Broken(m)),
+        Err(None) => Err(LookupError::NoArchive(format!(
             "no archive lists a target compatible with {arch} (ARCH_NOT_FOUND); archives: {}",
             valid
                 .iter()
@@ -1034,10 +1097,27 @@ fn lookup(
 
 /// Why a lookup failed.
 enum LookupError {
-    /// The archive that matched the arch lacks the key.
+    /// Every archive that matched the arch lacks the key.
     NoKernel(String),
-    /// Anything else (no archive, no arch, unreadable or non-AMDGPU code).
-    Other(String),
+    /// No archive at the search paths, or none lists a compatible target.
+    NoArchive(String),
+    /// The code object is there but unreadable or not AMDGPU code.
+    Broken(String),
+}
+
+/// `metadata.bundle_targets` of a `.kpack` entry written by `kpack split`:
+/// the targets of every device code object of the entry's original bundle
+/// (`docs/formats/kpack.md` §2).
+fn recorded_targets(metadata: &rocpack_kpack::rmpv::Value) -> Option<Vec<String>> {
+    let list = metadata
+        .as_map()?
+        .iter()
+        .find(|(k, _)| k.as_str() == Some(BUNDLE_TARGETS))?
+        .1
+        .as_array()?;
+    list.iter()
+        .map(|t| t.as_str().map(str::to_string))
+        .collect()
 }
 
 #[cfg(test)]

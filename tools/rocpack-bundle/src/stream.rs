@@ -263,7 +263,10 @@ fn parse_header(
             ),
         });
     }
-    let mut entries = Vec::with_capacity(count as usize);
+    // `count` is bounded by `limit`, which for a CCOB is the size its
+    // header declares, not bytes anyone has seen: reserve for what is
+    // plausible, grow as entry records actually parse.
+    let mut entries = Vec::with_capacity(count.min(1024) as usize);
     let mut end = 0u64;
     for i in 0..count {
         let rec = take(ENTRY_FIXED, "entry record", &mut header)?;

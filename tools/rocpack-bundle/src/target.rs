@@ -238,6 +238,31 @@ impl TargetId {
         self.kind.as_deref() == Some("host") || self.processor.is_empty()
     }
 
+    /// The one check of an AMDGPU code-object target, shared by every tool
+    /// that reads one (`kpack split` for bundle entries, `verify`,
+    /// `recombine`, `select-family` and the packaging config for target
+    /// IDs): offload kind `hip`/`hipv4` or none, triple `amdgcn-amd-amdhsa…`
+    /// or none, and an LLVM processor name ([`is_gfx_processor`]:
+    /// `gfx1100`, `gfx90a`, `gfx9-4-generic`; not `GFX1100`, not
+    /// `-gfx1030`). `Err` says what was expected.
+    pub fn check_amdgpu(&self) -> std::result::Result<(), &'static str> {
+        let amdgpu_triple = self
+            .triple()
+            .is_none_or(|t| t.starts_with("amdgcn-amd-amdhsa"));
+        let offload_kind = matches!(self.kind(), None | Some("hip") | Some("hipv4"));
+        if !amdgpu_triple || !offload_kind || self.is_host() {
+            return Err(
+                "an AMDGPU target (`gfx…`, `amdgcn-amd-amdhsa--gfx…` or `hipv4-amdgcn-amd-amdhsa--gfx…`)",
+            );
+        }
+        if !is_gfx_processor(self.arch()) {
+            return Err(
+                "`gfx` followed by digits, lowercase letters or `-` (e.g. gfx1100, gfx90a, gfx9-4-generic)",
+            );
+        }
+        Ok(())
+    }
+
     /// Generic processor such as `gfx11-generic` or `gfx9-4-generic`.
     pub fn is_generic(&self) -> bool {
         self.processor.ends_with("-generic")
@@ -446,6 +471,34 @@ mod tests {
 
     fn t(s: &str) -> TargetId {
         TargetId::parse(s).unwrap()
+    }
+
+    #[test]
+    fn amdgpu_check_is_one_rule() {
+        for ok in [
+            "gfx1100",
+            "gfx90a:xnack-",
+            "gfx9-4-generic",
+            "amdgcn-amd-amdhsa--gfx942:sramecc+:xnack-",
+            "hipv4-amdgcn-amd-amdhsa--gfx1030",
+            "hip-amdgcn-amd-amdhsa-gfx906",
+        ] {
+            assert_eq!(t(ok).check_amdgpu(), Ok(()), "{ok}");
+        }
+        for bad in [
+            "GFX1100",
+            "hipv4-amdgcn-amd-amdhsa--GFX1100",
+            "hip64-amdgcn-amd-amdhsa---gfx1030",
+            "hipv4-amdgcn-amd-amdhsa--",
+            "hipv4-amdgcn-amd-amdhsa",
+            "host-x86_64-unknown-linux--",
+            "openmp-amdgcn-amd-amdhsa--gfx90a",
+            "hipv4-x86_64-unknown-linux--gfx90a",
+        ] {
+            if let Ok(id) = TargetId::parse(bad) {
+                assert!(id.check_amdgpu().is_err(), "{bad}");
+            }
+        }
     }
 
     #[test]

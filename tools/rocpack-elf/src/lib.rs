@@ -46,6 +46,7 @@ mod elf;
 mod error;
 mod object_file;
 mod rewrite;
+mod sections;
 
 pub use analyze::{
     analyze, analyze_in, BundleInfo, ElfKind, FatBinaryInfo, MarkerInfo, PointerModel,

@@ -13,7 +13,7 @@ use object::elf;
 use crate::analyze::{FatBinaryInfo, PointerModel, MARKER_SECTION};
 use crate::elf::{align_up, grow, put_u16, put_u64, Elf, Shdr, EHDR_SIZE, SYM_SIZE};
 use crate::error::{Error, Result};
-use crate::rewrite::{
+use crate::sections::{
     build_fatbin, marker_shdr, shstrtab_bytes, shstrtab_without_marker, split_sections, write_hipf,
     write_hipk,
 };
@@ -271,7 +271,7 @@ pub(crate) fn reassemble_object(
     let mut shdrs = elf.shdrs.clone();
     shdrs.pop();
     shdrs[fb.index].sh_type = elf::SHT_PROGBITS;
-    let shstrtab = shstrtab_without_marker(elf, mk)?;
+    let (shstrtab, _) = shstrtab_without_marker(elf, mk)?;
     let edits = [
         Edit {
             index: elf.shstrndx,

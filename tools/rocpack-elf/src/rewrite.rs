@@ -22,17 +22,18 @@ use std::collections::HashSet;
 use object::elf;
 
 use crate::analyze::{
-    analyze_elf, FatBinaryInfo, MarkerInfo, PointerModel, SectionRange, State, HIPF_MAGIC,
-    HIPK_MAGIC, MARKER_SECTION, R_AARCH64_RELATIVE, R_X86_64_RELATIVE,
+    analyze_elf, FatBinaryInfo, PointerModel, State, MARKER_SECTION, R_AARCH64_RELATIVE,
+    R_X86_64_RELATIVE,
 };
 use crate::elf::{
-    align_down, align_up, get, grow, put, put_u16, put_u32, put_u64, u64_at, Elf, Phdr, Shdr,
-    EHDR_SIZE, PHDR_SIZE, SHT_RELR, SYM_SIZE,
+    align_down, align_up, get, grow, put, put_u16, put_u64, u64_at, Elf, Phdr, Shdr, PHDR_SIZE,
+    SHT_RELR, SYM_SIZE,
 };
 use crate::error::{Error, Result};
-
-/// Alignment of each bundle in a rebuilt `.hip_fatbin` (clang's).
-const BUNDLE_ALIGN: u64 = 4096;
+use crate::sections::{
+    build_fatbin, end_loaded, marker_shdr, shstrtab_bytes, shstrtab_without_marker, split_sections,
+    write_hipf, write_hipk, OrigPlaces,
+};
 
 /// Dynamic tags whose value is an address.
 const ADDR_TAGS: &[u32] = &[
@@ -257,30 +258,17 @@ fn page_size(elf: &Elf<'_>) -> Result<u64> {
     Ok(page)
 }
 
-/// End of the file range that loaded content (segments, alloc sections,
-/// headers) occupies; everything after it is non-alloc sections and the
-/// section header table.
-fn end_loaded(elf: &Elf<'_>) -> u64 {
-    let mut end = EHDR_SIZE.max(elf.ehdr.e_phoff + elf.phdrs.len() as u64 * PHDR_SIZE);
-    for p in &elf.phdrs {
-        if p.p_type == elf::PT_LOAD {
-            end = end.max(p.p_offset.saturating_add(p.p_filesz));
-        }
-    }
-    for s in &elf.shdrs {
-        if s.is_alloc() && s.has_file_data() {
-            end = end.max(s.sh_offset.saturating_add(s.sh_size));
-        }
-    }
-    end.min(elf.data.len() as u64)
-}
-
 /// Lay out the non-alloc sections after `end`, in their original order.
+/// `shstrtab_at`: where the original file (reassembly) had its `.shstrtab`
+/// among the loaded content (see [`OrigPlaces`]); it goes back there instead
+/// of into the tail.
+#[allow(clippy::too_many_arguments)]
 fn layout_tail(
     elf: &Elf<'_>,
     end: u64,
     shdrs: &mut [Shdr],
     shstrtab: &[u8],
+    shstrtab_at: Option<u64>,
     map: &mut OffMap,
     out: &mut Vec<u8>,
     limit: u64,
@@ -292,6 +280,9 @@ fn layout_tail(
     // segments; such a .shstrtab is written anew after the tail (its old
     // bytes stay where they are, unreferenced).
     let shstrtab_inside = elf.shstrndx != 0 && !tail.contains(&elf.shstrndx);
+    if shstrtab_at.is_some() {
+        tail.retain(|&i| i != elf.shstrndx);
+    }
     tail.sort_by_key(|&i| (elf.shdrs[i].sh_offset, i));
     for i in tail {
         let s = &elf.shdrs[i];
@@ -309,7 +300,11 @@ fn layout_tail(
         }
         shdrs[i].sh_offset = pos;
     }
-    if shstrtab_inside {
+    if let Some(pos) = shstrtab_at {
+        put(out, pos, shstrtab)?;
+        shdrs[elf.shstrndx].sh_offset = pos;
+        shdrs[elf.shstrndx].sh_size = shstrtab.len() as u64;
+    } else if shstrtab_inside {
         let pos = out.len() as u64;
         if pos + shstrtab.len() as u64 > limit {
             return Err(Error::layout(
@@ -324,8 +319,15 @@ fn layout_tail(
     Ok(())
 }
 
-/// Append the section header table; returns the new `e_shoff`.
-fn write_shdrs(shdrs: &[Shdr], out: &mut Vec<u8>) -> Result<u64> {
+/// Append the section header table (or write it at `at`, its original
+/// place, see [`OrigPlaces`]); returns the new `e_shoff`.
+fn write_shdrs(shdrs: &[Shdr], out: &mut Vec<u8>, at: Option<u64>) -> Result<u64> {
+    if let Some(at) = at {
+        for (k, s) in shdrs.iter().enumerate() {
+            put(out, at + k as u64 * 64, &s.encode())?;
+        }
+        return Ok(at);
+    }
     let shoff = align_up(out.len() as u64, 8).unwrap_or(u64::MAX);
     out.resize(shoff as usize, 0);
     for s in shdrs.iter() {
@@ -627,19 +629,41 @@ fn split_linked(elf: &Elf<'_>, info: &FatBinaryInfo, marker: &[u8]) -> Result<Ve
             break;
         }
     }
-    let (b0_off, b1_off) = match block.first() {
+    let next = after
+        .iter()
+        .filter(|i| !block.contains(i))
+        .map(|&i| elf.shdrs[i].sh_offset)
+        .min();
+    let (mut b0_off, mut b1_off) = match block.first() {
         None => (ph_new_end, ph_new_end),
-        Some(&first) => {
-            // The block ends where the next remaining section starts.
-            let next = after
-                .iter()
-                .filter(|i| !block.contains(i))
-                .map(|&i| elf.shdrs[i].sh_offset)
-                .min()
-                .unwrap_or(b1_off);
-            (elf.shdrs[first].sh_offset, next.max(b1_off))
-        }
+        // The block ends where the next remaining section starts.
+        Some(&first) => (
+            elf.shdrs[first].sh_offset,
+            next.unwrap_or(b1_off).max(b1_off),
+        ),
     };
+    // Bytes between the table and the first section are normally zero
+    // padding, which reassembly writes back. patchelf leaves the old
+    // places of the sections it moved there (not zero): then they are
+    // moved too, from the end of the table on, so reassembly gives them
+    // back (the block still ends at the next remaining section).
+    let gap_end = if block.is_empty() { next } else { Some(b0_off) };
+    if let Some(g) = gap_end.filter(|&g| g > ph_old_end) {
+        if get(
+            data,
+            ph_old_end,
+            g - ph_old_end,
+            "bytes behind the program headers",
+        )?
+        .iter()
+        .any(|&b| b != 0)
+        {
+            b0_off = ph_old_end;
+            if block.is_empty() {
+                b1_off = g;
+            }
+        }
+    }
     for &i in &block {
         let sh = &elf.shdrs[i];
         if !movable(sh) {
@@ -784,6 +808,7 @@ fn split_linked(elf: &Elf<'_>, info: &FatBinaryInfo, marker: &[u8]) -> Result<Ve
                 p_paddr: l.p_paddr.wrapping_add(w - l.p_vaddr),
                 p_filesz: l.p_vaddr + l.p_filesz - w,
                 p_memsz: l.p_vaddr + l.p_memsz - w,
+                p_flags: l2_flags(elf, &l, fb.index, v, r, w),
                 ..l
             };
             phdrs.push(l1);
@@ -822,7 +847,9 @@ fn split_linked(elf: &Elf<'_>, info: &FatBinaryInfo, marker: &[u8]) -> Result<Ve
     write_phdrs(elf, &mut out, &phdrs)?;
 
     let limit = data.len() as u64 + shstrtab.len() as u64 + 2 * page;
-    layout_tail(elf, end, &mut shdrs, &shstrtab, &mut map, &mut out, limit)?;
+    layout_tail(
+        elf, end, &mut shdrs, &shstrtab, None, &mut map, &mut out, limit,
+    )?;
     // References into the moved block.
     relocate_block_refs(elf, &mut out, &map, b0, l0_addr(b1_off), delta, &moved)?;
 
@@ -832,11 +859,58 @@ fn split_linked(elf: &Elf<'_>, info: &FatBinaryInfo, marker: &[u8]) -> Result<Ve
         write_pointer(&mut out, &map, wr, m)?;
     }
 
-    let shoff = write_shdrs(&shdrs, &mut out)?;
+    let shoff = write_shdrs(&shdrs, &mut out, None)?;
     write_ehdr(&mut out, new_n, shoff, shdrs.len() as u64)?;
 
     // Self-check: the result must analyse as split, every wrapper on the marker.
     check_split(out, info)
+}
+
+/// Flags of the new `L2` = `[W, L.end)`: the least permission its sections
+/// need. It holds the moved metadata block and the marker (read-only) and
+/// whatever followed `.hip_fatbin` in `L` (`[R, L.end)`), so read-only data
+/// split from a writable `L` (`.hip_fatbin` after `.bss`) is not left
+/// writable. Permissions are only dropped when no page of `L1`'s content
+/// (`[L.vaddr, end of the last section before V)`) shares a page with
+/// `L2`: the loader maps whole pages, and `L2`'s mapping would otherwise take
+/// `W`/`X` from `L1`'s last page. The page is the largest the machine's
+/// loader may use for `L`: 4 KiB on x86-64 (its only base page); elsewhere
+/// (aarch64, ppc64le kernels may run 64 KiB pages) `L`'s `p_align`, since a
+/// system whose pages are larger than that cannot load `L` at all.
+/// Otherwise `L`'s flags are kept.
+fn l2_flags(elf: &Elf<'_>, l: &Phdr, fb_index: usize, v: u64, r: u64, w: u64) -> u32 {
+    let page = if elf.ehdr.e_machine == elf::EM_X86_64 {
+        machine_page(elf.ehdr.e_machine)
+    } else {
+        l.p_align.max(machine_page(elf.ehdr.e_machine))
+    };
+    let rwx = elf::PF_W | elf::PF_X;
+    let mut need = 0u32;
+    let mut l1_end = l.p_vaddr;
+    let l_end = l.p_vaddr.saturating_add(l.p_memsz);
+    for (i, sh) in elf.shdrs.iter().enumerate() {
+        if i == fb_index || !sh.is_alloc() || sh.sh_size == 0 {
+            continue;
+        }
+        let end = sh.sh_addr.saturating_add(sh.sh_size);
+        if sh.sh_addr >= r && sh.sh_addr < l_end {
+            if sh.sh_flags & u64::from(elf::SHF_WRITE) != 0 {
+                need |= elf::PF_W;
+            }
+            if sh.sh_flags & u64::from(elf::SHF_EXECINSTR) != 0 {
+                need |= elf::PF_X;
+            }
+        } else if sh.sh_addr >= l.p_vaddr && sh.sh_addr < v {
+            l1_end = l1_end.max(end);
+        }
+    }
+    let flags = (l.p_flags & !rwx) | (l.p_flags & need);
+    let separate = align_up(l1_end, page).is_some_and(|e| e <= align_down(w, page));
+    if flags != l.p_flags && separate {
+        flags
+    } else {
+        l.p_flags
+    }
 }
 
 /// Split a binary whose `.hip_fatbin` is too small to hold the marker and
@@ -883,12 +957,14 @@ fn split_in_place(
         sh.sh_size = 0;
     }
     let shstrtab = add_marker_section(elf, &mut shdrs, v, fb.file_offset, mlen)?;
-    layout_tail(elf, end, &mut shdrs, &shstrtab, &mut map, &mut out, limit)?;
+    layout_tail(
+        elf, end, &mut shdrs, &shstrtab, None, &mut map, &mut out, limit,
+    )?;
     for wr in &info.wrappers {
         write_hipk(&mut out, wr, |o| map.map_or_err(o, "wrapper"))?;
         write_pointer(&mut out, &map, wr, v)?;
     }
-    let shoff = write_shdrs(&shdrs, &mut out)?;
+    let shoff = write_shdrs(&shdrs, &mut out, None)?;
     write_ehdr(&mut out, elf.phdrs.len() as u64, shoff, shdrs.len() as u64)?;
     check_split(out, info)
 }
@@ -959,10 +1035,26 @@ fn reassemble_in_place(
             s0.sh_size = s0.sh_size.saturating_sub(1);
         }
     }
-    let shstrtab = shstrtab_without_marker(elf, mk)?;
+    let (shstrtab, places) = shstrtab_without_marker(elf, mk)?;
+    let places = places.checked(
+        elf,
+        &shdrs,
+        mk.section.index,
+        out.len() as u64,
+        shstrtab.len() as u64,
+    );
     let page = page_size(elf)?;
     let limit = (data.len() as u64).saturating_add(fat.len() as u64 + 4 * page);
-    layout_tail(elf, end, &mut shdrs, &shstrtab, &mut map, &mut out, limit)?;
+    layout_tail(
+        elf,
+        end,
+        &mut shdrs,
+        &shstrtab,
+        places.shstrtab,
+        &mut map,
+        &mut out,
+        limit,
+    )?;
     for wr in &info.wrappers {
         let co = wr.co_index() as usize;
         let addr = *bundle_addr
@@ -972,77 +1064,9 @@ fn reassemble_in_place(
         write_pointer(&mut out, &map, wr, addr)?;
     }
     remove_section(elf, &mut out, &map, &mut shdrs, mk.section.index, fb.index)?;
-    let shoff = write_shdrs(&shdrs, &mut out)?;
+    let shoff = write_shdrs(&shdrs, &mut out, places.shoff)?;
     write_ehdr(&mut out, elf.phdrs.len() as u64, shoff, shdrs.len() as u64)?;
     Ok(out)
-}
-
-/// `.hip_fatbin` and the marker of a split `what` (binary, object).
-pub(crate) fn split_sections<'i>(
-    info: &'i FatBinaryInfo,
-    what: &str,
-) -> Result<(SectionRange, &'i MarkerInfo)> {
-    let fb = info
-        .fatbin
-        .ok_or_else(|| Error::malformed(0, format!("split {what} without .hip_fatbin")))?;
-    let mk = info
-        .marker
-        .as_ref()
-        .ok_or_else(|| Error::malformed(0, format!("split {what} without .rocm_kpack_ref")))?;
-    Ok((fb, mk))
-}
-
-/// A rebuilt `.hip_fatbin`: the bundles in order, each aligned to
-/// [`BUNDLE_ALIGN`], and the offset of each in it.
-pub(crate) fn build_fatbin(bundles: &[Vec<u8>]) -> (Vec<u8>, Vec<u64>) {
-    let mut fat = Vec::new();
-    let mut offsets = Vec::with_capacity(bundles.len());
-    for b in bundles {
-        let pos = align_up(fat.len() as u64, BUNDLE_ALIGN).unwrap_or(u64::MAX);
-        fat.resize(usize::try_from(pos).unwrap_or(usize::MAX), 0);
-        offsets.push(pos);
-        fat.extend_from_slice(b);
-    }
-    (fat, offsets)
-}
-
-/// The bytes of `.shstrtab` (empty when the file has none).
-pub(crate) fn shstrtab_bytes(elf: &Elf<'_>) -> Result<Vec<u8>> {
-    Ok(elf
-        .shdrs
-        .get(elf.shstrndx)
-        .map(|s| s.data(elf.data))
-        .transpose()?
-        .unwrap_or_default()
-        .to_vec())
-}
-
-/// `.shstrtab` without the marker's name, when split appended it last.
-pub(crate) fn shstrtab_without_marker(elf: &Elf<'_>, mk: &MarkerInfo) -> Result<Vec<u8>> {
-    let mut shstrtab = shstrtab_bytes(elf)?;
-    let mname = elf.shdrs[mk.section.index].sh_name as usize;
-    if mname + MARKER_SECTION.len() + 1 == shstrtab.len() {
-        shstrtab.truncate(mname);
-    }
-    Ok(shstrtab)
-}
-
-/// Header of the `.rocm_kpack_ref` section (ALLOC, PROGBITS, byte
-/// aligned), its name at `sh_name` of `.shstrtab`.
-pub(crate) fn marker_shdr(sh_name: u32, addr: u64, offset: u64, size: u64) -> Shdr {
-    Shdr {
-        sh_name,
-        sh_type: elf::SHT_PROGBITS,
-        sh_flags: u64::from(elf::SHF_ALLOC),
-        sh_addr: addr,
-        sh_offset: offset,
-        sh_size: size,
-        sh_link: 0,
-        sh_info: 0,
-        sh_addralign: 1,
-        sh_entsize: 0,
-        name: MARKER_SECTION.as_bytes().to_vec(),
-    }
 }
 
 /// Append the marker section (`size` bytes at `addr`, file offset
@@ -1058,6 +1082,9 @@ fn add_marker_section(
     let mut shstrtab = shstrtab_bytes(elf)?;
     shstrtab.extend_from_slice(MARKER_SECTION.as_bytes());
     shstrtab.push(0);
+    if let Some(rec) = OrigPlaces::of(elf, end_loaded(elf)).encode() {
+        shstrtab.extend_from_slice(&rec);
+    }
     let name = u32::try_from(name_off).map_err(|_| Error::layout(0, ".shstrtab too large"))?;
     shdrs.push(marker_shdr(name, addr, offset, size));
     if elf.ehdr.e_shnum == 0 {
@@ -1066,35 +1093,6 @@ fn add_marker_section(
         }
     }
     Ok(shstrtab)
-}
-
-/// Make wrapper `wr` a split one (HIPK, `co_index` = its bundle) where
-/// `locate` puts its input offset in the output; returns that offset.
-pub(crate) fn write_hipk(
-    out: &mut [u8],
-    wr: &crate::WrapperInfo,
-    locate: impl FnOnce(u64) -> Result<u64>,
-) -> Result<u64> {
-    let co = wr.bundle.ok_or_else(|| Error::Wrapper {
-        index: wr.index,
-        offset: wr.file_offset,
-        what: "wrapper does not point at a bundle".into(),
-    })?;
-    let woff = locate(wr.file_offset)?;
-    put_u32(out, woff, HIPK_MAGIC)?;
-    put_u32(
-        out,
-        woff + 16,
-        u32::try_from(co).map_err(|_| Error::layout(woff, "too many bundles"))?,
-    )?;
-    Ok(woff)
-}
-
-/// Make the wrapper at output offset `woff` a fat one again (HIPF,
-/// `co_index` 0).
-pub(crate) fn write_hipf(out: &mut [u8], woff: u64) -> Result<()> {
-    put_u32(out, woff, HIPF_MAGIC)?;
-    put_u32(out, woff + 16, 0)
 }
 
 /// Write the program header table at `e_phoff`.
@@ -1328,7 +1326,14 @@ fn reassemble_linked(elf: &Elf<'_>, info: &FatBinaryInfo, bundles: &[Vec<u8>]) -
             s0.sh_size = s0.sh_size.saturating_sub(1);
         }
     }
-    let shstrtab = shstrtab_without_marker(elf, mk)?;
+    let (shstrtab, places) = shstrtab_without_marker(elf, mk)?;
+    let places = places.checked(
+        elf,
+        &shdrs,
+        mk.section.index,
+        out.len() as u64,
+        shstrtab.len() as u64,
+    );
 
     let mut phdrs: Vec<Phdr> = Vec::with_capacity(new_n as usize);
     for (i, p) in elf.phdrs.iter().enumerate() {
@@ -1352,7 +1357,16 @@ fn reassemble_linked(elf: &Elf<'_>, info: &FatBinaryInfo, bundles: &[Vec<u8>]) -
         phdrs.push(p);
     }
     write_phdrs(elf, &mut out, &phdrs)?;
-    layout_tail(elf, end, &mut shdrs, &shstrtab, &mut map, &mut out, limit)?;
+    layout_tail(
+        elf,
+        end,
+        &mut shdrs,
+        &shstrtab,
+        places.shstrtab,
+        &mut map,
+        &mut out,
+        limit,
+    )?;
     relocate_block_refs(elf, &mut out, &map, w, m, delta, &moved)?;
 
     for wr in &info.wrappers {
@@ -1361,7 +1375,7 @@ fn reassemble_linked(elf: &Elf<'_>, info: &FatBinaryInfo, bundles: &[Vec<u8>]) -
         write_pointer(&mut out, &map, wr, bundle_addr[co])?;
     }
     remove_section(elf, &mut out, &map, &mut shdrs, mk.section.index, fb.index)?;
-    let shoff = write_shdrs(&shdrs, &mut out)?;
+    let shoff = write_shdrs(&shdrs, &mut out, places.shoff)?;
     write_ehdr(&mut out, new_n, shoff, shdrs.len() as u64)?;
     Ok(out)
 }

@@ -11,6 +11,7 @@ use std::process::Command;
 
 use common::*;
 use rocpack_elf::{analyze, split_host};
+use rocpack_testsupport::assert_no_new_elflint_messages;
 
 const SRC: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/elf");
 
@@ -328,6 +329,7 @@ fn split_binaries_load_and_register_hipk_after_every_strip() {
         "dh_strip",
         "debugedit",
         "patchelf",
+        "eu-elflint",
     ] {
         assert!(
             have_tool(t),
@@ -360,6 +362,9 @@ fn split_binaries_load_and_register_hipk_after_every_strip() {
             marker_for(&fixtures().join("fatbins").join(&name))
         };
         let split = split_host(&data, &marker).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+        let split_copy = mixed.join(format!("{name}.split-{checked}"));
+        std::fs::write(&split_copy, &split).unwrap();
+        assert_no_new_elflint_messages(&p, &split_copy);
         if p == in_place {
             // In place: the marker sits where the bundles were, nothing moved.
             let s = analyze(&split).unwrap();
@@ -620,6 +625,7 @@ fn every_linker_and_page_size_splits_loads_and_reassembles() {
                 let split = split_host(&data, &marker).unwrap_or_else(|e| panic!("{name}: {e}"));
                 let path = libdir.join(&name);
                 std::fs::write(&path, &split).unwrap();
+                assert_no_new_elflint_messages(&input, &path);
                 assert_phdr_invariant(&path, &format!("{name} split"));
                 let lines = load(&loader, &libdir, &path, marker.len());
                 assert!(!lines.is_empty(), "{name}: nothing registered");
@@ -652,4 +658,149 @@ fn every_linker_and_page_size_splits_loads_and_reassembles() {
         "4 KiB outputs without mixed PT_LOAD p_align: {mixed:?}"
     );
     eprintln!("mixed p_align layouts: {mixed:?}");
+}
+
+/// (p_type, p_flags, p_vaddr, p_memsz) of every program header.
+fn phdr_flags(d: &[u8]) -> Vec<(u32, u32, u64, u64)> {
+    let le64 = |at: usize| u64::from_le_bytes(d[at..at + 8].try_into().unwrap());
+    let le32 = |at: usize| u32::from_le_bytes(d[at..at + 4].try_into().unwrap());
+    let phoff = le64(32) as usize;
+    let phnum = u16::from_le_bytes(d[56..58].try_into().unwrap()) as usize;
+    (0..phnum)
+        .map(|i| phoff + i * 56)
+        .map(|at| (le32(at), le32(at + 4), le64(at + 16), le64(at + 40)))
+        .collect()
+}
+
+/// Issue 25 item 2: `.hip_fatbin` in the RW PT_LOAD after `.bss` (linked by
+/// ld.lld with tests/elf/rw_fatbin.ld). The new PT_LOAD holding the moved
+/// read-only metadata and the marker gets the least permission its
+/// sections need (R), eu-elflint --gnu-ld finds nothing new, the split
+/// library loads and registers the marker, and reassembly is the original.
+#[test]
+fn readonly_data_split_from_writable_load_is_not_writable() {
+    assert!(have_fixtures(), "fixtures missing (set ROCPACK_SHARED)");
+    assert!(have_tool("eu-elflint"), "eu-elflint (elfutils) is needed");
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let loader = build_harness(dir);
+    let src = fixtures().join("src");
+    let clang = "/usr/lib/llvm-19/bin/clang++";
+    let obj = dir.join("kern.o");
+    let mut c = Command::new(clang);
+    c.args([
+        "-x",
+        "hip",
+        "-nogpulib",
+        "-nogpuinc",
+        "-O2",
+        "-fPIC",
+        "-std=c++17",
+    ])
+    .args(["--offload-arch=gfx1100", "--offload-arch=gfx90a:xnack-"])
+    .arg(format!("-I{}", src.display()))
+    .arg("-c")
+    .arg(src.join("kern_a.hip"))
+    .arg("-o")
+    .arg(&obj);
+    run_tool(c, "kern_a.hip");
+    let lib = dir.join("libfx_rw_fatbin.so");
+    let mut c = Command::new(clang);
+    c.args(["-fuse-ld=lld", "-shared"])
+        .arg(format!("-Wl,-T,{SRC}/rw_fatbin.ld"))
+        .arg(&obj)
+        .arg("-o")
+        .arg(&lib);
+    run_tool(c, "link with rw_fatbin.ld");
+    let data = std::fs::read(&lib).unwrap();
+    let info = analyze(&data).unwrap();
+    let fb = info.fatbin.unwrap();
+    // The layout under test: .hip_fatbin inside a writable PT_LOAD.
+    let load_of = |phdrs: &[(u32, u32, u64, u64)], a: u64| {
+        phdrs
+            .iter()
+            .find(|p| p.0 == 1 && a >= p.2 && a < p.2 + p.3)
+            .copied()
+            .unwrap()
+    };
+    let orig = phdr_flags(&data);
+    assert_eq!(
+        load_of(&orig, fb.addr).1,
+        6,
+        "fixture: .hip_fatbin not in an RW load"
+    );
+
+    let marker = b"rocpack-test-marker:rw_fatbin".to_vec();
+    let split = split_host(&data, &marker).unwrap();
+    let s = analyze(&split).unwrap();
+    let m = s.marker.as_ref().unwrap().section.addr;
+    let phdrs = phdr_flags(&split);
+    let l2 = load_of(&phdrs, m);
+    assert_eq!(
+        l2.1, 4,
+        "new PT_LOAD with the marker has flags {:#x}, want R",
+        l2.1
+    );
+    // The data the original segment held before .hip_fatbin stays writable.
+    let data_sec = load_of(&phdrs, fb.addr);
+    assert_eq!(data_sec.1, 6, "L1 lost its write permission");
+
+    let libdir = dir.join("lib");
+    std::fs::create_dir_all(&libdir).unwrap();
+    std::fs::copy(
+        dir.join("libamdhip64.so.5"),
+        libdir.join("libamdhip64.so.5"),
+    )
+    .unwrap();
+    let path = libdir.join("libfx_rw_fatbin.so");
+    std::fs::write(&path, &split).unwrap();
+    assert_no_new_elflint_messages(&lib, &path);
+    assert_phdr_invariant(&path, "rw_fatbin split");
+    let lines = load(&loader, &libdir, &path, marker.len());
+    assert!(!lines.is_empty(), "nothing registered");
+    for l in &lines {
+        assert!(
+            l.starts_with("magic=HIPK version=1")
+                && l.ends_with(&format!("data={}", hex::encode(&marker))),
+            "{l}"
+        );
+    }
+    let back = rocpack_elf::reassemble(&split, &bundles_of(&data)).unwrap();
+    assert!(back == data, "reassembly is not the original file");
+}
+
+/// Issue 25 item 3: libraries run through `patchelf --set-rpath` (what
+/// auditwheel does) have `.shstrtab` and the section header table among the
+/// loaded segments. Split records where they were; reassembly puts them
+/// back, byte-identical, and every split passes eu-elflint --gnu-ld with
+/// nothing new.
+#[test]
+fn patchelf_libraries_reassemble_byte_identical() {
+    assert!(have_fixtures(), "fixtures missing (set ROCPACK_SHARED)");
+    assert!(have_tool("patchelf"), "patchelf is needed");
+    let tmp = tempfile::tempdir().unwrap();
+    let copies = patchelf_copies(tmp.path());
+    assert_eq!(copies.len(), 3);
+    for p in copies {
+        let name = p.file_name().unwrap().to_string_lossy().into_owned();
+        let data = std::fs::read(&p).unwrap();
+        let shoff = u64::from_le_bytes(data[40..48].try_into().unwrap());
+        assert!(
+            shoff + 64 < data.len() as u64,
+            "{name}: patchelf left the section headers at the end: not the layout under test"
+        );
+        let split = split_host(&data, format!("marker:{name}").as_bytes()).unwrap();
+        let f = tmp.path().join(format!("{name}.split"));
+        std::fs::write(&f, &split).unwrap();
+        assert_no_new_elflint_messages(&p, &f);
+        let back = rocpack_elf::reassemble(&split, &bundles_of(&data)).unwrap();
+        assert_eq!(back.len(), data.len(), "{name}: reassembled size");
+        let diff: Vec<usize> = (0..data.len()).filter(|&i| back[i] != data[i]).collect();
+        assert!(
+            diff.is_empty(),
+            "{name}: reassembly is not byte-identical: {} bytes differ, first at {:#x?}",
+            diff.len(),
+            &diff[..diff.len().min(8)]
+        );
+    }
 }

@@ -185,20 +185,6 @@ fn round_trip_restores_code_objects() {
     );
 }
 
-fn elflint_messages(path: &std::path::Path) -> BTreeSet<String> {
-    let o = Command::new("eu-elflint")
-        .arg("--gnu-ld")
-        .arg(path)
-        .output()
-        .unwrap();
-    String::from_utf8_lossy(&o.stdout)
-        .lines()
-        .chain(String::from_utf8_lossy(&o.stderr).lines())
-        .filter(|l| !l.contains("No errors"))
-        .map(str::to_string)
-        .collect()
-}
-
 #[test]
 fn readelf_and_elflint_accept_split_output() {
     if !have_fixtures() || !have_tool("readelf") || !have_tool("eu-elflint") {
@@ -223,13 +209,6 @@ fn readelf_and_elflint_accept_split_output() {
         );
         // elflint: nothing beyond what it already says about the input
         // (lld outputs carry a few pre-existing complaints).
-        let before = elflint_messages(&p);
-        let after = elflint_messages(&f);
-        let new: Vec<_> = after.difference(&before).collect();
-        assert!(
-            new.is_empty(),
-            "{}: new eu-elflint messages: {new:?}",
-            rel(&p)
-        );
+        rocpack_testsupport::assert_no_new_elflint_messages(&p, &f);
     }
 }

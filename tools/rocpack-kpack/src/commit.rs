@@ -50,6 +50,35 @@ impl CommitError {
     }
 }
 
+impl CommitError {
+    /// Whether the destination may already hold outputs of this commit
+    /// (an error past the point of no return): callers must not report
+    /// "nothing was written" then.
+    pub fn wrote_something(&self) -> bool {
+        self.what == COMMIT_INTERRUPTED || self.what == COMMITTED_UNSYNCED
+    }
+
+    /// Re-labels an error that happened after outputs started to move.
+    fn past_point_of_no_return(self, what: &'static str) -> Self {
+        let inner = format!("{}: {}: {}", self.path.display(), self.what, self.error);
+        Self {
+            path: self.path,
+            what,
+            error: io::Error::new(self.error.kind(), inner),
+        }
+    }
+}
+
+/// `what` of a commit that failed after outputs started moving into an
+/// existing destination: some are in place, the rest stays in the staging
+/// directory (with its `.commit` list), and the next run into the same
+/// destination, or [`complete_interrupted`], moves it.
+pub const COMMIT_INTERRUPTED: &str = "commit interrupted after outputs started moving into the output directory (the staging directory is kept; the next split or recombine into it completes the commit)";
+
+/// `what` of a commit whose outputs are all in place but not made durable.
+pub const COMMITTED_UNSYNCED: &str =
+    "outputs moved into place, but the output directory could not be synced";
+
 type FsError = CommitError;
 
 trait IoContext<T> {
@@ -230,7 +259,8 @@ impl StagingDir {
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
                 fs::rename(&staged, &self.dest).ctx(&self.dest, "rename staging directory")?;
                 self.dir = None;
-                sync_dir(&parent_of(&self.dest))?;
+                sync_dir(&parent_of(&self.dest))
+                    .map_err(|e| e.past_point_of_no_return(COMMITTED_UNSYNCED))?;
                 Ok(self.dest.clone())
             }
             Err(e) => Err(FsError::new(&self.dest, "stat output directory", e)),
@@ -261,9 +291,12 @@ impl StagingDir {
                 // Past this point the staging directory is kept on error: a
                 // later run rolls the commit forward.
                 self.dir = None;
-                move_listed(&staged, &self.dest, &names)?;
-                sync_dir(&self.dest)?;
-                fs::remove_dir_all(&staged).ctx(&staged, "remove staging directory")?;
+                move_listed(&staged, &self.dest, &names)
+                    .map_err(|e| e.past_point_of_no_return(COMMIT_INTERRUPTED))?;
+                sync_dir(&self.dest).map_err(|e| e.past_point_of_no_return(COMMITTED_UNSYNCED))?;
+                fs::remove_dir_all(&staged)
+                    .ctx(&staged, "remove staging directory")
+                    .map_err(|e| e.past_point_of_no_return(COMMITTED_UNSYNCED))?;
                 Ok(self.dest.clone())
             }
         }
@@ -301,20 +334,32 @@ fn sync_tree(p: &Path) -> Result<(), FsError> {
 /// existing directory, so tests can interrupt exactly there.
 pub const FAULT_ENV: &str = "ROCPACK_FAULT_COMMIT_AFTER";
 
-fn fault_after(done: usize) {
-    if std::env::var(FAULT_ENV)
-        .ok()
-        .and_then(|v| v.parse::<usize>().ok())
-        == Some(done)
-    {
+/// Test hook: `ROCPACK_FAULT_COMMIT_ERROR_AFTER=N` makes the (N+1)-th rename
+/// of a commit into an existing directory fail with an I/O error (the
+/// process goes on, as after a real `EXDEV` or `ENOSPC`).
+pub const FAULT_ERROR_ENV: &str = "ROCPACK_FAULT_COMMIT_ERROR_AFTER";
+
+fn fault_after(done: usize) -> io::Result<()> {
+    let at = |var: &str| {
+        std::env::var(var)
+            .ok()
+            .and_then(|v| v.parse::<usize>().ok())
+    };
+    if at(FAULT_ENV) == Some(done) {
         eprintln!("kpack: {FAULT_ENV}={done}: simulated crash during commit");
         std::process::abort();
     }
+    if at(FAULT_ERROR_ENV) == Some(done) {
+        return Err(io::Error::other(format!(
+            "{FAULT_ERROR_ENV}={done}: simulated I/O error"
+        )));
+    }
+    Ok(())
 }
 
 /// Renames each of `names` still present in `staged` into `dest`.
 fn move_listed(staged: &Path, dest: &Path, names: &[OsString]) -> Result<(), FsError> {
-    fault_after(0);
+    fault_after(0).ctx(dest, "rename into output directory")?;
     for (i, n) in names.iter().enumerate() {
         let from = staged.join(n);
         if fs::symlink_metadata(&from).is_err() {
@@ -325,7 +370,7 @@ fn move_listed(staged: &Path, dest: &Path, names: &[OsString]) -> Result<(), FsE
             return Err(already_exists(to, "complete interrupted commit"));
         }
         fs::rename(&from, &to).ctx(&to, "rename into output directory")?;
-        fault_after(i + 1);
+        fault_after(i + 1).ctx(&to, "rename into output directory")?;
     }
     Ok(())
 }

@@ -58,6 +58,11 @@ pub struct UnpackManifest {
     pub gfx_arches: Vec<String>,
     /// `compression_scheme` of the archive.
     pub compression_scheme: String,
+    /// Whether the archive's zstd frames carry content checksums (absent for
+    /// `none` archives; absent means rocpack's default, with checksums), so
+    /// `kpack pack` rebuilds the archive byte for byte.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub zstd_checksum: Option<bool>,
     /// Code objects in ordinal order.
     pub kernels: Vec<UnpackedKernel>,
 }
@@ -116,8 +121,16 @@ impl UnpackManifest {
             gfx_arch_family: reader.gfx_arch_family().into(),
             gfx_arches: reader.gfx_arches().to_vec(),
             compression_scheme: reader.scheme().as_str().into(),
+            zstd_checksum: (reader.scheme() == Scheme::ZstdPerKernel)
+                .then(|| reader.zstd_checksums()),
             kernels,
         })
+    }
+
+    /// Whether rebuilt zstd frames carry content checksums (as the
+    /// unpacked archive's did; rocpack's default when not recorded).
+    pub fn content_checksum(&self) -> bool {
+        self.zstd_checksum.unwrap_or(true)
     }
 
     /// The compression matching `compression_scheme` (zstd at level 3).
@@ -203,6 +216,7 @@ impl UnpackManifest {
     pub fn to_writer(&self, dir: &Path, compression: Compression) -> Result<KpackWriter<'static>> {
         let mut w = KpackWriter::new(compression);
         w.normalize_keys(false);
+        w.content_checksum(self.content_checksum());
         w.group_name(self.group_name.clone())
             .arch_family(self.gfx_arch_family.clone())
             .arches(self.gfx_arches.iter().cloned());

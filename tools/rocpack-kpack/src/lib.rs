@@ -41,10 +41,14 @@ pub use loader::{
     candidate_paths, compatible_targets, expand_search_path, fall_through, match_order,
     strip_target_prefix, weakly_canonical, Candidate, LoadError, Loader, LoaderEnv, Lookup,
     Resolved, AMDHSA_PREFIX, ENV_KPACK_PATH, ENV_KPACK_PATH_PREFIX, ENV_PATH_SEPARATOR,
+    MAX_CANDIDATES, MAX_SEARCH_PATHS,
 };
 pub use marker::{Marker, MARKER_MAX_LEN, MARKER_SECTION, MARKER_SECTION_PE};
 pub use reader::KpackReader;
-pub use writer::{compress_frame, KpackFileWriter, KpackStreamWriter, KpackWriter, WriteSummary};
+pub use writer::{
+    compress_frame, compress_frame_with, KpackFileWriter, KpackStreamWriter, KpackWriter,
+    WriteSummary,
+};
 
 /// Re-exported so callers can build and inspect entry `metadata` values.
 pub use rmpv;

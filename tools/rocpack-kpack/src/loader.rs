@@ -12,9 +12,8 @@
 //!    requested arch in order, for each of its compatible targets
 //!    ([`compatible_targets`] order), else is used as is.
 //! 3. Each candidate that is an existing regular file and opens becomes a
-//!    valid archive (same file = same archive: the runtime keys by canonical
-//!    path, this cache by device and inode, which names the same file
-//!    without resolving every path component); failures are skipped.
+//!    valid archive (see "Cache identity" below); failures are skipped
+//!    and looked for again on the next lookup.
 //!    None valid → `ARCHIVE_NOT_FOUND`.
 //! 4. For each requested arch, for each compatible target, for each valid
 //!    archive in candidate order that lists the target in `gfx_arches`: the
@@ -26,9 +25,24 @@
 //!    misses (`KERNEL_NOT_FOUND`); no archive listed any compatible target →
 //!    `ARCH_NOT_FOUND`.
 //!
-//! Limits (as the bounded C resolver): at most [`MAX_SEARCH_PATHS`] marker
-//! paths (more → invalid metadata) and [`MAX_ARCHIVES`] valid archives per
-//! lookup (later candidates are not opened).
+//! Limits: at most [`MAX_SEARCH_PATHS`] marker paths (more → invalid
+//! metadata); candidates are deduplicated (first occurrence kept, so the
+//! order and the result are unchanged) and at most [`MAX_CANDIDATES`] are
+//! considered per lookup (ROCm has no limit: an ISA with 16 features and
+//! 32 `@GFXARCH@` paths makes it try 2,097,152 paths). Every valid archive
+//! among them is searched (ROCm's current loader; no per-lookup archive cap).
+//!
+//! Cache identity (one rule for both schemes): an archive is cached under
+//! the candidate path it was opened from (marker paths weakly canonical,
+//! environment paths as given) and, for paths naming the same file
+//! (device and inode), opened once. Once open, the cache serves the file
+//! it opened (the reader holds it open and reads it with `pread`) for the
+//! cache's life: replacing the path by rename or deleting it changes
+//! nothing, as in ROCm. A path looked up again costs no system call, and
+//! each marker path is made weakly canonical once per cache (ROCm
+//! resolves it on every lookup; a directory symlink retargeted while the
+//! process runs is therefore not followed for archives not yet opened). A
+//! missing archive is looked for again on every lookup (one `stat`).
 //!
 //! One difference by design: archives are opened with this crate's strict
 //! reader, so an archive the C++ reader would half-accept (unknown scheme,
@@ -50,8 +64,8 @@ pub const ENV_KPACK_PATH_PREFIX: &str = "ROCM_KPACK_PATH_PREFIX";
 pub use rocpack_bundle::AMDHSA_PREFIX;
 /// Most marker search paths a lookup accepts.
 pub const MAX_SEARCH_PATHS: usize = 32;
-/// Most valid archives one lookup opens.
-pub const MAX_ARCHIVES: usize = 64;
+/// Most candidate archive paths one lookup considers (after deduplication).
+pub const MAX_CANDIDATES: usize = 1024;
 /// Separator of the environment path lists on this platform.
 pub const ENV_PATH_SEPARATOR: char = if cfg!(windows) { ';' } else { ':' };
 
@@ -96,7 +110,11 @@ impl LoaderEnv {
     /// From raw variable values; an unset or empty variable counts as unset.
     pub fn from_values(kpack_path: Option<&str>, kpack_path_prefix: Option<&str>) -> Self {
         LoaderEnv {
-            kpack_path: kpack_path.filter(|s| !s.is_empty()).map(split_list),
+            // A list of separators only is unset (ROCm: an empty override
+            // list means "use the marker's paths").
+            kpack_path: kpack_path
+                .map(split_list)
+                .filter(|v: &Vec<PathBuf>| !v.is_empty()),
             kpack_path_prefix: kpack_path_prefix.map(split_list).unwrap_or_default(),
         }
     }
@@ -186,7 +204,8 @@ pub fn match_order(arch_list: &[&str], archives: &[&KpackReader]) -> Vec<(usize,
     out
 }
 
-/// Candidate archive paths, in the runtime's order (step 2 above).
+/// Candidate archive paths, in the runtime's order (step 2 above),
+/// deduplicated (first occurrence kept) and capped at [`MAX_CANDIDATES`].
 /// `arch_list` holds agent ISA names (with or without the
 /// `amdgcn-amd-amdhsa--` prefix), highest priority first.
 pub fn candidate_paths(
@@ -195,19 +214,79 @@ pub fn candidate_paths(
     arch_list: &[&str],
     env: &LoaderEnv,
 ) -> Vec<PathBuf> {
+    candidate_paths_with(marker, binary_dir, arch_list, env, &mut |p| {
+        weakly_canonical(p)
+    })
+}
+
+/// [`candidate_paths`] with `canon` resolving a joined marker path (the
+/// [`Loader`] remembers these resolutions).
+fn candidate_paths_with(
+    marker: &Marker,
+    binary_dir: &Path,
+    arch_list: &[&str],
+    env: &LoaderEnv,
+    canon: &mut dyn FnMut(&Path) -> PathBuf,
+) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut seen = std::collections::HashSet::new();
+    let mut push = |p: PathBuf, out: &mut Vec<PathBuf>| {
+        if out.len() < MAX_CANDIDATES && seen.insert(p.clone()) {
+            out.push(p);
+        }
+        out.len() < MAX_CANDIDATES
+    };
     if let Some(list) = &env.kpack_path {
-        return list.clone();
+        for p in list {
+            if !push(p.clone(), &mut out) {
+                break;
+            }
+        }
+        return out;
     }
-    let mut out = env.kpack_path_prefix.clone();
+    for p in &env.kpack_path_prefix {
+        if !push(p.clone(), &mut out) {
+            return out;
+        }
+    }
+    // The compatible targets of every requested arch, in order, each once:
+    // within one search path a target names one candidate, so this is the
+    // runtime's expansion order with repeats dropped, computed once.
+    let mut targets: Vec<String> = Vec::new();
+    if marker
+        .kpack_search_paths
+        .iter()
+        .any(|p| p.contains(GFXARCH_PLACEHOLDER))
+    {
+        let mut tseen = std::collections::HashSet::new();
+        'arches: for a in arch_list {
+            for t in compatible_targets(a) {
+                if targets.len() == MAX_CANDIDATES {
+                    break 'arches;
+                }
+                if tseen.insert(t.clone()) {
+                    targets.push(t);
+                }
+            }
+        }
+    }
+    let mut resolve = |e: &str| {
+        let p = Path::new(e);
+        if p.is_absolute() {
+            canon(p)
+        } else {
+            canon(&binary_dir.join(p))
+        }
+    };
     for rel in &marker.kpack_search_paths {
-        for e in expand_search_path(rel, arch_list) {
-            let p = Path::new(&e);
-            let full = if p.is_absolute() {
-                p.to_path_buf()
-            } else {
-                binary_dir.join(p)
-            };
-            out.push(weakly_canonical(&full));
+        if rel.contains(GFXARCH_PLACEHOLDER) {
+            for t in &targets {
+                if !push(resolve(&rel.replacen(GFXARCH_PLACEHOLDER, t, 1)), &mut out) {
+                    return out;
+                }
+            }
+        } else if !push(resolve(rel), &mut out) {
+            return out;
         }
     }
     out
@@ -345,8 +424,19 @@ impl LoadError {
 #[derive(Default)]
 pub struct Loader {
     env: LoaderEnv,
-    cache: HashMap<FileKey, Arc<KpackReader>>,
+    /// Open archives by the candidate path they were opened from (a hit
+    /// costs no system call).
+    by_path: HashMap<PathBuf, Arc<KpackReader>>,
+    /// The same archives by file, so two paths to one file share a reader.
+    by_file: HashMap<FileKey, Arc<KpackReader>>,
+    /// Marker paths (joined to the binary's directory) already made weakly
+    /// canonical: resolved once per cache, so a steady-state lookup makes
+    /// no `readlink`. Cleared when it holds [`MAX_RESOLVED`] paths.
+    resolved: HashMap<PathBuf, PathBuf>,
 }
+
+/// Most remembered path resolutions per [`Loader`].
+const MAX_RESOLVED: usize = 1 << 16;
 
 /// Which file an archive is: on Unix its device and inode (one `stat`, the
 /// same file through any path, symlink or `..`, with none of the `readlink`
@@ -375,7 +465,9 @@ impl Loader {
     pub fn new(env: LoaderEnv) -> Self {
         Loader {
             env,
-            cache: HashMap::new(),
+            by_path: HashMap::new(),
+            by_file: HashMap::new(),
+            resolved: HashMap::new(),
         }
     }
 
@@ -385,6 +477,9 @@ impl Loader {
     }
 
     fn open(&mut self, p: &Path) -> Result<Option<Arc<KpackReader>>, String> {
+        if let Some(r) = self.by_path.get(p) {
+            return Ok(Some(Arc::clone(r)));
+        }
         let Ok(meta) = std::fs::metadata(p) else {
             return Ok(None);
         };
@@ -392,17 +487,16 @@ impl Loader {
             return Ok(None);
         }
         let key = file_key(p, &meta);
-        if let Some(r) = self.cache.get(&key) {
-            return Ok(Some(Arc::clone(r)));
-        }
-        match KpackReader::open(p) {
-            Ok(r) => {
-                let r = Arc::new(r);
-                self.cache.insert(key, Arc::clone(&r));
-                Ok(Some(r))
+        let r = match self.by_file.get(&key) {
+            Some(r) => Arc::clone(r),
+            None => {
+                let r = Arc::new(KpackReader::open_file(p).map_err(|e| e.to_string())?);
+                self.by_file.insert(key, Arc::clone(&r));
+                r
             }
-            Err(e) => Err(e.to_string()),
-        }
+        };
+        self.by_path.insert(p.to_path_buf(), Arc::clone(&r));
+        Ok(Some(r))
     }
 
     /// Which archive, target and key the runtime would use for wrapper
@@ -500,9 +594,10 @@ impl Loader {
         co_index: u64,
         arch_list: &[&str],
     ) -> Result<Lookup, LoadError> {
-        if arch_list.is_empty() {
-            return Err(LoadError::NoArch);
-        }
+        // An empty arch list is not an error here (ROCm skips NULL arch
+        // entries, so a list of only NULLs searches the paths without
+        // `@GFXARCH@` and answers ARCHIVE_NOT_FOUND or ARCH_NOT_FOUND);
+        // the C ABI refuses `arch_count == 0` itself.
         if marker.kpack_search_paths.len() > MAX_SEARCH_PATHS {
             return Err(LoadError::InvalidMetadata(crate::Error::new(
                 crate::ErrorKind::Invalid {
@@ -515,13 +610,21 @@ impl Loader {
             )));
         }
         let key = marker.lookup_key(co_index);
-        let candidates = candidate_paths(marker, binary_dir, arch_list, &self.env);
+        let resolved = &mut self.resolved;
+        let candidates = candidate_paths_with(marker, binary_dir, arch_list, &self.env, &mut |p| {
+            if let Some(c) = resolved.get(p) {
+                return c.clone();
+            }
+            if resolved.len() >= MAX_RESOLVED {
+                resolved.clear();
+            }
+            let c = weakly_canonical(p);
+            resolved.insert(p.to_path_buf(), c.clone());
+            c
+        });
         let mut valid: Vec<(PathBuf, Arc<KpackReader>)> = Vec::new();
         let mut rejected = Vec::new();
         for c in &candidates {
-            if valid.len() == MAX_ARCHIVES {
-                break;
-            }
             match self.open(c) {
                 Ok(Some(r)) => valid.push((c.clone(), r)),
                 Ok(None) => {}

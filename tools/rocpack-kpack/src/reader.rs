@@ -35,6 +35,10 @@ enum Backing {
     Owned(Vec<u8>),
     /// A range of a mapping shared with the caller (no copy).
     Shared(std::sync::Arc<memmap2::Mmap>, std::ops::Range<usize>),
+    /// An open file read with `pread`, never mapped
+    /// ([`KpackReader::open_file`]): a file truncated under the reader is a
+    /// read error, never `SIGBUS`.
+    File(FileSrc),
 }
 
 impl Backing {
@@ -43,7 +47,118 @@ impl Backing {
             Backing::Mmap(m) => m,
             Backing::Owned(v) => v,
             Backing::Shared(m, r) => &m[r.clone()],
+            Backing::File(_) => &[],
         }
+    }
+
+    fn src(&self) -> Src<'_> {
+        match self {
+            Backing::File(f) => Src::File(f),
+            _ => Src::Mem(self.bytes()),
+        }
+    }
+}
+
+/// Random access to an archive's bytes: a slice (mapping or memory) or an
+/// open file read with `pread`.
+#[derive(Clone, Copy)]
+enum Src<'a> {
+    Mem(&'a [u8]),
+    File(&'a FileSrc),
+}
+
+impl<'a> Src<'a> {
+    /// Total length.
+    fn len(self) -> u64 {
+        match self {
+            Src::Mem(m) => m.len() as u64,
+            Src::File(f) => f.stamp.len,
+        }
+    }
+
+    /// `len` bytes at `off`; a range past the end is `Truncated`, a file
+    /// that became shorter under the reader an I/O error.
+    fn read_at(self, off: u64, len: u64, what: &'static str) -> Result<Cow<'a, [u8]>> {
+        match self {
+            Src::Mem(m) => usize::try_from(off)
+                .ok()
+                .zip(usize::try_from(len).ok())
+                .and_then(|(a, n)| m.get(a..a.checked_add(n)?))
+                .map(Cow::Borrowed)
+                .ok_or_else(|| past_end(off, len, self.len(), what)),
+            Src::File(f) => {
+                let total = f.stamp.len;
+                let n = usize::try_from(len).map_err(|_| past_end(off, len, total, what))?;
+                if off.checked_add(len).is_none_or(|end| end > total) {
+                    return Err(past_end(off, len, total, what));
+                }
+                let mut v = vec![0u8; n];
+                f.read_into(off, &mut v)?;
+                Ok(Cow::Owned(v))
+            }
+        }
+    }
+}
+
+fn past_end(off: u64, len: u64, total: u64, what: &'static str) -> Error {
+    Error::at(
+        off,
+        ErrorKind::Truncated {
+            what,
+            needed: len,
+            available: total.saturating_sub(off),
+        },
+    )
+}
+
+/// What identifies the contents of an open file: a change of any of these
+/// after the archive was opened means it was written to (truncated or
+/// rewritten in place). Not the change time: unlinking or renaming over
+/// the file changes it, and the reader keeps serving a replaced file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct FileStamp {
+    dev: u64,
+    ino: u64,
+    len: u64,
+    mtime: (i64, i64),
+}
+
+impl FileStamp {
+    fn of(meta: &fs::Metadata) -> FileStamp {
+        use std::os::unix::fs::MetadataExt;
+        FileStamp {
+            dev: meta.dev(),
+            ino: meta.ino(),
+            len: meta.len(),
+            mtime: (meta.mtime(), meta.mtime_nsec()),
+        }
+    }
+}
+
+/// An archive file read with `pread` (see [`Backing::File`]).
+struct FileSrc {
+    file: fs::File,
+    stamp: FileStamp,
+}
+
+impl FileSrc {
+    fn read_into(&self, off: u64, buf: &mut [u8]) -> Result<()> {
+        use std::os::unix::fs::FileExt;
+        let len = buf.len() as u64;
+        if off.checked_add(len).is_none_or(|end| end > self.stamp.len) {
+            return Err(past_end(off, len, self.stamp.len, "archive bytes"));
+        }
+        self.file.read_exact_at(buf, off).map_err(|e| {
+            let e = if e.kind() == std::io::ErrorKind::UnexpectedEof {
+                std::io::Error::new(
+                    std::io::ErrorKind::UnexpectedEof,
+                    "the archive became shorter after it was opened",
+                )
+            } else {
+                e
+            };
+            Error::at(off, ErrorKind::Io(e))
+        })
     }
 }
 
@@ -107,31 +222,7 @@ impl KpackReader {
     /// Memory-map and validate the archive at `path`.
     pub fn open(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref();
-        // Non-blocking open and a check of the open descriptor: a FIFO must
-        // not hang, a directory or device is refused saying what it is.
-        let file = {
-            use std::os::unix::fs::OpenOptionsExt;
-            fs::OpenOptions::new()
-                .read(true)
-                .custom_flags(libc::O_NONBLOCK)
-                .open(path)
-                .map_err(|e| Error::from(e).with_path(path))?
-        };
-        let meta = file
-            .metadata()
-            .map_err(|e| Error::from(e).with_path(path))?;
-        if !meta.is_file() {
-            let what = if meta.is_dir() {
-                "a directory"
-            } else {
-                "a FIFO, socket or device"
-            };
-            return Err(Error::from(std::io::Error::new(
-                std::io::ErrorKind::InvalidInput,
-                format!("not a regular file ({what})"),
-            ))
-            .with_path(path));
-        }
+        let (file, meta) = open_regular(path)?;
         let len = meta.len();
         let backing = if len < BLOB_ALIGNMENT {
             // Too small to be valid; read it so the parser reports why.
@@ -163,7 +254,7 @@ impl KpackReader {
                 }
             }
         }
-        let p = parse(backing.bytes()).map_err(|e| e.with_path(path))?;
+        let p = parse(Src::Mem(backing.bytes())).map_err(|e| e.with_path(path))?;
         if let Backing::Mmap(m) = &backing {
             let _ = m.advise(memmap2::Advice::Normal);
             if let Some(z) = p.zstd_region {
@@ -182,6 +273,105 @@ impl KpackReader {
         })
     }
 
+    /// Open and validate the archive at `path` without mapping it: the
+    /// header and the TOC are read with `pread` into memory, kernels and
+    /// zstd size prefixes with `pread` when looked up. The reader keeps the
+    /// file open, so it serves the file it opened whatever later happens
+    /// to the path (replaced by rename, deleted); a file truncated under it
+    /// makes reads fail (an error, never `SIGBUS`), and
+    /// [`KpackReader::check_unchanged`] tells whether it was rewritten in
+    /// place. [`KpackReader::bytes`] is empty for such a reader. This is
+    /// how the runtime library and the [`crate::Loader`] open archives.
+    pub fn open_file(path: impl AsRef<Path>) -> Result<Self> {
+        let path = path.as_ref();
+        let (file, meta) = open_regular(path)?;
+        let src = FileSrc {
+            file,
+            stamp: FileStamp::of(&meta),
+        };
+        let p = parse(Src::File(&src)).map_err(|e| e.with_path(path))?;
+        Ok(KpackReader {
+            backing: Backing::File(src),
+            path: Some(path.to_path_buf()),
+            p,
+        })
+    }
+
+    /// For a reader from [`KpackReader::open_file`]: an error when the
+    /// file it holds open is no longer the file it opened (its size or
+    /// modification time differ: rewritten or truncated in place), so bytes read from it may mix two versions. One `fstat`.
+    /// Other readers: always `Ok`.
+    pub fn check_unchanged(&self) -> Result<()> {
+        let Backing::File(f) = &self.backing else {
+            return Ok(());
+        };
+        let now = f
+            .file
+            .metadata()
+            .map_err(|e| Error::from(e).with_path_opt(self.path.as_deref()))?;
+        if FileStamp::of(&now) == f.stamp {
+            return Ok(());
+        }
+        Err(Error::from(std::io::Error::other(
+            "the archive was modified in place after it was opened",
+        ))
+        .with_path_opt(self.path.as_deref()))
+    }
+
+    /// Copy `buf.len()` stored bytes at absolute offset `off` into `buf`
+    /// (`pread` for a reader from [`KpackReader::open_file`], a copy from
+    /// memory otherwise); bounded by the file size seen at open.
+    pub fn read_exact_at(&self, off: u64, buf: &mut [u8]) -> Result<()> {
+        match &self.backing {
+            Backing::File(f) => f.read_into(off, buf),
+            b => {
+                let src = Src::Mem(b.bytes()).read_at(off, buf.len() as u64, "archive bytes")?;
+                buf.copy_from_slice(&src);
+                Ok(())
+            }
+        }
+        .map_err(|e| e.with_path_opt(self.path.as_deref()))
+    }
+
+    /// The stored zstd frame of `ordinal` read into `buf` (replacing its
+    /// contents), located and checked as [`KpackReader::checked_location`]
+    /// does but reading the frame once: the runtime's lookup path.
+    pub fn read_frame_into(&self, ordinal: u32, buf: &mut Vec<u8>) -> Result<BlobLocation> {
+        let i = ordinal as usize;
+        let r = (|| -> Result<BlobLocation> {
+            let z = self
+                .p
+                .zstd
+                .as_ref()
+                .filter(|z| i < z.checked.len())
+                .ok_or_else(|| {
+                    Error::new(ErrorKind::Invalid {
+                        field: "ordinal".into(),
+                        message: format!("{ordinal} is not a zstd frame of this archive"),
+                    })
+                })?;
+            let src = self.backing.src();
+            let loc = zstd_locate(src, z, i)?;
+            let n = usize::try_from(loc.size)
+                .map_err(|_| past_end(loc.offset, loc.size, 0, "zstd frame"))?;
+            buf.clear();
+            buf.resize(n, 0);
+            match &self.backing {
+                Backing::File(f) => f.read_into(loc.offset, buf)?,
+                b => buf.copy_from_slice(&Src::Mem(b.bytes()).read_at(
+                    loc.offset,
+                    loc.size,
+                    "zstd frame",
+                )?),
+            }
+            if z.checked.get(i).and_then(OnceLock::get).is_none() {
+                check_frame(buf, &self.p, z, i, loc)?;
+            }
+            Ok(loc)
+        })();
+        r.map_err(|e: Error| e.with_path_opt(self.path.as_deref()))
+    }
+
     /// Validate the archive at `range` of a mapping the caller shares (an
     /// archive member, a file already mapped): nothing is copied.
     pub fn from_shared_map(
@@ -198,7 +388,7 @@ impl KpackReader {
                 },
             ));
         }
-        let p = parse(&map[range.clone()])?;
+        let p = parse(Src::Mem(&map[range.clone()]))?;
         let r = KpackReader {
             backing: Backing::Shared(map, range),
             path: None,
@@ -215,7 +405,7 @@ impl KpackReader {
 
     /// Validate an archive held in memory, taking ownership.
     pub fn from_vec(bytes: Vec<u8>) -> Result<Self> {
-        let p = parse(&bytes)?;
+        let p = parse(Src::Mem(&bytes))?;
         let r = KpackReader {
             backing: Backing::Owned(bytes),
             path: None,
@@ -350,7 +540,7 @@ impl KpackReader {
         let r = match &self.p.zstd {
             None => self.p.blobs.get(i).copied().ok_or_else(unknown),
             Some(z) if i < z.checked.len() => {
-                let loc = zstd_locate(self.bytes(), z, i);
+                let loc = zstd_locate(self.backing.src(), z, i);
                 if let (Backing::Mmap(m), Ok(l)) = (&self.backing, &loc) {
                     // Read the frame ahead as one request (the zstd blob is
                     // advised `Random`); advice only, errors are irrelevant.
@@ -360,7 +550,7 @@ impl KpackReader {
                         l.size as usize,
                     );
                 }
-                loc.and_then(|_| zstd_frame(self.bytes(), &self.p, z, i))
+                loc.and_then(|_| zstd_frame(self.backing.src(), &self.p, z, i))
             }
             Some(_) => Err(unknown()),
         };
@@ -378,7 +568,9 @@ impl KpackReader {
         Ok(())
     }
 
-    /// The stored bytes of `ordinal` (raw kernel or zstd frame), zero-copy.
+    /// The stored bytes of `ordinal` (raw kernel or zstd frame), zero-copy;
+    /// `None` for a reader from [`KpackReader::open_file`] (nothing is
+    /// mapped: use [`KpackReader::get`] or [`KpackReader::read_exact_at`]).
     pub fn stored_bytes(&self, ordinal: u32) -> Option<&[u8]> {
         let b = self.blob_location(ordinal)?;
         let start = usize::try_from(b.offset).ok()?;
@@ -398,14 +590,14 @@ impl KpackReader {
     /// The code object of an entry of this archive.
     pub fn get_entry(&self, e: &KernelEntry) -> Result<Cow<'_, [u8]>> {
         let loc = self.checked_location(e.ordinal)?;
-        let stored = usize::try_from(loc.offset)
-            .ok()
-            .zip(usize::try_from(loc.size).ok())
-            .and_then(|(a, n)| self.bytes().get(a..a.checked_add(n)?))
-            .ok_or_else(|| self.err_not_found(&e.key, &e.target))?;
+        let stored = self
+            .backing
+            .src()
+            .read_at(loc.offset, loc.size, "stored kernel")
+            .map_err(|x| x.with_path_opt(self.path.as_deref()))?;
         match self.p.scheme {
-            Scheme::None => Ok(Cow::Borrowed(stored)),
-            Scheme::ZstdPerKernel => decompress(stored, e.original_size)
+            Scheme::None => Ok(stored),
+            Scheme::ZstdPerKernel => decompress(&stored, e.original_size)
                 .map(Cow::Owned)
                 .map_err(|e| e.shifted(loc.offset).with_path_opt(self.path.as_deref())),
         }
@@ -421,7 +613,12 @@ impl KpackReader {
         sink: &mut dyn FnMut(&[u8]) -> std::result::Result<(), E>,
     ) -> std::result::Result<(), E> {
         let loc = self.checked_location(e.ordinal).map_err(E::from)?;
-        stream_kernel(self.bytes(), &self.p, loc, e, sink)
+        let stored = self
+            .backing
+            .src()
+            .read_at(loc.offset, loc.size, "stored kernel")
+            .map_err(|x| E::from(x.with_path_opt(self.path.as_deref())))?;
+        stream_kernel(&stored, &self.p, loc, e, sink)
             .map_err(|err| err.map_error(|x| x.with_path_opt(self.path.as_deref())))
     }
 
@@ -444,6 +641,27 @@ impl KpackReader {
         .with_path_opt(self.path.as_deref())
     }
 
+    /// Whether this archive's zstd frames carry content checksums (judged
+    /// by its first frame's header; `true` for other archives, the
+    /// writers' default).
+    pub fn zstd_checksums(&self) -> bool {
+        let Some(z) = &self.p.zstd else {
+            return true;
+        };
+        if z.located.is_empty() {
+            return true;
+        }
+        // Frame header descriptor: the byte after the 4-byte magic; bit 2
+        // is the Content_Checksum_flag.
+        zstd_locate(self.backing.src(), z, 0)
+            .and_then(|l| {
+                self.backing
+                    .src()
+                    .read_at(l.offset + 4, 1, "zstd frame header")
+            })
+            .map_or(true, |b| b.first().is_some_and(|d| d & 0x04 != 0))
+    }
+
     /// A writer holding this archive's kernels (borrowed for `none`, decoded
     /// for zstd) in ordinal order, with the same group, family and arches.
     /// Writing it with the archive's compression (zstd at the level used to
@@ -451,6 +669,7 @@ impl KpackReader {
     pub fn to_writer(&self, compression: Compression) -> Result<KpackWriter<'_>> {
         let mut w = KpackWriter::new(compression);
         w.normalize_keys(false);
+        w.content_checksum(self.zstd_checksums());
         w.group_name(self.group_name())
             .arch_family(self.gfx_arch_family())
             .arches(self.gfx_arches().iter().cloned());
@@ -460,6 +679,36 @@ impl KpackReader {
         }
         Ok(w)
     }
+}
+
+/// Open `path` for reading, refusing anything but a regular file:
+/// non-blocking open and a check of the open descriptor, so a FIFO does not
+/// hang and a directory or device is refused saying what it is.
+fn open_regular(path: &Path) -> Result<(fs::File, fs::Metadata)> {
+    let file = {
+        use std::os::unix::fs::OpenOptionsExt;
+        fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(path)
+            .map_err(|e| Error::from(e).with_path(path))?
+    };
+    let meta = file
+        .metadata()
+        .map_err(|e| Error::from(e).with_path(path))?;
+    if !meta.is_file() {
+        let what = if meta.is_dir() {
+            "a directory"
+        } else {
+            "a FIFO, socket or device"
+        };
+        return Err(Error::from(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("not a regular file ({what})"),
+        ))
+        .with_path(path));
+    }
+    Ok((file, meta))
 }
 
 trait WithPathOpt {
@@ -494,23 +743,12 @@ impl<E: From<Error>> StreamErr<E> {
 pub const STREAM_CHUNK: usize = 256 << 10;
 
 fn stream_kernel<E>(
-    data: &[u8],
+    stored: &[u8],
     p: &Parsed,
     loc: BlobLocation,
     e: &KernelEntry,
     sink: &mut dyn FnMut(&[u8]) -> std::result::Result<(), E>,
 ) -> std::result::Result<(), StreamErr<E>> {
-    let not_found = || {
-        StreamErr::Archive(Error::new(ErrorKind::NotFound {
-            key: e.key.clone(),
-            target: e.target.clone(),
-        }))
-    };
-    let stored = usize::try_from(loc.offset)
-        .ok()
-        .zip(usize::try_from(loc.size).ok())
-        .and_then(|(a, n)| data.get(a..a.checked_add(n)?))
-        .ok_or_else(not_found)?;
     match p.scheme {
         Scheme::None => {
             for piece in stored.chunks(STREAM_CHUNK) {
@@ -650,9 +888,10 @@ fn missing(at: u64, field: String) -> Error {
     Error::at(at, ErrorKind::Missing { field })
 }
 
-/// Parse and validate a whole archive.
-fn parse(data: &[u8]) -> Result<Parsed> {
-    let len = data.len() as u64;
+/// Parse and validate a whole archive (reads the header, the TOC and the
+/// zstd frame count from `src`, nothing else).
+fn parse(src: Src<'_>) -> Result<Parsed> {
+    let len = src.len();
     if len < HEADER_SIZE {
         return Err(Error::at(
             0,
@@ -663,6 +902,8 @@ fn parse(data: &[u8]) -> Result<Parsed> {
             },
         ));
     }
+    let head = src.read_at(0, HEADER_SIZE, "KPAK header")?;
+    let data: &[u8] = &head;
     let mut magic = [0u8; 4];
     magic.copy_from_slice(data.get(0..4).unwrap_or(&[0; 4]));
     if magic != MAGIC {
@@ -681,17 +922,17 @@ fn parse(data: &[u8]) -> Result<Parsed> {
         BLOB_ALIGNMENT,
         len,
     )?;
-    let toc_pos = usize::try_from(toc_offset).map_err(|_| {
-        Error::at(
+    if usize::try_from(len - toc_offset).is_err() {
+        return Err(Error::at(
             8,
             ErrorKind::Invalid {
                 field: "toc_offset".into(),
-                message: "does not fit in memory".into(),
+                message: "the TOC does not fit in memory".into(),
             },
-        )
-    })?;
-
-    let mut c = Cursor::new(data, toc_pos, 0);
+        ));
+    }
+    let toc = src.read_at(toc_offset, len - toc_offset, "TOC")?;
+    let mut c = Cursor::new(&toc, 0, toc_offset);
     let top = || "TOC".to_string();
     let n = c.read_map_len(&top)?;
 
@@ -870,7 +1111,7 @@ fn parse(data: &[u8]) -> Result<Parsed> {
                 offset: zoff,
                 size: zsize,
             });
-            zstd_count = zstd_frame_count(data, zoff, zsize)?;
+            zstd_count = zstd_frame_count(src, zoff, zsize)?;
             Vec::new()
         }
     };
@@ -995,7 +1236,7 @@ fn parse(data: &[u8]) -> Result<Parsed> {
 
 /// The frame count at the start of the zstd blob (u32 count, then
 /// (u32 size, frame) per kernel); only the count is read here.
-fn zstd_frame_count(data: &[u8], zoff: u64, zsize: u64) -> Result<usize> {
+fn zstd_frame_count(src: Src<'_>, zoff: u64, zsize: u64) -> Result<usize> {
     if zsize < 4 {
         return Err(Error::at(
             zoff,
@@ -1006,8 +1247,11 @@ fn zstd_frame_count(data: &[u8], zoff: u64, zsize: u64) -> Result<usize> {
             },
         ));
     }
-    let start = usize::try_from(zoff).unwrap_or(usize::MAX);
-    let count = u64::from(read_u32(data, start, "zstd frame count")?);
+    let count = u64::from(read_u32(
+        &src.read_at(zoff, 4, "zstd frame count")?,
+        0,
+        "zstd frame count",
+    )?);
     // Each frame needs at least its 4-byte size prefix.
     if count > (zsize - 4) / 4 {
         return Err(Error::at(
@@ -1036,7 +1280,7 @@ fn zstd_frame_count(data: &[u8], zoff: u64, zsize: u64) -> Result<usize> {
 /// predecessor up to `i`, bounds-checking each (and, for the last frame,
 /// that the frames end exactly at the end of the zstd blob). Only the
 /// 4-byte prefixes are read, never frame bytes.
-fn zstd_locate(data: &[u8], z: &ZstdIndex, i: usize) -> Result<BlobLocation> {
+fn zstd_locate(src: Src<'_>, z: &ZstdIndex, i: usize) -> Result<BlobLocation> {
     if let Some(l) = z.located.get(i).and_then(OnceLock::get) {
         return Ok(*l);
     }
@@ -1066,8 +1310,8 @@ fn zstd_locate(data: &[u8], z: &ZstdIndex, i: usize) -> Result<BlobLocation> {
             ));
         }
         let size = u64::from(read_u32(
-            data,
-            usize::try_from(pos).unwrap_or(usize::MAX),
+            &src.read_at(pos, 4, "zstd frame size")?,
+            0,
             "zstd frame size",
         )?);
         let fstart = at + 4;
@@ -1106,17 +1350,25 @@ fn zstd_locate(data: &[u8], z: &ZstdIndex, i: usize) -> Result<BlobLocation> {
 /// return the remembered location): it must be exactly one zstd frame of
 /// the prefixed length, its content size (when present) must equal the
 /// entry's `original_size`, which may not exceed the ratio limit.
-fn zstd_frame(data: &[u8], p: &Parsed, z: &ZstdIndex, i: usize) -> Result<BlobLocation> {
+fn zstd_frame(src: Src<'_>, p: &Parsed, z: &ZstdIndex, i: usize) -> Result<BlobLocation> {
     if let Some(l) = z.checked.get(i).and_then(OnceLock::get) {
         return Ok(*l);
     }
-    let loc = zstd_locate(data, z, i)?;
+    let loc = zstd_locate(src, z, i)?;
+    let frame = src.read_at(loc.offset, loc.size, "zstd frame")?;
+    check_frame(&frame, p, z, i, loc)
+}
+
+/// Check frame `i` (its bytes `frame`, at `loc`) against its TOC entry and
+/// remember it as checked.
+fn check_frame(
+    frame: &[u8],
+    p: &Parsed,
+    z: &ZstdIndex,
+    i: usize,
+    loc: BlobLocation,
+) -> Result<BlobLocation> {
     let fstart = loc.offset;
-    let frame = usize::try_from(fstart)
-        .ok()
-        .zip(usize::try_from(loc.size).ok())
-        .and_then(|(a, n)| data.get(a..a.checked_add(n)?))
-        .unwrap_or(&[]);
     match zstd::zstd_safe::find_frame_compressed_size(frame) {
         Ok(n) if n as u64 == loc.size => {}
         Ok(n) => {

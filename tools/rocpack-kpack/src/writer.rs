@@ -23,11 +23,27 @@ use crate::format::{
 };
 use crate::msgpack::enc;
 
-/// Compress one kernel the way python-zstandard's
-/// `ZstdCompressor(level).compress()` does: one single-segment frame with the
-/// content size, no checksum, no dictionary.
+/// Compress one kernel as rocpack writes it: one single-segment frame with
+/// the content size and a content checksum (XXH64, 4 bytes), no
+/// dictionary, so a damaged frame is a decoding error rather than wrong
+/// code. ROCm's readers (C++ `ZSTD_decompressDCtx`, Python `zstandard`)
+/// verify the checksum too.
 pub fn compress_frame(data: &[u8], level: i32) -> Result<Vec<u8>> {
-    zstd::bulk::compress(data, level).map_err(|e| Error::new(ErrorKind::Zstd(e.to_string())))
+    compress_frame_with(data, level, true)
+}
+
+/// [`compress_frame`] with or without the content checksum; without, the
+/// frame is exactly python-zstandard's `ZstdCompressor(level).compress()`
+/// (what rocm-kpack's Python writer produces).
+pub fn compress_frame_with(data: &[u8], level: i32, checksum: bool) -> Result<Vec<u8>> {
+    let zerr = |e: std::io::Error| Error::new(ErrorKind::Zstd(e.to_string()));
+    if !checksum {
+        return zstd::bulk::compress(data, level).map_err(zerr);
+    }
+    let mut c = zstd::bulk::Compressor::new(level).map_err(zerr)?;
+    c.set_parameter(zstd::stream::raw::CParameter::ChecksumFlag(true))
+        .map_err(zerr)?;
+    c.compress(data).map_err(zerr)
 }
 
 #[derive(Clone, Debug)]
@@ -255,6 +271,7 @@ pub struct KpackStreamWriter<W: Write + Seek> {
     toc: TocBuilder,
     blobs: Vec<(u64, u64)>,
     normalize: bool,
+    checksum: bool,
 }
 
 impl<W: Write + Seek> KpackStreamWriter<W> {
@@ -280,7 +297,16 @@ impl<W: Write + Seek> KpackStreamWriter<W> {
             toc: TocBuilder::default(),
             blobs: Vec::new(),
             normalize: true,
+            checksum: true,
         })
+    }
+
+    /// Whether zstd frames compressed by `add*` carry a content checksum
+    /// (default `true`; `false` reproduces rocm-kpack's Python writer byte
+    /// for byte). Frames given to `add_frame` are written as they are.
+    pub fn content_checksum(&mut self, on: bool) -> &mut Self {
+        self.checksum = on;
+        self
     }
 
     header_setters!();
@@ -332,7 +358,7 @@ impl<W: Write + Seek> KpackStreamWriter<W> {
                 Ok(self.toc.push(key, target, data.len() as u64, metadata))
             }
             Compression::Zstd { level } => {
-                let frame = compress_frame(data, level)?;
+                let frame = compress_frame_with(data, level, self.checksum)?;
                 self.add_frame(key, target, data.len() as u64, &frame, metadata)
             }
         }
@@ -486,6 +512,7 @@ pub struct KpackWriter<'a> {
     seen: HashMap<(String, String), ()>,
     kernels: Vec<Pending<'a>>,
     normalize: bool,
+    checksum: bool,
 }
 
 /// Input bytes compressed per parallel batch (bounds the frames held at once).
@@ -500,7 +527,15 @@ impl<'a> KpackWriter<'a> {
             seen: HashMap::new(),
             kernels: Vec::new(),
             normalize: true,
+            checksum: true,
         }
+    }
+
+    /// Whether zstd frames carry a content checksum (default `true`; see
+    /// [`KpackStreamWriter::content_checksum`]).
+    pub fn content_checksum(&mut self, on: bool) -> &mut Self {
+        self.checksum = on;
+        self
     }
 
     /// Whether `add*` replaces `\` with `/` in keys like the reference
@@ -591,7 +626,7 @@ impl<'a> KpackWriter<'a> {
                     let batch = self.kernels.get(i..j).unwrap_or(&[]);
                     let frames: Vec<Result<Vec<u8>>> = batch
                         .par_iter()
-                        .map(|k| compress_frame(&k.data, level))
+                        .map(|k| compress_frame_with(&k.data, level, self.checksum))
                         .collect();
                     for (k, f) in batch.iter().zip(frames) {
                         let f = f?;

@@ -132,6 +132,8 @@ fn rebuild_from_objects(
             .collect()
     };
     let mut w = KpackWriter::new(compression);
+    // ROCm's Python writer: frames without content checksums.
+    w.content_checksum(false);
     w.group_name(group)
         .arch_family(family)
         .arches(arches.iter().copied());

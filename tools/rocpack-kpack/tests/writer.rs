@@ -370,3 +370,116 @@ fn file_ranges_write_what_slices_write() {
         .add_file_range("k#0", "gfx1100", &src, len - 5000, 10_000, None)
         .is_err());
 }
+
+/// Issue 20 (d): zstd frames written by rocpack carry a content checksum
+/// (frame header descriptor bit 2), so flipping any byte of a frame is an
+/// error of that kernel's lookup, never other bytes. Without checksums
+/// (main, and ROCm's writer) flips inside the compressed literals decoded
+/// to wrong code.
+#[test]
+fn every_flipped_frame_byte_is_an_error() {
+    // Text-like data: zstd keeps part of it as raw literals.
+    let data: Vec<u8> = (0..6000u32)
+        .map(|i| b"s_load_dword v0, s[4:5] ; kernel\n"[(i % 33) as usize] ^ ((i / 97) as u8 & 3))
+        .collect();
+    let mut w = KpackWriter::new(Compression::Zstd { level: 3 });
+    w.group_name("g").arch_family("gfx900").arches(["gfx900"]);
+    w.add("k#0", "gfx900", data.clone()).unwrap();
+    let good = w.to_vec().unwrap();
+    let r = KpackReader::from_bytes(&good).unwrap();
+    let loc = r.blob_location(0).unwrap();
+    let (a, n) = (loc.offset as usize, loc.size as usize);
+    assert_eq!(good[a + 4] & 0x04, 0x04, "Content_Checksum_flag");
+    let (mut errors, mut same) = (0, 0);
+    for pos in a..a + n {
+        for bit in [0x01u8, 0x80] {
+            let mut v = good.clone();
+            v[pos] ^= bit;
+            match KpackReader::from_bytes(&v)
+                .and_then(|r| r.get("k#0", "gfx900").map(|c| c.into_owned()))
+            {
+                Err(_) => errors += 1,
+                Ok(got) if got == data => same += 1,
+                Ok(_) => panic!(
+                    "flipping bit {bit:#x} of frame byte {} decoded to other bytes",
+                    pos - a
+                ),
+            }
+        }
+    }
+    eprintln!("{n}-byte frame: {errors} flips are errors, {same} decode unchanged");
+    assert!(errors > 0);
+    // Without the checksum (ROCm's Python writer's frames), flips go unseen.
+    let mut w = KpackWriter::new(Compression::Zstd { level: 3 });
+    w.content_checksum(false);
+    w.group_name("g").arch_family("gfx900").arches(["gfx900"]);
+    w.add("k#0", "gfx900", data.clone()).unwrap();
+    let plain = w.to_vec().unwrap();
+    let r = KpackReader::from_bytes(&plain).unwrap();
+    let loc = r.blob_location(0).unwrap();
+    assert_eq!(plain[loc.offset as usize + 4] & 0x04, 0, "no checksum");
+    assert_eq!(&r.get("k#0", "gfx900").unwrap()[..], &data[..]);
+}
+
+/// Issue 20 (d): Python's `zstandard` (the library rocm-kpack's Python
+/// tools use for these frames) decodes rocpack's checksummed frames, and
+/// rejects one with a flipped byte (checksum mismatch). Needs python3 with
+/// `zstandard` (tests/ci/10-rust.sh pip-installs it for the python3 on PATH).
+#[test]
+fn python_zstandard_reads_checksummed_frames() {
+    let ok = std::process::Command::new("python3")
+        .args(["-c", "import zstandard"])
+        .status()
+        .is_ok_and(|s| s.success());
+    if !ok {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "python3-zstandard is missing (tests/ci/10-rust.sh installs it)"
+        );
+        eprintln!("SKIP: python3 zstandard not installed");
+        return;
+    }
+    let data = pseudo_random(9, 3000).repeat(3);
+    let mut w = KpackWriter::new(Compression::Zstd { level: 3 });
+    w.group_name("g").arch_family("gfx900").arches(["gfx900"]);
+    w.add("k#0", "gfx900", data.clone()).unwrap();
+    let bytes = w.to_vec().unwrap();
+    let r = KpackReader::from_bytes(&bytes).unwrap();
+    let loc = r.blob_location(0).unwrap();
+    let frame = &bytes[loc.offset as usize..(loc.offset + loc.size) as usize];
+    let dir = tempfile::tempdir().unwrap();
+    let good = dir.path().join("good.zst");
+    let bad = dir.path().join("bad.zst");
+    let want = dir.path().join("want.bin");
+    std::fs::write(&good, frame).unwrap();
+    std::fs::write(&want, &data).unwrap();
+    let mut f = frame.to_vec();
+    let n = f.len();
+    f[n - 2] ^= 0x01; // inside the checksum
+    std::fs::write(&bad, f).unwrap();
+    let script = r#"
+import sys, zstandard
+good, bad, want = (open(p, "rb").read() for p in sys.argv[1:4])
+d = zstandard.ZstdDecompressor()
+assert d.decompress(good) == want, "good frame"
+try:
+    d.decompress(bad)
+except zstandard.ZstdError as e:
+    print("rejected:", e)
+else:
+    sys.exit("a flipped checksum byte was accepted")
+"#;
+    let out = std::process::Command::new("python3")
+        .arg("-c")
+        .arg(script)
+        .args([&good, &bad, &want])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("rejected"));
+}

@@ -8,9 +8,14 @@ const MAX_LINE: usize = 8192;
 
 /// Parse one `/proc/self/maps` line: `start-end perms offset dev inode path`.
 fn parse_line(line: &str) -> Option<(usize, usize, usize, &str)> {
+    parse_line_perms(line).map(|(s, e, o, _, p)| (s, e, o, p))
+}
+
+/// [`parse_line`] with the permission string.
+fn parse_line_perms(line: &str) -> Option<(usize, usize, usize, &str, &str)> {
     let mut it = line.splitn(6, ' ');
     let range = it.next()?;
-    let _perms = it.next()?;
+    let perms = it.next()?;
     let offset = usize::from_str_radix(it.next()?, 16).ok()?;
     let _dev = it.next()?;
     let _inode = it.next()?;
@@ -18,7 +23,38 @@ fn parse_line(line: &str) -> Option<(usize, usize, usize, &str)> {
     let (s, e) = range.split_once('-')?;
     let start = usize::from_str_radix(s, 16).ok()?;
     let end = usize::from_str_radix(e, 16).ok()?;
-    Some((start, end, offset, path))
+    Some((start, end, offset, perms, path))
+}
+
+/// How many bytes from `addr` (at most `want`) lie in readable mappings
+/// (`/proc/self/maps`, contiguous readable mappings joined); 0 when `addr`
+/// is not in one. The fallback of the marker reader where
+/// `process_vm_readv` is not allowed.
+pub fn readable_len(addr: usize, want: usize) -> usize {
+    let Ok(f) = std::fs::File::open("/proc/self/maps") else {
+        return 0;
+    };
+    let mut r = BufReader::new(f);
+    let mut line = String::new();
+    let mut end_ok: Option<usize> = None;
+    loop {
+        line.clear();
+        match (&mut r).take(MAX_LINE as u64).read_line(&mut line) {
+            Ok(0) | Err(_) => break,
+            Ok(_) => {}
+        }
+        let Some((start, end, _, perms, _)) = parse_line_perms(line.trim_end_matches('\n')) else {
+            continue;
+        };
+        let readable = perms.starts_with('r');
+        match end_ok {
+            None if addr >= start && addr < end && readable => end_ok = Some(end),
+            Some(e) if start == e && readable => end_ok = Some(end),
+            Some(_) => break,
+            None => {}
+        }
+    }
+    end_ok.map_or(0, |e| (e - addr).min(want))
 }
 
 /// The file mapped at `addr` and the address's offset in that file.

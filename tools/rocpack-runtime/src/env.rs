@@ -2,12 +2,13 @@
 
 use rocpack_kpack::LoaderEnv;
 
-/// `ROCM_KPACK_DISABLE` / `ROCM_KPACK_DEBUG` truthiness, as ROCm's current
-/// runtime (`kpack-reference.md` §12.1): any non-empty value other than
-/// exactly `"0"` means on; unset, `""` and `"0"` mean off (so `"00"`,
-/// `"false"` and `"no"` are on: the value is not interpreted).
+/// `ROCM_KPACK_DISABLE` / `ROCM_KPACK_DEBUG` truthiness, exactly as ROCm's
+/// `kpack_cache_create` (shared/kpack/runtime/src/loader.cpp): only the
+/// first character counts; a value that is empty or starts with `0` is off
+/// (`0`, `00`, `0x`, `0abc`), anything else is on (`1`, `true`, `false`,
+/// `no`, `" "`).
 pub fn flag_is_on(value: Option<&str>) -> bool {
-    matches!(value, Some(v) if !v.is_empty() && v != "0")
+    matches!(value.and_then(|v| v.bytes().next()), Some(c) if c != b'0')
 }
 
 /// What a cache reads from the environment.
@@ -54,8 +55,10 @@ mod tests {
             (None, false),
             (Some(""), false),
             (Some("0"), false),
-            (Some("00"), true),
-            (Some("0 "), true),
+            (Some("00"), false),
+            (Some("0x"), false),
+            (Some("0abc"), false),
+            (Some("0 "), false),
             (Some(" "), true),
             (Some("1"), true),
             (Some("true"), true),

@@ -6,10 +6,12 @@
 //! lookup itself is [`rocpack_kpack::Loader`], the same code `kpack verify`
 //! uses, so what verify promises is what the runtime does.
 //!
-//! Differences by design: archives are memory-mapped; `none` kernels are
-//! copied once, straight from the mapping into the caller's buffer; zstd
-//! frames are decoded outside any lock, with a per-thread context; the
-//! cache lock is held only while candidates are resolved. Every entry point
+//! Differences by design: archives are never mapped (header and TOC are
+//! read at open, kernels with one `pread` each, so a file truncated under
+//! us is an error, never `SIGBUS`); `none` kernels are read straight into
+//! the caller's buffer; zstd frames are decoded outside any lock, with a
+//! per-thread context; the cache lock is held only while candidates are
+//! resolved. Every entry point
 //! checks its pointers and catches panics, so no Rust panic crosses the C
 //! boundary (a caught panic is reported as `KPACK_ERROR_OUT_OF_MEMORY`,
 //! the only code the C++ library uses for "internal failure").
@@ -18,13 +20,11 @@
 #![allow(unsafe_code)]
 #![deny(missing_docs)]
 
-use std::collections::HashMap;
 use std::ffi::{c_char, c_void, CStr, CString, OsStr};
-use std::fs::File;
 use std::os::unix::ffi::OsStrExt;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 
 use rocpack_kpack::{ErrorKind, KpackReader, LoadError, Loader, Marker, Scheme};
 
@@ -61,10 +61,8 @@ use kpack_error_t::*;
 
 /// An open archive (`kpack_archive_t` is a pointer to it).
 pub struct KpackArchive {
+    /// Holds the file open; reads it with `pread` (never mapped).
     reader: KpackReader,
-    /// The same file, for `pread` of `none` kernels straight into the
-    /// caller's buffer (no page-fault walk over the mapping).
-    file: File,
     arches: Vec<CString>,
     binaries: Vec<CString>,
 }
@@ -72,29 +70,20 @@ pub struct KpackArchive {
 /// A lookup cache (`kpack_cache_t` is a pointer to it).
 pub struct KpackCache {
     env: RuntimeEnv,
-    /// Resolution (candidate archives, opened once per canonical path by
-    /// the shared [`Loader`]); held only while the candidates are listed,
-    /// never while a kernel is copied or decompressed.
+    /// Resolution (candidate archives, opened once and then served for the
+    /// cache's life by the shared [`Loader`]; see docs/runtime.md, "Cache
+    /// identity"); held only while the candidates are listed, never while
+    /// a kernel is read or decompressed.
     loader: Mutex<Loader>,
-    /// File handles for `pread` of `none` kernels, by archive path.
-    files: Mutex<HashMap<PathBuf, Arc<File>>>,
 }
 
-impl KpackCache {
-    /// A `pread` handle for the archive `reader` was opened from.
-    fn file(&self, reader: &KpackReader) -> Result<Arc<File>, kpack_error_t> {
-        let path = reader.path().ok_or(KPACK_ERROR_IO_ERROR)?;
-        let mut map = self.files.lock().map_err(|_| KPACK_ERROR_OUT_OF_MEMORY)?;
-        if let Some(f) = map.get(path) {
-            return Ok(Arc::clone(f));
-        }
-        let f = Arc::new(File::open(path).map_err(|_| KPACK_ERROR_IO_ERROR)?);
-        map.insert(path.to_path_buf(), Arc::clone(&f));
-        Ok(f)
-    }
-}
-
-/// Map a reader error to the C++ library's code for the same failure.
+/// Map an error of `kpack_open` to the C++ library's code for the same
+/// failure (shared/kpack/runtime/src/archive.cpp and toc_parser.cpp):
+/// header problems and `toc_offset` past the end are `INVALID_FORMAT`, a
+/// TOC that does not decode (truncated, wrong types, unknown keys) is
+/// `MSGPACK_PARSE_FAILED`, a zstd blob that is not in the file is
+/// `IO_ERROR` (ROCm reads it whole at open), a bad frame count
+/// `INVALID_FORMAT`.
 fn open_error_code(kind: &ErrorKind) -> kpack_error_t {
     match kind {
         ErrorKind::Io(e) if e.kind() == std::io::ErrorKind::NotFound => KPACK_ERROR_FILE_NOT_FOUND,
@@ -103,11 +92,37 @@ fn open_error_code(kind: &ErrorKind) -> kpack_error_t {
         }
         ErrorKind::Io(_) => KPACK_ERROR_IO_ERROR,
         ErrorKind::UnsupportedVersion(_) => KPACK_ERROR_UNSUPPORTED_VERSION,
-        ErrorKind::BadMagic { .. }
-        | ErrorKind::Truncated { .. }
-        | ErrorKind::OutOfBounds { .. } => KPACK_ERROR_INVALID_FORMAT,
+        ErrorKind::BadMagic { .. } => KPACK_ERROR_INVALID_FORMAT,
+        ErrorKind::Truncated {
+            what: "KPAK header" | "version" | "toc_offset" | "zstd frame count",
+            ..
+        } => KPACK_ERROR_INVALID_FORMAT,
+        ErrorKind::Truncated { .. } => KPACK_ERROR_MSGPACK_PARSE_FAILED,
+        ErrorKind::OutOfBounds { field, .. } if field == "zstd_offset" => KPACK_ERROR_IO_ERROR,
+        ErrorKind::OutOfBounds { .. } => KPACK_ERROR_INVALID_FORMAT,
+        ErrorKind::Invalid { field, .. } if field == "zstd blob frame count" => {
+            KPACK_ERROR_INVALID_FORMAT
+        }
         ErrorKind::Zstd(_) => KPACK_ERROR_DECOMPRESSION_FAILED,
         _ => KPACK_ERROR_MSGPACK_PARSE_FAILED,
+    }
+}
+
+/// Map an error of reading one kernel to ROCm's code: a file that became
+/// shorter or changed is `IO_ERROR`; a frame that is not the zstd frame
+/// its TOC entry describes (does not parse, wrong length or content size,
+/// checksum) is `DECOMPRESSION_FAILED`, as ROCm's decode failure; size
+/// prefixes out of the blob are `INVALID_FORMAT` (ROCm's open-time check).
+fn read_error_code(kind: &ErrorKind) -> kpack_error_t {
+    match kind {
+        ErrorKind::Io(e) if e.kind() == std::io::ErrorKind::OutOfMemory => {
+            KPACK_ERROR_OUT_OF_MEMORY
+        }
+        ErrorKind::Io(_) => KPACK_ERROR_IO_ERROR,
+        ErrorKind::Zstd(_) | ErrorKind::Mismatch { .. } | ErrorKind::Invalid { .. } => {
+            KPACK_ERROR_DECOMPRESSION_FAILED
+        }
+        _ => KPACK_ERROR_INVALID_FORMAT,
     }
 }
 
@@ -142,12 +157,13 @@ impl KpackArchive {
                 return Err(KPACK_ERROR_FILE_NOT_FOUND)
             }
             Err(_) => return Err(KPACK_ERROR_IO_ERROR),
+            // ROCm opens a directory and fails reading its header.
+            Ok(m) if m.is_dir() => return Err(KPACK_ERROR_INVALID_FORMAT),
             Ok(m) if !m.is_file() => return Err(KPACK_ERROR_IO_ERROR),
             Ok(m) if m.len() == 0 => return Err(KPACK_ERROR_IO_ERROR),
             Ok(_) => {}
         }
-        let file = File::open(path).map_err(|_| KPACK_ERROR_IO_ERROR)?;
-        let reader = KpackReader::open(path).map_err(|e| open_error_code(e.kind()))?;
+        let reader = KpackReader::open_file(path).map_err(|e| open_error_code(e.kind()))?;
         let arches = cstrings(reader.gfx_arches().iter().map(String::as_str));
         let mut keys: Vec<&str> = reader.binary_keys().collect();
         keys.sort_unstable();
@@ -155,62 +171,86 @@ impl KpackArchive {
         let binaries = cstrings(keys.into_iter());
         Ok(KpackArchive {
             reader,
-            file,
             arches,
             binaries,
         })
     }
 }
 
-/// The code object of `(key, target)` in a fresh `malloc` block: `none`
-/// kernels are read with `pread` from `file` into it, zstd frames decoded
-/// from the mapping into it. One copy, no intermediate buffer, no lock.
-/// An archive with more zstd frames than the runtime limit
-/// ([`rocpack_kpack::ZSTD_MAX_KERNELS`]) is refused.
+/// The code object of `(key, target)` in a fresh `malloc` block: a `none`
+/// kernel is read with one `pread` into it; a zstd frame is read with one
+/// `pread` into this thread's scratch buffer and decoded into it. Then one
+/// `fstat` checks that the file is still the one opened (else
+/// `IO_ERROR`: bytes of a file rewritten in place are never returned).
+/// No lock, no mapping. An archive with more zstd frames than the runtime
+/// limit ([`rocpack_kpack::ZSTD_MAX_KERNELS`]) is refused.
 fn fetch(
     reader: &KpackReader,
-    file: &File,
     key: &str,
     target: &str,
 ) -> Result<(*mut c_void, usize), kpack_error_t> {
-    use std::os::unix::fs::FileExt;
     let e = reader
         .entry(key, target)
         .ok_or(KPACK_ERROR_KERNEL_NOT_FOUND)?;
-    let loc = reader
-        .blob_location(e.ordinal)
-        .ok_or(KPACK_ERROR_INVALID_FORMAT)?;
-    let (len, scheme_none) = match reader.scheme() {
-        Scheme::None => (loc.size, true),
+    // A read that failed on a file changed in place is IO_ERROR whatever
+    // the bytes it saw looked like.
+    let code = |e: rocpack_kpack::Error| {
+        if reader.check_unchanged().is_err() {
+            KPACK_ERROR_IO_ERROR
+        } else {
+            read_error_code(e.kind())
+        }
+    };
+    let out = match reader.scheme() {
+        Scheme::None => {
+            let loc = reader.checked_location(e.ordinal).map_err(code)?;
+            let len = usize::try_from(loc.size).map_err(|_| KPACK_ERROR_OUT_OF_MEMORY)?;
+            let mut buf = MallocBuf::new(len).ok_or(KPACK_ERROR_OUT_OF_MEMORY)?;
+            reader
+                .read_exact_at(loc.offset, buf.as_mut_slice())
+                .map_err(code)?;
+            reader.check_unchanged().map_err(|_| KPACK_ERROR_IO_ERROR)?;
+            (buf, len)
+        }
         Scheme::ZstdPerKernel => {
             if reader.len() as u64 > rocpack_kpack::ZSTD_MAX_KERNELS {
                 return Err(KPACK_ERROR_INVALID_FORMAT);
             }
-            (e.original_size, false)
+            let len = usize::try_from(e.original_size).map_err(|_| KPACK_ERROR_OUT_OF_MEMORY)?;
+            let mut buf = MallocBuf::new(len).ok_or(KPACK_ERROR_OUT_OF_MEMORY)?;
+            SCRATCH.with(|cell| {
+                let mut frame = cell
+                    .try_borrow_mut()
+                    .map_err(|_| KPACK_ERROR_OUT_OF_MEMORY)?;
+                reader
+                    .read_frame_into(e.ordinal, &mut frame)
+                    .map_err(code)?;
+                reader.check_unchanged().map_err(|_| KPACK_ERROR_IO_ERROR)?;
+                let got = decompress_into(&frame, buf.as_mut_slice());
+                if frame.capacity() > SCRATCH_KEEP {
+                    *frame = Vec::new();
+                }
+                match got {
+                    Some(n) if n == len => Ok(()),
+                    _ => Err(KPACK_ERROR_DECOMPRESSION_FAILED),
+                }
+            })?;
+            (buf, len)
         }
     };
-    let len = usize::try_from(len).map_err(|_| KPACK_ERROR_OUT_OF_MEMORY)?;
-    let mut buf = MallocBuf::new(len).ok_or(KPACK_ERROR_OUT_OF_MEMORY)?;
-    if scheme_none {
-        file.read_exact_at(buf.as_mut_slice(), loc.offset)
-            .map_err(|_| KPACK_ERROR_IO_ERROR)?;
-    } else {
-        let frame = reader
-            .stored_bytes(e.ordinal)
-            .ok_or(KPACK_ERROR_INVALID_FORMAT)?;
-        match decompress_into(frame, buf.as_mut_slice()) {
-            Some(n) if n == len => {}
-            _ => return Err(KPACK_ERROR_DECOMPRESSION_FAILED),
-        }
-    }
-    Ok((buf.into_raw(), len))
+    Ok((out.0.into_raw(), out.1))
 }
+
+/// Largest scratch buffer a thread keeps between lookups.
+const SCRATCH_KEEP: usize = 1 << 20;
 
 thread_local! {
     /// This thread's zstd decompression context, created on first use and
     /// reused by every later lookup on the thread (no lock, no sharing).
     static DCTX: std::cell::RefCell<Option<zstd::bulk::Decompressor<'static>>> =
         const { std::cell::RefCell::new(None) };
+    /// This thread's buffer for the compressed frame being decoded.
+    static SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 /// Decode one zstd frame into `out` with this thread's context; the
@@ -419,7 +459,7 @@ pub unsafe extern "C" fn kpack_get_kernel(
             return KPACK_ERROR_KERNEL_NOT_FOUND;
         };
         let a = &*archive;
-        match fetch(&a.reader, &a.file, key, arch) {
+        match fetch(&a.reader, key, arch) {
             Ok((p, n)) => {
                 *kernel_data = p;
                 *kernel_size = n;
@@ -455,7 +495,6 @@ pub unsafe extern "C" fn kpack_cache_create(cache: *mut *mut KpackCache) -> kpac
         *cache = Box::into_raw(Box::new(KpackCache {
             env,
             loader: Mutex::new(loader),
-            files: Mutex::new(HashMap::new()),
         }));
         KPACK_SUCCESS
     })
@@ -508,10 +547,68 @@ pub unsafe extern "C" fn kpack_discover_binary_path(
 }
 
 /// A reader over raw marker memory that never reads past what the msgpack
-/// decoder asks for, bounded by [`MAX_METADATA`].
+/// decoder asks for, bounded by [`MAX_METADATA`] and by the memory mapped
+/// there: the page holding the marker's first byte is read directly; bytes
+/// past it (a header that claims more than follows, at the end of a
+/// mapping) are copied with `process_vm_readv` on this process, which
+/// fails instead of faulting, so a lying marker is `INVALID_METADATA`,
+/// never `SIGSEGV`/`SIGBUS`. Markers are a few hundred bytes: the common
+/// lookup makes no system call here.
 struct RawMarker {
     base: *const u8,
     pos: usize,
+    /// Bytes from `base` known to be readable (the rest of its page, then
+    /// whatever a checked copy proved).
+    safe: usize,
+}
+
+/// The system page size (at least 4096).
+fn page_size() -> usize {
+    static PAGE: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    // SAFETY: sysconf has no preconditions.
+    *PAGE.get_or_init(|| {
+        usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) })
+            .unwrap_or(4096)
+            .max(4096)
+    })
+}
+
+impl RawMarker {
+    fn new(base: *const u8) -> RawMarker {
+        let page = page_size();
+        let safe = page - (base as usize % page);
+        RawMarker { base, pos: 0, safe }
+    }
+}
+
+/// Copy `out.len()` bytes at `addr` of this process without faulting:
+/// `process_vm_readv`, or where that is not permitted, only when
+/// `/proc/self/maps` shows them readable. False when they are not all there.
+fn checked_copy(addr: usize, out: &mut [u8]) -> bool {
+    let local = libc::iovec {
+        iov_base: out.as_mut_ptr().cast::<c_void>(),
+        iov_len: out.len(),
+    };
+    let remote = libc::iovec {
+        iov_base: addr as *mut c_void,
+        iov_len: out.len(),
+    };
+    // SAFETY: `local` is our writable buffer of iov_len bytes; the kernel
+    // validates `remote` and returns an error instead of faulting.
+    let n = unsafe { libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) };
+    if n >= 0 {
+        return usize::try_from(n).is_ok_and(|n| n == out.len());
+    }
+    let err = std::io::Error::last_os_error().raw_os_error();
+    if !matches!(err, Some(libc::ENOSYS | libc::EPERM)) {
+        return false;
+    }
+    if discover::readable_len(addr, out.len()) < out.len() {
+        return false;
+    }
+    // SAFETY: the bytes lie in readable mappings (checked just above).
+    unsafe { std::ptr::copy_nonoverlapping(addr as *const u8, out.as_mut_ptr(), out.len()) };
+    true
 }
 
 impl std::io::Read for RawMarker {
@@ -520,10 +617,19 @@ impl std::io::Read for RawMarker {
         if n == 0 && !buf.is_empty() {
             return Err(std::io::Error::other("marker exceeds 64 KiB"));
         }
-        // SAFETY: the caller promises a well-formed msgpack object at `base`;
-        // the decoder asks only for the bytes that object's encoding says it
-        // holds (exact reads), so this stays inside it.
-        unsafe { std::ptr::copy_nonoverlapping(self.base.add(self.pos), buf.as_mut_ptr(), n) };
+        let out = &mut buf[..n];
+        if self.pos + n <= self.safe {
+            // SAFETY: [base, base + safe) is readable: the rest of the page
+            // holding the marker's first byte (the caller's pointer), or
+            // bytes a checked copy already read.
+            unsafe { std::ptr::copy_nonoverlapping(self.base.add(self.pos), out.as_mut_ptr(), n) };
+        } else {
+            let addr = (self.base as usize).wrapping_add(self.pos);
+            if !checked_copy(addr, out) {
+                return Err(std::io::Error::other("the marker runs past mapped memory"));
+            }
+            self.safe = self.safe.max(self.pos + n);
+        }
         self.pos += n;
         Ok(n)
     }
@@ -537,8 +643,9 @@ const MAX_DEPTH: usize = 32;
 /// # Safety
 /// `p` points to a msgpack object (the HIPK wrapper's metadata pointer).
 unsafe fn decode_marker(p: *const u8) -> Option<Marker> {
-    let mut r = RawMarker { base: p, pos: 0 };
+    let mut r = RawMarker::new(p);
     rmpv::decode::read_value_with_max_depth(&mut r, MAX_DEPTH).ok()?;
+    // Every byte of [p, p + pos) was read above, so it is readable.
     Marker::decode(std::slice::from_raw_parts(p, r.pos)).ok()
 }
 
@@ -596,11 +703,13 @@ pub unsafe extern "C" fn kpack_load_code_object(
         if cache.env.disable {
             return KPACK_ERROR_NOT_IMPLEMENTED;
         }
+        // NULL entries are skipped, as ROCm does (loader.cpp: `if
+        // (!arch_list[i]) continue;` in expansion and search).
         let mut archs = Vec::with_capacity(arch_count.min(64));
         for i in 0..arch_count {
             let a = *arch_list.add(i);
             if a.is_null() {
-                return KPACK_ERROR_INVALID_ARGUMENT;
+                continue;
             }
             match CStr::from_ptr(a).to_str() {
                 Ok(s) => archs.push(s),
@@ -631,9 +740,7 @@ pub unsafe extern "C" fn kpack_load_code_object(
         // verify`): every (archive, target) candidate in order; any
         // per-archive failure moves on, the last one is returned.
         let got = rocpack_kpack::fall_through(&lookup.candidates, |c| {
-            let got = cache
-                .file(&c.reader)
-                .and_then(|f| fetch(&c.reader, &f, &lookup.key, &c.target));
+            let got = fetch(&c.reader, &lookup.key, &c.target);
             if let (Err(code), true) = (&got, cache.env.debug) {
                 eprintln!(
                     "kpack: {}: {} [{}]: {code:?}, trying the next archive",

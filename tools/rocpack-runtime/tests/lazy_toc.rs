@@ -188,11 +188,18 @@ fn damaged_zstd_frame_fails_its_lookup_only() {
             f0 - 4,
             u32::MAX.to_le_bytes().to_vec(),
             "zstd frame",
+            kpack_error_t::KPACK_ERROR_INVALID_FORMAT,
         ),
-        // k2's frame is no longer a zstd frame.
-        ("magic", f0, vec![!good[f0]], "not one valid zstd frame"),
+        // k2's frame is no longer a zstd frame: ROCm's decode failure.
+        (
+            "magic",
+            f0,
+            vec![!good[f0]],
+            "not one valid zstd frame",
+            kpack_error_t::KPACK_ERROR_DECOMPRESSION_FAILED,
+        ),
     ];
-    for (name, at, patch, msg) in cases {
+    for (name, at, patch, msg, code) in cases {
         let mut d = good.clone();
         d[at..at + patch.len()].copy_from_slice(&patch);
         let err = KpackReader::from_bytes(&d).unwrap_err();
@@ -215,8 +222,8 @@ fn damaged_zstd_frame_fails_its_lookup_only() {
             assert_eq!(kpack_open(c.as_ptr(), &mut a), kpack_error_t::KPACK_SUCCESS);
             for (k, want) in [
                 ("k0#0", kpack_error_t::KPACK_SUCCESS),
-                ("k2#0", kpack_error_t::KPACK_ERROR_INVALID_FORMAT),
-                ("k2#0", kpack_error_t::KPACK_ERROR_INVALID_FORMAT),
+                ("k2#0", code),
+                ("k2#0", code),
             ] {
                 let key = CString::new(k).unwrap();
                 let mut p = std::ptr::null_mut();

@@ -236,16 +236,18 @@ fn all_modes(static_link: bool) {
         !err.contains("kpack: "),
         "ROCM_KPACK_DEBUG set after kpack_cache_create printed: {err}"
     );
-    // Truthiness (kpack-reference §12.1): any non-empty value other than
-    // exactly "0" is on, whatever it says; "0" and "" are off.
-    for v in ["1", "true", "yes", "false", "no", "00", "0 ", " ", "off"] {
+    // Truthiness (ROCm's loader.cpp): only the first character counts;
+    // empty or starting with '0' is off, anything else on.
+    for v in ["1", "true", "yes", "false", "no", " ", "off", "10"] {
         run(&exe, "disabled", &dir, &[("ROCM_KPACK_DISABLE", v.into())]);
     }
-    for v in ["0", ""] {
+    for v in ["0", "", "00", "0x", "0abc", "0 "] {
         run(&exe, "load", &dir, &[("ROCM_KPACK_DISABLE", v.into())]);
     }
+    // ROCM_KPACK_PATH of separators only: unset, the marker's paths work.
+    run(&exe, "load", &dir, &[("ROCM_KPACK_PATH", ":".into())]);
     // ROCM_KPACK_DEBUG: `kpack: ` lines on stderr when on, silence when off.
-    for v in ["1", "00", "false"] {
+    for v in ["1", "x", "false"] {
         let err = run(&exe, "debug", &dir, &[("ROCM_KPACK_DEBUG", v.into())]);
         let lines: Vec<&str> = err.lines().filter(|l| l.starts_with("kpack: ")).collect();
         assert!(lines.len() >= 2, "ROCM_KPACK_DEBUG={v:?}: {err}");
@@ -254,7 +256,7 @@ fn all_modes(static_link: bool) {
             "{err}"
         );
     }
-    for v in ["0", ""] {
+    for v in ["0", "", "00", "0x"] {
         let err = run(&exe, "debug", &dir, &[("ROCM_KPACK_DEBUG", v.into())]);
         assert!(
             !err.contains("kpack: "),

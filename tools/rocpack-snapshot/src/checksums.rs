@@ -59,8 +59,21 @@ fn checksum_dict(s: &mut String, name: &str, m: &BTreeMap<String, Metadata>) {
 fn artifact_entry(md: &Metadata) -> (String, Value) {
     let headers: Vec<Value> = md.headers.keys().map(|h| json!(h)).collect();
     let size = md.artifact.as_ref().map(|a| a.size);
+    // `abi_inputs` only when recorded: files without them stay byte-identical.
+    let abi = if md.abi_inputs.is_empty() {
+        String::new()
+    } else {
+        format!(
+            "\"abi_inputs\": {{{}}}, ",
+            md.abi_inputs
+                .iter()
+                .map(|(k, v)| format!("{}: {}", str_lit(k), str_lit(v)))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )
+    };
     let text = format!(
-        "{{\"file\": {}, \"headers\": [{}], \"key\": {}, \"sha256\": {}, \"size\": {}}}",
+        "{{{abi}\"file\": {}, \"headers\": [{}], \"key\": {}, \"sha256\": {}, \"size\": {}}}",
         str_lit(md.artifact_name()),
         md.headers
             .keys()
@@ -71,13 +84,18 @@ fn artifact_entry(md: &Metadata) -> (String, Value) {
         str_lit(&md.sha256),
         size.map_or_else(|| "None".to_string(), |n| n.to_string()),
     );
-    let v = json!({
+    let mut v = json!({
         "file": md.artifact_name(),
         "headers": headers,
         "key": md.store_key(),
         "sha256": md.sha256,
         "size": size,
     });
+    if !md.abi_inputs.is_empty() {
+        if let Some(o) = v.as_object_mut() {
+            o.insert("abi_inputs".into(), json!(md.abi_inputs));
+        }
+    }
     (text, v)
 }
 

@@ -77,32 +77,101 @@ pub fn create_dir_all_durable(dir: &Path) -> Result<()> {
     }
 }
 
-/// Write `bytes` to `path` atomically: temp file in the same directory, fsync, rename, fsync dir.
-pub fn atomic_write(path: &Path, bytes: &[u8], label: &str) -> Result<()> {
-    let dir = parent_of(path);
-    create_dir_all_durable(&dir)?;
+/// This host's name, as it appears in temporary file names ("host" when
+/// it has none usable).
+fn host_name() -> &'static str {
+    static HOST: OnceLock<String> = OnceLock::new();
+    HOST.get_or_init(|| {
+        let mut buf = [0u8; 256];
+        // SAFETY: the buffer is valid for its whole length; gethostname writes
+        // at most that many bytes.
+        #[allow(unsafe_code)]
+        let r = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
+        let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+        let h = String::from_utf8_lossy(buf.get(..end).unwrap_or_default()).into_owned();
+        if r != 0 || h.is_empty() || h.contains(['/', '\0']) {
+            "host".to_string()
+        } else {
+            h
+        }
+    })
+}
+
+/// `.NAME.tmp-` for `path` named `NAME`.
+fn temp_prefix(path: &Path) -> String {
     let name = path
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
+    format!(".{name}.tmp-")
+}
+
+/// A new temporary file beside `path`, named
+/// `.NAME.tmp-<pid>-<host>-<random>` (see [`sweep_stale_temps`]); removed
+/// when dropped unless persisted.
+pub fn temp_beside(path: &Path) -> Result<tempfile::NamedTempFile> {
+    let dir = parent_of(path);
+    tempfile::Builder::new()
+        .prefix(&format!(
+            "{}{}-{}-",
+            temp_prefix(path),
+            std::process::id(),
+            host_name()
+        ))
+        .rand_bytes(6)
+        .tempfile_in(&dir)
+        .map_err(io_at(&dir))
+}
+
+/// Removes the temporary files beside `path` that a killed process left
+/// (a `kill -9` runs no cleanup): `.NAME.tmp-<pid>-<host>-<random>` of this
+/// host and `.NAME.tmp-<pid>` of older snapctl versions, whose process is
+/// gone. Another host's files (a root shared over NFS) and those of live
+/// processes are left alone. Returns how many were removed.
+pub fn sweep_stale_temps(path: &Path) -> usize {
+    let dir = parent_of(path);
+    let prefix = temp_prefix(path);
+    let host = format!("-{}-", host_name());
+    if !Path::new("/proc/self").exists() {
+        return 0;
+    }
+    let Ok(rd) = fs::read_dir(&dir) else { return 0 };
+    let mut n = 0;
+    for ent in rd.flatten() {
+        let name = ent.file_name().to_string_lossy().into_owned();
+        let Some(rest) = name.strip_prefix(&prefix) else {
+            continue;
+        };
+        let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+        let (pid, tail) = rest.split_at(digits);
+        let ours = tail.is_empty() || tail.starts_with(&host);
+        if pid.is_empty() || !ours || Path::new("/proc").join(pid).exists() {
+            continue;
+        }
+        if ent.file_type().is_ok_and(|t| t.is_file()) && fs::remove_file(ent.path()).is_ok() {
+            n += 1;
+        }
+    }
+    n
+}
+
+/// Write `bytes` to `path` atomically: temp file in the same directory, fsync, rename, fsync dir.
+///
+/// The temp file is removed on every error; one a killed process left
+/// behind is removed by the next write of the same file.
+pub fn atomic_write(path: &Path, bytes: &[u8], label: &str) -> Result<()> {
+    let dir = parent_of(path);
+    create_dir_all_durable(&dir)?;
+    sweep_stale_temps(path);
     step(&format!("write {label} (temp)"));
-    let written = OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .open(&tmp)
-        .and_then(|mut f| {
-            f.write_all(bytes)?;
-            f.sync_all()
-        });
+    let mut tmp = temp_beside(path)?;
+    let written = tmp.write_all(bytes).and_then(|()| tmp.as_file().sync_all());
     if let Err(e) = written {
-        // ENOSPC and friends leave no temp file behind.
-        let _ = fs::remove_file(&tmp);
-        return Err(Error::io(&tmp, e));
+        // ENOSPC and friends leave no temp file behind (dropped: removed).
+        return Err(Error::io(tmp.path(), e));
     }
     step(&format!("rename {label}"));
-    fs::rename(&tmp, path).map_err(io_at(path))?;
+    tmp.persist(path).map_err(|e| Error::io(path, e.error))?;
     fsync_dir(&dir)
 }
 
@@ -110,7 +179,7 @@ pub fn atomic_write(path: &Path, bytes: &[u8], label: &str) -> Result<()> {
 /// names) and fsync it.
 pub fn copy_durable(src: &Path, dst: &Path) -> Result<()> {
     // Regular files only, opened without blocking (a FIFO swapped in is refused).
-    let mut from = crate::hash::open_regular(src)?;
+    let mut from = open_regular(src)?;
     let mut to = OpenOptions::new()
         .write(true)
         .create(true)
@@ -128,6 +197,27 @@ pub fn write_durable(dst: &Path, bytes: &[u8]) -> Result<()> {
     f.sync_all().map_err(io_at(dst))
 }
 
+/// Opens `path` for reading without blocking on a FIFO and refuses anything
+/// but a regular file (checked with `fstat` on the open descriptor, so a
+/// symlink to `/dev/zero` or a device is refused, not read forever).
+pub fn open_regular(path: &Path) -> Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+        .map_err(io_at(path))?;
+    let meta = file.metadata().map_err(io_at(path))?;
+    if !meta.is_file() {
+        return Err(Error::input(
+            path,
+            None,
+            format!("not a regular file ({})", file_kind(&meta)),
+        ));
+    }
+    Ok(file)
+}
+
 /// Read a whole regular file of at most `limit` bytes.
 ///
 /// Snapshot trees are repository content, so a pull request controls them:
@@ -136,20 +226,8 @@ pub fn write_durable(dst: &Path, bytes: &[u8]) -> Result<()> {
 /// descriptor (no race with a rename), and read through `take(limit + 1)`.
 pub fn read_bounded(path: &Path, limit: u64) -> Result<Vec<u8>> {
     use std::io::Read;
-    use std::os::unix::fs::OpenOptionsExt;
-    let f = fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK)
-        .open(path)
-        .map_err(io_at(path))?;
+    let f = open_regular(path)?;
     let meta = f.metadata().map_err(io_at(path))?;
-    if !meta.is_file() {
-        return Err(Error::input(
-            path,
-            None,
-            format!("not a regular file ({})", file_kind(&meta)),
-        ));
-    }
     if meta.len() > limit {
         return Err(Error::input(
             path,

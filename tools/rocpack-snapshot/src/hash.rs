@@ -17,25 +17,107 @@ pub struct FileDigest {
     pub size: u64,
 }
 
-/// Opens `path` for reading without blocking on a FIFO and refuses anything
-/// but a regular file (checked with `fstat` on the open descriptor, so a
-/// symlink to `/dev/zero` or a device is refused, not read forever).
-pub fn open_regular(path: &Path) -> Result<File> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK)
-        .open(path)
-        .map_err(io_at(path))?;
-    let meta = file.metadata().map_err(io_at(path))?;
-    if !meta.is_file() {
-        return Err(Error::input(
-            path,
-            None,
-            format!("not a regular file ({})", crate::fsutil::file_kind(&meta)),
-        ));
+/// Kept here too: the file readers of this module open their input with it.
+pub use crate::fsutil::open_regular;
+
+/// What identifies a file and its content version: a file that was
+/// replaced (device, inode), resized or written to (size, mtime, ctime)
+/// while it was read no longer has the same state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct FileState {
+    dev: u64,
+    ino: u64,
+    size: u64,
+    mtime: (i64, i64),
+    ctime: (i64, i64),
+}
+
+impl FileState {
+    fn of(m: &std::fs::Metadata) -> FileState {
+        use std::os::unix::fs::MetadataExt;
+        FileState {
+            dev: m.dev(),
+            ino: m.ino(),
+            size: m.size(),
+            mtime: (m.mtime(), m.mtime_nsec()),
+            ctime: (m.ctime(), m.ctime_nsec()),
+        }
     }
-    Ok(file)
+}
+
+/// A regular file read once from start to end, whose state is compared
+/// before and after: [`StableRead::finish`] fails unless the bytes read are
+/// exactly the size it had when it was opened and nothing about it changed
+/// meanwhile (a file truncated, appended to, rewritten or replaced while it
+/// was copied is refused, never published torn).
+///
+/// Timestamps have the file system's granularity: a write in place that
+/// keeps the size and lands in the same clock tick as the first `fstat`
+/// cannot be seen; every other change can.
+struct StableRead<'a> {
+    path: &'a Path,
+    file: File,
+    before: FileState,
+    read: u64,
+}
+
+impl<'a> StableRead<'a> {
+    fn open(path: &'a Path) -> Result<StableRead<'a>> {
+        let file = open_regular(path)?;
+        let before = FileState::of(&file.metadata().map_err(io_at(path))?);
+        Ok(StableRead {
+            path,
+            file,
+            before,
+            read: 0,
+        })
+    }
+
+    /// Reads the next chunk into `buf` (0 at the end).
+    fn read(&mut self, buf: &mut [u8]) -> Result<usize> {
+        let n = self.file.read(buf).map_err(io_at(self.path))?;
+        self.read = self.read.saturating_add(n as u64);
+        Ok(n)
+    }
+
+    /// Bytes read, when the file was read whole and did not change.
+    fn finish(self) -> Result<u64> {
+        let after = FileState::of(&self.file.metadata().map_err(io_at(self.path))?);
+        // The name may now point at another file (replaced by a rename).
+        let now = std::fs::metadata(self.path).ok().map(|m| FileState::of(&m));
+        let b = self.before;
+        let mut what = Vec::new();
+        if self.read != b.size {
+            what.push(format!(
+                "{} bytes read of the {} it had when it was opened",
+                self.read, b.size
+            ));
+        }
+        if after.size != b.size {
+            what.push(format!("size {} -> {} bytes", b.size, after.size));
+        }
+        if after.mtime != b.mtime || after.ctime != b.ctime {
+            what.push("modified (mtime/ctime changed)".to_string());
+        }
+        match now {
+            None => what.push("removed or renamed".to_string()),
+            Some(n) if (n.dev, n.ino) != (b.dev, b.ino) => {
+                what.push("replaced by another file (inode changed)".to_string())
+            }
+            Some(_) => {}
+        }
+        if what.is_empty() {
+            return Ok(self.read);
+        }
+        Err(Error::input(
+            self.path,
+            None,
+            format!(
+                "changed while snapctl read it ({}); refusing to publish a torn copy, nothing was published: retry once the file is complete",
+                what.join("; ")
+            ),
+        ))
+    }
 }
 
 fn read_all_chunks(
@@ -59,10 +141,20 @@ fn read_all_chunks(
     }
 }
 
-/// sha256 and size of a regular file.
+/// sha256 and size of a regular file that must not change while it is
+/// read (see [`StableRead`]): the digest of an input about to be recorded.
 pub fn sha256_file(path: &Path) -> Result<(String, u64)> {
     let mut h = Sha256::new();
-    let n = read_all_chunks(path, None, |b| h.update(b))?.unwrap_or_else(|n| n);
+    let mut r = StableRead::open(path)?;
+    let mut buf = vec![0u8; CHUNK];
+    loop {
+        let n = r.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        h.update(buf.get(..n).unwrap_or_default());
+    }
+    let n = r.finish()?;
     Ok((hex::encode(h.finalize()), n))
 }
 
@@ -81,9 +173,10 @@ pub fn sha256_file_limited(
 /// of the bytes read, fsyncs `dst`, then re-reads it and checks its sha256
 /// (verify after write).
 ///
-/// The copy is the one verified local copy that gets published: whatever
-/// `src` does meanwhile (grows, shrinks, changes), the digests describe
-/// `dst`. No memory map, so a source truncated under us cannot raise
+/// The copy is the one verified local copy that gets published: a `src`
+/// that changes meanwhile (grows, shrinks, is rewritten or replaced) is an
+/// error, so what is published is always a whole version of the file, and
+/// the digests describe `dst`. No memory map, so a source truncated under us cannot raise
 /// SIGBUS. `dst` is removed on every error, ENOSPC included.
 pub fn copy_hashed(src: &Path, dst: &Path) -> Result<FileDigest> {
     let res = std::fs::OpenOptions::new()
@@ -104,7 +197,7 @@ pub fn copy_hashed(src: &Path, dst: &Path) -> Result<FileDigest> {
 /// names it in messages. The file is left positioned at its start.
 pub fn copy_hashed_into(src: &Path, to: &mut File, label: &Path) -> Result<FileDigest> {
     use std::io::{Seek, Write};
-    let mut from = open_regular(src)?;
+    let mut from = StableRead::open(src)?;
     let (tx, rx) = std::sync::mpsc::sync_channel::<std::sync::Arc<[u8]>>(4);
     let (sha256, size, sha1) = std::thread::scope(|s| -> Result<(String, u64, String)> {
         let t1 = s.spawn(move || {
@@ -121,7 +214,7 @@ pub fn copy_hashed_into(src: &Path, to: &mut File, label: &Path) -> Result<FileD
             let n = match from.read(&mut buf) {
                 Ok(0) => break Ok(()),
                 Ok(n) => n,
-                Err(e) => break Err(Error::io(src, e)),
+                Err(e) => break Err(e),
             };
             let chunk = buf.get(..n).unwrap_or_default();
             if let Err(e) = to.write_all(chunk) {
@@ -138,6 +231,9 @@ pub fn copy_hashed_into(src: &Path, to: &mut File, label: &Path) -> Result<FileD
             .join()
             .map_err(|_| Error::Usage("sha1 worker thread panicked".into()))?;
         r?;
+        // The bytes copied are the whole file as it was when opened, and it
+        // did not change meanwhile (else the copy may be torn).
+        from.finish()?;
         Ok((hex::encode(h.finalize()), total, sha1))
     })?;
     to.sync_all().map_err(io_at(label))?;

@@ -59,6 +59,9 @@ pub struct Metadata {
     pub headers: BTreeMap<String, String>,
     /// Commit name → hash, in file order (the seed writes them sorted).
     pub commits: Vec<(String, String)>,
+    /// ABI inputs (workspace-relative path → sha256) the artifact was
+    /// compiled against (`create --abi-input`; see [`crate::abi`]).
+    pub abi_inputs: BTreeMap<String, String>,
 }
 
 /// Store key of a sha256 digest.
@@ -87,24 +90,77 @@ pub fn is_hex(s: &str, len: usize) -> bool {
     s.len() == len && s.bytes().all(|b| b.is_ascii_hexdigit())
 }
 
-/// A file name that is safe to place in a snapshot directory.
-pub fn validate_file_name(name: &str) -> std::result::Result<(), String> {
-    if name.is_empty()
-        || name == "."
-        || name == ".."
-        || name.starts_with('.')
-        || name.contains('/')
-        || name.contains('\\')
-        || name
-            .chars()
-            .any(|c| c.is_control() || c == ':' || c.is_whitespace())
-    {
-        return Err(format!(
-            "{name:?} is not a usable file name (no '/', ':', whitespace, leading '.')"
-        ));
+/// A character named for a message: `a newline`, `a tab`, `U+0007`.
+pub fn describe_char(c: char) -> String {
+    match c {
+        '\n' => "a newline".into(),
+        '\r' => "a carriage return".into(),
+        '\t' => "a tab".into(),
+        '\0' => "a NUL byte".into(),
+        ' ' => "a space".into(),
+        '\\' => "a backslash".into(),
+        c if c.is_control() || c.is_whitespace() => format!("U+{:04X}", u32::from(c)),
+        c => format!("'{c}'"),
     }
+}
+
+/// Why `name` cannot be placed in a snapshot directory, if it cannot.
+fn file_name_problem(name: &str) -> Option<String> {
+    if name.is_empty() {
+        return Some("it is empty".into());
+    }
+    if name == "." || name == ".." {
+        return Some("it names a directory".into());
+    }
+    if name.starts_with('.') {
+        return Some("it starts with '.'".into());
+    }
+    if let Some(c) = name
+        .chars()
+        .find(|&c| matches!(c, '/' | '\\' | ':') || c.is_control() || c.is_whitespace())
+    {
+        let why = match c {
+            '/' => " (a file name, not a path, is recorded)",
+            '\\' => " (not a path separator here, and not portable)",
+            ':' => " (the separator of metadata.txt entries)",
+            _ => "",
+        };
+        return Some(format!("it contains {}{why}", describe_char(c)));
+    }
+    None
+}
+
+/// A file name that is safe to place in a snapshot directory (see
+/// [`validate_header_name`] and [`validate_artifact_name`] for the names
+/// that are also reserved).
+pub fn validate_file_name(name: &str) -> std::result::Result<(), String> {
+    match file_name_problem(name) {
+        Some(p) => Err(format!("{name:?} is not a usable file name: {p}")),
+        None => Ok(()),
+    }
+}
+
+/// The name of a header snapshotted beside `metadata.txt`.
+pub fn validate_header_name(name: &str) -> std::result::Result<(), String> {
+    validate_file_name(name)?;
     if name == "metadata.txt" {
-        return Err("a header may not be named metadata.txt".into());
+        return Err(
+            "a header may not be named metadata.txt (the snapshot's own metadata file beside it)"
+                .into(),
+        );
+    }
+    Ok(())
+}
+
+/// The file name of the artifact (stored in the blob store under its
+/// digest; its name is recorded in `metadata.txt`).
+pub fn validate_artifact_name(name: &str) -> std::result::Result<(), String> {
+    validate_file_name(name)?;
+    if name == "metadata.txt" {
+        return Err(
+            "the artifact may not be named metadata.txt: that is the name of a snapshot's own metadata file (pass the prebuilt library, e.g. librcclx-dev.a)"
+                .into(),
+        );
     }
     Ok(())
 }
@@ -116,6 +172,7 @@ enum Section {
     Artifact,
     Headers,
     Commits,
+    Abi,
 }
 
 impl Metadata {
@@ -130,6 +187,7 @@ impl Metadata {
         let mut art_size: Option<(usize, u64)> = None;
         let mut art_key: Option<(usize, String)> = None;
         let mut headers = BTreeMap::new();
+        let mut abi_inputs = BTreeMap::new();
         let mut commits: Vec<(String, String)> = Vec::new();
         let mut section = Section::None;
         let mut seen = Vec::new();
@@ -146,7 +204,13 @@ impl Metadata {
             last_line = lineno;
             if line.starts_with([' ', '\t']) {
                 let entry = line.trim();
-                let Some((key, value)) = entry.split_once(':') else {
+                // ABI input paths may hold ':'; their value (hex) never does.
+                let split = if section == Section::Abi {
+                    entry.rsplit_once(':')
+                } else {
+                    entry.split_once(':')
+                };
+                let Some((key, value)) = split else {
                     return Err(err(
                         lineno,
                         format!("expected `  name: value`, found {entry:?}"),
@@ -194,7 +258,7 @@ impl Metadata {
                     },
                     Section::Artifact => match key {
                         "name" if art_name.is_none() => {
-                            validate_file_name(value).map_err(|m| err(lineno, m))?;
+                            validate_artifact_name(value).map_err(|m| err(lineno, m))?;
                             art_name = Some((lineno, value.to_string()));
                         }
                         "size" if art_size.is_none() => {
@@ -212,12 +276,21 @@ impl Metadata {
                         }
                     },
                     Section::Headers => {
-                        validate_file_name(key).map_err(|m| err(lineno, m))?;
+                        validate_header_name(key).map_err(|m| err(lineno, m))?;
                         if !is_hex(value, 64) {
                             return Err(err(lineno, format!("header {key}: sha256 must be 64 hex digits, found {value:?}")));
                         }
                         if headers.insert(key.to_string(), value.to_ascii_lowercase()).is_some() {
                             return Err(err(lineno, format!("duplicate header {key}")));
+                        }
+                    }
+                    Section::Abi => {
+                        let name = crate::abi::normalize_path(key).map_err(|m| err(lineno, m))?;
+                        if !is_hex(value, 64) {
+                            return Err(err(lineno, format!("ABI input {key}: sha256 must be 64 hex digits, found {value:?}")));
+                        }
+                        if abi_inputs.insert(name, value.to_ascii_lowercase()).is_some() {
+                            return Err(err(lineno, format!("duplicate ABI input {key}")));
                         }
                     }
                     Section::Commits => {
@@ -261,7 +334,9 @@ impl Metadata {
                     validate_version(rest).map_err(|m| err(lineno, m))?;
                     version = Some(rest.to_string());
                 }
-                "Checksums" | "Artifact" | "Headers" | "Commit Hashes" if !rest.is_empty() => {
+                "Checksums" | "Artifact" | "Headers" | "Commit Hashes" | "ABI inputs"
+                    if !rest.is_empty() =>
+                {
                     return Err(err(
                         lineno,
                         format!("`{tag}:` must be followed by indented entries on the next lines"),
@@ -276,6 +351,7 @@ impl Metadata {
                     artifact_line = Some(lineno);
                 }
                 "Headers" => section = Section::Headers,
+                "ABI inputs" => section = Section::Abi,
                 "Commit Hashes" => section = Section::Commits,
                 other => return Err(err(lineno, format!("unknown field {other:?}"))),
             }
@@ -323,6 +399,7 @@ impl Metadata {
             artifact,
             headers,
             commits,
+            abi_inputs,
         })
     }
 
@@ -363,6 +440,12 @@ impl Metadata {
         if !self.headers.is_empty() {
             s.push_str("\nHeaders:\n");
             for (name, digest) in &self.headers {
+                let _ = writeln!(s, "  {name}: {digest}");
+            }
+        }
+        if !self.abi_inputs.is_empty() {
+            s.push_str("\nABI inputs:\n");
+            for (name, digest) in &self.abi_inputs {
                 let _ = writeln!(s, "  {name}: {digest}");
             }
         }

@@ -90,11 +90,15 @@ pub struct CreateArgs {
     pub commits: Vec<String>,
     pub checksums: Option<PathBuf>,
     pub prefix: Option<String>,
+    /// `--abi-input` files and `--abi-base` (default: the working directory).
+    pub abi_inputs: Vec<PathBuf>,
+    pub abi_base: Option<PathBuf>,
 }
 
 /// `snapctl create`.
 pub fn create(root: &RootOpts, a: CreateArgs, out: Out<'_>) -> Result<u8> {
-    let repo = Repo::open(&root.root)?;
+    let repo = Repo::open_for_create(&root.root)?;
+    let fresh = std::fs::symlink_metadata(&root.root).is_err();
     let st = repo.store(a.store.as_deref())?;
     let req = CreateRequest {
         version: a.version,
@@ -105,8 +109,16 @@ pub fn create(root: &RootOpts, a: CreateArgs, out: Out<'_>) -> Result<u8> {
         prefix: a.prefix,
         lock_timeout: root.lock_timeout,
         store_url: a.store,
+        abi_inputs: crate::abi::resolve_inputs(&a.abi_inputs, a.abi_base.as_deref())?,
     };
-    match txn::create(&repo, &st, &req)? {
+    let outcome = txn::create(&repo, &st, &req)?;
+    if fresh {
+        eprintln!(
+            "snapctl: created the snapshots root {}",
+            root.root.display()
+        );
+    }
+    match outcome {
         CreateOutcome::AlreadyStable { meta, recovered } => {
             note_recovery(&recovered);
             say!(

@@ -4,11 +4,11 @@
 //! variables (`AWS_ENDPOINT_URL`/`AWS_ENDPOINT`, `AWS_REGION`, `AWS_ACCESS_KEY_ID`,
 //! `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN`); a plain `http://` endpoint is allowed.
 
+use crate::blob::{BlobState, Listed, PutOutcome, TEMP_PREFIX};
 use crate::error::{io_at, Error, Result};
 use crate::fsutil::step;
 use crate::hash;
 use crate::metadata::store_key;
-use crate::store::{BlobState, Listed, PutOutcome, TEMP_PREFIX};
 use futures_util::StreamExt;
 use object_store::path::Path as ObjPath;
 use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload};

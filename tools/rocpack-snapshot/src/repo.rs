@@ -165,8 +165,20 @@ pub struct Repo {
 impl Repo {
     /// Opens `root` (which must be a directory) and reads its configuration.
     pub fn open(root: &Path) -> Result<Repo> {
-        let md = fs::metadata(root)
-            .map_err(|e| Error::input(root, None, format!("snapshots root: {e}")))?;
+        let md = fs::metadata(root).map_err(|e| {
+            if e.kind() == std::io::ErrorKind::NotFound {
+                Error::input(
+                    root,
+                    None,
+                    format!(
+                        "snapshots root does not exist; the first `snapctl create --snapshots-root {} --version VERSION --artifact FILE` makes it",
+                        root.display()
+                    ),
+                )
+            } else {
+                Error::input(root, None, format!("snapshots root: {e}"))
+            }
+        })?;
         if !md.is_dir() {
             return Err(Error::input(
                 root,
@@ -184,6 +196,29 @@ impl Repo {
             root: root.to_path_buf(),
             config,
         })
+    }
+
+    /// [`Repo::open`] for `snapctl create`, which makes the root when it
+    /// does not exist yet (see [`Repo::ensure_root`]): a missing root is an
+    /// empty repo with the default config.
+    pub fn open_for_create(root: &Path) -> Result<Repo> {
+        match fs::symlink_metadata(root) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Repo {
+                root: root.to_path_buf(),
+                config: Config::default(),
+            }),
+            _ => Repo::open(root),
+        }
+    }
+
+    /// Creates the root (and its missing parents, durably) when it does not
+    /// exist; `true` when it was created.
+    pub fn ensure_root(&self) -> Result<bool> {
+        if fs::symlink_metadata(&self.root).is_ok() {
+            return Ok(false);
+        }
+        fsutil::create_dir_all_durable(&self.root)?;
+        Ok(true)
     }
 
     pub fn config_path(&self) -> PathBuf {

@@ -9,54 +9,13 @@
 
 use crate::error::{io_at, Error, Result};
 use crate::fsutil::{self, step};
-use crate::hash::{self, FileDigest};
+use crate::hash;
 use crate::metadata::{is_hex, store_key};
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
 
-/// Prefix of in-flight temporary files inside `cas/sha256/` of a local store.
-pub const TEMP_PREFIX: &str = ".tmp-";
-
-/// Result of [`Store::put_file`].
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct PutOutcome {
-    pub digest: FileDigest,
-    /// `cas/sha256/<hex>`.
-    pub key: String,
-    /// The blob was already in the store (and verified to match).
-    pub already_present: bool,
-}
-
-/// State of one blob, from [`Store::check`].
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum BlobState {
-    Missing,
-    Ok {
-        size: u64,
-    },
-    Corrupt {
-        actual_sha256: String,
-        size: u64,
-    },
-    /// Longer than the size the metadata records: announced by the store or
-    /// seen while reading (reading stopped there; nothing was hashed).
-    Oversize {
-        expected: u64,
-        seen: u64,
-    },
-    /// The blob exists but cannot be read (not a regular file, I/O error).
-    Unreadable(String),
-}
-
-/// An entry of [`Store::list`].
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Listed {
-    /// `cas/sha256/<hex>` or, for leftovers of interrupted uploads, the temp file's key.
-    pub key: String,
-    pub size: u64,
-    pub is_temp: bool,
-}
+pub use crate::blob::{BlobState, Listed, PutOutcome, TEMP_PREFIX};
 
 /// A blob store.
 pub enum Store {

@@ -21,7 +21,10 @@ use crate::checksums::{self, Channels};
 use crate::error::{io_at, Error, Result};
 use crate::fsutil::{self, step};
 use crate::hash;
-use crate::metadata::{validate_file_name, validate_version, Artifact, Metadata};
+use crate::metadata::{
+    describe_char, validate_artifact_name, validate_header_name, validate_version, Artifact,
+    Metadata,
+};
 use crate::repo::{now_utc, Channel, Repo, Snapshot};
 use crate::store::{PutOutcome, Store};
 use serde::{Deserialize, Serialize};
@@ -49,6 +52,24 @@ struct Journal {
     version: String,
     installs: Vec<Install>,
     removes: Vec<String>,
+    /// Whole directories (source snapshots), applied before `installs`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    trees: Vec<TreeInstall>,
+}
+
+/// A directory staged whole and swapped onto its destination in one step
+/// (`renameat2(RENAME_EXCHANGE)`; `rename` when the destination is new).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+struct TreeInstall {
+    /// Directory name inside the staging dir.
+    staged: String,
+    /// Destination, relative to the root.
+    dest: String,
+    /// sha256 of the staged tree's `metadata.txt`: the destination holding
+    /// it means the swap is done (replays skip it).
+    meta_sha256: String,
+    /// Where the replaced directory goes (relative to the root; `None`: deleted).
+    old_to: Option<String>,
 }
 
 /// What [`recover`] did.
@@ -93,6 +114,8 @@ pub struct CreateRequest {
     pub lock_timeout: Option<Duration>,
     /// `--store` as given; recorded in `snapctl.conf` when the root has no store yet.
     pub store_url: Option<String>,
+    /// ABI inputs (recorded path, file) from `--abi-input` ([`crate::abi::resolve_inputs`]).
+    pub abi_inputs: Vec<(String, PathBuf)>,
 }
 
 /// Result of [`create`].
@@ -217,6 +240,9 @@ const ARCHIVE_MAX: u64 = 64 << 20;
 
 fn apply(repo: &Repo, j: &Journal) -> Result<()> {
     let staging = repo.private_dir().join(STAGING).join(&j.txid);
+    for t in &j.trees {
+        apply_tree(repo, &staging, t)?;
+    }
     for ins in &j.installs {
         let src = staging.join(&ins.staged);
         let dst = dest_path(&repo.root, &ins.dest);
@@ -246,9 +272,10 @@ fn apply(repo: &Repo, j: &Journal) -> Result<()> {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::CrossesDevices => {
                 // Destination on another filesystem (e.g. the checksums file): copy beside it, then rename.
-                let tmp = dir.join(format!(".{}.tmp-{}", ins.staged, std::process::id()));
-                fsutil::copy_durable(&src, &tmp)?;
-                fs::rename(&tmp, &dst).map_err(io_at(&dst))?;
+                fsutil::sweep_stale_temps(&dst);
+                let tmp = fsutil::temp_beside(&dst)?;
+                fsutil::copy_durable(&src, tmp.path())?;
+                tmp.persist(&dst).map_err(|e| Error::io(&dst, e.error))?;
                 fsutil::fsync_dir(&dir)?;
                 fs::remove_file(&src).map_err(io_at(&src))?;
             }
@@ -276,17 +303,91 @@ fn apply(repo: &Repo, j: &Journal) -> Result<()> {
     Ok(())
 }
 
+/// sha256 of `dir/metadata.txt`, `None` when it is absent or unreadable.
+fn meta_sha256(dir: &Path) -> Option<String> {
+    hash::sha256_file(&dir.join(crate::tree::METADATA))
+        .ok()
+        .map(|d| d.0)
+}
+
+/// One idempotent step of [`TreeInstall`]: swap the staged tree in (unless
+/// the destination already holds it), then move the replaced tree (now at
+/// the staged path) to `old_to` or delete it.
+fn apply_tree(repo: &Repo, staging: &Path, t: &TreeInstall) -> Result<()> {
+    let src = staging.join(&t.staged);
+    let dst = dest_path(&repo.root, &t.dest);
+    let dir = fsutil::parent_of(&dst);
+    if meta_sha256(&dst).as_deref() != Some(t.meta_sha256.as_str()) {
+        if fs::symlink_metadata(&src).is_err() {
+            return Err(Error::input(
+                repo.private_dir().join(JOURNAL),
+                None,
+                format!(
+                    "staged tree {} for {} is gone and the destination does not hold it",
+                    src.display(),
+                    t.dest
+                ),
+            ));
+        }
+        fsutil::create_dir_all_durable(&dir)?;
+        step(&format!("swap in {}", t.dest));
+        if fs::symlink_metadata(&dst).is_ok() {
+            crate::tree::exchange(&src, &dst)?;
+        } else {
+            fs::rename(&src, &dst).map_err(io_at(&dst))?;
+        }
+        fsutil::fsync_dir(&dir)?;
+        fsutil::fsync_dir(staging)?;
+    }
+    // The three-rename fallback of `exchange` parks the replaced tree at `<staged>.old`.
+    let parked = staging.join(format!("{}.old", t.staged));
+    if fs::symlink_metadata(&src).is_err() && fs::symlink_metadata(&parked).is_ok() {
+        fs::rename(&parked, &src).map_err(io_at(&src))?;
+    }
+    if fs::symlink_metadata(&src).is_ok() {
+        match &t.old_to {
+            Some(to) => {
+                let to = dest_path(&repo.root, to);
+                let tdir = fsutil::parent_of(&to);
+                fsutil::create_dir_all_durable(&tdir)?;
+                step(&format!("archive the replaced {}", t.dest));
+                // `rename` onto an existing non-empty directory fails: an archive is never replaced.
+                fs::rename(&src, &to).map_err(io_at(&to))?;
+                fsutil::fsync_dir(&tdir)?;
+            }
+            None => {
+                step(&format!("delete the replaced {}", t.dest));
+                fs::remove_dir_all(&src).map_err(io_at(&src))?;
+            }
+        }
+        fsutil::fsync_dir(staging)?;
+    }
+    Ok(())
+}
+
+/// Fills a staged directory (which does not exist yet) with a tree.
+pub(crate) type TreeFill = Box<dyn FnOnce(&Path) -> Result<()>>;
+
+/// A whole directory to install: how to build it, where it goes, where the
+/// directory it replaces goes (`None`: deleted).
+pub(crate) struct TreePlan {
+    pub fill: TreeFill,
+    pub dest: String,
+    pub old_to: Option<String>,
+}
+
 /// Builds a transaction: staged content and where it goes.
-struct Plan {
+pub(crate) struct Plan {
     txid: String,
     op: String,
     version: String,
     /// (staged content source, destination relative to root or absolute)
     installs: Vec<(Source, String)>,
     removes: Vec<String>,
+    pub(crate) trees: Vec<TreePlan>,
 }
 
-enum Source {
+pub(crate) enum Source {
     File(PathBuf),
     Bytes(Vec<u8>),
     /// A file that must still have this sha256 when it is staged.
@@ -294,14 +395,45 @@ enum Source {
 }
 
 impl Plan {
-    fn new(op: &str, version: &str, now: &chrono::DateTime<chrono::Utc>) -> Plan {
+    pub(crate) fn new(op: &str, version: &str, now: &chrono::DateTime<chrono::Utc>) -> Plan {
         Plan {
             txid: format!("{}-{}", now.format("%Y%m%d_%H%M%S"), std::process::id()),
             op: op.to_string(),
             version: version.to_string(),
             installs: Vec::new(),
             removes: Vec::new(),
+            trees: Vec::new(),
         }
+    }
+
+    /// Adds a file install (staged content → destination relative to the root).
+    pub(crate) fn install(&mut self, src: Source, dest: String) {
+        self.installs.push((src, dest));
+    }
+
+    /// Builds every tree in `staging/T<i>` (fsynced by the fill functions).
+    fn stage_trees(&mut self, staging: &Path) -> Result<Vec<TreeInstall>> {
+        let mut out = Vec::new();
+        for (i, t) in std::mem::take(&mut self.trees).into_iter().enumerate() {
+            let name = format!("T{i:03}");
+            let p = staging.join(&name);
+            step(&format!("stage tree {}", t.dest));
+            (t.fill)(&p)?;
+            let meta_sha256 = meta_sha256(&p).ok_or_else(|| {
+                Error::Usage(format!(
+                    "internal error: staged tree for {} has no metadata.txt",
+                    t.dest
+                ))
+            })?;
+            out.push(TreeInstall {
+                staged: name,
+                dest: t.dest,
+                meta_sha256,
+                old_to: t.old_to,
+            });
+        }
+        fsutil::fsync_dir(staging)?;
+        Ok(out)
     }
 
     /// Copies every install into `staging` (fsynced).
@@ -338,14 +470,17 @@ impl Plan {
     }
 
     /// Stage, commit, apply.
-    fn run(self, repo: &Repo) -> Result<()> {
+    pub(crate) fn run(mut self, repo: &Repo) -> Result<()> {
         let pdir = repo.private_dir();
         let staging = pdir.join(STAGING).join(&self.txid);
         fsutil::create_dir_all_durable(&staging)?;
         // Before the commit point nothing outside the staging dir changed: on
         // any error (ENOSPC, a header that changed since it was hashed) the
         // staging dir goes too, so a failed run leaves no trace.
-        let installs = match self.stage(&staging) {
+        let staged = self
+            .stage_trees(&staging)
+            .and_then(|t| Ok((t, self.stage(&staging)?)));
+        let (trees, installs) = match staged {
             Ok(v) => v,
             Err(e) => {
                 let _ = fs::remove_dir_all(&staging);
@@ -359,6 +494,7 @@ impl Plan {
             version: self.version,
             installs,
             removes: self.removes,
+            trees,
         };
         let text = serde_json::to_string_pretty(&j).map_err(|e| Error::Usage(e.to_string()))?;
         let jpath = pdir.join(JOURNAL);
@@ -455,6 +591,22 @@ pub fn generate_checksums(repo: &Repo, prefix: &str) -> Result<String> {
     checksums::generate(prefix, &channels_of(&stable, &last))
 }
 
+/// Why `--commit NAME=HASH` cannot be recorded in `metadata.txt`, if it cannot.
+fn commit_problem(name: &str, hash: &str) -> Option<String> {
+    for (what, s) in [("NAME", name), ("HASH", hash)] {
+        if s.is_empty() {
+            return Some(format!("the {what} is empty"));
+        }
+        if let Some(c) = s.chars().find(|c| c.is_control() || c.is_whitespace()) {
+            return Some(format!("the {what} contains {}", describe_char(c)));
+        }
+    }
+    if name.contains(':') {
+        return Some("the NAME contains ':' (the separator of metadata.txt entries)".into());
+    }
+    None
+}
+
 /// `snapctl create`: upload the artifact, rotate last-stable → archives, stable →
 /// last-stable, new → stable, regenerate the checksums file — as one transaction.
 pub fn create(repo: &Repo, store: &Store, req: &CreateRequest) -> Result<CreateOutcome> {
@@ -474,7 +626,8 @@ pub fn create(repo: &Repo, store: &Store, req: &CreateRequest) -> Result<CreateO
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    validate_file_name(&art_name).map_err(|m| Error::input(&req.artifact, None, m))?;
+    validate_artifact_name(&art_name)
+        .map_err(|m| Error::input(&req.artifact, None, format!("--artifact: {m}")))?;
     let mut header_names = BTreeMap::new();
     for h in &req.headers {
         let hm = fs::metadata(h).map_err(|e| Error::input(h, None, format!("header: {e}")))?;
@@ -485,20 +638,17 @@ pub fn create(repo: &Repo, store: &Store, req: &CreateRequest) -> Result<CreateO
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();
-        validate_file_name(&n).map_err(|m| Error::input(h, None, m))?;
+        validate_header_name(&n).map_err(|m| Error::input(h, None, format!("--header: {m}")))?;
         if header_names.insert(n.clone(), h.clone()).is_some() {
             return Err(Error::Usage(format!("two headers are named {n}")));
         }
     }
     let mut commits = req.commits.clone();
     for (n, v) in &commits {
-        if n.is_empty()
-            || v.is_empty()
-            || n.contains([':', ' ', '\t', '\n'])
-            || v.contains(char::is_whitespace)
-        {
+        if let Some(p) = commit_problem(n, v) {
             return Err(Error::Usage(format!(
-                "--commit {n}={v}: expected NAME=HASH without spaces or ':' in NAME"
+                "--commit {:?}: {p}; expected NAME=HASH",
+                format!("{n}={v}")
             )));
         }
     }
@@ -513,7 +663,9 @@ pub fn create(repo: &Repo, store: &Store, req: &CreateRequest) -> Result<CreateO
     checksums::validate_prefix(&prefix).map_err(Error::Usage)?;
     let checksums_path = repo.checksums_path(req.checksums.as_deref());
 
-    // 2. Lock, recover, read and validate the whole repo.
+    // 2. Lock, recover, read and validate the whole repo (a first create
+    //    makes the root: see `Repo::open_for_create`).
+    repo.ensure_root()?;
     let _lock = repo.lock(true, req.lock_timeout)?;
     let recovered = recover_locked(repo)?;
     let (stable, last) = read_state(repo)?;
@@ -524,6 +676,7 @@ pub fn create(repo: &Repo, store: &Store, req: &CreateRequest) -> Result<CreateO
     for (n, p) in &header_names {
         headers.insert(n.clone(), hash::sha256_file(p)?.0);
     }
+    let abi_inputs = crate::abi::digests(&req.abi_inputs)?;
     let ver = req.version.clone();
     if let Some(cur) = stable.get(&ver) {
         let same_files = {
@@ -532,7 +685,11 @@ pub fn create(repo: &Repo, store: &Store, req: &CreateRequest) -> Result<CreateO
             want.sort();
             want == cur.files
         };
-        if same_files && cur.meta.headers == headers && cur.meta.commits == commits {
+        if same_files
+            && cur.meta.headers == headers
+            && cur.meta.commits == commits
+            && cur.meta.abi_inputs == abi_inputs
+        {
             let (sha256, _) = hash::sha256_file(&req.artifact)?;
             if cur.meta.sha256 == sha256
                 && cur
@@ -561,6 +718,7 @@ pub fn create(repo: &Repo, store: &Store, req: &CreateRequest) -> Result<CreateO
         }),
         headers,
         commits,
+        abi_inputs,
     };
 
     // 4. Plan.

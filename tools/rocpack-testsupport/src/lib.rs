@@ -66,6 +66,49 @@ pub fn golden(name: &str) -> PathBuf {
     fixtures().join("kpack-golden").join(name)
 }
 
+/// Directory of the Windows (PE/COFF) fixtures, `fatbins-win/` and
+/// `expected-unbundle-win.tsv`: `$ROCPACK_WIN_FIXTURES`, else
+/// `target/rocpack-win/fixtures`, built there by
+/// `tests/fixtures/make-winfatbins.sh` when missing (about 5 s; `tests/ci/lib.sh`
+/// builds them in CI). Panics when they cannot be built (clang-19, lld-19 and
+/// gcc-mingw-w64-x86-64 are needed).
+pub fn win_fixtures() -> PathBuf {
+    if let Some(p) = std::env::var_os("ROCPACK_WIN_FIXTURES") {
+        return PathBuf::from(p);
+    }
+    let dest = repo_root().join("target/rocpack-win/fixtures");
+    if dest.join("expected-unbundle-win.tsv").is_file() {
+        return dest;
+    }
+    let parent = dest.parent().expect("parent").to_path_buf();
+    std::fs::create_dir_all(&parent).expect("create target/rocpack-win");
+    // Build beside and rename: concurrent test binaries never see half a tree.
+    let tmp = tempfile::tempdir_in(&parent).expect("temp dir");
+    let out = Command::new("bash")
+        .arg(repo_root().join("tests/fixtures/make-winfatbins.sh"))
+        .arg(tmp.path())
+        .arg(fixtures().join("src"))
+        .output()
+        .expect("run make-winfatbins.sh");
+    assert!(
+        out.status.success(),
+        "building the Windows fixtures failed (apt-get install clang-19 lld-19 gcc-mingw-w64-x86-64):\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let built = tmp.keep();
+    if std::fs::rename(&built, &dest).is_err() {
+        // Another test built them first.
+        let _ = std::fs::remove_dir_all(&built);
+    }
+    assert!(dest.join("expected-unbundle-win.tsv").is_file());
+    dest
+}
+
+/// `<win_fixtures>/fatbins-win/<name>`.
+pub fn win_fatbin(name: &str) -> PathBuf {
+    win_fixtures().join("fatbins-win").join(name)
+}
+
 /// Panics with a hint when the fixtures are not there.
 pub fn require_fixtures() {
     assert!(
@@ -105,6 +148,40 @@ pub fn have_tool(tool: &str) -> bool {
         eprintln!("note: `{tool}` not found, skipping");
     }
     ok
+}
+
+/// Messages of `eu-elflint --gnu-ld FILE` (stdout and stderr, one per line,
+/// "No errors" dropped). elflint exits non-zero when it has something to say,
+/// so only its text is used.
+pub fn elflint_messages(file: &Path) -> std::collections::BTreeSet<String> {
+    let o = Command::new("eu-elflint")
+        .arg("--gnu-ld")
+        .arg(file)
+        .output()
+        .unwrap_or_else(|e| panic!("eu-elflint {}: {e}", file.display()));
+    let name = file.to_string_lossy();
+    String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .chain(String::from_utf8_lossy(&o.stderr).lines())
+        .filter(|l| !l.contains("No errors") && !l.trim().is_empty())
+        // elflint may prefix a message with the file name; compare messages.
+        .map(|l| l.replace(name.as_ref(), "FILE"))
+        .collect()
+}
+
+/// Panics unless `eu-elflint --gnu-ld` says nothing about `rewritten` that it
+/// does not already say about `original` (lld outputs carry a few complaints
+/// of their own). Every rewritten ELF in the tests goes through this.
+pub fn assert_no_new_elflint_messages(original: &Path, rewritten: &Path) {
+    let before = elflint_messages(original);
+    let after = elflint_messages(rewritten);
+    let new: Vec<_> = after.difference(&before).collect();
+    assert!(
+        new.is_empty(),
+        "{}: new eu-elflint --gnu-ld messages vs {}: {new:?}",
+        rewritten.display(),
+        original.display()
+    );
 }
 
 // --------------------------------------------------------------------- CLI

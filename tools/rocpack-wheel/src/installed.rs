@@ -6,7 +6,6 @@
 //! no ELF file with device code is left (a fat binary in a host wheel).
 
 use std::collections::BTreeSet;
-use std::io::Read;
 use std::path::Path;
 
 use rocpack_artifacts::fsutil;
@@ -63,15 +62,14 @@ pub fn verify_installed(root: &Path, target: &str) -> Result<InstalledReport, Wh
             r.kpack_files += 1;
             continue;
         }
-        let mut magic = [0u8; 4];
-        let n = std::fs::File::open(&e.path)
-            .and_then(|mut f| f.read(&mut magic))
-            .map_err(|er| WheelError::Io {
+        if !matches!(
+            rocpack_image::detect_file(&e.path).map_err(|er| WheelError::Io {
                 path: e.path.clone(),
                 what: "read",
                 error: er,
-            })?;
-        if n < 4 || &magic != b"\x7fELF" {
+            })?,
+            rocpack_image::FileType::Elf { .. } | rocpack_image::FileType::Pe { .. }
+        ) {
             continue;
         }
         let data = fsutil::read_bounded(&e.path, size).map_err(|er| WheelError::Io {
@@ -79,26 +77,26 @@ pub fn verify_installed(root: &Path, target: &str) -> Result<InstalledReport, Wh
             what: "read",
             error: er,
         })?;
-        let Ok(info) = rocpack_elf::analyze(&data) else {
+        let Ok(info) = rocpack_image::analyze(&data) else {
             continue;
         };
-        match info.state {
+        match info.state() {
             rocpack_elf::State::Fat if info.has_device_code() => {
                 r.failures
                     .push(format!("{}: fat binary with device code", e.rel));
             }
             rocpack_elf::State::Split => {
                 r.host_binaries += 1;
-                let Some(m) = &info.marker else {
+                let Some(m) = info.marker() else {
                     r.failures
                         .push(format!("{}: HIPK wrappers but no marker", e.rel));
                     continue;
                 };
                 let dir = e.path.parent().unwrap_or(root);
                 let indices: BTreeSet<u64> = info
-                    .wrappers
+                    .wrapper_markers()
                     .iter()
-                    .map(|w| u64::from(w.co_index()))
+                    .map(|w| u64::from(w.1))
                     .collect();
                 for i in indices {
                     r.lookups += 1;

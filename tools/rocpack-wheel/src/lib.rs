@@ -6,12 +6,13 @@
 //! (extracted into a private temporary directory): the same ELF host-only
 //! rewrite, database handlers, `--gpu-targets` filter and `.kpack` writer as
 //! `kpack split`. This crate adds the wheel side: reading and checking the
-//! input ([`zipio`]), names ([`names`]), METADATA/WHEEL/RECORD ([`meta`]),
+//! input ([`central`], [`zipio`]), names ([`names`]), METADATA/WHEEL/RECORD ([`meta`]),
 //! assembling host, device and family wheels ([`split`]) and the
 //! installed-tree lookup check ([`installed`]).
 
 use std::path::PathBuf;
 
+pub mod central;
 pub mod installed;
 pub mod meta;
 pub mod names;

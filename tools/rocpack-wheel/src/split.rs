@@ -29,6 +29,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::path::{Path, PathBuf};
+use std::str::FromStr;
 
 use rocpack_artifacts::config::PackagingConfig;
 use rocpack_artifacts::databases::DatabaseKind;
@@ -40,7 +41,7 @@ use rocpack_kpack::commit::StagingDir;
 use rocpack_kpack::Compression;
 use serde::Serialize;
 
-use crate::meta::Headers;
+use crate::meta::{FileHasher, HashAlgo, Headers, InputRecord};
 use crate::names::{self, WheelName};
 use crate::zipio::{self, Content, InputWheel, OutEntry, WriteOptions};
 use crate::WheelError;
@@ -50,6 +51,8 @@ use crate::WheelError;
 const ROOT_NAME: &str = "site-packages";
 /// Largest METADATA / WHEEL file read.
 const MAX_META: u64 = 16 << 20;
+/// Largest RECORD read.
+const MAX_RECORD: u64 = 64 << 20;
 /// The `@GFXARCH@` placeholder of `--device-requires-dist`.
 pub const GFXARCH: &str = "@GFXARCH@";
 
@@ -206,18 +209,25 @@ pub struct WheelSplitReport {
     pub output_format: String,
 }
 
-/// The loaded input: files by wheel path, the wheel (for raw copies), its
-/// file name and size.
-type Loaded = (
-    BTreeMap<String, InFile>,
-    Option<InputWheel>,
-    Option<String>,
-    u64,
-);
+/// The loaded input.
+struct Loaded {
+    /// Its files by wheel path.
+    files: BTreeMap<String, InFile>,
+    /// The wheel (for raw copies); `None` for a directory.
+    input: Option<InputWheel>,
+    /// The wheel's file name; `None` for a directory.
+    name: Option<String>,
+    /// Its size (sum of file sizes for a directory).
+    bytes: u64,
+    /// Its `.dist-info` directory.
+    dist_info: String,
+}
 
 /// A file of the extracted input, by wheel path.
+///
+/// Kept for every file of the wheel (up to the entry cap), so it is small:
+/// the path on disk is `zipio::join(root, wheel path)`, made when needed.
 struct InFile {
-    path: PathBuf,
     mode: u32,
     raw: Option<usize>,
 }
@@ -241,8 +251,8 @@ fn ioerr(path: &Path, what: &'static str, e: std::io::Error) -> WheelError {
     }
 }
 
-fn read_text(path: &Path) -> Result<String, WheelError> {
-    let b = fsutil::read_bounded(path, MAX_META).map_err(|e| ioerr(path, "read", e))?;
+fn read_text(path: &Path, limit: u64) -> Result<String, WheelError> {
+    let b = fsutil::read_bounded(path, limit).map_err(|e| ioerr(path, "read", e))?;
     String::from_utf8(b).map_err(|_| usage(format!("{}: not UTF-8", path.display())))
 }
 
@@ -279,8 +289,62 @@ fn check_output(opts: &WheelSplitOptions) -> Result<(), WheelError> {
     Ok(())
 }
 
-/// Loads the input into `root`; returns the files by wheel path, the input
-/// wheel (for raw copies) and its file name.
+/// The one `.dist-info` directory of a wheel with these file names.
+fn find_dist_info<'a>(names: impl Iterator<Item = &'a str>) -> Result<String, WheelError> {
+    let dist_infos: BTreeSet<&str> = names
+        .filter_map(|k| k.split('/').next())
+        .filter(|c| c.ends_with(".dist-info"))
+        .collect();
+    let mut it = dist_infos.iter();
+    match (it.next(), it.next()) {
+        (Some(d), None) => Ok(d.to_string()),
+        (None, _) => Err(usage("the wheel has no .dist-info directory")),
+        _ => Err(usage(format!(
+            "the wheel has several .dist-info directories: {}",
+            dist_infos.iter().cloned().collect::<Vec<_>>().join(", ")
+        ))),
+    }
+}
+
+/// Bytes free for an unprivileged user on the file system of `dir`.
+fn free_bytes(dir: &Path) -> Option<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
+    let mut st = std::mem::MaybeUninit::<libc::statvfs>::uninit();
+    // SAFETY: `c` is a valid NUL-terminated path and `st` points to writable
+    // memory of the right size; the result is read only when the call succeeded.
+    #[allow(unsafe_code)]
+    let st = unsafe {
+        if libc::statvfs(c.as_ptr(), st.as_mut_ptr()) != 0 {
+            return None;
+        }
+        st.assume_init()
+    };
+    // u64 on 64-bit Linux, u32 on 32-bit targets.
+    #[allow(clippy::useless_conversion)]
+    let (avail, frsize) = (u64::from(st.f_bavail), u64::from(st.f_frsize));
+    Some(avail.saturating_mul(frsize))
+}
+
+/// Hashes a file with `algo` for the RECORD check: (digest, size).
+fn hash_file(path: &Path, algo: HashAlgo) -> Result<(String, u64), WheelError> {
+    use std::io::Read;
+    let mut f = fs::File::open(path).map_err(|e| ioerr(path, "open", e))?;
+    let mut h = FileHasher::new(algo);
+    let mut buf = vec![0u8; 1 << 20];
+    let mut n = 0u64;
+    loop {
+        let k = f.read(&mut buf).map_err(|e| ioerr(path, "read", e))?;
+        if k == 0 {
+            break;
+        }
+        h.update(&buf[..k]);
+        n += k as u64;
+    }
+    Ok((h.finish_b64(), n))
+}
+
+/// Loads the input into `root`, checking its RECORD file by file.
 fn load_input(opts: &WheelSplitOptions, root: &Path) -> Result<Loaded, WheelError> {
     let meta = fs::metadata(&opts.input).map_err(|e| ioerr(&opts.input, "stat", e))?;
     let mut files = BTreeMap::new();
@@ -307,7 +371,6 @@ fn load_input(opts: &WheelSplitOptions, root: &Path) -> Result<Loaded, WheelErro
                     files.insert(
                         e.rel.clone(),
                         InFile {
-                            path: dst,
                             mode: mode & 0o777,
                             raw: None,
                         },
@@ -315,7 +378,34 @@ fn load_input(opts: &WheelSplitOptions, root: &Path) -> Result<Loaded, WheelErro
                 }
             }
         }
-        return Ok((files, None, None, total));
+        let dist_info = find_dist_info(files.keys().map(String::as_str))?;
+        let record_path = format!("{dist_info}/RECORD");
+        if !files.contains_key(&record_path) {
+            return Err(usage(format!(
+                "{}: no {record_path} (every wheel lists its files there)",
+                opts.input.display()
+            )));
+        }
+        let mut record = InputRecord::parse(
+            &read_text(&zipio::join(root, &record_path), MAX_RECORD)?,
+            &record_path,
+        )
+        .map_err(|m| usage(format!("{}: {m}", opts.input.display())))?;
+        let in_dir = |m: String| usage(format!("{}: {m}", opts.input.display()));
+        for k in files.keys() {
+            if let Some(algo) = record.algo(k).map_err(in_dir)? {
+                let (digest, n) = hash_file(&zipio::join(root, k), algo)?;
+                record.check(k, &digest, n).map_err(in_dir)?;
+            }
+        }
+        record.finish().map_err(in_dir)?;
+        return Ok(Loaded {
+            files,
+            input: None,
+            name: None,
+            bytes: total,
+            dist_info,
+        });
     }
     let name = opts
         .input
@@ -329,30 +419,49 @@ fn load_input(opts: &WheelSplitOptions, root: &Path) -> Result<Loaded, WheelErro
         )));
     }
     let mut w = InputWheel::open(&opts.input)?;
-    w.extract(root)?;
-    for e in &w.entries {
+    let dist_info = find_dist_info(w.entries.iter().map(|e| e.name.as_str()))?;
+    if let Some(free) = free_bytes(root) {
+        if w.expanded > free {
+            return Err(usage(format!(
+                "{}: expands to {} bytes, only {free} are free in {}: nothing was extracted",
+                opts.input.display(),
+                w.expanded,
+                root.display()
+            )));
+        }
+    }
+    let mut record = zipio::input_record(&mut w, &format!("{dist_info}/RECORD"))?;
+    w.extract(root, &mut record)?;
+    record
+        .finish()
+        .map_err(|m| usage(format!("{}: {m}", opts.input.display())))?;
+    // The names move into the map: one copy of each per run.
+    for e in std::mem::take(&mut w.entries) {
         files.insert(
-            e.name.clone(),
+            e.name,
             InFile {
-                path: zipio::join(root, &e.name),
                 mode: e.mode,
                 raw: Some(e.index),
             },
         );
     }
-    Ok((files, Some(w), Some(name), meta.len()))
+    Ok(Loaded {
+        files,
+        input: Some(w),
+        name: Some(name),
+        bytes: meta.len(),
+        dist_info,
+    })
 }
 
-/// Whether the file holds HIP device code (ELF or archive members).
+/// Whether the file holds HIP device code (ELF, PE32+ image or archive members).
 fn has_device_code(path: &Path) -> Result<bool, WheelError> {
-    let mut magic = [0u8; 8];
-    {
-        use std::io::Read;
-        let mut f = fs::File::open(path).map_err(|e| ioerr(path, "open", e))?;
-        let n = f.read(&mut magic).map_err(|e| ioerr(path, "read", e))?;
-        if n < 4 || !(magic.starts_with(b"\x7fELF") || &magic == b"!<arch>\n") {
-            return Ok(false);
-        }
+    use rocpack_image::FileType;
+    if !matches!(
+        rocpack_image::detect_file(path).map_err(|e| ioerr(path, "read", e))?,
+        FileType::Elf { .. } | FileType::Archive | FileType::Pe { .. }
+    ) {
+        return Ok(false);
     }
     let size = fs::metadata(path)
         .map_err(|e| ioerr(path, "stat", e))?
@@ -366,7 +475,7 @@ fn has_device_code(path: &Path) -> Result<bool, WheelError> {
             .iter()
             .any(|m| rocpack_elf::analyze(m.data).is_ok_and(|i| i.has_device_code())));
     }
-    Ok(rocpack_elf::analyze(&data).is_ok_and(|i| i.has_device_code()))
+    Ok(rocpack_image::analyze(&data).is_ok_and(|i| i.has_device_code()))
 }
 
 fn wheel_rel(prefix_rel: &str, overlay: &str) -> String {
@@ -417,10 +526,42 @@ fn bytes_entry(name: String, text: String) -> OutEntry {
     }
 }
 
+/// Each `--device-requires-dist` becomes one `Requires-Dist:` line of a
+/// METADATA file: it must be one line (a newline would add headers of its
+/// own) and start with a distribution name.
+fn check_requires(reqs: &[String]) -> Result<(), WheelError> {
+    for r in reqs {
+        let bad = |why: String| usage(format!("--device-requires-dist {r:?}: {why}"));
+        if let Some(c) = r.chars().find(|c| c.is_control()) {
+            return Err(bad(format!(
+                "contains {} (a METADATA field is one line: it would add headers of its own)",
+                match c {
+                    '\n' => "a newline".to_string(),
+                    '\r' => "a carriage return".to_string(),
+                    c => format!("the control character U+{:04X}", u32::from(c)),
+                }
+            )));
+        }
+        let t = r.trim().replace(GFXARCH, "gfx");
+        let name: String = t
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_'))
+            .collect();
+        if !names::is_valid_name(&name) {
+            return Err(bad(
+                "does not start with a distribution name (PEP 508: `name[extras] (version specifiers); markers`)"
+                    .into(),
+            ));
+        }
+    }
+    Ok(())
+}
+
 fn split_inner(
     opts: &WheelSplitOptions,
     progress: &dyn Progress,
 ) -> Result<WheelSplitReport, WheelError> {
+    check_requires(&opts.device_requires_dist)?;
     check_output(opts)?;
     let staging = StagingDir::new(&opts.output_dir).map_err(FsError::from)?;
     let parent = staging
@@ -436,39 +577,26 @@ fn split_inner(
     let root = art.join(ROOT_NAME);
 
     // 1. Input.
-    let (files, mut input, input_name, input_bytes) = load_input(opts, &root)?;
+    let Loaded {
+        files,
+        mut input,
+        name: input_name,
+        bytes: input_bytes,
+        dist_info,
+    } = load_input(opts, &root)?;
 
     // 2. dist-info, METADATA, WHEEL.
-    let dist_infos: BTreeSet<&str> = files
-        .keys()
-        .filter_map(|k| k.split('/').next())
-        .filter(|c| c.ends_with(".dist-info"))
-        .collect();
-    let dist_info = match dist_infos.len() {
-        1 => dist_infos
-            .iter()
-            .next()
-            .map(|s| s.to_string())
-            .unwrap_or_default(),
-        0 => return Err(usage("the wheel has no .dist-info directory")),
-        _ => {
-            return Err(usage(format!(
-                "the wheel has several .dist-info directories: {}",
-                dist_infos.iter().cloned().collect::<Vec<_>>().join(", ")
-            )))
-        }
-    };
     let meta_path = format!("{dist_info}/METADATA");
     let wheel_path = format!("{dist_info}/WHEEL");
     let metadata_file = files
         .get(&meta_path)
         .ok_or_else(|| usage(format!("{meta_path}: missing")))?;
-    let wheel_file = files
-        .get(&wheel_path)
-        .ok_or_else(|| usage(format!("{wheel_path}: missing")))?;
-    let mut metadata = Headers::parse(&read_text(&metadata_file.path)?)
+    if !files.contains_key(&wheel_path) {
+        return Err(usage(format!("{wheel_path}: missing")));
+    }
+    let mut metadata = Headers::parse(&read_text(&zipio::join(&root, &meta_path), MAX_META)?)
         .map_err(|e| usage(format!("{meta_path}: {e}")))?;
-    let wheel_meta = Headers::parse(&read_text(&wheel_file.path)?)
+    let wheel_meta = Headers::parse(&read_text(&zipio::join(&root, &wheel_path), MAX_META)?)
         .map_err(|e| usage(format!("{wheel_path}: {e}")))?;
     let name = metadata
         .first("Name")
@@ -483,11 +611,11 @@ fn split_inner(
             "{meta_path}: `{name}` is not a valid distribution name"
         )));
     }
-    if version.is_empty() || version.contains(|c: char| c.is_whitespace() || c == ',' || c == ';') {
-        return Err(usage(format!(
-            "{meta_path}: `{version}` is not a usable version"
-        )));
-    }
+    let parsed_version = pep440_rs::Version::from_str(&version).map_err(|e| {
+        usage(format!(
+            "{meta_path}: Version `{version}` is not a PEP 440 version ({e})"
+        ))
+    })?;
     if metadata
         .all("Provides-Extra")
         .iter()
@@ -512,6 +640,24 @@ fn split_inner(
             "wheel file name `{}` does not match METADATA Name `{name}`",
             host_name.file_name()
         )));
+    }
+    if input_name.is_some() {
+        let fv = &host_name.version;
+        match pep440_rs::Version::from_str(fv) {
+            Ok(v) if v == parsed_version => {}
+            Ok(_) => {
+                return Err(usage(format!(
+                    "wheel file name `{}` has version `{fv}`, {meta_path} has Version `{version}`",
+                    host_name.file_name()
+                )))
+            }
+            Err(e) => {
+                return Err(usage(format!(
+                    "wheel file name `{}`: version `{fv}` is not a PEP 440 version ({e})",
+                    host_name.file_name()
+                )))
+            }
+        }
     }
 
     // 3. Overlay root.
@@ -541,8 +687,8 @@ fn split_inner(
                 "--overlay-root `{overlay}`: no such directory in the wheel"
             )));
         }
-        for (k, f) in &files {
-            if !k.starts_with(&pre) && has_device_code(&f.path)? {
+        for k in files.keys() {
+            if !k.starts_with(&pre) && has_device_code(&zipio::join(&root, k))? {
                 return Err(usage(format!(
                     "{k}: fat binary outside --overlay-root `{overlay}` (its device code would stay in the host wheel)"
                 )));
@@ -813,7 +959,7 @@ fn split_inner(
                 k.clone(),
                 OutEntry {
                     name: k.clone(),
-                    content: Content::Disk(f.path.clone()),
+                    content: Content::Disk(zipio::join(&root, k)),
                     mode: f.mode,
                     raw_from_input: f.raw,
                     store: false,

@@ -12,13 +12,24 @@ use sha2::{Digest, Sha256};
 use zip::write::SimpleFileOptions;
 use zip::{CompressionMethod, DateTime, ZipArchive, ZipWriter};
 
-use crate::meta::RecordRow;
+use crate::meta::{FileHasher, InputRecord, RecordRow};
 use crate::WheelError;
 
-/// Most entries an input wheel may have.
-pub const MAX_ENTRIES: usize = 1 << 20;
+/// Most entries an input wheel may have (the largest ROCm wheels hold a
+/// few ten thousand files).
+pub const MAX_ENTRIES: u64 = 1 << 17;
+/// Most bytes one entry of an input wheel may expand to.
+pub const MAX_ENTRY_EXPANDED: u64 = 16 << 30;
 /// Most bytes an input wheel may expand to (sum of declared sizes).
-pub const MAX_EXPANDED: u64 = 1 << 40;
+pub const MAX_EXPANDED: u64 = 128 << 30;
+/// The caps above, for [`crate::central::scan`].
+pub const LIMITS: crate::central::Limits = crate::central::Limits {
+    max_entries: MAX_ENTRIES,
+    max_entry_bytes: MAX_ENTRY_EXPANDED,
+    max_total_bytes: MAX_EXPANDED,
+};
+/// Largest RECORD read.
+const MAX_RECORD: u64 = 64 << 20;
 /// Entries larger than this are compressed into a temporary file instead of memory.
 const IN_MEMORY_LIMIT: u64 = 8 << 20;
 /// Entries (or bytes) prepared in parallel before they are appended.
@@ -56,6 +67,8 @@ pub struct InputWheel {
     archive: ZipArchive<File>,
     /// Its files, sorted by name (directory entries left out).
     pub entries: Vec<InEntry>,
+    /// Sum of the declared sizes of its entries.
+    pub expanded: u64,
 }
 
 /// Whether `name` is a plain relative path: no empty, `.` or `..`
@@ -73,8 +86,10 @@ pub fn is_plain_rel(name: &str) -> bool {
 }
 
 impl InputWheel {
-    /// Opens and checks `path`: a regular file, a readable zip, every
-    /// entry a plain relative path named once, no symlinks, bounded sizes.
+    /// Opens and checks `path`: a regular file, a zip whose central
+    /// directory passes [`crate::central::scan`] (every name once, no
+    /// overlapping entries, possible sizes, caps), every entry a plain
+    /// relative path, no symlinks.
     pub fn open(path: &Path) -> Result<InputWheel, WheelError> {
         let file = File::open(path).map_err(|e| ioerr(path, "open", e))?;
         let meta = file.metadata().map_err(|e| ioerr(path, "stat", e))?;
@@ -84,17 +99,19 @@ impl InputWheel {
                 path.display()
             )));
         }
+        let (_, summary) = crate::central::scan(&file, meta.len(), &LIMITS)
+            .map_err(|e| WheelError::Usage(format!("{}: {e}", path.display())))?;
         let mut archive =
             ZipArchive::new(file).map_err(|e| zerr(path, "not a readable wheel", e))?;
-        if archive.len() > MAX_ENTRIES {
+        if archive.len() as u64 != summary.entries {
             return Err(WheelError::Usage(format!(
-                "{}: {} entries; at most {MAX_ENTRIES} are accepted",
+                "{}: the zip reader sees {} entries, the central directory holds {}",
                 path.display(),
-                archive.len()
+                archive.len(),
+                summary.entries
             )));
         }
         let mut entries = Vec::with_capacity(archive.len());
-        let mut total = 0u64;
         for i in 0..archive.len() {
             let f = archive
                 .by_index_raw(i)
@@ -118,7 +135,6 @@ impl InputWheel {
                     path.display()
                 )));
             }
-            total = total.saturating_add(f.size());
             let mode = match f.unix_mode() {
                 Some(m) if m & 0o777 != 0 => m & 0o777,
                 _ => 0o644,
@@ -130,13 +146,8 @@ impl InputWheel {
                 mode,
             });
         }
-        if total > MAX_EXPANDED {
-            return Err(WheelError::Usage(format!(
-                "{}: expands to {total} bytes; at most {MAX_EXPANDED} are accepted",
-                path.display()
-            )));
-        }
         entries.sort_by(|a, b| a.name.cmp(&b.name));
+        // The same name after decoding (e.g. CP437 and UTF-8 spellings).
         if let Some(w) = entries.windows(2).find(|w| w[0].name == w[1].name) {
             return Err(WheelError::Usage(format!(
                 "{}: entry `{}` appears more than once",
@@ -148,6 +159,7 @@ impl InputWheel {
             path: path.to_path_buf(),
             archive,
             entries,
+            expanded: summary.expanded,
         })
     }
 
@@ -156,20 +168,60 @@ impl InputWheel {
         &self.path
     }
 
-    /// Extracts every file below `root` (permission bits kept). A size or
-    /// CRC that does not match the central directory is an error.
-    pub fn extract(&mut self, root: &Path) -> Result<(), WheelError> {
+    /// The bytes of entry `name` (at most `limit`), `None` when absent.
+    pub fn read_entry(&mut self, name: &str, limit: u64) -> Result<Option<Vec<u8>>, WheelError> {
+        let Some(e) = self.entries.iter().find(|e| e.name == name) else {
+            return Ok(None);
+        };
+        if e.size > limit {
+            return Err(WheelError::Usage(format!(
+                "{}: entry `{name}` is {} bytes; at most {limit} are read",
+                self.path.display(),
+                e.size
+            )));
+        }
+        let (index, size) = (e.index, e.size);
+        let f = self
+            .archive
+            .by_index(index)
+            .map_err(|er| zerr(&self.path, &format!("entry `{name}`"), er))?;
+        let mut b = Vec::with_capacity(size as usize);
+        f.take(size + 1)
+            .read_to_end(&mut b)
+            .map_err(|er| zerr(&self.path, &format!("entry `{name}`"), er))?;
+        if b.len() as u64 != size {
+            return Err(WheelError::Zip(format!(
+                "{}: entry `{name}`: expands to a size other than the declared {size} bytes",
+                self.path.display()
+            )));
+        }
+        Ok(Some(b))
+    }
+
+    /// Extracts every file below `root` (permission bits kept), checking
+    /// each against `record` (see [`InputRecord`]) as it is inflated. An
+    /// entry that inflates to more than its declared size is stopped there;
+    /// a size or CRC that does not match the central directory is an error.
+    pub fn extract(&mut self, root: &Path, record: &mut InputRecord) -> Result<(), WheelError> {
         let mut buf = vec![0u8; 1 << 20];
+        let mut dirs = std::collections::HashSet::new();
         for e in &self.entries {
+            let algo = record
+                .algo(&e.name)
+                .map_err(|m| WheelError::Usage(format!("{}: {m}", self.path.display())))?;
             let dst = join(root, &e.name);
             if let Some(p) = dst.parent() {
-                fs::create_dir_all(p).map_err(|er| ioerr(p, "create directory", er))?;
+                if !dirs.contains(p) {
+                    fs::create_dir_all(p).map_err(|er| ioerr(p, "create directory", er))?;
+                    dirs.insert(p.to_path_buf());
+                }
             }
             let mut f = self
                 .archive
                 .by_index(e.index)
                 .map_err(|er| zerr(&self.path, &format!("entry `{}`", e.name), er))?;
             let mut out = File::create(&dst).map_err(|er| ioerr(&dst, "create", er))?;
+            let mut hasher = algo.map(FileHasher::new);
             let mut n = 0u64;
             loop {
                 let k = f
@@ -182,22 +234,55 @@ impl InputWheel {
                 if n > e.size {
                     break;
                 }
-                out.write_all(&buf[..k])
+                let chunk = &buf[..k];
+                if let Some(h) = hasher.as_mut() {
+                    h.update(chunk);
+                }
+                out.write_all(chunk)
                     .map_err(|er| ioerr(&dst, "write", er))?;
+            }
+            if n > e.size {
+                return Err(WheelError::Zip(format!(
+                    "{}: entry `{}`: inflates to more than the {} bytes the central directory declares (stopped there)",
+                    self.path.display(),
+                    e.name,
+                    e.size
+                )));
             }
             if n != e.size {
                 return Err(WheelError::Zip(format!(
-                    "{}: entry `{}`: expands to a size other than the declared {} bytes",
+                    "{}: entry `{}`: inflates to {n} bytes, the central directory declares {}",
                     self.path.display(),
                     e.name,
                     e.size
                 )));
             }
             drop(out);
+            if let Some(h) = hasher {
+                record
+                    .check(&e.name, &h.finish_b64(), n)
+                    .map_err(|m| WheelError::Usage(format!("{}: {m}", self.path.display())))?;
+            }
             set_mode(&dst, e.mode)?;
         }
         Ok(())
     }
+}
+
+/// Reads the RECORD of an input (`record_path`, a wheel path) for
+/// [`InputWheel::extract`].
+pub fn input_record(w: &mut InputWheel, record_path: &str) -> Result<InputRecord, WheelError> {
+    let text = w.read_entry(record_path, MAX_RECORD)?.ok_or_else(|| {
+        WheelError::Usage(format!(
+            "{}: no {record_path} (every wheel lists its files there)",
+            w.path.display()
+        ))
+    })?;
+    let text = String::from_utf8(text).map_err(|_| {
+        WheelError::Usage(format!("{}: {record_path} is not UTF-8", w.path.display()))
+    })?;
+    InputRecord::parse(&text, record_path)
+        .map_err(|m| WheelError::Usage(format!("{}: {m}", w.path.display())))
 }
 
 /// Joins a validated `/`-separated relative path onto `base`.
@@ -427,7 +512,9 @@ pub fn write_wheel(
     let record_path = format!("{dist_info}/RECORD");
     let file = File::create(out).map_err(|e| ioerr(out, "create", e))?;
     let mut z = ZipWriter::new(io::BufWriter::with_capacity(1 << 20, file));
-    let mut rows = Vec::with_capacity(entries.len());
+    // RECORD is built as the entries are written (no row kept per entry).
+    let mut record = String::new();
+    let mut files = 0usize;
     let mut i = 0;
     while i < entries.len() {
         let mut j = i;
@@ -470,11 +557,12 @@ pub fn write_wheel(
                         .map_err(zfail)?;
                 }
             }
-            rows.push(row);
+            crate::meta::push_record_row(&mut record, &row);
+            files += 1;
         }
         i = j;
     }
-    let record = crate::meta::record(&rows, &record_path);
+    crate::meta::push_record_self(&mut record, &record_path);
     let rec = OutEntry {
         name: record_path.clone(),
         content: Content::Bytes(record.into_bytes()),
@@ -491,7 +579,7 @@ pub fn write_wheel(
     let bytes = fs::metadata(out).map_err(|e| ioerr(out, "stat", e))?.len();
     Ok(Written {
         bytes,
-        files: rows.len() + 1,
+        files: files + 1,
     })
 }
 

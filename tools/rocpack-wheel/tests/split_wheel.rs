@@ -23,10 +23,36 @@ const WHEEL: &str = "fx_pkg-2.0-py3-none-linux_x86_64.whl";
 
 type Files = Vec<(&'static str, Vec<u8>, Option<u32>)>;
 
-/// (name, bytes, mode) entries → a wheel file (a symlink entry when mode is None).
-fn make_wheel(path: &Path, files: &Files) {
-    let mut z = zip::ZipWriter::new(fs::File::create(path).unwrap());
+/// The RECORD of `files` (every file but RECORD, then RECORD itself).
+fn record_of(files: &Files, record_path: &str) -> Vec<u8> {
+    let mut r = String::new();
     for (n, b, m) in files {
+        if *n != record_path && m.is_some() {
+            let h = rocpack_wheel::meta::b64url(&Sha256::digest(b));
+            r.push_str(&format!("{n},sha256={h},{}\n", b.len()));
+        }
+    }
+    r.push_str(&format!("{record_path},,\n"));
+    r.into_bytes()
+}
+
+/// (name, bytes, mode) entries → a wheel file (a symlink entry when mode is
+/// None). A RECORD whose content is `AUTO` is replaced by the files' RECORD.
+fn make_wheel(path: &Path, files: &Files) {
+    let mut files = files.clone();
+    let auto: Vec<&'static str> = files
+        .iter()
+        .filter(|(n, b, _)| n.ends_with(".dist-info/RECORD") && b == b"AUTO")
+        .map(|(n, _, _)| *n)
+        .collect();
+    for rp in auto {
+        let r = record_of(&files, rp);
+        for f in files.iter_mut().filter(|f| f.0 == rp) {
+            f.1 = r.clone();
+        }
+    }
+    let mut z = zip::ZipWriter::new(fs::File::create(path).unwrap());
+    for (n, b, m) in &files {
         match m {
             Some(m) => {
                 z.start_file(*n, SimpleFileOptions::default().unix_permissions(*m))
@@ -75,11 +101,7 @@ fn base_files() -> Files {
             b"Wheel-Version: 1.0\nRoot-Is-Purelib: false\nTag: py3-none-linux_x86_64\n".to_vec(),
             Some(0o644),
         ),
-        (
-            "fx_pkg-2.0.dist-info/RECORD",
-            b"stale\n".to_vec(),
-            Some(0o644),
-        ),
+        ("fx_pkg-2.0.dist-info/RECORD", b"AUTO".to_vec(), Some(0o644)),
     ]
 }
 
@@ -403,6 +425,415 @@ fn prefix_compression_requires_and_families() {
         assert!(
             dists.contains(dep) || dep.starts_with("rocm-sdk-"),
             "{dep} is required but no wheel provides it"
+        );
+    }
+}
+
+// ---- Hostile inputs (issue 25 item 7): each is refused before anything is
+// ---- written, naming what is wrong.
+
+/// Splits `input` into `<dir>/out`; returns the error text and checks that
+/// no output directory and no work directory were left.
+fn refused(input: &Path, o: Option<WheelSplitOptions>) -> String {
+    let dir = input.parent().unwrap();
+    let out = dir.join("out");
+    let o = o.unwrap_or_else(|| opts(input, &out));
+    let e = match split_wheel(&o, &NoProgress) {
+        Ok(r) => panic!("accepted: {r:?}"),
+        Err(e) => e.to_string(),
+    };
+    assert!(!o.output_dir.exists(), "output left: {e}");
+    let left: Vec<_> = fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with(".kpack-split-wheel-"))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+    e
+}
+
+fn le16(v: usize) -> [u8; 2] {
+    u16::try_from(v).unwrap().to_le_bytes()
+}
+
+fn le32(v: u64) -> [u8; 4] {
+    u32::try_from(v).unwrap().to_le_bytes()
+}
+
+/// A local header (method deflate, 1980-01-01) for `name`.
+fn lfh(name: &str, crc: u32, csize: u64, usize: u64) -> Vec<u8> {
+    let mut h = Vec::new();
+    h.extend(0x0403_4b50u32.to_le_bytes());
+    h.extend([20, 0, 0, 0, 8, 0, 0, 0, 0x21, 0]);
+    h.extend(crc.to_le_bytes());
+    h.extend(le32(csize));
+    h.extend(le32(usize));
+    h.extend(le16(name.len()));
+    h.extend([0, 0]);
+    h.extend(name.as_bytes());
+    h
+}
+
+/// The overlapping-entry zip bomb (David Fifield's construction): entry i's
+/// deflate stream quotes the local headers of entries i+1.. in stored
+/// blocks and ends in one shared kernel of `kernel` zero bytes, so every
+/// name expands to the kernel and more. Each entry is a valid deflate
+/// stream with a correct CRC: a reader that does not look at the layout
+/// extracts names × kernel bytes. `files` come first, as ordinary entries.
+fn overlap_bomb(path: &Path, files: &Files, names: &[&str], kernel: usize) {
+    use flate2::write::DeflateEncoder;
+    use flate2::{Compression, Crc};
+    let mut enc = DeflateEncoder::new(Vec::new(), Compression::best());
+    enc.write_all(&vec![0u8; kernel]).unwrap();
+    let k = enc.finish().unwrap();
+    // From the last entry to the first: (crc, csize, usize, local header).
+    let mut next: Option<(Crc, u64, u64, Vec<u8>)> = None;
+    let mut headers = Vec::new();
+    for name in names.iter().rev() {
+        let (crc, csize, usize) = match &next {
+            None => {
+                let mut zeros = Crc::new();
+                zeros.update(&vec![0u8; kernel]);
+                (zeros, k.len() as u64, kernel as u64)
+            }
+            Some((ncrc, ncs, nus, nh)) => {
+                let mut c = Crc::new();
+                c.update(nh);
+                c.combine(ncrc);
+                (c, 5 + nh.len() as u64 + ncs, nh.len() as u64 + nus)
+            }
+        };
+        let h = lfh(name, crc.sum(), csize, usize);
+        headers.push((name.to_string(), crc.sum(), csize, usize, h.clone()));
+        next = Some((crc, csize, usize, h));
+    }
+    headers.reverse();
+    // Ordinary entries first (written by the zip crate), then the bomb.
+    let mut buf = std::io::Cursor::new(Vec::new());
+    {
+        let mut z = zip::ZipWriter::new(&mut buf);
+        for (n, b, m) in files {
+            z.start_file(
+                *n,
+                SimpleFileOptions::default().unix_permissions(m.unwrap()),
+            )
+            .unwrap();
+            z.write_all(b).unwrap();
+        }
+        z.finish().unwrap();
+    }
+    let plain = zip::ZipArchive::new(std::io::Cursor::new(buf.get_ref().clone())).unwrap();
+    let cd_start = plain.central_directory_start() as usize;
+    let mut out = buf.get_ref()[..cd_start].to_vec();
+    let plain_cd = buf.get_ref()[cd_start..buf.get_ref().len() - 22].to_vec();
+    let mut offsets = Vec::new();
+    for (i, (_, _, _, _, h)) in headers.iter().enumerate() {
+        offsets.push(out.len() as u64);
+        out.extend(h);
+        if let Some((_, _, _, _, nh)) = headers.get(i + 1) {
+            out.push(0); // stored block, not final
+            out.extend(le16(nh.len()));
+            out.extend(le16(!nh.len() & 0xffff));
+        }
+    }
+    out.extend(&k);
+    let cd = out.len() as u64;
+    out.extend(&plain_cd);
+    for ((name, crc, csize, usize, _), off) in headers.iter().zip(&offsets) {
+        out.extend(0x0201_4b50u32.to_le_bytes());
+        out.extend([20, 3, 20, 0, 0, 0, 8, 0, 0, 0, 0x21, 0]);
+        out.extend(crc.to_le_bytes());
+        out.extend(le32(*csize));
+        out.extend(le32(*usize));
+        out.extend(le16(name.len()));
+        out.extend([0, 0, 0, 0, 0, 0, 0, 0]);
+        out.extend((0o100644u32 << 16).to_le_bytes());
+        out.extend(le32(*off));
+        out.extend(name.as_bytes());
+    }
+    let n = files.len() + names.len();
+    let cd_len = out.len() as u64 - cd;
+    out.extend(0x0605_4b50u32.to_le_bytes());
+    out.extend([0, 0, 0, 0]);
+    out.extend(le16(n));
+    out.extend(le16(n));
+    out.extend(le32(cd_len));
+    out.extend(le32(cd));
+    out.extend([0, 0]);
+    fs::write(path, out).unwrap();
+}
+
+/// Item 7: the overlapping-entry zip bomb is refused from its central
+/// directory, naming two entries that overlap, before anything is
+/// extracted (the zip crate alone inflates every name in full; so does
+/// Python's zipfile).
+#[test]
+fn overlapping_entry_zip_bomb_is_refused_before_writing() {
+    let t = tempdir();
+    let input = t.path().join(WHEEL);
+    let names: Vec<String> = (0..16).map(|i| format!("fx/bomb{i:02}.bin")).collect();
+    let names: Vec<&str> = names.iter().map(String::as_str).collect();
+    overlap_bomb(&input, &base_files(), &names, 4 << 20);
+    // The construction is sound: each name really inflates, CRC included.
+    let mut a = zip::ZipArchive::new(fs::File::open(&input).unwrap()).unwrap();
+    let mut n = 0u64;
+    for i in 0..a.len() {
+        let mut f = a.by_index(i).unwrap();
+        n += std::io::copy(&mut f, &mut std::io::sink()).unwrap();
+    }
+    assert!(n > 16 * (4 << 20), "{n}");
+    assert!(fs::metadata(&input).unwrap().len() < 64 << 10);
+    let e = refused(&input, None);
+    assert!(
+        e.contains("overlap") && e.contains("fx/bomb00.bin") && e.contains("fx/bomb01.bin"),
+        "{e}"
+    );
+}
+
+/// Rewrites every occurrence of `from` in the file with `to` (same length):
+/// names in local headers and the central directory alike.
+fn patch(path: &Path, from: &[u8], to: &[u8]) {
+    assert_eq!(from.len(), to.len());
+    let mut b = fs::read(path).unwrap();
+    let mut hits = 0;
+    let mut i = 0;
+    while i + from.len() <= b.len() {
+        if &b[i..i + from.len()] == from {
+            b[i..i + from.len()].copy_from_slice(to);
+            hits += 1;
+            i += from.len();
+        } else {
+            i += 1;
+        }
+    }
+    assert!(hits > 0, "{:?} not found", String::from_utf8_lossy(from));
+    fs::write(path, b).unwrap();
+}
+
+/// Item 7: sizes no deflate stream can have (a 1 TB-class claim from a few
+/// bytes) are refused from the central directory; an entry that inflates
+/// past its declared size is stopped there.
+#[test]
+fn absurd_declared_sizes_are_refused() {
+    let t = tempdir();
+    let d = t.path().join("ratio");
+    fs::create_dir(&d).unwrap();
+    let input = d.join(WHEEL);
+    let mut files = base_files();
+    files.push(("fx/big.bin", vec![7u8; 4096], Some(0o644)));
+    make_wheel(&input, &files);
+    // Declared 0xF0000000 bytes (4 GB) for a deflate stream of a few bytes:
+    // central directory and local header both say so.
+    let crc = {
+        let mut c = flate2::Crc::new();
+        c.update(&[7u8; 4096]);
+        c.sum()
+    };
+    let mut old = crc.to_le_bytes().to_vec();
+    let mut a = zip::ZipArchive::new(fs::File::open(&input).unwrap()).unwrap();
+    let csize = a.by_name("fx/big.bin").unwrap().compressed_size();
+    old.extend(le32(csize));
+    old.extend(le32(4096));
+    let mut new = crc.to_le_bytes().to_vec();
+    new.extend(le32(csize));
+    new.extend(le32(0xF000_0000));
+    patch(&input, &old, &new);
+    let e = refused(&input, None);
+    assert!(
+        e.contains("fx/big.bin") && e.contains("deflate cannot expand"),
+        "{e}"
+    );
+
+    // Declared smaller than it inflates: stopped at the declared size.
+    let d = t.path().join("short");
+    fs::create_dir(&d).unwrap();
+    let input = d.join(WHEEL);
+    make_wheel(&input, &files);
+    let mut new = crc.to_le_bytes().to_vec();
+    new.extend(le32(csize));
+    new.extend(le32(100));
+    patch(&input, &old, &new);
+    let e = refused(&input, None);
+    // Stopped by the zip reader or by the extraction loop, whichever sees it first.
+    assert!(
+        e.contains("fx/big.bin")
+            && (e.contains("inflates to more than the 100 bytes")
+                || e.contains("larger than its declared uncompressed size")),
+        "{e}"
+    );
+}
+
+/// Item 7: two entries of one name (the zip crate keeps one of them, so the
+/// check is made on the central directory itself).
+#[test]
+fn duplicate_entry_names_are_refused() {
+    let t = tempdir();
+    let input = t.path().join(WHEEL);
+    let mut files = base_files();
+    files.push(("fx/dupA.py", b"good = 1\n".to_vec(), Some(0o644)));
+    files.push(("fx/dupB.py", b"evil = 1\n".to_vec(), Some(0o644)));
+    make_wheel(&input, &files);
+    patch(&input, b"fx/dupB.py", b"fx/dupA.py");
+    let e = refused(&input, None);
+    assert!(e.contains("`fx/dupA.py` appears 2 times"), "{e}");
+}
+
+/// Item 7: an input RECORD that does not match the files is refused, naming
+/// the file, never re-blessed with fresh hashes: a changed file, a file
+/// RECORD does not list, a row for a file the wheel lacks, a weak hash.
+#[test]
+fn record_mismatch_is_refused_naming_the_file() {
+    let t = tempdir();
+    let rp = "fx_pkg-2.0.dist-info/RECORD";
+    type Edit = Box<dyn Fn(&mut Files)>;
+    let cases: Vec<(&str, Edit, &str)> = vec![
+        (
+            "changed",
+            Box::new(|f: &mut Files| {
+                let r = record_of(f, "fx_pkg-2.0.dist-info/RECORD");
+                f.iter_mut().find(|e| e.0 == "fx/__init__.py").unwrap().1 = b"x = 2\n".to_vec();
+                f.iter_mut().find(|e| e.0.ends_with("/RECORD")).unwrap().1 = r;
+            }),
+            "`fx/__init__.py`: fx_pkg-2.0.dist-info/RECORD line 1 says sha256=",
+        ),
+        (
+            "unlisted",
+            Box::new(|f: &mut Files| {
+                let r = record_of(f, "fx_pkg-2.0.dist-info/RECORD");
+                f.push(("fx/extra.py", b"x=1\n".to_vec(), Some(0o644)));
+                f.iter_mut().find(|e| e.0.ends_with("/RECORD")).unwrap().1 = r;
+            }),
+            "`fx/extra.py` is not listed in fx_pkg-2.0.dist-info/RECORD",
+        ),
+        (
+            "missing",
+            Box::new(|f: &mut Files| {
+                let mut r = record_of(f, "fx_pkg-2.0.dist-info/RECORD");
+                r.extend(b"fx/gone.py,sha256=AAAA,3\n");
+                f.iter_mut().find(|e| e.0.ends_with("/RECORD")).unwrap().1 = r;
+            }),
+            "lists `fx/gone.py`, which is not in the wheel",
+        ),
+        (
+            "md5",
+            Box::new(|f: &mut Files| {
+                let r = String::from_utf8(record_of(f, "fx_pkg-2.0.dist-info/RECORD")).unwrap();
+                let r: String = r
+                    .lines()
+                    .map(|l| match l.starts_with("other/readme.txt,") {
+                        true => "other/readme.txt,md5=XUFAKrxLKna5cZ2REBfFkg,5\n".to_string(),
+                        false => format!("{l}\n"),
+                    })
+                    .collect();
+                f.iter_mut().find(|e| e.0.ends_with("/RECORD")).unwrap().1 = r.into_bytes();
+            }),
+            "hash algorithm `md5` is not accepted",
+        ),
+        (
+            "none",
+            Box::new(|f: &mut Files| f.retain(|e| !e.0.ends_with("/RECORD"))),
+            "no fx_pkg-2.0.dist-info/RECORD",
+        ),
+    ];
+    for (label, edit, want) in cases {
+        let d = t.path().join(label);
+        fs::create_dir(&d).unwrap();
+        let input = d.join(WHEEL);
+        let mut files = base_files();
+        files.retain(|e| e.0 != rp);
+        files.push((rp, Vec::new(), Some(0o644)));
+        edit(&mut files);
+        make_wheel(&input, &files);
+        let e = refused(&input, None);
+        assert!(e.contains(want), "{label}: `{want}` not in: {e}");
+    }
+    // The same check for an exploded wheel directory.
+    let d = t.path().join("dir");
+    let w = d.join("in");
+    for (n, b, _) in base_files() {
+        let p = w.join(n);
+        fs::create_dir_all(p.parent().unwrap()).unwrap();
+        let b = if n == rp {
+            record_of(&base_files(), rp)
+        } else {
+            b
+        };
+        fs::write(p, b).unwrap();
+    }
+    fs::write(w.join("fx/__init__.py"), b"tampered\n").unwrap();
+    let e = refused(&w, Some(opts(&w, &d.join("out"))));
+    assert!(
+        e.contains("`fx/__init__.py`") && e.contains("RECORD"),
+        "{e}"
+    );
+}
+
+/// Item 7: METADATA Version must be PEP 440, and the file name's version the
+/// same version (compared as versions: `2.0.0` is `2.0`).
+#[test]
+fn versions_are_pep440_and_agree_with_the_file_name() {
+    let t = tempdir();
+    let with_meta = |version: &str| {
+        let mut f = base_files();
+        let meta = format!("Metadata-Version: 2.1\nName: fx-pkg\nVersion: {version}\n\nLong.\n");
+        f.iter_mut().find(|e| e.0.ends_with("/METADATA")).unwrap().1 = meta.into_bytes();
+        f
+    };
+    let d = t.path().join("bad");
+    fs::create_dir(&d).unwrap();
+    let input = d.join(WHEEL);
+    make_wheel(&input, &with_meta("2.0~rc1"));
+    let e = refused(&input, None);
+    assert!(
+        e.contains("Version `2.0~rc1` is not a PEP 440 version"),
+        "{e}"
+    );
+
+    let d = t.path().join("differs");
+    fs::create_dir(&d).unwrap();
+    let input = d.join("fx_pkg-2.1-py3-none-linux_x86_64.whl");
+    make_wheel(&input, &base_files());
+    let e = refused(&input, None);
+    assert!(
+        e.contains("has version `2.1`") && e.contains("has Version `2.0`"),
+        "{e}"
+    );
+
+    // Equal versions spelled differently are the same version.
+    let d = t.path().join("same");
+    fs::create_dir(&d).unwrap();
+    let input = d.join("fx_pkg-2.0.0-py3-none-linux_x86_64.whl");
+    make_wheel(&input, &base_files());
+    let r = split_wheel(&opts(&input, &d.join("out")), &NoProgress).unwrap();
+    assert_eq!(r.version, "2.0");
+}
+
+/// Item 7: `--device-requires-dist` cannot inject METADATA headers through
+/// a newline (or any control character), and must start with a name.
+#[test]
+fn device_requires_dist_cannot_inject_headers() {
+    let t = tempdir();
+    let input = t.path().join(WHEEL);
+    make_wheel(&input, &base_files());
+    for (req, want) in [
+        ("rocm-sdk-core\nName: evil", "contains a newline"),
+        (
+            "rocm-sdk-core\r\nProvides-Extra: x",
+            "contains a carriage return",
+        ),
+        ("rocm\u{7}core", "U+0007"),
+        (
+            "; python_version > '3'",
+            "does not start with a distribution name",
+        ),
+        ("", "does not start with a distribution name"),
+    ] {
+        let mut o = opts(&input, &t.path().join("out"));
+        o.device_requires_dist = vec!["rocm-sdk-device-@GFXARCH@".into(), req.into()];
+        let e = refused(&input, Some(o));
+        assert!(
+            e.contains("--device-requires-dist") && e.contains(want),
+            "{req:?}: {e}"
         );
     }
 }

@@ -8,6 +8,9 @@
 
 use clap::{Args, Parser, Subcommand};
 use rocpack_snapshot::ops::{self, CreateArgs, RootOpts};
+use rocpack_snapshot::repo::{Channel, Repo};
+use rocpack_snapshot::source;
+use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -44,19 +47,25 @@ impl Root {
 
 #[derive(Subcommand)]
 enum Cmd {
-    /// Upload an artifact and rotate: last-stable → archives, stable → last-stable, new → stable.
+    /// Prebuilt: upload an artifact and rotate last-stable → archives, stable → last-stable,
+    /// new → stable. Source (`--kind source`): cut a subtree at a commit into a channel.
     Create {
         #[command(flatten)]
         root: Root,
+        /// prebuilt (default) or source.
+        #[arg(long, default_value = "prebuilt", value_parser = ["prebuilt", "source"])]
+        kind: String,
+        #[command(flatten)]
+        source: Box<SourceArgs>,
         /// Store URL: path, file://, s3://bucket/prefix (default: snapctl.conf, else <root>/store).
         #[arg(long)]
         store: Option<String>,
-        /// ROCm version, e.g. 6.4.
-        #[arg(long)]
-        version: String,
+        /// ROCm version, e.g. 6.4 (prebuilt).
+        #[arg(long, required_if_eq("kind", "prebuilt"))]
+        version: Option<String>,
         /// The prebuilt artifact (e.g. librcclx-dev.a).
-        #[arg(long)]
-        artifact: PathBuf,
+        #[arg(long, required_if_eq("kind", "prebuilt"))]
+        artifact: Option<PathBuf>,
         /// Header to snapshot beside metadata.txt (repeatable).
         #[arg(long = "header", value_name = "FILE")]
         headers: Vec<PathBuf>,
@@ -69,6 +78,13 @@ enum Cmd {
         /// Dict-name prefix of the checksums file (default: snapctl.conf, else RCCLX).
         #[arg(long)]
         prefix: Option<String>,
+        /// A header or library the artifact was compiled against (repeatable): its sha256
+        /// is recorded, and `abi-check` (run by the rules) fails when it changes.
+        #[arg(long = "abi-input", value_name = "FILE", num_args = 1..)]
+        abi_inputs: Vec<PathBuf>,
+        /// Directory ABI-input paths are recorded relative to (the workspace root; default: cwd).
+        #[arg(long, value_name = "DIR")]
+        abi_base: Option<PathBuf>,
     },
     /// Swap last-stable back into stable for one version (old stable → archives).
     Rollback {
@@ -90,14 +106,66 @@ enum Cmd {
         #[arg(long)]
         prefix: Option<String>,
     },
-    /// Exit 1 with a unified diff when the checked-in checksums file is stale.
+    /// Prebuilt: exit 1 with a unified diff when the checked-in checksums file is stale.
+    /// Source: exit 1 when a tree differs from its recorded digest (or, with --repo, the
+    /// recorded commit does not cut to the recorded tree).
     Check {
         #[command(flatten)]
         root: Root,
+        /// Prebuilt roots: the checksums file (default: snapctl.conf, else <root>/stable_checksums.bzl).
         #[arg(long)]
-        checksums: PathBuf,
+        checksums: Option<PathBuf>,
         #[arg(long)]
         prefix: Option<String>,
+        /// Source roots: also re-cut each source_commit from this repository and compare.
+        #[arg(long, value_name = "DIR")]
+        repo: Option<PathBuf>,
+    },
+    /// Prebuilt: fail (exit 1) naming every ABI input that differs from what the snapshot
+    /// was compiled against (run by prebuilt_snapshot before the archive can be linked).
+    AbiCheck {
+        /// Recorded digest, PATH=SHA256 (repeatable; from the checksums file's abi_inputs).
+        #[arg(long = "expect", value_name = "PATH=SHA256")]
+        expect: Vec<String>,
+        /// The file the build uses now for PATH, PATH=FILE (repeatable).
+        #[arg(long = "input", value_name = "PATH=FILE")]
+        inputs: Vec<String>,
+        #[arg(long, default_value = "the library")]
+        library: String,
+        #[arg(long, default_value = "prebuilt")]
+        channel: String,
+        #[arg(long, default_value = "")]
+        version: String,
+        /// Command that re-cuts the snapshot (for the message).
+        #[arg(long, default_value = "")]
+        recut: String,
+        /// How to build from source instead (for the message).
+        #[arg(long, default_value = "")]
+        dev: String,
+        /// Written (empty) when the check passes: the rules' action output.
+        #[arg(long, value_name = "FILE")]
+        stamp: Option<PathBuf>,
+    },
+    /// Source snapshots: last-stable ← copy of stable (stable untouched).
+    Rotate {
+        #[command(flatten)]
+        root: Root,
+        /// Delete the replaced last-stable instead of moving it to archives/.
+        #[arg(long)]
+        no_archive: bool,
+    },
+    /// Source snapshots: record the current tree of a channel as a deliberate patch.
+    RecordPatch {
+        #[command(flatten)]
+        root: Root,
+        #[arg(long, default_value = "stable")]
+        channel: String,
+        /// Who made the patch (e.g. an e-mail address).
+        #[arg(long)]
+        who: String,
+        /// Why (one line; e.g. the upstream fix it backports).
+        #[arg(long)]
+        why: String,
     },
     /// Check that every referenced blob is in the store and matches its digest.
     Verify {
@@ -149,6 +217,35 @@ enum Cmd {
     },
 }
 
+/// `create --kind source` arguments.
+#[derive(Args, Clone)]
+struct SourceArgs {
+    /// Git repository to cut from.
+    #[arg(long, value_name = "DIR", required_if_eq("kind", "source"))]
+    repo: Option<PathBuf>,
+    /// Commit (any git revision) whose subtree becomes the snapshot.
+    #[arg(long, required_if_eq("kind", "source"))]
+    rev: Option<String>,
+    /// Path of the subtree inside the repository (kept as-is under the channel dir).
+    #[arg(long, required_if_eq("kind", "source"))]
+    subtree: Option<String>,
+    /// Only paths matching this glob (relative to the subtree; `**` allowed; repeatable).
+    #[arg(long = "include", value_name = "GLOB")]
+    include: Vec<String>,
+    /// Leave out paths matching this glob (relative to the subtree; repeatable).
+    #[arg(long = "exclude", value_name = "GLOB")]
+    exclude: Vec<String>,
+    /// Channel to cut into (source): stable (rotates stable → last-stable first) or last-stable.
+    #[arg(long, default_value = "stable")]
+    channel: String,
+    /// Cut into stable without rotating it to last-stable first.
+    #[arg(long)]
+    no_rotate: bool,
+    /// Delete replaced channel directories instead of moving them to archives/.
+    #[arg(long)]
+    no_archive: bool,
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match run(cli) {
@@ -166,6 +263,40 @@ fn run(cli: Cli) -> rocpack_snapshot::Result<u8> {
     match cli.cmd {
         Cmd::Create {
             root,
+            kind,
+            source,
+            store: _,
+            version: _,
+            artifact: _,
+            headers: _,
+            commits: _,
+            checksums: _,
+            prefix: _,
+            abi_inputs: _,
+            abi_base: _,
+        } if kind == "source" => {
+            let req = rocpack_snapshot::source::SourceCreate {
+                repo: source.repo.unwrap_or_default(),
+                rev: source.rev.unwrap_or_default(),
+                subtree: source.subtree.unwrap_or_default(),
+                include: source.include,
+                exclude: source.exclude,
+                channel: Channel::parse(&source.channel)?,
+                no_rotate: source.no_rotate,
+                no_archive: source.no_archive,
+                lock_timeout: root.opts().lock_timeout,
+            };
+            // A new snapshots root is created (its parent must exist).
+            rocpack_snapshot::fsutil::create_dir_all_durable(&root.snapshots_root)?;
+            let repo = Repo::open(&root.snapshots_root)?;
+            let o = rocpack_snapshot::source::create(&repo, &req)?;
+            rocpack_snapshot::source::report(&o, out)?;
+            Ok(0)
+        }
+        Cmd::Create {
+            root,
+            kind: _,
+            source: _,
             store,
             version,
             artifact,
@@ -173,18 +304,43 @@ fn run(cli: Cli) -> rocpack_snapshot::Result<u8> {
             commits,
             checksums,
             prefix,
+            abi_inputs,
+            abi_base,
         } => ops::create(
             &root.opts(),
             CreateArgs {
                 store,
-                version,
-                artifact,
+                version: version.unwrap_or_default(),
+                artifact: artifact.unwrap_or_default(),
                 headers,
                 commits,
                 checksums,
                 prefix,
+                abi_inputs,
+                abi_base,
             },
             out,
+        ),
+        Cmd::AbiCheck {
+            expect,
+            inputs,
+            library,
+            channel,
+            version,
+            recut,
+            dev,
+            stamp,
+        } => rocpack_snapshot::abi::run_check(
+            &expect,
+            &inputs,
+            &rocpack_snapshot::abi::Context {
+                library,
+                channel,
+                version,
+                recut,
+                dev,
+            },
+            stamp.as_deref(),
         ),
         Cmd::Rollback {
             root,
@@ -207,7 +363,47 @@ fn run(cli: Cli) -> rocpack_snapshot::Result<u8> {
             root,
             checksums,
             prefix,
-        } => ops::check(&root.opts(), &checksums, prefix.as_deref(), out),
+            repo,
+        } => {
+            let o = root.opts();
+            if checksums.is_none() && source::is_source_root(&o.root) {
+                source::check(&o.root, repo.as_deref(), o.lock_timeout, out)
+            } else {
+                let file = match checksums {
+                    Some(f) => f,
+                    None => Repo::open(&o.root)?.checksums_path(None),
+                };
+                ops::check(&o, &file, prefix.as_deref(), out)
+            }
+        }
+        Cmd::Rotate { root, no_archive } => {
+            let o = root.opts();
+            let r = source::rotate(&Repo::open(&o.root)?, no_archive, o.lock_timeout)?;
+            source::report(&r, out)?;
+            Ok(0)
+        }
+        Cmd::RecordPatch {
+            root,
+            channel,
+            who,
+            why,
+        } => {
+            let o = root.opts();
+            let ch = Channel::parse(&channel)?;
+            let (m, _) =
+                source::record_patch(&Repo::open(&o.root)?, ch, &who, &why, o.lock_timeout)?;
+            writeln!(
+                out,
+                "{} <- patch by {who}: tree {}",
+                ch.dir(),
+                m.tree_digest.as_deref().unwrap_or("?")
+            )
+            .map_err(|e| rocpack_snapshot::Error::Io {
+                path: "<stdout>".into(),
+                source: e,
+            })?;
+            Ok(0)
+        }
         Cmd::Verify {
             root,
             store,
@@ -233,6 +429,9 @@ fn run(cli: Cli) -> rocpack_snapshot::Result<u8> {
             store,
             dry_run,
         } => ops::gc(&root.opts(), store.as_deref(), dry_run, out),
+        Cmd::Status { root, json } if source::is_source_root(&root.snapshots_root) => {
+            source::status(&root.snapshots_root, json, out)
+        }
         Cmd::Status { root, json } => ops::status(&root.opts(), json, out),
         Cmd::Recover { root } => ops::recover(&root.opts(), out),
     }

@@ -14,8 +14,9 @@ use rocpack_artifacts::inspect::{self, Desc, Input};
 
 #[derive(Debug, clap::Args)]
 pub struct InspectArgs {
-    /// ELF fat binary (shared library, executable, object), static archive,
-    /// raw bundle, CCOB or `.kpack` file.
+    /// ELF fat binary (shared library, executable, object), PE32+ image
+    /// (DLL, EXE, .pyd), COFF object (.obj), static archive, raw bundle,
+    /// CCOB or `.kpack` file.
     pub file: PathBuf,
     /// Print JSON (schema in docs/cli/inspect-json.md) instead of text.
     #[arg(long)]
@@ -77,6 +78,30 @@ fn write_text(out: &mut dyn Write, d: &Desc, indent: usize) -> Result<()> {
                 f.size,
                 if f.nobits { " (NOBITS)" } else { "" }
             )?;
+        }
+        writeln!(out)?;
+    }
+    if let Some(p) = &d.pe {
+        write!(
+            out,
+            "{pad}  PE {} machine {:#x} state {}",
+            p.pe_type, p.machine, p.state
+        )?;
+        if p.image_base != 0 {
+            write!(out, " image base {:#x}", p.image_base)?;
+        }
+        if let (Some(n), Some(f)) = (&p.fatbin_section, &p.hip_fatbin) {
+            write!(
+                out,
+                "; {n} at {} RVA {:#x} size {}{}",
+                f.file_offset,
+                f.addr,
+                f.size,
+                if f.nobits { " (no file data)" } else { "" }
+            )?;
+        }
+        if p.trailing_bytes != 0 {
+            write!(out, "; {} bytes after the last section", p.trailing_bytes)?;
         }
         writeln!(out)?;
     }

@@ -51,6 +51,12 @@ pub struct PackArgs {
     #[arg(long, value_name = "SCHEME")]
     pub compression: Option<Compression>,
 
+    /// zstd frames without content checksums, byte for byte what rocm-kpack's
+    /// Python writer produces (default: with checksums, or as recorded by
+    /// `kpack unpack`).
+    #[arg(long = "no-zstd-checksum")]
+    pub no_zstd_checksum: bool,
+
     /// TOC `group_name` (default: from the unpacked manifest, else empty).
     #[arg(long = "group-name", value_name = "NAME")]
     pub group_name: Option<String>,
@@ -192,6 +198,12 @@ pub fn run(args: PackArgs) -> anyhow::Result<ExitCode> {
     // Keys are final here: `\` was normalised for command-line keys, and
     // keys from an unpacked manifest are kept verbatim.
     w.normalize_keys(false);
+    w.content_checksum(
+        !args.no_zstd_checksum
+            && manifest_defaults
+                .as_ref()
+                .is_none_or(rocpack_kpack::UnpackManifest::content_checksum),
+    );
     if let Some(m) = &manifest_defaults {
         w.group_name(m.group_name.clone())
             .arch_family(m.gfx_arch_family.clone())

@@ -1,5 +1,5 @@
 //! `kpack reassemble --host FILE --kpack-dir DIR -o OUT`: rebuild the fat
-//! binary (ELF or static archive) from a split host binary and its `.kpack`
+//! binary (ELF, static archive or PE32+ image) from a split host binary and its `.kpack`
 //! files. For every wrapper `co_index` *i* the code objects stored under
 //! `<kernel_name>#<i>` (kernel name from the marker) in all `.kpack` files
 //! under DIR become one bundle. When the split recorded the bundle's layout
@@ -18,13 +18,13 @@ use std::process::ExitCode;
 
 use anyhow::{bail, Context};
 use rocpack_bundle::Format;
-use rocpack_elf::FatBinaryInfo;
+use rocpack_image::Analysis;
 use rocpack_kpack::bundle_meta::{self, EntryPlace};
 use rocpack_kpack::{KpackReader, Marker};
 
 #[derive(Debug, clap::Args)]
 pub struct ReassembleArgs {
-    /// The split (host-only) ELF file or static archive.
+    /// The split (host-only) ELF file, static archive or PE32+ image.
     #[arg(long, value_name = "FILE")]
     pub host: PathBuf,
     /// Directory searched (recursively) for `.kpack` files.
@@ -72,30 +72,24 @@ struct Found {
 /// decompressed bytes are the same at every effort, only their compressed
 /// size differs, and a rebuilt `.hip_fatbin` must fit where the original was.
 fn bundles_for(
-    info: &FatBinaryInfo,
+    info: &Analysis,
     readers: &[(PathBuf, KpackReader)],
     what: &str,
     effort: u8,
     canonical: &mut (usize, Option<String>),
-) -> rocpack_elf::Result<Vec<Vec<u8>>> {
-    let err = |msg: String| rocpack_elf::Error::Layout {
+) -> rocpack_image::Result<Vec<Vec<u8>>> {
+    let err = |msg: String| rocpack_image::Error::Layout {
         offset: 0,
         what: msg,
     };
-    let w0 = info
-        .wrappers
+    let wrappers = info.wrapper_markers();
+    let w0 = wrappers
         .first()
         .ok_or_else(|| err(format!("{what}: split binary without wrappers")))?;
-    let bytes = w0
-        .marker_bytes(info)
-        .ok_or_else(|| err(format!("{what}: wrapper 0 does not point at a marker")))?;
+    let bytes =
+        w0.2.ok_or_else(|| err(format!("{what}: wrapper 0 does not point at a marker")))?;
     let marker = Marker::decode(bytes).map_err(|e| err(format!("{what}: bad marker: {e}")))?;
-    let count = info
-        .wrappers
-        .iter()
-        .map(|w| w.co_index() as usize + 1)
-        .max()
-        .unwrap_or(0);
+    let count = wrappers.iter().map(|w| w.1 as usize + 1).max().unwrap_or(0);
     let mut bundles = Vec::with_capacity(count);
     for co in 0..count {
         let key = marker.lookup_key(co as u64);
@@ -219,7 +213,7 @@ pub fn run(args: ReassembleArgs) -> anyhow::Result<ExitCode> {
     let mut canonical = (0usize, None::<String>);
     let mut build = |effort: u8| {
         canonical = (0, None);
-        rocpack_elf::reassemble_file(&host, &mut |member, info| {
+        rocpack_image::reassemble_file(&host, &mut |member, info| {
             let what = if member.is_empty() {
                 name.clone()
             } else {
@@ -233,7 +227,10 @@ pub fn run(args: ReassembleArgs) -> anyhow::Result<ExitCode> {
     let out = loop {
         match build(effort) {
             Ok(o) => break o,
-            Err(rocpack_elf::Error::Layout { .. }) if effort < MAX_EFFORT => effort += 1,
+            Err(
+                rocpack_image::Error::Layout { .. }
+                | rocpack_image::Error::Elf(rocpack_elf::Error::Layout { .. }),
+            ) if effort < MAX_EFFORT => effort += 1,
             Err(e) => {
                 return Err(anyhow::Error::new(e).context(format!("failed to reassemble `{name}`")))
             }

@@ -52,7 +52,7 @@ pub fn run(args: RecombineArgs) -> anyhow::Result<ExitCode> {
             LinkMode::Copy
         },
         component: args.component.clone(),
-        jobs: args.jobs,
+        jobs: super::capped_jobs("recombine", args.jobs),
         staging_roots: args.staging_root.clone(),
     };
     let mut log = |s: &str| eprintln!("kpack recombine: {s}");

@@ -4,7 +4,6 @@ use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use anyhow::Context;
 use rocpack_artifacts::databases::DatabaseKind;
 use rocpack_artifacts::split::{self, Progress, SplitOptions, SplitReport};
 
@@ -45,7 +44,7 @@ pub struct SplitArgs {
 
     /// Drop these architectures (`gfx906` also drops `gfx906:xnack-`; a
     /// target with features drops only itself).
-    #[arg(long, value_name = "ARCH", num_args = 1..)]
+    #[arg(long, value_name = "ARCH", num_args = 1.., value_parser = parse_gpu_target)]
     exclude_arch: Vec<String>,
 
     /// Keep only these GPU targets, by base arch in any spelling (`gfx90a`
@@ -54,7 +53,8 @@ pub struct SplitArgs {
     #[arg(long, value_name = "TARGET", num_args = 1.., value_parser = parse_gpu_target)]
     gpu_targets: Vec<String>,
 
-    /// Worker threads (default: one per CPU). The output does not depend on it.
+    /// Worker threads (default: one per CPU; at most 4 per CPU and 256,
+    /// larger requests are reduced with a note). The output does not depend on it.
     #[arg(long, short = 'j', value_name = "N")]
     jobs: Option<usize>,
 
@@ -159,6 +159,9 @@ fn log_discovery(r: &SplitReport) {
         r.symlinks
     ));
     eprintln!("{line}");
+    for w in &r.warnings {
+        eprintln!("kpack split: {}: warning: {w}", r.artifact_prefix);
+    }
     for p in &r.missing_prefixes {
         eprintln!(
             "kpack split: {}: prefix `{p}` listed in the manifest does not exist; skipped",
@@ -196,7 +199,7 @@ pub fn run(args: SplitArgs) -> anyhow::Result<ExitCode> {
         compression: args.compression,
         exclude_arch: args.exclude_arch.clone(),
         gpu_targets: args.gpu_targets.clone(),
-        jobs: args.jobs,
+        jobs: super::capped_jobs("split", args.jobs),
         staging_roots: args.staging_root.clone(),
     };
     let bar = std::io::stderr().is_terminal().then(|| {
@@ -212,17 +215,21 @@ pub fn run(args: SplitArgs) -> anyhow::Result<ExitCode> {
         Some(b) => b,
         None => &split::NoProgress,
     };
-    let reports = match &args.batch_artifact_parent_dir {
-        Some(parent) => split::split_batch(parent, &opts, progress).with_context(|| {
-            format!("split of {} failed; nothing was written", parent.display())
-        })?,
-        None => vec![split::split_artifact(&opts, progress).with_context(|| {
-            format!(
-                "split of {} failed; nothing was written",
-                opts.artifact_dir.display()
-            )
-        })?],
+    let (input, result) = match &args.batch_artifact_parent_dir {
+        Some(parent) => (parent, split::split_batch(parent, &opts, progress)),
+        None => (
+            &opts.artifact_dir,
+            split::split_artifact(&opts, progress).map(|r| vec![r]),
+        ),
     };
+    let reports = result.map_err(|e| {
+        let what = if e.wrote_nothing() {
+            "nothing was written"
+        } else {
+            "the output directory may hold part of the outputs (see below)"
+        };
+        anyhow::Error::new(e).context(format!("split of {} failed; {what}", input.display()))
+    })?;
     for r in &reports {
         log_discovery(r);
     }

@@ -168,7 +168,7 @@ pub fn run(args: SplitWheelArgs) -> anyhow::Result<ExitCode> {
             FormatArg::Wheel => OutputFormat::Wheel,
             FormatArg::Directory => OutputFormat::Directory,
         },
-        jobs: args.jobs,
+        jobs: super::capped_jobs("split-wheel", args.jobs),
         config,
         zip_level: args.zip_level,
         source_date_epoch: source_date_epoch()?,

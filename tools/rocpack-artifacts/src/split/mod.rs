@@ -36,6 +36,7 @@
 //! artifacts. This module holds the options and report types and commits
 //! the result through `rocpack-kpack`'s [`StagingDir`](rocpack_kpack::commit::StagingDir).
 
+mod filter;
 mod plan;
 mod scan;
 mod write;
@@ -146,6 +147,16 @@ pub enum SplitError {
         /// The error (part of the message).
         error: rocpack_elf::Error,
     },
+    /// A PE32+ image could not be analysed or rewritten.
+    #[error("{path}: byte offset {offset}: {error}")]
+    Image {
+        /// The input file.
+        path: PathBuf,
+        /// Byte offset the error is about.
+        offset: u64,
+        /// The error (part of the message).
+        error: rocpack_image::Error,
+    },
     /// A bundle could not be parsed.
     #[error("{path}: byte offset {offset}: {error}")]
     Bundle {
@@ -167,6 +178,18 @@ pub enum SplitError {
     /// Several artifacts of a batch failed.
     #[error("{} artifact(s) failed:\n{}", .0.len(), .0.iter().map(|e| format!("  {e}")).collect::<Vec<_>>().join("\n"))]
     Batch(Vec<SplitError>),
+}
+
+impl SplitError {
+    /// Whether the output directory is untouched: true for every error but
+    /// a commit that failed after outputs started moving into place.
+    pub fn wrote_nothing(&self) -> bool {
+        match self {
+            SplitError::Fs(e) => !e.wrote_something(),
+            SplitError::Batch(v) => v.iter().all(SplitError::wrote_nothing),
+            _ => true,
+        }
+    }
 }
 
 /// One code object written to a `.kpack`.
@@ -241,6 +264,14 @@ pub struct SplitReport {
     pub arch_artifacts: Vec<ArchArtifact>,
     /// Compression scheme of the archives.
     pub compression: String,
+    /// Options that matched or left nothing (a database handler that
+    /// claimed no file, a `--gpu-targets` target the artifact lacks, an
+    /// `--exclude-arch` that dropped every code object); printed on stderr.
+    pub warnings: Vec<String>,
+    /// `--split-databases` handlers that claimed no file of this artifact.
+    pub unmatched_databases: Vec<String>,
+    /// `--gpu-targets` values this artifact has nothing for.
+    pub unmatched_gpu_targets: Vec<String>,
 }
 
 /// Is `arch` dropped by one of `excludes`?
@@ -313,6 +344,21 @@ fn split_into(
         fat_binaries: plan.fat_summaries,
         arch_artifacts,
         compression: opts.compression.scheme().as_str().to_string(),
+        warnings: {
+            let mut w = plan::no_op_warnings(
+                &plan.unmatched_databases,
+                &plan.unmatched_targets,
+                "the artifact",
+            );
+            w.extend(plan.warnings);
+            w
+        },
+        unmatched_databases: plan
+            .unmatched_databases
+            .iter()
+            .map(|k| k.name().to_string())
+            .collect(),
+        unmatched_gpu_targets: plan.unmatched_targets,
     })
 }
 
@@ -341,14 +387,10 @@ fn output_names(r: &SplitReport) -> Vec<OsString> {
     v
 }
 
-/// Runs `f` on a thread pool of `jobs` threads (`None`: rayon's default).
+/// Runs `f` on a thread pool of `jobs` threads (`None`: rayon's default;
+/// capped by [`crate::jobs::cap`]).
 fn with_pool<T: Send>(jobs: Option<usize>, f: impl FnOnce() -> T + Send) -> Result<T, SplitError> {
-    let mut b = rayon::ThreadPoolBuilder::new();
-    if let Some(n) = jobs {
-        b = b.num_threads(n.max(1));
-    }
-    let pool = b
-        .build()
+    let pool = crate::jobs::pool(jobs)
         .map_err(|e| SplitError::Usage(format!("cannot start {jobs:?} worker threads: {e}")))?;
     Ok(pool.install(f))
 }
@@ -503,7 +545,49 @@ fn split_batch_into(
             SplitError::Batch(errors)
         });
     }
+    batch_no_op_warnings(&mut reports, template);
     Ok((reports, names))
+}
+
+/// In a batch, a handler or `--gpu-targets` value that matches nothing in
+/// one artifact is normal (each family's artifact has its own libraries and
+/// targets): the per-artifact warnings go, and one warning (on the first
+/// report) remains for what matched nothing in any artifact of the batch.
+fn batch_no_op_warnings(reports: &mut [SplitReport], template: &SplitOptions) {
+    let everywhere = |pick: &dyn Fn(&SplitReport) -> &Vec<String>| -> Vec<String> {
+        let mut all: Option<Vec<String>> = None;
+        for r in reports.iter() {
+            let v = pick(r);
+            all = Some(match all {
+                None => v.clone(),
+                Some(a) => a.into_iter().filter(|x| v.contains(x)).collect(),
+            });
+        }
+        all.unwrap_or_default()
+    };
+    let dbs_names = everywhere(&|r| &r.unmatched_databases);
+    let targets = everywhere(&|r| &r.unmatched_gpu_targets);
+    for r in reports.iter_mut() {
+        let dbs: Vec<DatabaseKind> = template
+            .databases
+            .iter()
+            .filter(|k| r.unmatched_databases.iter().any(|n| n == k.name()))
+            .copied()
+            .collect();
+        let own = plan::no_op_warnings(&dbs, &r.unmatched_gpu_targets, "the artifact");
+        r.warnings.retain(|w| !own.contains(w));
+    }
+    if let Some(first) = reports.first_mut() {
+        let dbs: Vec<DatabaseKind> = template
+            .databases
+            .iter()
+            .filter(|k| dbs_names.iter().any(|n| n == k.name()))
+            .copied()
+            .collect();
+        let mut w = plan::no_op_warnings(&dbs, &targets, "any artifact of the batch");
+        w.append(&mut first.warnings);
+        first.warnings = w;
+    }
 }
 
 /// A [`Progress`] counting units, for tests and `--json` summaries.

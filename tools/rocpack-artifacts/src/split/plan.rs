@@ -5,8 +5,10 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use super::filter::{drops, wanted};
 use super::scan::{Class, KernelRef, Scan};
-use super::{check_name, is_excluded, FatBinarySummary, SplitError, SplitOptions};
+use super::{check_name, FatBinarySummary, SplitError, SplitOptions};
+use crate::databases::DatabaseKind;
 use crate::walk::{self, EntryKind};
 
 /// Per prefix (index into [`Plan::prefixes`]): database files (relative
@@ -27,6 +29,36 @@ pub(super) struct Plan {
     pub per_arch: BTreeMap<String, PerPrefix>,
     /// Fat binaries, in walk order.
     pub fat_summaries: Vec<FatBinarySummary>,
+    /// Options that left nothing (not errors).
+    pub warnings: Vec<String>,
+    /// `--split-databases` handlers that claimed no file.
+    pub unmatched_databases: Vec<DatabaseKind>,
+    /// `--gpu-targets` values the artifact has nothing for.
+    pub unmatched_targets: Vec<String>,
+}
+
+/// The warnings for handlers and targets that matched nothing; `scope`
+/// names where ("the artifact", "any artifact of the batch").
+pub(super) fn no_op_warnings(
+    databases: &[DatabaseKind],
+    targets: &[String],
+    scope: &str,
+) -> Vec<String> {
+    let mut out: Vec<String> = databases
+        .iter()
+        .map(|k| {
+            format!(
+                "--split-databases {k}: no file in {scope} matched ({}); such files stay in the generic artifact",
+                k.layout()
+            )
+        })
+        .collect();
+    out.extend(
+        targets.iter().map(|t| {
+            format!("--gpu-targets {t}: {scope} has no code object or database file for it")
+        }),
+    );
+    out
 }
 
 /// One prefix's entries and which of them the generic artifact receives.
@@ -41,54 +73,21 @@ pub(super) struct PrefixPlan {
     pub to_generic: Vec<bool>,
 }
 
-/// The targets `--gpu-targets` keeps, as base architectures (`None`: all).
-fn wanted(opts: &SplitOptions) -> Option<BTreeSet<String>> {
-    (!opts.gpu_targets.is_empty()).then(|| {
-        opts.gpu_targets
-            .iter()
-            .filter_map(|t| rocpack_bundle::base_arch(t))
-            .collect()
-    })
-}
-
-/// Whether `--exclude-arch` / `--gpu-targets` (`wanted`) drop target `a`.
-fn drops(opts: &SplitOptions, wanted: Option<&BTreeSet<String>>, a: &str) -> bool {
-    is_excluded(a, &opts.exclude_arch)
-        || wanted.is_some_and(|w| !rocpack_bundle::base_arch(a).is_some_and(|b| w.contains(&b)))
-}
-
-/// The architectures a split keeps (what [`plan`] decides), for the scan
-/// to skip work on code objects that will be dropped.
-pub(super) struct ArchFilter<'a> {
-    opts: &'a SplitOptions,
-    wanted: Option<BTreeSet<String>>,
-}
-
-impl<'a> ArchFilter<'a> {
-    pub(super) fn new(opts: &'a SplitOptions) -> Self {
-        ArchFilter {
-            opts,
-            wanted: wanted(opts),
-        }
-    }
-
-    /// Whether target `a` is dropped.
-    pub(super) fn drops(&self, a: &str) -> bool {
-        drops(self.opts, self.wanted.as_ref(), a)
-    }
-}
-
 /// Turns a scan into a plan; fails when `--gpu-targets` leaves no code
-/// object in an artifact that has some.
+/// object in an artifact that has some (naming `--exclude-arch` when that
+/// removed what `--gpu-targets` kept), or nothing at all; collects warnings
+/// for handlers and targets that match nothing.
 pub(super) fn plan(opts: &SplitOptions, scan: Scan) -> Result<Plan, SplitError> {
     let Scan { prefixes, missing } = scan;
 
     let mut discovered = BTreeSet::new();
+    let mut claimed: BTreeMap<DatabaseKind, usize> = BTreeMap::new();
     for p in &prefixes {
         for c in p.classes.iter().flatten() {
             match c {
-                Class::Database(a) => {
+                Class::Database(kind, a) => {
                     discovered.insert(a.clone());
+                    *claimed.entry(*kind).or_insert(0usize) += 1;
                 }
                 Class::Fat(f) => discovered.extend(f.summary.architectures.iter().cloned()),
                 Class::Generic => {}
@@ -102,24 +101,74 @@ pub(super) fn plan(opts: &SplitOptions, scan: Scan) -> Result<Plan, SplitError> 
     let dropped = |a: &str| drops(opts, wanted.as_ref(), a);
     let excluded: Vec<String> = discovered.iter().filter(|a| dropped(a)).cloned().collect();
     let kept: BTreeSet<String> = discovered.iter().filter(|a| !dropped(a)).cloned().collect();
-    if let Some(w) = &wanted {
-        let fats = || {
-            prefixes.iter().flat_map(|p| {
-                p.classes.iter().flatten().filter_map(|c| match c {
-                    Class::Fat(f) => Some(f),
-                    _ => None,
-                })
+    let mut warnings = Vec::new();
+    // A handler that claims nothing is almost always a layout it does not
+    // know (or a handler meant for another artifact): say so.
+    let unmatched_databases: Vec<DatabaseKind> = opts
+        .databases
+        .iter()
+        .filter(|k| !claimed.contains_key(k))
+        .copied()
+        .collect();
+    let mut unmatched_targets = Vec::new();
+    let fats = || {
+        prefixes.iter().flat_map(|p| {
+            p.classes.iter().flatten().filter_map(|c| match c {
+                Class::Fat(f) => Some(f),
+                _ => None,
             })
-        };
-        let any_fat = fats().next().is_some();
-        let any_code = fats().any(|f| f.kernels.iter().any(|k| kept.contains(&k.arch)));
-        if any_fat && !any_code {
+        })
+    };
+    let code_archs: BTreeSet<&str> = fats()
+        .flat_map(|f| f.kernels.iter().map(|k| k.arch.as_str()))
+        .collect();
+    let any_kept_code = code_archs.iter().any(|a| kept.contains(*a));
+    if let Some(w) = &wanted {
+        let list = |v: &mut dyn Iterator<Item = &str>| v.collect::<Vec<_>>().join(" ");
+        let targets = list(&mut opts.gpu_targets.iter().map(String::as_str));
+        for t in &opts.gpu_targets {
+            let base = rocpack_bundle::base_arch(t);
+            let hit = discovered
+                .iter()
+                .any(|a| rocpack_bundle::base_arch(a).is_some_and(|b| Some(&b) == base.as_ref()));
+            if !hit {
+                unmatched_targets.push(t.clone());
+            }
+        }
+        let selected: Vec<&str> = code_archs
+            .iter()
+            .copied()
+            .filter(|a| rocpack_bundle::base_arch(a).is_some_and(|b| w.contains(&b)))
+            .collect();
+        if !code_archs.is_empty() && !any_kept_code {
+            // Blame the option that dropped the code: `--gpu-targets` when
+            // the artifact has none of those targets, `--exclude-arch` when
+            // it removed every one `--gpu-targets` kept.
+            return Err(SplitError::Usage(if selected.is_empty() {
+                format!(
+                    "--gpu-targets {targets} leaves no code object: the artifact has code for {}",
+                    list(&mut code_archs.iter().copied())
+                )
+            } else {
+                format!(
+                    "--exclude-arch {} drops every code object --gpu-targets {targets} keeps ({}): nothing is left",
+                    opts.exclude_arch.join(" "),
+                    selected.join(" ")
+                )
+            }));
+        }
+        if code_archs.is_empty() && !discovered.is_empty() && kept.is_empty() {
             return Err(SplitError::Usage(format!(
-                "--gpu-targets {} leaves no code object: the artifact has code for {}",
-                w.iter().cloned().collect::<Vec<_>>().join(" "),
-                discovered.iter().cloned().collect::<Vec<_>>().join(" ")
+                "--gpu-targets {targets} leaves nothing: the artifact has database files for {} only",
+                list(&mut discovered.iter().map(String::as_str))
             )));
         }
+    } else if !code_archs.is_empty() && !any_kept_code {
+        warnings.push(format!(
+            "--exclude-arch {} drops every code object (the artifact has code for {}): the output holds no device code",
+            opts.exclude_arch.join(" "),
+            code_archs.iter().copied().collect::<Vec<_>>().join(" ")
+        ));
     }
 
     let mut per_arch: BTreeMap<String, PerPrefix> = BTreeMap::new();
@@ -132,7 +181,7 @@ pub(super) fn plan(opts: &SplitOptions, scan: Scan) -> Result<Plan, SplitError> 
                 (EntryKind::Dir, _) => false,
                 (EntryKind::Symlink { .. }, _) => true,
                 (EntryKind::File { .. }, Some(Class::Generic) | None) => true,
-                (EntryKind::File { .. }, Some(Class::Database(arch))) => {
+                (EntryKind::File { .. }, Some(Class::Database(_, arch))) => {
                     if kept.contains(&arch) {
                         let slot = per_arch.entry(arch).or_default().entry(pi).or_default();
                         slot.0.push(e.rel.clone());
@@ -166,5 +215,8 @@ pub(super) fn plan(opts: &SplitOptions, scan: Scan) -> Result<Plan, SplitError> 
         excluded,
         per_arch,
         fat_summaries,
+        warnings,
+        unmatched_databases,
+        unmatched_targets,
     })
 }

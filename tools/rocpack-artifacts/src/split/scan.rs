@@ -9,12 +9,13 @@ use std::fs::File;
 use std::io::{BufWriter, Read};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
 
 use rayon::prelude::*;
 use rocpack_kpack::{Compression, Marker};
 
-use super::plan::ArchFilter;
-use super::{check_name, FatBinarySummary, Progress, SplitError, SplitOptions};
+use super::filter::ArchFilter;
+use super::{FatBinarySummary, Progress, SplitError, SplitOptions};
 use crate::databases;
 use crate::fsutil::{self, FsError, IoContext};
 use crate::manifest::ArtifactManifest;
@@ -341,6 +342,9 @@ pub(super) struct KernelRef {
     /// Its place in the original bundle (`metadata.bundle`), when the
     /// bundle can be rebuilt exactly.
     pub place: Option<rocpack_kpack::rmpv::Value>,
+    /// Targets of every device code object of its bundle
+    /// (`metadata.bundle_targets`).
+    pub bundle_targets: Arc<[String]>,
     /// Its zstd frame, when the scan compressed it already (then `file`
     /// and `offset` are not read).
     pub frame: Option<Frame>,
@@ -350,8 +354,8 @@ pub(super) struct KernelRef {
 pub(super) enum Class {
     /// Copied to the generic artifact as it is.
     Generic,
-    /// A database file of this architecture.
-    Database(String),
+    /// A database file of this architecture, claimed by this handler.
+    Database(databases::DatabaseKind, String),
     /// A fat binary (its host-only rewrite is already written).
     Fat(FatOutcome),
 }
@@ -460,6 +464,14 @@ pub(super) fn scan(
     })
 }
 
+fn image_err(path: &Path, e: rocpack_image::Error) -> SplitError {
+    SplitError::Image {
+        path: path.to_path_buf(),
+        offset: e.offset().unwrap_or(0),
+        error: e,
+    }
+}
+
 fn elf_err(path: &Path, e: rocpack_elf::Error) -> SplitError {
     SplitError::Elf {
         path: path.to_path_buf(),
@@ -506,19 +518,29 @@ struct Collector<'a> {
 }
 
 impl Collector<'_> {
-    /// Collects the code objects of one analysed ELF image (`image` is a
-    /// sub-slice of the mapped file).
+    /// Collects the code objects of the bundles of one analysed ELF or PE
+    /// image (`image` is a sub-slice of the mapped file).
     fn collect(
         &mut self,
         image: &[u8],
-        info: &rocpack_elf::FatBinaryInfo,
+        bundles: &[rocpack_elf::BundleInfo],
         kernel_name: &str,
     ) -> Result<(), SplitError> {
         let (path, spill, map) = (self.path, self.spill, self.map);
         let whole: &[u8] = map;
-        for b in &info.bundles {
-            let bytes =
-                rocpack_elf::bundle_bytes(image, info, b.index).map_err(|e| elf_err(path, e))?;
+        let keep = ArchFilter::new(self.opts);
+        for b in bundles {
+            let bytes = usize::try_from(b.file_offset)
+                .ok()
+                .zip(usize::try_from(b.len).ok())
+                .and_then(|(a, n)| image.get(a..a.checked_add(n)?))
+                .ok_or_else(|| {
+                    SplitError::Usage(format!(
+                        "{}: internal: bundle {} outside the file",
+                        path.display(),
+                        b.index
+                    ))
+                })?;
             let bundle_off = offset_in(whole, bytes).unwrap_or(b.file_offset);
             let bundle_err = |e: rocpack_bundle::Error| SplitError::Bundle {
                 path: path.to_path_buf(),
@@ -532,13 +554,41 @@ impl Collector<'_> {
             let index =
                 rocpack_bundle::index_bundle(bytes, &Default::default()).map_err(bundle_err)?;
             self.counts.0 += 1;
+            // Every entry but the host's must name an AMDGPU target, by the
+            // one rule verify and recombine use: device code under an ID
+            // nobody can load is refused, never dropped (it would be stored
+            // nowhere).
+            for (position, e) in index.entries.iter().enumerate() {
+                if e.id.kind() == Some("host") {
+                    continue;
+                }
+                if let Err(expected) = e.id.check_amdgpu() {
+                    return Err(SplitError::Usage(format!(
+                        "{}: byte offset {bundle_off}: bundle {} entry {position} `{}` ({} bytes of code) does not name an AMDGPU target (expected {expected}); refusing to split: its code object would be stored nowhere",
+                        path.display(),
+                        b.index,
+                        e.id,
+                        e.size
+                    )));
+                }
+            }
+            // The bundle's device targets (recorded in every entry's
+            // metadata, so verify can tell an arch the binary never had
+            // from one whose archive was lost). All of them, whatever
+            // `--exclude-arch` / `--gpu-targets` keep: a kept archive is
+            // byte for byte the one an unfiltered split writes.
+            let stored: Arc<[String]> = index
+                .entries
+                .iter()
+                .filter(|e| !e.id.is_host())
+                .map(|e| e.id.target_id().to_string())
+                .collect();
             let mut frames = Vec::new();
             let (spilled, walk) = if index.ccob.is_some() {
                 match self.opts.compression {
                     // Decompression and compression overlap; only frames
                     // are spilled.
                     Compression::Zstd { level } if index.overlaps().is_empty() => {
-                        let keep = ArchFilter::new(self.opts);
                         let p = spill.compress_payload(
                             path,
                             bytes,
@@ -578,13 +628,6 @@ impl Collector<'_> {
                     })
                 });
                 let arch = entry.id.target_id().to_string();
-                if check_name("architecture", &arch).is_err() {
-                    return Err(SplitError::Usage(format!(
-                        "{}: byte offset {bundle_off}: bundle entry `{}` names no usable architecture",
-                        path.display(),
-                        entry.id
-                    )));
-                }
                 self.counts.1 += 1;
                 self.archs.insert(arch.clone());
                 // Offsets are relative to the (decompressed) bundle; the
@@ -602,6 +645,7 @@ impl Collector<'_> {
                     offset,
                     prefix: String::new(),
                     place,
+                    bundle_targets: stored.clone(),
                     frame: frames.get(position).cloned().flatten(),
                 });
             }
@@ -646,26 +690,62 @@ fn classify_file(
     host_dst: &Path,
     mode: u32,
 ) -> Result<Class, SplitError> {
-    let mut magic = [0u8; 8];
+    use rocpack_image::FileType;
+    let mut head = vec![0u8; rocpack_image::HEAD_LEN.min(size as usize)];
     let n = if size == 0 {
         0
     } else {
         let mut f = File::open(path).ctx(path, "open")?;
-        read_up_to(&mut f, &mut magic).ctx(path, "read")?
+        read_up_to(&mut f, &mut head).ctx(path, "read")?
     };
-    let magic = &magic[..n];
-    let is_elf64le =
-        magic.len() >= 6 && magic.starts_with(b"\x7fELF") && magic[4] == 2 && magic[5] == 1;
-    let is_ar = magic == b"!<arch>\n";
-    if is_elf64le || is_ar {
+    let magic = &head[..n];
+    let kind = rocpack_image::detect(magic);
+    if matches!(
+        kind,
+        FileType::Elf { elf64_le: true } | FileType::Archive | FileType::Pe { pe32_plus: true }
+    ) {
         if let Some(fat) = split_fat(cx, prefix, rel, path, host_dst, mode)? {
             return Ok(Class::Fat(fat));
         }
+    } else if matches!(
+        kind,
+        FileType::Elf { elf64_le: false } | FileType::Pe { pe32_plus: false }
+    ) {
+        // ELFCLASS32, big-endian or PE32: HIP binaries are neither, so one
+        // with device code cannot be split; copying it as a generic file
+        // would ship a fat binary nobody checks.
+        let (_file, map) = map_file(path)?;
+        if crate::inspect::carries_device_code(&map) {
+            let flavour = if kind == (FileType::Pe { pe32_plus: false }) {
+                "PE32 (32-bit)".to_string()
+            } else {
+                format!("{} ELF", elf_flavour(magic))
+            };
+            return Err(SplitError::Usage(format!(
+                "{}: a {flavour} file carrying HIP device code (`.hip_fatbin` or an offload bundle): only 64-bit little-endian fat binaries can be split; refusing to copy it into the generic artifact",
+                path.display(),
+            )));
+        }
     }
-    if let Some((_, arch)) = databases::classify(&cx.opts.databases, rel) {
-        return Ok(Class::Database(arch));
+    if let Some((kind, arch)) = databases::classify(&cx.opts.databases, rel) {
+        return Ok(Class::Database(kind, arch));
     }
     Ok(Class::Generic)
+}
+
+/// `ELFCLASS32 little-endian`, `ELFCLASS64 big-endian`, … from `e_ident`.
+fn elf_flavour(magic: &[u8]) -> String {
+    let class = match magic.get(4) {
+        Some(1) => "ELFCLASS32".to_string(),
+        Some(2) => "ELFCLASS64".to_string(),
+        c => format!("ELF class {c:?}"),
+    };
+    let data = match magic.get(5) {
+        Some(1) => "little-endian",
+        Some(2) => "big-endian",
+        _ => "unknown byte order",
+    };
+    format!("{class} {data}")
 }
 
 fn read_up_to(f: &mut File, buf: &mut [u8]) -> std::io::Result<usize> {
@@ -679,7 +759,8 @@ fn read_up_to(f: &mut File, buf: &mut [u8]) -> std::io::Result<usize> {
     Ok(n)
 }
 
-/// Analyses and rewrites one ELF file or archive; `None` if it has no device code.
+/// Analyses and rewrites one ELF file, archive or PE32+ image; `None` if it
+/// has no device code.
 fn split_fat(
     cx: &ScanCx<'_>,
     prefix: &str,
@@ -731,9 +812,22 @@ fn split_fat(
             let member_src = rocpack_bundle::Window::new(&src, at, m.data.len() as u64);
             let info = match rocpack_elf::analyze_in(m.data, &member_src) {
                 Ok(i) => i,
-                // Members that are not ELF64 objects (e.g. other archives'
-                // payloads) carry no HIP device code we can split.
-                Err(rocpack_elf::Error::NotElf) => continue,
+                // Members that are not ELF (text, other archives) are kept
+                // as they are, unless they hide device code (a nested
+                // archive of fat objects, a raw bundle): that would be
+                // copied into the generic artifact unsplit.
+                Err(rocpack_elf::Error::NotElf) => {
+                    if crate::inspect::carries_device_code(m.data) {
+                        return Err(SplitError::Usage(format!(
+                            "{}: archive member `{}` (header at byte offset {}) is not an ELF object but carries HIP device code ({}); nested archives and raw bundles inside archives cannot be split; refusing to copy it into the generic artifact",
+                            path.display(),
+                            m.name,
+                            m.header_offset,
+                            if rocpack_elf::is_archive(m.data) { "a nested `ar` archive" } else { "`.hip_fatbin` or an offload bundle" }
+                        )));
+                    }
+                    continue;
+                }
                 Err(e @ rocpack_elf::Error::Unsupported { .. }) => {
                     if crate::inspect::carries_device_code(m.data) {
                         return Err(member_err(e));
@@ -747,7 +841,7 @@ fn split_fat(
             }
             any = true;
             let member_name = format!("{kernel_name}({})", member_seen.label(&m.name));
-            collector.collect(m.data, &info, &member_name)?;
+            collector.collect(m.data, &info.bundles, &member_name)?;
         }
         if !any {
             return Ok(None);
@@ -766,6 +860,24 @@ fn split_fat(
             rocpack_elf::split_archive(data, &mut marker_for).map_err(|e| elf_err(path, e))?;
         super::write_file_mode(host_dst, &host, mode)?;
         host.len()
+    } else if matches!(
+        rocpack_image::detect(data),
+        rocpack_image::FileType::Pe { .. }
+    ) {
+        let info = rocpack_image::pe::analyze_in(data, &src).map_err(|e| image_err(path, e))?;
+        if !info.has_device_code() {
+            return Ok(None);
+        }
+        let marker = Marker::for_split(&opts.artifact_prefix, depth, kernel_name.clone()).encode();
+        release(&map, None);
+        let host = rocpack_image::pe::split_analyzed(data, &info, &marker)
+            .map_err(|e| image_err(path, e))?;
+        release(&map, None);
+        super::write_file_mode(host_dst, &host, mode)?;
+        let len = host.len();
+        drop(host);
+        collector.collect(data, &info.bundles, &kernel_name)?;
+        len
     } else {
         let info = match rocpack_elf::analyze_in(data, &src) {
             Ok(i) => i,
@@ -795,7 +907,7 @@ fn split_fat(
         super::write_file_mode(host_dst, &host, mode)?;
         let len = host.len();
         drop(host);
-        collector.collect(data, &info, &kernel_name)?;
+        collector.collect(data, &info.bundles, &kernel_name)?;
         len
     };
     let Collector {

@@ -17,10 +17,10 @@ use crate::fsutil::{self, FsError, IoContext};
 use crate::manifest::ArtifactManifest;
 use crate::walk::EntryKind;
 
-/// Input bytes compressed per parallel batch within one archive.
-const BATCH_BYTES: u64 = 16 << 20;
-/// Kernels per parallel batch within one archive.
-const BATCH_KERNELS: usize = 32;
+/// Code-object bytes the zstd pipeline holds at once (read, being
+/// compressed, or compressed and waiting for their turn to be written); a
+/// larger code object is admitted alone.
+const PIPELINE_BYTES: u64 = 64 << 20;
 
 /// What the generic artifact received.
 pub(super) struct GenericSummary {
@@ -200,11 +200,35 @@ pub(super) fn write_arch_artifacts(
         Ok(out)
     };
     // Memory stays bounded: uncompressed archives are written in parallel,
-    // their code objects copied file to file; zstd archives one after the
-    // other, each compressing a bounded batch of code objects in parallel.
+    // their code objects copied file to file; zstd archives go through one
+    // pipeline (every worker compressing, one writer, bounded bytes in
+    // flight), archive after archive without a pause between them.
     let written: Result<Vec<Vec<(String, KpackSummary)>>, SplitError> = match opts.compression {
         Compression::None => jobs.par_iter().map(write_one).collect(),
-        Compression::Zstd { .. } => jobs.iter().map(write_one).collect(),
+        Compression::Zstd { level } => {
+            write_zstd_archives(&jobs, name, level, progress).and_then(|summaries| {
+                jobs.iter()
+                    .zip(summaries)
+                    .map(|(j, mut s)| {
+                        fsutil::set_mode(&j.path, 0o644)?;
+                        s.path = j.rel.clone();
+                        let mut out = vec![(j.arch.clone(), s.clone())];
+                        for (path, rel) in &j.copies {
+                            fsutil::copy_file(&j.path, path)?;
+                            fsutil::set_mode(path, 0o644)?;
+                            out.push((
+                                j.arch.clone(),
+                                KpackSummary {
+                                    path: rel.clone(),
+                                    ..s.clone()
+                                },
+                            ));
+                        }
+                        Ok(out)
+                    })
+                    .collect()
+            })
+        }
     };
     for (arch, s) in written?.into_iter().flatten() {
         if let Some(a) = arch_artifacts.iter_mut().find(|a| a.arch == arch) {
@@ -222,8 +246,10 @@ fn kpack_err(path: &Path, e: rocpack_kpack::Error) -> SplitError {
     }
 }
 
-/// An entry's free-form `metadata`: its full bundle entry ID, its prefix
-/// and, when known, its place in the original bundle (bundle_meta).
+/// An entry's free-form `metadata`: its full bundle entry ID, its prefix,
+/// when known its place in the original bundle (bundle_meta), and the
+/// targets of every device code object of its bundle (`bundle_targets`,
+/// read by verify).
 fn entry_metadata(k: &KernelRef) -> Option<rocpack_kpack::rmpv::Value> {
     use rocpack_kpack::rmpv::Value;
     let mut m = vec![
@@ -233,6 +259,15 @@ fn entry_metadata(k: &KernelRef) -> Option<rocpack_kpack::rmpv::Value> {
     if let Some(place) = &k.place {
         m.push((Value::from("bundle"), place.clone()));
     }
+    m.push((
+        Value::from(crate::verify::BUNDLE_TARGETS),
+        Value::Array(
+            k.bundle_targets
+                .iter()
+                .map(|t| Value::from(t.as_str()))
+                .collect(),
+        ),
+    ));
     Some(Value::Map(m))
 }
 
@@ -271,10 +306,9 @@ fn read_range(
     Ok(buf)
 }
 
-/// Writes one archive from `kernels` (sorted by key), streaming. `none`:
-/// every code object is copied from its source file range by the kernel
-/// ([`KpackStreamWriter::add_file_range`]); zstd: bounded batches of code
-/// objects are compressed in parallel and written in key order.
+/// Writes one uncompressed archive from `kernels` (sorted by key),
+/// streaming: every code object is copied from its source file range by the
+/// kernel ([`KpackStreamWriter::add_file_range`]).
 fn write_archive(
     path: &Path,
     group: &str,
@@ -299,49 +333,10 @@ fn write_archive(
                 progress.advance(1);
             }
         }
-        Compression::Zstd { level } => {
-            let mut i = 0;
-            while i < kernels.len() {
-                // Batch: up to BATCH_KERNELS kernels or BATCH_BYTES input bytes.
-                let mut j = i;
-                let mut bytes = 0u64;
-                while j < kernels.len()
-                    && j - i < BATCH_KERNELS
-                    && (j == i || bytes + kernels[j].size <= BATCH_BYTES)
-                {
-                    bytes += kernels[j].size;
-                    j += 1;
-                }
-                let batch = &kernels[i..j];
-                let frames: Vec<Result<(u64, Vec<u8>), SplitError>> = batch
-                    .par_iter()
-                    .map(|k| {
-                        if let Some(f) = &k.frame {
-                            return Ok((
-                                k.size,
-                                read_range(
-                                    &f.file,
-                                    f.offset,
-                                    f.len,
-                                    "read compressed code object",
-                                )?,
-                            ));
-                        }
-                        let data = read_range(&k.file, k.offset, k.size, "read code object")?;
-                        let frame = rocpack_kpack::compress_frame(&data, level)
-                            .map_err(|e| kpack_err(path, e))?;
-                        Ok((data.len() as u64, frame))
-                    })
-                    .collect();
-                for (k, r) in batch.iter().zip(frames) {
-                    let (orig, frame) = r?;
-                    code_bytes += orig;
-                    w.add_frame(&k.key, &k.arch, orig, &frame, entry_metadata(k))
-                        .map_err(|e| kpack_err(path, e))?;
-                    progress.advance(1);
-                }
-                i = j;
-            }
+        Compression::Zstd { .. } => {
+            return Err(SplitError::Usage(
+                "internal: zstd archives are written by write_zstd_archives".into(),
+            ))
         }
     }
     let (bw, summary) = w.finish().map_err(|e| kpack_err(path, e))?;
@@ -353,5 +348,169 @@ fn write_archive(
         kernels: kernels.len() as u64,
         code_bytes,
         file_bytes: summary.total_size,
+    })
+}
+
+/// The zstd frame of one code object: read back from the scan's spill
+/// file when the scan compressed it, else read from its file range and
+/// compressed here. Returns (original size, frame).
+fn frame_of(k: &KernelRef, level: i32) -> Result<(u64, Vec<u8>), SplitError> {
+    if let Some(f) = &k.frame {
+        let frame = read_range(&f.file, f.offset, f.len, "read compressed code object")?;
+        return Ok((k.size, frame));
+    }
+    let data = read_range(&k.file, k.offset, k.size, "read code object")?;
+    let frame = rocpack_kpack::compress_frame(&data, level).map_err(|e| kpack_err(&k.file, e))?;
+    Ok((data.len() as u64, frame))
+}
+
+/// Admission of code objects into the pipeline, strictly in write order,
+/// so the one the writer waits for is never kept out by later ones.
+struct Admission {
+    next: usize,
+    in_flight: u64,
+    stop: bool,
+}
+
+/// Writes every zstd archive of `jobs` (kernels sorted by key), in order:
+/// all pool threads read and compress code objects (one zstd frame each,
+/// [`rocpack_kpack::compress_frame`], so the bytes do not depend on the
+/// thread count) while this thread writes the frames in key order, archive
+/// after archive. At most [`PIPELINE_BYTES`] of code objects (or one larger
+/// one) are in flight. Wall time is the compression's, not compression +
+/// write with a barrier per batch and per archive (the earlier scheme).
+fn write_zstd_archives(
+    jobs: &[ArchiveJob],
+    group: &str,
+    level: i32,
+    progress: &dyn Progress,
+) -> Result<Vec<KpackSummary>, SplitError> {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::{mpsc, Condvar, Mutex};
+
+    let items: Vec<(usize, &KernelRef)> = jobs
+        .iter()
+        .enumerate()
+        .flat_map(|(j, job)| job.kernels.iter().map(move |k| (j, k)))
+        .collect();
+    let cost = |k: &KernelRef| k.frame.as_ref().map_or(k.size, |f| f.len).max(1);
+    let next = AtomicUsize::new(0);
+    let gate = (
+        Mutex::new(Admission {
+            next: 0,
+            in_flight: 0,
+            stop: false,
+        }),
+        Condvar::new(),
+    );
+    let lock = || {
+        gate.0
+            .lock()
+            .map_err(|_| SplitError::Usage("internal: pipeline lock poisoned".into()))
+    };
+    let workers = rayon::current_num_threads().max(1);
+    std::thread::scope(|scope| -> Result<Vec<KpackSummary>, SplitError> {
+        let (tx, rx) = mpsc::channel::<(usize, Result<(u64, Vec<u8>), SplitError>)>();
+        for _ in 0..workers {
+            let tx = tx.clone();
+            let (items, next, gate) = (&items, &next, &gate);
+            scope.spawn(move || loop {
+                let i = next.fetch_add(1, Ordering::SeqCst);
+                let Some(&(_, k)) = items.get(i) else { break };
+                let c = cost(k);
+                {
+                    let Ok(mut st) = gate.0.lock() else { break };
+                    while !st.stop
+                        && !(st.next == i
+                            && (st.in_flight == 0 || st.in_flight + c <= PIPELINE_BYTES))
+                    {
+                        st = match gate.1.wait(st) {
+                            Ok(g) => g,
+                            Err(_) => return,
+                        };
+                    }
+                    if st.stop {
+                        break;
+                    }
+                    st.next += 1;
+                    st.in_flight += c;
+                    gate.1.notify_all();
+                }
+                if tx.send((i, frame_of(k, level))).is_err() {
+                    break;
+                }
+            });
+        }
+        drop(tx);
+        let result = (|| {
+            let mut summaries = Vec::with_capacity(jobs.len());
+            let mut pending = std::collections::BTreeMap::new();
+            let mut want = 0usize;
+            let mut open: Option<(KpackStreamWriter<BufWriter<File>>, u64)> = None;
+            for (i, r) in &rx {
+                pending.insert(i, r);
+                while let Some(r) = pending.remove(&want) {
+                    let (j, k) = items[want];
+                    let job = &jobs[j];
+                    let (orig, frame) = r?;
+                    if open.is_none() {
+                        let file = File::create(&job.path).ctx(&job.path, "create")?;
+                        let mut w = KpackStreamWriter::new(
+                            BufWriter::with_capacity(1 << 20, file),
+                            Compression::Zstd { level },
+                        )
+                        .map_err(|e| kpack_err(&job.path, e))?;
+                        w.group_name(group)
+                            .arch_family(&job.arch)
+                            .arches([&job.arch]);
+                        open = Some((w, 0));
+                    }
+                    if let Some((w, code_bytes)) = open.as_mut() {
+                        w.add_frame(&k.key, &k.arch, orig, &frame, entry_metadata(k))
+                            .map_err(|e| kpack_err(&job.path, e))?;
+                        *code_bytes += orig;
+                    }
+                    drop(frame);
+                    {
+                        let mut st = lock()?;
+                        st.in_flight -= cost(k);
+                        gate.1.notify_all();
+                    }
+                    progress.advance(1);
+                    want += 1;
+                    let last_of_job = items.get(want).is_none_or(|&(nj, _)| nj != j);
+                    if last_of_job {
+                        if let Some((w, code_bytes)) = open.take() {
+                            let (bw, summary) = w.finish().map_err(|e| kpack_err(&job.path, e))?;
+                            // Flush; no fsync: split outputs are build
+                            // products, staged and renamed.
+                            bw.into_inner()
+                                .map_err(|e| FsError::new(&job.path, "write", e.into_error()))?;
+                            summaries.push(KpackSummary {
+                                path: String::new(),
+                                kernels: job.kernels.len() as u64,
+                                code_bytes,
+                                file_bytes: summary.total_size,
+                            });
+                        }
+                    }
+                }
+            }
+            if want != items.len() {
+                return Err(SplitError::Usage(
+                    "internal: a compression worker stopped early".into(),
+                ));
+            }
+            Ok(summaries)
+        })();
+        if result.is_err() {
+            if let Ok(mut st) = lock() {
+                st.stop = true;
+                gate.1.notify_all();
+            }
+            // Unblock workers waiting to send: the receiver goes away.
+            drop(rx);
+        }
+        result
     })
 }

@@ -87,7 +87,8 @@ static void api(void) {
   CHECK_EQ(kpack_open(path_in("bad/magic.kpack"), &a), KPACK_ERROR_INVALID_FORMAT);
   CHECK_EQ(kpack_open(path_in("bad/version.kpack"), &a), KPACK_ERROR_UNSUPPORTED_VERSION);
   CHECK_EQ(kpack_open(path_in("bad/toc.kpack"), &a), KPACK_ERROR_MSGPACK_PARSE_FAILED);
-  CHECK_EQ(kpack_open(path_in("bad"), &a), KPACK_ERROR_IO_ERROR);
+  /* A directory: ROCm fails reading its header (INVALID_FORMAT). */
+  CHECK_EQ(kpack_open(path_in("bad"), &a), KPACK_ERROR_INVALID_FORMAT);
   kpack_close(NULL);
 
   /* test_noop.kpack (written by ROCm's rocm-kpack) */

@@ -1,0 +1,1 @@
+#define RCL_VERSION "head"

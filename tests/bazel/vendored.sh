@@ -1,0 +1,119 @@
+#!/usr/bin/env bash
+# A consumer workspace made the way docs/rules/consumers.md tells users, from
+# that page's `consumer-file` blocks as written: rocpack vendored at
+# third_party/rocpack (a copy of this checkout's files), prebuilt helpers
+# made by tools/release/make-prebuilt.sh (file:// URL), the packages of
+# e2e/bazel-workspace. Then:
+#   * bazel build //... and bazel test //... (the nested checkout ignored);
+#   * the same build with another PATH runs nothing (execution log empty);
+#   * a ROCm version no list names (7.2): snapctl create + .update, then the
+#     stable 7.2 snapshot of fooccl is linked;
+#   * kpack verify (through @rocpack//rules/bazel/toolchain:resolved_kpack)
+#     of the kpack_packages outputs, given as symlinked package dirs.
+#
+#   tests/bazel/vendored.sh MODE KPACK SNAPCTL [BAZEL FLAG...]
+#     MODE: workspace (WORKSPACE) or bzlmod (MODULE.bazel + WORKSPACE.bzlmod)
+#     KPACK, SNAPCTL: helper binaries packed by the release script.
+# Prints the time of each step; exit 0 ok, 1 a check failed.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+MODE="$1" KPACK="$2" SNAPCTL="$3"; shift 3
+F=("$@")
+case "$MODE" in workspace|bzlmod) ;; *) echo "MODE must be workspace or bzlmod" >&2; exit 2 ;; esac
+export LC_ALL=C
+T="$(mktemp -d /tmp/rocpack-vendored.XXXXXX)"
+C="$T/consumer"
+die() { printf 'FAILED: [vendored %s] %s\n' "$MODE" "$*" >&2; exit 1; }
+TS=$SECONDS
+step() { printf '    (%ds)\n==> [vendored %s] %s\n' $((SECONDS - TS)) "$MODE" "$*" >&2; TS=$SECONDS; }
+cleanup() {
+    local rc=$?
+    [ -d "$C" ] && (cd "$C" && bazel shutdown >/dev/null 2>&1) || true
+    rm -rf "$T"
+    exit $rc
+}
+trap cleanup EXIT
+
+step "assemble: e2e/bazel-workspace's packages, rocpack at third_party/rocpack, files from docs/rules/consumers.md"
+mkdir -p "$C/third_party/rocpack"
+for d in app fx libs wheel; do cp -R "$ROOT/e2e/bazel-workspace/$d" "$C/"; done
+# What a clone of rocpack holds (tracked and untracked, non-ignored files);
+# without git (the Bazel 7 chroot's copy): the tree minus build outputs.
+if command -v git >/dev/null && git -C "$ROOT" rev-parse --git-dir >/dev/null 2>&1; then
+    (cd "$ROOT" && git ls-files -co --exclude-standard -z | tar -cf - --null -T -)
+else
+    tar -C "$ROOT" --exclude='./bazel-*' --exclude='./e2e/*/bazel-*' --exclude=./target --exclude=./.git \
+        --exclude=./buck-out --exclude=./user.bazelrc -cf - .
+fi | tar -C "$C/third_party/rocpack" -xf -
+# Every block marked `<!-- consumer-file: MODE|all PATH -->`, appended to PATH.
+awk -v mode="$MODE" -v dir="$C" '
+    /^<!-- consumer-file: / { m = $3; f = $4; want = (m == mode || m == "all"); next }
+    want && /^```/ { if (inblock) { inblock = 0; want = 0 } else { inblock = 1 }; next }
+    inblock { print >> (dir "/" f) }
+' "$ROOT/docs/rules/consumers.md"
+for f in .bazelignore .bazelrc $([ "$MODE" = bzlmod ] && echo MODULE.bazel WORKSPACE.bzlmod || echo WORKSPACE); do
+    [ -f "$C/$f" ] || die "docs/rules/consumers.md gives no $f for $MODE mode"
+done
+
+step "prebuilt helpers: tools/release/make-prebuilt.sh, pasted as the docs say"
+bindir="$T/bin"; mkdir -p "$bindir"; cp "$KPACK" "$bindir/kpack"; cp "$SNAPCTL" "$bindir/snapctl"
+"$ROOT/tools/release/make-prebuilt.sh" --out "$T/release" --bin-dir "$bindir" --base-url "file://$T/release" > "$T/snippets"
+section() { awk -v s="$1" '/^# --- / { on = index($0, s) > 0; next } on' "$T/snippets"; }
+if [ "$MODE" = bzlmod ]; then
+    section "MODULE.bazel" >> "$C/MODULE.bazel"
+    grep -q 'tc.prebuilt(' "$C/MODULE.bazel" || die "no tc.prebuilt in the release script's output"
+else
+    grep -q '^rocpack_register_toolchains()' "$C/WORKSPACE" || die "the docs' WORKSPACE has no rocpack_register_toolchains()"
+    section "WORKSPACE" > "$T/ws.prebuilt"
+    grep -q 'rocpack_register_toolchains(prebuilt = {' "$T/ws.prebuilt" || die "no prebuilt WORKSPACE lines"
+    awk -v f="$T/ws.prebuilt" '/^rocpack_register_toolchains\(\)/ { while ((getline l < f) > 0) print l; next } { print }' \
+        "$C/WORKSPACE" > "$T/WORKSPACE" && mv "$T/WORKSPACE" "$C/WORKSPACE"
+fi
+cd "$C"
+
+step "bazel build //... (cold; prebuilt helpers: no cargo)"
+bazel build "${F[@]}" --execution_log_json_file="$T/cold.json" //... || die "bazel build //..."
+! grep -q '"CargoBuild"' "$T/cold.json" || die "cargo ran although the helpers are prebuilt"
+echo "    cold build of the consumer: $((SECONDS - TS)) s" >&2
+# kpack_packages (fx_lib: generic, rdna3, rdna4) is ONE recombine; the
+# kpack_recombine target fx_lib_rdna4_only is the other.
+n="$(grep -c '"mnemonic": *"KpackRecombine"' "$T/cold.json" || true)"
+[ "$n" = 2 ] || die "$n kpack recombine actions, expected 2 (one for kpack_packages, one for fx_lib_rdna4_only)"
+step "bazel test //..."
+bazel test "${F[@]}" //... || die "bazel test //..."
+
+step "the same build with another PATH runs nothing"
+mkdir -p "$T/otherbin"
+PATH="$T/otherbin:$PATH" bazel build "${F[@]}" --execution_log_json_file="$T/path.json" //... || die "rebuild"
+if grep -q '"commandArgs"' "$T/path.json"; then
+    grep -o '"mnemonic": *"[A-Za-z]*"' "$T/path.json" | sort | uniq -c >&2
+    die "a PATH change reran actions"
+fi
+
+step "ROCm 7.2 (in no list): snapctl create, .update, the stable 7.2 snapshot linked"
+KP=(bazel run "${F[@]}" @rocpack//rules/bazel/toolchain:resolved_snapctl --)
+gcc -c -O2 -fPIC -Ilibs/fooccl/include -DFOOCCL_ROCM_VERSION=7.2 -DFOOCCL_COMMIT=v72 libs/fooccl/src/fooccl.c -o "$T/fooccl.o"
+ar rcsD "$T/libfooccl.a" "$T/fooccl.o"
+"${KP[@]}" create --snapshots-root "$C/libs/fooccl/snapshots" --store "$C/libs/fooccl/store" --version 7.2 \
+    --artifact "$T/libfooccl.a" --prefix FOOCCL --header "$C/libs/fooccl/include/fooccl.h" --commit fooccl=v72 >/dev/null \
+    || die "snapctl create 7.2 (through resolved_snapctl)"
+bazel run "${F[@]}" //libs/fooccl:stable_checksums.update || die ".update"
+grep -q '"7.2"' libs/fooccl/stable_checksums.bzl || die "no 7.2 in the regenerated checksums"
+out="$(bazel run "${F[@]}" --//libs/fooccl:fooccl_channel=stable --@rocpack//rules/bazel:rocm_version=7.2 //app:hello 2>"$T/run.err")" \
+    || { tail -20 "$T/run.err" >&2; die "hello with fooccl stable 7.2"; }
+[ "$(echo "$out" | sed -n 1p)" = "fooccl channel=stable rocm=7.2 commit=v72" ] || die "hello says: $out"
+echo "    $(echo "$out" | sed -n 1p)" >&2
+bazel test "${F[@]}" //libs/fooccl:stable_checksums_test || die "checksums test after the 7.2 snapshot"
+
+step "kpack verify of the packages, as symlinked package dirs (docs: Verifying rule outputs)"
+BIN="$(bazel info "${F[@]}" bazel-bin 2>/dev/null)"
+mkdir -p "$C/verify"
+for p in fx_lib_generic fx_lib_rdna3 fx_lib_rdna4; do
+    [ -d "$BIN/fx/$p" ] || die "no $BIN/fx/$p"
+    ln -sfn "$BIN/fx/$p" "$C/verify/$p"
+done
+bazel run "${F[@]}" @rocpack//rules/bazel/toolchain:resolved_kpack -- verify --artifacts-dir "$C/verify" >"$T/verify.out" 2>"$T/verify.err" \
+    || { cat "$T/verify.out" "$T/verify.err" >&2; die "kpack verify of symlinked package dirs"; }
+grep -Eq 'OK: [1-9][0-9]* packages?' "$T/verify.out" || { cat "$T/verify.out" >&2; die "kpack verify checked no package"; }
+echo "    $(grep -E 'OK: ' "$T/verify.out" | head -1)" >&2
+step "vendored consumer ($MODE) passed"

@@ -1,0 +1,117 @@
+#!/usr/bin/env bash
+# make-prebuilt.sh: the prebuilt-helper release of rocpack, and the exact lines
+# a consumer pastes to use it (docs/rules/consumers.md, docs/buck2.md).
+#
+#   tools/release/make-prebuilt.sh --out DIR [--version V] [--base-url URL]
+#                                  [--bin-dir DIR | --profile PROFILE]
+#
+# Writes into DIR (created; must be empty or absent):
+#   rocpack-<V>-<platform>.tar.gz   kpack and snapctl at the top level, no
+#                                   directory prefix: what Bazel's
+#                                   rocpack_toolchains.prebuilt /
+#                                   rocpack_register_toolchains(prebuilt = ...)
+#                                   download (rocpack_release_binaries);
+#   kpack-<V>-<platform>, snapctl-<V>-<platform>
+#                                   the same two binaries as single files, for
+#                                   Buck2's `[rocpack] tools = prebuilt`
+#                                   (http_file per binary);
+#   SHA256SUMS                      sha256sum format, one line per file;
+#   snippets.txt                    what this script prints on stdout.
+# Upload DIR's files to URL (default: the GitHub release of V). `file://DIR`
+# works offline for Bazel (tests/ci/50-bazel.sh and 55-bazel7.sh use that).
+#
+# Binaries: built by `cargo build --locked --profile PROFILE -p kpack -p
+# snapctl` (default release; CARGO_TARGET_DIR is honoured), or taken from
+# --bin-dir (CI reuses its own build). Debug info is stripped. The archive is
+# deterministic: sorted names, mtime 0, owner 0, gzip -n.
+#
+# stdout: the lines for MODULE.bazel (bzlmod), WORKSPACE and .buckconfig,
+# with the sha256s filled in. stderr: progress. Exit 0 ok, 2 usage error.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//' >&2; exit 2; }
+OUT="" VERSION="" BASE_URL="" BIN_DIR="" PROFILE=release
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --out) OUT="${2:?}"; shift 2 ;;
+        --version) VERSION="${2:?}"; shift 2 ;;
+        --base-url) BASE_URL="${2:?}"; shift 2 ;;
+        --bin-dir) BIN_DIR="${2:?}"; shift 2 ;;
+        --profile) PROFILE="${2:?}"; shift 2 ;;
+        -h|--help) usage ;;
+        *) echo "make-prebuilt.sh: unknown argument $1" >&2; usage ;;
+    esac
+done
+[ -n "$OUT" ] || { echo "make-prebuilt.sh: --out DIR is required" >&2; usage; }
+if [ -z "$VERSION" ]; then
+    VERSION="$(sed -n 's/^version *= *"\([^"]*\)".*/\1/p' "$ROOT/tools/kpack/Cargo.toml" | head -1)"
+    [ -n "$VERSION" ] || VERSION="$(sed -n '/^\[workspace.package\]/,/^\[/s/^version *= *"\([^"]*\)".*/\1/p' "$ROOT/Cargo.toml" | head -1)"
+fi
+[ -n "$VERSION" ] || { echo "make-prebuilt.sh: no version in tools/kpack/Cargo.toml; pass --version" >&2; exit 2; }
+BASE_URL="${BASE_URL:-https://github.com/rocpack/rocpack/releases/download/v$VERSION}"
+BASE_URL="${BASE_URL%/}"
+case "$(uname -s)-$(uname -m)" in
+    Linux-x86_64) PLATFORM=x86_64-unknown-linux-gnu ;;
+    Linux-aarch64) PLATFORM=aarch64-unknown-linux-gnu ;;
+    Darwin-x86_64) PLATFORM=x86_64-apple-darwin ;;
+    Darwin-arm64) PLATFORM=aarch64-apple-darwin ;;
+    *) echo "make-prebuilt.sh: no release platform for $(uname -s)-$(uname -m)" >&2; exit 2 ;;
+esac
+if [ -e "$OUT" ] && [ -n "$(ls -A "$OUT")" ]; then
+    echo "make-prebuilt.sh: $OUT is not empty" >&2; exit 2
+fi
+
+if [ -z "$BIN_DIR" ]; then
+    echo "make-prebuilt.sh: cargo build --locked --profile $PROFILE -p kpack -p snapctl" >&2
+    (cd "$ROOT" && cargo build --locked --quiet --profile "$PROFILE" -p kpack -p snapctl)
+    pdir="$PROFILE"; [ "$PROFILE" = dev ] && pdir=debug
+    BIN_DIR="${CARGO_TARGET_DIR:-$ROOT/target}/$pdir"
+fi
+for b in kpack snapctl; do
+    [ -f "$BIN_DIR/$b" ] && [ -x "$BIN_DIR/$b" ] || { echo "make-prebuilt.sh: no executable $BIN_DIR/$b" >&2; exit 2; }
+done
+
+mkdir -p "$OUT"
+OUT="$(cd "$OUT" && pwd)"
+stage="$(mktemp -d "${TMPDIR:-/tmp}/rocpack-release.XXXXXX")"
+trap 'rm -rf "$stage"' EXIT
+for b in kpack snapctl; do
+    strip --strip-debug -o "$stage/$b" "$BIN_DIR/$b" 2>/dev/null || cp "$BIN_DIR/$b" "$stage/$b"
+    chmod 0755 "$stage/$b"
+    cp "$stage/$b" "$OUT/$b-$VERSION-$PLATFORM"
+done
+archive="rocpack-$VERSION-$PLATFORM.tar.gz"
+tar --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner -C "$stage" -cf - kpack snapctl \
+    | gzip -n > "$OUT/$archive"
+(cd "$OUT" && sha256sum "$archive" "kpack-$VERSION-$PLATFORM" "snapctl-$VERSION-$PLATFORM" > SHA256SUMS)
+sha_of() { awk -v f="$1" '$2 == f {print $1}' "$OUT/SHA256SUMS"; }
+A="$(sha_of "$archive")" K="$(sha_of "kpack-$VERSION-$PLATFORM")" S="$(sha_of "snapctl-$VERSION-$PLATFORM")"
+
+cat > "$OUT/snippets.txt" <<SNIP
+# rocpack $VERSION prebuilt helpers ($PLATFORM), from $BASE_URL
+
+# --- Bazel 7+ (bzlmod): MODULE.bazel ---
+tc = use_extension("@rocpack//rules/bazel:extensions.bzl", "rocpack_toolchains")
+tc.prebuilt(
+    version = "$VERSION",
+    base_urls = ["$BASE_URL"],
+    sha256 = {"$PLATFORM": "$A"},
+)
+
+# --- Bazel 4.2+ (WORKSPACE) ---
+rocpack_register_toolchains(prebuilt = {
+    "version": "$VERSION",
+    "base_urls": ["$BASE_URL"],
+    "sha256": {"$PLATFORM": "$A"},
+})
+
+# --- Buck2: .buckconfig ---
+[rocpack]
+  tools = prebuilt
+  kpack_url = $BASE_URL/kpack-$VERSION-$PLATFORM
+  kpack_sha256 = $K
+  snapctl_url = $BASE_URL/snapctl-$VERSION-$PLATFORM
+  snapctl_sha256 = $S
+SNIP
+cat "$OUT/snippets.txt"
+echo "make-prebuilt.sh: wrote $(ls "$OUT" | tr '\n' ' ')into $OUT" >&2

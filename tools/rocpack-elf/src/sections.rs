@@ -1,0 +1,252 @@
+//! What the rewrite of linked files (`rewrite`) and of relocatable objects
+//! (`object_file`) share: `.shstrtab` and marker section headers, the
+//! record of where the original had its `.shstrtab` and section header
+//! table, wrapper magic/`co_index` writes and the rebuilt `.hip_fatbin`.
+//! Both rewrites depend on this module and neither on the other's helpers.
+
+use object::elf;
+
+use crate::analyze::{
+    FatBinaryInfo, MarkerInfo, SectionRange, HIPF_MAGIC, HIPK_MAGIC, MARKER_SECTION,
+};
+use crate::elf::{align_up, put_u32, Elf, Shdr, EHDR_SIZE, PHDR_SIZE};
+use crate::error::{Error, Result};
+
+/// Alignment of each bundle in a rebuilt `.hip_fatbin` (clang's).
+const BUNDLE_ALIGN: u64 = 4096;
+
+/// End of the file range that loaded content (segments, alloc sections,
+/// headers) occupies; everything after it is non-alloc sections and the
+/// section header table.
+pub(crate) fn end_loaded(elf: &Elf<'_>) -> u64 {
+    let mut end = EHDR_SIZE.max(elf.ehdr.e_phoff + elf.phdrs.len() as u64 * PHDR_SIZE);
+    for p in &elf.phdrs {
+        if p.p_type == elf::PT_LOAD {
+            end = end.max(p.p_offset.saturating_add(p.p_filesz));
+        }
+    }
+    for s in &elf.shdrs {
+        if s.is_alloc() && s.has_file_data() {
+            end = end.max(s.sh_offset.saturating_add(s.sh_size));
+        }
+    }
+    end.min(elf.data.len() as u64)
+}
+
+/// Where the original file had its `.shstrtab` and section header table
+/// when they lay among the loaded content (patchelf / auditwheel moves
+/// segments behind them). Split cannot keep them there (`.shstrtab` gains
+/// the marker's name, the table one entry), so it writes both after the
+/// tail and records the original offsets in `.shstrtab`, after the marker's
+/// name: `rocpack-layout shstrtab=<hex> shoff=<hex>` + NUL (0 = was in the
+/// tail). Reassembly puts them back, so the result is byte-identical
+/// (docs/formats/split-elf.md §2.3).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct OrigPlaces {
+    pub shstrtab: Option<u64>,
+    pub shoff: Option<u64>,
+}
+
+const PLACES_TAG: &str = "rocpack-layout ";
+
+impl OrigPlaces {
+    /// The places of `elf` (the input of split) that lie before `end`.
+    pub(crate) fn of(elf: &Elf<'_>, end: u64) -> Self {
+        let shstrtab = elf
+            .shdrs
+            .get(elf.shstrndx)
+            .filter(|s| elf.shstrndx != 0 && s.sh_offset < end)
+            .map(|s| s.sh_offset);
+        let shoff = Some(elf.ehdr.e_shoff).filter(|&o| o != 0 && o < end);
+        OrigPlaces { shstrtab, shoff }
+    }
+
+    pub(crate) fn encode(self) -> Option<Vec<u8>> {
+        if self == OrigPlaces::default() {
+            return None;
+        }
+        let mut r = format!(
+            "{PLACES_TAG}shstrtab={:x} shoff={:x}",
+            self.shstrtab.unwrap_or(0),
+            self.shoff.unwrap_or(0)
+        )
+        .into_bytes();
+        r.push(0);
+        Some(r)
+    }
+
+    /// Parse a record (without its NUL); `None` when it is not one.
+    pub(crate) fn decode(rec: &[u8]) -> Option<Self> {
+        let text = std::str::from_utf8(rec).ok()?.strip_prefix(PLACES_TAG)?;
+        let mut places = OrigPlaces::default();
+        for field in text.split(' ') {
+            let (k, v) = field.split_once('=')?;
+            let v = u64::from_str_radix(v, 16).ok()?;
+            let v = Some(v).filter(|&v| v != 0);
+            match k {
+                "shstrtab" => places.shstrtab = v,
+                "shoff" => places.shoff = v,
+                _ => return None,
+            }
+        }
+        Some(places)
+    }
+
+    /// Keep only the places where they fit in the reassembled loaded
+    /// content `[0, loaded_end)` of `elf` (the split file) without touching
+    /// a section of `shdrs` (their output places) other than `.shstrtab`,
+    /// the marker and the tail sections (laid out after `loaded_end`): a
+    /// stripped split file may carry a record that no longer fits, and then
+    /// the tail layout is used.
+    pub(crate) fn checked(
+        self,
+        elf: &Elf<'_>,
+        shdrs: &[Shdr],
+        marker: usize,
+        loaded_end: u64,
+        shstrtab_len: u64,
+    ) -> Self {
+        let end = end_loaded(elf);
+        let skip = |i: usize| {
+            i == elf.shstrndx
+                || i == marker
+                || elf
+                    .shdrs
+                    .get(i)
+                    .is_none_or(|s| !s.is_alloc() && s.sh_offset >= end)
+        };
+        let table_len = (shdrs.len() as u64).saturating_sub(1) * 64;
+        let free = |pos: u64, len: u64| {
+            pos.checked_add(len).is_some_and(|e| e <= loaded_end)
+                && shdrs.iter().enumerate().all(|(i, s)| {
+                    skip(i)
+                        || !s.has_file_data()
+                        || s.sh_size == 0
+                        || s.sh_offset.saturating_add(s.sh_size) <= pos
+                        || s.sh_offset >= pos + len
+                })
+        };
+        let shstrtab = self.shstrtab.filter(|&p| free(p, shstrtab_len));
+        let shoff = self.shoff.filter(|&p| {
+            p % 8 == 0
+                && free(p, table_len)
+                && shstrtab.is_none_or(|s| s + shstrtab_len <= p || s >= p + table_len)
+        });
+        OrigPlaces { shstrtab, shoff }
+    }
+}
+
+/// `.hip_fatbin` and the marker of a split `what` (binary, object).
+pub(crate) fn split_sections<'i>(
+    info: &'i FatBinaryInfo,
+    what: &str,
+) -> Result<(SectionRange, &'i MarkerInfo)> {
+    let fb = info
+        .fatbin
+        .ok_or_else(|| Error::malformed(0, format!("split {what} without .hip_fatbin")))?;
+    let mk = info
+        .marker
+        .as_ref()
+        .ok_or_else(|| Error::malformed(0, format!("split {what} without .rocm_kpack_ref")))?;
+    Ok((fb, mk))
+}
+
+/// A rebuilt `.hip_fatbin`: the bundles in order, each aligned to
+/// [`BUNDLE_ALIGN`], and the offset of each in it.
+pub(crate) fn build_fatbin(bundles: &[Vec<u8>]) -> (Vec<u8>, Vec<u64>) {
+    let mut fat = Vec::new();
+    let mut offsets = Vec::with_capacity(bundles.len());
+    for b in bundles {
+        let pos = align_up(fat.len() as u64, BUNDLE_ALIGN).unwrap_or(u64::MAX);
+        fat.resize(usize::try_from(pos).unwrap_or(usize::MAX), 0);
+        offsets.push(pos);
+        fat.extend_from_slice(b);
+    }
+    (fat, offsets)
+}
+
+/// The bytes of `.shstrtab` (empty when the file has none).
+pub(crate) fn shstrtab_bytes(elf: &Elf<'_>) -> Result<Vec<u8>> {
+    Ok(elf
+        .shdrs
+        .get(elf.shstrndx)
+        .map(|s| s.data(elf.data))
+        .transpose()?
+        .unwrap_or_default()
+        .to_vec())
+}
+
+/// `.shstrtab` without the marker's name (and the [`OrigPlaces`] record
+/// after it), when split appended them last; the record's places.
+pub(crate) fn shstrtab_without_marker(
+    elf: &Elf<'_>,
+    mk: &MarkerInfo,
+) -> Result<(Vec<u8>, OrigPlaces)> {
+    let mut shstrtab = shstrtab_bytes(elf)?;
+    let mname = elf.shdrs[mk.section.index].sh_name as usize;
+    let rest = shstrtab.get(mname..).unwrap_or_default();
+    let name_len = MARKER_SECTION.len() + 1;
+    if rest.len() < name_len
+        || &rest[..MARKER_SECTION.len()] != MARKER_SECTION.as_bytes()
+        || rest[MARKER_SECTION.len()] != 0
+    {
+        return Ok((shstrtab, OrigPlaces::default()));
+    }
+    let places = match &rest[name_len..] {
+        [] => OrigPlaces::default(),
+        [rec @ .., 0] => match OrigPlaces::decode(rec) {
+            Some(p) => p,
+            None => return Ok((shstrtab, OrigPlaces::default())),
+        },
+        _ => return Ok((shstrtab, OrigPlaces::default())),
+    };
+    shstrtab.truncate(mname);
+    Ok((shstrtab, places))
+}
+
+/// Header of the `.rocm_kpack_ref` section (ALLOC, PROGBITS, byte
+/// aligned), its name at `sh_name` of `.shstrtab`.
+pub(crate) fn marker_shdr(sh_name: u32, addr: u64, offset: u64, size: u64) -> Shdr {
+    Shdr {
+        sh_name,
+        sh_type: elf::SHT_PROGBITS,
+        sh_flags: u64::from(elf::SHF_ALLOC),
+        sh_addr: addr,
+        sh_offset: offset,
+        sh_size: size,
+        sh_link: 0,
+        sh_info: 0,
+        sh_addralign: 1,
+        sh_entsize: 0,
+        name: MARKER_SECTION.as_bytes().to_vec(),
+    }
+}
+
+/// Make wrapper `wr` a split one (HIPK, `co_index` = its bundle) where
+/// `locate` puts its input offset in the output; returns that offset.
+pub(crate) fn write_hipk(
+    out: &mut [u8],
+    wr: &crate::WrapperInfo,
+    locate: impl FnOnce(u64) -> Result<u64>,
+) -> Result<u64> {
+    let co = wr.bundle.ok_or_else(|| Error::Wrapper {
+        index: wr.index,
+        offset: wr.file_offset,
+        what: "wrapper does not point at a bundle".into(),
+    })?;
+    let woff = locate(wr.file_offset)?;
+    put_u32(out, woff, HIPK_MAGIC)?;
+    put_u32(
+        out,
+        woff + 16,
+        u32::try_from(co).map_err(|_| Error::layout(woff, "too many bundles"))?,
+    )?;
+    Ok(woff)
+}
+
+/// Make the wrapper at output offset `woff` a fat one again (HIPF,
+/// `co_index` 0).
+pub(crate) fn write_hipf(out: &mut [u8], woff: u64) -> Result<()> {
+    put_u32(out, woff, HIPF_MAGIC)?;
+    put_u32(out, woff + 16, 0)
+}

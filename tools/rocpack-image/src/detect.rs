@@ -1,0 +1,224 @@
+//! The one file-type detection function of rocpack: what a file is, from
+//! its first bytes. Every crate that must tell an ELF file from a PE image,
+//! a COFF object, an `ar` archive, an offload bundle, a CCOB or a `.kpack`
+//! asks [`detect`] (or [`detect_file`]); nothing else compares magics.
+
+use std::io::Read;
+
+/// How many leading bytes [`detect`] looks at (a PE image's `e_lfanew`
+/// may point anywhere in them; linkers put the `PE\0\0` signature within
+/// the first few hundred bytes).
+pub const HEAD_LEN: usize = 4096;
+
+const EM_AMDGPU: u16 = 0xe0;
+/// COFF machines of HIP hosts (x86-64, ARM64, ARM64EC/X) and x86.
+const COFF_MACHINES: [u16; 5] = [0x8664, 0xaa64, 0xa641, 0xa64e, 0x014c];
+/// `ClassID` of a `/bigobj` COFF object (`ANON_OBJECT_HEADER_BIGOBJ`).
+const BIGOBJ_CLASS_ID: [u8; 16] = [
+    0xc7, 0xa1, 0xba, 0xd1, 0xee, 0xba, 0xa9, 0x4b, 0xaf, 0x20, 0xfa, 0xf6, 0x6a, 0xa4, 0xdc, 0xb8,
+];
+
+/// What a file is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FileType {
+    /// ELF host file (executable, shared object, relocatable object).
+    Elf {
+        /// ELFCLASS64 little-endian (the only kind rocpack rewrites).
+        elf64_le: bool,
+    },
+    /// A raw AMDGPU code object (ELF with `e_machine` EM_AMDGPU).
+    AmdgpuCodeObject,
+    /// A PE image (`MZ` … `PE\0\0`): DLL, EXE, `.pyd`.
+    Pe {
+        /// PE32+ (64-bit optional header); PE32 otherwise.
+        pe32_plus: bool,
+    },
+    /// A COFF relocatable object (`.obj`), regular or `/bigobj`.
+    Coff {
+        /// `ANON_OBJECT_HEADER_BIGOBJ` layout.
+        bigobj: bool,
+    },
+    /// An `ar` archive (`!<arch>\n`: static libraries, MSVC `.lib`).
+    Archive,
+    /// An uncompressed clang offload bundle (`__CLANG_OFFLOAD_BUNDLE__`).
+    Bundle,
+    /// A compressed clang offload bundle (`CCOB`).
+    Ccob,
+    /// A `.kpack` archive (`KPAK`).
+    Kpack,
+    /// None of the above.
+    Unknown,
+}
+
+impl FileType {
+    /// Short name used in messages and `kpack inspect` (`elf`, `pe`, `coff`, …).
+    pub fn name(self) -> &'static str {
+        match self {
+            FileType::Elf { .. } => "elf",
+            FileType::AmdgpuCodeObject => "amdgpu-code-object",
+            FileType::Pe { .. } => "pe",
+            FileType::Coff { .. } => "coff",
+            FileType::Archive => "archive",
+            FileType::Bundle => "bundle",
+            FileType::Ccob => "ccob",
+            FileType::Kpack => "kpack",
+            FileType::Unknown => "unknown",
+        }
+    }
+
+    /// A host file that may carry HIP device code (ELF, PE or COFF; not an
+    /// archive: its members are files of their own).
+    pub fn is_host_image(self) -> bool {
+        matches!(
+            self,
+            FileType::Elf { .. } | FileType::Pe { .. } | FileType::Coff { .. }
+        )
+    }
+}
+
+fn u16_at(b: &[u8], at: usize) -> Option<u16> {
+    Some(u16::from_le_bytes(b.get(at..at + 2)?.try_into().ok()?))
+}
+
+fn u32_at(b: &[u8], at: usize) -> Option<u32> {
+    Some(u32::from_le_bytes(b.get(at..at + 4)?.try_into().ok()?))
+}
+
+/// What `head` (the first [`HEAD_LEN`] bytes of a file, or all of it when
+/// shorter) is. Total: any input gives an answer, never a panic.
+pub fn detect(head: &[u8]) -> FileType {
+    if head.starts_with(b"\x7fELF") {
+        let machine = u16_at(head, 18).unwrap_or(0);
+        if machine == EM_AMDGPU && head.get(5) == Some(&1) {
+            return FileType::AmdgpuCodeObject;
+        }
+        return FileType::Elf {
+            elf64_le: head.get(4) == Some(&2) && head.get(5) == Some(&1),
+        };
+    }
+    if head.starts_with(b"!<arch>\n") {
+        return FileType::Archive;
+    }
+    if head.starts_with(rocpack_bundle::BUNDLE_MAGIC) {
+        return FileType::Bundle;
+    }
+    if head.starts_with(rocpack_bundle::CCOB_MAGIC) {
+        return FileType::Ccob;
+    }
+    if head.starts_with(b"KPAK") {
+        return FileType::Kpack;
+    }
+    if head.starts_with(b"MZ") {
+        if let Some(lfanew) = u32_at(head, 0x3c) {
+            let at = lfanew as usize;
+            if head.get(at..at.saturating_add(4)) == Some(b"PE\0\0") {
+                // Optional header magic: 0x20b PE32+, 0x10b PE32.
+                let magic = u16_at(head, at + 24).unwrap_or(0);
+                return FileType::Pe {
+                    pe32_plus: magic == 0x20b,
+                };
+            }
+        }
+        return FileType::Unknown;
+    }
+    if is_bigobj(head) {
+        return FileType::Coff { bigobj: true };
+    }
+    if is_coff_object(head) {
+        return FileType::Coff { bigobj: false };
+    }
+    FileType::Unknown
+}
+
+/// `IMAGE_FILE_HEADER` of an object: a HIP host machine, no optional
+/// header, 1..=65279 sections whose table fits in the head when the head is
+/// the whole file, and a symbol table pointer behind the section table.
+fn is_coff_object(head: &[u8]) -> bool {
+    let (Some(machine), Some(nsec), Some(symptr), Some(opt)) = (
+        u16_at(head, 0),
+        u16_at(head, 2),
+        u32_at(head, 8),
+        u16_at(head, 16),
+    ) else {
+        return false;
+    };
+    let table_end = 20 + usize::from(nsec) * 40;
+    COFF_MACHINES.contains(&machine)
+        && opt == 0
+        && (1..=65279).contains(&nsec)
+        && (symptr == 0 || symptr as usize >= table_end)
+        && (head.len() >= HEAD_LEN || table_end <= head.len())
+}
+
+/// `ANON_OBJECT_HEADER_BIGOBJ`: Sig1 0, Sig2 0xffff, Version ≥ 2, bigobj ClassID.
+fn is_bigobj(head: &[u8]) -> bool {
+    u16_at(head, 0) == Some(0)
+        && u16_at(head, 2) == Some(0xffff)
+        && u16_at(head, 4).is_some_and(|v| v >= 2)
+        && head.get(12..28) == Some(&BIGOBJ_CLASS_ID[..])
+}
+
+/// [`detect`] on the first [`HEAD_LEN`] bytes of `path`. Refuses what is not
+/// a regular file (a FIFO would block, a device never end) with what it is.
+pub fn detect_file(path: &std::path::Path) -> std::io::Result<FileType> {
+    let meta = std::fs::metadata(path)?;
+    if !meta.is_file() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("{}: not a regular file", path.display()),
+        ));
+    }
+    let mut head = Vec::with_capacity(HEAD_LEN.min(meta.len() as usize));
+    std::fs::File::open(path)?
+        .take(HEAD_LEN as u64)
+        .read_to_end(&mut head)?;
+    Ok(detect(&head))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn magics() {
+        assert_eq!(detect(b""), FileType::Unknown);
+        assert_eq!(
+            detect(b"\x7fELF\x02\x01\x01\0\0\0\0\0\0\0\0\0\x03\0\x3e\0"),
+            FileType::Elf { elf64_le: true }
+        );
+        assert_eq!(
+            detect(b"\x7fELF\x02\x01\x01\0\0\0\0\0\0\0\0\0\x03\0\xe0\0"),
+            FileType::AmdgpuCodeObject
+        );
+        assert_eq!(detect(b"!<arch>\nfoo"), FileType::Archive);
+        assert_eq!(detect(b"__CLANG_OFFLOAD_BUNDLE__\0"), FileType::Bundle);
+        assert_eq!(detect(b"CCOB\x03\0"), FileType::Ccob);
+        assert_eq!(detect(b"KPAK\x01"), FileType::Kpack);
+        let mut pe = vec![0u8; 0x100];
+        pe[..2].copy_from_slice(b"MZ");
+        pe[0x3c] = 0x80;
+        pe[0x80..0x84].copy_from_slice(b"PE\0\0");
+        pe[0x98..0x9a].copy_from_slice(&0x20bu16.to_le_bytes());
+        assert_eq!(detect(&pe), FileType::Pe { pe32_plus: true });
+        pe[0x98] = 0x0b;
+        pe[0x99] = 0x01;
+        assert_eq!(detect(&pe), FileType::Pe { pe32_plus: false });
+        pe[0x3c] = 0xfe; // e_lfanew past the head
+        assert_eq!(detect(&pe), FileType::Unknown);
+        // A plain DOS/MZ file is not a PE image.
+        assert_eq!(detect(b"MZ\x90\0"), FileType::Unknown);
+        let mut obj = vec![0u8; 20 + 40];
+        obj[..2].copy_from_slice(&0x8664u16.to_le_bytes());
+        obj[2] = 1;
+        assert_eq!(detect(&obj), FileType::Coff { bigobj: false });
+        obj[2] = 2; // section table past the end of a whole (short) file
+        assert_eq!(detect(&obj), FileType::Unknown);
+        let mut big = vec![0u8; 64];
+        big[2..4].copy_from_slice(&0xffffu16.to_le_bytes());
+        big[4] = 2;
+        big[12..28].copy_from_slice(&BIGOBJ_CLASS_ID);
+        assert_eq!(detect(&big), FileType::Coff { bigobj: true });
+        // Text that happens to start like a machine number is not an object.
+        assert_eq!(detect(b"hello world, this is text"), FileType::Unknown);
+    }
+}

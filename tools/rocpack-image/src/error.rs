@@ -1,0 +1,75 @@
+//! Error type of the crate: every PE/COFF variant names the byte offset it is about.
+
+/// Result alias of this crate.
+pub type Result<T> = std::result::Result<T, Error>;
+
+/// What went wrong.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// From the ELF side of the seam.
+    #[error(transparent)]
+    Elf(#[from] rocpack_elf::Error),
+    /// Not an ELF file, archive, PE image or COFF object.
+    #[error("not an ELF file, ar archive, PE image or COFF object ({0})")]
+    NotAnImage(&'static str),
+    /// Structurally invalid PE/COFF input.
+    #[error("malformed PE/COFF at offset {offset:#x}: {what}")]
+    Malformed { offset: u64, what: String },
+    /// Valid PE/COFF this crate does not handle (or refuses to rewrite).
+    #[error("unsupported PE/COFF at offset {offset:#x}: {what}")]
+    Unsupported { offset: u64, what: String },
+    /// A `__CudaFatBinaryWrapper` that cannot be followed.
+    #[error("wrapper {index} at offset {offset:#x}: {what}")]
+    Wrapper {
+        index: usize,
+        offset: u64,
+        what: String,
+    },
+    /// A bundle inside the bundle section is invalid.
+    #[error("bundle at file offset {offset:#x}: {source}")]
+    Bundle {
+        offset: u64,
+        #[source]
+        source: rocpack_bundle::Error,
+    },
+    /// The rewrite cannot place what it must place.
+    #[error("layout at offset {offset:#x}: {what}")]
+    Layout { offset: u64, what: String },
+}
+
+impl Error {
+    /// The byte offset the error is about.
+    pub fn offset(&self) -> Option<u64> {
+        match self {
+            Error::Elf(e) => e.offset(),
+            Error::NotAnImage(_) => Some(0),
+            Error::Malformed { offset, .. }
+            | Error::Unsupported { offset, .. }
+            | Error::Wrapper { offset, .. }
+            | Error::Bundle { offset, .. }
+            | Error::Layout { offset, .. } => Some(*offset),
+        }
+    }
+
+    pub(crate) fn malformed(offset: u64, what: impl Into<String>) -> Self {
+        Error::Malformed {
+            offset,
+            what: what.into(),
+        }
+    }
+
+    pub(crate) fn unsupported(offset: u64, what: impl Into<String>) -> Self {
+        Error::Unsupported {
+            offset,
+            what: what.into(),
+        }
+    }
+
+    pub(crate) fn layout(offset: u64, what: impl Into<String>) -> Self {
+        Error::Layout {
+            offset,
+            what: what.into(),
+        }
+    }
+}

@@ -1,0 +1,162 @@
+//! rocpack-image: one seam over the host files that carry HIP device code.
+//!
+//! * [`detect`]`(head) -> `[`FileType`] — the one file-type detection
+//!   function of rocpack (ELF, AMDGPU code object, PE, COFF, `ar`, bundle,
+//!   CCOB, `.kpack`); [`detect_file`] reads the head of a regular file.
+//! * [`analyze`]`(data) -> `[`Analysis`] — ELF (through `rocpack-elf`) or
+//!   PE32+/COFF ([`pe::analyze`]), by what [`detect`] says.
+//! * [`split_file`] / [`reassemble_file`] — detect → analyse → rewrite →
+//!   reassemble for ELF files, `ar` archives and PE32+ images alike; the
+//!   callbacks get the [`Analysis`] of each file (or archive member).
+//!
+//! PE layout of the rewrite: `docs/formats/split-pe.md`; ELF:
+//! `docs/formats/split-elf.md`. The marker payload is opaque bytes here.
+
+mod detect;
+mod error;
+pub mod pe;
+
+pub use detect::{detect, detect_file, FileType, HEAD_LEN};
+pub use error::{Error, Result};
+
+use rocpack_elf::{BundleInfo, FatBinaryInfo, MarkerInfo, State};
+
+/// Analysis of one host file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Analysis {
+    /// ELF file (see `rocpack_elf::analyze`).
+    Elf(FatBinaryInfo),
+    /// PE32+ image or COFF object.
+    Pe(pe::PeInfo),
+}
+
+impl Analysis {
+    /// Host-only, fat or split.
+    pub fn state(&self) -> State {
+        match self {
+            Analysis::Elf(i) => i.state,
+            Analysis::Pe(i) => i.state,
+        }
+    }
+
+    /// Whether splitting would remove device code.
+    pub fn has_device_code(&self) -> bool {
+        match self {
+            Analysis::Elf(i) => i.has_device_code(),
+            Analysis::Pe(i) => i.has_device_code(),
+        }
+    }
+
+    /// Bundles of the bundle section, by `co_index`.
+    pub fn bundles(&self) -> &[BundleInfo] {
+        match self {
+            Analysis::Elf(i) => &i.bundles,
+            Analysis::Pe(i) => &i.bundles,
+        }
+    }
+
+    /// The marker section of a split file.
+    pub fn marker(&self) -> Option<&MarkerInfo> {
+        match self {
+            Analysis::Elf(i) => i.marker.as_ref(),
+            Analysis::Pe(i) => i.marker.as_ref(),
+        }
+    }
+
+    /// For every wrapper: `(magic, co_index, marker payload it points at)`.
+    pub fn wrapper_markers(&self) -> Vec<(u32, u32, Option<&[u8]>)> {
+        match self {
+            Analysis::Elf(i) => i
+                .wrappers
+                .iter()
+                .map(|w| (w.magic, w.co_index(), w.marker_bytes(i)))
+                .collect(),
+            Analysis::Pe(i) => i
+                .wrappers
+                .iter()
+                .map(|w| (w.magic, w.co_index(), w.marker_bytes(i)))
+                .collect(),
+        }
+    }
+}
+
+/// Analyse an ELF file, PE32+ image or COFF object.
+pub fn analyze(data: &[u8]) -> Result<Analysis> {
+    match detect(data) {
+        FileType::Elf { .. } => Ok(Analysis::Elf(rocpack_elf::analyze(data)?)),
+        FileType::Pe { .. } | FileType::Coff { .. } => Ok(Analysis::Pe(pe::analyze(data)?)),
+        t => Err(Error::NotAnImage(t.name())),
+    }
+}
+
+/// Raw bytes of bundle `index` of an analysed file.
+pub fn bundle_bytes<'a>(data: &'a [u8], info: &Analysis, index: usize) -> Result<&'a [u8]> {
+    match info {
+        Analysis::Elf(i) => Ok(rocpack_elf::bundle_bytes(data, i, index)?),
+        Analysis::Pe(i) => pe::bundle_bytes(data, i, index),
+    }
+}
+
+/// Callback giving the marker payload of one file or archive member.
+pub type MarkerFn<'a> = dyn FnMut(&str, &Analysis) -> Result<Vec<u8>> + 'a;
+/// Callback giving the bundles (by `co_index`) of one split file or member.
+pub type BundlesFn<'a> = dyn FnMut(&str, &Analysis) -> Result<Vec<Vec<u8>>> + 'a;
+
+fn elf_cb<T>(
+    f: &mut dyn FnMut(&str, &Analysis) -> Result<T>,
+) -> impl FnMut(&str, &FatBinaryInfo) -> rocpack_elf::Result<T> + '_ {
+    move |name, info| {
+        f(name, &Analysis::Elf(info.clone())).map_err(|e| match e {
+            Error::Elf(e) => e,
+            Error::Layout { offset, what } => rocpack_elf::Error::Layout { offset, what },
+            other => rocpack_elf::Error::Layout {
+                offset: other.offset().unwrap_or(0),
+                what: other.to_string(),
+            },
+        })
+    }
+}
+
+/// Split an ELF file, `ar` archive or PE32+ image: `marker_for(member,
+/// analysis)` gives the marker payload of each file (member `""`) with
+/// device code. Files without device code come back byte-identical.
+pub fn split_file(data: &[u8], marker_for: &mut MarkerFn<'_>) -> Result<Vec<u8>> {
+    match detect(data) {
+        FileType::Elf { .. } | FileType::Archive => {
+            Ok(rocpack_elf::split_file(data, &mut elf_cb(marker_for))?)
+        }
+        FileType::Pe { .. } | FileType::Coff { .. } => {
+            let info = pe::analyze(data)?;
+            if !info.has_device_code() {
+                return Ok(data.to_vec());
+            }
+            let a = Analysis::Pe(info);
+            let marker = marker_for("", &a)?;
+            let Analysis::Pe(info) = a else {
+                unreachable!()
+            };
+            pe::split_analyzed(data, &info, &marker)
+        }
+        t => Err(Error::NotAnImage(t.name())),
+    }
+}
+
+/// Reassemble a split ELF file, `ar` archive or PE32+ image;
+/// `bundles_for(member, analysis)` returns the bundles by `co_index`.
+pub fn reassemble_file(data: &[u8], bundles_for: &mut BundlesFn<'_>) -> Result<Vec<u8>> {
+    match detect(data) {
+        FileType::Elf { .. } | FileType::Archive => Ok(rocpack_elf::reassemble_file(
+            data,
+            &mut elf_cb(bundles_for),
+        )?),
+        FileType::Pe { .. } | FileType::Coff { .. } => {
+            let a = Analysis::Pe(pe::analyze(data)?);
+            if a.state() != State::Split {
+                return Ok(data.to_vec());
+            }
+            let bundles = bundles_for("", &a)?;
+            pe::reassemble(data, &bundles)
+        }
+        t => Err(Error::NotAnImage(t.name())),
+    }
+}

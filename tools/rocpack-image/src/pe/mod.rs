@@ -1,0 +1,11 @@
+//! PE32+ images and COFF objects: analysis, host-only rewrite, reassembly.
+
+mod analyze;
+mod rewrite;
+
+pub use analyze::{
+    analyze, analyze_in, bundle_bytes, ImageHeaders, PeInfo, PeKind, PePointer, PeSection,
+    PeWrapper, FATBIN_SECTIONS, MARKER_CHARACTERISTICS, MARKER_SECTION, WRAPPER_SECTIONS,
+    WRAPPER_SIZE,
+};
+pub use rewrite::{pe_checksum, reassemble, split_analyzed, split_host};

@@ -1,0 +1,505 @@
+//! Host-only rewrite of PE32+ images and its exact inverse. Layout:
+//! `docs/formats/split-pe.md`.
+
+use object::pe;
+
+use rocpack_elf::{State, HIPF_MAGIC, HIPK_MAGIC};
+
+use super::analyze::{
+    analyze, get, u32_at, ImageHeaders, PeInfo, PeKind, PePointer, PeSection,
+    MARKER_CHARACTERISTICS, MARKER_SECTION,
+};
+use crate::error::{Error, Result};
+
+/// Alignment of bundles inside the bundle section (clang's `.hip_fatbin`
+/// contributions are 4096-aligned).
+const BUNDLE_ALIGN: u64 = 4096;
+const DEBUG_ENTRY: u64 = 28;
+const SECTION_HEADER: u64 = 40;
+
+fn round_up(v: u64, a: u64) -> u64 {
+    if a <= 1 {
+        v
+    } else {
+        v.div_ceil(a) * a
+    }
+}
+
+fn put_u16(out: &mut [u8], at: u64, v: u16) {
+    out[at as usize..at as usize + 2].copy_from_slice(&v.to_le_bytes());
+}
+fn put_u32(out: &mut [u8], at: u64, v: u32) {
+    out[at as usize..at as usize + 4].copy_from_slice(&v.to_le_bytes());
+}
+fn put_u64(out: &mut [u8], at: u64, v: u64) {
+    out[at as usize..at as usize + 8].copy_from_slice(&v.to_le_bytes());
+}
+
+fn to_u32(v: u64, at: u64, what: &str) -> Result<u32> {
+    u32::try_from(v)
+        .map_err(|_| Error::layout(at, format!("{what} {v:#x} does not fit in 32 bits")))
+}
+
+/// The PE checksum (`CheckSum` of the optional header): 16-bit one's
+/// complement style sum of the file with the field itself taken as zero,
+/// plus the file length.
+pub fn pe_checksum(data: &[u8], field: u64) -> u32 {
+    let mut sum: u64 = 0;
+    for (i, w) in data.chunks(2).enumerate() {
+        let at = 2 * i as u64;
+        if at == field || at == field + 2 {
+            continue;
+        }
+        let word = u64::from(w[0]) | (u64::from(*w.get(1).unwrap_or(&0)) << 8);
+        sum += word;
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    sum = (sum & 0xffff) + (sum >> 16);
+    (sum as u32).wrapping_add(data.len() as u32)
+}
+
+/// File offsets of the debug directory entries' `PointerToRawData` fields
+/// (in the input).
+fn debug_pointer_fields(data: &[u8], info: &PeInfo, h: &ImageHeaders) -> Result<Vec<u64>> {
+    let Some(&(rva, size)) = h.data_directories.get(pe::IMAGE_DIRECTORY_ENTRY_DEBUG) else {
+        return Ok(Vec::new());
+    };
+    if rva == 0 || size == 0 {
+        return Ok(Vec::new());
+    }
+    let at = rva_to_offset(info, rva).ok_or_else(|| {
+        Error::malformed(
+            h.data_directories_offset + 8 * pe::IMAGE_DIRECTORY_ENTRY_DEBUG as u64,
+            format!("debug directory RVA {rva:#x} is not in any section's file data"),
+        )
+    })?;
+    get(data, at, u64::from(size), "debug directory")?;
+    Ok((0..u64::from(size) / DEBUG_ENTRY)
+        .map(|i| at + i * DEBUG_ENTRY + 24)
+        .collect())
+}
+
+fn rva_to_offset(info: &PeInfo, rva: u32) -> Option<u64> {
+    info.sections.iter().find_map(|s| {
+        let n = s.file_len(false);
+        (rva >= s.virtual_address && rva - s.virtual_address < n)
+            .then(|| u64::from(s.raw_offset) + u64::from(rva - s.virtual_address))
+    })
+}
+
+/// Every file offset stored in the headers or the debug directory, as
+/// `(where the field is in the input, its width, value)`.
+fn file_offset_fields(data: &[u8], info: &PeInfo, h: &ImageHeaders) -> Result<Vec<(u64, u64)>> {
+    let mut out = Vec::new();
+    // COFF header PointerToSymbolTable.
+    let symptr = h.nt_offset + 4 + 8;
+    out.push((
+        symptr,
+        u64::from(u32_at(data, symptr, "PointerToSymbolTable")?),
+    ));
+    for s in &info.sections {
+        // PointerToRelocations (+24), PointerToLinenumbers (+28).
+        for f in [24u64, 28] {
+            let at = s.header_offset + f;
+            out.push((at, u64::from(u32_at(data, at, "section header")?)));
+        }
+    }
+    for at in debug_pointer_fields(data, info, h)? {
+        out.push((at, u64::from(u32_at(data, at, "debug directory entry")?)));
+    }
+    Ok(out)
+}
+
+fn header(info: &PeInfo) -> Result<&ImageHeaders> {
+    info.headers.as_ref().ok_or_else(|| {
+        Error::unsupported(
+            0,
+            "COFF objects are not split: split the image (DLL, EXE, .pyd) they are linked into",
+        )
+    })
+}
+
+/// Host-only rewrite of a PE32+ image: see the module docs. Host-only
+/// input comes back byte-identical.
+pub fn split_host(data: &[u8], marker: &[u8]) -> Result<Vec<u8>> {
+    let info = analyze(data)?;
+    split_analyzed(data, &info, marker)
+}
+
+/// [`split_host`] with the analysis already done.
+pub fn split_analyzed(data: &[u8], info: &PeInfo, marker: &[u8]) -> Result<Vec<u8>> {
+    let h = header(info)?;
+    match info.state {
+        State::HostOnly => return Ok(data.to_vec()),
+        State::Split => {
+            return Err(Error::unsupported(
+                0,
+                "already split (HIPK wrappers pointing at .kpackrf)",
+            ))
+        }
+        State::Fat => {}
+    }
+    if info.signed {
+        return Err(Error::unsupported(
+            h.data_directories_offset + 8 * pe::IMAGE_DIRECTORY_ENTRY_SECURITY as u64,
+            "Authenticode-signed image: removing its device code would invalidate the signature; \
+             remove the signature (e.g. `osslsigncode remove-signature`), split, and re-sign the \
+             host-only image",
+        ));
+    }
+    if marker.is_empty() {
+        return Err(Error::layout(0, "empty marker payload"));
+    }
+    if info.marker.is_some() {
+        return Err(Error::unsupported(0, "a .kpackrf section already exists"));
+    }
+    let fb = info
+        .fatbin
+        .ok_or_else(|| Error::malformed(0, "wrappers but no bundle section"))?;
+    let fsec = &info.sections[fb.index];
+    for w in &info.wrappers {
+        if w.bundle.is_none() {
+            return Err(Error::Wrapper {
+                index: w.index,
+                offset: w.file_offset,
+                what: "does not point at a bundle".into(),
+            });
+        }
+        if w.pointer == PePointer::Unrelocated {
+            return Err(Error::Wrapper {
+                index: w.index,
+                offset: w.file_offset + 8,
+                what: "the image has base relocations but none for this pointer; \
+                       it would be wrong after a rebase"
+                    .into(),
+            });
+        }
+    }
+    let fa = u64::from(h.file_alignment.max(1));
+    let sa = u64::from(h.section_alignment.max(1));
+    let (ps, rs) = (u64::from(fsec.raw_offset), u64::from(fsec.raw_size));
+    let fb_va = u64::from(fsec.virtual_address);
+    let fb_vend = fb_va + u64::from(fsec.virtual_size.max(fsec.raw_size));
+    // Nothing else may refer into the bundle section.
+    for (i, &(rva, size)) in h.data_directories.iter().enumerate() {
+        let (a, n) = (u64::from(rva), u64::from(size));
+        if i != pe::IMAGE_DIRECTORY_ENTRY_SECURITY && n > 0 && a < fb_vend && a + n > fb_va {
+            return Err(Error::unsupported(
+                h.data_directories_offset + 8 * i as u64,
+                format!(
+                    "data directory {i} overlaps the bundle section `{}`",
+                    fsec.name
+                ),
+            ));
+        }
+    }
+    for s in &info.sections {
+        if s.index != fsec.index
+            && s.raw_size > 0
+            && u64::from(s.raw_offset) < ps + rs
+            && u64::from(s.raw_offset) + u64::from(s.raw_size) > ps
+        {
+            return Err(Error::unsupported(
+                s.header_offset,
+                format!(
+                    "section `{}` overlaps the bundle section in the file",
+                    s.name
+                ),
+            ));
+        }
+    }
+    let e = info.sections_end;
+    if !e.is_multiple_of(fa) || !ps.is_multiple_of(fa) || !rs.is_multiple_of(fa) {
+        return Err(Error::layout(
+            e,
+            format!("section data not aligned to FileAlignment {fa:#x}"),
+        ));
+    }
+    // A free 40-byte slot behind the section table.
+    let table = info.sections.first().map_or(
+        h.data_directories_offset + 8 * h.data_directories.len() as u64,
+        |s| s.header_offset,
+    );
+    let slot = table + SECTION_HEADER * info.sections.len() as u64;
+    let first_raw = info
+        .sections
+        .iter()
+        .filter(|s| s.raw_size > 0)
+        .map(|s| u64::from(s.raw_offset))
+        .min()
+        .unwrap_or(u64::from(h.size_of_headers));
+    let room = first_raw.min(u64::from(h.size_of_headers));
+    if slot + SECTION_HEADER > room
+        || get(data, slot, SECTION_HEADER, "section table")?
+            .iter()
+            .any(|&b| b != 0)
+    {
+        return Err(Error::layout(
+            slot,
+            format!(
+                "no free section header slot for {MARKER_SECTION}: the section table ends at \
+                 {slot:#x} and SizeOfHeaders/the first section's data is at {room:#x}; not rewritten"
+            ),
+        ));
+    }
+    let field_map = file_offset_fields(data, info, h)?;
+    for &(at, v) in &field_map {
+        if v >= ps && v < ps + rs {
+            return Err(Error::unsupported(
+                at,
+                format!("a file offset ({v:#x}) points into the bundle section's data"),
+            ));
+        }
+    }
+    let mr = round_up(marker.len() as u64, fa);
+    let shift = |off: u64| -> u64 {
+        if off < ps {
+            off
+        } else if off < e {
+            off - rs
+        } else {
+            off - rs + mr
+        }
+    };
+    let max_end = info
+        .sections
+        .iter()
+        .map(|s| u64::from(s.virtual_address) + u64::from(s.virtual_size.max(s.raw_size)))
+        .max()
+        .unwrap_or(sa);
+    let marker_rva = round_up(max_end, sa);
+    let marker_at = e - rs;
+
+    // Assemble.
+    let mut out = Vec::with_capacity(data.len() - rs as usize + mr as usize);
+    out.extend_from_slice(&data[..ps as usize]);
+    out.extend_from_slice(&data[(ps + rs) as usize..e as usize]);
+    out.extend_from_slice(marker);
+    out.resize((marker_at + mr) as usize, 0);
+    out.extend_from_slice(&data[e as usize..]);
+
+    // Headers.
+    for s in &info.sections {
+        if s.raw_size > 0 && s.index != fsec.index {
+            put_u32(
+                &mut out,
+                s.header_offset + 20,
+                to_u32(
+                    shift(u64::from(s.raw_offset)),
+                    s.header_offset,
+                    "PointerToRawData",
+                )?,
+            );
+        }
+    }
+    put_u32(&mut out, fsec.header_offset + 16, 0); // SizeOfRawData; PointerToRawData kept
+    for &(at, v) in &field_map {
+        if v != 0 {
+            put_u32(&mut out, shift(at), to_u32(shift(v), at, "file offset")?);
+        }
+    }
+    let mut hdr = [0u8; 40];
+    hdr[..8].copy_from_slice(MARKER_SECTION.as_bytes());
+    hdr[8..12].copy_from_slice(&(marker.len() as u32).to_le_bytes());
+    hdr[12..16].copy_from_slice(&to_u32(marker_rva, slot, "marker RVA")?.to_le_bytes());
+    hdr[16..20].copy_from_slice(&to_u32(mr, slot, "marker size")?.to_le_bytes());
+    hdr[20..24].copy_from_slice(&to_u32(marker_at, slot, "marker offset")?.to_le_bytes());
+    hdr[36..40].copy_from_slice(&MARKER_CHARACTERISTICS.to_le_bytes());
+    out[slot as usize..slot as usize + 40].copy_from_slice(&hdr);
+    put_u16(&mut out, h.nt_offset + 6, (info.sections.len() + 1) as u16);
+    let size_of_image = round_up(marker_rva + marker.len() as u64, sa);
+    put_u32(
+        &mut out,
+        h.optional_offset + 56,
+        to_u32(size_of_image, h.optional_offset, "SizeOfImage")?,
+    );
+    adjust_initialized_data(&mut out, data, h, fsec, rs, mr, true)?;
+
+    // Wrappers.
+    let ptr = h.image_base.wrapping_add(marker_rva);
+    for w in &info.wrappers {
+        let at = shift(w.file_offset);
+        let co = w.bundle.expect("checked above") as u32;
+        put_u32(&mut out, at, HIPK_MAGIC);
+        put_u64(&mut out, at + 8, ptr);
+        put_u32(&mut out, at + 16, co);
+    }
+    if h.check_sum != 0 {
+        let f = h.optional_offset + 64;
+        let c = pe_checksum(&out, f);
+        put_u32(&mut out, f, c);
+    }
+    Ok(out)
+}
+
+/// `SizeOfInitializedData` follows the raw data removed and added.
+fn adjust_initialized_data(
+    out: &mut [u8],
+    data: &[u8],
+    h: &ImageHeaders,
+    fsec: &PeSection,
+    rs: u64,
+    mr: u64,
+    split: bool,
+) -> Result<()> {
+    let at = h.optional_offset + 8;
+    let v = i64::from(u32_at(data, at, "SizeOfInitializedData")?);
+    let init = fsec.characteristics & pe::IMAGE_SCN_CNT_INITIALIZED_DATA != 0;
+    let fat = if init { rs as i64 } else { 0 };
+    let n = if split {
+        v - fat + mr as i64
+    } else {
+        v + fat - mr as i64
+    };
+    put_u32(out, at, u32::try_from(n.max(0)).unwrap_or(u32::MAX));
+    Ok(())
+}
+
+/// Inverse of [`split_host`]: `bundles[i]` is the bundle (uncompressed or
+/// CCOB bytes) for `co_index` *i*. The bundles are placed 4096-aligned from
+/// the start of the bundle section, as clang lays out one bundle per
+/// translation unit; the output is byte-identical to the fat image when
+/// the bundles are.
+pub fn reassemble(host: &[u8], bundles: &[Vec<u8>]) -> Result<Vec<u8>> {
+    let info = analyze(host)?;
+    let h = header(&info)?;
+    if info.kind == PeKind::Object || info.state != State::Split {
+        return Err(Error::unsupported(0, "not a split image"));
+    }
+    let m = info
+        .marker
+        .as_ref()
+        .ok_or_else(|| Error::malformed(0, "HIPK wrappers but no .kpackrf section"))?;
+    let msec = &info.sections[m.section.index];
+    if msec.index + 1 != info.sections.len() {
+        return Err(Error::unsupported(
+            msec.header_offset,
+            ".kpackrf is not the last section header (not written by rocpack)",
+        ));
+    }
+    let fb = info
+        .fatbin
+        .ok_or_else(|| Error::malformed(0, "split image without its bundle section"))?;
+    let fsec = &info.sections[fb.index];
+    if fsec.raw_size != 0 {
+        return Err(Error::unsupported(
+            fsec.header_offset,
+            "bundle section still has data in the file (not split by rocpack)",
+        ));
+    }
+    let fa = u64::from(h.file_alignment.max(1));
+    let sa = u64::from(h.section_alignment.max(1));
+    // Section content: bundles 4096-aligned, zero padding, VirtualSize long.
+    let vsize = u64::from(fsec.virtual_size);
+    let mut offsets = Vec::with_capacity(bundles.len());
+    let mut content = Vec::new();
+    for b in bundles {
+        let at = round_up(content.len() as u64, BUNDLE_ALIGN);
+        content.resize(at as usize, 0);
+        offsets.push(at);
+        content.extend_from_slice(b);
+    }
+    if content.len() as u64 > vsize {
+        return Err(Error::layout(
+            fsec.header_offset,
+            format!(
+                "bundles need {} bytes, the bundle section `{}` has {vsize}",
+                content.len(),
+                fsec.name
+            ),
+        ));
+    }
+    content.resize(vsize as usize, 0);
+    let rs = round_up(vsize, fa);
+    content.resize(rs as usize, 0);
+    let ps = u64::from(fsec.raw_offset);
+    let em = u64::from(msec.raw_offset);
+    let mr = u64::from(msec.raw_size);
+    if ps > em || em + mr > host.len() as u64 {
+        return Err(Error::malformed(
+            msec.header_offset,
+            "marker data out of place",
+        ));
+    }
+    let unshift = |off: u64| -> u64 {
+        if off < ps {
+            off
+        } else if off < em {
+            off + rs
+        } else {
+            off - mr + rs
+        }
+    };
+    let field_map = file_offset_fields(host, &info, h)?;
+    let mut out = Vec::with_capacity(host.len() + rs as usize);
+    out.extend_from_slice(&host[..ps as usize]);
+    out.extend_from_slice(&content);
+    out.extend_from_slice(&host[ps as usize..em as usize]);
+    out.extend_from_slice(&host[(em + mr) as usize..]);
+    for s in &info.sections {
+        if s.raw_size > 0 && s.index != msec.index {
+            put_u32(
+                &mut out,
+                s.header_offset + 20,
+                to_u32(
+                    unshift(u64::from(s.raw_offset)),
+                    s.header_offset,
+                    "PointerToRawData",
+                )?,
+            );
+        }
+    }
+    put_u32(
+        &mut out,
+        fsec.header_offset + 16,
+        to_u32(rs, fsec.header_offset, "SizeOfRawData")?,
+    );
+    for &(at, v) in &field_map {
+        if v != 0 && at != msec.header_offset + 24 && at != msec.header_offset + 28 {
+            put_u32(
+                &mut out,
+                unshift(at),
+                to_u32(unshift(v), at, "file offset")?,
+            );
+        }
+    }
+    let slot = msec.header_offset as usize;
+    out[slot..slot + 40].fill(0);
+    put_u16(&mut out, h.nt_offset + 6, (info.sections.len() - 1) as u16);
+    let max_end = info
+        .sections
+        .iter()
+        .filter(|s| s.index != msec.index)
+        .map(|s| u64::from(s.virtual_address) + u64::from(s.virtual_size.max(s.raw_size)))
+        .max()
+        .unwrap_or(sa);
+    put_u32(
+        &mut out,
+        h.optional_offset + 56,
+        to_u32(round_up(max_end, sa), 0, "SizeOfImage")?,
+    );
+    adjust_initialized_data(&mut out, host, h, fsec, rs, mr, false)?;
+    for w in &info.wrappers {
+        let co = w.co_index() as usize;
+        let off = offsets.get(co).ok_or_else(|| Error::Wrapper {
+            index: w.index,
+            offset: w.file_offset,
+            what: format!("co_index {co} but only {} bundles given", bundles.len()),
+        })?;
+        let at = unshift(w.file_offset);
+        put_u32(&mut out, at, HIPF_MAGIC);
+        put_u64(
+            &mut out,
+            at + 8,
+            h.image_base
+                .wrapping_add(u64::from(fsec.virtual_address) + off),
+        );
+        put_u64(&mut out, at + 16, 0);
+    }
+    if h.check_sum != 0 {
+        let f = h.optional_offset + 64;
+        let c = pe_checksum(&out, f);
+        put_u32(&mut out, f, c);
+    }
+    Ok(out)
+}

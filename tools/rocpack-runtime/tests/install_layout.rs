@@ -1,0 +1,216 @@
+//! Installable: the build leaves a runnable layout (README's gcc recipe
+//! links with `-L <target dir> -lrocm_kpack` and the program starts), and
+//! `install.sh` lays out ROCm's install tree (versioned shared library and
+//! its symlinks, static library, headers, pkg-config file, CMake package
+//! with imported targets) that a pkg-config and a CMake consumer build
+//! against and run.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use rocpack_testsupport::{assert_ok, run, s, stdout, tempdir, test_exe_dir};
+
+fn manifest_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn consumer_src() -> PathBuf {
+    manifest_dir().join("tests/c/consumer.c")
+}
+
+fn archive() -> PathBuf {
+    rocpack_testsupport::repo_root().join("tests/fixtures/kpack-golden/test_zstd.kpack")
+}
+
+/// Where `cargo build` put the library (`target/<profile>`), or, under a
+/// plain `cargo test`, the deps directory beside the test executable.
+fn build_dir() -> PathBuf {
+    let deps = test_exe_dir();
+    let profile = deps.parent().unwrap().to_path_buf();
+    if profile.join("librocm_kpack.so").is_file() {
+        profile
+    } else {
+        deps
+    }
+}
+
+fn run_consumer(exe: &Path, ld_path: Option<&Path>) {
+    let mut cmd = Command::new(exe);
+    cmd.arg(archive()).env_remove("LD_LIBRARY_PATH");
+    if let Some(p) = ld_path {
+        cmd.env("LD_LIBRARY_PATH", p);
+    }
+    let out = cmd.output().unwrap();
+    assert!(
+        out.status.success() && stdout(&out).ends_with("ok\n"),
+        "{} did not run: {}{}",
+        exe.display(),
+        stdout(&out),
+        rocpack_testsupport::stderr(&out)
+    );
+}
+
+/// README: `cc -I tools/rocpack-runtime/include -L target/release
+/// -lrocm_kpack`, run with the library directory on LD_LIBRARY_PATH. The
+/// SONAME is librocm_kpack.so.0, so that file must be there.
+#[test]
+fn readme_recipe_builds_and_runs_from_the_build_directory() {
+    let dir = build_dir();
+    let soname = dir.join("librocm_kpack.so.0");
+    assert!(
+        soname.exists(),
+        "{} is missing: a program linked with -lrocm_kpack cannot start",
+        soname.display()
+    );
+    let tmp = tempdir();
+    let exe = tmp.path().join("consumer");
+    let o = run(
+        "cc",
+        &[
+            "-I",
+            s(&manifest_dir().join("include")),
+            s(&consumer_src()),
+            "-o",
+            s(&exe),
+            "-L",
+            s(&dir),
+            "-lrocm_kpack",
+        ],
+    );
+    assert_ok(&o);
+    run_consumer(&exe, Some(&dir));
+}
+
+/// `ldd EXE` as a user would run it (cargo test sets LD_LIBRARY_PATH).
+fn ldd(exe: &Path) -> std::process::Output {
+    Command::new("ldd")
+        .arg(exe)
+        .env_remove("LD_LIBRARY_PATH")
+        .output()
+        .unwrap()
+}
+
+fn install(prefix: &Path) {
+    let o = Command::new("bash")
+        .arg(manifest_dir().join("install.sh"))
+        .args(["--prefix", s(prefix), "--no-build", "--build-dir"])
+        .arg(build_dir())
+        .output()
+        .unwrap();
+    assert_ok(&o);
+}
+
+#[test]
+fn install_lays_out_rocms_tree() {
+    let tmp = tempdir();
+    let prefix = tmp.path().join("opt/rocm");
+    install(&prefix);
+    let lib = prefix.join("lib");
+    let version = env!("CARGO_PKG_VERSION");
+    let real = format!("librocm_kpack.so.0.{}", version.split_once('.').unwrap().1);
+    assert!(lib.join(&real).is_file(), "{real}");
+    assert_eq!(
+        std::fs::read_link(lib.join("librocm_kpack.so.0")).unwrap(),
+        Path::new(&real)
+    );
+    assert_eq!(
+        std::fs::read_link(lib.join("librocm_kpack.so")).unwrap(),
+        Path::new("librocm_kpack.so.0")
+    );
+    assert!(lib.join("librocm_kpack.a").is_file());
+    for h in ["kpack.h", "kpack_types.h", "kpack_export.h"] {
+        assert!(prefix.join("include/rocm_kpack").join(h).is_file(), "{h}");
+    }
+    for f in [
+        "pkgconfig/rocm_kpack.pc",
+        "cmake/rocm_kpack/rocm_kpack-config.cmake",
+        "cmake/rocm_kpack/rocm_kpack-config-version.cmake",
+        "cmake/rocm-kpack/rocm-kpack-config.cmake",
+    ] {
+        assert!(lib.join(f).is_file(), "{f}");
+    }
+    // Relocatable: the tree works after it is moved.
+    let moved = tmp.path().join("elsewhere");
+    std::fs::rename(&prefix, &moved).unwrap();
+    let lib = moved.join("lib");
+
+    // pkg-config consumer, shared and static.
+    let pc = |args: &[&str]| {
+        let o = Command::new("pkg-config")
+            .args(args)
+            .arg("rocm_kpack")
+            .env("PKG_CONFIG_PATH", lib.join("pkgconfig"))
+            .output()
+            .expect("pkg-config");
+        assert_ok(&o);
+        stdout(&o)
+    };
+    assert_eq!(pc(&["--modversion"]).trim(), version);
+    let flags = pc(&["--cflags", "--libs"]);
+    let exe = tmp.path().join("pc_consumer");
+    let mut cmd = Command::new("cc");
+    cmd.arg(consumer_src()).arg("-o").arg(&exe);
+    cmd.args(flags.split_whitespace());
+    cmd.arg(format!("-Wl,-rpath,{}", lib.display()));
+    assert!(cmd.status().unwrap().success(), "{cmd:?}");
+    run_consumer(&exe, None);
+    let ldd = ldd(&exe);
+    assert!(
+        stdout(&ldd).contains(&format!("{}/librocm_kpack.so.0", lib.display())),
+        "{}",
+        stdout(&ldd)
+    );
+    let flags = pc(&["--static", "--cflags", "--libs"]);
+    let exe = tmp.path().join("pc_consumer_static");
+    let mut cmd = Command::new("cc");
+    cmd.arg(consumer_src()).arg("-o").arg(&exe);
+    cmd.arg("-static-libgcc")
+        .arg(format!("-I{}", moved.join("include").display()));
+    cmd.arg(lib.join("librocm_kpack.a"));
+    cmd.args(
+        flags
+            .split_whitespace()
+            .filter(|f| f.starts_with("-l") && *f != "-lrocm_kpack"),
+    );
+    assert!(cmd.status().unwrap().success(), "{cmd:?}");
+    run_consumer(&exe, None);
+
+    cmake_consumer(tmp.path(), &moved);
+}
+
+/// `find_package(rocm_kpack)` and ROCm's `find_package(rocm-kpack)`, the
+/// imported targets `rocm::rocm_kpack` and `rocm::rocm_kpack_static`.
+fn cmake_consumer(tmp: &Path, prefix: &Path) {
+    if !rocpack_testsupport::have_tool("cmake") {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "cmake is missing (tests/ci/10-rust.sh installs it)"
+        );
+        eprintln!("SKIP cmake consumer: cmake not installed");
+        return;
+    }
+    let build = tmp.join("cmake-build");
+    let o = Command::new("cmake")
+        .arg("-S")
+        .arg(manifest_dir().join("tests/cmake_consumer"))
+        .arg("-B")
+        .arg(&build)
+        .arg(format!("-DCMAKE_PREFIX_PATH={}", prefix.display()))
+        .arg(format!("-DCONSUMER_SRC={}", consumer_src().display()))
+        .output()
+        .unwrap();
+    assert_ok(&o);
+    let o = Command::new("cmake")
+        .arg("--build")
+        .arg(&build)
+        .output()
+        .unwrap();
+    assert_ok(&o);
+    run_consumer(&build.join("consumer_shared"), None);
+    run_consumer(&build.join("consumer_static"), None);
+    let ldd = ldd(&build.join("consumer_static"));
+    assert!(
+        !stdout(&ldd).contains("librocm_kpack"),
+        "static consumer links the .so"
+    );
+}

@@ -1,0 +1,366 @@
+//! Source-snapshot trees: the tree digest, a symlink-keeping copy and the
+//! extraction of a `git archive` tar stream.
+//!
+//! The **tree digest** (`sha256:<hex>`) is the sha256 of a manifest with one
+//! line per entry, sorted by path bytes (docs/formats/snapshot-metadata.md §5):
+//!
+//! ```text
+//! file <sha256 of content> <path>        regular file, not executable
+//! exec <sha256 of content> <path>        regular file with any x bit
+//! link <sha256 of target>  <path>        symbolic link (never followed)
+//! dir  -                   <path>        directory (empty ones count too)
+//! ```
+//!
+//! The channel's own `metadata.txt` (at the top of the tree) is not part of it.
+//! Anything else (FIFO, device, socket) is an error, as is a path holding a newline.
+
+use crate::error::{io_at, Error, Result};
+use crate::fsutil::{self, step};
+use sha2::{Digest, Sha256};
+use std::fs::{self, File, OpenOptions};
+use std::io::{Read, Write};
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::{Component, Path, PathBuf};
+
+/// Name of the metadata file at the top of a channel directory (not hashed).
+pub const METADATA: &str = "metadata.txt";
+/// Most entries a snapshot tree may hold (files, links and directories).
+pub const MAX_ENTRIES: usize = 1_000_000;
+
+/// One entry of a tree.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Entry {
+    File { exec: bool },
+    Link,
+    Dir,
+}
+
+/// Opens a regular file without following a final symlink and without
+/// blocking on a FIFO; anything but a regular file is refused on the open
+/// descriptor (so a file swapped for a FIFO or a link meanwhile is an error).
+fn open_no_follow(path: &Path) -> Result<File> {
+    let f = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW)
+        .open(path)
+        .map_err(io_at(path))?;
+    let m = f.metadata().map_err(io_at(path))?;
+    if !m.is_file() {
+        return Err(Error::input(
+            path,
+            None,
+            format!("not a regular file ({})", fsutil::file_kind(&m)),
+        ));
+    }
+    Ok(f)
+}
+
+/// Every entry under `dir` (relative paths, sorted by bytes), the top-level
+/// `metadata.txt` excluded. Symlinks are listed, never followed.
+pub fn list(dir: &Path) -> Result<Vec<(String, Entry)>> {
+    let mut out = Vec::new();
+    walk(dir, dir, &mut out)?;
+    out.sort_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
+    Ok(out)
+}
+
+fn walk(base: &Path, dir: &Path, out: &mut Vec<(String, Entry)>) -> Result<()> {
+    let rd = fs::read_dir(dir).map_err(io_at(dir))?;
+    for ent in rd {
+        let ent = ent.map_err(io_at(dir))?;
+        let p = ent.path();
+        let rel = p
+            .strip_prefix(base)
+            .unwrap_or(&p)
+            .to_str()
+            .ok_or_else(|| Error::input(&p, None, "path is not valid UTF-8"))?
+            .to_string();
+        if rel == METADATA {
+            continue;
+        }
+        if rel.contains('\n') {
+            return Err(Error::input(&p, None, "path contains a newline"));
+        }
+        if out.len() >= MAX_ENTRIES {
+            return Err(Error::input(
+                base,
+                None,
+                format!("more than {MAX_ENTRIES} entries in a snapshot tree"),
+            ));
+        }
+        let m = fs::symlink_metadata(&p).map_err(io_at(&p))?;
+        let t = m.file_type();
+        if t.is_symlink() {
+            out.push((rel, Entry::Link));
+        } else if t.is_dir() {
+            out.push((rel, Entry::Dir));
+            walk(base, &p, out)?;
+        } else if t.is_file() {
+            out.push((
+                rel,
+                Entry::File {
+                    exec: m.permissions().mode() & 0o111 != 0,
+                },
+            ));
+        } else {
+            return Err(Error::input(
+                &p,
+                None,
+                format!(
+                    "{} in a snapshot tree (only files, directories and symlinks are allowed)",
+                    fsutil::file_kind(&m)
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn sha256_reader(mut r: impl Read, label: &Path) -> Result<String> {
+    let mut h = Sha256::new();
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = r.read(&mut buf).map_err(io_at(label))?;
+        if n == 0 {
+            break;
+        }
+        h.update(buf.get(..n).unwrap_or_default());
+    }
+    Ok(hex::encode(h.finalize()))
+}
+
+/// The manifest the digest is computed over (see the module docs).
+pub fn manifest(dir: &Path) -> Result<String> {
+    let mut text = String::new();
+    for (rel, e) in list(dir)? {
+        let p = dir.join(&rel);
+        let line = match e {
+            Entry::Dir => format!("dir  - {rel}\n"),
+            Entry::Link => {
+                let target = fs::read_link(&p).map_err(io_at(&p))?;
+                let d = hex::encode(Sha256::digest(target.as_os_str().as_encoded_bytes()));
+                format!("link {d} {rel}\n")
+            }
+            Entry::File { exec } => {
+                let d = sha256_reader(open_no_follow(&p)?, &p)?;
+                format!("{} {d} {rel}\n", if exec { "exec" } else { "file" })
+            }
+        };
+        text.push_str(&line);
+    }
+    Ok(text)
+}
+
+/// `sha256:<hex>` of [`manifest`].
+pub fn digest(dir: &Path) -> Result<String> {
+    let m = manifest(dir)?;
+    Ok(format!(
+        "sha256:{}",
+        hex::encode(Sha256::digest(m.as_bytes()))
+    ))
+}
+
+/// Paths whose manifest lines differ between two manifests (added, removed or changed).
+pub fn changed_paths(old: &str, new: &str) -> Vec<String> {
+    use std::collections::BTreeMap;
+    let parse = |t: &str| -> BTreeMap<String, String> {
+        t.lines()
+            .filter_map(|l| {
+                let mut it = l.splitn(3, ' ');
+                let kind = it.next()?;
+                let rest = l.get(kind.len() + 1..)?.trim_start();
+                let (d, p) = rest.split_once(' ')?;
+                Some((p.to_string(), format!("{kind} {d}")))
+            })
+            .collect()
+    };
+    let (a, b) = (parse(old), parse(new));
+    let mut out: Vec<String> = a
+        .keys()
+        .chain(b.keys())
+        .filter(|k| a.get(*k) != b.get(*k))
+        .cloned()
+        .collect();
+    out.sort();
+    out.dedup();
+    out
+}
+
+fn write_file(dst: &Path, mut from: impl Read, exec: bool, label: &Path) -> Result<()> {
+    let mut to = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(if exec { 0o755 } else { 0o644 })
+        .open(dst)
+        .map_err(io_at(dst))?;
+    std::io::copy(&mut from, &mut to).map_err(io_at(label))?;
+    to.flush().map_err(io_at(dst))?;
+    to.sync_all().map_err(io_at(dst))?;
+    // The umask may have dropped bits: set them exactly.
+    fs::set_permissions(
+        dst,
+        fs::Permissions::from_mode(if exec { 0o755 } else { 0o644 }),
+    )
+    .map_err(io_at(dst))
+}
+
+/// fsync every directory of the tree under `dir` (files are synced when written).
+fn fsync_dirs(dir: &Path) -> Result<()> {
+    for (rel, e) in list(dir)? {
+        if e == Entry::Dir {
+            fsutil::fsync_dir(&dir.join(rel))?;
+        }
+    }
+    fsutil::fsync_dir(dir)
+}
+
+/// Copies the tree `src` (top-level `metadata.txt` excluded) into the new
+/// directory `dst`: files with their x bit, symlinks as symlinks, empty
+/// directories too; everything fsynced. Returns the digest of the copy, so a
+/// caller can compare it with the source's recorded digest (a file rewritten
+/// while it was copied shows up as a mismatch, never as silently mixed bytes).
+pub fn copy_tree(src: &Path, dst: &Path) -> Result<String> {
+    fs::create_dir(dst).map_err(io_at(dst))?;
+    for (rel, e) in list(src)? {
+        let (s, d) = (src.join(&rel), dst.join(&rel));
+        match e {
+            Entry::Dir => fs::create_dir(&d).map_err(io_at(&d))?,
+            Entry::Link => {
+                let t = fs::read_link(&s).map_err(io_at(&s))?;
+                std::os::unix::fs::symlink(&t, &d).map_err(io_at(&d))?;
+            }
+            Entry::File { exec } => write_file(&d, open_no_follow(&s)?, exec, &s)?,
+        }
+    }
+    fsync_dirs(dst)?;
+    digest(dst)
+}
+
+/// A relative path of a tar entry, refused when absolute, with `..`, or empty.
+fn safe_rel(p: &Path) -> Option<PathBuf> {
+    let mut out = PathBuf::new();
+    for c in p.components() {
+        match c {
+            Component::Normal(s) => out.push(s),
+            Component::CurDir => {}
+            _ => return None,
+        }
+    }
+    (!out.as_os_str().is_empty()).then_some(out)
+}
+
+/// Extracts a `git archive --format=tar` stream into the new directory `dst`:
+/// regular files (x bit kept), directories and symlinks (kept as links, with
+/// their target as written). pax headers are skipped; hard links, devices and
+/// FIFOs, absolute paths and `..` are refused. Returns the number of entries.
+pub fn extract_tar(stream: impl Read, dst: &Path) -> Result<usize> {
+    fs::create_dir(dst).map_err(io_at(dst))?;
+    let mut ar = tar::Archive::new(stream);
+    let label = PathBuf::from("<git archive>");
+    let mut n = 0usize;
+    for ent in ar.entries().map_err(io_at(&label))? {
+        let ent = ent.map_err(io_at(&label))?;
+        let kind = ent.header().entry_type();
+        if kind.is_pax_global_extensions() || kind.is_pax_local_extensions() {
+            continue;
+        }
+        let raw = ent.path().map_err(io_at(&label))?.into_owned();
+        let rel = safe_rel(&raw)
+            .ok_or_else(|| Error::input(&label, None, format!("unsafe path {}", raw.display())))?;
+        if rel.as_os_str() == METADATA {
+            return Err(Error::input(
+                &label,
+                None,
+                "the archive has a top-level metadata.txt, which a snapshot reserves for its metadata",
+            ));
+        }
+        n += 1;
+        if n > MAX_ENTRIES {
+            return Err(Error::input(
+                &label,
+                None,
+                format!("more than {MAX_ENTRIES} entries"),
+            ));
+        }
+        let d = dst.join(&rel);
+        if let Some(parent) = d.parent() {
+            fs::create_dir_all(parent).map_err(io_at(parent))?;
+        }
+        if kind.is_dir() {
+            fs::create_dir_all(&d).map_err(io_at(&d))?;
+        } else if kind.is_symlink() {
+            let t = ent
+                .link_name()
+                .map_err(io_at(&label))?
+                .ok_or_else(|| Error::input(&d, None, "symlink without a target"))?
+                .into_owned();
+            std::os::unix::fs::symlink(&t, &d).map_err(io_at(&d))?;
+        } else if kind.is_file() {
+            let exec = ent.header().mode().map_err(io_at(&label))? & 0o111 != 0;
+            write_file(&d, ent, exec, &label)?;
+        } else {
+            return Err(Error::input(
+                &d,
+                None,
+                format!("unsupported tar entry type {kind:?} in the archive"),
+            ));
+        }
+    }
+    step("extracted snapshot tree");
+    fsync_dirs(dst)?;
+    Ok(n)
+}
+
+/// Atomically exchanges two directory entries (`renameat2(RENAME_EXCHANGE)`),
+/// so a reader of `b` sees the old tree or the new one, never neither. On a
+/// filesystem without it (EINVAL/ENOSYS): `b` → `a.old`, `a` → `b`,
+/// `a.old` → `a` — each step a rename that a journal replay completes.
+pub(crate) fn exchange(a: &Path, b: &Path) -> Result<()> {
+    use rustix::fs::{renameat_with, RenameFlags, CWD};
+    match renameat_with(CWD, a, CWD, b, RenameFlags::EXCHANGE) {
+        Ok(()) => Ok(()),
+        Err(e) if e == rustix::io::Errno::INVAL || e == rustix::io::Errno::NOSYS => {
+            let mut old = a.as_os_str().to_owned();
+            old.push(".old");
+            let old = PathBuf::from(old);
+            fs::rename(b, &old).map_err(io_at(b))?;
+            fs::rename(a, b).map_err(io_at(b))?;
+            fs::rename(&old, a).map_err(io_at(a))
+        }
+        Err(e) => Err(Error::io(b, e.into())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn digest_sees_content_mode_links_and_empty_dirs() {
+        let t = tempfile::tempdir().unwrap();
+        let d = t.path().join("a");
+        fs::create_dir_all(d.join("x/y")).unwrap();
+        fs::write(d.join("x/f.c"), "int x;\n").unwrap();
+        fs::write(d.join(METADATA), "ignored").unwrap();
+        std::os::unix::fs::symlink("f.c", d.join("x/l")).unwrap();
+        let d0 = digest(&d).unwrap();
+        fs::write(d.join(METADATA), "still ignored").unwrap();
+        assert_eq!(digest(&d).unwrap(), d0);
+        let c = t.path().join("copy");
+        assert_eq!(copy_tree(&d, &c).unwrap(), d0);
+        assert!(fs::symlink_metadata(c.join("x/l"))
+            .unwrap()
+            .file_type()
+            .is_symlink());
+        fs::set_permissions(d.join("x/f.c"), fs::Permissions::from_mode(0o755)).unwrap();
+        let d1 = digest(&d).unwrap();
+        assert_ne!(d1, d0);
+        fs::remove_dir(d.join("x/y")).unwrap();
+        assert_ne!(digest(&d).unwrap(), d1);
+        fs::remove_file(d.join("x/l")).unwrap();
+        std::os::unix::fs::symlink("g.c", d.join("x/l")).unwrap();
+        let m0 = manifest(&c).unwrap();
+        let m1 = manifest(&d).unwrap();
+        assert_eq!(changed_paths(&m0, &m1), vec!["x/f.c", "x/l", "x/y"]);
+    }
+}
