@@ -6,9 +6,11 @@
     execlog.py LOG remote [--local-ok MNEMONIC=REASON ...]
         exit 1 unless every spawn ran remotely (runner "remote") or was a
         remote cache hit; a spawn whose mnemonic is listed may run locally
-        (the reason is printed with it).
-    execlog.py LOG hits
-        exit 1 unless there are spawns and every one is a remote cache hit.
+        (the reason is printed with it); MNEMONIC:TEXT allows only the spawns
+        of that mnemonic one of whose outputs contains TEXT.
+    execlog.py LOG hits [--local-ok MNEMONIC[:TEXT]=REASON ...]
+        exit 1 unless there are spawns and every one is a remote cache hit
+        (or allowed to run locally, as for `remote`).
     execlog.py LOG helper-inputs NAME=SHA256 ... [--mnemonics M,M,...]
         exit 1 unless every spawn of the given mnemonics has an input whose
         path ends in /NAME with exactly that sha256 (the helper is part of
@@ -77,8 +79,10 @@ def main(argv):
             if r in ("remote", "remote cache hit"):
                 continue
             m = s.get("mnemonic", "?")
-            if m in ok:
-                print(f"  local by design: {m} ({ok[m]})")
+            outs = " ".join(s.get("listedOutputs", []))
+            key = next((k for k in ok if k == m or (":" in k and k.split(":", 1)[0] == m and k.split(":", 1)[1] in outs)), None)
+            if key is not None:
+                print(f"  local by design: {key} ({ok[key]})")
                 continue
             bad.append(f"{m} ran '{r}': {' '.join(s.get('commandArgs', []))[:200]}")
         for b in bad:
@@ -87,7 +91,14 @@ def main(argv):
             print("  no spawns in the log", file=sys.stderr)
         return 1 if bad or not ss else 0
     if cmd == "hits":
-        bad = [s for s in ss if runner(s) != "remote cache hit"]
+        ok = [next(iter(rest[i + 1:i + 2]), "").partition("=")[0] for i, a in enumerate(rest) if a == "--local-ok"]
+        def allowed(s):
+            m, outs = s.get("mnemonic", "?"), " ".join(s.get("listedOutputs", []))
+            return any(k == m or (":" in k and k.split(":", 1)[0] == m and k.split(":", 1)[1] in outs) for k in ok)
+        for s in ss:
+            if runner(s) != "remote cache hit" and allowed(s):
+                print(f"  local by design, not cached: {s.get('mnemonic')} {' '.join(s.get('listedOutputs', []))[:120]}")
+        bad = [s for s in ss if runner(s) != "remote cache hit" and not allowed(s)]
         for s in bad:
             print(f"  not a cache hit: {s.get('mnemonic')} ({runner(s)})", file=sys.stderr)
         return 1 if bad or not ss else 0
@@ -104,6 +115,9 @@ def main(argv):
         for s in ss:
             m = s.get("mnemonic", "?")
             if mnemonics is not None and m not in mnemonics:
+                continue
+            if mnemonics is None and not any(
+                    a.endswith("/" + n) or a == n for a in s.get("commandArgs", []) for n in want):
                 continue
             checked += 1
             found = False

@@ -104,6 +104,9 @@ EOF
         worker_api_endpoint: { uri: "grpc://127.0.0.1:$NL_WORKER_PORT" },
         cas_fast_slow_store: "WORKER_CAS",
         upload_action_result: { ac_store: "SERVER_AC" },
+        // What a worker image provides: Buck2's prelude runs gcc and python3
+        // without a PATH of its own (Bazel's actions declare theirs).
+        additional_environment: { PATH: { value: "/usr/bin:/bin" } },
         work_directory: "$NL_WORK_DIR",
         platform_properties: {
           cpu_count: { values: ["2"] },
