@@ -134,10 +134,21 @@ fn hexnum(s: &str) -> u64 {
     u64::from_str_radix(s, 16).unwrap()
 }
 
+/// The Wine prefix, kept between runs (a fresh one costs ~30 s) and kept out
+/// of the checkout: its `dosdevices/z:` links to `/`, and Buck2's file watcher
+/// follows links below the project root (into `/proc`, where it fails).
+fn wine_prefix() -> PathBuf {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    ts::repo_root().hash(&mut h);
+    let prefix = std::env::temp_dir().join(format!("rocpack-wineprefix-{:016x}", h.finish()));
+    std::fs::create_dir_all(&prefix).unwrap();
+    prefix
+}
+
 /// Run `load_dlls.exe args…` under Wine in `dir`: registrations per DLL.
 fn run_wine(wine: &Path, dir: &Path, args: &[&str]) -> BTreeMap<String, Vec<Reg>> {
-    let prefix = ts::repo_root().join("target/rocpack-win/wineprefix");
-    std::fs::create_dir_all(&prefix).unwrap();
+    let prefix = wine_prefix();
     let out = Command::new(wine)
         .arg("load_dlls.exe")
         .args(args)
@@ -385,10 +396,7 @@ fn split_dlls_load_under_wine_and_resolve_to_the_original_code_objects() {
     let o = Command::new(&wine)
         .arg("fx_win_app.exe")
         .current_dir(&bin)
-        .env(
-            "WINEPREFIX",
-            ts::repo_root().join("target/rocpack-win/wineprefix"),
-        )
+        .env("WINEPREFIX", wine_prefix())
         .env("WINEDEBUG", "-all")
         .output()
         .unwrap();
