@@ -205,8 +205,15 @@ remote_copy_ws() {
     local deref=(--dereference)
     [ "${4:-}" = keep-symlinks ] && deref=()
     mkdir -p "$2"
-    tar -C "$1" "${deref[@]}" --exclude='./bazel-*' --exclude=./target --exclude=./.git --exclude=./buck-out \
+    # Bazel's convenience links (bazel-bin, bazel-<dir>, …) anywhere in the
+    # tree, e.g. those stage 50 leaves in e2e/bazel-workspace: dereferenced,
+    # they lead back into the checkout through external/rocpack, endlessly.
+    local links
+    links="$(mktemp)"
+    (cd "$1" && find . -path ./.git -prune -o -type l -name 'bazel-*' -print) >"$links"
+    tar -C "$1" "${deref[@]}" --exclude-from="$links" --exclude='./bazel-*' --exclude=./target --exclude=./.git --exclude=./buck-out \
         --exclude=./tools/fuzz --exclude='./bench/*.tmp' -cf - . | tar -C "$2" -xf -
+    rm -f "$links"
     cat >> "$2/WORKSPACE" <<EOT
 
 # Added by tests/remote/lib.sh: kpack + snapctl release binaries pinned by sha256.
