@@ -8,8 +8,10 @@ need_pkgs clang-tools-19 llvm-19 lld-19 elfutils binutils zstd openssl gcc libc6
 # installing wine64 took 42 s here), pefile checks split images
 # (tools/rocpack-image/tests/pe_fixtures.rs, about 6 s).
 need_pkgs gcc-mingw-w64-x86-64 wine64
-# pefile for the python3 that runs the tests (pyenv's on CI machines, not Debian's)
-python3 -c 'import zstandard' 2>/dev/null || python3 -m pip install -q 'zstandard==0.23.0'  # rocpack-kpack writer test: Python's reader
+# Python modules for the python3 that runs the tests (pyenv's on CI machines,
+# not Debian's): zstandard (rocpack-kpack's writer test: Python's reader) and
+# pefile (the independent PE reader).
+python3 -c 'import zstandard' 2>/dev/null || python3 -m pip install -q 'zstandard==0.23.0'
 python3 -c 'import pefile' 2>/dev/null || python3 -m pip install -q 'pefile==2024.8.26'
 python3 -m pip --version >/dev/null 2>&1 || need_pkgs python3-pip  # split-wheel win_amd64 install test
 export PATH="/usr/lib/llvm-19/bin:$PATH"
