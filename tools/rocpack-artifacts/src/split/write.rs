@@ -174,58 +174,50 @@ pub(super) fn write_arch_artifacts(
     }
     let total_kernels: u64 = jobs.iter().map(|j| j.kernels.len() as u64).sum();
     progress.begin("packing", total_kernels);
-    let write_one = |j: &ArchiveJob| -> Result<Vec<(String, KpackSummary)>, SplitError> {
-        let mut s = write_archive(
-            &j.path,
-            name,
-            &j.arch,
-            opts.compression,
-            &j.kernels,
-            progress,
-        )?;
-        fsutil::set_mode(&j.path, 0o644)?;
-        s.path = j.rel.clone();
-        let mut out = vec![(j.arch.clone(), s.clone())];
-        for (path, rel) in &j.copies {
-            fsutil::copy_file(&j.path, path)?;
-            fsutil::set_mode(path, 0o644)?;
-            out.push((
-                j.arch.clone(),
-                KpackSummary {
-                    path: rel.clone(),
-                    ..s.clone()
-                },
-            ));
-        }
-        Ok(out)
-    };
+    // An archive written to its first home: set its mode, copy it to the
+    // other prefixes, and say where each copy is.
+    let place =
+        |j: &ArchiveJob, mut s: KpackSummary| -> Result<Vec<(String, KpackSummary)>, SplitError> {
+            fsutil::set_mode(&j.path, 0o644)?;
+            s.path = j.rel.clone();
+            let mut out = vec![(j.arch.clone(), s.clone())];
+            for (path, rel) in &j.copies {
+                fsutil::copy_file(&j.path, path)?;
+                fsutil::set_mode(path, 0o644)?;
+                out.push((
+                    j.arch.clone(),
+                    KpackSummary {
+                        path: rel.clone(),
+                        ..s.clone()
+                    },
+                ));
+            }
+            Ok(out)
+        };
     // Memory stays bounded: uncompressed archives are written in parallel,
     // their code objects copied file to file; zstd archives go through one
     // pipeline (every worker compressing, one writer, bounded bytes in
     // flight), archive after archive without a pause between them.
     let written: Result<Vec<Vec<(String, KpackSummary)>>, SplitError> = match opts.compression {
-        Compression::None => jobs.par_iter().map(write_one).collect(),
+        Compression::None => jobs
+            .par_iter()
+            .map(|j| {
+                let s = write_archive(
+                    &j.path,
+                    name,
+                    &j.arch,
+                    opts.compression,
+                    &j.kernels,
+                    progress,
+                )?;
+                place(j, s)
+            })
+            .collect(),
         Compression::Zstd { level } => {
             write_zstd_archives(&jobs, name, level, progress).and_then(|summaries| {
                 jobs.iter()
                     .zip(summaries)
-                    .map(|(j, mut s)| {
-                        fsutil::set_mode(&j.path, 0o644)?;
-                        s.path = j.rel.clone();
-                        let mut out = vec![(j.arch.clone(), s.clone())];
-                        for (path, rel) in &j.copies {
-                            fsutil::copy_file(&j.path, path)?;
-                            fsutil::set_mode(path, 0o644)?;
-                            out.push((
-                                j.arch.clone(),
-                                KpackSummary {
-                                    path: rel.clone(),
-                                    ..s.clone()
-                                },
-                            ));
-                        }
-                        Ok(out)
-                    })
+                    .map(|(j, s)| place(j, s))
                     .collect()
             })
         }
