@@ -16,7 +16,7 @@ use rocpack_testsupport as ts;
 use serde_json::Value;
 
 mod common;
-use common::{assert_ok, kpack};
+use common::{assert_ok, kpack, split};
 
 const DLLS: [&str; 4] = [
     "fx_win_lld.dll",
@@ -230,25 +230,24 @@ fn check_resolves(
     n
 }
 
+/// A TheRock-style Windows artifact `tmp/art/fx_win` holding `files` (Windows
+/// fixtures) in `bin/`.
+fn win_artifact(tmp: &Path, files: &[&str]) -> PathBuf {
+    let art = tmp.join("art/fx_win");
+    std::fs::create_dir_all(art.join("bin")).unwrap();
+    for f in files {
+        std::fs::copy(ts::win_fatbin(f), art.join("bin").join(f)).unwrap();
+    }
+    ts::write(&art.join("artifact_manifest.txt"), b"bin\n");
+    art
+}
+
 /// `kpack split` of a TheRock-style Windows artifact (`bin/*.dll`, an EXE);
 /// returns the output directory.
 fn split_artifact(tmp: &Path) -> PathBuf {
-    let art = tmp.join("art/fx_win");
-    std::fs::create_dir_all(art.join("bin")).unwrap();
-    std::fs::write(art.join("artifact_manifest.txt"), "bin\n").unwrap();
-    for f in DLLS.iter().chain(&["fx_win_app.exe"]) {
-        std::fs::copy(ts::win_fatbin(f), art.join("bin").join(f)).unwrap();
-    }
+    let art = win_artifact(tmp, &[&DLLS[..], &["fx_win_app.exe"]].concat());
     let out = tmp.join("out");
-    assert_ok(&kpack(&[
-        "split".as_ref(),
-        "--artifact-prefix".as_ref(),
-        "fx_win".as_ref(),
-        "--artifact-dir".as_ref(),
-        art.as_os_str(),
-        "--output-dir".as_ref(),
-        out.as_os_str(),
-    ]));
+    assert_ok(&split(&art, "fx_win", &out, &[]));
     out
 }
 
@@ -567,25 +566,15 @@ fn windows_shards_recombine_and_verify() {
     // Two build shards of one Windows artifact (TheRock's bin/*.dll layout),
     // each keeping one target, recombined into one package per group.
     let tmp = ts::tempdir();
-    let art = tmp.path().join("art/fx_win");
-    std::fs::create_dir_all(art.join("bin")).unwrap();
-    std::fs::write(art.join("artifact_manifest.txt"), "bin\n").unwrap();
-    for f in DLLS {
-        std::fs::copy(ts::win_fatbin(f), art.join("bin").join(f)).unwrap();
-    }
+    let art = win_artifact(tmp.path(), &DLLS);
     let shards = tmp.path().join("shards");
     for (shard, arch) in [("win-a", "gfx1100"), ("win-b", "gfx906")] {
-        assert_ok(&kpack(&[
-            "split".as_ref(),
-            "--artifact-prefix".as_ref(),
-            "fx_win".as_ref(),
-            "--artifact-dir".as_ref(),
-            art.as_os_str(),
-            "--output-dir".as_ref(),
-            shards.join(shard).as_os_str(),
-            "--gpu-targets".as_ref(),
-            arch.as_ref(),
-        ]));
+        assert_ok(&split(
+            &art,
+            "fx_win",
+            &shards.join(shard),
+            &["--gpu-targets", arch],
+        ));
     }
     let config = tmp.path().join("config.json");
     std::fs::write(
@@ -660,18 +649,9 @@ fn host_only_signed_and_32_bit_images_are_described_not_split() {
     fat[d..d + 4].copy_from_slice(&at.to_le_bytes());
     fat[d + 4..d + 8].copy_from_slice(&16u32.to_le_bytes());
     let art = tmp.path().join("art/signed");
-    std::fs::create_dir_all(art.join("bin")).unwrap();
-    std::fs::write(art.join("artifact_manifest.txt"), "bin\n").unwrap();
-    std::fs::write(art.join("bin/signed.dll"), &fat).unwrap();
-    let o = kpack(&[
-        "split".as_ref(),
-        "--artifact-prefix".as_ref(),
-        "signed".as_ref(),
-        "--artifact-dir".as_ref(),
-        art.as_os_str(),
-        "--output-dir".as_ref(),
-        tmp.path().join("out").as_os_str(),
-    ]);
+    ts::write(&art.join("artifact_manifest.txt"), b"bin\n");
+    ts::write(&art.join("bin/signed.dll"), &fat);
+    let o = split(&art, "signed", &tmp.path().join("out"), &[]);
     let err = ts::stderr(&o);
     assert_eq!(o.status.code(), Some(2), "{err}");
     assert!(

@@ -407,6 +407,21 @@ pub fn snapshot(root: &Path) -> BTreeMap<String, Node> {
     out
 }
 
+/// The names of the entries of directory `dir` (not recursive), sorted.
+pub fn dir_names(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("read {}: {e}", dir.display()))
+        .map(|e| {
+            e.expect("directory entry")
+                .file_name()
+                .into_string()
+                .expect("UTF-8 file name")
+        })
+        .collect();
+    names.sort();
+    names
+}
+
 /// Files and symlinks below `root` (relative paths, sorted).
 pub fn list_files(root: &Path) -> Vec<String> {
     snapshot(root)
@@ -571,6 +586,7 @@ mod tests {
             snapshot(&d.path().join("copy"))
         );
         assert_eq!(list_files(&d.path().join("a")), ["b/c.txt", "l"]);
+        assert_eq!(dir_names(&d.path().join("a")), ["b", "l"]);
         flip_byte(&d.path().join("copy/b/c.txt"), 0);
         assert_ne!(
             snapshot(&d.path().join("a")),
