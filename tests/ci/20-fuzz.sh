@@ -55,7 +55,11 @@ if [ -d "$fx/fatbins" ]; then
         iflag=skip_bytes,count_bytes skip=12288 count=8192 status=none
     cp "$fx/fatbins/libfx_relr.so" "$seeds/elf/relr.so"
     cp "$fx/fatbins/fx_app_nopie" "$seeds/elf/nopie"
+    # an `ar` archive of fat objects and a CCOB-compressed library
+    cp "$fx/fatbins/libfx_static.a" "$seeds/elf/static.a"
+    cp "$fx/fatbins/libfx_multi_compressed.so" "$seeds/elf/ccob.so"
     cp "$fx/kpack-golden/test_zstd.kpack" "$seeds/kpack/zstd.kpack"
+    cp "$fx/kpack-golden/test_noop.kpack" "$seeds/kpack/noop.kpack"
     cp "$fx/kpack-golden/test_zstd.kpack" "$fx/kpack-golden/test_noop.kpack" "$seeds/runtime/"
     cp "$fx/artifacts/packaging-config.json" "$seeds/packaging_config/config.json"
 fi
