@@ -110,7 +110,8 @@ for t in "${targets[@]}"; do
     log "fuzz $t ($RUNS runs, at most $SECS s)"
     touch "$tmp/stamp"
     # rss_limit guards "no huge allocations"; max_len keeps inputs bundle-sized
-    if ! cargo fuzz run -O --fuzz-dir "$FUZZ_DIR" "$t" "$seeds/$t" -- -runs="$RUNS" -max_len=131072 \
+    # TMPDIR: what a target leaves in the temporary directory goes with $tmp
+    if ! TMPDIR="$tmp" cargo fuzz run -O --fuzz-dir "$FUZZ_DIR" "$t" "$seeds/$t" -- -runs="$RUNS" -max_len=131072 \
         -rss_limit_mb=1024 -malloc_limit_mb=512 -max_total_time="$SECS" -timeout="$TIMEOUT" \
         -print_final_stats=1; then
         show_input "$t" "$tmp/stamp"
