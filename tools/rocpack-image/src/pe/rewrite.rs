@@ -424,6 +424,22 @@ pub fn reassemble(host: &[u8], bundles: &[Vec<u8>]) -> Result<Vec<u8>> {
     let sa = u64::from(h.section_alignment.max(1));
     // Section content: bundles 4096-aligned, zero padding, VirtualSize long.
     let vsize = u64::from(fsec.virtual_size);
+    // clang lays the bundles out 4096-aligned and the section ends with
+    // the last one: a VirtualSize beyond that is not a section this module
+    // split, and would only cost memory (up to 4 GiB of zeros).
+    let bundles_end = bundles
+        .iter()
+        .fold(0u64, |end, b| round_up(end, BUNDLE_ALIGN) + b.len() as u64);
+    if vsize > round_up(bundles_end, BUNDLE_ALIGN) {
+        return Err(Error::layout(
+            fsec.header_offset,
+            format!(
+                "the bundle section `{}` has VirtualSize {vsize:#x}, more than one {BUNDLE_ALIGN}-byte \
+                 block after the end of the bundles given ({bundles_end:#x}); not reassembled",
+                fsec.name
+            ),
+        ));
+    }
     let mut offsets = Vec::with_capacity(bundles.len());
     let mut content = Vec::new();
     for b in bundles {
