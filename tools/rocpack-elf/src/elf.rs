@@ -333,6 +333,33 @@ impl<'a> Elf<'a> {
                 });
             }
         }
+        // No section's bytes may lie in the ELF header or the program
+        // header table: rewriting such a section (a symbol table's
+        // st_shndx, say) would rewrite the headers.
+        let heads = [(0, EHDR_SIZE), (e_phoff, table)];
+        for (i, sh) in shdrs.iter().enumerate().skip(1) {
+            if sh.sh_type == elf::SHT_NULL || sh.sh_type == elf::SHT_NOBITS || sh.sh_size == 0 {
+                continue;
+            }
+            let end = sh.sh_offset.saturating_add(sh.sh_size);
+            if let Some(&(at, _)) = heads
+                .iter()
+                .find(|&&(at, len)| len > 0 && sh.sh_offset < at + len && at < end)
+            {
+                return Err(Error::malformed(
+                    e_shoff + i as u64 * SHDR_SIZE,
+                    format!(
+                        "section {i} ({}) overlaps the {} at {at}",
+                        String::from_utf8_lossy(&sh.name),
+                        if at == 0 {
+                            "ELF header"
+                        } else {
+                            "program header table"
+                        }
+                    ),
+                ));
+            }
+        }
         Ok(Elf {
             data,
             ehdr,
