@@ -96,6 +96,7 @@ def rocm_kpack_targets(
     native.label_flag(
         name = "rocm_kpack_libs",
         build_setting_default = ":rocm_kpack_from_source",
+        tags = ["manual"],
         visibility = visibility,
     )
     rocm_kpack_files(
@@ -123,8 +124,9 @@ def rocm_kpack_targets(
     )
     hdrs = native.glob([headers + "/rocm_kpack/*.h"])
 
-    # manual: `bazel build //...` does not build the library unless something
-    # depends on it (the from-source default needs cargo and ~/.cargo).
+    # All manual: `bazel build //...` does not build the library unless
+    # something depends on it (the from-source default needs cargo and
+    # ~/.cargo).
     native.cc_library(
         name = "rocm_kpack",
         hdrs = hdrs,
