@@ -19,7 +19,7 @@ Where the libraries come from follows `[rocpack] tools` in the project's root
     `cargo_target_dir`;
   * `prebuilt`: `rocm_kpack_so_url` + `rocm_kpack_so_sha256` and
     `rocm_kpack_a_url` + `rocm_kpack_a_sha256` (http_file, checked against the
-    digests; `file://` works). Without them the two targets are not declared
+    digests; buck2 refuses file:// URLs). Without them the two targets are not declared
     (`rocm_kpack_available()` is False), so a prebuilt-helpers project that
     does not use the library needs nothing more.
 """
