@@ -41,11 +41,10 @@ bash examples/abi_guard/check.sh --config=prebuilt
 echo "    (abi_guard: $((SECONDS - T))s)" >&2
 
 T=$SECONDS
-log "C consumer of librocm_kpack: examples/runtime on //:rocm_kpack{,_static}, prebuilt libraries, then built from source"
+log "C consumer of librocm_kpack: examples/runtime on //:rocm_kpack{,_static} (prebuilt libraries); a consumer workspace on @rocpack//:rocm_kpack{,_static} (built from source)"
 bash tests/ci/runtime-consumer.sh bazel --config=prebuilt
-bash tests/ci/runtime-consumer.sh bazel --//rules/bazel:kpack=//rules/bazel/prebuilt:kpack \
-    --//rules/bazel:snapctl=//rules/bazel/prebuilt:snapctl \
-    --//rules/bazel:cargo_target_dir="$ROOT/target" --//rules/bazel:cargo_profile=dev
+bash tests/ci/runtime-consumer.sh bazel-workspace \
+    --@rocpack//rules/bazel:cargo_target_dir="$ROOT/target" --@rocpack//rules/bazel:cargo_profile=dev
 echo "    (runtime consumer: $((SECONDS - T))s)" >&2
 
 T=$SECONDS

@@ -9,6 +9,11 @@
 #       bazel test the two targets with the given flags (e.g. --config=prebuilt:
 #       the libraries from rules/bazel/prebuilt), then check that the shared
 #       test binary needs librocm_kpack.so.0 and the static one does not.
+#   tests/ci/runtime-consumer.sh bazel-workspace [BAZEL_FLAGS...]
+#       a throwaway WORKSPACE-mode consumer (local_repository rocpack = this
+#       checkout) whose cc_binary and cc_test depend on @rocpack//:rocm_kpack
+#       and :rocm_kpack_static: tested and run. BAZEL_FLAGS name the
+#       libraries, e.g. --@rocpack//:rocm_kpack_libs=@rocpack//rules/bazel/prebuilt:rocm_kpack_libs
 #   tests/ci/runtime-consumer.sh buck2 BUCK2_BIN ISOLATION_DIR [BUCK2_ARGS...]
 #       buck2 test the same targets (BUCK2_ARGS after the subcommand, e.g.
 #       -c rocpack.cargo_profile=dev), then the same checks.
@@ -19,7 +24,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$ROOT"
 TARGETS=(//examples/runtime:kpack_consumer_test //examples/runtime:kpack_consumer_static_test)
 die() { printf 'FAILED: %s\n' "$*" >&2; exit 1; }
-usage() { sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 T0=$SECONDS
 
 # needs EXE: its NEEDED entries, one per line.
@@ -67,6 +72,40 @@ case "$mode" in
         bin="$(bazel info "$@" bazel-bin 2>/dev/null)"
         check_linkage "$bin/examples/runtime/kpack_consumer_test" "$bin/examples/runtime/kpack_consumer_static_test"
         check_fails "$bin/examples/runtime/kpack_consumer_static_test" "$bin/examples/kpack/split_gfx110X-build.split"
+        ;;
+    bazel-workspace)
+        ws="$(mktemp -d /tmp/rocpack-rt-consumer.XXXXXX)"
+        trap '(cd "$ws" && bazel shutdown >/dev/null 2>&1); rm -rf "$ws"' EXIT
+        mkdir -p "$ws/app"
+        cat > "$ws/WORKSPACE" <<EOF
+workspace(name = "consumer")
+local_repository(name = "rocpack", path = "$ROOT")
+load("@rocpack//rules/bazel:repositories.bzl", "rocpack_dependencies", "rocpack_register_toolchains")
+rocpack_dependencies()
+rocpack_register_toolchains()
+EOF
+        # Offline: every test needs a coverage generator (rocpack's stub).
+        printf 'build --nosandbox_debug\nbuild --coverage_report_generator=@rocpack//rules/bazel:coverage_report_generator_stub\n' > "$ws/.bazelrc"
+        cat > "$ws/app/BUILD.bazel" <<'EOF'
+[cc_binary(name = "app" + s, srcs = ["app.c"], deps = ["@rocpack//:rocm_kpack" + s]) for s in ["", "_static"]]
+[cc_test(name = "app_test" + s, srcs = ["app.c"], deps = ["@rocpack//:rocm_kpack" + s]) for s in ["", "_static"]]
+EOF
+        cat > "$ws/app/app.c" <<'EOF'
+#include <stdio.h>
+#include <rocm_kpack/kpack.h>
+int main(void) {
+    kpack_archive_t archive = NULL;
+    kpack_error_t rc = kpack_open("/nonexistent.kpack", &archive);
+    printf("kpack_open(missing) = %d\n", (int)rc);
+    return rc != KPACK_ERROR_FILE_NOT_FOUND;
+}
+EOF
+        (cd "$ws" && bazel test "$@" //app:all >"$ws/log" 2>&1) || { tail -40 "$ws/log" >&2; die "consumer workspace: bazel test"; }
+        for s in "" _static; do
+            got="$(cd "$ws" && bazel run "$@" "//app:app$s" 2>"$ws/log")" || { tail -20 "$ws/log" >&2; die "consumer workspace: bazel run //app:app$s"; }
+            [ "$got" = "kpack_open(missing) = 2" ] || die "consumer workspace: //app:app$s printed '$got'"
+        done
+        echo "    consumer workspace: @rocpack//:rocm_kpack and :rocm_kpack_static build, run and test" >&2
         ;;
     buck2)
         [ $# -ge 2 ] || usage
