@@ -16,7 +16,9 @@
 #       libraries, e.g. --@rocpack//:rocm_kpack_libs=@rocpack//rules/bazel/prebuilt:rocm_kpack_libs
 #   tests/ci/runtime-consumer.sh buck2 BUCK2_BIN ISOLATION_DIR [BUCK2_ARGS...]
 #       buck2 test the same targets (BUCK2_ARGS after the subcommand, e.g.
-#       -c rocpack.cargo_profile=dev), then the same checks.
+#       -c rocpack.cargo_profile=dev), then the same checks; then again with
+#       [rocpack] tools = prebuilt (libraries and helpers by http_file from a
+#       127.0.0.1 server), and a wrong sha256 must be refused.
 #
 # Prints each step's time. Exit 0 ok, 1 a check failed, 2 usage error.
 set -euo pipefail
@@ -24,7 +26,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$ROOT"
 TARGETS=(//examples/runtime:kpack_consumer_test //examples/runtime:kpack_consumer_static_test)
 die() { printf 'FAILED: %s\n' "$*" >&2; exit 1; }
-usage() { sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 T0=$SECONDS
 
 # needs EXE: its NEEDED entries, one per line.
@@ -119,9 +121,40 @@ EOF
         shared="$(awk '$1 ~ /:kpack_consumer_test$/ {print $2}' "$out")"
         static="$(awk '$1 ~ /:kpack_consumer_static_test$/ {print $2}' "$out")"
         split="$(awk '$1 ~ /:split_gfx110X-build$/ {print $2}' "$out")"
-        rm -f "$out"
         check_linkage "$shared" "$static"
         check_fails "$static" "$split"
+        # tools = prebuilt: the same tests with the libraries (and helpers)
+        # fetched by http_file from a 127.0.0.1 server, pinned by sha256; a
+        # wrong sha256 is refused. (buck2's http_file refuses file:// URLs.)
+        "$b2" --isolation-dir "$iso" build "$@" "//:rocm_kpack_libs[shared]" "//:rocm_kpack_libs[static]" \
+            "//:rocpack_helpers[kpack]" "//:rocpack_helpers[snapctl]" --show-full-output >"$out" 2>>"$log" \
+            || { tail -20 "$log" >&2; die "buck2 build of the libraries and helpers"; }
+        srv="$(mktemp -d)"
+        for f in $(awk '{print $2}' "$out"); do cp "$f" "$srv/"; done
+        ls "$srv/librocm_kpack.so" "$srv/librocm_kpack.a" "$srv/kpack" "$srv/snapctl" >/dev/null || die "libraries or helpers missing from the build outputs"
+        python3 -c 'import http.server, functools, sys
+h = functools.partial(http.server.SimpleHTTPRequestHandler, directory=sys.argv[1])
+s = http.server.ThreadingHTTPServer(("127.0.0.1", 0), h)
+open(sys.argv[1] + "/.port", "w").write(str(s.server_address[1]))
+s.serve_forever()' "$srv" 2>/dev/null &
+        pid=$!
+        trap 'kill "$pid" 2>/dev/null; rm -rf "$srv"; rm -f "$log" "$out"' EXIT
+        for _ in $(seq 100); do [ -s "$srv/.port" ] && break; sleep 0.05; done
+        url="http://127.0.0.1:$(cat "$srv/.port")"
+        sha() { sha256sum "$srv/$1" | cut -c1-64; }
+        pre=(-c rocpack.tools=prebuilt
+             -c "rocpack.kpack_url=$url/kpack" -c "rocpack.kpack_sha256=$(sha kpack)"
+             -c "rocpack.snapctl_url=$url/snapctl" -c "rocpack.snapctl_sha256=$(sha snapctl)"
+             -c "rocpack.rocm_kpack_so_url=$url/librocm_kpack.so" -c "rocpack.rocm_kpack_a_url=$url/librocm_kpack.a"
+             -c "rocpack.rocm_kpack_a_sha256=$(sha librocm_kpack.a)")
+        "$b2" --isolation-dir "$iso" test "${pre[@]}" -c "rocpack.rocm_kpack_so_sha256=$(sha librocm_kpack.so)" "${TARGETS[@]}" >"$log" 2>&1 \
+            || { tail -40 "$log" >&2; die "buck2 test with tools = prebuilt"; }
+        grep -q "Pass 2" "$log" && grep -q "Fail 0" "$log" || { tail -20 "$log" >&2; die "tools = prebuilt: buck2 test did not pass both tests"; }
+        if "$b2" --isolation-dir "$iso" build "${pre[@]}" -c "rocpack.rocm_kpack_so_sha256=$(sha librocm_kpack.a)" //:rocm_kpack >"$log" 2>&1; then
+            die "tools = prebuilt: a wrong rocm_kpack_so_sha256 was accepted"
+        fi
+        grep -q "Invalid sha256 digest" "$log" || { tail -20 "$log" >&2; die "tools = prebuilt: failed, but not on the digest"; }
+        echo "    tools = prebuilt: both tests pass on http_file libraries; a wrong sha256 is refused" >&2
         ;;
     *) usage ;;
 esac
