@@ -3,8 +3,9 @@
 # $1 target dir ("" = a per-checkout dir under ~/.cache/rocpack, kept between
 # builds and outside every project tree), $2 output dir, $3 cargo profile,
 # $4 profile's directory name, $5 manifest, $6 space-separated files to copy
-# out (binaries, or libraries); then the cargo -p flags. Only they land in the output (Buck2 hashes every
-# output byte: a whole cargo target dir is gigabytes), without debug info.
+# out (binaries or libraries); then the cargo -p flags. Only those files land
+# in the output (Buck2 hashes every output byte: a whole cargo target dir is
+# gigabytes), without debug info.
 _CARGO_BUILD = """set -eu
 td=$1; out=$2; profile=$3; pdir=$4; manifest=$5; bins=$6; shift 6
 if [ -z "$td" ]; then
