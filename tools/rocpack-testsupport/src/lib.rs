@@ -578,3 +578,67 @@ mod tests {
         );
     }
 }
+
+/// What a child process used (from `wait4`).
+#[derive(Debug, Clone, Copy)]
+pub struct Usage {
+    /// Peak resident set size, KiB (`ru_maxrss`).
+    pub max_rss_kib: u64,
+    /// User CPU seconds.
+    pub user: f64,
+    /// System CPU seconds.
+    pub sys: f64,
+    /// Wall-clock seconds.
+    pub wall: f64,
+}
+
+/// Runs `cmd` to completion (stdout and stderr captured through temporary
+/// files) and returns its output and its own resource usage, read with
+/// `wait4` (peak RSS of this child only, not of earlier ones).
+pub fn run_measured(cmd: &mut Command) -> (Output, Usage) {
+    use std::io::{Read, Seek};
+    use std::os::unix::process::ExitStatusExt;
+    let mut out = tempfile::tempfile().unwrap();
+    let mut err = tempfile::tempfile().unwrap();
+    let t0 = std::time::Instant::now();
+    let child = cmd
+        .stdin(std::process::Stdio::null())
+        .stdout(out.try_clone().unwrap())
+        .stderr(err.try_clone().unwrap())
+        .spawn()
+        .unwrap();
+    let pid = child.id() as libc::pid_t;
+    let mut status: libc::c_int = 0;
+    let mut ru = std::mem::MaybeUninit::<libc::rusage>::zeroed();
+    // SAFETY: `pid` is our child, not waited for yet (the `Child` handle is
+    // never waited on); `status` and `ru` point to writable memory of the
+    // right types; `ru` is read only after the call succeeded.
+    #[allow(unsafe_code)]
+    let ru = unsafe {
+        let r = libc::wait4(pid, &mut status, 0, ru.as_mut_ptr());
+        assert_eq!(r, pid, "wait4: {}", std::io::Error::last_os_error());
+        ru.assume_init()
+    };
+    drop(child);
+    let wall = t0.elapsed().as_secs_f64();
+    let read = |f: &mut std::fs::File| {
+        let mut v = Vec::new();
+        f.rewind().unwrap();
+        f.read_to_end(&mut v).unwrap();
+        v
+    };
+    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    (
+        Output {
+            status: std::process::ExitStatus::from_raw(status),
+            stdout: read(&mut out),
+            stderr: read(&mut err),
+        },
+        Usage {
+            max_rss_kib: ru.ru_maxrss as u64,
+            user: secs(ru.ru_utime),
+            sys: secs(ru.ru_stime),
+            wall,
+        },
+    )
+}
