@@ -592,52 +592,54 @@ pub struct Usage {
     pub wall: f64,
 }
 
-/// Runs `cmd` to completion (stdout and stderr captured through temporary
-/// files) and returns its output and its own resource usage, read with
-/// `wait4` (peak RSS of this child only, not of earlier ones).
-pub fn run_measured(cmd: &mut Command) -> (Output, Usage) {
-    use std::io::{Read, Seek};
-    use std::os::unix::process::ExitStatusExt;
-    let mut out = tempfile::tempfile().unwrap();
-    let mut err = tempfile::tempfile().unwrap();
+/// Runs `program args…` to completion and returns its output and its own
+/// resource usage. The child is started by a small Python parent that
+/// forks, execs and `wait4`s it: Linux carries the parent's high-water RSS
+/// into a child's `ru_maxrss` across exec, so a child started straight
+/// from a test process would report the test's peak (which grows with
+/// whatever the test built in memory). The Python parent's own peak (`VmHWM`,
+/// which a forked child starts from) is checked to be below the child's,
+/// so a reading is never the parent's.
+pub fn run_measured<S: AsRef<OsStr>>(program: impl AsRef<OsStr>, args: &[S]) -> (Output, Usage) {
+    const PY: &str = r#"import json, os, sys
+# This process's own high-water RSS (its getrusage also holds its parent's).
+me = int([l for l in open("/proc/self/status") if l.startswith("VmHWM:")][0].split()[1])
+pid = os.fork()
+if pid == 0:
+    os.execvp(sys.argv[2], sys.argv[2:])
+_, st, ru = os.wait4(pid, 0)
+json.dump([ru.ru_maxrss, ru.ru_utime, ru.ru_stime, me], open(sys.argv[1], "w"))
+sys.exit(os.waitstatus_to_exitcode(st) % 256)
+"#;
+    let report = tempfile::NamedTempFile::new().unwrap();
     let t0 = std::time::Instant::now();
-    let child = cmd
+    let out = Command::new("python3")
+        .arg("-c")
+        .arg(PY)
+        .arg(report.path())
+        .arg(program)
+        .args(args)
         .stdin(std::process::Stdio::null())
-        .stdout(out.try_clone().unwrap())
-        .stderr(err.try_clone().unwrap())
-        .spawn()
+        .output()
         .unwrap();
-    let pid = child.id() as libc::pid_t;
-    let mut status: libc::c_int = 0;
-    let mut ru = std::mem::MaybeUninit::<libc::rusage>::zeroed();
-    // SAFETY: `pid` is our child, not waited for yet (the `Child` handle is
-    // never waited on); `status` and `ru` point to writable memory of the
-    // right types; `ru` is read only after the call succeeded.
-    #[allow(unsafe_code)]
-    let ru = unsafe {
-        let r = libc::wait4(pid, &mut status, 0, ru.as_mut_ptr());
-        assert_eq!(r, pid, "wait4: {}", std::io::Error::last_os_error());
-        ru.assume_init()
-    };
-    drop(child);
     let wall = t0.elapsed().as_secs_f64();
-    let read = |f: &mut std::fs::File| {
-        let mut v = Vec::new();
-        f.rewind().unwrap();
-        f.read_to_end(&mut v).unwrap();
-        v
-    };
-    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    let text = fs::read_to_string(report.path()).unwrap();
+    let v: Vec<f64> = text
+        .trim_matches(|c| c == '[' || c == ']' || char::is_whitespace(c))
+        .split(',')
+        .map(|x| x.trim().parse().unwrap())
+        .collect();
+    let (rss, user, sys, parent) = (v[0] as u64, v[1], v[2], v[3] as u64);
+    assert!(
+        rss > parent,
+        "the child's peak RSS ({rss} KiB) is not above its Python parent's ({parent} KiB): it cannot be told apart"
+    );
     (
-        Output {
-            status: std::process::ExitStatus::from_raw(status),
-            stdout: read(&mut out),
-            stderr: read(&mut err),
-        },
+        out,
         Usage {
-            max_rss_kib: ru.ru_maxrss as u64,
-            user: secs(ru.ru_utime),
-            sys: secs(ru.ru_stime),
+            max_rss_kib: rss,
+            user,
+            sys,
             wall,
         },
     )

@@ -525,6 +525,12 @@ pub fn scan(f: &File, len: u64, limits: &Limits) -> Result<(Table, Directory, Su
     let mut r = BufReader::with_capacity(1 << 16, file.take(size));
     let mut table = Table::new();
     table.recs.reserve_exact(count as usize);
+    // Names (with extra fields and comments) fill the directory beyond its
+    // fixed-size parts: one allocation, not copied while it grows (up to
+    // 64 MiB reserved; a larger table grows as usual).
+    table
+        .names
+        .reserve_exact((size - count * CDH_LEN as u64).min(64 << 20) as usize);
     let mut e = CdEntry::default();
     let mut total = 0u64;
     // Data spans in directory order: when local headers come in file order

@@ -828,11 +828,15 @@ fn encode<W: Write>(
     }
 }
 
+/// Compresses (or looks up) one entry; `spill` compresses into a
+/// temporary file whatever the size (RECORD, whose size grows with the
+/// entry count).
 fn prepare(
     e: OutEntry,
     input: Option<InputRef<'_>>,
     opts: WriteOptions,
     tmp: &Path,
+    spill: bool,
 ) -> Result<Ready, WheelError> {
     if let Content::Input(i) = e.content {
         let inp = input.ok_or_else(|| {
@@ -851,7 +855,7 @@ fn prepare(
         });
     }
     let size = content_size(&e.content)?;
-    let (data, method, crc, n, sha) = if size <= IN_MEMORY_LIMIT {
+    let (data, method, crc, n, sha) = if size <= IN_MEMORY_LIMIT && !spill {
         let (v, m, c, n, h) = encode(&e.content, Vec::new(), e.store, opts.level)?;
         (Data::Mem(v), m, c, n, h)
     } else {
@@ -939,7 +943,7 @@ impl<'a> WheelWriter<'a> {
         let (input, opts, tmp) = (self.input, self.opts, self.tmp.clone());
         let ready: Vec<Result<Ready, WheelError>> = jobs
             .into_par_iter()
-            .map(|e| prepare(e, input, opts, &tmp))
+            .map(|e| prepare(e, input, opts, &tmp, false))
             .collect();
         for r in ready {
             let r = r?;
@@ -1105,6 +1109,7 @@ impl Sink for WheelWriter<'_> {
             None,
             this.opts,
             &tmp,
+            true,
         )?;
         this.append(r)?;
         // Central directory, then the end records.
