@@ -781,7 +781,10 @@ mod tests {
         // CP437 without the UTF-8 flag, UTF-8 with it.
         assert_eq!(decode_name(b"caf\x82", 0).unwrap(), "caf\u{e9}");
         assert_eq!(decode_name(b"\xff\xe1", 0).unwrap(), "\u{a0}\u{df}");
-        assert_eq!(decode_name("caf\u{e9}".as_bytes(), 0x800).unwrap(), "caf\u{e9}");
+        assert_eq!(
+            decode_name("caf\u{e9}".as_bytes(), 0x800).unwrap(),
+            "caf\u{e9}"
+        );
         assert!(decode_name(b"caf\x82", 0x800).is_err());
     }
 
@@ -792,7 +795,10 @@ mod tests {
             t.push(n, i as u64, 0o644).unwrap();
         }
         t.sort().unwrap();
-        assert_eq!((0..4).map(|i| t.name(i)).collect::<Vec<_>>(), ["a", "b/x", "b/y", "c"]);
+        assert_eq!(
+            (0..4).map(|i| t.name(i)).collect::<Vec<_>>(),
+            ["a", "b/x", "b/y", "c"]
+        );
         assert_eq!(t.find("b/y"), Some(2));
         assert_eq!(t.find("b"), None);
         assert_eq!(t.range_with_prefix("b/"), 1..3);

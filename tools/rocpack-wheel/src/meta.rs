@@ -459,7 +459,10 @@ mod tests {
         assert!(r.ends_with("x-1.dist-info/RECORD,,\n"));
     }
 
-    fn rows(text: &str) -> Result<Vec<(usize, String, Option<HashAlgo>, Option<u64>)>, String> {
+    /// (line, path, algorithm, size) of each row.
+    type Row = (usize, String, Option<HashAlgo>, Option<u64>);
+
+    fn rows(text: &str) -> Result<Vec<Row>, String> {
         let mut v = Vec::new();
         input_record_rows(text.as_bytes(), "x-1.dist-info/RECORD", |r| {
             v.push((r.line, r.path.to_string(), r.hash.map(|h| h.0), r.size));

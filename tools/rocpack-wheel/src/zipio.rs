@@ -1034,7 +1034,7 @@ impl<'a> WheelWriter<'a> {
         let mut c = Vec::with_capacity(46 + name.len() + 28);
         let cd_version = if x.is_empty() { version } else { 45 };
         c.extend_from_slice(&CDH_SIG.to_le_bytes());
-        c.extend_from_slice(&(0x0300 | cd_version.max(20)).to_le_bytes());
+        c.extend_from_slice(&(0x0300 | cd_version).to_le_bytes());
         c.extend_from_slice(&cd_version.to_le_bytes());
         c.extend_from_slice(&flags.to_le_bytes());
         c.extend_from_slice(&r.method.to_le_bytes());
