@@ -153,3 +153,27 @@ fn more_than_65535_entries_get_zip64_end_records() {
     let (table, _, s) = rocpack_wheel::central::scan(&f, b.len() as u64, &zipio::LIMITS).unwrap();
     assert_eq!((table.len(), s.entries), (n + 1, (n + 1) as u64));
 }
+
+/// An input wheel rewritten after it was opened (size, times or inode) is
+/// refused before any output is committed: raw copies would mix old
+/// offsets with new bytes.
+#[test]
+fn an_input_rewritten_while_read_is_refused() {
+    let t = tempdir();
+    let out = t.path().join("x-1-py3-none-any.whl");
+    write(&out, vec![entry("pkg/a.py", b"a = 1\n", false)], t.path());
+    let w = zipio::InputWheel::open(&out).unwrap();
+    w.check_unchanged().unwrap();
+    assert_eq!(
+        w.read_entry("pkg/a.py", 100).unwrap().unwrap(),
+        b"a = 1\n".to_vec()
+    );
+    // Same length, other bytes (a rewrite in place).
+    let mut b = fs::read(&out).unwrap();
+    let n = b.len();
+    b[n - 1] ^= 0;
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    fs::write(&out, &b).unwrap();
+    let e = w.check_unchanged().unwrap_err().to_string();
+    assert!(e.contains("changed while it was read"), "{e}");
+}
