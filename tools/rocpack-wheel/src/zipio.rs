@@ -1157,8 +1157,7 @@ impl Sink for WheelWriter<'_> {
         e.extend_from_slice(&0u16.to_le_bytes());
         this.w.write_all(&e).map_err(oerr)?;
         this.pos += e.len() as u64;
-        let f = this.w.into_inner().map_err(|e| oerr(e.into_error()))?;
-        f.sync_all().map_err(oerr)?;
+        this.w.into_inner().map_err(|e| oerr(e.into_error()))?;
         Ok(Written {
             bytes: this.pos,
             files: count as usize,
