@@ -1,9 +1,16 @@
-//! Issue 22: split's memory does not grow with the input. A 1 GiB fat
-//! library (one plain bundle, 16 targets x 64 MiB code objects, built here
-//! with `ld -r -b binary` + objcopy + gcc and removed afterwards) is split
-//! with zstd and with `--compression none` under an address-space ceiling of
-//! the input's size (its read-only mapping) + 320 MiB: anything that held
-//! the code objects, the archives or the input in heap memory fails.
+//! Issue 22: memory does not grow with the input.
+//!
+//! * A 1 GiB fat library (one plain bundle, 16 targets x 64 MiB code
+//!   objects, built here with `ld -r -b binary` + objcopy + gcc and removed
+//!   afterwards) is split with zstd and with `--compression none` under an
+//!   address-space ceiling of the input's size (its read-only mapping) +
+//!   320 MiB, and each split is reassembled under 320 MiB + the host file:
+//!   anything that held the code objects, the bundle, the archives or the
+//!   input in heap memory fails. The reassembled file must be the input.
+//! * A library whose host part is 1 GiB (a `.rodata` blob beside one small
+//!   bundle) is split and reassembled with the peak RSS of each run read
+//!   from `wait4`: at most 256 MiB, where building the host file or the
+//!   reassembled file in memory takes over 1 GiB.
 
 mod common;
 
@@ -20,13 +27,13 @@ const TARGETS: [&str; 16] = [
 ];
 const CO_SIZE: u64 = 64 << 20;
 
-/// Writes an uncompressed offload bundle: a host entry and one 64 MiB code
-/// object per target (a 1 MiB pseudo-random block repeated, varied per
-/// target), each at a 4 KiB-aligned offset.
-fn write_bundle(path: &Path) {
+/// Writes an uncompressed offload bundle: a host entry and one code object
+/// of `co_size` bytes (a multiple of 1 MiB: a 1 MiB pseudo-random block
+/// repeated, varied per target) per target, each at a 4 KiB-aligned offset.
+fn write_bundle(path: &Path, targets: &[&str], co_size: u64) {
     let ids: Vec<String> = std::iter::once("host-x86_64-unknown-linux-gnu".to_string())
         .chain(
-            TARGETS
+            targets
                 .iter()
                 .map(|t| format!("hipv4-amdgcn-amd-amdhsa--{t}")),
         )
@@ -37,7 +44,7 @@ fn write_bundle(path: &Path) {
     header.extend_from_slice(&(ids.len() as u64).to_le_bytes());
     let mut offsets = Vec::new();
     for (n, id) in ids.iter().enumerate() {
-        let size = if n == 0 { 0 } else { CO_SIZE };
+        let size = if n == 0 { 0 } else { co_size };
         header.extend_from_slice(&off.to_le_bytes());
         header.extend_from_slice(&size.to_le_bytes());
         header.extend_from_slice(&(id.len() as u64).to_le_bytes());
@@ -53,10 +60,10 @@ fn write_bundle(path: &Path) {
         f.write_all(&vec![0u8; (o - pos) as usize]).unwrap();
         let mut b = block.clone();
         b[..8].copy_from_slice(&(n as u64).to_le_bytes());
-        for _ in 0..(CO_SIZE >> 20) {
+        for _ in 0..(co_size >> 20) {
             f.write_all(&b).unwrap();
         }
-        pos = o + CO_SIZE;
+        pos = o + co_size;
     }
     f.flush().unwrap();
 }
@@ -70,9 +77,11 @@ fn tool(mut c: Command, what: &str) {
     );
 }
 
-/// Builds `dir/art/big/lib/libbig.so` around the bundle; returns the artifact dir.
-fn build_library(dir: &Path) -> std::path::PathBuf {
-    write_bundle(&dir.join("blob.bin"));
+/// Builds `dir/art/big/lib/libbig.so` around a bundle of `co_size`-byte
+/// code objects for `targets` and, when `host_mib` > 0, a `.rodata` blob of
+/// that many MiB of host data; returns the artifact dir.
+fn build_library(dir: &Path, targets: &[&str], co_size: u64, host_mib: u64) -> std::path::PathBuf {
+    write_bundle(&dir.join("blob.bin"), targets, co_size);
     let mut c = Command::new("ld");
     c.current_dir(dir)
         .args(["-r", "-b", "binary", "blob.bin", "-o", "blob.o"]);
@@ -87,6 +96,29 @@ fn build_library(dir: &Path) -> std::path::PathBuf {
         "blob.o",
     ]);
     tool(c, "objcopy");
+    let mut objs = vec!["wrapper.c", "blob.o"];
+    if host_mib > 0 {
+        let mut f = std::io::BufWriter::new(std::fs::File::create(dir.join("host.bin")).unwrap());
+        let block = pseudo_random(23, 1 << 20);
+        for _ in 0..host_mib {
+            f.write_all(&block).unwrap();
+        }
+        f.flush().unwrap();
+        drop(f);
+        let mut c = Command::new("ld");
+        c.current_dir(dir)
+            .args(["-r", "-b", "binary", "host.bin", "-o", "host.o"]);
+        tool(c, "ld -r -b binary (host)");
+        std::fs::remove_file(dir.join("host.bin")).unwrap();
+        let mut c = Command::new("objcopy");
+        c.current_dir(dir).args([
+            "--rename-section",
+            ".data=.rodata.big,alloc,load,readonly,data,contents",
+            "host.o",
+        ]);
+        tool(c, "objcopy (host)");
+        objs.push("host.o");
+    }
     std::fs::write(
         dir.join("wrapper.c"),
         "extern const char _binary_blob_bin_start[];\n\
@@ -101,18 +133,65 @@ fn build_library(dir: &Path) -> std::path::PathBuf {
     std::fs::write(art.join("big/artifact_manifest.txt"), "lib\n").unwrap();
     let mut c = Command::new("gcc");
     c.current_dir(dir)
-        .args([
-            "-shared",
-            "-fPIC",
-            "-Wl,-z,noexecstack",
-            "wrapper.c",
-            "blob.o",
-            "-o",
-        ])
+        .args(["-shared", "-fPIC", "-Wl,-z,noexecstack"])
+        .args(&objs)
+        .arg("-o")
         .arg(lib.join("libbig.so"));
     tool(c, "gcc -shared");
     std::fs::remove_file(dir.join("blob.o")).unwrap();
+    let _ = std::fs::remove_file(dir.join("host.o"));
     art
+}
+
+/// `kpack reassemble` of the split in `out` (the host file of libbig.so)
+/// into `back`.
+fn reassemble_cmd(mut cmd: Command, out: &Path, back: &Path) -> Command {
+    cmd.arg("reassemble")
+        .arg("--host")
+        .arg(out.join("big_generic/lib/libbig.so"))
+        .arg("--kpack-dir")
+        .arg(out)
+        .arg("-o")
+        .arg(back)
+        .env("MALLOC_ARENA_MAX", "1");
+    cmd
+}
+
+fn same_file(a: &Path, b: &Path) -> bool {
+    Command::new("cmp")
+        .arg("-s")
+        .arg(a)
+        .arg(b)
+        .status()
+        .unwrap()
+        .success()
+}
+
+/// Runs `cmd` to completion; its output and its peak resident set in KiB
+/// (`ru_maxrss` from `wait4` of that one process).
+fn run_peak_rss(mut cmd: Command, dir: &Path, what: &str) -> (std::process::Output, u64) {
+    use std::process::Stdio;
+    let (o, e) = (dir.join("rss.out"), dir.join("rss.err"));
+    let child = cmd
+        .stdout(Stdio::from(std::fs::File::create(&o).unwrap()))
+        .stderr(Stdio::from(std::fs::File::create(&e).unwrap()))
+        .spawn()
+        .unwrap_or_else(|x| panic!("{what}: {x}"));
+    let pid = child.id() as libc::pid_t;
+    let mut status = 0;
+    // SAFETY: plain FFI call with valid out-pointers; `child` is not
+    // waited on by std afterwards (its Drop neither waits nor kills).
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    let r = unsafe { libc::wait4(pid, &mut status, 0, &mut ru) };
+    assert_eq!(r, pid, "{what}: wait4");
+    drop(child);
+    use std::os::unix::process::ExitStatusExt;
+    let out = std::process::Output {
+        status: std::process::ExitStatus::from_raw(status),
+        stdout: std::fs::read(&o).unwrap(),
+        stderr: std::fs::read(&e).unwrap(),
+    };
+    (out, ru.ru_maxrss as u64)
 }
 
 #[test]
@@ -121,7 +200,7 @@ fn split_memory_does_not_grow_with_a_1gib_input() {
         return;
     }
     let tmp = tempdir();
-    let art = build_library(tmp.path());
+    let art = build_library(tmp.path(), &TARGETS, CO_SIZE, 0);
     let lib = art.join("big/lib/libbig.so");
     let size = std::fs::metadata(&lib).unwrap().len();
     assert!(size >= 1 << 30, "input is only {size} bytes");
@@ -148,6 +227,69 @@ fn split_memory_does_not_grow_with_a_1gib_input() {
             "{compression}: {}",
             stdout(&o)
         );
+        // Reassembly holds no code object, bundle or output: the host file
+        // (mapped for its headers) + 320 MiB.
+        let host = out.join("big_generic/lib/libbig.so");
+        let limit_kib = std::fs::metadata(&host).unwrap().len() / 1024 + 320 * 1024;
+        let back = tmp.path().join("back.so");
+        let cmd = reassemble_cmd(under_vmem_limit(KPACK, limit_kib), &out, &back);
+        let o = output_within(cmd, Duration::from_secs(300), "kpack reassemble (1 GiB)");
+        assert!(
+            o.status.success(),
+            "reassemble of the --compression {compression} split under {limit_kib} KiB: {}",
+            stderr(&o)
+        );
+        assert!(
+            same_file(&back, &lib),
+            "{compression}: reassembled file differs from the input"
+        );
+        std::fs::remove_file(&back).unwrap();
+        std::fs::remove_dir_all(&out).unwrap();
+    }
+}
+
+#[test]
+fn host_rewrite_and_reassembly_memory_do_not_grow_with_a_1gib_host_part() {
+    if !have_tool("objcopy") || !have_tool("gcc") {
+        return;
+    }
+    let tmp = tempdir();
+    let art = build_library(tmp.path(), &TARGETS[..2], 1 << 20, 1024);
+    let lib = art.join("big/lib/libbig.so");
+    let size = std::fs::metadata(&lib).unwrap().len();
+    assert!(size >= 1 << 30, "input is only {size} bytes");
+    const MAX_RSS_KIB: u64 = 256 * 1024;
+    for compression in ["zstd", "none"] {
+        let out = tmp.path().join(format!("out-{compression}"));
+        let mut cmd = Command::new(KPACK);
+        cmd.args(["split", "--artifact-dir"])
+            .arg(art.join("big"))
+            .args(["--artifact-prefix", "big", "--output-dir"])
+            .arg(&out)
+            .args(["--compression", compression, "--jobs", "2"])
+            .env("MALLOC_ARENA_MAX", "1");
+        let (o, rss) = run_peak_rss(cmd, tmp.path(), "kpack split (1 GiB host)");
+        assert!(o.status.success(), "split: {}", stderr(&o));
+        let host = out.join("big_generic/lib/libbig.so");
+        let host_len = std::fs::metadata(&host).unwrap().len();
+        assert!(host_len >= 1 << 30, "host file is only {host_len} bytes");
+        assert!(
+            rss <= MAX_RSS_KIB,
+            "split --compression {compression} of a {size}-byte input with a {host_len}-byte host part: peak RSS {rss} KiB"
+        );
+        let back = tmp.path().join("back.so");
+        let cmd = reassemble_cmd(Command::new(KPACK), &out, &back);
+        let (o, rss) = run_peak_rss(cmd, tmp.path(), "kpack reassemble (1 GiB host)");
+        assert!(o.status.success(), "reassemble: {}", stderr(&o));
+        assert!(
+            rss <= MAX_RSS_KIB,
+            "reassemble ({compression}) of a {host_len}-byte host file: peak RSS {rss} KiB"
+        );
+        assert!(
+            same_file(&back, &lib),
+            "{compression}: reassembled file differs from the input"
+        );
+        std::fs::remove_file(&back).unwrap();
         std::fs::remove_dir_all(&out).unwrap();
     }
 }
