@@ -218,6 +218,20 @@ pub enum Bundles<'a> {
         src: &'a dyn rocpack_bundle::ReadAt,
         ranges: &'a [(u64, u64)],
     },
+    /// Sizes only, for planning ([`reassembly_fits`]): written as zeros.
+    Sizes(&'a [u64]),
+}
+
+/// Whether bundles of sizes `lens` (by `co_index`) fit where the split of
+/// `host` left room for them: `Ok(false)` where [`reassemble`] would fail
+/// with a layout error, without building anything. Relocatable objects
+/// always fit (their `.hip_fatbin` is rebuilt at the end of the file).
+pub fn reassembly_fits(host: &[u8], lens: &[u64]) -> Result<bool> {
+    match reassemble_plan(host, &Bundles::Sizes(lens)) {
+        Ok(_) => Ok(true),
+        Err(Error::Layout { .. }) => Ok(false),
+        Err(e) => Err(e),
+    }
 }
 
 impl Bundles<'_> {
@@ -225,6 +239,7 @@ impl Bundles<'_> {
         match self {
             Bundles::Owned(b) => b.len(),
             Bundles::In { ranges, .. } => ranges.len(),
+            Bundles::Sizes(l) => l.len(),
         }
     }
 
@@ -232,12 +247,13 @@ impl Bundles<'_> {
         match self {
             Bundles::Owned(b) => b.iter().map(|b| b.len() as u64).collect(),
             Bundles::In { ranges, .. } => ranges.iter().map(|r| r.1).collect(),
+            Bundles::Sizes(l) => l.to_vec(),
         }
     }
 
     fn aux(&self) -> &dyn rocpack_bundle::ReadAt {
         match self {
-            Bundles::Owned(_) => &NO_AUX,
+            Bundles::Owned(_) | Bundles::Sizes(_) => &NO_AUX,
             Bundles::In { src, .. } => *src,
         }
     }
@@ -247,6 +263,7 @@ impl Bundles<'_> {
         match self {
             Bundles::Owned(b) => out.extend_from_slice(&b[i]),
             Bundles::In { ranges, .. } => out.push_aux(ranges[i].0, ranges[i].1),
+            Bundles::Sizes(l) => out.resize(out.len().saturating_add(l[i])),
         }
     }
 
@@ -262,6 +279,10 @@ impl Bundles<'_> {
                     o.to_vec(&NO_AUX, *src)
                 })
                 .collect(),
+            Bundles::Sizes(l) => Ok(l
+                .iter()
+                .map(|&n| vec![0; usize::try_from(n).unwrap_or(0)])
+                .collect()),
         }
     }
 }
@@ -313,6 +334,9 @@ fn reassemble_plan(host: &[u8], bundles: &Bundles<'_>) -> Result<Rewritten> {
         }
     }
     if info.kind == crate::ElfKind::Relocatable {
+        if let Bundles::Sizes(_) = bundles {
+            return Ok(Rewritten::Unchanged);
+        }
         let owned = bundles.to_owned_vec()?;
         return Ok(Rewritten::Bytes(crate::object_file::reassemble_object(
             &elf, &info, &owned,

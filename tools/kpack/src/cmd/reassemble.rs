@@ -327,6 +327,14 @@ const MAX_HOST_FILE: u64 = 64 << 30;
 /// after another into `spill` (from offset 0): `(offset, len)` of each.
 /// As many bundles as there are worker threads are built at a time, each
 /// holding only its own code objects.
+///
+/// With `fits` (which says whether bundles of given sizes fit the host),
+/// the sizes of the bundles not built yet are projected from those built
+/// (by `weights`, the code-object bytes of each bundle) once an eighth of
+/// the weight is done: when even 10 % less than the projection would not
+/// fit, `None` is returned at once instead of compressing the rest at an
+/// effort that cannot fit.
+#[allow(clippy::too_many_arguments)]
 fn spill_bundles(
     marker: &Marker,
     count: usize,
@@ -335,7 +343,9 @@ fn spill_bundles(
     effort: u8,
     canonical: &mut (usize, Option<String>),
     spill: &std::fs::File,
-) -> anyhow::Result<Vec<(u64, u64)>> {
+    weights: &[u64],
+    fits: Option<&dyn Fn(&[u64]) -> anyhow::Result<bool>>,
+) -> anyhow::Result<Option<Vec<(u64, u64)>>> {
     use rayon::prelude::*;
     use std::os::unix::fs::FileExt;
     let per = rayon::current_num_threads().max(1);
@@ -382,9 +392,38 @@ fn spill_bundles(
             ranges.push((pos, len));
             pos += len;
         }
+        if let Some(fits) = fits {
+            let total: u64 = weights.iter().sum();
+            let done: u64 = weights[..last].iter().sum();
+            if last < count && done > 0 && done >= total / 8 {
+                let ratio = pos as f64 / done as f64 * 0.9;
+                let mut lens: Vec<u64> = ranges.iter().map(|r| r.1).collect();
+                lens.extend(weights[last..].iter().map(|&w| (w as f64 * ratio) as u64));
+                if !fits(&lens)? {
+                    return Ok(None);
+                }
+            }
+        }
         first = last;
     }
-    Ok(ranges)
+    Ok(Some(ranges))
+}
+
+/// Code-object bytes of each bundle `0..count` (the projection weights of
+/// [`spill_bundles`]).
+fn bundle_weights(marker: &Marker, count: usize, readers: &[(PathBuf, KpackReader)]) -> Vec<u64> {
+    let mut w = vec![0u64; count];
+    let keys: BTreeMap<String, usize> = (0..count)
+        .map(|co| (marker.lookup_key(co as u64), co))
+        .collect();
+    for (_, r) in readers {
+        for e in r.entries() {
+            if let Some(&co) = keys.get(&e.key) {
+                w[co] = w[co].saturating_add(e.original_size);
+            }
+        }
+    }
+    w
 }
 
 /// Reassemble an ELF file into `out` (empty, at offset 0) with bounded
@@ -419,11 +458,22 @@ fn stream_elf(
     })?;
     let spill = tempfile::tempfile_in(dir)
         .with_context(|| format!("failed to create a spill file in `{}`", dir.display()))?;
+    let weights = bundle_weights(&marker, count, readers);
+    let fits = |lens: &[u64]| -> anyhow::Result<bool> {
+        rocpack_elf::reassembly_fits(host, lens).map_err(fail)
+    };
     let mut effort = 0;
     loop {
         *canonical = (0, None);
         spill.set_len(0)?;
-        let ranges = spill_bundles(&marker, count, readers, name, effort, canonical, &spill)?;
+        let project = (effort < MAX_EFFORT).then_some(&fits as &dyn Fn(&[u64]) -> anyhow::Result<bool>);
+        let Some(ranges) = spill_bundles(
+            &marker, count, readers, name, effort, canonical, &spill, &weights, project,
+        )?
+        else {
+            effort += 1;
+            continue;
+        };
         let total = ranges.last().map_or(0, |r| r.0 + r.1);
         let src = rocpack_bundle::FileRange::new(&spill, 0, total);
         let bundles = rocpack_elf::Bundles::In {
