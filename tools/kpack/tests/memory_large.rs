@@ -215,7 +215,11 @@ fn split_and_reassembly_memory_do_not_grow_with_a_1gib_input() {
             .env("MALLOC_ARENA_MAX", "1");
         let (o, rss) = run_peak_rss(cmd, tmp.path(), "kpack split (1 GiB)");
         eprintln!("split --compression {compression}: peak RSS {rss} KiB");
-        assert!(o.status.success(), "split --compression {compression}: {}", stderr(&o));
+        assert!(
+            o.status.success(),
+            "split --compression {compression}: {}",
+            stderr(&o)
+        );
         // One line per artifact: the generic one and one per target.
         assert_eq!(
             stdout(&o).lines().count(),
@@ -225,7 +229,10 @@ fn split_and_reassembly_memory_do_not_grow_with_a_1gib_input() {
         );
         let host = out.join("big_generic/lib/libbig.so");
         let host_len = std::fs::metadata(&host).unwrap().len();
-        assert!(host_len >= HOST_MIB << 20, "host file is only {host_len} bytes");
+        assert!(
+            host_len >= HOST_MIB << 20,
+            "host file is only {host_len} bytes"
+        );
         assert!(
             rss <= MAX_RSS_KIB,
             "split --compression {compression} of a {size}-byte input with a {host_len}-byte host part: peak RSS {rss} KiB"

@@ -158,16 +158,19 @@ impl Out {
                 }
                 let (a, b) = (start + done, start + done + k);
                 // Patches overlapping [a, b), applied in the order made.
-                let lo = order.partition_point(|&i| {
-                    self.patches[i].offset < a.saturating_sub(max_patch)
-                });
+                let lo = order
+                    .partition_point(|&i| self.patches[i].offset < a.saturating_sub(max_patch));
                 hits.clear();
-                hits.extend(order[lo..].iter().copied().take_while(|&i| self.patches[i].offset < b).filter(
-                    |&i| {
-                        let p = &self.patches[i];
-                        p.offset + p.len > a
-                    },
-                ));
+                hits.extend(
+                    order[lo..]
+                        .iter()
+                        .copied()
+                        .take_while(|&i| self.patches[i].offset < b)
+                        .filter(|&i| {
+                            let p = &self.patches[i];
+                            p.offset + p.len > a
+                        }),
+                );
                 hits.sort_unstable();
                 for &i in &hits {
                     let p = &self.patches[i];
@@ -229,7 +232,9 @@ fn read_exact_at(src: &dyn ReadAt, mut offset: u64, mut buf: &mut [u8]) -> std::
         if n == 0 {
             return Err(std::io::Error::new(
                 std::io::ErrorKind::UnexpectedEof,
-                format!("input ended at offset {offset:#x} while it was copied (changed under us?)"),
+                format!(
+                    "input ended at offset {offset:#x} while it was copied (changed under us?)"
+                ),
             ));
         }
         offset += n as u64;

@@ -29,11 +29,11 @@ use crate::elf::{
     align_down, align_up, get, put_u16, put_u64, u64_at, Elf, Phdr, Shdr, Sink, PHDR_SIZE,
     SHT_RELR, SYM_SIZE,
 };
-use crate::out::Out;
 use crate::error::{Error, Result};
+use crate::out::Out;
 use crate::sections::{
-    end_loaded, fatbin_layout, marker_shdr, shstrtab_bytes, shstrtab_without_marker, split_sections,
-    write_hipf, write_hipk, OrigPlaces,
+    end_loaded, fatbin_layout, marker_shdr, shstrtab_bytes, shstrtab_without_marker,
+    split_sections, write_hipf, write_hipk, OrigPlaces,
 };
 
 /// Dynamic tags whose value is an address.
@@ -190,7 +190,10 @@ fn split_plan(
     // before a single bundle header is decompressed.
     validate_layout(&elf, page_size(&elf)?)?;
     validate_bundles(src, &info)?;
-    Ok((Rewritten::Pieces(split_linked(&elf, &info, marker_payload)?), n))
+    Ok((
+        Rewritten::Pieces(split_linked(&elf, &info, marker_payload)?),
+        n,
+    ))
 }
 
 /// Inverse of [`split_host`]: `bundles[i]` is the bundle for `co_index` `i`.
@@ -268,7 +271,7 @@ impl Bundles<'_> {
     }
 
     /// Every bundle in memory (only where the caller bounded their size).
-    fn to_owned_vec(&self) -> Result<Vec<Vec<u8>>> {
+    fn read_all(&self) -> Result<Vec<Vec<u8>>> {
         match self {
             Bundles::Owned(b) => Ok(b.to_vec()),
             Bundles::In { src, ranges } => ranges
@@ -337,7 +340,7 @@ fn reassemble_plan(host: &[u8], bundles: &Bundles<'_>) -> Result<Rewritten> {
         if let Bundles::Sizes(_) = bundles {
             return Ok(Rewritten::Unchanged);
         }
-        let owned = bundles.to_owned_vec()?;
+        let owned = bundles.read_all()?;
         return Ok(Rewritten::Bytes(crate::object_file::reassemble_object(
             &elf, &info, &owned,
         )?));
@@ -1193,11 +1196,7 @@ fn split_in_place(
 
 /// Undo [`split_in_place`]: the bundles go back where the marker is, if
 /// they fit before the next allocated section.
-fn reassemble_in_place(
-    elf: &Elf<'_>,
-    info: &FatBinaryInfo,
-    bundles: &Bundles<'_>,
-) -> Result<Out> {
+fn reassemble_in_place(elf: &Elf<'_>, info: &FatBinaryInfo, bundles: &Bundles<'_>) -> Result<Out> {
     let data = elf.data;
     let (fb, mk) = split_sections(info, "binary")?;
     let v = fb.addr;
@@ -1247,7 +1246,7 @@ fn reassemble_in_place(
     let off = mk.section.file_offset;
     out.fill_zero(off, off.saturating_add(cap))?;
     // Fits the few bytes the split left: small enough to hold.
-    for (b, o) in bundles.to_owned_vec()?.iter().zip(&offsets) {
+    for (b, o) in bundles.read_all()?.iter().zip(&offsets) {
         out.put(off + o, b)?;
     }
     let mut map = OffMap::default();
@@ -1343,7 +1342,10 @@ fn check_split(out: &[u8], wrappers: usize) -> Result<()> {
 /// Write a wrapper's pointer so it evaluates to `target` at run time.
 fn write_pointer<S: Sink + ?Sized>(
     out: &mut S,
-    map: &OffMap, wr: &crate::WrapperInfo, target: u64) -> Result<()> {
+    map: &OffMap,
+    wr: &crate::WrapperInfo,
+    target: u64,
+) -> Result<()> {
     let field = map.map_or_err(wr.file_offset + 8, "wrapper pointer")?;
     match &wr.model {
         PointerModel::Absolute | PointerModel::Relr { .. } => put_u64(out, field, target)?,
@@ -1523,10 +1525,7 @@ fn reassemble_linked(elf: &Elf<'_>, info: &FatBinaryInfo, bundles: &Bundles<'_>)
     out.push_src(split_r_off, end - split_r_off);
     // Headers area: program headers shrink by one; the block goes back.
     out.fill_zero(ph_new_end, b0_off + blocklen)?;
-    out.put(
-        b0_off,
-        get(data, l2.p_offset, blocklen, "moved headers")?,
-    )?;
+    out.put(b0_off, get(data, l2.p_offset, blocklen, "moved headers")?)?;
 
     let mut shdrs = elf.shdrs.clone();
     // The marker section is removed at the end (after the tail layout, which

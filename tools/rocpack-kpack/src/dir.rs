@@ -321,7 +321,9 @@ pub fn unpack_to_dir(reader: &KpackReader, dir: &Path) -> Result<UnpackManifest>
     let kernels = entries
         .par_iter()
         .map(|e| -> Result<UnpackedKernel> {
-            let p = stage.path().join(unpack_file_name(e.ordinal, &e.key, &e.target));
+            let p = stage
+                .path()
+                .join(unpack_file_name(e.ordinal, &e.key, &e.target));
             let io = |err: std::io::Error| Error::from(err).with_path(&p);
             let mut f =
                 std::io::BufWriter::with_capacity(1 << 18, fs::File::create(&p).map_err(io)?);

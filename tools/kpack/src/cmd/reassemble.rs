@@ -244,7 +244,8 @@ fn bundle_for<'r>(
             // compressed.
             drop(refs);
             drop(data);
-            let b = contain(raw, layout.format, effort).map_err(|x| anyhow::anyhow!("{what}: {x}"))?;
+            let b =
+                contain(raw, layout.format, effort).map_err(|x| anyhow::anyhow!("{what}: {x}"))?;
             Ok(Built::Bytes(b, None))
         }
         Err(why) => {
@@ -323,6 +324,9 @@ fn contain(raw: Vec<u8>, format: Format, effort: u8) -> Result<Vec<u8>, String> 
 /// Largest host file `reassemble` takes (real fat libraries stay well below).
 const MAX_HOST_FILE: u64 = 64 << 30;
 
+/// Whether bundles of these sizes fit the host being reassembled.
+type FitsFn<'a> = dyn Fn(&[u64]) -> anyhow::Result<bool> + 'a;
+
 /// Bundles `0..count` of one split file built at `effort` and written one
 /// after another into `spill` (from offset 0): `(offset, len)` of each.
 /// As many bundles as there are worker threads are built at a time, each
@@ -344,7 +348,7 @@ fn spill_bundles(
     canonical: &mut (usize, Option<String>),
     spill: &std::fs::File,
     weights: &[u64],
-    fits: Option<&dyn Fn(&[u64]) -> anyhow::Result<bool>>,
+    fits: Option<&FitsFn<'_>>,
 ) -> anyhow::Result<Option<Vec<(u64, u64)>>> {
     use rayon::prelude::*;
     use std::os::unix::fs::FileExt;
@@ -447,15 +451,15 @@ fn stream_elf(
     let info = rocpack_elf::analyze_in(host, host_src).map_err(fail)?;
     let mut w = std::io::BufWriter::with_capacity(1 << 16, out);
     if info.state != rocpack_elf::State::Split {
-        let n = rocpack_elf::reassemble_to(host, host_src, &rocpack_elf::Bundles::Owned(&[]), &mut w)
-            .map_err(fail)?;
+        let n =
+            rocpack_elf::reassemble_to(host, host_src, &rocpack_elf::Bundles::Owned(&[]), &mut w)
+                .map_err(fail)?;
         w.flush()?;
         return Ok(n);
     }
     let analysis = Analysis::Elf(info);
-    let (marker, count) = marker_of(&analysis, name).map_err(|e| {
-        anyhow::Error::new(e).context(format!("failed to reassemble `{name}`"))
-    })?;
+    let (marker, count) = marker_of(&analysis, name)
+        .map_err(|e| anyhow::Error::new(e).context(format!("failed to reassemble `{name}`")))?;
     let spill = tempfile::tempfile_in(dir)
         .with_context(|| format!("failed to create a spill file in `{}`", dir.display()))?;
     let weights = bundle_weights(&marker, count, readers);
@@ -466,7 +470,7 @@ fn stream_elf(
     loop {
         *canonical = (0, None);
         spill.set_len(0)?;
-        let project = (effort < MAX_EFFORT).then_some(&fits as &dyn Fn(&[u64]) -> anyhow::Result<bool>);
+        let project = (effort < MAX_EFFORT).then_some(&fits as &FitsFn<'_>);
         let Some(ranges) = spill_bundles(
             &marker, count, readers, name, effort, canonical, &spill, &weights, project,
         )?
@@ -558,7 +562,9 @@ pub fn run(args: ReassembleArgs) -> anyhow::Result<ExitCode> {
         };
         let ctx = || format!("failed to write `{}`", args.output.display());
         f.sync_all().with_context(ctx)?;
-        let perm = std::fs::metadata(&args.host).with_context(ctx)?.permissions();
+        let perm = std::fs::metadata(&args.host)
+            .with_context(ctx)?
+            .permissions();
         std::fs::set_permissions(&tmp, perm).with_context(ctx)?;
         std::fs::rename(&tmp, &args.output).with_context(ctx)?;
         Ok(n)
@@ -575,10 +581,7 @@ pub fn run(args: ReassembleArgs) -> anyhow::Result<ExitCode> {
             "kpack: note: {n} bundle(s) rebuilt in clang's canonical form, not the original layout (first: {why})"
         );
     }
-    eprintln!(
-        "kpack: reassembled `{}` ({n} bytes)",
-        args.output.display()
-    );
+    eprintln!("kpack: reassembled `{}` ({n} bytes)", args.output.display());
     Ok(ExitCode::SUCCESS)
 }
 

@@ -911,8 +911,8 @@ fn split_fat(
             .truncate(true)
             .open(host_dst)
             .ctx(host_dst, "create")?;
-        let len = rocpack_elf::split_host_to(data, &src, &marker, &out)
-            .map_err(|e| elf_err(path, e))?;
+        let len =
+            rocpack_elf::split_host_to(data, &src, &marker, &out).map_err(|e| elf_err(path, e))?;
         drop(out);
         fsutil::set_mode(host_dst, mode)?;
         release(&map, None);
