@@ -28,6 +28,16 @@ here="$(cd "$(dirname "$0")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"
 fail() { echo "e2e/buck2 FAILED: $*" >&2; exit 1; }
 
+# docs/buck2.md shows this project's .buckconfig and toolchains/BUCK as
+# complete files: they must be these, byte for byte.
+for f in .buckconfig toolchains/BUCK; do
+    awk -v f="$f" '
+        /^<!-- buck2-consumer-file: / { want = ($3 == f); next }
+        want && /^```/ { if (inblock) exit; inblock = 1; next }
+        inblock { print }' "$repo/docs/buck2.md" | diff -u - "$here/$f" >&2 \
+        || fail "docs/buck2.md's $f differs from e2e/buck2/$f"
+done
+
 [ ! -e "$DIR" ] || fail "$DIR exists"
 mkdir -p "$DIR/third_party/rocpack"
 (cd "$here" && tar -cf - --exclude=run.sh .) | (cd "$DIR" && tar -xf -)
