@@ -49,7 +49,9 @@ for d in deps build .fingerprint; do
     mkdir -p "$TD/debug/$d"
     (cd "$SEED/debug/$d" && ls -A) | while IFS= read -r e; do
         grep -qxF -- "$(unit "$e")" "$W/workspace" || printf '%s\0' "$e"
-    done | (cd "$SEED/debug/$d" && xargs -0 -r cp -a -t "$TD/debug/$d")
+    done | (cd "$SEED/debug/$d" && xargs -0 -r cp -a -t "$TD/debug/$d" 2>"$W/cp.err") \
+        || { ! grep -v "cannot stat" "$W/cp.err" >&2 || die "copying the seed failed"; }
+    # (an entry the seed's own cargo run removed meanwhile is not needed)
 done
 echo "    seeded $TD with the crates.io crates of $SEED ($(du -sh "$TD" | cut -f1))" >&2
 

@@ -99,7 +99,7 @@ for want in "rocpack: root//app:mathlib_typo: no package mathlib_gfx115x: the gr
     grep -qF -- "$want" "$DIR/typo.err" || { cat "$DIR/typo.err" >&2; fail "the missing-group message lacks: $want"; }
 done
 ! grep -q "does not exist in the artifact" "$DIR/typo.err" || fail "buck2's own missing-path error instead of rocpack's"
-echo "e2e/buck2: ok: a group missing from the config: $(grep -m1 -o 'no package [^:]*' "$DIR/typo.err")" >&2
+echo "e2e/buck2: ok: a group missing from the config: $(grep -m1 -o '^rocpack: root//app:mathlib_typo: no package [^:]*' "$DIR/typo.err")" >&2
 
 # The commit of a snapshot, from its metadata.txt (what snapctl recorded).
 commit_of() { # METADATA LIBRARY
