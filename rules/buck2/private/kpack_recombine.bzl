@@ -77,6 +77,10 @@ def kpack_recombine_run(actions: AnalysisActions, kpack: RunInfo, shards: dict[s
     )
     return out_dir
 
+def _owner(ctx: AnalysisContext) -> str:
+    # The target as the user writes it (no configuration).
+    return "%s//%s:%s" % (ctx.label.cell, ctx.label.package, ctx.label.name)
+
 def _shards(ctx: AnalysisContext) -> dict[str, Artifact]:
     shards = {}
     for dep in ctx.attrs.shards:
@@ -98,7 +102,7 @@ def _kpack_recombine_impl(ctx: AnalysisContext) -> list[Provider]:
         config = ctx.attrs.config,
         component = ctx.attrs.component,
         groups = [ctx.attrs.group],
-        owner = str(ctx.label.raw_target()),
+        owner = _owner(ctx),
         attr = "group",
         out_name = ctx.label.name + ".recombine",
     )
@@ -141,7 +145,7 @@ def _kpack_recombine_all_impl(ctx: AnalysisContext) -> list[Provider]:
         config = ctx.attrs.config,
         component = ctx.attrs.component,
         groups = ctx.attrs.groups,
-        owner = str(ctx.label.raw_target()),
+        owner = _owner(ctx),
         attr = "groups",
         out_name = ctx.label.name + ".recombine",
     )
