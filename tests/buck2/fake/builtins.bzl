@@ -379,8 +379,13 @@ def fake_make_actions(label):
         outputs = [x for x in cmd.items + cmd.hidden if _is_output(x)]
         if not outputs:
             fail("run (category %s): the action has no outputs (use .as_output())" % category)
+        # One output may appear several times in one command line (buck2
+        # accepts it: kpack_recombine's wrapper names the directory it checks).
+        bound = {}
         for o in outputs:
-            _bind(o, "run(%s)" % category)
+            if o.path not in bound:
+                bound[o.path] = True
+                _bind(o, "run(%s)" % category)
         state["actions"].append(struct(kind = "run", category = category, identifier = identifier, argv = cmd.items, hidden = cmd.hidden, env = env, local_only = local_only))
         return None
 
