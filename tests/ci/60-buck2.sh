@@ -12,7 +12,10 @@
 #  * kpack outputs byte-identical to the kpack CLI on the same inputs, and to
 #    Bazel's (stage 50's bazel-bin/examples/kpack) when those are present;
 #  * a no-change rebuild that runs nothing (`buck2 log what-ran` empty);
-#  * the consumer cell e2e/buck2 (rocpack as an external cell);
+#  * the consumer cell e2e/buck2 (rocpack as an external cell), including a
+#    group missing from its packaging config (rocpack's message) and its
+#    helpers built from source in the default cargo target dir with cargo
+#    killed mid-build (the rebuild keeps what cargo finished);
 #  * time of a split through buck2 vs the helper alone.
 # Every step prints its time.
 . "$(dirname "$0")/lib.sh"
@@ -319,8 +322,11 @@ done_step
 if [ -d e2e/buck2 ]; then
     step "consumer cell e2e/buck2 (rocpack as an external cell)"
     E2E="$WORK/consumer"
-    # Helpers from tools/release/make-prebuilt.sh (what the docs show first).
-    HELPERS_DIR="$CARGO_TD/$PROFILE_DIR" bash e2e/buck2/run.sh "$BUCK2_BIN" "$E2E" "$ISO" "${CFG[@]}" || die "e2e/buck2"
+    # Helpers from tools/release/make-prebuilt.sh (what the docs show first);
+    # then from source in the default cargo target dir, seeded with the
+    # crates.io crates of the dev build above, cargo killed mid-build.
+    seed=""; [ "$CARGO_PROFILE" = dev ] && seed="$CARGO_TD"
+    HELPERS_DIR="$CARGO_TD/$PROFILE_DIR" FROM_SOURCE_SEED="$seed" bash e2e/buck2/run.sh "$BUCK2_BIN" "$E2E" "$ISO" "${CFG[@]}" || die "e2e/buck2"
     done_step
 fi
 

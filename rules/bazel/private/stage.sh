@@ -21,6 +21,10 @@
 #                         fails when SUB does not exist (lists what does).
 #                         Repeatable: one helper run fills several outputs
 #                         (kpack_packages: every group of one recombine).
+#   --collect-message FMT the error when a --collect SUB is missing: a printf
+#                         format with two %s, the missing SUBs and what the
+#                         helper wrote (rules/common/kpack.bzl's
+#                         kpack_missing_package_format).
 #   --collect-all DEST    after TOOL: move @OUT@/* into directory DEST.
 #   --list-dirs FILE STRIP  write the sorted names of @OUT@'s subdirectories
 #                         to FILE, removing the prefix STRIP from each.
@@ -42,6 +46,7 @@
 set -euo pipefail
 export LC_ALL=C
 stage_list="" tmp_out=0 collect_subs=() collect_dests=() collect_all="" list_file="" list_strip=""
+collect_message='rocpack: no package %s (check the `group` / `groups` attribute against the packaging config). The helper wrote: %s\n'
 expect_dirs="" have_expect=0 list_skip="" link_inputs=0
 roots=()
 sha_hex="" sha_file=""
@@ -50,6 +55,7 @@ while [ $# -gt 0 ]; do
         --stage) stage_list="$2"; shift 2 ;;
         --tmp-out) tmp_out=1; shift ;;
         --collect) collect_subs+=("$2"); collect_dests+=("$3"); tmp_out=1; shift 3 ;;
+        --collect-message) collect_message="$2"; shift 2 ;;
         --collect-all) collect_all="$2"; tmp_out=1; shift 2 ;;
         --list-dirs) list_file="$2"; list_strip="$3"; shift 3 ;;
         --list-skip) list_skip="$2"; shift 2 ;;
@@ -230,7 +236,8 @@ done
 if [ ${#missing[@]} -gt 0 ]; then
     # kpack recombine writes <component>_<group> for each group of the
     # config that has content in the shards (and <component>_generic).
-    echo "rocpack: no package ${missing[*]}: its group is not an architecture group of the packaging config, or no shard has code for it (check the \`group\` / \`groups\` attribute against the config). The helper wrote: $(subdirs | tr '\n' ' ')" >&2
+    # shellcheck disable=SC2059 # the format is the caller's message
+    printf "$collect_message" "${missing[*]}" "$(subdirs | tr '\n' ' ' | sed 's/ $//')" >&2
     exit 1
 fi
 for i in "${!collect_subs[@]}"; do
