@@ -54,7 +54,7 @@ fn ours(data: &[u8], info: &pe::PeInfo) -> BTreeSet<(String, String)> {
 #[test]
 fn every_fixture_unbundles_like_clang_offload_bundler() {
     let exp = expected();
-    assert_eq!(exp.len(), 7, "fixtures listed: {:?}", exp.keys());
+    assert_eq!(exp.len(), 8, "fixtures listed: {:?}", exp.keys());
     for (file, want) in &exp {
         let data = std::fs::read(ts::win_fatbin(file)).unwrap();
         let t = detect(&data);
