@@ -18,7 +18,8 @@ use serde_json::Value;
 mod common;
 use common::{assert_ok, kpack};
 
-const DLLS: [&str; 5] = [
+const DLLS: [&str; 6] = [
+    "fx_win_full.dll",
     "fx_win_msvc.dll",
     "fx_win_lld.dll",
     "fx_win_gnu.dll",
@@ -312,7 +313,7 @@ fn split_windows_artifact_verifies_and_reassembles() {
     assert_ok(&o);
     let text = ts::stdout(&o) + &ts::stderr(&o);
     assert!(
-        text.contains("6 split host binaries") && text.contains("36/36 lookups resolved"),
+        text.contains("7 split host binaries") && text.contains("44/44 lookups resolved"),
         "{text}"
     );
     // A fat DLL left in the generic package is a violation.
@@ -407,7 +408,7 @@ fn split_dlls_load_under_wine_and_resolve_to_the_original_code_objects() {
         "{text}"
     );
     eprintln!("wine: {n1} + {n2} (rebased) + {n3} (stripped) code objects resolved");
-    assert_eq!(n1, 16);
+    assert_eq!(n1, 20);
     assert_eq!(n1, n2);
     assert_eq!(n1, n3);
 }
@@ -618,7 +619,7 @@ fn windows_shards_recombine_and_verify() {
     ]);
     assert_ok(&o);
     let text = ts::stdout(&o);
-    assert!(text.contains("5 split host binaries"), "{text}");
+    assert!(text.contains("6 split host binaries"), "{text}");
     assert!(
         text.contains("lookups resolved") && !text.contains("FAIL"),
         "{text}"

@@ -51,3 +51,14 @@ fn reassembly_of_a_4_gib_bundle_section_is_refused() {
     let e = pe::reassemble(&host, &[b"__CLANG_OFFLOAD_BUNDLE__".to_vec()]).unwrap_err();
     assert!(e.to_string().contains("VirtualSize 0xffbe4dc0"), "{e}");
 }
+
+/// A split image whose FileAlignment is 0x61706b2e: reassembly padded the
+/// bundle section to it (libFuzzer: malloc of 1.6 GB). FileAlignment must
+/// be a power of two of at most 64 KiB to be rewritten.
+#[test]
+fn reassembly_with_an_absurd_file_alignment_is_refused() {
+    let host = data("fuzz-pe-reassemble-huge-file-alignment.dll");
+    assert_eq!(pe::analyze(&host).unwrap().state, State::Split);
+    let e = pe::reassemble(&host, &[b"__CLANG_OFFLOAD_BUNDLE__".to_vec()]).unwrap_err();
+    assert!(e.to_string().contains("FileAlignment 0x61706b2e"), "{e}");
+}
