@@ -18,7 +18,9 @@ use serde_json::Value;
 mod common;
 use common::{assert_ok, kpack, split};
 
-const DLLS: [&str; 4] = [
+const DLLS: [&str; 6] = [
+    "fx_win_full.dll",
+    "fx_win_msvc.dll",
     "fx_win_lld.dll",
     "fx_win_gnu.dll",
     "fx_win_ccob.dll",
@@ -310,7 +312,7 @@ fn split_windows_artifact_verifies_and_reassembles() {
     assert_ok(&o);
     let text = ts::stdout(&o) + &ts::stderr(&o);
     assert!(
-        text.contains("5 split host binaries") && text.contains("32/32 lookups resolved"),
+        text.contains("7 split host binaries") && text.contains("44/44 lookups resolved"),
         "{text}"
     );
     // A fat DLL left in the generic package is a violation.
@@ -405,7 +407,7 @@ fn split_dlls_load_under_wine_and_resolve_to_the_original_code_objects() {
         "{text}"
     );
     eprintln!("wine: {n1} + {n2} (rebased) + {n3} (stripped) code objects resolved");
-    assert_eq!(n1, 14);
+    assert_eq!(n1, 20);
     assert_eq!(n1, n2);
     assert_eq!(n1, n3);
 }
@@ -606,7 +608,7 @@ fn windows_shards_recombine_and_verify() {
     ]);
     assert_ok(&o);
     let text = ts::stdout(&o);
-    assert!(text.contains("4 split host binaries"), "{text}");
+    assert!(text.contains("6 split host binaries"), "{text}");
     assert!(
         text.contains("lookups resolved") && !text.contains("FAIL"),
         "{text}"
@@ -666,5 +668,57 @@ fn host_only_signed_and_32_bit_images_are_described_not_split() {
         ts::stdout(&o).contains("Authenticode"),
         "{}",
         ts::stdout(&o)
+    );
+}
+
+/// A COFF object with device code in an artifact is not split (the image
+/// it is linked into is): split copies it fat into the generic artifact
+/// and says so (text and JSON), and verify reports it without failing.
+#[test]
+fn a_fat_coff_object_is_left_fat_with_a_warning_and_verify_reports_it() {
+    let tmp = ts::tempdir();
+    let art = tmp.path().join("art/obj");
+    std::fs::create_dir_all(art.join("lib")).unwrap();
+    std::fs::write(art.join("artifact_manifest.txt"), "lib\n").unwrap();
+    std::fs::copy(ts::win_fatbin("fx_win_kern.obj"), art.join("lib/kern.obj")).unwrap();
+    std::fs::copy(ts::win_fatbin("fx_win_lld.dll"), art.join("lib/k.dll")).unwrap();
+    let split = |out: &Path, json: bool| {
+        let mut args = vec![
+            "split".as_ref(),
+            "--artifact-prefix".as_ref(),
+            "obj".as_ref(),
+            "--artifact-dir".as_ref(),
+            art.as_os_str(),
+            "--output-dir".as_ref(),
+            out.as_os_str(),
+        ];
+        if json {
+            args.push("--json".as_ref());
+        }
+        let o = kpack(&args);
+        assert_ok(&o);
+        o
+    };
+    let want = "lib/kern.obj: COFF object with HIP device code (1 bundle(s)) copied fat";
+    let out = tmp.path().join("out");
+    let o = split(&out, false);
+    let text = ts::stdout(&o) + &ts::stderr(&o);
+    assert!(text.contains(want), "{text}");
+    let o = split(&tmp.path().join("out-json"), true);
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let warnings = v.to_string();
+    assert!(warnings.contains(want), "{v}");
+    let kept = std::fs::read(out.join("obj_generic/lib/kern.obj")).unwrap();
+    assert!(kept == std::fs::read(ts::win_fatbin("fx_win_kern.obj")).unwrap());
+    let o = kpack(&[
+        "verify".as_ref(),
+        "--artifacts-dir".as_ref(),
+        out.as_os_str(),
+    ]);
+    assert_ok(&o);
+    let text = ts::stdout(&o) + &ts::stderr(&o);
+    assert!(
+        text.contains("obj_generic/lib/kern.obj: fat COFF object (1 bundle(s) of HIP device code) in a generic package"),
+        "{text}"
     );
 }

@@ -358,6 +358,13 @@ pub(super) enum Class {
     Database(databases::DatabaseKind, String),
     /// A fat binary (its host-only rewrite is already written).
     Fat(FatOutcome),
+    /// A COFF object (`.obj`) with device code: copied to the generic
+    /// artifact as it is (COFF objects are not split; the image they are
+    /// linked into is), with a warning; `kpack verify` reports it too.
+    FatObject {
+        /// Bundles in its `.hip_fatbin`.
+        bundles: usize,
+    },
 }
 
 /// What a fat binary holds.
@@ -725,6 +732,16 @@ fn classify_file(
                 "{}: a {flavour} file carrying HIP device code (`.hip_fatbin` or an offload bundle): only 64-bit little-endian fat binaries can be split; refusing to copy it into the generic artifact",
                 path.display(),
             )));
+        }
+    }
+    if let FileType::Coff { .. } = kind {
+        let (_file, map) = map_file(path)?;
+        if let Ok(info) = rocpack_image::pe::analyze(&map) {
+            if info.has_device_code() {
+                return Ok(Class::FatObject {
+                    bundles: info.bundles.len(),
+                });
+            }
         }
     }
     if let Some((kind, arch)) = databases::classify(&cx.opts.databases, rel) {
