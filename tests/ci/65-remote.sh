@@ -58,7 +58,7 @@ ISO=rocpack-remote
 cleanup() {
     local rc=$?
     for b in "${BASES[@]}"; do bazel --output_base="$b" shutdown >/dev/null 2>&1 || true; done
-    for d in "${B2_DIRS[@]}"; do (cd "$d" && "$BUCK2_BIN" --isolation-dir "$ISO" kill >/dev/null 2>&1) || true; done
+    for d in "${B2_DIRS[@]}"; do (cd "$d" && "$BUCK2_BIN" --isolation-dir "$ISO" kill >/dev/null 2>&1; "$BUCK2_BIN" --isolation-dir "$ISO-local" kill >/dev/null 2>&1) || true; done
     [ -n "$HTTP_PID" ] && kill "$HTTP_PID" 2>/dev/null || true
     nl_stop
     if [ $rc -ne 0 ] && [ -n "${NL_DIR:-}" ]; then
@@ -430,8 +430,9 @@ for line in open(sys.argv[1]):
         r = "local-ok"
     # The prelude sh_test takes its executor from its own remote_execution
     # attribute, not from the platform: examples/kpack:packages_test runs
-    # locally. (rocpack'"'"'s stable_checksums_test goes to RE.)
-    if r == "local" and o.get("reason") == "test.run" and o.get("identity") == "packages_test":
+    # locally. (rocpack'"'"'s stable_checksums_test goes to RE.) source_snapshot'"'"'s
+    # rcl_check_test is local only by design (it reads trees that are not inputs).
+    if r == "local" and o.get("reason") == "test.run" and o.get("identity") in ("packages_test", "rcl_check_test"):
         r = "local-ok"
     if r.startswith("local"):
         print("      " + r + ": " + o.get("reason", "") + " " + o.get("identity", ""), file=sys.stderr)
@@ -472,10 +473,11 @@ step "Buck2: buck2 test //examples/... remotely"
 # root, relative paths: --unstable-allow-compatible-tests-on-re suffices);
 # the prelude's sh_test (examples/kpack:packages_test) is not marked so, and
 # --unstable-allow-all-tests-on-re runs it from the root too.
-# Not examples/rcclx_source:rcl_check_test: source_snapshot's check test reads
-# the snapshot trees, which are not inputs (Bazel tags it local); on the
-# worker it fails ("snapshots root does not exist"), as an undeclared read must.
-b2c test //examples/kpack:packages_test //examples/rcclx:stable_checksums_test --unstable-allow-all-tests-on-re \
+# examples/rcclx_source:rcl_check_test (source_snapshot's check test) reads
+# the snapshot trees, which are not inputs (the snapshots root is ignored,
+# each channel a cell): its executor is local only, as Bazel tags it local.
+b2c test //examples/kpack:packages_test //examples/rcclx:stable_checksums_test //examples/rcclx_source:rcl_check_test \
+    --unstable-allow-all-tests-on-re \
     >"$T/b2-test.out" 2>"$T/b2-test.err" \
     || { tail -30 "$T/b2-test.err" >&2; die "buck2 test remotely"; }
 grep -E 'Pass [0-9]+|Tests finished' "$T/b2-test.err" >&2 || true
@@ -518,6 +520,45 @@ if b2c build //tests/remote:probe_undeclared >/dev/null 2>"$T/b2-und.err"; then
 fi
 grep -q 'undeclared.txt: No such file' "$T/b2-und.err" || { tail -20 "$T/b2-und.err" >&2; die "buck2 undeclared read failed otherwise"; }
 echo "    environment: $names; work dir empty; undeclared read fails remotely" >&2
+b2 kill >/dev/null 2>&1 || true
+done_step
+
+step "Buck2: source symlinks on the real tree, declared and undeclared, local and remote"
+# As for Bazel: the example's kpack_split declares librocblas.so.5 ->
+# librocblas.so.5.2 (a kpack_split_links action makes it); a second split of
+# the same shard does not. Each built locally (its own isolation dir, the
+# default platform) and remotely must give the same tree.
+WS_S2="$T/symlinks-b2/rocpack"
+remote_copy_ws "$ROOT" "$WS_S2" "$REL" keep-symlinks
+b2_config "$WS_S2"
+cat >> "$WS_S2/examples/kpack/BUCK" <<'EOB'
+
+# Added by tests/ci/65-remote.sh: the same shard, its link not declared.
+kpack_split(
+    name = "split_undeclared",
+    srcs = glob(["shards/gfx1151-build/blas_lib_gfx1151/**"]),
+    artifact_prefix = "blas_lib",
+    split_databases = ["rocblas"],
+)
+EOB
+cd "$WS_S2"
+B2TOOLS=("${B2CFG[@]:2}")
+link_targets=(//examples/kpack:split_gfx1151-build //examples/kpack:split_undeclared)
+"$BUCK2_BIN" --isolation-dir "$ISO-local" build "${B2TOOLS[@]}" "${link_targets[@]}" --show-full-output \
+    >"$T/b2-links-local.out" 2>"$T/b2-links-local.err" || { tail -20 "$T/b2-links-local.err" >&2; die "buck2 local build of the link targets"; }
+b2c build "${link_targets[@]}" --show-full-output >"$T/b2-links-remote.out" 2>"$T/b2-links-remote.err" \
+    || { tail -20 "$T/b2-links-remote.err" >&2; die "buck2 remote build of the link targets"; }
+"$BUCK2_BIN" --isolation-dir "$ISO-local" kill >/dev/null 2>&1 || true
+tree_of() { awk -v t="rocpack$2" '$1 == t {print $2}' "$1"; }
+b2_links_diff=""
+for t in "${link_targets[@]}"; do
+    l="$(tree_of "$T/b2-links-local.out" "$t")" r="$(tree_of "$T/b2-links-remote.out" "$t")"
+    [ -d "$l" ] && [ -d "$r" ] || die "no output tree for $t (local '$l', remote '$r')"
+    find "$l" "$r" -name librocblas.so.5 -printf "    $t: %y %p %l\n" | sed "s|$T/||" >&2
+    diff <(listing "$l") <(listing "$r") >"$T/b2-links.diff" || b2_links_diff="$b2_links_diff $t"
+done
+[ -z "$b2_links_diff" ] || { cat "$T/b2-links.diff" >&2; die "buck2: local and remote splits differ:$b2_links_diff"; }
+echo "    local == remote for the declared and the undeclared link" >&2
 b2 kill >/dev/null 2>&1 || true
 cd "$ROOT"
 done_step
