@@ -200,3 +200,28 @@ def kpack_relative_path(path, root):
     if not path.startswith(root + "/"):
         fail("kpack_split: '%s' is not under the artifact directory '%s'" % (path, root))
     return path[len(root) + 1:]
+
+def kpack_declared_symlinks(symlinks):
+    """Checks a kpack_split `symlinks` attribute; returns its (path, target) pairs.
+
+    A build system digests a source symlink as the file it points to: whether
+    an input is a link is in no action key, and a remote worker gets a
+    regular file. The artifact's links are therefore declared: each is
+    staged as a link with exactly this target text, locally and remotely
+    alike (`kpack split` keeps it when it stays inside its prefix).
+
+    Args:
+      symlinks: dict, path below the artifact directory -> link target text
+        (relative, e.g. {"lib/libfoo.so.1": "libfoo.so.1.2"}).
+
+    Returns:
+      Sorted list of (path, target).
+    """
+    out = []
+    for path in sorted(symlinks.keys()):
+        target = symlinks[path]
+        kpack_path_depth(path)
+        if not target or target.startswith("/") or "\t" in target or "\n" in target or "\t" in path or "\n" in path:
+            fail("kpack_split: symlink '%s' -> '%s': the target must be a non-empty relative path (absolute links leave the artifact)" % (path, target))
+        out.append((path, target))
+    return out
