@@ -9,21 +9,10 @@ mod common;
 use common::*;
 use std::fs;
 use std::path::Path;
-use std::process::Command;
 
 const POINT_V1: &str = "struct point { int x; int y; };\n";
 /// The dependency grew a field in front: every offset moved.
 const POINT_V2: &str = "struct point { long id; int x; int y; };\n";
-
-fn sh(dir: &Path, cmd: &str) -> std::process::Output {
-    let o = Command::new("sh")
-        .current_dir(dir)
-        .args(["-c", cmd])
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{cmd}: {}", stderr(&o));
-    o
-}
 
 /// Links `app.c` (compiled against the current dep/point.h) with the
 /// snapshot's archive and returns what the program prints.
@@ -49,8 +38,7 @@ fn abi_check(w: &Path, extra: &[&str]) -> std::process::Output {
     }
     args.extend(["--input".into(), "dep/point.h=dep/point.h".into()]);
     args.extend(extra.iter().map(|s| s.to_string()));
-    let a: Vec<&str> = args.iter().map(String::as_str).collect();
-    snapctl(w, &a, &[])
+    snapctl(w, &args, &[])
 }
 
 #[test]
