@@ -12,22 +12,25 @@ load(":toolchain.bzl", "toolchain_attr")
 
 def _recorded_path(ctx: AnalysisContext, f: Artifact) -> str:
     # `snapctl create --abi-input` run from the project root records
-    # project-relative paths; Buck2's short_path is package-relative.
-    pkg = f.owner.package if f.owner else ctx.label.package
+    # project-relative paths; Buck2's short_path is relative to the package
+    # of the artifact's owner (a source file: this target's package).
+    pkg = ctx.label.package
+    if f.owner and hasattr(f.owner, "package"):
+        pkg = f.owner.package
     return (pkg + "/" + f.short_path) if pkg else f.short_path
 
 def _abi_guard_impl(ctx: AnalysisContext) -> list[Provider]:
     toolchain = ctx.attrs._rocpack_toolchain[RocpackToolchainInfo]
     stamp = ctx.actions.declare_output(ctx.label.name + ".abi-ok")
-    cmd = cmd_args(toolchain.snapctl, "abi-check")
+    args = ["abi-check"]
     for path in sorted(ctx.attrs.expect.keys()):
-        cmd.add("--expect", "%s=%s" % (path, ctx.attrs.expect[path]))
+        args += ["--expect", "%s=%s" % (path, ctx.attrs.expect[path])]
     recorded = []
     for f in ctx.attrs.inputs:
         path = _recorded_path(ctx, f)
         recorded.append(path)
-        cmd.add("--input", cmd_args(path + "=", f, delimiter = ""))
-    cmd.add(
+        args += ["--input-pair", path, f]
+    args += [
         "--library=" + ctx.attrs.library,
         "--channel=" + ctx.attrs.channel,
         "--version=" + ctx.attrs.version,
@@ -35,7 +38,8 @@ def _abi_guard_impl(ctx: AnalysisContext) -> list[Provider]:
         "--dev=" + ctx.attrs.dev,
         "--stamp",
         stamp.as_output(),
-    )
+    ]
+    cmd = cmd_args(toolchain.snapctl, args)
     ctx.actions.run(cmd, category = "snapshot_abi_check", env = {"LC_ALL": "C", "TZ": "UTC"})
     out = ctx.actions.declare_output(ctx.label.name + "/" + ctx.attrs.archive.basename)
     ctx.actions.run(

@@ -532,7 +532,10 @@ impl Verdict {
 /// (which must be the manifest of `recorded`) and `now`.
 fn name_changes(dir: &Path, recorded: &str, now: &str) -> Vec<String> {
     match tree::recorded_manifest(dir, recorded) {
-        Ok(old) => tree::diff(&old, now).iter().map(|c| c.to_string()).collect(),
+        Ok(old) => tree::diff(&old, now)
+            .iter()
+            .map(|c| c.to_string())
+            .collect(),
         Err(why) => vec![why],
     }
 }
@@ -929,8 +932,11 @@ pub fn check(
         seen += 1;
         let dir = repo.root.join(ch.dir());
         let v = verify_channel(&repo, ch, &m)?;
-        let mut problems: Vec<(String, Vec<String>)> =
-            v.problem.into_iter().map(|p| (p, v.details.clone())).collect();
+        let mut problems: Vec<(String, Vec<String>)> = v
+            .problem
+            .into_iter()
+            .map(|p| (p, v.details.clone()))
+            .collect();
         if let (Some(g), Some(cut)) = (git_repo, &m.cut_tree_digest) {
             let tmp = tempfile::tempdir().map_err(io_at(Path::new("$TMPDIR")))?;
             let d = tmp.path().join("t");
@@ -956,7 +962,10 @@ pub fn check(
                     ))
                 }
                 Err(e) => problems.push((
-                    format!("cannot re-cut source_commit {}: {e}", short(&m.source_commit)),
+                    format!(
+                        "cannot re-cut source_commit {}: {e}",
+                        short(&m.source_commit)
+                    ),
                     Vec::new(),
                 )),
             }

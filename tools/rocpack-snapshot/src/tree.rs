@@ -167,7 +167,10 @@ pub fn manifest(dir: &Path) -> Result<String> {
 
 /// `sha256:<hex>` of a manifest's text.
 pub fn digest_of(manifest: &str) -> String {
-    format!("sha256:{}", hex::encode(Sha256::digest(manifest.as_bytes())))
+    format!(
+        "sha256:{}",
+        hex::encode(Sha256::digest(manifest.as_bytes()))
+    )
 }
 
 /// `sha256:<hex>` of [`manifest`].
@@ -498,11 +501,15 @@ mod tests {
         fs::write(d.join("f"), "x").unwrap();
         let m = manifest(d).unwrap();
         let dg = digest_of(&m);
-        assert!(recorded_manifest(d, &dg).unwrap_err().contains("no manifest.txt"));
+        assert!(recorded_manifest(d, &dg)
+            .unwrap_err()
+            .contains("no manifest.txt"));
         write_manifest(d, &m).unwrap();
         assert_eq!(recorded_manifest(d, &dg).unwrap(), m);
         assert_eq!(digest(d).unwrap(), dg, "manifest.txt is not hashed");
         fs::write(d.join(MANIFEST), m.replace("file", "exec")).unwrap();
-        assert!(recorded_manifest(d, &dg).unwrap_err().contains("not the manifest of"));
+        assert!(recorded_manifest(d, &dg)
+            .unwrap_err()
+            .contains("not the manifest of"));
     }
 }

@@ -127,6 +127,31 @@ fn struct_layout_change_wrong_result_without_guard_stopped_with_it() {
         "{err}"
     );
     assert!(!w.join("bad.stamp").exists());
+    // The same check with the input as two arguments (what the Buck2 rule passes).
+    let meta = fs::read_to_string(w.join("root/stable/7.0/metadata.txt")).unwrap();
+    let recorded = meta
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("dep/point.h: "))
+        .unwrap()
+        .to_string();
+    let expect = format!("dep/point.h={recorded}");
+    let pair = |file: &str| {
+        snapctl(
+            w,
+            &[
+                "abi-check",
+                "--expect",
+                &expect,
+                "--input-pair",
+                "dep/point.h",
+                file,
+            ],
+            &[],
+        )
+    };
+    fails_with(&pair("dep/point.h"), 1, "changed: dep/point.h");
+    fs::write(w.join("v1.h"), POINT_V1).unwrap();
+    assert_eq!(code(&pair("v1.h")), 0);
 
     // Re-cut against the new layout: the guard passes again and the sum is right.
     sh(

@@ -100,7 +100,6 @@ fn concurrent_creates_lose_no_snapshot() {
     assert_none_lost(&s.root(), "7.0", rounds * per_round);
 }
 
-
 #[test]
 fn special_files_are_refused_not_read() {
     let s = Scratch::new(false);

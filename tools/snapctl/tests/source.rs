@@ -189,8 +189,13 @@ fn cut_rotate_patch_and_check() {
         2,
         "refusing to rotate stable",
     );
-    assert!(err.contains("changed lib/rcl/core/impl.c (content)"), "{err}");
-    let o = snapctl_now(d, &[
+    assert!(
+        err.contains("changed lib/rcl/core/impl.c (content)"),
+        "{err}"
+    );
+    let o = snapctl_now(
+        d,
+        &[
             "record-patch",
             "--snapshots-root",
             "root",
@@ -200,11 +205,14 @@ fn cut_rotate_patch_and_check() {
             "dev@example.com",
             "--why",
             "backport of the init-hang fix",
-        ]);
+        ],
+    );
     ok(&o);
     ok(&check(d));
     let patched = channel_tree(&root, "stable");
-    let again = snapctl_now(d, &[
+    let again = snapctl_now(
+        d,
+        &[
             "record-patch",
             "--snapshots-root",
             "root",
@@ -212,7 +220,8 @@ fn cut_rotate_patch_and_check() {
             "x",
             "--why",
             "y",
-        ]);
+        ],
+    );
     fails_with(&again, 2, "nothing to record");
 
     // Second cut rotates: last-stable = the patched stable, byte for byte.
@@ -326,9 +335,16 @@ fn check_names_each_added_removed_and_changed_file() {
     ok(&snapctl_now(d, &cut_args(&ids[0])));
     // The cut records its manifest: one line per entry, its sha256 the tree digest.
     let m = recorded_manifest(&root, "stable");
-    assert!(m.contains(" lib/rcl/core/impl.c\n") && m.starts_with("dir  - lib\n"), "{m}");
+    assert!(
+        m.contains(" lib/rcl/core/impl.c\n") && m.starts_with("dir  - lib\n"),
+        "{m}"
+    );
     let rcl = root.join("stable/lib/rcl");
-    fs::write(rcl.join("core/impl.c"), "int rcl_add(int a, int b) { return 0; }\n").unwrap();
+    fs::write(
+        rcl.join("core/impl.c"),
+        "int rcl_add(int a, int b) { return 0; }\n",
+    )
+    .unwrap();
     fs::write(rcl.join("core/extra.c"), "int extra;\n").unwrap();
     fs::remove_file(rcl.join("api.h")).unwrap();
     fs::set_permissions(rcl.join("build.sh"), fs::Permissions::from_mode(0o644)).unwrap();
@@ -350,14 +366,29 @@ fn check_names_each_added_removed_and_changed_file() {
     // next edit is named against the patched tree, not the cut.
     ok(&snapctl_now(
         d,
-        &["record-patch", "--snapshots-root", "root", "--who", "a", "--why", "b"],
+        &[
+            "record-patch",
+            "--snapshots-root",
+            "root",
+            "--who",
+            "a",
+            "--why",
+            "b",
+        ],
     ));
     ok(&check(d));
     recorded_manifest(&root, "stable");
     fs::write(rcl.join("core/extra.c"), "int extra2;\n").unwrap();
     let msg = stdout(&check(d));
-    assert!(msg.contains("\n    changed lib/rcl/core/extra.c (content)\n"), "{msg}");
-    assert_eq!(msg.lines().filter(|l| l.starts_with("    ")).count(), 1, "{msg}");
+    assert!(
+        msg.contains("\n    changed lib/rcl/core/extra.c (content)\n"),
+        "{msg}"
+    );
+    assert_eq!(
+        msg.lines().filter(|l| l.starts_with("    ")).count(),
+        1,
+        "{msg}"
+    );
     fs::write(rcl.join("core/extra.c"), "int extra;\n").unwrap();
     // Rotation gives last-stable the manifest of the tree it copied.
     let patched = recorded_manifest(&root, "stable");
@@ -369,12 +400,19 @@ fn check_names_each_added_removed_and_changed_file() {
     // A tampered manifest is not trusted: the verdict stands, the names are refused.
     let mp = root.join("stable/manifest.txt");
     let good = fs::read_to_string(&mp).unwrap();
-    fs::write(&mp, good.replace("lib/rcl/core/impl.c", "lib/rcl/core/other.c")).unwrap();
+    fs::write(
+        &mp,
+        good.replace("lib/rcl/core/impl.c", "lib/rcl/core/other.c"),
+    )
+    .unwrap();
     ok(&check(d)); // manifest.txt is not part of the tree
     fs::write(root.join("stable/lib/rcl/core/impl.c"), "edited\n").unwrap();
     let msg = stdout(&check(d));
     assert!(msg.contains("edited without being recorded"), "{msg}");
-    assert!(msg.contains("manifest.txt is not the manifest of sha256:"), "{msg}");
+    assert!(
+        msg.contains("manifest.txt is not the manifest of sha256:"),
+        "{msg}"
+    );
     // An older snapshot without one: the verdict stands and it says why no file is named.
     fs::remove_file(&mp).unwrap();
     let o = check(d);
@@ -426,7 +464,10 @@ fn era2_trees_are_read_adopted_and_rotated() {
         )
         .unwrap();
     }
-    let st = ok(&snapctl_now(d, &["status", "--snapshots-root", "root", "--json"]));
+    let st = ok(&snapctl_now(
+        d,
+        &["status", "--snapshots-root", "root", "--json"],
+    ));
     let v: serde_json::Value = serde_json::from_str(&st).unwrap();
     assert_eq!(
         v[0]["source_commit"],
@@ -454,7 +495,9 @@ fn era2_trees_are_read_adopted_and_rotated() {
         "refusing to rotate stable",
     );
     for ch in ["stable", "last-stable"] {
-        ok(&snapctl_now(d, &[
+        ok(&snapctl_now(
+            d,
+            &[
                 "record-patch",
                 "--snapshots-root",
                 "root",
@@ -464,7 +507,8 @@ fn era2_trees_are_read_adopted_and_rotated() {
                 "snap",
                 "--why",
                 "adopt the era-2 tree",
-            ]));
+            ],
+        ));
     }
     ok(&check(d));
     let stable_tree = channel_tree(&root, "stable");
