@@ -2,7 +2,7 @@
 # Rust: format, lints, every unit/integration/golden test of the workspace.
 . "$(dirname "$0")/lib.sh"
 cd "$ROOT"
-need_pkgs clang-tools-19 llvm-19 lld-19 elfutils binutils zstd openssl gcc libc6-dev debhelper debugedit patchelf mold cmake pkgconf git
+need_pkgs clang-tools-19 llvm-19 lld-19 elfutils binutils zstd openssl gcc libc6-dev debhelper debugedit patchelf mold cmake pkgconf git unzip
 # Windows (PE/COFF): mingw-w64 builds the Wine test harness, Wine loads the
 # split DLLs (tools/kpack/tests/windows_pe.rs, about 35 s with a fresh prefix;
 # installing wine64 took 42 s here), pefile checks split images

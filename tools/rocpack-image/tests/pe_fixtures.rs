@@ -311,3 +311,28 @@ fn mutated_images_never_panic() {
         let _ = rocpack_image::analyze(&m[..at]);
     }
 }
+
+/// Section header field of `name` at `+field` (VirtualSize is +8).
+fn section_field(data: &[u8], name: &str, field: u64) -> usize {
+    let i = pe::analyze(data).unwrap();
+    let s = i.sections.iter().find(|s| s.name == name).unwrap();
+    (s.header_offset + field) as usize
+}
+
+#[test]
+fn reassembly_refuses_a_bundle_section_larger_than_its_bundles() {
+    // A split image whose `.hip_fat` claims 1.75 GiB: reassembly used to
+    // allocate all of it.
+    let fat = std::fs::read(ts::win_fatbin("fx_win_lld.dll")).unwrap();
+    let fi = pe::analyze(&fat).unwrap();
+    let bundles: Vec<Vec<u8>> = fi
+        .bundles
+        .iter()
+        .map(|b| pe::bundle_bytes(&fat, &fi, b.index).unwrap().to_vec())
+        .collect();
+    let mut host = pe::split_host(&fat, MARKER).unwrap();
+    let at = section_field(&host, ".hip_fat", 8);
+    host[at..at + 4].copy_from_slice(&0x7000_0000u32.to_le_bytes());
+    let e = pe::reassemble(&host, &bundles).unwrap_err().to_string();
+    assert!(e.contains("VirtualSize 0x70000000"), "{e}");
+}

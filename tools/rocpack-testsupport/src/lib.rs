@@ -633,3 +633,69 @@ mod tests {
         );
     }
 }
+
+/// What a child process used (from `wait4`).
+#[derive(Debug, Clone, Copy)]
+pub struct Usage {
+    /// Peak resident set size, KiB (`ru_maxrss`).
+    pub max_rss_kib: u64,
+    /// User CPU seconds.
+    pub user: f64,
+    /// System CPU seconds.
+    pub sys: f64,
+    /// Wall-clock seconds.
+    pub wall: f64,
+}
+
+/// Runs `program args…` to completion and returns its output and its own
+/// resource usage. The child is started by a small Python parent that
+/// forks, execs and `wait4`s it: Linux carries the parent's high-water RSS
+/// into a child's `ru_maxrss` across exec, so a child started straight
+/// from a test process would report the test's peak (which grows with
+/// whatever the test built in memory). The Python parent's own peak (`VmHWM`,
+/// which a forked child starts from) is checked to be below the child's,
+/// so a reading is never the parent's.
+pub fn run_measured<S: AsRef<OsStr>>(program: impl AsRef<OsStr>, args: &[S]) -> (Output, Usage) {
+    const PY: &str = r#"import json, os, sys
+# This process's own high-water RSS (its getrusage also holds its parent's).
+me = int([l for l in open("/proc/self/status") if l.startswith("VmHWM:")][0].split()[1])
+pid = os.fork()
+if pid == 0:
+    os.execvp(sys.argv[2], sys.argv[2:])
+_, st, ru = os.wait4(pid, 0)
+json.dump([ru.ru_maxrss, ru.ru_utime, ru.ru_stime, me], open(sys.argv[1], "w"))
+sys.exit(os.waitstatus_to_exitcode(st) % 256)
+"#;
+    let report = tempfile::NamedTempFile::new().unwrap();
+    let t0 = std::time::Instant::now();
+    let out = Command::new("python3")
+        .arg("-c")
+        .arg(PY)
+        .arg(report.path())
+        .arg(program)
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let wall = t0.elapsed().as_secs_f64();
+    let text = fs::read_to_string(report.path()).unwrap();
+    let v: Vec<f64> = text
+        .trim_matches(|c| c == '[' || c == ']' || char::is_whitespace(c))
+        .split(',')
+        .map(|x| x.trim().parse().unwrap())
+        .collect();
+    let (rss, user, sys, parent) = (v[0] as u64, v[1], v[2], v[3] as u64);
+    assert!(
+        rss > parent,
+        "the child's peak RSS ({rss} KiB) is not above its Python parent's ({parent} KiB): it cannot be told apart"
+    );
+    (
+        out,
+        Usage {
+            max_rss_kib: rss,
+            user,
+            sys,
+            wall,
+        },
+    )
+}

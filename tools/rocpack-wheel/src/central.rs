@@ -1,10 +1,11 @@
-//! The central directory of an input wheel, read on its own before the
-//! `zip` crate opens the archive. The crate keys entries by name (a second
-//! entry of the same name silently replaces the first) and trusts every
-//! offset and size, so these checks are made here, before anything is
+//! The central directory of an input wheel, read on our own (no zip crate:
+//! it keys entries by name, so a second entry of the same name silently
+//! replaces the first, trusts every offset and size, and keeps about 200
+//! bytes per entry). These checks are made here, before anything is
 //! extracted:
 //!
-//! - every name appears once;
+//! - every name appears once (after decoding: UTF-8 when flagged, CP437
+//!   otherwise, as Python's `zipfile` and so pip read them);
 //! - the local header of each entry names the same file as its central
 //!   directory record (as Python's `zipfile`, and so pip, requires);
 //! - no two entries share bytes: the overlapping-entry zip bomb (many names
@@ -17,6 +18,10 @@
 //! Reads are bounded by the file size: the end record is searched in the
 //! last 64 KiB, the central directory is streamed (its size is checked
 //! against the file first) and each local header is one positioned read.
+//!
+//! Memory: the result ([`Table`]) keeps 16 bytes per entry plus its name,
+//! in one arena; everything else about an entry is read again from its
+//! central directory record when it is needed ([`record_at`]).
 
 use std::fs::File;
 use std::io::{BufReader, Read, Seek, SeekFrom};
@@ -27,6 +32,9 @@ use std::os::unix::fs::FileExt;
 pub const DEFLATE_MAX_RATIO: u64 = 1032;
 /// Slack added to the ratio bound for tiny streams (block headers).
 const DEFLATE_SLACK: u64 = 1024;
+/// Longest entry name accepted (Linux `PATH_MAX`: a longer path cannot be
+/// installed).
+pub const MAX_NAME: usize = 4096;
 
 const EOCD_SIG: u32 = 0x0605_4b50;
 const EOCD64_LOCATOR_SIG: u32 = 0x0706_4b50;
@@ -50,21 +58,29 @@ pub struct Limits {
     pub max_total_bytes: u64,
 }
 
-/// One record of the central directory.
-#[derive(Debug, Clone)]
+/// One record of the central directory (name as stored, in bytes).
+#[derive(Debug, Clone, Default)]
 pub struct CdEntry {
     /// The name as stored (bytes).
-    pub name: Box<[u8]>,
+    pub name: Vec<u8>,
+    /// Version made by (high byte: host system, 3 = Unix).
+    pub made_by: u16,
     /// General purpose flags.
     pub flags: u16,
     /// Compression method.
     pub method: u16,
+    /// CRC-32 of the uncompressed bytes.
+    pub crc: u32,
     /// Compressed size.
     pub compressed: u64,
     /// Uncompressed (declared) size.
     pub size: u64,
+    /// External attributes (Unix mode in the high 16 bits).
+    pub external: u32,
     /// Offset of the local header (archive offset applied).
     pub header: u64,
+    /// The extra field (buffer reused from record to record).
+    extra: Vec<u8>,
 }
 
 impl CdEntry {
@@ -76,6 +92,12 @@ impl CdEntry {
     fn is_dir(&self) -> bool {
         self.name.ends_with(b"/")
     }
+
+    /// The Unix mode, when the entry was made on Unix and has one.
+    pub fn unix_mode(&self) -> Option<u32> {
+        let m = self.external >> 16;
+        (self.made_by >> 8 == 3 && m != 0).then_some(m)
+    }
 }
 
 /// What [`scan`] found.
@@ -85,6 +107,180 @@ pub struct Summary {
     pub entries: u64,
     /// Sum of declared sizes.
     pub expanded: u64,
+}
+
+/// Flag bits kept with each [`Rec`] (above the permission bits).
+pub mod flag {
+    /// A directory entry (name ends with `/`).
+    pub const DIR: u16 = 1 << 15;
+    /// A symbolic link (Unix mode `S_IFLNK`).
+    pub const LINK: u16 = 1 << 14;
+    /// Free for the table's user.
+    pub const USER1: u16 = 1 << 13;
+    /// Free for the table's user.
+    pub const USER2: u16 = 1 << 12;
+}
+
+/// One entry of a [`Table`]: 16 bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rec {
+    /// Offset of its central directory record in the file (`u64::MAX`
+    /// when the table was not built from a zip).
+    pub cd: u64,
+    name: u32,
+    len: u16,
+    /// Permission bits (`0o777`) and [`flag`]s.
+    pub bits: u16,
+}
+
+impl Rec {
+    /// The permission bits.
+    pub fn mode(&self) -> u32 {
+        u32::from(self.bits & 0o777)
+    }
+}
+
+/// File names and where their records are, sorted by name: the names in
+/// one arena, 16 bytes per entry besides.
+#[derive(Debug, Default)]
+pub struct Table {
+    names: Vec<u8>,
+    recs: Vec<Rec>,
+}
+
+impl Table {
+    /// An empty table.
+    pub fn new() -> Table {
+        Table::default()
+    }
+
+    /// Appends an entry (the table is unsorted until [`Table::sort`]).
+    pub fn push(&mut self, name: &str, cd: u64, bits: u16) -> Result<(), String> {
+        if name.len() > MAX_NAME {
+            return Err(format!(
+                "entry `{}…`: its name is {} bytes long; at most {MAX_NAME} are accepted",
+                name.chars().take(64).collect::<String>(),
+                name.len()
+            ));
+        }
+        let at = u32::try_from(self.names.len())
+            .map_err(|_| "entry names add up to more than 4 GiB".to_string())?;
+        self.names.extend_from_slice(name.as_bytes());
+        self.recs.push(Rec {
+            cd,
+            name: at,
+            len: name.len() as u16,
+            bits,
+        });
+        Ok(())
+    }
+
+    /// Sorts by name and refuses a name that appears twice.
+    pub fn sort(&mut self) -> Result<(), String> {
+        let names = &self.names;
+        let key = |r: &Rec| &names[r.name as usize..r.name as usize + usize::from(r.len)];
+        self.recs.sort_unstable_by(|a, b| key(a).cmp(key(b)));
+        let mut i = 0;
+        while i < self.recs.len() {
+            let n = key(&self.recs[i]);
+            let same = self.recs[i..].iter().take_while(|r| key(r) == n).count();
+            if same > 1 {
+                return Err(format!(
+                    "entry `{}` appears {same} times in the central directory (zip readers keep one copy or another: which bytes would be installed is undefined)",
+                    String::from_utf8_lossy(n)
+                ));
+            }
+            i += same;
+        }
+        Ok(())
+    }
+
+    /// Keeps the entries `keep` accepts.
+    pub fn retain(&mut self, mut keep: impl FnMut(&Rec) -> bool) {
+        self.recs.retain(|r| keep(r));
+    }
+
+    /// Entries.
+    pub fn len(&self) -> usize {
+        self.recs.len()
+    }
+
+    /// No entries.
+    pub fn is_empty(&self) -> bool {
+        self.recs.is_empty()
+    }
+
+    /// Entry `i`.
+    pub fn rec(&self, i: usize) -> &Rec {
+        &self.recs[i]
+    }
+
+    /// Entry `i`, to change its flags.
+    pub fn rec_mut(&mut self, i: usize) -> &mut Rec {
+        &mut self.recs[i]
+    }
+
+    /// The name of entry `i`.
+    pub fn name(&self, i: usize) -> &str {
+        let r = &self.recs[i];
+        let b = &self.names[r.name as usize..r.name as usize + usize::from(r.len)];
+        // Names are pushed as `&str`.
+        std::str::from_utf8(b).unwrap_or_default()
+    }
+
+    /// Index of `name` (after [`Table::sort`]).
+    pub fn find(&self, name: &str) -> Option<usize> {
+        self.recs
+            .binary_search_by(|r| {
+                self.names[r.name as usize..r.name as usize + usize::from(r.len)]
+                    .cmp(name.as_bytes())
+            })
+            .ok()
+    }
+
+    /// Indices of the names starting with `prefix` (after [`Table::sort`]).
+    pub fn range_with_prefix(&self, prefix: &str) -> std::ops::Range<usize> {
+        let start = self
+            .recs
+            .partition_point(|r| self.key(r) < prefix.as_bytes());
+        let end = start
+            + self.recs[start..]
+                .iter()
+                .take_while(|r| self.key(r).starts_with(prefix.as_bytes()))
+                .count();
+        start..end
+    }
+
+    fn key(&self, r: &Rec) -> &[u8] {
+        &self.names[r.name as usize..r.name as usize + usize::from(r.len)]
+    }
+}
+
+/// CP437 (the zip default when the UTF-8 flag is clear), bytes 0x80–0xFF.
+const CP437_HIGH: &str = "ÇüéâäàåçêëèïîìÄÅÉæÆôöòûùÿÖÜ¢£¥₧ƒáíóúñÑªº¿⌐¬½¼¡«»░▒▓│┤╡╢╖╕╣║╗╝╜╛┐└┴┬├─┼╞╟╚╔╩╦╠═╬╧╨╤╥╙╘╒╓╫╪┘┌█▄▌▐▀αßΓπΣσµτΦΘΩδ∞φε∩≡±≥≤⌠⌡÷≈°∙·√ⁿ²■\u{a0}";
+
+/// The name as a zip reader decodes it: UTF-8 when flag bit 11 is set,
+/// CP437 otherwise.
+pub fn decode_name(raw: &[u8], flags: u16) -> Result<String, String> {
+    if flags & 0x800 != 0 || raw.is_ascii() {
+        return String::from_utf8(raw.to_vec()).map_err(|_| {
+            format!(
+                "entry `{}`: its name is flagged UTF-8 but is not",
+                String::from_utf8_lossy(raw)
+            )
+        });
+    }
+    let high: Vec<char> = CP437_HIGH.chars().collect();
+    Ok(raw
+        .iter()
+        .map(|&b| {
+            if b < 0x80 {
+                char::from(b)
+            } else {
+                high[usize::from(b - 0x80)]
+            }
+        })
+        .collect())
 }
 
 fn u16_at(b: &[u8], at: usize) -> u16 {
@@ -168,10 +364,144 @@ fn locate(f: &File, len: u64) -> Result<(u64, u64, u64, u64), String> {
     Ok((start, size, count, start - offset))
 }
 
+/// Parses one record from `r` into `e` (its buffers reused); `i` and the
+/// archive prefix are for messages and offsets.
+fn read_record(r: &mut impl Read, e: &mut CdEntry, i: u64, prefix: u64) -> Result<(), String> {
+    let mut fixed = [0u8; CDH_LEN];
+    r.read_exact(&mut fixed)
+        .map_err(|_| format!("central directory record {i} is truncated"))?;
+    if u32_at(&fixed, 0) != CDH_SIG {
+        return Err(format!("central directory record {i} has a bad signature"));
+    }
+    e.made_by = u16_at(&fixed, 4);
+    e.flags = u16_at(&fixed, 8);
+    e.method = u16_at(&fixed, 10);
+    e.crc = u32_at(&fixed, 16);
+    let mut compressed = u64::from(u32_at(&fixed, 20));
+    let mut size = u64::from(u32_at(&fixed, 24));
+    let (nlen, xlen, clen) = (
+        usize::from(u16_at(&fixed, 28)),
+        usize::from(u16_at(&fixed, 30)),
+        u64::from(u16_at(&fixed, 32)),
+    );
+    let disk = u16_at(&fixed, 34);
+    e.external = u32_at(&fixed, 38);
+    let mut header = u64::from(u32_at(&fixed, 42));
+    e.name.resize(nlen, 0);
+    r.read_exact(&mut e.name)
+        .map_err(|_| format!("central directory record {i} is truncated"))?;
+    let mut extra = std::mem::take(&mut e.extra);
+    extra.resize(xlen, 0);
+    r.read_exact(&mut extra)
+        .map_err(|_| format!("central directory record {i} is truncated"))?;
+    std::io::copy(&mut r.by_ref().take(clen), &mut std::io::sink())
+        .map_err(|e| format!("read: {e}"))?;
+    // ZIP64 extended information: only the fields whose 32-bit value is saturated, in order.
+    let mut x: &[u8] = &extra;
+    while x.len() >= 4 {
+        let (id, dlen) = (u16_at(x, 0), usize::from(u16_at(x, 2)));
+        let data = x.get(4..4 + dlen).unwrap_or_default();
+        if id == 1 {
+            let mut at = 0;
+            let mut take = |v: &mut u64| {
+                if *v == u64::from(u32::MAX) && at + 8 <= data.len() {
+                    *v = u64_at(data, at);
+                    at += 8;
+                }
+            };
+            take(&mut size);
+            take(&mut compressed);
+            take(&mut header);
+        }
+        x = x.get(4 + dlen..).unwrap_or_default();
+    }
+    if disk != 0 && disk != u16::MAX {
+        return Err("a multi-volume archive (wheels are one file)".into());
+    }
+    e.extra = extra;
+    e.compressed = compressed;
+    e.size = size;
+    e.header = header.saturating_add(prefix);
+    Ok(())
+}
+
+/// Where the central directory of `f` is, for [`record_at`].
+#[derive(Debug, Clone, Copy)]
+pub struct Directory {
+    /// Offset of the first record.
+    pub start: u64,
+    /// Its size.
+    pub size: u64,
+    /// Bytes prepended to the archive.
+    pub prefix: u64,
+}
+
+/// Reads the record at file offset `cd` again (for an entry of a [`Table`]
+/// built by [`scan`]).
+pub fn record_at(f: &File, dir: &Directory, cd: u64) -> Result<CdEntry, String> {
+    let end = dir.start + dir.size;
+    if cd < dir.start || cd >= end {
+        return Err(format!("no central directory record at offset {cd}"));
+    }
+    let mut r = BufReader::with_capacity(4096, FileRange { f, pos: cd, end });
+    let mut e = CdEntry::default();
+    read_record(&mut r, &mut e, 0, dir.prefix)?;
+    Ok(e)
+}
+
+/// Offset of the data of entry `e` (after its local header), checking the
+/// header names the entry.
+pub fn data_offset(f: &File, e: &CdEntry) -> Result<u64, String> {
+    let want = LFH_LEN + e.name.len();
+    let h = read_at(f, e.header, want)?;
+    if u32_at(&h, 0) != LFH_SIG {
+        return Err(format!(
+            "entry `{}`: no local header at offset {}",
+            e.display(),
+            e.header
+        ));
+    }
+    let (nlen, xlen) = (usize::from(u16_at(&h, 26)), u64::from(u16_at(&h, 28)));
+    if nlen != e.name.len() || h.get(LFH_LEN..) != Some(&e.name[..]) {
+        let local = read_at(f, e.header + LFH_LEN as u64, nlen.min(4096))
+            .map(|b| String::from_utf8_lossy(&b).into_owned())
+            .unwrap_or_default();
+        return Err(format!(
+            "entry `{}`: its local header names `{local}` (the central directory and the local header disagree)",
+            e.display()
+        ));
+    }
+    Ok(e.header + want as u64 + xlen)
+}
+
+/// `Read` over bytes `pos..end` of a file, by positioned reads (no shared
+/// file position).
+pub struct FileRange<'a> {
+    /// The file.
+    pub f: &'a File,
+    /// Next byte.
+    pub pos: u64,
+    /// End (exclusive).
+    pub end: u64,
+}
+
+impl Read for FileRange<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let left = self.end.saturating_sub(self.pos);
+        let n = (buf.len() as u64).min(left) as usize;
+        if n == 0 {
+            return Ok(0);
+        }
+        let k = self.f.read_at(&mut buf[..n], self.pos)?;
+        self.pos += k as u64;
+        Ok(k)
+    }
+}
+
 /// Reads the central directory of `f` (`len` bytes), checks it (see the
-/// module documentation) and returns its entries in directory order.
-/// Errors are messages without the file name.
-pub fn scan(f: &File, len: u64, limits: &Limits) -> Result<(Vec<CdEntry>, Summary), String> {
+/// module documentation) and returns its entries, sorted by name, with
+/// where the directory is. Errors are messages without the file name.
+pub fn scan(f: &File, len: u64, limits: &Limits) -> Result<(Table, Directory, Summary), String> {
     let (start, size, count, prefix) = locate(f, len)?;
     if count > limits.max_entries {
         return Err(format!(
@@ -184,203 +514,157 @@ pub fn scan(f: &File, len: u64, limits: &Limits) -> Result<(Vec<CdEntry>, Summar
             "the end record declares {count} entries, the central directory ({size} bytes) cannot hold them"
         ));
     }
+    let dir = Directory {
+        start,
+        size,
+        prefix,
+    };
     let mut file = f.try_clone().map_err(|e| format!("reopen: {e}"))?;
     file.seek(SeekFrom::Start(start))
         .map_err(|e| format!("seek: {e}"))?;
     let mut r = BufReader::with_capacity(1 << 16, file.take(size));
-    let mut entries = Vec::with_capacity(count as usize);
-    let mut fixed = [0u8; CDH_LEN];
+    let mut table = Table::new();
+    table.recs.reserve_exact(count as usize);
+    // Names (with extra fields and comments) fill the directory beyond its
+    // fixed-size parts: one allocation, not copied while it grows (up to
+    // 64 MiB reserved; a larger table grows as usual).
+    table
+        .names
+        .reserve_exact((size - count * CDH_LEN as u64).min(64 << 20) as usize);
+    let mut e = CdEntry::default();
+    let mut total = 0u64;
+    // Data spans in directory order: when local headers come in file order
+    // (every zip writer's order), no entry may start before the previous
+    // one ends; otherwise they are sorted below.
+    let (mut prev_end, mut ordered) = (0u64, true);
+    let mut at = start;
     for i in 0..count {
-        r.read_exact(&mut fixed)
-            .map_err(|_| format!("central directory record {i} is truncated"))?;
-        if u32_at(&fixed, 0) != CDH_SIG {
-            return Err(format!("central directory record {i} has a bad signature"));
+        read_record(&mut r, &mut e, i, prefix)?;
+        let cd = at;
+        at = start + (size - r.get_ref().limit() - r.buffer().len() as u64);
+        total = total.saturating_add(check_sizes(&e, limits)?);
+        let (h_start, h_end) = span(f, &e, start, len)?;
+        if h_start < prev_end {
+            ordered = false;
+        } else {
+            prev_end = h_end;
         }
-        let flags = u16_at(&fixed, 8);
-        let method = u16_at(&fixed, 10);
-        let mut compressed = u64::from(u32_at(&fixed, 20));
-        let mut usize_ = u64::from(u32_at(&fixed, 24));
-        let (nlen, xlen, clen) = (
-            usize::from(u16_at(&fixed, 28)),
-            usize::from(u16_at(&fixed, 30)),
-            u64::from(u16_at(&fixed, 32)),
-        );
-        let disk = u16_at(&fixed, 34);
-        let mut header = u64::from(u32_at(&fixed, 42));
-        let mut var = vec![0u8; nlen + xlen];
-        r.read_exact(&mut var)
-            .map_err(|_| format!("central directory record {i} is truncated"))?;
-        std::io::copy(&mut r.by_ref().take(clen), &mut std::io::sink())
-            .map_err(|e| format!("read: {e}"))?;
-        let (name, extra) = var.split_at(nlen);
-        // ZIP64 extended information: only the fields whose 32-bit value is saturated, in order.
-        let mut x = extra;
-        while x.len() >= 4 {
-            let (id, dlen) = (u16_at(x, 0), usize::from(u16_at(x, 2)));
-            let data = x.get(4..4 + dlen).unwrap_or_default();
-            if id == 1 {
-                let mut at = 0;
-                let mut take = |v: &mut u64| {
-                    if *v == u64::from(u32::MAX) && at + 8 <= data.len() {
-                        *v = u64_at(data, at);
-                        at += 8;
-                    }
-                };
-                take(&mut usize_);
-                take(&mut compressed);
-                take(&mut header);
-            }
-            x = x.get(4 + dlen..).unwrap_or_default();
+        let name = decode_name(&e.name, e.flags)?;
+        let mut bits = match e.unix_mode() {
+            Some(m) => (m & 0o777) as u16,
+            None => 0,
+        };
+        if e.is_dir() {
+            bits |= flag::DIR;
         }
-        if disk != 0 && disk != u16::MAX {
-            return Err("a multi-volume archive (wheels are one file)".into());
+        if e.unix_mode().is_some_and(|m| m & 0o170_000 == 0o120_000) {
+            bits |= flag::LINK;
         }
-        entries.push(CdEntry {
-            name: name.into(),
-            flags,
-            method,
-            compressed,
-            size: usize_,
-            header: header.saturating_add(prefix),
-        });
+        table.push(&name, cd, bits)?;
     }
     drop(r);
-    check_names(&entries)?;
-    let expanded = check_sizes(&entries, limits)?;
-    check_layout(f, &entries, start, len)?;
-    Ok((
-        entries,
-        Summary {
-            entries: count,
-            expanded,
-        },
-    ))
-}
-
-/// Every name once.
-fn check_names(entries: &[CdEntry]) -> Result<(), String> {
-    let mut idx: Vec<usize> = (0..entries.len()).collect();
-    idx.sort_unstable_by(|&a, &b| entries[a].name.cmp(&entries[b].name));
-    let mut i = 0;
-    while i < idx.len() {
-        let n = &entries[idx[i]].name;
-        let same = idx[i..]
-            .iter()
-            .take_while(|&&j| entries[j].name == *n)
-            .count();
-        if same > 1 {
-            return Err(format!(
-                "entry `{}` appears {same} times in the central directory (zip readers keep one copy or another: which bytes would be installed is undefined)",
-                entries[idx[i]].display()
-            ));
-        }
-        i += same;
-    }
-    Ok(())
-}
-
-/// Sizes possible for the bytes present and under the caps; returns the
-/// sum of declared sizes.
-fn check_sizes(entries: &[CdEntry], limits: &Limits) -> Result<u64, String> {
-    let mut total = 0u64;
-    for e in entries {
-        let n = e.display();
-        if e.flags & 1 != 0 {
-            return Err(format!("entry `{n}` is encrypted"));
-        }
-        match e.method {
-            0 if e.size != e.compressed => {
-                return Err(format!(
-                    "entry `{n}` is stored uncompressed in {} bytes but declares {} bytes",
-                    e.compressed, e.size
-                ))
-            }
-            0 => {}
-            8 => {
-                let most = e
-                    .compressed
-                    .saturating_mul(DEFLATE_MAX_RATIO)
-                    .saturating_add(DEFLATE_SLACK);
-                if e.size > most {
-                    return Err(format!(
-                        "entry `{n}` declares {} bytes from {} compressed bytes; deflate cannot expand more than {DEFLATE_MAX_RATIO}:1",
-                        e.size, e.compressed
-                    ));
-                }
-            }
-            _ if e.is_dir() && e.size == 0 && e.compressed == 0 => {}
-            m => {
-                return Err(format!(
-                    "entry `{n}` uses compression method {m}; wheels use stored (0) or deflate (8)"
-                ))
-            }
-        }
-        if e.size > limits.max_entry_bytes {
-            return Err(format!(
-                "entry `{n}` expands to {} bytes; at most {} per entry are accepted",
-                e.size, limits.max_entry_bytes
-            ));
-        }
-        total = total.saturating_add(e.size);
-    }
     if total > limits.max_total_bytes {
         return Err(format!(
             "expands to {total} bytes; at most {} are accepted",
             limits.max_total_bytes
         ));
     }
-    Ok(total)
+    if !ordered {
+        check_overlaps(f, &table, &dir, len)?;
+    }
+    table.sort()?;
+    Ok((
+        table,
+        dir,
+        Summary {
+            entries: count,
+            expanded: total,
+        },
+    ))
 }
 
-/// Local headers match the directory and no two entries share a byte.
-fn check_layout(f: &File, entries: &[CdEntry], cd_start: u64, len: u64) -> Result<(), String> {
-    // (header start, data end, index)
-    let mut spans: Vec<(u64, u64, usize)> = Vec::with_capacity(entries.len());
-    for (i, e) in entries.iter().enumerate() {
-        let n = e.display();
-        let want = LFH_LEN + e.name.len();
-        if e.header.saturating_add(want as u64) > cd_start {
+/// Size possible for the bytes present and under the cap; returns it.
+fn check_sizes(e: &CdEntry, limits: &Limits) -> Result<u64, String> {
+    let n = e.display();
+    if e.flags & 1 != 0 {
+        return Err(format!("entry `{n}` is encrypted"));
+    }
+    match e.method {
+        0 if e.size != e.compressed => {
             return Err(format!(
-                "entry `{n}`: local header at offset {} is not before the central directory",
-                e.header
-            ));
+                "entry `{n}` is stored uncompressed in {} bytes but declares {} bytes",
+                e.compressed, e.size
+            ))
         }
-        let h = read_at(f, e.header, want)?;
-        if u32_at(&h, 0) != LFH_SIG {
+        0 => {}
+        8 => {
+            let most = e
+                .compressed
+                .saturating_mul(DEFLATE_MAX_RATIO)
+                .saturating_add(DEFLATE_SLACK);
+            if e.size > most {
+                return Err(format!(
+                    "entry `{n}` declares {} bytes from {} compressed bytes; deflate cannot expand more than {DEFLATE_MAX_RATIO}:1",
+                    e.size, e.compressed
+                ));
+            }
+        }
+        _ if e.is_dir() && e.size == 0 && e.compressed == 0 => {}
+        m => {
             return Err(format!(
-                "entry `{n}`: no local header at offset {}",
-                e.header
-            ));
+                "entry `{n}` uses compression method {m}; wheels use stored (0) or deflate (8)"
+            ))
         }
-        let (nlen, xlen) = (usize::from(u16_at(&h, 26)), u64::from(u16_at(&h, 28)));
-        if nlen != e.name.len() || h.get(LFH_LEN..) != Some(&e.name[..]) {
-            let local = read_at(f, e.header + LFH_LEN as u64, nlen.min(4096))
-                .map(|b| String::from_utf8_lossy(&b).into_owned())
-                .unwrap_or_default();
-            return Err(format!(
-                "entry `{n}`: its local header names `{local}` (the central directory and the local header disagree)"
-            ));
-        }
-        let data = e.header + want as u64 + xlen;
-        let end = data.saturating_add(e.compressed);
-        if end > cd_start || end > len {
-            return Err(format!(
-                "entry `{n}`: its {} compressed bytes at offset {data} run past the central directory at {cd_start}",
-                e.compressed
-            ));
-        }
-        spans.push((e.header, end, i));
+    }
+    if e.size > limits.max_entry_bytes {
+        return Err(format!(
+            "entry `{n}` expands to {} bytes; at most {} per entry are accepted",
+            e.size, limits.max_entry_bytes
+        ));
+    }
+    Ok(e.size)
+}
+
+/// The bytes of entry `e`: (local header start, data end), checking the
+/// local header names it and everything lies before the directory.
+fn span(f: &File, e: &CdEntry, cd_start: u64, len: u64) -> Result<(u64, u64), String> {
+    let want = LFH_LEN + e.name.len();
+    if e.header.saturating_add(want as u64) > cd_start {
+        return Err(format!(
+            "entry `{}`: local header at offset {} is not before the central directory",
+            e.display(),
+            e.header
+        ));
+    }
+    let data = data_offset(f, e)?;
+    let end = data.saturating_add(e.compressed);
+    if end > cd_start || end > len {
+        return Err(format!(
+            "entry `{}`: its {} compressed bytes at offset {data} run past the central directory at {cd_start}",
+            e.display(),
+            e.compressed
+        ));
+    }
+    Ok((e.header, end))
+}
+
+/// No two entries share a byte (for directories whose local headers are
+/// not in file order: every span is kept and sorted, 24 bytes per entry
+/// for the time of the check).
+fn check_overlaps(f: &File, t: &Table, dir: &Directory, len: u64) -> Result<(), String> {
+    let mut spans: Vec<(u64, u64, u32)> = Vec::with_capacity(t.len());
+    for i in 0..t.len() {
+        let e = record_at(f, dir, t.rec(i).cd)?;
+        let (s, end) = span(f, &e, dir.start, len)?;
+        spans.push((s, end, i as u32));
     }
     spans.sort_unstable();
     for w in spans.windows(2) {
         let ((_, a_end, a), (b_start, _, b)) = (w[0], w[1]);
         if a_end > b_start {
+            let (a, b) = (t.name(a as usize), t.name(b as usize));
             return Err(format!(
-                "entries `{}` and `{}` overlap (the bytes of `{}` run to offset {a_end}, past the local header of `{}` at {b_start}): an overlapping-entry zip bomb or a corrupt wheel",
-                entries[a].display(),
-                entries[b].display(),
-                entries[a].display(),
-                entries[b].display()
+                "entries `{a}` and `{b}` overlap (the bytes of `{a}` run to offset {a_end}, past the local header of `{b}` at {b_start}): an overlapping-entry zip bomb or a corrupt wheel"
             ));
         }
     }
@@ -420,7 +704,12 @@ mod tests {
     ) -> Result<(Vec<CdEntry>, Summary), String> {
         let f = File::open(t.path()).unwrap();
         let len = f.metadata().unwrap().len();
-        scan(&f, len, l)
+        let (table, dir, s) = scan(&f, len, l)?;
+        // The records, in name order, read again from the file.
+        let recs = (0..table.len())
+            .map(|i| record_at(&f, &dir, table.rec(i).cd).unwrap())
+            .collect();
+        Ok((recs, s))
     }
 
     #[test]
@@ -441,6 +730,7 @@ mod tests {
             );
             assert_eq!(&*e[1].name, b"d/b.bin");
             assert_eq!(e[0].header, prefix.len() as u64);
+            assert_eq!(e[1].size, 100_000);
         }
     }
 
@@ -483,6 +773,67 @@ mod tests {
         let mut u = tempfile::NamedTempFile::new().unwrap();
         u.write_all(b"not a zip at all").unwrap();
         assert!(scan_file(&u, &WIDE).unwrap_err().contains("too short"));
+    }
+
+    #[test]
+    fn names_decode_as_zip_readers_do() {
+        assert_eq!(decode_name(b"a/b.py", 0).unwrap(), "a/b.py");
+        // CP437 without the UTF-8 flag, UTF-8 with it.
+        assert_eq!(decode_name(b"caf\x82", 0).unwrap(), "caf\u{e9}");
+        assert_eq!(decode_name(b"\xff\xe1", 0).unwrap(), "\u{a0}\u{df}");
+        assert_eq!(
+            decode_name("caf\u{e9}".as_bytes(), 0x800).unwrap(),
+            "caf\u{e9}"
+        );
+        assert!(decode_name(b"caf\x82", 0x800).is_err());
+    }
+
+    #[test]
+    fn table_sorts_finds_and_refuses_duplicates() {
+        let mut t = Table::new();
+        for (i, n) in ["b/x", "a", "b/y", "c"].iter().enumerate() {
+            t.push(n, i as u64, 0o644).unwrap();
+        }
+        t.sort().unwrap();
+        assert_eq!(
+            (0..4).map(|i| t.name(i)).collect::<Vec<_>>(),
+            ["a", "b/x", "b/y", "c"]
+        );
+        assert_eq!(t.find("b/y"), Some(2));
+        assert_eq!(t.find("b"), None);
+        assert_eq!(t.range_with_prefix("b/"), 1..3);
+        assert_eq!(t.rec(2).cd, 2);
+        t.push("a", 9, 0).unwrap();
+        assert!(t.sort().unwrap_err().contains("entry `a` appears 2 times"));
+        assert!(t.push(&"x".repeat(MAX_NAME + 1), 0, 0).is_err());
+    }
+
+    #[test]
+    fn unordered_local_headers_are_still_checked_for_overlap() {
+        // Central directory in reverse file order: the slow path sorts spans.
+        let t = zip_file(b"", &[("aa", b"x".to_vec()), ("bb", b"y".to_vec())]);
+        let b = std::fs::read(t.path()).unwrap();
+        let f = File::open(t.path()).unwrap();
+        let (_, dir, _) = scan(&f, b.len() as u64, &WIDE).unwrap();
+        let cd = &b[dir.start as usize..(dir.start + dir.size) as usize];
+        let first = 46 + 2 + u16_at(cd, 30) as usize;
+        let mut swapped = b[..dir.start as usize].to_vec();
+        swapped.extend_from_slice(&cd[first..]);
+        swapped.extend_from_slice(&cd[..first]);
+        swapped.extend_from_slice(&b[(dir.start + dir.size) as usize..]);
+        let mut u = tempfile::NamedTempFile::new().unwrap();
+        u.write_all(&swapped).unwrap();
+        let (e, _) = scan_file(&u, &WIDE).unwrap();
+        assert_eq!(e.len(), 2);
+        // Make the second entry's data run into the first one's header... by
+        // pointing both records at the same local header.
+        let mut same = swapped.clone();
+        let at = dir.start as usize + 42; // first record (now `bb`): local header offset
+        same[at..at + 4].copy_from_slice(&0u32.to_le_bytes());
+        let mut u = tempfile::NamedTempFile::new().unwrap();
+        u.write_all(&same).unwrap();
+        let e = scan_file(&u, &WIDE).unwrap_err();
+        assert!(e.contains("local header names `aa`"), "{e}");
     }
 
     #[test]

@@ -3,7 +3,8 @@
 //! check an installed tree.
 //!
 //! The split itself is `rocpack_artifacts::split` run on the wheel's files
-//! (extracted into a private temporary directory): the same ELF host-only
+//! that it may change (extracted into a private temporary directory; the
+//! rest is copied from the input wheel compressed as it is): the same ELF host-only
 //! rewrite, database handlers, `--gpu-targets` filter and `.kpack` writer as
 //! `kpack split`. This crate adds the wheel side: reading and checking the
 //! input ([`central`], [`zipio`]), names ([`names`]), METADATA/WHEEL/RECORD ([`meta`]),

@@ -3,8 +3,6 @@
 //! `sha256=<urlsafe base64, no padding>`, size): written for outputs,
 //! checked against the files of an input ([`InputRecord`]).
 
-use std::collections::BTreeMap;
-
 use sha2::Digest;
 
 /// A METADATA or WHEEL file: header lines (continuations kept with their
@@ -141,7 +139,7 @@ pub struct RecordRow {
     pub size: u64,
 }
 
-fn csv_field(s: &str) -> String {
+pub(crate) fn csv_field(s: &str) -> String {
     if s.contains([',', '"', '\n', '\r']) {
         format!("\"{}\"", s.replace('"', "\"\""))
     } else {
@@ -151,12 +149,12 @@ fn csv_field(s: &str) -> String {
 
 /// Appends one RECORD row for a file to `out`.
 pub fn push_record_row(out: &mut String, r: &RecordRow) {
-    out.push_str(&format!(
-        "{},sha256={},{}\n",
-        csv_field(&r.path),
-        b64url(&r.sha256),
-        r.size
-    ));
+    out.push_str(&record_row(&r.path, &r.sha256, r.size));
+}
+
+/// One RECORD row for a file, line end included.
+pub fn record_row(path: &str, sha256: &[u8; 32], size: u64) -> String {
+    format!("{},sha256={},{}\n", csv_field(path), b64url(sha256), size)
 }
 
 /// Appends the row of the RECORD file itself (empty hash and size).
@@ -175,39 +173,48 @@ pub fn record(rows: &[RecordRow], record_path: &str) -> String {
     s
 }
 
-/// Calls `row` with each CSV row of RECORD text (1-based line, fields):
-/// fields may be quoted (`"a,b"`, `""` for a quote), rows end with `\n` or
-/// `\r\n`, blank lines are skipped. One row at a time: nothing is kept
-/// per row here.
-fn csv_rows(
-    text: &str,
+/// Calls `row` with each CSV row of RECORD text read from `text` (1-based
+/// line, fields): fields may be quoted (`"a,b"`, `""` for a quote), rows
+/// end with `\n` or `\r\n`, blank lines are skipped. One row at a time:
+/// nothing is kept per row here, and the text is streamed.
+fn csv_rows<R: std::io::BufRead>(
+    text: R,
     mut row: impl FnMut(usize, &[String]) -> Result<(), String>,
 ) -> Result<(), String> {
     let mut line = 1;
-    let mut chars = text.chars().peekable();
+    let mut bytes = text.bytes().peekable();
+    let next = |b: &mut std::iter::Peekable<std::io::Bytes<R>>| -> Result<Option<u8>, String> {
+        b.next().transpose().map_err(|e| format!("read: {e}"))
+    };
+    let mut raw: Vec<Vec<u8>> = Vec::new();
     let mut fields: Vec<String> = Vec::new();
-    while chars.peek().is_some() {
+    loop {
+        if bytes.peek().is_none() {
+            break;
+        }
         let start = line;
-        fields.clear();
-        fields.push(String::new());
+        raw.clear();
+        raw.push(Vec::new());
         let mut quoted = false;
-        while let Some(c) = chars.next() {
-            let f = fields.last_mut().ok_or("internal: no field")?;
+        while let Some(c) = next(&mut bytes)? {
+            let f = raw.last_mut().ok_or("internal: no field")?;
+            let peek_quote = matches!(bytes.peek(), Some(Ok(b'"')));
+            let peek_nl = matches!(bytes.peek(), Some(Ok(b'\n')));
             match c {
-                '"' if quoted && chars.peek() == Some(&'"') => {
-                    chars.next();
-                    f.push('"');
+                b'"' if quoted && peek_quote => {
+                    next(&mut bytes)?;
+                    f.push(b'"');
                 }
-                '"' if quoted => quoted = false,
-                '"' if f.is_empty() => quoted = true,
-                ',' if !quoted => fields.push(String::new()),
-                '\n' if !quoted => {
+                b'"' if quoted => quoted = false,
+                b'"' if f.is_empty() => quoted = true,
+                b',' if !quoted => raw.push(Vec::new()),
+                b'\n' if !quoted => {
                     line += 1;
                     break;
                 }
-                '\r' if !quoted && chars.peek() == Some(&'\n') => {}
+                b'\r' if !quoted && peek_nl => {}
                 c => {
-                    if c == '\n' {
+                    if c == b'\n' {
                         line += 1;
                     }
                     f.push(c);
@@ -217,7 +224,11 @@ fn csv_rows(
         if quoted {
             return Err(format!("line {start}: unterminated quoted field"));
         }
-        if !(fields.len() == 1 && fields[0].is_empty()) {
+        if !(raw.len() == 1 && raw[0].is_empty()) {
+            fields.clear();
+            for f in raw.drain(..) {
+                fields.push(String::from_utf8(f).map_err(|_| format!("line {start}: not UTF-8"))?);
+            }
             row(start, &fields)?;
         }
     }
@@ -284,34 +295,59 @@ impl FileHasher {
         }
     }
 
+    /// The digest.
+    pub fn finish(self) -> Vec<u8> {
+        match self {
+            FileHasher::Sha256(h) => h.finalize().to_vec(),
+            FileHasher::Sha384(h) => h.finalize().to_vec(),
+            FileHasher::Sha512(h) => h.finalize().to_vec(),
+        }
+    }
+
     /// The digest in RECORD's encoding (URL-safe base64, no padding).
     pub fn finish_b64(self) -> String {
-        match self {
-            FileHasher::Sha256(h) => b64url(&h.finalize()),
-            FileHasher::Sha384(h) => b64url(&h.finalize()),
-            FileHasher::Sha512(h) => b64url(&h.finalize()),
-        }
+        b64url(&self.finish())
     }
 }
 
-/// One row of an input RECORD (kept for every file until it is checked,
-/// so it is small).
-#[derive(Debug, Clone)]
-struct InputRow {
-    line: u32,
-    hash: Option<(HashAlgo, Box<str>)>,
-    size: Option<u64>,
+/// One row of an input RECORD, checked for syntax.
+#[derive(Debug, Clone, Copy)]
+pub struct InputRow<'a> {
+    /// 1-based line.
+    pub line: usize,
+    /// Path inside the wheel.
+    pub path: &'a str,
+    /// Algorithm and digest (URL-safe base64, padding removed); `None` only
+    /// for RECORD itself and its signatures.
+    pub hash: Option<(HashAlgo, &'a str)>,
+    /// Declared size.
+    pub size: Option<u64>,
 }
 
-/// The RECORD of an input wheel, checked file by file while the wheel is
-/// read: every file listed once with its hash and size, every row a file
-/// of the wheel. The output RECORDs are written from the bytes checked
-/// here, so a wheel whose RECORD does not match is refused, never
-/// re-blessed with fresh hashes.
-#[derive(Debug)]
-pub struct InputRecord {
-    path: String,
-    rows: BTreeMap<String, InputRow>,
+impl InputRow<'_> {
+    /// Compares a file's digest (with the row's algorithm) and size.
+    pub fn check(&self, record_path: &str, digest_b64: &str, size: u64) -> Result<(), String> {
+        let name = self.path;
+        if let Some((algo, want)) = self.hash {
+            if want != digest_b64 {
+                return Err(format!(
+                    "`{name}`: {record_path} line {} says {}={want}, the file has {}={digest_b64}: the RECORD does not match the files",
+                    self.line,
+                    algo.name(),
+                    algo.name()
+                ));
+            }
+        }
+        if let Some(want) = self.size {
+            if want != size {
+                return Err(format!(
+                    "`{name}`: {record_path} line {} says {want} bytes, the file has {size}: the RECORD does not match the files",
+                    self.line
+                ));
+            }
+        }
+        Ok(())
+    }
 }
 
 /// Whether `name` (a wheel path) is RECORD itself or one of its signatures,
@@ -323,120 +359,59 @@ pub fn is_record_file(name: &str, record_path: &str) -> bool {
             .is_some_and(|s| s == ".jws" || s == ".p7s")
 }
 
-impl InputRecord {
-    /// Parses the RECORD at wheel path `record_path`.
-    pub fn parse(text: &str, record_path: &str) -> Result<InputRecord, String> {
-        let mut rows = BTreeMap::new();
-        csv_rows(text, |line, f| {
-            let at = format!("{record_path} line {line}");
-            let [path, hash, size] = f else {
-                return Err(format!(
-                    "{at}: {} fields; a RECORD row is `path,hash,size`",
-                    f.len()
-                ));
-            };
-            let hash = if hash.is_empty() {
-                None
-            } else {
-                let (algo, digest) = hash
-                    .split_once('=')
-                    .ok_or_else(|| format!("{at}: `{hash}` is not `algorithm=digest`"))?;
-                let algo = HashAlgo::parse(algo).ok_or_else(|| {
-                    format!(
-                        "{at}: hash algorithm `{algo}` is not accepted (sha256, sha384 or sha512)"
-                    )
-                })?;
-                Some((algo, digest.trim_end_matches('=').into()))
-            };
-            let size = if size.is_empty() {
-                None
-            } else {
-                Some(
-                    size.parse::<u64>()
-                        .map_err(|_| format!("{at}: size `{size}` is not a byte count"))?,
-                )
-            };
-            if hash.is_none() && !is_record_file(path, record_path) {
-                return Err(format!("{at}: `{path}` has no hash"));
-            }
-            let line = u32::try_from(line).unwrap_or(u32::MAX);
-            if rows
-                .insert(path.clone(), InputRow { line, hash, size })
-                .is_some()
-            {
-                return Err(format!("{at}: `{path}` is listed twice"));
-            }
-            Ok(())
-        })
-        .map_err(|e| match e.strip_prefix("line ") {
-            Some(rest) => format!("{record_path}: line {rest}"),
-            None => e,
-        })?;
-        Ok(InputRecord {
-            path: record_path.to_string(),
-            rows,
-        })
-    }
-
-    /// The hash to compute for file `name`; `Ok(None)` for RECORD and its
-    /// signatures. A file RECORD does not list is an error.
-    pub fn algo(&self, name: &str) -> Result<Option<HashAlgo>, String> {
-        if is_record_file(name, &self.path) {
-            return Ok(None);
-        }
-        match self.rows.get(name).and_then(|r| r.hash.as_ref()) {
-            Some((a, _)) => Ok(Some(*a)),
-            None => Err(format!(
-                "`{name}` is not listed in {}: the RECORD does not match the files",
-                self.path
-            )),
-        }
-    }
-
-    /// Checks file `name` (hashed with [`InputRecord::algo`]) and marks it seen.
-    pub fn check(&mut self, name: &str, digest_b64: &str, size: u64) -> Result<(), String> {
-        let Some(row) = self.rows.remove(name) else {
+/// Streams the rows of the RECORD at wheel path `record_path` to `row`,
+/// each checked for syntax (three fields, an accepted hash for every file
+/// but RECORD and its signatures, a byte count). Nothing is kept per row:
+/// the caller checks each row against the wheel's files as it comes
+/// (every file listed once, every row a file of the wheel), so a wheel
+/// whose RECORD does not match is refused, never re-blessed with fresh
+/// hashes.
+pub fn input_record_rows<R: std::io::BufRead>(
+    text: R,
+    record_path: &str,
+    mut row: impl FnMut(&InputRow<'_>) -> Result<(), String>,
+) -> Result<(), String> {
+    csv_rows(text, |line, f| {
+        let at = format!("{record_path} line {line}");
+        let [path, hash, size] = f else {
             return Err(format!(
-                "`{name}` is not listed in {}: the RECORD does not match the files",
-                self.path
+                "{at}: {} fields; a RECORD row is `path,hash,size`",
+                f.len()
             ));
         };
-        if let Some((algo, want)) = &row.hash {
-            if &**want != digest_b64 {
-                return Err(format!(
-                    "`{name}`: {} line {} says {}={want}, the file has {}={digest_b64}: the RECORD does not match the files",
-                    self.path,
-                    row.line,
-                    algo.name(),
-                    algo.name()
-                ));
-            }
+        let hash = if hash.is_empty() {
+            None
+        } else {
+            let (algo, digest) = hash
+                .split_once('=')
+                .ok_or_else(|| format!("{at}: `{hash}` is not `algorithm=digest`"))?;
+            let algo = HashAlgo::parse(algo).ok_or_else(|| {
+                format!("{at}: hash algorithm `{algo}` is not accepted (sha256, sha384 or sha512)")
+            })?;
+            Some((algo, digest.trim_end_matches('=')))
+        };
+        let size = if size.is_empty() {
+            None
+        } else {
+            Some(
+                size.parse::<u64>()
+                    .map_err(|_| format!("{at}: size `{size}` is not a byte count"))?,
+            )
+        };
+        if hash.is_none() && !is_record_file(path, record_path) {
+            return Err(format!("{at}: `{path}` has no hash"));
         }
-        if let Some(want) = row.size {
-            if want != size {
-                return Err(format!(
-                    "`{name}`: {} line {} says {want} bytes, the file has {size}: the RECORD does not match the files",
-                    self.path, row.line
-                ));
-            }
-        }
-        Ok(())
-    }
-
-    /// After every file was checked: rows left name files the wheel lacks.
-    pub fn finish(self) -> Result<(), String> {
-        match self
-            .rows
-            .iter()
-            .find(|(p, _)| !is_record_file(p, &self.path))
-        {
-            Some((p, r)) => Err(format!(
-                "{} line {} lists `{p}`, which is not in the wheel: the RECORD does not match the files",
-                self.path, r.line
-            )),
-            None => Ok(()),
-        }
-    }
+        row(&InputRow {
+            line,
+            path,
+            hash,
+            size,
+        })
+    })
+    .map_err(|e| match e.strip_prefix("line ") {
+        Some(rest) => format!("{record_path}: line {rest}"),
+        None => e,
+    })
 }
 
 #[cfg(test)]
@@ -484,36 +459,53 @@ mod tests {
         assert!(r.ends_with("x-1.dist-info/RECORD,,\n"));
     }
 
+    /// (line, path, algorithm, size) of each row.
+    type Row = (usize, String, Option<HashAlgo>, Option<u64>);
+
+    fn rows(text: &str) -> Result<Vec<Row>, String> {
+        let mut v = Vec::new();
+        input_record_rows(text.as_bytes(), "x-1.dist-info/RECORD", |r| {
+            v.push((r.line, r.path.to_string(), r.hash.map(|h| h.0), r.size));
+            Ok(())
+        })?;
+        Ok(v)
+    }
+
     #[test]
     fn input_record_rows_quotes_and_checks() {
         let h = b64url(&<sha2::Sha256 as sha2::Digest>::digest(b"abc"));
         let text = format!(
-            "\"a,b.py\",sha256={h}=,3\r\nplain.py,sha256={h},3\n\nx-1.dist-info/RECORD,,\n"
+            "\"a,b.py\",sha256={h}=,3\r\nplain.py,sha256={h},3\n\"multi\nline\",sha256={h},3\n\nx-1.dist-info/RECORD,,\n"
         );
-        let mut r = InputRecord::parse(&text, "x-1.dist-info/RECORD").unwrap();
-        assert_eq!(r.algo("a,b.py").unwrap(), Some(HashAlgo::Sha256));
-        assert_eq!(r.algo("x-1.dist-info/RECORD").unwrap(), None);
-        assert!(r.algo("other.py").unwrap_err().contains("not listed"));
-        r.check("a,b.py", &h, 3).unwrap();
+        let v = rows(&text).unwrap();
+        assert_eq!(v.len(), 4);
+        assert_eq!(v[0], (1, "a,b.py".into(), Some(HashAlgo::Sha256), Some(3)));
+        assert_eq!(v[2].1, "multi\nline");
+        assert_eq!(v[3], (6, "x-1.dist-info/RECORD".into(), None, None));
+        let r = InputRow {
+            line: 2,
+            path: "plain.py",
+            hash: Some((HashAlgo::Sha256, &h)),
+            size: Some(3),
+        };
+        r.check("R", &h, 3).unwrap();
+        assert!(r.check("R", &h, 4).unwrap_err().contains("says 3 bytes"));
         assert!(r
-            .check("plain.py", &h, 4)
+            .check("R", "x", 3)
             .unwrap_err()
-            .contains("says 3 bytes"));
-        let r = InputRecord::parse(&text, "x-1.dist-info/RECORD").unwrap();
-        assert!(r.finish().unwrap_err().contains("line 1 lists `a,b.py`"));
+            .contains("R line 2 says sha256="));
         for (bad, want) in [
             ("a.py,sha256=x\n", "2 fields"),
             ("a.py,,\n", "has no hash"),
             ("a.py,sha1=x,1\n", "`sha1` is not accepted"),
             ("a.py,sha256=x,big\n", "not a byte count"),
             ("\"a.py,sha256=x,1\n", "unterminated"),
-            (
-                "a.py,sha256=x,1\na.py,sha256=x,1\n",
-                "line 2: `a.py` is listed twice",
-            ),
         ] {
-            let e = InputRecord::parse(bad, "R").unwrap_err();
+            let e = rows(bad).unwrap_err();
             assert!(e.contains(want), "{bad:?}: {e}");
         }
+        let e = input_record_rows(&b"a.py,sha256=x,1\n\xff,sha256=x,1\n"[..], "R", |_| Ok(()))
+            .unwrap_err();
+        assert!(e.contains("line 2: not UTF-8"), "{e}");
     }
 }

@@ -2,19 +2,24 @@
 //! one device wheel per GPU target and optional family wheels out
 //! (`kpack-reference.md` §12.5).
 //!
-//! 1. The input (a `.whl`, or an exploded wheel directory) is extracted
-//!    into a private temporary directory, every entry checked (plain
-//!    relative paths, no symlinks, sizes and CRCs).
+//! 1. The input (a `.whl`, or an exploded wheel directory) is checked
+//!    entry by entry against its RECORD (plain relative paths, no
+//!    symlinks, sizes, CRCs, hashes). Of a wheel only the files the split
+//!    may change (ELF, PE and `ar` files; database files below the overlay)
+//!    are extracted into a private temporary directory; a directory is
+//!    copied there whole.
 //! 2. That tree is split by `rocpack_artifacts::split` with one manifest
 //!    prefix: the overlay root (`--overlay-root`, default the wheel root).
 //!    The `.kpack` stem is the distribution name lower-cased, `-` → `_`, so
 //!    each host binary's marker points at
 //!    `../…/.kpack/<dist>_@GFXARCH@.kpack` below the overlay root.
 //! 3. Host wheel: files outside the overlay and unchanged files are copied
-//!    compressed as they are; rewritten binaries are compressed again;
-//!    database files are gone; METADATA gains `device-<target>`,
-//!    `device-<group>` and `device-all` extras with exact pins; RECORD is
-//!    regenerated.
+//!    compressed as they are, straight from the input wheel; rewritten
+//!    binaries are compressed again; database files are gone; METADATA
+//!    gains `device-<target>`, `device-<group>` and `device-all` extras
+//!    with exact pins; RECORD is regenerated. Written in one pass over the
+//!    input's name table, so memory does not grow with the entry count
+//!    beyond the table (16 bytes per entry plus its name).
 //! 4. Device wheel per target (base arch: `gfx90a:xnack-` and
 //!    `gfx90a:xnack+` archives share the `gfx90a` wheel), named
 //!    `<prefix>-<target>` (PEP 503), holding the archives and database
@@ -41,7 +46,8 @@ use rocpack_kpack::commit::StagingDir;
 use rocpack_kpack::Compression;
 use serde::Serialize;
 
-use crate::meta::{FileHasher, HashAlgo, Headers, InputRecord};
+use crate::central::Table;
+use crate::meta::{FileHasher, HashAlgo, Headers};
 use crate::names::{self, WheelName};
 use crate::zipio::{self, Content, InputWheel, OutEntry, WriteOptions};
 use crate::WheelError;
@@ -51,8 +57,6 @@ use crate::WheelError;
 const ROOT_NAME: &str = "site-packages";
 /// Largest METADATA / WHEEL file read.
 const MAX_META: u64 = 16 << 20;
-/// Largest RECORD read.
-const MAX_RECORD: u64 = 64 << 20;
 /// The `@GFXARCH@` placeholder of `--device-requires-dist`.
 pub const GFXARCH: &str = "@GFXARCH@";
 
@@ -211,10 +215,10 @@ pub struct WheelSplitReport {
 
 /// The loaded input.
 struct Loaded {
-    /// Its files by wheel path.
-    files: BTreeMap<String, InFile>,
-    /// The wheel (for raw copies); `None` for a directory.
+    /// The wheel; `None` for a directory.
     input: Option<InputWheel>,
+    /// The files of a directory input (all copied below the work root).
+    dir_files: Table,
     /// The wheel's file name; `None` for a directory.
     name: Option<String>,
     /// Its size (sum of file sizes for a directory).
@@ -223,13 +227,42 @@ struct Loaded {
     dist_info: String,
 }
 
-/// A file of the extracted input, by wheel path.
-///
-/// Kept for every file of the wheel (up to the entry cap), so it is small:
-/// the path on disk is `zipio::join(root, wheel path)`, made when needed.
-struct InFile {
-    mode: u32,
-    raw: Option<usize>,
+impl Loaded {
+    /// Its files, sorted by name: 16 bytes per file plus its name.
+    fn files(&self) -> &Table {
+        match &self.input {
+            Some(w) => &w.table,
+            None => &self.dir_files,
+        }
+    }
+
+    /// Whether file `i` is below the work root.
+    fn extracted(&self, i: usize) -> bool {
+        self.files().rec(i).bits & zipio::EXTRACTED != 0
+    }
+
+    /// The bytes of file `i` as an output entry's content: copied
+    /// compressed from the input wheel, or the file below `root`.
+    fn content(&self, i: usize, root: &Path) -> Content {
+        match &self.input {
+            Some(_) => Content::Input(i),
+            None => Content::Disk(zipio::join(root, self.files().name(i))),
+        }
+    }
+
+    /// A small text file of the input (METADATA, WHEEL).
+    fn read_text(&self, root: &Path, name: &str, limit: u64) -> Result<String, WheelError> {
+        let b = match &self.input {
+            Some(w) => w
+                .read_entry(name, limit)?
+                .ok_or_else(|| usage(format!("{name}: missing")))?,
+            None => {
+                let p = zipio::join(root, name);
+                fsutil::read_bounded(&p, limit).map_err(|e| ioerr(&p, "read", e))?
+            }
+        };
+        String::from_utf8(b).map_err(|_| usage(format!("{name}: not UTF-8")))
+    }
 }
 
 /// One wheel to write.
@@ -249,11 +282,6 @@ fn ioerr(path: &Path, what: &'static str, e: std::io::Error) -> WheelError {
         what,
         error: e,
     }
-}
-
-fn read_text(path: &Path, limit: u64) -> Result<String, WheelError> {
-    let b = fsutil::read_bounded(path, limit).map_err(|e| ioerr(path, "read", e))?;
-    String::from_utf8(b).map_err(|_| usage(format!("{}: not UTF-8", path.display())))
 }
 
 /// Splits one wheel. Nothing appears in the output directory unless every
@@ -344,12 +372,47 @@ fn hash_file(path: &Path, algo: HashAlgo) -> Result<(String, u64), WheelError> {
     Ok((h.finish_b64(), n))
 }
 
-/// Loads the input into `root`, checking its RECORD file by file.
-fn load_input(opts: &WheelSplitOptions, root: &Path) -> Result<Loaded, WheelError> {
+/// The overlay root of `opts` as a wheel path (`""`: the wheel root);
+/// checked against the wheel's files later.
+fn overlay_of(opts: &WheelSplitOptions) -> String {
+    let overlay = opts
+        .overlay_root
+        .as_deref()
+        .unwrap_or("")
+        .trim_end_matches('/')
+        .to_string();
+    if overlay == "." {
+        String::new()
+    } else {
+        overlay
+    }
+}
+
+/// The path of wheel file `k` below the overlay, when it is there.
+fn below_overlay<'a>(k: &'a str, overlay: &str) -> Option<&'a str> {
+    if overlay.is_empty() {
+        Some(k)
+    } else {
+        k.strip_prefix(overlay)?.strip_prefix('/')
+    }
+}
+
+/// Loads the input, checking its RECORD file by file. A directory is
+/// copied below `root`; of a wheel only the files the split may change are
+/// extracted there: ELF, PE and `ar` files (fat binaries, or checked to
+/// carry no device code) and, below the overlay, the files a database
+/// handler claims. Every other file stays in the wheel and is copied into
+/// the host wheel compressed as it is.
+fn load_input(
+    opts: &WheelSplitOptions,
+    root: &Path,
+    tmp: &Path,
+    digests: &zipio::Digests,
+) -> Result<Loaded, WheelError> {
     let meta = fs::metadata(&opts.input).map_err(|e| ioerr(&opts.input, "stat", e))?;
-    let mut files = BTreeMap::new();
     fs::create_dir_all(root).map_err(|e| ioerr(root, "create directory", e))?;
     if meta.is_dir() {
+        let mut files = Table::new();
         let mut total = 0u64;
         for e in walk::walk(&opts.input)? {
             match e.kind {
@@ -368,40 +431,44 @@ fn load_input(opts: &WheelSplitOptions, root: &Path) -> Result<Loaded, WheelErro
                     fsutil::copy_file(&e.path, &dst)?;
                     zipio::set_mode(&dst, mode)?;
                     total += size;
-                    files.insert(
-                        e.rel.clone(),
-                        InFile {
-                            mode: mode & 0o777,
-                            raw: None,
-                        },
-                    );
+                    files
+                        .push(&e.rel, u64::MAX, (mode & 0o777) as u16 | zipio::EXTRACTED)
+                        .map_err(|m| usage(format!("{}: {m}", opts.input.display())))?;
                 }
             }
         }
-        let dist_info = find_dist_info(files.keys().map(String::as_str))?;
+        files
+            .sort()
+            .map_err(|m| usage(format!("{}: {m}", opts.input.display())))?;
+        let dist_info = find_dist_info((0..files.len()).map(|i| files.name(i)))?;
         let record_path = format!("{dist_info}/RECORD");
-        if !files.contains_key(&record_path) {
+        if files.find(&record_path).is_none() {
             return Err(usage(format!(
                 "{}: no {record_path} (every wheel lists its files there)",
                 opts.input.display()
             )));
         }
-        let mut record = InputRecord::parse(
-            &read_text(&zipio::join(root, &record_path), MAX_RECORD)?,
-            &record_path,
-        )
-        .map_err(|m| usage(format!("{}: {m}", opts.input.display())))?;
-        let in_dir = |m: String| usage(format!("{}: {m}", opts.input.display()));
-        for k in files.keys() {
-            if let Some(algo) = record.algo(k).map_err(in_dir)? {
-                let (digest, n) = hash_file(&zipio::join(root, k), algo)?;
-                record.check(k, &digest, n).map_err(in_dir)?;
-            }
+        let rp = zipio::join(root, &record_path);
+        let size = fs::metadata(&rp).map_err(|e| ioerr(&rp, "stat", e))?.len();
+        if size > zipio::MAX_RECORD {
+            return Err(usage(format!(
+                "{}: {record_path} is {size} bytes; at most {} are read",
+                opts.input.display(),
+                zipio::MAX_RECORD
+            )));
         }
-        record.finish().map_err(in_dir)?;
+        let text = std::io::BufReader::new(fs::File::open(&rp).map_err(|e| ioerr(&rp, "open", e))?);
+        zipio::check_record(&mut files, text, &record_path, &opts.input, |t, i, row| {
+            let (digest, n) = hash_file(
+                &zipio::join(root, t.name(i)),
+                row.hash.map_or(HashAlgo::Sha256, |h| h.0),
+            )?;
+            row.check(&record_path, &digest, n)
+                .map_err(|m| usage(format!("{}: {m}", opts.input.display())))
+        })?;
         return Ok(Loaded {
-            files,
             input: None,
+            dir_files: files,
             name: None,
             bytes: total,
             dist_info,
@@ -419,7 +486,7 @@ fn load_input(opts: &WheelSplitOptions, root: &Path) -> Result<Loaded, WheelErro
         )));
     }
     let mut w = InputWheel::open(&opts.input)?;
-    let dist_info = find_dist_info(w.entries.iter().map(|e| e.name.as_str()))?;
+    let dist_info = find_dist_info((0..w.table.len()).map(|i| w.table.name(i)))?;
     if let Some(free) = free_bytes(root) {
         if w.expanded > free {
             return Err(usage(format!(
@@ -430,24 +497,30 @@ fn load_input(opts: &WheelSplitOptions, root: &Path) -> Result<Loaded, WheelErro
             )));
         }
     }
-    let mut record = zipio::input_record(&mut w, &format!("{dist_info}/RECORD"))?;
-    w.extract(root, &mut record)?;
-    record
-        .finish()
-        .map_err(|m| usage(format!("{}: {m}", opts.input.display())))?;
-    // The names move into the map: one copy of each per run.
-    for e in std::mem::take(&mut w.entries) {
-        files.insert(
-            e.name,
-            InFile {
-                mode: e.mode,
-                raw: Some(e.index),
-            },
-        );
-    }
+    let overlay = overlay_of(opts);
+    let databases = opts.databases.clone();
+    let extract = move |k: &str, head: &[u8]| {
+        use rocpack_image::FileType;
+        if matches!(
+            rocpack_image::detect(head),
+            FileType::Elf { .. } | FileType::Pe { .. } | FileType::Archive
+        ) {
+            return true;
+        }
+        below_overlay(k, &overlay)
+            .is_some_and(|rel| rocpack_artifacts::databases::classify(&databases, rel).is_some())
+    };
+    zipio::verify(
+        &mut w,
+        &format!("{dist_info}/RECORD"),
+        root,
+        tmp,
+        digests,
+        &extract,
+    )?;
     Ok(Loaded {
-        files,
         input: Some(w),
+        dir_files: Table::new(),
         name: Some(name),
         bytes: meta.len(),
         dist_info,
@@ -521,7 +594,6 @@ fn bytes_entry(name: String, text: String) -> OutEntry {
         name,
         content: Content::Bytes(text.into_bytes()),
         mode: 0o644,
-        raw_from_input: None,
         store: false,
     }
 }
@@ -575,28 +647,29 @@ fn split_inner(
         .map_err(|e| ioerr(&parent, "create temporary directory", e))?;
     let art = work.path().join("art");
     let root = art.join(ROOT_NAME);
+    let tmp = work.path().join("zip");
+    fs::create_dir_all(&tmp).map_err(|e| ioerr(&tmp, "create directory", e))?;
+    let digests = zipio::Digests::new(&tmp)?;
 
     // 1. Input.
-    let Loaded {
-        files,
-        mut input,
-        name: input_name,
-        bytes: input_bytes,
-        dist_info,
-    } = load_input(opts, &root)?;
+    let loaded = load_input(opts, &root, &tmp, &digests)?;
+    let files = loaded.files();
+    let (input_name, input_bytes, dist_info) =
+        (loaded.name.clone(), loaded.bytes, loaded.dist_info.clone());
 
     // 2. dist-info, METADATA, WHEEL.
     let meta_path = format!("{dist_info}/METADATA");
     let wheel_path = format!("{dist_info}/WHEEL");
-    let metadata_file = files
-        .get(&meta_path)
+    let meta_mode = files
+        .find(&meta_path)
+        .map(|i| files.rec(i).mode())
         .ok_or_else(|| usage(format!("{meta_path}: missing")))?;
-    if !files.contains_key(&wheel_path) {
+    if files.find(&wheel_path).is_none() {
         return Err(usage(format!("{wheel_path}: missing")));
     }
-    let mut metadata = Headers::parse(&read_text(&zipio::join(&root, &meta_path), MAX_META)?)
+    let mut metadata = Headers::parse(&loaded.read_text(&root, &meta_path, MAX_META)?)
         .map_err(|e| usage(format!("{meta_path}: {e}")))?;
-    let wheel_meta = Headers::parse(&read_text(&zipio::join(&root, &wheel_path), MAX_META)?)
+    let wheel_meta = Headers::parse(&loaded.read_text(&root, &wheel_path, MAX_META)?)
         .map_err(|e| usage(format!("{wheel_path}: {e}")))?;
     let name = metadata
         .first("Name")
@@ -661,17 +734,7 @@ fn split_inner(
     }
 
     // 3. Overlay root.
-    let overlay = opts
-        .overlay_root
-        .as_deref()
-        .unwrap_or("")
-        .trim_end_matches('/')
-        .to_string();
-    let overlay = if overlay == "." {
-        String::new()
-    } else {
-        overlay
-    };
+    let overlay = overlay_of(opts);
     if !overlay.is_empty() {
         if !zipio::is_plain_rel(&overlay) {
             return Err(usage(format!(
@@ -682,12 +745,14 @@ fn split_inner(
             return Err(usage("--overlay-root must not be the .dist-info directory"));
         }
         let pre = format!("{overlay}/");
-        if !files.keys().any(|k| k.starts_with(&pre)) {
+        if files.range_with_prefix(&pre).is_empty() {
             return Err(usage(format!(
                 "--overlay-root `{overlay}`: no such directory in the wheel"
             )));
         }
-        for k in files.keys() {
+        // Files that are not ELF, PE or `ar` were not extracted: they carry no device code.
+        for i in (0..files.len()).filter(|&i| loaded.extracted(i)) {
+            let k = files.name(i);
             if !k.starts_with(&pre) && has_device_code(&zipio::join(&root, k))? {
                 return Err(usage(format!(
                     "{k}: fat binary outside --overlay-root `{overlay}` (its device code would stay in the host wheel)"
@@ -695,7 +760,6 @@ fn split_inner(
             }
         }
     }
-    let in_overlay = |k: &str| overlay.is_empty() || k.starts_with(&format!("{overlay}/"));
 
     // 4. Split the overlay with the artifact splitter.
     let prefix = if overlay.is_empty() {
@@ -817,15 +881,14 @@ fn split_inner(
                 } else {
                     dbs.push(rel.clone());
                 }
+                let content = match (is_kpack, &loaded.input, files.find(&rel)) {
+                    (false, Some(_), Some(i)) => Content::Input(i),
+                    _ => Content::Disk(e.path.clone()),
+                };
                 let entry = OutEntry {
                     name: rel.clone(),
-                    content: Content::Disk(e.path.clone()),
+                    content,
                     mode: mode & 0o777,
-                    raw_from_input: if is_kpack {
-                        None
-                    } else {
-                        files.get(&rel).and_then(|f| f.raw)
-                    },
                     store: is_kpack && opts.compression != Compression::None,
                 };
                 if entries.insert(rel.clone(), entry).is_some() {
@@ -952,94 +1015,120 @@ fn split_inner(
     }
     let all: Vec<String> = by_target.keys().map(|t| dev_name(t)).collect();
     extra(&mut metadata, "device-all", &all);
-    let mut host_entries: BTreeMap<String, OutEntry> = BTreeMap::new();
-    for (k, f) in &files {
-        if !in_overlay(k) {
-            host_entries.insert(
-                k.clone(),
-                OutEntry {
-                    name: k.clone(),
-                    content: Content::Disk(zipio::join(&root, k)),
-                    mode: f.mode,
-                    raw_from_input: f.raw,
-                    store: false,
-                },
-            );
-        }
-    }
-    let groot = fsutil::join_rel(&split_out.join(&report.generic), &prefix);
-    for e in walk::walk(&groot)? {
-        let EntryKind::File { mode, .. } = e.kind else {
-            continue;
-        };
-        let rel = wheel_rel(&e.rel, &overlay);
-        let raw = if rewritten.contains(rel.as_str()) {
-            None
-        } else {
-            files.get(&rel).and_then(|f| f.raw)
-        };
-        host_entries.insert(
-            rel.clone(),
-            OutEntry {
-                name: rel,
-                content: Content::Disk(e.path.clone()),
-                mode: mode & 0o777,
-                raw_from_input: raw,
-                store: false,
-            },
-        );
-    }
-    for n in ["RECORD", "RECORD.jws", "RECORD.p7s"] {
-        host_entries.remove(&format!("{dist_info}/{n}"));
-    }
-    let meta_mode = metadata_file.mode;
-    host_entries.insert(
-        meta_path.clone(),
-        OutEntry {
-            mode: meta_mode,
-            ..bytes_entry(meta_path.clone(), metadata.render())
-        },
-    );
     let host_file = host_name.file_name();
-    let mut all_planned = vec![Planned {
-        file: host_file.clone(),
-        dist_info: dist_info.clone(),
-        entries: host_entries.into_values().collect(),
-    }];
-    all_planned.extend(planned);
 
-    // 9. Write every wheel into the staging directory, then commit.
+    // 9. Write every wheel into the staging directory, then commit. The
+    //    host wheel is written straight from the input's table: files
+    //    outside the overlay and unchanged files are copied compressed
+    //    from the input; rewritten binaries come from the split; database
+    //    files moved to device wheels are left out.
     let wopts = WriteOptions {
         time: zipio::zip_time(opts.source_date_epoch),
         level: opts.zip_level.clamp(0, 9),
     };
-    let tmp = work.path().join("zip");
-    fs::create_dir_all(&tmp).map_err(|e| ioerr(&tmp, "create directory", e))?;
+    let directory = opts.output_format == OutputFormat::Directory;
+    let out_name = |file: &str| match opts.output_format {
+        OutputFormat::Wheel => file.to_string(),
+        OutputFormat::Directory => file.trim_end_matches(".whl").to_string(),
+    };
+    let inref = loaded.input.as_ref().map(|w| zipio::InputRef {
+        wheel: w,
+        digests: &digests,
+    });
     let mut written = Vec::new();
     let mut out_names = Vec::new();
-    for p in all_planned {
-        let (out_name, w) = match opts.output_format {
-            OutputFormat::Wheel => {
-                let out = staging.path().join(&p.file);
-                let inp = input.as_mut();
-                (
-                    p.file.clone(),
-                    zipio::write_wheel(&out, p.entries, &p.dist_info, inp, wopts, &tmp)?,
-                )
+    {
+        let n = out_name(&host_file);
+        let mut sink = zipio::sink(
+            directory,
+            &staging.path().join(&n),
+            &dist_info,
+            inref,
+            wopts,
+            &tmp,
+        )?;
+        let groot = fsutil::join_rel(&split_out.join(&report.generic), &prefix);
+        // Every file the split left in the generic tree is an extracted input file.
+        for e in walk::walk(&groot)? {
+            if let EntryKind::File { .. } = e.kind {
+                let rel = wheel_rel(&e.rel, &overlay);
+                if !files.find(&rel).is_some_and(|i| loaded.extracted(i)) {
+                    return Err(usage(format!(
+                        "{rel}: left by the split but not a file of the input (internal error)"
+                    )));
+                }
             }
-            OutputFormat::Directory => {
-                let d = p.file.trim_end_matches(".whl").to_string();
-                let out = staging.path().join(&d);
-                (d, zipio::write_tree(&out, p.entries, &p.dist_info)?)
+        }
+        let di = files.range_with_prefix(&format!("{dist_info}/"));
+        let order = (0..di.start).chain(di.end..files.len()).chain(di.clone());
+        for i in order {
+            let k = files.name(i);
+            if ["RECORD", "RECORD.jws", "RECORD.p7s"]
+                .iter()
+                .any(|n| k.strip_prefix(&dist_info).and_then(|r| r.strip_prefix('/')) == Some(*n))
+            {
+                continue;
             }
-        };
-        out_names.push(std::ffi::OsString::from(&out_name));
-        written.push((out_name, w));
+            if k == meta_path {
+                sink.add(OutEntry {
+                    mode: meta_mode,
+                    ..bytes_entry(meta_path.clone(), metadata.render())
+                })?;
+                continue;
+            }
+            let below = below_overlay(k, &overlay);
+            let (content, mode) = match below {
+                Some(rel) if loaded.extracted(i) => {
+                    let g = fsutil::join_rel(&groot, rel);
+                    let m = match fs::symlink_metadata(&g) {
+                        Ok(m) => m,
+                        // Claimed by a database handler: in the device wheels.
+                        Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                        Err(e) => return Err(ioerr(&g, "stat", e)),
+                    };
+                    use std::os::unix::fs::PermissionsExt;
+                    let mode = m.permissions().mode() & 0o777;
+                    if rewritten.contains(k) || loaded.input.is_none() {
+                        (Content::Disk(g), mode)
+                    } else {
+                        (loaded.content(i, &root), mode)
+                    }
+                }
+                _ => (loaded.content(i, &root), files.rec(i).mode()),
+            };
+            sink.add(OutEntry {
+                name: k.to_string(),
+                content,
+                mode,
+                store: false,
+            })?;
+        }
+        out_names.push(std::ffi::OsString::from(&n));
+        written.push((n, sink.finish()?));
+    }
+    for p in planned {
+        let n = out_name(&p.file);
+        let sink = zipio::sink(
+            directory,
+            &staging.path().join(&n),
+            &p.dist_info,
+            inref,
+            wopts,
+            &tmp,
+        )?;
+        let w = zipio::write_all(sink, p.entries, &p.dist_info)?;
+        out_names.push(std::ffi::OsString::from(&n));
+        written.push((n, w));
+    }
+    if let Some(w) = &loaded.input {
+        w.check_unchanged()?;
     }
     if let Some(c) = staging.conflicts(&out_names).into_iter().next() {
         return Err(usage(format!("{}: already exists", c.display())));
     }
     staging.commit().map_err(FsError::from)?;
+    drop(loaded);
+    drop(digests);
     drop(work);
 
     let mut it = written.into_iter();

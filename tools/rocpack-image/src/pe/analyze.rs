@@ -343,7 +343,6 @@ fn analyze_image(data: &[u8], src: &dyn rocpack_bundle::ReadAt) -> Result<PeInfo
         .iter()
         .map(|d| (d.virtual_address.get(LE), d.size.get(LE)))
         .collect();
-    let n_dirs = data_directories.len() as u64;
     let headers = ImageHeaders {
         nt_offset,
         optional_offset,
@@ -354,7 +353,9 @@ fn analyze_image(data: &[u8], src: &dyn rocpack_bundle::ReadAt) -> Result<PeInfo
         size_of_image: oh.size_of_image(),
         check_sum: oh.check_sum(),
         characteristics,
-        data_directories_offset: table_offset - 8 * n_dirs,
+        // PE32+: 112 bytes of fixed fields, then the directories (the
+        // optional header may be longer than they are).
+        data_directories_offset: optional_offset + 112,
         data_directories,
     };
     let kind = if characteristics & pe::IMAGE_FILE_DLL != 0 {

@@ -7,7 +7,7 @@ use rocpack_elf::{State, HIPF_MAGIC, HIPK_MAGIC};
 
 use super::analyze::{
     analyze, get, u32_at, ImageHeaders, PeInfo, PeKind, PePointer, PeSection,
-    MARKER_CHARACTERISTICS, MARKER_SECTION,
+    MARKER_CHARACTERISTICS, MARKER_SECTION, WRAPPER_SECTIONS,
 };
 use crate::error::{Error, Result};
 
@@ -157,6 +157,22 @@ pub fn split_analyzed(data: &[u8], info: &PeInfo, marker: &[u8]) -> Result<Vec<u
         .fatbin
         .ok_or_else(|| Error::malformed(0, "wrappers but no bundle section"))?;
     let fsec = &info.sections[fb.index];
+    if info.wrappers.is_empty() {
+        // Nothing registers this device code: the split image would have no
+        // HIPK wrapper, so nothing would find the marker and it would read
+        // as host-only, not split.
+        return Err(Error::unsupported(
+            fsec.header_offset,
+            format!(
+                "the bundle section `{}` holds {} bundle(s) but the image has no wrapper \
+                 section ({} or {}) registering them; not rewritten",
+                fsec.name,
+                info.bundles.len(),
+                WRAPPER_SECTIONS[0],
+                WRAPPER_SECTIONS[1]
+            ),
+        ));
+    }
     for w in &info.wrappers {
         if w.bundle.is_none() {
             return Err(Error::Wrapper {
@@ -329,6 +345,23 @@ pub fn split_analyzed(data: &[u8], info: &PeInfo, marker: &[u8]) -> Result<Vec<u
         let c = pe_checksum(&out, f);
         put_u32(&mut out, f, c);
     }
+    check_split(out, info)
+}
+
+/// The rewritten image, once it analyses as split with every wrapper on
+/// the marker: a layout this module got wrong is an error, never a
+/// silently broken image.
+fn check_split(out: Vec<u8>, info: &PeInfo) -> Result<Vec<u8>> {
+    let bad = |what: String| Error::layout(0, format!("internal: the rewritten image {what}"));
+    let check = analyze(&out).map_err(|e| bad(format!("does not analyse: {e}")))?;
+    if check.state != State::Split
+        || check.wrappers.len() != info.wrappers.len()
+        || !check.wrappers.iter().all(|w| w.points_to_marker)
+    {
+        return Err(bad(
+            "does not analyse as split with every wrapper on .kpackrf".into(),
+        ));
+    }
     Ok(out)
 }
 
@@ -391,6 +424,22 @@ pub fn reassemble(host: &[u8], bundles: &[Vec<u8>]) -> Result<Vec<u8>> {
     let sa = u64::from(h.section_alignment.max(1));
     // Section content: bundles 4096-aligned, zero padding, VirtualSize long.
     let vsize = u64::from(fsec.virtual_size);
+    // clang lays the bundles out 4096-aligned and the section ends with
+    // the last one: a VirtualSize beyond that is not a section this module
+    // split, and would only cost memory (up to 4 GiB of zeros).
+    let bundles_end = bundles
+        .iter()
+        .fold(0u64, |end, b| round_up(end, BUNDLE_ALIGN) + b.len() as u64);
+    if vsize > round_up(bundles_end, BUNDLE_ALIGN) {
+        return Err(Error::layout(
+            fsec.header_offset,
+            format!(
+                "the bundle section `{}` has VirtualSize {vsize:#x}, more than one {BUNDLE_ALIGN}-byte \
+                 block after the end of the bundles given ({bundles_end:#x}); not reassembled",
+                fsec.name
+            ),
+        ));
+    }
     let mut offsets = Vec::with_capacity(bundles.len());
     let mut content = Vec::new();
     for b in bundles {

@@ -1,0 +1,41 @@
+//! Inputs the `pe` fuzz target (tools/fuzz/fuzz_targets/pe.rs) found, kept
+//! in `tests/data/`, each checked against the property it broke. They need
+//! no fixtures.
+
+use std::path::PathBuf;
+
+use rocpack_elf::State;
+use rocpack_image::pe;
+
+fn data(name: &str) -> Vec<u8> {
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data")
+        .join(name);
+    std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+}
+
+/// CI's 20-fuzz.sh: an image with bundles in `.hip_fat` but no wrapper
+/// section (its `.hipFatB` header renamed `.hipFa`) analysed as fat, the
+/// split "succeeded" and its output analysed as host-only, not split: a
+/// host-only image whose device code nothing could find again. The split
+/// now refuses it, naming the bundle section.
+#[test]
+fn bundles_without_wrappers_are_refused_not_split_into_a_host_only_image() {
+    let fat = data("fuzz-pe-bundles-without-wrappers.dll");
+    let info = pe::analyze(&fat).unwrap();
+    assert_eq!(info.state, State::Fat);
+    assert!(info.has_device_code() && info.wrappers.is_empty());
+    let e = pe::split_host(&fat, b"fuzz-marker").unwrap_err();
+    let msg = e.to_string();
+    assert!(
+        msg.contains("`.hip_fat` holds 1 bundle(s)") && msg.contains("no wrapper section"),
+        "{msg}"
+    );
+    assert_eq!(
+        e.offset(),
+        Some(info.sections[info.fatbin.unwrap().index].header_offset)
+    );
+    // Through the seam too.
+    let e = rocpack_image::split_file(&fat, &mut |_, _| Ok(b"fuzz-marker".to_vec())).unwrap_err();
+    assert!(e.to_string().contains("no wrapper section"), "{e}");
+}
