@@ -12,8 +12,7 @@ use common::*;
 use rocpack_testsupport::mkfifo;
 use std::fs;
 use std::io::{BufRead, BufReader};
-use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 /// Names in the store's `cas/sha256/` that are not blobs.

@@ -6,7 +6,6 @@ mod common;
 use std::collections::BTreeSet;
 use std::path::Path;
 use std::process::{Output, Stdio};
-use std::time::Duration;
 
 use common::*;
 
