@@ -7,6 +7,8 @@
 #    from the cargo target dir shared with stage 10, so they are not rebuilt);
 #  * `buck2 test //...`; every command of README's Buck2 transcript, with its
 #    output compared (runs exactly, builds and tests line by line);
+#  * source snapshots per channel and their freshness test (naming the edited
+#    file); the ABI-drift guard with a real break (examples/abi_guard/check-buck2.sh);
 #  * the missing-snapshot failure; stable_checksums `.update` and its test
 #    (stale file caught, `.update` restores it byte for byte);
 #  * kpack outputs byte-identical to the kpack CLI on the same inputs, and to
@@ -169,6 +171,11 @@ if b2c test //examples/rcclx_source:rcl_check_test >"$WORK/src.out" 2>&1; then
 fi
 cp "$WORK/rcl.c.orig" "$SRC_EDIT"
 grep -q "edited without being recorded" "$WORK/src.out" || { cat "$WORK/src.out" >&2; die "rcl_check_test failed for another reason"; }
+grep -q "changed examples/rcclx_source/rcl/rcl.c (content)" "$WORK/src.out" || { cat "$WORK/src.out" >&2; die "rcl_check_test does not name the edited file"; }
+done_step
+
+step "ABI-drift guard: examples/abi_guard with a real struct-layout break (check-buck2.sh)"
+examples/abi_guard/check-buck2.sh "$BUCK2_BIN" --isolation-dir "$ISO" -- "${CFG[@]}" || die "examples/abi_guard/check-buck2.sh"
 
 step "missing snapshot: -m rcclx_stable -m rocm71 fails at analysis with the fix"
 if b2c build -m rcclx_stable -m rocm71 //examples/rcclx:hello >"$WORK/miss.out" 2>"$WORK/miss.err"; then

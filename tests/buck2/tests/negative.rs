@@ -330,7 +330,7 @@ fn a_missing_snapshot_compatible_outside_its_configuration_is_caught() {
         "target_compatible_with = _compatible(channel, version),",
         "target_compatible_with = [rocm_constraint(version)],",
     );
-    let err = match sweep(&e, "examples", "rcclx") {
+    let err = match sweep(&e, "examples/rcclx", "rcclx") {
         Ok(res) => res
             .missing_snapshot_errors
             .iter()
