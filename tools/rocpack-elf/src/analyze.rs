@@ -21,6 +21,55 @@ pub const HIPK_MAGIC: u32 = 0x4B50_4948;
 /// Size of one `__CudaFatBinaryWrapper`.
 pub const WRAPPER_SIZE: u64 = 24;
 
+/// One `__CudaFatBinaryWrapper` as stored, before its pointer is followed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RawWrapper {
+    /// Position in the wrapper section.
+    pub index: usize,
+    /// File offset of the wrapper.
+    pub file_offset: u64,
+    /// `HIPF_MAGIC` or `HIPK_MAGIC` (anything else is refused).
+    pub magic: u32,
+    pub version: u32,
+    /// The u64 stored in the pointer field (at `file_offset + 8`).
+    pub value_in_file: u64,
+    /// The 8-byte `reserved1`/`dummy1` field (`co_index` in its low u32 for HIPK).
+    pub reserved1: u64,
+}
+
+/// Walk the wrappers of a wrapper section: `table` is its bytes (the caller
+/// bounds them by the file and checks the size is a multiple of
+/// [`WRAPPER_SIZE`]), stored at `file_offset`. Shared by the ELF and the
+/// PE/COFF analyzers; a magic that is neither HIPF nor HIPK is an
+/// [`Error::Wrapper`]. A trailing partial wrapper is ignored.
+pub fn wrapper_table(
+    table: &[u8],
+    file_offset: u64,
+) -> impl Iterator<Item = Result<RawWrapper>> + '_ {
+    table
+        .chunks_exact(WRAPPER_SIZE as usize)
+        .enumerate()
+        .map(move |(index, w)| {
+            let off = file_offset + index as u64 * WRAPPER_SIZE;
+            let magic = u32_at(w, 0, "wrapper magic")?;
+            if magic != HIPF_MAGIC && magic != HIPK_MAGIC {
+                return Err(Error::Wrapper {
+                    index,
+                    offset: off,
+                    what: format!("magic {magic:#010x} is neither HIPF nor HIPK"),
+                });
+            }
+            Ok(RawWrapper {
+                index,
+                file_offset: off,
+                magic,
+                version: u32_at(w, 4, "wrapper version")?,
+                value_in_file: u64_at(w, 8, "wrapper pointer")?,
+                reserved1: u64_at(w, 16, "wrapper reserved1")?,
+            })
+        })
+}
+
 pub(crate) const R_X86_64_64: u32 = 1;
 pub(crate) const R_X86_64_RELATIVE: u32 = 8;
 pub(crate) const R_AARCH64_ABS64: u32 = 257;
@@ -301,43 +350,33 @@ pub(crate) fn analyze_elf(
                 format!(".hipFatBinSegment size {} is not a multiple of 24", ws.size),
             ));
         }
-        get(data, ws.file_offset, ws.size, ".hipFatBinSegment")?;
+        let table = get(data, ws.file_offset, ws.size, ".hipFatBinSegment")?;
         let resolver = Resolver::new(elf, ws.index)?;
-        for i in 0..(ws.size / WRAPPER_SIZE) {
-            let index = i as usize;
-            let off = ws.file_offset + i * WRAPPER_SIZE;
-            let magic = u32_at(data, off, "wrapper magic")?;
-            let version = u32_at(data, off + 4, "wrapper version")?;
-            let value_in_file = u64_at(data, off + 8, "wrapper pointer")?;
-            let reserved1 = u64_at(data, off + 16, "wrapper reserved1")?;
-            if magic != HIPF_MAGIC && magic != HIPK_MAGIC {
-                return Err(Error::Wrapper {
-                    index,
-                    offset: off,
-                    what: format!("magic {magic:#010x} is neither HIPF nor HIPK"),
-                });
-            }
+        for raw in wrapper_table(table, ws.file_offset) {
+            let w = raw?;
+            // Pointer field address: section offset in relocatable objects.
+            let field_in_section = w.file_offset - ws.file_offset + 8;
             let field_addr = if kind == ElfKind::Relocatable {
-                i * WRAPPER_SIZE + 8
+                field_in_section
             } else {
-                ws.addr + i * WRAPPER_SIZE + 8
+                ws.addr + field_in_section
             };
             let (model, target) =
                 resolver
-                    .resolve(elf, field_addr, value_in_file)
+                    .resolve(elf, field_addr, w.value_in_file)
                     .map_err(|what| Error::Wrapper {
-                        index,
-                        offset: off + 8,
+                        index: w.index,
+                        offset: w.file_offset + 8,
                         what,
                     })?;
             wrappers.push(WrapperInfo {
-                index,
-                file_offset: off,
-                magic,
-                version,
-                reserved1,
+                index: w.index,
+                file_offset: w.file_offset,
+                magic: w.magic,
+                version: w.version,
+                reserved1: w.reserved1,
                 field_addr,
-                value_in_file,
+                value_in_file: w.value_in_file,
                 model,
                 target,
                 bundle: None,

@@ -55,9 +55,9 @@ mod rewrite;
 mod sections;
 
 pub use analyze::{
-    analyze, analyze_in, BundleInfo, ElfKind, FatBinaryInfo, MarkerInfo, PointerModel,
-    SectionRange, State, WrapperInfo, FATBIN_SECTION, HIPF_MAGIC, HIPK_MAGIC, MARKER_SECTION,
-    WRAPPER_SECTION, WRAPPER_SIZE,
+    analyze, analyze_in, wrapper_table, BundleInfo, ElfKind, FatBinaryInfo, MarkerInfo,
+    PointerModel, RawWrapper, SectionRange, State, WrapperInfo, FATBIN_SECTION, HIPF_MAGIC,
+    HIPK_MAGIC, MARKER_SECTION, WRAPPER_SECTION, WRAPPER_SIZE,
 };
 pub use archive::{archive_members, is_archive, reassemble_archive, split_archive, ArchiveMember};
 pub use error::{Error, Result};

@@ -1,4 +1,9 @@
 //! Error type of the crate: every PE/COFF variant names the byte offset it is about.
+//!
+//! Only what is PE/COFF's own lives here (its "malformed"/"unsupported"
+//! wording, the not-an-image case); faults with the same meaning on both
+//! sides of the seam (wrapper, bundle, truncation, I/O) are
+//! `rocpack_elf::Error` values carried by [`Error::Elf`].
 
 /// Result alias of this crate.
 pub type Result<T> = std::result::Result<T, Error>;
@@ -7,7 +12,11 @@ pub type Result<T> = std::result::Result<T, Error>;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
-    /// From the ELF side of the seam.
+    /// From the ELF side of the seam, and the faults both sides share: a
+    /// `__CudaFatBinaryWrapper` that cannot be followed
+    /// (`rocpack_elf::Error::Wrapper`), an invalid bundle in the bundle
+    /// section (`rocpack_elf::Error::Bundle`). One type, one message for
+    /// each, whatever the host format.
     #[error(transparent)]
     Elf(#[from] rocpack_elf::Error),
     /// Not an ELF file, archive, PE image or COFF object.
@@ -19,20 +28,6 @@ pub enum Error {
     /// Valid PE/COFF this crate does not handle (or refuses to rewrite).
     #[error("unsupported PE/COFF at offset {offset:#x}: {what}")]
     Unsupported { offset: u64, what: String },
-    /// A `__CudaFatBinaryWrapper` that cannot be followed.
-    #[error("wrapper {index} at offset {offset:#x}: {what}")]
-    Wrapper {
-        index: usize,
-        offset: u64,
-        what: String,
-    },
-    /// A bundle inside the bundle section is invalid.
-    #[error("bundle at file offset {offset:#x}: {source}")]
-    Bundle {
-        offset: u64,
-        #[source]
-        source: rocpack_bundle::Error,
-    },
     /// The rewrite cannot place what it must place.
     #[error("layout at offset {offset:#x}: {what}")]
     Layout { offset: u64, what: String },
@@ -46,8 +41,6 @@ impl Error {
             Error::NotAnImage(_) => Some(0),
             Error::Malformed { offset, .. }
             | Error::Unsupported { offset, .. }
-            | Error::Wrapper { offset, .. }
-            | Error::Bundle { offset, .. }
             | Error::Layout { offset, .. } => Some(*offset),
         }
     }
@@ -64,6 +57,20 @@ impl Error {
             offset,
             what: what.into(),
         }
+    }
+
+    /// Wrapper `index` at `offset` cannot be followed (shared with ELF).
+    pub(crate) fn wrapper(index: usize, offset: u64, what: impl Into<String>) -> Self {
+        Error::Elf(rocpack_elf::Error::Wrapper {
+            index,
+            offset,
+            what: what.into(),
+        })
+    }
+
+    /// The bundle at file `offset` is invalid (shared with ELF).
+    pub(crate) fn bundle(offset: u64, source: rocpack_bundle::Error) -> Self {
+        Error::Elf(rocpack_elf::Error::Bundle { offset, source })
     }
 
     pub(crate) fn layout(offset: u64, what: impl Into<String>) -> Self {

@@ -382,3 +382,44 @@ fn reassembly_refuses_a_bundle_section_larger_than_its_bundles() {
     let e = pe::reassemble(&host, &bundles).unwrap_err().to_string();
     assert!(e.contains("VirtualSize 0x70000000"), "{e}");
 }
+
+/// Both sides of the image seam walk wrappers with one helper
+/// (`rocpack_elf::wrapper_table`) and report its faults with one error:
+/// the same words and offset for an ELF file, a PE image and a COFF object.
+#[test]
+fn a_bad_wrapper_magic_reads_the_same_in_elf_pe_and_coff() {
+    let files = [
+        ts::fatbins().join("fx_app"),
+        ts::fatbins().join("libfx_two_tu.so"),
+        ts::win_fatbin("fx_win_lld.dll"),
+        ts::win_fatbin("fx_win_kern.obj"),
+    ];
+    let mut beyond_first = false;
+    for path in files {
+        let mut data = std::fs::read(&path).unwrap();
+        // The last wrapper: its offset is the table's plus index * 24.
+        let (n, ws) = match rocpack_image::analyze(&data).unwrap() {
+            Analysis::Elf(i) => (i.wrappers.len(), i.wrappers.last().unwrap().file_offset),
+            Analysis::Pe(i) => (i.wrappers.len(), i.wrappers.last().unwrap().file_offset),
+        };
+        let last = n - 1;
+        beyond_first |= last > 0;
+        data[ws as usize..ws as usize + 4].copy_from_slice(&0xdead_beef_u32.to_le_bytes());
+        let e = rocpack_image::analyze(&data).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            format!("wrapper {last} at offset {ws:#x}: magic 0xdeadbeef is neither HIPF nor HIPK"),
+            "{}",
+            path.display()
+        );
+        assert_eq!(e.offset(), Some(ws), "{}", path.display());
+        assert!(
+            matches!(
+                e,
+                rocpack_image::Error::Elf(rocpack_elf::Error::Wrapper { index, .. }) if index == last
+            ),
+            "{e:?}"
+        );
+    }
+    assert!(beyond_first, "no fixture with a second wrapper");
+}

@@ -25,8 +25,8 @@ pub const WRAPPER_SECTIONS: [&str; 2] = [".hipFatB", ".hipFatBinSegment"];
 pub const MARKER_SECTION: &str = ".kpackrf";
 /// Characteristics of the marker section: `MEM_READ | CNT_INITIALIZED_DATA`.
 pub const MARKER_CHARACTERISTICS: u32 = pe::IMAGE_SCN_MEM_READ | pe::IMAGE_SCN_CNT_INITIALIZED_DATA;
-/// Size of one `__CudaFatBinaryWrapper`.
-pub const WRAPPER_SIZE: u64 = 24;
+/// Size of one `__CudaFatBinaryWrapper` (the same on both sides of the seam).
+pub use rocpack_elf::WRAPPER_SIZE;
 
 /// What kind of PE/COFF file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -259,11 +259,6 @@ pub(crate) fn u32_at(data: &[u8], off: u64, what: &str) -> Result<u32> {
     Ok(u32::from_le_bytes(b.try_into().expect("4 bytes")))
 }
 
-pub(crate) fn u64_at(data: &[u8], off: u64, what: &str) -> Result<u64> {
-    let b = get(data, off, 8, what)?;
-    Ok(u64::from_le_bytes(b.try_into().expect("8 bytes")))
-}
-
 fn obj_err(offset: u64) -> impl Fn(object::Error) -> Error {
     move |e| Error::malformed(offset, e.to_string())
 }
@@ -432,21 +427,21 @@ fn analyze_image(data: &[u8], src: &dyn rocpack_bundle::ReadAt) -> Result<PeInfo
         &mut info,
         false,
         &mut |field_rva, value, index, off| {
-            let target = value
-                .checked_sub(image_base)
-                .ok_or_else(|| Error::Wrapper {
+            let target = value.checked_sub(image_base).ok_or_else(|| {
+                Error::wrapper(
                     index,
-                    offset: off,
-                    what: format!("pointer {value:#x} is below the image base {image_base:#x}"),
-                })?;
+                    off,
+                    format!("pointer {value:#x} is below the image base {image_base:#x}"),
+                )
+            })?;
             let pointer = match relocs.get(&(field_rva as u32)) {
                 Some(&t) if t == pe::IMAGE_REL_BASED_DIR64 => PePointer::BaseRelocDir64,
                 Some(&t) => {
-                    return Err(Error::Wrapper {
+                    return Err(Error::wrapper(
                         index,
-                        offset: off,
-                        what: format!("base relocation of type {t} on the pointer (not DIR64)"),
-                    })
+                        off,
+                        format!("base relocation of type {t} on the pointer (not DIR64)"),
+                    ))
                 }
                 None if relocs_stripped => PePointer::Fixed,
                 None => PePointer::Unrelocated,
@@ -509,18 +504,14 @@ fn analyze_object<C: CoffHeader>(data: &[u8], src: &dyn rocpack_bundle::ReadAt) 
         let r = relocs
             .iter()
             .find(|r| u64::from(r.virtual_address.get(LE)) == field)
-            .ok_or_else(|| Error::Wrapper {
-                index,
-                offset: off,
-                what: "no relocation for the pointer in the object".into(),
+            .ok_or_else(|| {
+                Error::wrapper(index, off, "no relocation for the pointer in the object")
             })?;
         let sym_index = r.symbol_table_index.get(LE);
         let sym = symbols
             .symbol(object::SymbolIndex(sym_index as usize))
-            .map_err(|e| Error::Wrapper {
-                index,
-                offset: off,
-                what: format!("relocation symbol {sym_index}: {e}"),
+            .map_err(|e| {
+                Error::wrapper(index, off, format!("relocation symbol {sym_index}: {e}"))
             })?;
         let name = sym
             .name(symbols.strings())
@@ -529,24 +520,24 @@ fn analyze_object<C: CoffHeader>(data: &[u8], src: &dyn rocpack_bundle::ReadAt) 
         let sec = sym.section_number();
         let reloc_type = r.typ.get(LE);
         if reloc_type != pe::IMAGE_REL_AMD64_ADDR64 && reloc_type != pe::IMAGE_REL_ARM64_ADDR64 {
-            return Err(Error::Wrapper {
+            return Err(Error::wrapper(
                 index,
-                offset: off,
-                what: format!("relocation type {reloc_type} on the pointer (not ADDR64)"),
-            });
+                off,
+                format!("relocation type {reloc_type} on the pointer (not ADDR64)"),
+            ));
         }
         let sec_idx = usize::try_from(sec - 1).ok();
         if sec_idx != fat_index && sec_idx != marker_index {
-            return Err(Error::Wrapper {
+            return Err(Error::wrapper(
                 index,
-                offset: off,
-                what: format!(
+                off,
+                format!(
                     "pointer relocated against `{name}` in section {}, not the bundle section",
                     sec_idx
                         .and_then(|i| names.get(i))
                         .map_or("(none)", |s| s.as_str())
                 ),
-            });
+            ));
         }
         Ok((
             PePointer::Object {
@@ -607,10 +598,8 @@ fn find_sections(
         if len > 0 {
             get(data, u64::from(f.raw_offset), len, &f.name)?;
             let section = rocpack_bundle::Window::new(src, u64::from(f.raw_offset), len);
-            let spans = rocpack_bundle::find_bundles_in(&section).map_err(|e| Error::Bundle {
-                offset: u64::from(f.raw_offset) + e.offset().unwrap_or(0),
-                source: e,
-            })?;
+            let spans = rocpack_bundle::find_bundles_in(&section)
+                .map_err(|e| Error::bundle(u64::from(f.raw_offset) + e.offset().unwrap_or(0), e))?;
             for (i, sp) in spans.iter().enumerate() {
                 info.bundles.push(BundleInfo {
                     index: i,
@@ -661,23 +650,12 @@ fn read_wrappers(
             format!("{}: wrappers are not all stored in the file", sec.name),
         ));
     }
-    get(data, ws.file_offset, len, &sec.name)?;
-    for i in 0..len / WRAPPER_SIZE {
-        let index = i as usize;
-        let off = ws.file_offset + i * WRAPPER_SIZE;
-        let magic = u32_at(data, off, "wrapper magic")?;
-        let version = u32_at(data, off + 4, "wrapper version")?;
-        let value_in_file = u64_at(data, off + 8, "wrapper pointer")?;
-        let reserved1 = u64_at(data, off + 16, "wrapper reserved1")?;
-        if magic != HIPF_MAGIC && magic != HIPK_MAGIC {
-            return Err(Error::Wrapper {
-                index,
-                offset: off,
-                what: format!("magic {magic:#010x} is neither HIPF nor HIPK"),
-            });
-        }
-        let field_rva = ws.addr + i * WRAPPER_SIZE + 8;
-        let (pointer, target, target_section) = resolve(field_rva, value_in_file, index, off + 8)?;
+    let table = get(data, ws.file_offset, len, &sec.name)?;
+    for raw in rocpack_elf::wrapper_table(table, ws.file_offset) {
+        let w = raw?;
+        let field_rva = ws.addr + (w.file_offset - ws.file_offset) + 8;
+        let (pointer, target, target_section) =
+            resolve(field_rva, w.value_in_file, w.index, w.file_offset + 8)?;
         let target_section = target_section.or_else(|| {
             info.sections.iter().position(|s| {
                 let (a, n) = (
@@ -690,35 +668,36 @@ fn read_wrappers(
         let in_marker = target_section.is_some()
             && target_section == info.marker.as_ref().map(|m| m.section.index);
         let in_fatbin = target_section.is_some() && target_section == info.fatbin.map(|f| f.index);
+        let hipf = w.magic == HIPF_MAGIC;
         let bundle = info
             .bundles
             .iter()
             .position(|b| b.addr == target)
-            .filter(|_| magic == HIPF_MAGIC && in_fatbin);
-        if magic == HIPF_MAGIC && bundle.is_none() {
-            return Err(Error::Wrapper {
-                index,
-                offset: off + 8,
-                what: format!(
+            .filter(|_| hipf && in_fatbin);
+        if hipf && bundle.is_none() {
+            return Err(Error::wrapper(
+                w.index,
+                w.file_offset + 8,
+                format!(
                     "pointer target {target:#x} is not the start of a bundle in the bundle section"
                 ),
-            });
+            ));
         }
         if let Some(b) = bundle {
-            info.bundles[b].wrappers.push(index);
+            info.bundles[b].wrappers.push(w.index);
         }
         info.wrappers.push(PeWrapper {
-            index,
-            file_offset: off,
-            magic,
-            version,
-            reserved1,
+            index: w.index,
+            file_offset: w.file_offset,
+            magic: w.magic,
+            version: w.version,
+            reserved1: w.reserved1,
             field_rva,
-            value_in_file,
+            value_in_file: w.value_in_file,
             pointer,
             target,
             bundle,
-            points_to_marker: magic == HIPK_MAGIC && in_marker,
+            points_to_marker: w.magic == HIPK_MAGIC && in_marker,
         });
     }
     Ok(())
@@ -737,11 +716,11 @@ fn finish_state(info: &mut PeInfo) -> Result<()> {
                 .iter()
                 .find(|w| w.magic == HIPF_MAGIC)
                 .expect("a HIPF wrapper");
-            return Err(Error::Wrapper {
-                index: w.index,
-                offset: w.file_offset,
-                what: "HIPF wrapper in an image whose other wrappers are HIPK".into(),
-            });
+            return Err(Error::wrapper(
+                w.index,
+                w.file_offset,
+                "HIPF wrapper in an image whose other wrappers are HIPK",
+            ));
         }
         State::Split
     } else if !info.wrappers.is_empty() || !info.bundles.is_empty() {

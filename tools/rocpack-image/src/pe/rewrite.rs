@@ -190,20 +190,19 @@ pub fn split_analyzed(data: &[u8], info: &PeInfo, marker: &[u8]) -> Result<Vec<u
     }
     for w in &info.wrappers {
         if w.bundle.is_none() {
-            return Err(Error::Wrapper {
-                index: w.index,
-                offset: w.file_offset,
-                what: "does not point at a bundle".into(),
-            });
+            return Err(Error::wrapper(
+                w.index,
+                w.file_offset,
+                "does not point at a bundle",
+            ));
         }
         if w.pointer == PePointer::Unrelocated {
-            return Err(Error::Wrapper {
-                index: w.index,
-                offset: w.file_offset + 8,
-                what: "the image has base relocations but none for this pointer; \
-                       it would be wrong after a rebase"
-                    .into(),
-            });
+            return Err(Error::wrapper(
+                w.index,
+                w.file_offset + 8,
+                "the image has base relocations but none for this pointer; \
+                       it would be wrong after a rebase",
+            ));
         }
     }
     let fa = file_alignment(h)?;
@@ -654,10 +653,12 @@ pub fn reassemble(host: &[u8], bundles: &[Vec<u8>]) -> Result<Vec<u8>> {
     adjust_initialized_data(&mut out, host, h, fsec, rs, mr, false)?;
     for w in &info.wrappers {
         let co = w.co_index() as usize;
-        let off = offsets.get(co).ok_or_else(|| Error::Wrapper {
-            index: w.index,
-            offset: w.file_offset,
-            what: format!("co_index {co} but only {} bundles given", bundles.len()),
+        let off = offsets.get(co).ok_or_else(|| {
+            Error::wrapper(
+                w.index,
+                w.file_offset,
+                format!("co_index {co} but only {} bundles given", bundles.len()),
+            )
         })?;
         let at = unshift(w.file_offset);
         put_u32(&mut out, at, HIPF_MAGIC);
