@@ -16,6 +16,10 @@
 //!   of one bundle; [`parse_bundles`]`(data, &info) -> Vec<rocpack_bundle::Bundle>`
 //!   — every bundle parsed (element *i* = `co_index` *i*; code objects are
 //!   borrowed for uncompressed bundles), overlapping entries refused.
+//! * [`wrapper_table`]`(table, file_offset)` — the wrapper walk shared with
+//!   the PE/COFF side (`rocpack-image`): each 24-byte wrapper as a
+//!   [`RawWrapper`], a magic other than HIPF/HIPK refused as
+//!   [`Error::Wrapper`].
 //! * [`WrapperInfo::marker_bytes`] — the marker payload a HIPK wrapper
 //!   points at; [`WrapperInfo::co_index`].
 //! * [`split_host`]`(data, marker_payload) -> Result<Vec<u8>>` — host-only

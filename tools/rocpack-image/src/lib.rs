@@ -9,6 +9,11 @@
 //!   reassemble for ELF files, `ar` archives and PE32+ images alike; the
 //!   callbacks get the [`Analysis`] of each file (or archive member).
 //!
+//! The ELF and PE/COFF analyzers walk wrappers with one helper
+//! (`rocpack_elf::wrapper_table`), and faults that mean the same on both
+//! sides (wrapper, bundle) are `rocpack_elf::Error` values in [`Error::Elf`]:
+//! one message whatever the host format.
+//!
 //! PE layout of the rewrite: `docs/formats/split-pe.md`; ELF:
 //! `docs/formats/split-elf.md`. The marker payload is opaque bytes here.
 
