@@ -18,6 +18,8 @@ log "cargo build -p kpack -p snapctl (helpers for --config=prebuilt)"
 cargo fetch --locked
 # One cargo run for both: the same feature set as the toolchain's cargo action.
 cargo build --locked -p kpack -p snapctl
+# librocm_kpack for examples/runtime (install.sh takes it from beside kpack).
+cargo build --locked -p rocpack-runtime
 
 # Without debug info: Bazel hashes, copies and archives them several times.
 # (e2e.sh installs them into rules/bazel/prebuilt, gitignored.)
@@ -25,6 +27,7 @@ helpers="$(mktemp -d /tmp/rocpack-helpers.XXXXXX)"
 trap 'rm -rf "$helpers"' EXIT
 strip --strip-debug -o "$helpers/kpack" target/debug/kpack
 strip --strip-debug -o "$helpers/snapctl" target/debug/snapctl
+cp target/debug/librocm_kpack.so target/debug/librocm_kpack.a "$helpers/"
 
 T=$SECONDS
 log "bazel e2e"
@@ -36,6 +39,13 @@ log "ABI-drift guard with a real break: examples/abi_guard (prebuilt_snapshot ab
 rules/bazel/prebuilt/install.sh "$helpers/kpack" "$helpers/snapctl"
 bash examples/abi_guard/check.sh --config=prebuilt
 echo "    (abi_guard: $((SECONDS - T))s)" >&2
+
+T=$SECONDS
+log "C consumer of librocm_kpack: examples/runtime on //:rocm_kpack{,_static} (prebuilt libraries); a consumer workspace on @rocpack//:rocm_kpack{,_static} (built from source)"
+bash tests/ci/runtime-consumer.sh bazel --config=prebuilt
+bash tests/ci/runtime-consumer.sh bazel-workspace \
+    --@rocpack//rules/bazel:cargo_target_dir="$ROOT/target" --@rocpack//rules/bazel:cargo_profile=dev
+echo "    (runtime consumer: $((SECONDS - T))s)" >&2
 
 T=$SECONDS
 log "source snapshots: examples/rcclx_source (source_snapshot, package paths mapped, freshness test)"

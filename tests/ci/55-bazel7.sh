@@ -103,6 +103,12 @@ mkdir -p "$CHROOT/workspace"
 tar -C "$ROOT" --exclude='./bazel-*' --exclude='./e2e/*/bazel-*' --exclude=./target --exclude=./.git \
     --exclude=./buck-out --exclude=./tools/fuzz --exclude=./user.bazelrc -cf - . | tar -C "$CHROOT/workspace" -xf -
 "$CHROOT/workspace/rules/bazel/prebuilt/install.sh" "$KPACK" "$SNAPCTL"
+# librocm_kpack for examples/runtime: install.sh took it from beside kpack
+# (stage 50 builds it); otherwise it is built here.
+if [ ! -f "$CHROOT/workspace/rules/bazel/prebuilt/librocm_kpack.so" ]; then
+    cargo build --locked -q -p rocpack-runtime
+    install -m 0644 target/debug/librocm_kpack.so target/debug/librocm_kpack.a "$CHROOT/workspace/rules/bazel/prebuilt/"
+fi
 
 # Bazel in the chroot: no network needed from here on (everything is local).
 in_chroot() { chroot "$CHROOT" env -i PATH=/usr/bin:/bin HOME=/root LC_ALL=C "$@"; }
@@ -124,6 +130,10 @@ if bazel build "${F[@]}" --config=rcclx_stable --config=rocm71 //examples/rcclx:
 grep -q "no stable snapshot of rcclx for ROCm 7.1" /tmp/m.out || { cat /tmp/m.out; exit 1; }
 echo "  missing snapshot message OK"
 bazel shutdown'
+
+step "Bazel 7, bzlmod: C consumer of librocm_kpack (examples/runtime on //:rocm_kpack{,_static}, prebuilt libraries)"
+in_chroot bash /workspace/tests/ci/runtime-consumer.sh bazel --config=debian7 --config=prebuilt
+in_chroot bash -c 'cd /workspace && bazel shutdown'
 
 step "Bazel 7, WORKSPACE mode (--noenable_bzlmod): //examples/kpack/... //examples/wheel/... //tests/bazel/..."
 # Native cc rules would need the real rules_java toolchains (from GitHub) on

@@ -97,6 +97,10 @@ grep -E "^Tests finished|Pass [0-9]+" "$WORK/test.err" >&2 || true
 grep -q "Fail 0" "$WORK/test.err" || die "buck2 test //... reported failures"
 done_step
 
+step "C consumer of librocm_kpack: examples/runtime on rocpack//:rocm_kpack{,_static} (cargo-built library)"
+bash tests/ci/runtime-consumer.sh buck2 "$BUCK2_BIN" "$ISO" "${CFG[@]}" || die "runtime consumer"
+done_step
+
 step "README Buck2 transcript"
 # The console block between the buck2-transcript markers: "$ buck2 ..." lines
 # and their output. `buck2 run`: stdout must be exactly the lines shown.

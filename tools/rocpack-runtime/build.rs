@@ -3,6 +3,14 @@
 //! -lrocm_kpack` recipe), a `librocm_kpack.so.0 -> librocm_kpack.so`
 //! symlink is placed beside the library (`install.sh` lays out a real
 //! install tree).
+//!
+//! This is the one write outside `OUT_DIR` (which Cargo discourages), kept on
+//! purpose: Cargo has no post-build step, a build script is the only code of
+//! the package that a plain `cargo build` runs, and the SONAME must stay
+//! ROCm's. It writes nothing but that symlink, leaves a correct one alone,
+//! and does nothing off Linux. Nothing else depends on it: `install.sh`,
+//! the CMake and pkg-config files and the Bazel and Buck2 targets
+//! (`rules/*/runtime.bzl`) name the library themselves (docs/runtime.md).
 use std::path::Path;
 
 fn main() {

@@ -3,6 +3,8 @@
 #
 #   rules/bazel/prebuilt/install.sh                  # from target/release, else target/debug
 #   rules/bazel/prebuilt/install.sh KPACK SNAPCTL     # explicit paths
+# librocm_kpack.so / .a (the runtime library, //:rocm_kpack) are copied too
+# when they are beside KPACK (cargo build -p rocpack-runtime).
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../../.." && pwd)"
@@ -27,4 +29,11 @@ for name in kpack snapctl; do
     fi
     chmod 0755 "$tmp/$name"
     cmp -s "$tmp/$name" "$here/$name" || install -m 0755 "$tmp/$name" "$here/$name"
+done
+for name in librocm_kpack.so librocm_kpack.a; do
+    src="$(dirname "$kpack")/$name"
+    [ -f "$src" ] || continue
+    strip --strip-debug -o "$tmp/$name" "$src" 2>/dev/null || cp "$src" "$tmp/$name"
+    chmod 0644 "$tmp/$name"
+    cmp -s "$tmp/$name" "$here/$name" || install -m 0644 "$tmp/$name" "$here/$name"
 done

@@ -2,9 +2,10 @@
 
 # $1 target dir ("" = a per-checkout dir under ~/.cache/rocpack, kept between
 # builds and outside every project tree), $2 output dir, $3 cargo profile,
-# $4 profile's directory name, $5 manifest, $6 space-separated binaries; then
-# the cargo -p flags. Only the binaries land in the output (Buck2 hashes every
-# output byte: a whole cargo target dir is gigabytes), without debug info.
+# $4 profile's directory name, $5 manifest, $6 space-separated files to copy
+# out (binaries or libraries); then the cargo -p flags. Only those files land
+# in the output (Buck2 hashes every output byte: a whole cargo target dir is
+# gigabytes), without debug info.
 _CARGO_BUILD = """set -eu
 td=$1; out=$2; profile=$3; pdir=$4; manifest=$5; bins=$6; shift 6
 if [ -z "$td" ]; then
@@ -21,7 +22,7 @@ for b in $bins; do
 done
 """
 
-def rocpack_cargo_build_action(actions: AnalysisActions, manifest: Artifact, srcs: list[Artifact], packages: list[str], profile: str, target_dir: str = "") -> Artifact:
+def rocpack_cargo_build_action(actions: AnalysisActions, manifest: Artifact, srcs: list[Artifact], packages: list[str], profile: str, target_dir: str = "", files: list[str] | None = None) -> Artifact:
     """Registers one local-only `cargo build` of `packages`; returns the binaries' directory.
 
     Args:
@@ -39,7 +40,7 @@ def rocpack_cargo_build_action(actions: AnalysisActions, manifest: Artifact, src
     """
     out = actions.declare_output("bin", dir = True)
     pdir = "debug" if profile == "dev" else profile
-    args = ["/bin/sh", "-c", _CARGO_BUILD, "cargo_build", target_dir, out.as_output(), profile, pdir, manifest, " ".join(packages)]
+    args = ["/bin/sh", "-c", _CARGO_BUILD, "cargo_build", target_dir, out.as_output(), profile, pdir, manifest, " ".join(packages if files == None else files)]
     for p in packages:
         args += ["-p", p]
     actions.run(

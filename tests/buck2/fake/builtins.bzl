@@ -664,6 +664,19 @@ def _cxx_binary_impl(ctx):
 
 cxx_binary = rule(impl = _cxx_binary_impl, attrs = _CXX_COMMON)
 
+def _cxx_test_impl(ctx):
+    providers = _cxx_binary_impl(ctx)
+    cmd = cmd_args(providers[0].default_output, ctx.attrs.args)
+    return [providers[0], RunInfo(args = cmd), ExternalRunnerTestInfo(type = "gtest", command = [cmd], env = ctx.attrs.env, labels = ctx.attrs.labels)]
+
+# The real cxx_test has the hidden test toolchain deps of every prelude test rule.
+cxx_test = rule(impl = _cxx_test_impl, attrs = dict(_CXX_COMMON, **{
+    "_remote_test_execution_toolchain": attrs.toolchain_dep(default = "toolchains//:remote_test_execution"),
+    "_test_toolchain": attrs.toolchain_dep(default = "toolchains//:test"),
+    "args": attrs.list(attrs.arg(), default = []),
+    "env": attrs.dict(attrs.string(), attrs.arg(), default = {}),
+}))
+
 def _prebuilt_cxx_library_impl(ctx):
     libs, headers = _cxx_inputs(ctx)
     if ctx.attrs.static_lib != None:
@@ -686,6 +699,7 @@ prebuilt_cxx_library = rule(impl = _prebuilt_cxx_library_impl, attrs = {
     "link_whole": attrs.bool(default = False),
     "preferred_linkage": attrs.option(attrs.enum(["any", "static", "shared"]), default = None),
     "shared_lib": attrs.option(attrs.source(), default = None),
+    "soname": attrs.option(attrs.string(), default = None),
     "static_lib": attrs.option(attrs.source(), default = None),
     "static_pic_lib": attrs.option(attrs.source(), default = None),
 })
@@ -739,6 +753,7 @@ FAKE_BUCK_ONLY = [
     "constraint_value",
     "cxx_binary",
     "cxx_library",
+    "cxx_test",
     "export_file",
     "filegroup",
     "genrule",
@@ -759,6 +774,7 @@ native = struct(
     constraint_value = constraint_value,
     cxx_binary = cxx_binary,
     cxx_library = cxx_library,
+    cxx_test = cxx_test,
     export_file = export_file,
     filegroup = filegroup,
     genrule = genrule,
