@@ -13,7 +13,10 @@ use std::io::Read;
 /// Inputs expanding to more than this are checked, not written again.
 const ROUND_TRIP_MAX: u64 = 4 << 20;
 
-fn check(dir: &std::path::Path, path: &std::path::Path) -> Option<(InputWheel, String, zipio::Digests)> {
+fn check(
+    dir: &std::path::Path,
+    path: &std::path::Path,
+) -> Option<(InputWheel, String, zipio::Digests)> {
     let mut w = InputWheel::open(path).ok()?;
     let record = (0..w.table.len())
         .map(|i| w.table.name(i))
@@ -95,19 +98,24 @@ libfuzzer_sys::fuzz_target!(|data: &[u8]| {
     zipio::write_all(sink, entries, &dist_info).expect("a verified wheel is written again");
 
     // Independent reader: every written entry has the input's bytes.
-    let mut z = zip::ZipArchive::new(std::fs::File::open(&out).unwrap()).expect("zip crate reads it");
+    let mut z =
+        zip::ZipArchive::new(std::fs::File::open(&out).unwrap()).expect("zip crate reads it");
     want.sort();
     let mut got = Vec::new();
     for k in 0..z.len() {
         let mut f = z.by_index(k).expect("zip crate opens entry");
         let name = f.name().expect("zip crate reads the name").to_string();
         let mut b = Vec::new();
-        f.read_to_end(&mut b).expect("zip crate inflates entry (CRC checked)");
+        f.read_to_end(&mut b)
+            .expect("zip crate inflates entry (CRC checked)");
         if name != record {
             got.push((name, b));
         }
     }
     got.sort();
     assert_eq!(got, want);
-    assert!(check(tmp.path(), &out).is_some(), "the written wheel passes the input checks");
+    assert!(
+        check(tmp.path(), &out).is_some(),
+        "the written wheel passes the input checks"
+    );
 });
