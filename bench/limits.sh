@@ -12,13 +12,16 @@
 # Inputs (downloaded once into $ROCPACK_BENCH_CACHE, pinned by sha256):
 #   rocsparse  Debian bookworm librocsparse0 5.3.0+dfsg-2 (librocsparse.so.0.1,
 #              1.31 GB, plain bundles), `apt-get download`
-#   jaxpjrt    PyPI jax-rocm7-pjrt 0.10.0 (xla_rocm_plugin.so, CCOB v3), the
-#              wheel CI's 40-pypi.sh pins
+#   jaxpjrt    PyPI jax-rocm7-pjrt 0.10.0 (xla_rocm_plugin.so, 520 MB, CCOB
+#              v3), the wheel CI's 40-pypi.sh pins
+#   onnx       PyPI onnxruntime-rocm 1.22.2.post3 (cp311 manylinux_2_34,
+#              libonnxruntime_providers_rocm.so, 513 MB, plain bundles)
 # (Debian's librocblas4 of the issue's table is only in trixie/sid; bookworm,
 # which CI runs, has librocsparse0.)
 #
 # Rounds alternate the tools (medians of ROUNDS, default 3); dirty pages are
-# flushed before each timed run. Usage: bench/limits.sh [INPUT...]
+# flushed before each timed run. SIZES=0 skips the archive-size rows.
+# Usage: bench/limits.sh [INPUT...]   (INPUT: rocsparse jaxpjrt onnx)
 . "$(dirname "$0")/lib.sh"
 
 KPACK="${KPACK:-$(kpack_release)}"
@@ -53,6 +56,23 @@ input_jaxpjrt() {
         mkdir -p "$dir/jaxpjrt" && (cd "$dir/jaxpjrt" && unzip -q "../$whl") || bdie "unzip $whl"
     fi
     find "$dir/jaxpjrt" -name '*.so' -size +100M | head -n1
+}
+
+input_onnx() {
+    local whl=onnxruntime_rocm-1.22.2.post3-cp311-cp311-manylinux_2_34_x86_64.whl
+    local sha=705596b48933446ae6766921c5c8a46ef42f0c735bf158b6eb44a60bf7f95230
+    local dir="$BENCH_CACHE/pypi"
+    mkdir -p "$dir"
+    if [ ! -f "$dir/$whl" ]; then
+        python3 -m pip download --disable-pip-version-check -q --no-deps --only-binary=:all: \
+            --python-version 3.11 --platform manylinux_2_34_x86_64 -d "$dir" \
+            onnxruntime-rocm==1.22.2.post3 >&2 || bdie "pip download onnxruntime-rocm"
+    fi
+    pinned "$dir/$whl" "$sha"
+    if [ ! -d "$dir/onnx" ]; then
+        mkdir -p "$dir/onnx" && (cd "$dir/onnx" && unzip -q "../$whl") || bdie "unzip $whl"
+    fi
+    find "$dir/onnx" -name 'libonnxruntime_providers_rocm.so' | head -n1
 }
 
 # median FILE...: median wall seconds of /usr/bin/time reports.
@@ -107,14 +127,18 @@ run_input() {
         rm -rf "$w/u"
     fi
     cat <<ROW
-$name: $base, $size bytes, $(nproc) CPUs, median of $ROUNDS
+$name: $base, $size bytes, $(nproc) CPUs, median of $ROUNDS, load average at the end $(cut -d' ' -f1-3 /proc/loadavg)
   cp                      ${cp_s} s
   zstd -3 -T0             ${zs_s} s
   split (zstd)            ${split_s} s  $(ratio "$split_s" "$zs_s")x zstd -3 -T0 (target <= 1.0)  peak RSS $(max_rss "$w"/split.*) MiB
   split --compression none ${none_s} s  $(ratio "$none_s" "$cp_s")x cp (target <= 1.2)  peak RSS $(max_rss "$w"/none.*) MiB
   reassemble (zstd)       ${reas_s} s  $(ratio "$reas_s" "$split_s")x split (target <= 2.0)  peak RSS $(max_rss "$w"/reas.*) MiB  identical: $same
-  .kpack bytes            default ${kp3}, zstd:19 ${kp19}; one zstd -19 --long=27 stream per arch ${stream} ($(ratio "$kp3" "$stream")x, $(ratio "$kp19" "$stream")x)
 ROW
+    if [ "${SIZES:-1}" = 1 ]; then
+        echo "  .kpack bytes            default ${kp3}, zstd:19 ${kp19}; one zstd -19 --long=27 stream per arch ${stream} ($(ratio "$kp3" "$stream")x, $(ratio "$kp19" "$stream")x)"
+    else
+        echo "  .kpack bytes            default ${kp3} (SIZES=0: zstd:19 and the one-stream limit not measured)"
+    fi
     rm -rf "$w"
 }
 

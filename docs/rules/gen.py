@@ -89,8 +89,17 @@ def constants(path, seen=None):
             try:
                 env[node.targets[0].id] = eval(compile(ast.Expression(node.value), "<expr>", "eval"), {"__builtins__": {}}, dict(env))
             except Exception:
-                pass
+                # Not a constant (e.g. a dict of attr.* calls shared by two
+                # rules): kept as syntax, for attrs_of's `**NAME`.
+                env[node.targets[0].id] = Syntax(node.value)
     return env
+
+
+class Syntax:
+    """A module-level value that is not a constant: its expression's AST."""
+
+    def __init__(self, node):
+        self.node = node
 
 
 def kw(call, name):
@@ -103,8 +112,13 @@ def kw(call, name):
 def attrs_of(node):
     """Attribute name -> attr.* call, from a dict literal or dict({...}, **x)."""
     out = []
+    if isinstance(node, ast.Name) and isinstance(ENV.get(node.id), Syntax):
+        return attrs_of(ENV[node.id].node)
     if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "dict" and node.args:
-        node = node.args[0]
+        for k in node.keywords:
+            if k.arg is None:  # dict({...}, **SHARED): the shared attributes follow
+                out += attrs_of(k.value)
+        return attrs_of(node.args[0]) + out
     if isinstance(node, ast.Dict):
         for k, v in zip(node.keys, node.values):
             if k is None or not isinstance(v, ast.Call):

@@ -16,12 +16,27 @@
 # project's own (7.2, `[rocpack] rocm_versions`) gets a snapshot and is
 # linked; a rebuild with another PATH runs nothing; `kpack verify` checks the
 # packages given as symlinked package dirs; no target/ appears in the tree.
+#
+# FROM_SOURCE_SEED=TARGET_DIR (a dev `cargo build -p kpack -p snapctl`): then
+# the helpers are built from source with the default cargo target dir,
+# interrupted by kill -9 of cargo and rebuilt (e2e/interrupted-build.sh);
+# the package they make equals the prebuilt helpers'.
 set -euo pipefail
 BUCK2="$1" DIR="$2" ISO="$3"; shift 3
 CFG=("$@")
 here="$(cd "$(dirname "$0")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"
 fail() { echo "e2e/buck2 FAILED: $*" >&2; exit 1; }
+
+# docs/buck2.md shows this project's .buckconfig and toolchains/BUCK as
+# complete files: they must be these, byte for byte.
+for f in .buckconfig toolchains/BUCK; do
+    awk -v f="$f" '
+        /^<!-- buck2-consumer-file: / { want = ($3 == f); next }
+        want && /^```/ { if (inblock) exit; inblock = 1; next }
+        inblock { print }' "$repo/docs/buck2.md" | diff -u - "$here/$f" >&2 \
+        || fail "docs/buck2.md's $f differs from e2e/buck2/$f"
+done
 
 [ ! -e "$DIR" ] || fail "$DIR exists"
 mkdir -p "$DIR/third_party/rocpack"
@@ -32,9 +47,10 @@ cp -a "$repo/examples/kpack/shards/gfx1151-build/blas_lib_gfx1151" "$DIR/app/art
 
 cd "$DIR"
 b2() { local sub="$1"; shift; "$BUCK2" --isolation-dir "$ISO" "$sub" "${CFG[@]}" "$@"; }
-server_pid=""
-# The daemon of this project (and the release's HTTP server) end with the run.
-trap '"$BUCK2" --isolation-dir "$ISO" kill >/dev/null 2>&1 || true; [ -z "$server_pid" ] || kill "$server_pid" 2>/dev/null || true' EXIT
+server_pid="" CLEAN_TD=""
+# The daemon of this project (and the release's HTTP server) end with the
+# run, and the default cargo target dir of the from-source step goes.
+trap '"$BUCK2" --isolation-dir "$ISO" kill >/dev/null 2>&1 || true; [ -z "$server_pid" ] || kill "$server_pid" 2>/dev/null || true; [ -z "$CLEAN_TD" ] || rm -rf "$CLEAN_TD"' EXIT
 
 if [ -n "${HELPERS_DIR:-}" ]; then
     # The release, as tools/release/make-prebuilt.sh makes it, on a local
@@ -59,6 +75,31 @@ fi
 b2 test //... || fail "buck2 test //..."
 # rocpack's own targets, reached through the cell.
 b2 build rocpack//examples/kpack:blas_lib_gfx110X || fail "buck2 build rocpack//examples/kpack:blas_lib_gfx110X"
+
+# A group missing from the packaging config (a typo): rocpack's message
+# naming the target, the group, the config file and the fix, as Bazel's
+# (rules/common/kpack.bzl), not buck2's missing-path error.
+cp app/BUCK "$DIR.BUCK"
+cat >> app/BUCK <<'EOF2'
+
+kpack_recombine(
+    name = "mathlib_typo",
+    component = "mathlib",
+    config = "packaging-config.json",
+    group = "gfx115x",
+    shards = [":split"],
+)
+EOF2
+rc=0; b2 build //app:mathlib_typo >/dev/null 2>"$DIR/typo.err" || rc=$?
+cp "$DIR.BUCK" app/BUCK
+[ "$rc" -ne 0 ] || fail "a group missing from the packaging config built"
+for want in "rocpack: root//app:mathlib_typo: no package mathlib_gfx115x: the group is not an architecture group of the packaging config app/packaging-config.json" \
+    "kpack recombine wrote: mathlib_generic mathlib_gfx115X" \
+    'fix: name in `group` only keys of "architecture_groups" in app/packaging-config.json'; do
+    grep -qF -- "$want" "$DIR/typo.err" || { cat "$DIR/typo.err" >&2; fail "the missing-group message lacks: $want"; }
+done
+! grep -q "does not exist in the artifact" "$DIR/typo.err" || fail "buck2's own missing-path error instead of rocpack's"
+echo "e2e/buck2: ok: a group missing from the config: $(grep -m1 -o '^rocpack: root//app:mathlib_typo: no package [^:]*' "$DIR/typo.err")" >&2
 
 # The commit of a snapshot, from its metadata.txt (what snapctl recorded).
 commit_of() { # METADATA LIBRARY
@@ -146,6 +187,29 @@ if [ -n "${HELPERS_DIR:-}" ]; then
         || { cat "$DIR/verify.out" >&2; fail "kpack verify of symlinked package dirs"; }
     grep -Eq 'OK: [1-9][0-9]* packages?' "$DIR/verify.out" || { cat "$DIR/verify.out" >&2; fail "kpack verify checked no package"; }
     echo "e2e/buck2: ok: kpack verify: $(grep -E 'OK: ' "$DIR/verify.out" | head -1)" >&2
+    listing() { (cd "$1" && find -L . -type f -print0 | LC_ALL=C sort -z | xargs -0 sha256sum); }
+    listing "$(awk '$1 == "root//app:mathlib_gfx115X" {print $2}' "$DIR/pk.out")" > "$DIR/gfx115X.prebuilt"
+fi
+if [ -n "${FROM_SOURCE_SEED:-}" ]; then
+    # The helpers from source with the defaults (docs/buck2.md): cargo builds
+    # in ${XDG_CACHE_HOME:-~/.cache}/rocpack/cargo-target/<first 16 hex
+    # digits of the sha256 of the Cargo.toml path> (the buck2 daemon's
+    # environment), never in the project; killed mid-build, the next build
+    # keeps what cargo finished (e2e/interrupted-build.sh).
+    manifest="$(readlink -f third_party/rocpack/Cargo.toml)"
+    TD="${XDG_CACHE_HOME:-$HOME/.cache}/rocpack/cargo-target/$(printf '%s' "$manifest" | sha256sum | cut -c1-16)"
+    CLEAN_TD="$TD"
+    "$repo/e2e/interrupted-build.sh" "$TD" "$manifest" "$FROM_SOURCE_SEED" -- "$BUCK2" --isolation-dir "$ISO" build "${CFG[@]}" \
+        -c rocpack.tools=cargo -c rocpack.cargo_target_dir= -c rocpack.cargo_profile=dev //app:mathlib_gfx115X \
+        || fail "the interrupted from-source helper build"
+    "$BUCK2" --isolation-dir "$ISO" build "${CFG[@]}" -c rocpack.tools=cargo -c rocpack.cargo_target_dir= -c rocpack.cargo_profile=dev \
+        //app:mathlib_gfx115X --show-full-output > "$DIR/src.out" 2>/dev/null || fail "mathlib_gfx115X with helpers from source"
+    if [ -f "$DIR/gfx115X.prebuilt" ]; then
+        listing "$(awk '$1 == "root//app:mathlib_gfx115X" {print $2}' "$DIR/src.out")" | diff "$DIR/gfx115X.prebuilt" - >&2 \
+            || fail "mathlib_gfx115X from the rebuilt kpack differs from the prebuilt kpack's"
+        echo "e2e/buck2: ok: mathlib_gfx115X from the rebuilt kpack is byte-identical to the prebuilt kpack's" >&2
+    fi
+    echo "e2e/buck2: ok: cargo built in $TD" >&2
 fi
 # The helpers' build never writes into the consumer's tree.
 [ ! -e target ] || fail "a target/ directory appeared in the consumer's project root"

@@ -73,6 +73,32 @@ def kpack_package_target_names(component, groups):
         out.append((kpack_package_dir_name(component, g), g))
     return out
 
+def kpack_missing_package_format(owner, config, attr):
+    """printf format of the error when `kpack recombine` wrote no package for a group.
+
+    Both build systems print it (Bazel: stage.sh, Buck2: the recombine
+    action's wrapper) after the helper ran, when a wanted
+    `<component>_<group>` directory is missing from its output: the group
+    name is not an architecture group of the config, or no shard has code
+    for it. Every `%` of the arguments is escaped.
+
+    Args:
+      owner: the target whose action failed (label text).
+      config: the packaging config's path, as the user knows it.
+      attr: the attribute that names the group(s): "group" or "groups".
+
+    Returns:
+      A printf format with two `%s`: the missing package directories and
+      the ones `kpack recombine` wrote (both space-separated).
+    """
+    o = owner.replace("%", "%%")
+    c = config.replace("%", "%%")
+    return "".join([
+        "rocpack: %s: no package %%s: the group is not an architecture group of the packaging config %s, or no shard has code for it.\n" % (o, c),
+        "  kpack recombine wrote: %s\n",
+        "  fix: name in `%s` only keys of \"architecture_groups\" in %s (or \"%s\" for the host code), or add the group to that config.\n" % (attr, c, KPACK_GENERIC_GROUP),
+    ])
+
 def kpack_groups_from_config(config):
     """Architecture group names of a decoded packaging-config JSON.
 
@@ -174,3 +200,28 @@ def kpack_relative_path(path, root):
     if not path.startswith(root + "/"):
         fail("kpack_split: '%s' is not under the artifact directory '%s'" % (path, root))
     return path[len(root) + 1:]
+
+def kpack_declared_symlinks(symlinks):
+    """Checks a kpack_split `symlinks` attribute; returns its (path, target) pairs.
+
+    A build system digests a source symlink as the file it points to: whether
+    an input is a link is in no action key, and a remote worker gets a
+    regular file. The artifact's links are therefore declared: each is
+    staged as a link with exactly this target text, locally and remotely
+    alike (`kpack split` keeps it when it stays inside its prefix).
+
+    Args:
+      symlinks: dict, path below the artifact directory -> link target text
+        (relative, e.g. {"lib/libfoo.so.1": "libfoo.so.1.2"}).
+
+    Returns:
+      Sorted list of (path, target).
+    """
+    out = []
+    for path in sorted(symlinks.keys()):
+        target = symlinks[path]
+        kpack_path_depth(path)
+        if not target or target.startswith("/") or "\t" in target or "\n" in target or "\t" in path or "\n" in path:
+            fail("kpack_split: symlink '%s' -> '%s': the target must be a non-empty relative path (absolute links leave the artifact)" % (path, target))
+        out.append((path, target))
+    return out

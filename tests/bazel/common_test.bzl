@@ -4,7 +4,7 @@ The test rule evaluates every check while Bazel analyses it and writes a
 script that prints the failures and exits 1 when any check failed.
 """
 
-load("//rules/common:kpack.bzl", "kpack_groups_from_config", "kpack_manifest_root", "kpack_package_dir_name", "kpack_package_target_names", "kpack_relative_path", "kpack_split_arg_list")
+load("//rules/common:kpack.bzl", "kpack_groups_from_config", "kpack_manifest_root", "kpack_missing_package_format", "kpack_package_dir_name", "kpack_package_target_names", "kpack_relative_path", "kpack_split_arg_list")
 load("//rules/common:snapshot.bzl", "available_versions", "channel_config_name", "channel_dir", "checksum_sha256", "checksums_dict_name", "default_artifact", "default_checksums_prefix", "missing_snapshot_message", "parse_checksums_bzl", "rocm_config_name", "snapshot_target_name", "store_blob_path", "version_key")
 
 _SHA_A = "a" * 64
@@ -44,6 +44,14 @@ def _checks():
         ("package dir", kpack_package_dir_name("blas_lib", "gfx110X"), "blas_lib_gfx110X"),
         ("target names", kpack_package_target_names("blas_lib", ["gfx110X", "gfx120X"]), [("blas_lib_generic", "generic"), ("blas_lib_gfx110X", "gfx110X"), ("blas_lib_gfx120X", "gfx120X")]),
         ("groups from config", kpack_groups_from_config(json.decode('{"primary_shard": "s", "architecture_groups": {"gfx120X": {"architectures": ["gfx1200"]}, "gfx110X": {"architectures": ["gfx1100"]}}}')), ["gfx120X", "gfx110X"]),
+        # Issue 24 item 10: the message of a group without a package names
+        # the target, the group (first %s), the config and the fix; a % in a
+        # path stays literal for printf.
+        ("missing package message", [
+            s in kpack_missing_package_format("//fx:fx_lib_all_packages", "fx/50%.json", "groups")
+            for s in ["rocpack: //fx:fx_lib_all_packages: no package %s: ", "packaging config fx/50%%.json,", "kpack recombine wrote: %s", "name in `groups` only keys of \"architecture_groups\" in fx/50%%.json"]
+        ], [True, True, True, True]),
+        ("missing package message has two %s", kpack_missing_package_format("t", "c", "group").replace("%%", "").count("%s"), 2),
         ("manifest root", kpack_manifest_root(["a/b/x.so", "a/b/artifact_manifest.txt"]), "a/b"),
         ("manifest root at top", kpack_manifest_root(["artifact_manifest.txt", "x"]), ""),
         ("relative path", kpack_relative_path("a/b/lib/x.so", "a/b"), "lib/x.so"),

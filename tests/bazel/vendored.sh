@@ -9,7 +9,14 @@
 #   * a ROCm version no list names (7.2): snapctl create + .update, then the
 #     stable 7.2 snapshot of fooccl is linked;
 #   * kpack verify (through @rocpack//rules/bazel/toolchain:resolved_kpack)
-#     of the kpack_packages outputs, given as symlinked package dirs.
+#     of the kpack_packages outputs, given as symlinked package dirs;
+#   * a group missing from the packaging config fails with rocpack's message;
+#   * with FROM_SOURCE_SEED=TARGET_DIR (a cargo target dir holding a dev
+#     `cargo build -p kpack -p snapctl`): the helpers from source with the
+#     default target dir (~/.cache/rocpack/cargo-target/<hash>, seeded with
+#     that dir's crates.io crates), cargo killed (-9) after some crates
+#     finished, then a rebuild that compiles only the rest; no target/ in the
+#     consumer's tree; the rebuilt kpack's packages equal the prebuilt one's.
 #
 #   tests/bazel/vendored.sh MODE KPACK SNAPCTL [BAZEL FLAG...]
 #     MODE: workspace (WORKSPACE) or bzlmod (MODULE.bazel + WORKSPACE.bzlmod)
@@ -26,10 +33,11 @@ C="$T/consumer"
 die() { printf 'FAILED: [vendored %s] %s\n' "$MODE" "$*" >&2; exit 1; }
 TS=$SECONDS
 step() { printf '    (%ds)\n==> [vendored %s] %s\n' $((SECONDS - TS)) "$MODE" "$*" >&2; TS=$SECONDS; }
+CLEAN_TD=""
 cleanup() {
     local rc=$?
     [ -d "$C" ] && (cd "$C" && bazel shutdown >/dev/null 2>&1) || true
-    rm -rf "$T"
+    rm -rf "$T" ${CLEAN_TD:+"$CLEAN_TD"}
     exit $rc
 }
 trap cleanup EXIT
@@ -82,6 +90,29 @@ n="$(grep -c '"mnemonic": *"KpackRecombine"' "$T/cold.json" || true)"
 step "bazel test //..."
 bazel test "${F[@]}" //... || die "bazel test //..."
 
+step "a group missing from the packaging config (a typo): rocpack's message naming the group, the config and the fix"
+cp fx/BUILD.bazel "$T/fx.BUILD"
+cat >> fx/BUILD.bazel <<'EOF2'
+
+kpack_recombine(
+    name = "fx_lib_typo",
+    component = "fx_lib",
+    config = "packaging-config.json",
+    group = "rnda4",
+    shards = [":split_" + s for s in SHARDS],
+    tags = ["manual"],
+)
+EOF2
+rc=0; bazel build "${F[@]}" //fx:fx_lib_typo >"$T/typo.out" 2>&1 || rc=$?
+cp "$T/fx.BUILD" fx/BUILD.bazel
+[ "$rc" -ne 0 ] || die "a group missing from the config built"
+for want in "rocpack: //fx:fx_lib_typo: no package fx_lib_rnda4: the group is not an architecture group of the packaging config fx/packaging-config.json" \
+    "kpack recombine wrote: fx_lib_generic fx_lib_rdna3 fx_lib_rdna4" \
+    'fix: name in `group` only keys of "architecture_groups" in fx/packaging-config.json'; do
+    grep -qF -- "$want" "$T/typo.out" || { cat "$T/typo.out" >&2; die "the missing-group message lacks: $want"; }
+done
+grep -A2 -F "rocpack: //fx:fx_lib_typo" "$T/typo.out" | sed 's/^/    /' >&2
+
 step "the same build with another PATH runs nothing"
 mkdir -p "$T/otherbin"
 PATH="$T/otherbin:$PATH" bazel build "${F[@]}" --execution_log_json_file="$T/path.json" //... || die "rebuild"
@@ -107,6 +138,7 @@ bazel test "${F[@]}" //libs/fooccl:stable_checksums_test || die "checksums test 
 
 step "kpack verify of the packages, as symlinked package dirs (docs: Verifying rule outputs)"
 BIN="$(bazel info "${F[@]}" bazel-bin 2>/dev/null)"
+(cd "$BIN/fx/fx_lib_rdna3" && find -L . -type f -print0 | sort -z | xargs -0 sha256sum) > "$T/rdna3.prebuilt.sha"
 mkdir -p "$C/verify"
 for p in fx_lib_generic fx_lib_rdna3 fx_lib_rdna4; do
     [ -d "$BIN/fx/$p" ] || die "no $BIN/fx/$p"
@@ -116,4 +148,27 @@ bazel run "${F[@]}" @rocpack//rules/bazel/toolchain:resolved_kpack -- verify --a
     || { cat "$T/verify.out" "$T/verify.err" >&2; die "kpack verify of symlinked package dirs"; }
 grep -Eq 'OK: [1-9][0-9]* packages?' "$T/verify.out" || { cat "$T/verify.out" >&2; die "kpack verify checked no package"; }
 echo "    $(grep -E 'OK: ' "$T/verify.out" | head -1)" >&2
+[ -n "${FROM_SOURCE_SEED:-}" ] || { step "vendored consumer ($MODE) passed"; exit 0; }
+
+step "helpers from source with the defaults, interrupted by kill -9 of cargo, then rebuilt"
+# docs/rules/consumers.md: without a target dir the cargo action builds in
+# ~/.cache/rocpack/cargo-target/<first 16 hex digits of the sha256 of the
+# Cargo.toml path> (~: the home of the user running Bazel), kept between
+# builds (an interrupted build resumes there), nothing in the consumer's tree.
+home="$(getent passwd "$(id -u)" | cut -d: -f6)"
+manifest="$(readlink -f "$C/third_party/rocpack/Cargo.toml")"
+TD="$home/.cache/rocpack/cargo-target/$(printf '%s' "$manifest" | sha256sum | cut -c1-16)"
+CLEAN_TD="$TD"
+SRC=(--@rocpack//rules/bazel:kpack=@rocpack//:kpack_from_source --@rocpack//rules/bazel:snapctl=@rocpack//:snapctl_from_source
+    --@rocpack//rules/bazel:cargo_profile=dev)
+"$ROOT/e2e/interrupted-build.sh" "$TD" "$manifest" "$FROM_SOURCE_SEED" -- \
+    bazel build "${F[@]}" "${SRC[@]}" //fx:fx_lib_rdna3 || die "interrupted from-source build"
+for d in "$C/target" "$C/third_party/rocpack/target"; do [ ! -e "$d" ] || die "$d appeared: cargo wrote into the consumer's tree"; done
+echo "    cargo built in $TD (the default docs/rules/consumers.md names); no target/ in the consumer's tree" >&2
+# Correct helpers: the packages made by the from-source kpack equal the
+# prebuilt ones, byte for byte.
+BIN="$(bazel info "${F[@]}" bazel-bin 2>/dev/null)"
+diff <(cd "$BIN/fx/fx_lib_rdna3" && find -L . -type f -print0 | sort -z | xargs -0 sha256sum) "$T/rdna3.prebuilt.sha" >&2 \
+    || die "fx_lib_rdna3 made by the from-source kpack differs from the prebuilt kpack's"
+echo "    fx_lib_rdna3 from the rebuilt kpack is byte-identical to the prebuilt kpack's" >&2
 step "vendored consumer ($MODE) passed"

@@ -46,12 +46,17 @@ WHEELS=(
   # long-distance matched) bundles; reassembly must squeeze them back into
   # the original .hip_fatbin.
   "jax-rocm7-pjrt==0.10.0 3.12 jax_rocm7_pjrt-0.10.0-py3-none-manylinux_2_28_x86_64.whl fe0a40550c60e1b9f82eebfa6243ed6a7e3de7a07369142232bf8e331de03181"
+  # Windows (issue #21): a win_amd64 wheel whose .pyd (45 MB, 32 bundles)
+  # and two DLLs are PE32+ images with .hip_fat/.hipFatB, 9 targets.
+  "hip-quant==2.2.4.post215 3.12 hip_quant-2.2.4.post215-cp312-cp312-win_amd64.whl d9d6a20a940e814b34d60cd35dce01de2dc2fc59033c047834a1f3ac2c5f29f9"
 )
 for line in "${WHEELS[@]}"; do
     read -r req pyver whl want <<<"$line"
+    platform=manylinux_2_28_x86_64
+    case "$whl" in *-win_amd64.whl) platform=win_amd64 ;; esac
     if [ ! -f "$CACHE/$whl" ]; then
         if ! $PY -m pip download --disable-pip-version-check -q --no-deps --only-binary=:all: \
-                --python-version "$pyver" --platform manylinux_2_28_x86_64 -d "$CACHE" "$req" >"$W/dl.log" 2>&1; then
+                --python-version "$pyver" --platform "$platform" -d "$CACHE" "$req" >"$W/dl.log" 2>&1; then
             if grep -qiE "connection|resolve|network|timed out|unreachable" "$W/dl.log"; then
                 printf '\n!!! SKIPPED: PyPI unreachable; the real-input stage did not run !!!\n\n' >&2
                 exit 0
@@ -67,7 +72,8 @@ for line in "${WHEELS[@]}"; do
     unzip -q "$CACHE/$whl" -d "$art"
     # The package directory is the one artifact prefix.
     (cd "$art" && ls -d */ | sed 's#/$##' | grep -v '\.dist-info$') >"$art/artifact_manifest.txt"
-    before=$(find "$art" -type f -name '*.so*' -printf '%s\n' | awk '{s+=$1} END {print s+0}')
+    libs=(-type f \( -name '*.so*' -o -name '*.dll' -o -name '*.pyd' \))
+    before=$(find "$art" "${libs[@]}" -printf '%s\n' | awk '{s+=$1} END {print s+0}')
     log "$req: kpack split"
     s0=$(date +%s%N)
     "$KPACK" split --artifact-dir "$art" --artifact-prefix "$name" --output-dir "$out" >"$W/split.log" 2>&1 \
@@ -76,7 +82,7 @@ for line in "${WHEELS[@]}"; do
     "$KPACK" verify --artifacts-dir "$out" >"$W/verify.log" 2>&1 || { cat "$W/verify.log"; die "kpack verify of $whl"; }
     tail -1 "$W/verify.log"
     $PY tests/pypi/check_split.py "$KPACK" "$art" "$out" "$name" || die "$whl: split/reassembly check"
-    host=$(find "$out/${name}_generic" -type f -name '*.so*' -printf '%s\n' | awk '{s+=$1} END {print s+0}')
+    host=$(find "$out/${name}_generic" "${libs[@]}" -printf '%s\n' | awk '{s+=$1} END {print s+0}')
     kp=$(find "$out" -type f -name '*.kpack' -printf '%s\n' | awk '{s+=$1} END {print s+0}')
     printf '  split %d ms; shared objects %d bytes before -> host %d bytes + %d bytes of .kpack\n' \
         $(( (s1 - s0) / 1000000 )) "$before" "$host" "$kp"
@@ -87,6 +93,15 @@ for line in "${WHEELS[@]}"; do
     diff -r "$out/${name}_generic/$(head -1 "$art/artifact_manifest.txt")" \
         "$W/$name/again/again_generic/$(head -1 "$art/artifact_manifest.txt")" >/dev/null \
         || die "re-split of $whl changed the host files"
+    if [ "$platform" = win_amd64 ]; then
+        # split-wheel: a host wheel with the input's name and tags, device wheels tagged win_amd64.
+        "$KPACK" split-wheel "$CACHE/$whl" --output-dir "$W/$name/wheels" >/dev/null 2>"$W/sw.log" \
+            || { cat "$W/sw.log"; die "kpack split-wheel of $whl"; }
+        [ -f "$W/$name/wheels/$whl" ] || die "split-wheel of $whl: no host wheel $whl"
+        n=$(find "$W/$name/wheels" -name '*_device_gfx*-win_amd64.whl' | wc -l)
+        [ "$n" -gt 0 ] || die "split-wheel of $whl: no win_amd64 device wheels"
+        printf '  split-wheel: host wheel %d bytes + %d device wheels\n' "$(stat -c %s "$W/$name/wheels/$whl")" "$n"
+    fi
     rm -rf "$W/$name"
 done
 log "40-pypi: ok in $(( $(date +%s) - t0 )) s"

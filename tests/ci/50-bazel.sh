@@ -7,7 +7,10 @@
 # WORKSPACE-mode consumer workspace e2e/bazel-workspace (tests/bazel/consumer.sh);
 # then a consumer assembled from docs/rules/consumers.md with rocpack vendored
 # at third_party/rocpack and helpers from tools/release/make-prebuilt.sh
-# (tests/bazel/vendored.sh).
+# (tests/bazel/vendored.sh), which then builds the helpers from source in the
+# default cargo target dir (~/.cache/rocpack/cargo-target/<hash>), kills cargo
+# mid-build and checks the rebuild keeps what was finished
+# (e2e/interrupted-build.sh).
 . "$(dirname "$0")/lib.sh"
 cd "$ROOT"
 need_pkgs bazel-bootstrap nginx gcc libc6-dev binutils python3 curl
@@ -59,6 +62,9 @@ SNAPCTL_BIN="$helpers/snapctl" bash tests/bazel/consumer.sh e2e/bazel-workspace 
 echo "    (consumer: $((SECONDS - T))s)" >&2
 
 T=$SECONDS
-log "vendored consumer (WORKSPACE): third_party/rocpack, docs/rules/consumers.md's files, release-script helpers"
-bash tests/bazel/vendored.sh workspace "$helpers/kpack" "$helpers/snapctl"
+log "vendored consumer (WORKSPACE): third_party/rocpack, docs/rules/consumers.md's files, release-script helpers; then the helpers from source in the default target dir, cargo killed mid-build"
+# FROM_SOURCE_SEED: the crates.io crates of the dev build above seed the
+# default cargo target dir, so the from-source step compiles the rocpack
+# crates only.
+FROM_SOURCE_SEED="$ROOT/target" bash tests/bazel/vendored.sh workspace "$helpers/kpack" "$helpers/snapctl"
 echo "    (vendored consumer: $((SECONDS - T))s)" >&2

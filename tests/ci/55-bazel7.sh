@@ -2,7 +2,10 @@
 # Bazel 7.x (Debian sid's bazel-bootstrap) in a debootstrap chroot, over the
 # examples and the consumer workspaces (bazel-offline.md section 5):
 #   * rocpack itself, bzlmod (MODULE.bazel, --config=debian7): build + test
-#     //..., hello per channel, the missing-snapshot message;
+#     //..., hello per channel, the missing-snapshot message; the source
+#     snapshots of examples/rcclx_source through the bzlmod module extension
+#     (source_snapshot_ext.bzl): each channel prints its own value, and the
+#     freshness test turns red on an unrecorded edit (examples/rcclx_source/check.sh);
 #   * rocpack itself, WORKSPACE mode (--noenable_bzlmod): the non-cc packages;
 #   * e2e/bazel-bzlmod (bazel_dep + local_path_override, relative path) and
 #     e2e/bazel-workspace (local_repository, --noenable_bzlmod) through
@@ -113,7 +116,7 @@ fi
 # Bazel in the chroot: no network needed from here on (everything is local).
 in_chroot() { chroot "$CHROOT" env -i PATH=/usr/bin:/bin HOME=/root LC_ALL=C "$@"; }
 
-step "Bazel 7, bzlmod (MODULE.bazel): build + test //..., hello per channel"
+step "Bazel 7, bzlmod (MODULE.bazel): build + test //..., hello per channel, source snapshots per channel"
 in_chroot bash -euo pipefail -c '
 cd /workspace
 bazel --version
@@ -129,6 +132,8 @@ check "rcclx channel=stable rocm=7.0 commit=" --//examples/rcclx:rcclx_channel=s
 if bazel build "${F[@]}" --config=rcclx_stable --config=rocm71 //examples/rcclx:hello >/tmp/m.out 2>&1; then echo "FAILED: rocm71 built" >&2; exit 1; fi
 grep -q "no stable snapshot of rcclx for ROCm 7.1" /tmp/m.out || { cat /tmp/m.out; exit 1; }
 echo "  missing snapshot message OK"
+echo "  source snapshots (module extension source_snapshots):"
+bash examples/rcclx_source/check.sh "${F[@]}"
 bazel shutdown'
 
 step "Bazel 7, bzlmod: C consumer of librocm_kpack (examples/runtime on //:rocm_kpack{,_static}, prebuilt libraries)"

@@ -7,12 +7,17 @@
 #    from the cargo target dir shared with stage 10, so they are not rebuilt);
 #  * `buck2 test //...`; every command of README's Buck2 transcript, with its
 #    output compared (runs exactly, builds and tests line by line);
+#  * source snapshots per channel and their freshness test (naming the edited
+#    file); the ABI-drift guard with a real break (examples/abi_guard/check-buck2.sh);
 #  * the missing-snapshot failure; stable_checksums `.update` and its test
 #    (stale file caught, `.update` restores it byte for byte);
 #  * kpack outputs byte-identical to the kpack CLI on the same inputs, and to
 #    Bazel's (stage 50's bazel-bin/examples/kpack) when those are present;
 #  * a no-change rebuild that runs nothing (`buck2 log what-ran` empty);
-#  * the consumer cell e2e/buck2 (rocpack as an external cell);
+#  * the consumer cell e2e/buck2 (rocpack as an external cell), including a
+#    group missing from its packaging config (rocpack's message) and its
+#    helpers built from source in the default cargo target dir with cargo
+#    killed mid-build (the rebuild keeps what cargo finished);
 #  * time of a split through buck2 vs the helper alone.
 # Every step prints its time.
 . "$(dirname "$0")/lib.sh"
@@ -166,6 +171,11 @@ if b2c test //examples/rcclx_source:rcl_check_test >"$WORK/src.out" 2>&1; then
 fi
 cp "$WORK/rcl.c.orig" "$SRC_EDIT"
 grep -q "edited without being recorded" "$WORK/src.out" || { cat "$WORK/src.out" >&2; die "rcl_check_test failed for another reason"; }
+grep -q "changed examples/rcclx_source/rcl/rcl.c (content)" "$WORK/src.out" || { cat "$WORK/src.out" >&2; die "rcl_check_test does not name the edited file"; }
+done_step
+
+step "ABI-drift guard: examples/abi_guard with a real struct-layout break (check-buck2.sh)"
+examples/abi_guard/check-buck2.sh "$BUCK2_BIN" --isolation-dir "$ISO" -- "${CFG[@]}" || die "examples/abi_guard/check-buck2.sh"
 
 step "missing snapshot: -m rcclx_stable -m rocm71 fails at analysis with the fix"
 if b2c build -m rcclx_stable -m rocm71 //examples/rcclx:hello >"$WORK/miss.out" 2>"$WORK/miss.err"; then
@@ -319,8 +329,11 @@ done_step
 if [ -d e2e/buck2 ]; then
     step "consumer cell e2e/buck2 (rocpack as an external cell)"
     E2E="$WORK/consumer"
-    # Helpers from tools/release/make-prebuilt.sh (what the docs show first).
-    HELPERS_DIR="$CARGO_TD/$PROFILE_DIR" bash e2e/buck2/run.sh "$BUCK2_BIN" "$E2E" "$ISO" "${CFG[@]}" || die "e2e/buck2"
+    # Helpers from tools/release/make-prebuilt.sh (what the docs show first);
+    # then from source in the default cargo target dir, seeded with the
+    # crates.io crates of the dev build above, cargo killed mid-build.
+    seed=""; [ "$CARGO_PROFILE" = dev ] && seed="$CARGO_TD"
+    HELPERS_DIR="$CARGO_TD/$PROFILE_DIR" FROM_SOURCE_SEED="$seed" bash e2e/buck2/run.sh "$BUCK2_BIN" "$E2E" "$ISO" "${CFG[@]}" || die "e2e/buck2"
     done_step
 fi
 

@@ -23,6 +23,11 @@
 #    retries on the restarted worker or fails cleanly; the next build is
 #    correct); one byte of a CAS blob is flipped on the server's disk
 #    (detected by digest, never an output).
+# Bazel 7.x (the Debian sid chroot stage 55 caches; tests/remote/bazel7.sh,
+# in a mount namespace of its own, with a worker inside the chroot):
+#  * local reference build, cold remote build (every spawn remote, outputs
+#    byte-identical), `bazel test`, a second client with 100 % cache hits;
+#  * the bzlmod consumer e2e/bazel-bzlmod remotely.
 # Buck2 (../shared/tools/buck2) with [buck2_re_client] and the
 # remote-enabled platform rocpack//rules/buck2/remote:remote, helpers fetched
 # by http_file (sha256-pinned) from a loopback HTTP server:
@@ -53,7 +58,7 @@ ISO=rocpack-remote
 cleanup() {
     local rc=$?
     for b in "${BASES[@]}"; do bazel --output_base="$b" shutdown >/dev/null 2>&1 || true; done
-    for d in "${B2_DIRS[@]}"; do (cd "$d" && "$BUCK2_BIN" --isolation-dir "$ISO" kill >/dev/null 2>&1) || true; done
+    for d in "${B2_DIRS[@]}"; do (cd "$d" && "$BUCK2_BIN" --isolation-dir "$ISO" kill >/dev/null 2>&1; "$BUCK2_BIN" --isolation-dir "$ISO-local" kill >/dev/null 2>&1) || true; done
     [ -n "$HTTP_PID" ] && kill "$HTTP_PID" 2>/dev/null || true
     nl_stop
     if [ $rc -ne 0 ] && [ -n "${NL_DIR:-}" ]; then
@@ -107,7 +112,12 @@ echo "    $NL_ADDR (instance $NL_INSTANCE), worker API 127.0.0.1:$NL_WORKER_PORT
 REMOTE=(--config=remote --remote_executor="$NL_ADDR" --remote_instance_name="$NL_INSTANCE")
 done_step
 
+# ROCPACK_REMOTE_ONLY=buck2 runs only the Buck2 part (with the local Bazel
+# reference below as its oracle), =bazel only the Bazel 4.2.3 + 7 parts,
+# =bazel7 only the Bazel 7 part.
+only="${ROCPACK_REMOTE_ONLY:-}"
 # ---------------------------------------------------------------------------
+if [ "$only" != bazel7 ]; then
 step "Bazel: local reference build of //examples/... (the oracle)"
 (cd "$WS_A" && bazel --output_base="$OB_LOCAL" build "${HELPERS[@]}" \
     --execution_log_json_file="$T/local.json" //examples/... 2>"$T/local.err") \
@@ -117,11 +127,9 @@ outputs_sums "$OB_LOCAL/execroot/rocpack/bazel-out/k8-fastbuild/bin" > "$T/sums.
 (cd "$WS_A" && bazel --output_base="$OB_LOCAL" shutdown)
 [ "$(wc -l < "$T/sums.local")" -gt 20 ] || die "local build: only $(wc -l < "$T/sums.local") output files"
 done_step
+fi
 
-# ROCPACK_REMOTE_ONLY=buck2 runs only the Buck2 part (with the local Bazel
-# reference above as its oracle), =bazel only the Bazel part.
-only="${ROCPACK_REMOTE_ONLY:-}"
-if [ "$only" != buck2 ]; then
+if [ "$only" != buck2 ] && [ "$only" != bazel7 ]; then
 # Spawns that run locally by design (tagged local), with the reason.
 LOCAL_OK=(--local-ok "TestRunner:_check_test=source_snapshot's check test is tagged local: it reads the snapshot trees, which are not declared inputs")
 step "Bazel: cold remote build of //examples/... (every spawn on the worker)"
@@ -198,26 +206,50 @@ echo "    no output names this run's directories, the worker's work dir, \$HOME 
 done_step
 
 # ---------------------------------------------------------------------------
-step "known gap: a source symlink (librocblas.so.5 -> librocblas.so.5.2) locally and remotely"
+step "source symlinks (librocblas.so.5 -> librocblas.so.5.2): local == remote, declared links stay links"
 # The copies above hold the files symlinks point to. Here the checkout as it
-# is: the local split keeps the link (stage.sh --link-inputs lets kpack see
-# the source tree), the worker only gets the file's bytes (Bazel digests a
-# source symlink's target; it is not part of the action key). Reported, not
-# failed: the fix belongs in the rules (declare links as links).
+# is, links and all. Bazel digests a source symlink as its target: that an
+# input is a link is in no action key, and the worker only gets the bytes.
+# So kpack_split stages only *declared* links as links (`symlinks`, made by
+# the action from a list that is an input); an undeclared source link is
+# staged as the file it points to, locally as remotely (with a note
+# locally). Both kinds, built locally and remotely, must give the same tree.
 WS_S="$T/symlinks/rocpack"; OB_S="$T/ob-symlinks"; BASES+=("$OB_S")
 remote_copy_ws "$ROOT" "$WS_S" "$REL" keep-symlinks
-gap_target=//examples/kpack:split_gfx1151-build
-(cd "$WS_S" && bazel --output_base="$OB_S" build "${HELPERS[@]}" "${LOCAL[@]}" "$gap_target" 2>"$T/gap.err" \
-    && bazel --output_base="$OB_S" build "${HELPERS[@]}" "${REMOTE[@]}" "$gap_target" 2>>"$T/gap.err") \
-    || { tail -20 "$T/gap.err" >&2; die "builds of $gap_target"; }
-gap_list() { (cd "$OB_S/execroot/rocpack/bazel-out/$1/bin/examples/kpack/split_gfx1151-build.split" \
-    && find . -printf '%y %s %p %l\n' | sort -k3); }
-if diff <(gap_list k8-fastbuild-local) <(gap_list k8-fastbuild) > "$T/gap.diff"; then
-    echo "    no difference any more: source symlinks survive remote execution (update docs/remote-execution.md)" >&2
-else
-    echo "    KNOWN GAP (docs/remote-execution.md): local (<) and remote (>) differ:" >&2
-    sed 's/^/      /' "$T/gap.diff" >&2
-fi
+[ -L "$WS_S/examples/kpack/shards/gfx1151-build/blas_lib_gfx1151/math-libs/BLAS/rocBLAS/stage/lib/librocblas.so.5" ] \
+    || die "the copy lost the example's symlink"
+cat >> "$WS_S/examples/kpack/BUILD.bazel" <<'EOB'
+
+# Added by tests/ci/65-remote.sh: the same shard, its link not declared.
+kpack_split(
+    name = "split_undeclared",
+    srcs = glob(["shards/gfx1151-build/blas_lib_gfx1151/**"]),
+    artifact_prefix = "blas_lib",
+    split_databases = ["rocblas"],
+)
+EOB
+link_targets=(//examples/kpack:split_gfx1151-build //examples/kpack:split_undeclared)
+(cd "$WS_S" && bazel --output_base="$OB_S" build "${HELPERS[@]}" "${LOCAL[@]}" "${link_targets[@]}" 2>"$T/links.err" \
+    && bazel --output_base="$OB_S" build "${HELPERS[@]}" "${REMOTE[@]}" --execution_log_json_file="$T/links.json" \
+        "${link_targets[@]}" 2>>"$T/links.err") \
+    || { tail -20 "$T/links.err" >&2; die "builds of ${link_targets[*]}"; }
+execlog "$T/links.json" remote >/dev/null || die "the link builds did not run remotely"
+grep -q 'rocpack: note: .*librocblas.so.5 is a symlink in the source tree' "$T/links.err" \
+    || { tail -20 "$T/links.err" >&2; die "no note for the undeclared link in the local build"; }
+tree_list() { (cd "$OB_S/execroot/rocpack/bazel-out/$1/bin/examples/kpack/$2.split" \
+    && find . -printf '%y %s %p %l\n' | sort -k3; find . -type f -print0 | sort -z | xargs -0 sha256sum); }
+lib=./blas_lib_generic/math-libs/BLAS/rocBLAS/stage/lib/librocblas.so.5
+for t in split_gfx1151-build split_undeclared; do
+    diff <(tree_list k8-fastbuild-local "$t") <(tree_list k8-fastbuild "$t") >&2 \
+        || die "$t: the local (<) and the remote (>) split differ"
+done
+tree_list k8-fastbuild split_gfx1151-build | grep -x "l [0-9]* $lib librocblas.so.5.2" >/dev/null \
+    || { tree_list k8-fastbuild split_gfx1151-build | grep 'librocblas' >&2; die "the declared link is not a link in the split"; }
+tree_list k8-fastbuild split_undeclared | grep "^f [0-9]* $lib \$" >/dev/null \
+    || { tree_list k8-fastbuild split_undeclared | grep 'librocblas' >&2; die "the undeclared link is not a regular file in the split"; }
+k_decl="$(stat -c %s "$OB_S/execroot/rocpack/bazel-out/k8-fastbuild/bin/examples/kpack/split_gfx1151-build.split/blas_lib_gfx1151/math-libs/BLAS/rocBLAS/stage/.kpack/blas_lib_gfx1151.kpack")"
+k_undecl="$(stat -c %s "$OB_S/execroot/rocpack/bazel-out/k8-fastbuild/bin/examples/kpack/split_undeclared.split/blas_lib_gfx1151/math-libs/BLAS/rocBLAS/stage/.kpack/blas_lib_gfx1151.kpack")"
+echo "    declared link: a link locally and remotely (.kpack $k_decl B); undeclared: a copy both ways (.kpack $k_undecl B), noted locally" >&2
 (cd "$WS_S" && bazel --output_base="$OB_S" shutdown)
 done_step
 
@@ -311,10 +343,31 @@ execlog "$T/e2e.json" remote "${LOCAL_OK[@]}" --local-ok "CargoBuild=cargo needs
 (cd "$E2E_WS" && bazel shutdown)
 done_step
 
-fi  # Bazel part
+fi  # Bazel 4.2.3 part
 
 # ---------------------------------------------------------------------------
-if [ "$only" = bazel ]; then
+if [ "$only" = "" ] || [ "$only" = bazel ] || [ "$only" = bazel7 ]; then
+SID_CHROOT="${ROCPACK_SID_CHROOT:-/var/tmp/rocpack-sid}"
+if [ "${ROCPACK_BAZEL7:-1}" = 0 ] || [ "$(id -u)" -ne 0 ] || [ ! -f "$SID_CHROOT/.rocpack-ready" ] \
+        || [ ! -x "$SID_CHROOT/usr/bin/bazel" ]; then
+    printf '\n!!! SKIPPED: Bazel 7 remote part: needs root and the sid chroot of stage 55 (%s) !!!\n\n' "$SID_CHROOT" >&2
+else
+step "Bazel 7.x remotely (tests/remote/bazel7.sh: sid chroot, its own worker)"
+# The chroot gets a worker of its own (the remote image = the client's, as
+# for the local reference build); the host worker pauses meanwhile.
+nl_kill_worker
+NL_REAL="${ROCPACK_NATIVELINK_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/rocpack-nativelink-1.6.6}/nativelink"
+[ -x "$NL_REAL" ] || die "no unpacked nativelink at $NL_REAL"
+ROOT="$ROOT" CHROOT="$SID_CHROOT" T="$T" NL_DIR="$NL_DIR" NL_ADDR="$NL_ADDR" NL_INSTANCE="$NL_INSTANCE" \
+    NL_REAL="$NL_REAL" REL="$REL" REL_SHA="$REL_SHA" KPACK_SHA="$KPACK_SHA" SNAPCTL_SHA="$SNAPCTL_SHA" \
+    unshare --mount --propagation private bash "$ROOT/tests/remote/bazel7.sh" || die "Bazel 7 remote part"
+nl_start_worker
+done_step
+fi
+fi
+
+# ---------------------------------------------------------------------------
+if [ "$only" = bazel ] || [ "$only" = bazel7 ]; then
     log "Buck2 part not run (ROCPACK_REMOTE_ONLY=bazel)"
 elif [ ! -x "$BUCK2_BIN" ]; then
     log "SKIPPED Buck2 part: no ../shared/tools/buck2"
@@ -377,8 +430,9 @@ for line in open(sys.argv[1]):
         r = "local-ok"
     # The prelude sh_test takes its executor from its own remote_execution
     # attribute, not from the platform: examples/kpack:packages_test runs
-    # locally. (rocpack'"'"'s stable_checksums_test goes to RE.)
-    if r == "local" and o.get("reason") == "test.run" and o.get("identity") == "packages_test":
+    # locally. (rocpack'"'"'s stable_checksums_test goes to RE.) source_snapshot'"'"'s
+    # rcl_check_test is local only by design (it reads trees that are not inputs).
+    if r == "local" and o.get("reason") == "test.run" and o.get("identity") in ("packages_test", "rcl_check_test"):
         r = "local-ok"
     if r.startswith("local"):
         print("      " + r + ": " + o.get("reason", "") + " " + o.get("identity", ""), file=sys.stderr)
@@ -419,10 +473,11 @@ step "Buck2: buck2 test //examples/... remotely"
 # root, relative paths: --unstable-allow-compatible-tests-on-re suffices);
 # the prelude's sh_test (examples/kpack:packages_test) is not marked so, and
 # --unstable-allow-all-tests-on-re runs it from the root too.
-# Not examples/rcclx_source:rcl_check_test: source_snapshot's check test reads
-# the snapshot trees, which are not inputs (Bazel tags it local); on the
-# worker it fails ("snapshots root does not exist"), as an undeclared read must.
-b2c test //examples/kpack:packages_test //examples/rcclx:stable_checksums_test --unstable-allow-all-tests-on-re \
+# examples/rcclx_source:rcl_check_test (source_snapshot's check test) reads
+# the snapshot trees, which are not inputs (the snapshots root is ignored,
+# each channel a cell): its executor is local only, as Bazel tags it local.
+b2c test //examples/kpack:packages_test //examples/rcclx:stable_checksums_test //examples/rcclx_source:rcl_check_test \
+    --unstable-allow-all-tests-on-re \
     >"$T/b2-test.out" 2>"$T/b2-test.err" \
     || { tail -30 "$T/b2-test.err" >&2; die "buck2 test remotely"; }
 grep -E 'Pass [0-9]+|Tests finished' "$T/b2-test.err" >&2 || true
@@ -465,6 +520,45 @@ if b2c build //tests/remote:probe_undeclared >/dev/null 2>"$T/b2-und.err"; then
 fi
 grep -q 'undeclared.txt: No such file' "$T/b2-und.err" || { tail -20 "$T/b2-und.err" >&2; die "buck2 undeclared read failed otherwise"; }
 echo "    environment: $names; work dir empty; undeclared read fails remotely" >&2
+b2 kill >/dev/null 2>&1 || true
+done_step
+
+step "Buck2: source symlinks on the real tree, declared and undeclared, local and remote"
+# As for Bazel: the example's kpack_split declares librocblas.so.5 ->
+# librocblas.so.5.2 (a kpack_split_links action makes it); a second split of
+# the same shard does not. Each built locally (its own isolation dir, the
+# default platform) and remotely must give the same tree.
+WS_S2="$T/symlinks-b2/rocpack"
+remote_copy_ws "$ROOT" "$WS_S2" "$REL" keep-symlinks
+b2_config "$WS_S2"
+cat >> "$WS_S2/examples/kpack/BUCK" <<'EOB'
+
+# Added by tests/ci/65-remote.sh: the same shard, its link not declared.
+kpack_split(
+    name = "split_undeclared",
+    srcs = glob(["shards/gfx1151-build/blas_lib_gfx1151/**"]),
+    artifact_prefix = "blas_lib",
+    split_databases = ["rocblas"],
+)
+EOB
+cd "$WS_S2"
+B2TOOLS=("${B2CFG[@]:2}")
+link_targets=(//examples/kpack:split_gfx1151-build //examples/kpack:split_undeclared)
+"$BUCK2_BIN" --isolation-dir "$ISO-local" build "${B2TOOLS[@]}" "${link_targets[@]}" --show-full-output \
+    >"$T/b2-links-local.out" 2>"$T/b2-links-local.err" || { tail -20 "$T/b2-links-local.err" >&2; die "buck2 local build of the link targets"; }
+b2c build "${link_targets[@]}" --show-full-output >"$T/b2-links-remote.out" 2>"$T/b2-links-remote.err" \
+    || { tail -20 "$T/b2-links-remote.err" >&2; die "buck2 remote build of the link targets"; }
+"$BUCK2_BIN" --isolation-dir "$ISO-local" kill >/dev/null 2>&1 || true
+tree_of() { awk -v t="rocpack$2" '$1 == t {print $2}' "$1"; }
+b2_links_diff=""
+for t in "${link_targets[@]}"; do
+    l="$(tree_of "$T/b2-links-local.out" "$t")" r="$(tree_of "$T/b2-links-remote.out" "$t")"
+    [ -d "$l" ] && [ -d "$r" ] || die "no output tree for $t (local '$l', remote '$r')"
+    find "$l" "$r" -name librocblas.so.5 -printf "    $t: %y %p %l\n" | sed "s|$T/||" >&2
+    diff <(listing "$l") <(listing "$r") >"$T/b2-links.diff" || b2_links_diff="$b2_links_diff $t"
+done
+[ -z "$b2_links_diff" ] || { cat "$T/b2-links.diff" >&2; die "buck2: local and remote splits differ:$b2_links_diff"; }
+echo "    local == remote for the declared and the undeclared link" >&2
 b2 kill >/dev/null 2>&1 || true
 cd "$ROOT"
 done_step

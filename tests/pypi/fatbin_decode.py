@@ -22,7 +22,29 @@ BUNDLE = b"__CLANG_OFFLOAD_BUNDLE__"
 CCOB = b"CCOB"
 
 
+def pe_sections(data):
+    """PE32+ image: `.hip_fat` (lld-link truncates `.hip_fatbin`) as
+    `.hip_fatbin`, its stored bytes min(VirtualSize, SizeOfRawData)."""
+    nt, = struct.unpack_from("<I", data, 0x3C)
+    if data[nt:nt + 4] != b"PE\0\0":
+        return {}
+    nsec, = struct.unpack_from("<H", data, nt + 6)
+    opt_size, = struct.unpack_from("<H", data, nt + 20)
+    table = nt + 24 + opt_size
+    out = {}
+    for i in range(nsec):
+        h = table + 40 * i
+        name = data[h:h + 8].rstrip(b"\0").decode("latin-1")
+        vsize, _, rsize, roff = struct.unpack_from("<IIII", data, h + 8)
+        if name in (".hip_fat", ".hip_fatbin"):
+            name = ".hip_fatbin"
+        out[name] = (1, roff, min(vsize, rsize) if vsize else rsize)
+    return out
+
+
 def sections(data):
+    if data[:2] == b"MZ":
+        return pe_sections(data)
     if data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1:
         return {}
     shoff, = struct.unpack_from("<Q", data, 0x28)

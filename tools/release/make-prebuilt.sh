@@ -18,7 +18,9 @@
 #   SHA256SUMS                      sha256sum format, one line per file;
 #   snippets.txt                    what this script prints on stdout.
 # Upload DIR's files to URL (default: the GitHub release of V). `file://DIR`
-# works offline for Bazel (tests/ci/50-bazel.sh and 55-bazel7.sh use that).
+# works offline for Bazel (tests/ci/50-bazel.sh and 55-bazel7.sh use that),
+# not for Buck2, whose http_file needs http(s) (e2e/buck2/run.sh serves DIR
+# on 127.0.0.1); with a file:// URL the Buck2 lines say so.
 #
 # Binaries: built by `cargo build --locked --profile PROFILE -p kpack -p
 # snapctl` (default release; CARGO_TARGET_DIR is honoured), or taken from
@@ -87,6 +89,11 @@ tar --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner -C "$stage" -cf -
 sha_of() { awk -v f="$1" '$2 == f {print $1}' "$OUT/SHA256SUMS"; }
 A="$(sha_of "$archive")" K="$(sha_of "kpack-$VERSION-$PLATFORM")" S="$(sha_of "snapctl-$VERSION-$PLATFORM")"
 
+BUCK2_NOTE=""
+case "$BASE_URL" in
+    file://*) BUCK2_NOTE="# buck2's http_file cannot read file:// URLs: serve $OUT over http(s) (e.g. python3 -m http.server --bind 127.0.0.1) and use that URL here.
+" ;;
+esac
 cat > "$OUT/snippets.txt" <<SNIP
 # rocpack $VERSION prebuilt helpers ($PLATFORM), from $BASE_URL
 
@@ -106,7 +113,7 @@ rocpack_register_toolchains(prebuilt = {
 })
 
 # --- Buck2: .buckconfig ---
-[rocpack]
+${BUCK2_NOTE}[rocpack]
   tools = prebuilt
   kpack_url = $BASE_URL/kpack-$VERSION-$PLATFORM
   kpack_sha256 = $K

@@ -10,11 +10,13 @@ Crate sources must already be in ~/.cargo/registry (`cargo fetch`).
 The action's environment is pinned (CARGO_ENV, plus ROCPACK_CARGO_TARGET_DIR
 when --host_action_env passes it): a changed PATH in the user's shell does not
 change the action's key, so it does not rerun a 20-minute cold build. cargo
-is found on that PATH or in ~/.cargo/bin (HOME from the passwd entry of the
-user running Bazel). Without a target dir, cargo builds in a per-checkout
-cache dir, `${XDG_CACHE_HOME:-~/.cache}/rocpack/cargo-target/<hash of the
-Cargo.toml path>`, kept between runs: an interrupted build keeps what cargo
-finished, and the next build continues from there.
+is found on that PATH or in ~/.cargo/bin (~: the home directory of the user
+running Bazel, from its passwd entry; HOME and XDG_CACHE_HOME of the shell
+do not reach the action). Without a target dir, cargo builds in a
+per-checkout cache dir, `~/.cache/rocpack/cargo-target/<first 16 hex digits
+of the sha256 of the Cargo.toml path>`, kept between runs: an interrupted
+build keeps what cargo finished, and the next build continues from there
+(tests/bazel/vendored.sh kills cargo mid-build and checks it).
 
 A warm target dir (e.g. CI's own `cargo build`) is reused with
 
@@ -49,7 +51,7 @@ if [ -z "$tdir" ]; then
     # Kept between runs (not a temporary dir removed on exit): an
     # interrupted cold build loses nothing cargo finished.
     key="$(printf '%s' "$manifest" | sha256sum | cut -c1-16)"
-    tdir="${XDG_CACHE_HOME:-$HOME/.cache}/rocpack/cargo-target/$key"
+    tdir="$HOME/.cache/rocpack/cargo-target/$key"
     mkdir -p "$tdir"
 fi
 export PATH="$PATH:$HOME/.cargo/bin"

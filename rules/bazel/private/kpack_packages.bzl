@@ -1,9 +1,8 @@
 """kpack_packages: every package of a packaging config from ONE `kpack recombine`."""
 
 load("//rules/common:kpack.bzl", "KPACK_GENERIC_GROUP", "kpack_package_dir_name", "kpack_package_target_names")
-load(":kpack_recombine.bzl", "kpack_recombine_action", "kpack_recombine_shards")
-load(":providers.bzl", "KpackPackageInfo", "KpackSplitInfo")
-load(":tools.bzl", "tool_attrs")
+load(":kpack_recombine.bzl", "KPACK_RECOMBINE_ATTRS", "kpack_recombine_action")
+load(":providers.bzl", "KpackPackageInfo")
 
 _KpackPackagesInfo = provider(
     doc = "Every package of one kpack_recombine_all: group -> KpackPackageInfo.",
@@ -11,20 +10,9 @@ _KpackPackagesInfo = provider(
 )
 
 def _kpack_recombine_all_impl(ctx):
-    shards = kpack_recombine_shards(ctx)
     groups = ctx.attr.groups
     dirs = [ctx.actions.declare_directory(kpack_package_dir_name(ctx.attr.component, g)) for g in groups]
-    kpack_recombine_action(
-        ctx,
-        kpack = ctx.executable._kpack,
-        stage = ctx.executable._stage,
-        shards = shards,
-        config = ctx.file.config,
-        component = ctx.attr.component,
-        group = groups[0],
-        out_dir = dirs[0],
-        more = [(g, d) for g, d in zip(groups[1:], dirs[1:])],
-    )
+    kpack_recombine_action(ctx, list(zip(groups, dirs)), "groups")
     return [
         DefaultInfo(files = depset(dirs)),
         _KpackPackagesInfo(packages = {
@@ -39,15 +27,12 @@ kpack_recombine_all = rule(
 
 Outputs: the directories `<component>_<group>` of the package (not under the
 target's name), one per entry of `groups`; `kpack_package` targets of those
-names hand each out. The action fails, naming what it did write, when a group
-gives no package.
+names hand each out. The action fails, naming the missing groups, the config
+and what it did write, when a group gives no package.
 """,
     attrs = dict({
-        "shards": attr.label_list(providers = [KpackSplitInfo], mandatory = True, doc = "kpack_split targets, one per CI shard, all of the same component."),
-        "config": attr.label(allow_single_file = [".json"], mandatory = True, doc = "The packaging config JSON."),
-        "component": attr.string(mandatory = True, doc = "Component name (the artifact prefix of the shards)."),
         "groups": attr.string_list(mandatory = True, doc = "Packages to keep: \"%s\" and the config's architecture groups." % KPACK_GENERIC_GROUP),
-    }, **tool_attrs(kpack = True)),
+    }, **KPACK_RECOMBINE_ATTRS),
 )
 
 def _kpack_package_impl(ctx):
@@ -75,7 +60,8 @@ def kpack_packages(component, shards, config, groups, **kwargs):
     Starlark cannot read the JSON config while loading BUILD files, so the
     group names are passed in `groups` (in config order); a group that is not
     in the config (or has no content in the shards) makes the action fail,
-    naming the group and the packages `kpack recombine` did write.
+    naming the group, the config file, the packages `kpack recombine` did
+    write and the fix.
 
     ONE `kpack recombine` action (target `<component>_all_packages`) makes
     every package; each `<component>_<group>` target hands out its own

@@ -1,10 +1,10 @@
 """kpack_split: one artifact directory in, one split tree out."""
 
-load("//rules/common:kpack.bzl", "KPACK_SPLIT_MNEMONIC", "kpack_manifest_root", "kpack_package_dir_name", "kpack_relative_path", "kpack_split_arg_list")
+load("//rules/common:kpack.bzl", "KPACK_SPLIT_MNEMONIC", "kpack_declared_symlinks", "kpack_manifest_root", "kpack_package_dir_name", "kpack_relative_path", "kpack_split_arg_list")
 load(":providers.bzl", "KpackSplitInfo")
 load(":tools.bzl", "ACTION_ENV", "stage_list", "tool_attrs")
 
-def kpack_split_action(ctx, kpack, stage, artifact_files, out_dir, archs_file, artifact_prefix, split_databases = [], compression = "", exclude_archs = [], expect_archs = None):
+def kpack_split_action(ctx, kpack, stage, artifact_files, out_dir, archs_file, artifact_prefix, split_databases = [], compression = "", exclude_archs = [], expect_archs = None, symlinks = {}):
     """Registers one `kpack split` action (reusable by other rules).
 
     Args:
@@ -21,10 +21,21 @@ def kpack_split_action(ctx, kpack, stage, artifact_files, out_dir, archs_file, a
       compression: "zstd", "none" or "" (tool default).
       exclude_archs: --exclude-arch values.
       expect_archs: when not None, the action fails unless exactly these archs come out.
+      symlinks: path below the artifact directory -> link target text: staged
+        as links (see kpack_declared_symlinks); a file of artifact_files at
+        such a path is left out.
     """
+    links = kpack_declared_symlinks(symlinks)
+    artifact_files = [(rel, f) for rel, f in artifact_files if rel not in symlinks]
     lst = stage_list(ctx, "stage.txt", [("a/" + rel if rel else "a", f) for rel, f in artifact_files])
     args = ctx.actions.args()
     args.add("--stage", lst)
+    if links:
+        # The link list is an input (in the action key), the links are made
+        # by the action: identical wherever it runs.
+        link_list = ctx.actions.declare_file(ctx.label.name + ".links.txt")
+        ctx.actions.write(link_list, "".join(["a/%s\t%s\n" % (p, t) for p, t in links]))
+        args.add("--links", link_list)
     args.add("--link-inputs")
     args.add("--collect-all", out_dir.path)
     args.add("--list-dirs", archs_file)
@@ -42,7 +53,7 @@ def kpack_split_action(ctx, kpack, stage, artifact_files, out_dir, archs_file, a
     ctx.actions.run(
         executable = stage,
         arguments = [args],
-        inputs = [lst] + [f for _, f in artifact_files],
+        inputs = [lst] + ([link_list] if links else []) + [f for _, f in artifact_files],
         tools = [kpack],
         outputs = [out_dir, archs_file],
         mnemonic = KPACK_SPLIT_MNEMONIC,
@@ -56,6 +67,8 @@ def _kpack_split_impl(ctx):
     if dirs:
         if len(files) != 1:
             fail("kpack_split: give either one directory target or a file set, not both")
+        if ctx.attr.symlinks:
+            fail("kpack_split: `symlinks` applies to a file set; a directory target keeps its own links")
         artifact_files = [("", dirs[0])]
     else:
         # Paths relative to the package keep user-visible names in messages.
@@ -77,6 +90,7 @@ def _kpack_split_impl(ctx):
         compression = ctx.attr.compression,
         exclude_archs = ctx.attr.exclude_archs,
         expect_archs = expect,
+        symlinks = ctx.attr.symlinks,
     )
     return [
         DefaultInfo(files = depset([out_dir]), runfiles = ctx.runfiles(files = [out_dir, archs_file])),
@@ -111,5 +125,6 @@ database files); the file `<name>.archs` (output group `archs`) lists the archs.
         "split_databases": attr.string_list(doc = "Database handlers for --split-databases: rocblas, hipblaslt, aotriton, miopen."),
         "compression": attr.string(default = "", values = ["", "zstd", "none"], doc = "--compression of the .kpack archives; empty uses the tool's default."),
         "exclude_archs": attr.string_list(doc = "Archs passed to --exclude-arch (kept in the host code, not split out)."),
+        "symlinks": attr.string_dict(doc = "The artifact's symlinks: path below the artifact directory (the manifest's) -> link target text, e.g. {\"lib/librocblas.so.5\": \"librocblas.so.5.2\"}. Staged as links, so the split keeps them, locally and remotely alike; a file of `srcs` at such a path is left out. A source symlink that is not declared is packaged as the file it points to (Bazel's view of a source: its content), with a note when the action runs locally (docs/remote-execution.md)."),
     }, **tool_attrs(kpack = True)),
 )

@@ -21,6 +21,10 @@
 #                         fails when SUB does not exist (lists what does).
 #                         Repeatable: one helper run fills several outputs
 #                         (kpack_packages: every group of one recombine).
+#   --collect-message FMT the error when a --collect SUB is missing: a printf
+#                         format with two %s, the missing SUBs and what the
+#                         helper wrote (rules/common/kpack.bzl's
+#                         kpack_missing_package_format).
 #   --collect-all DEST    after TOOL: move @OUT@/* into directory DEST.
 #   --list-dirs FILE STRIP  write the sorted names of @OUT@'s subdirectories
 #                         to FILE, removing the prefix STRIP from each.
@@ -39,17 +43,32 @@
 #                         one link to where it really is (a root itself). A
 #                         file whose real path does not end in its staged
 #                         path is copied.
+#   --links LIST          LIST holds "dest<TAB>target" lines: $STAGE/dest
+#                         becomes a symlink with exactly that target text
+#                         (kpack_split's `symlinks`; with --link-inputs it is
+#                         made in a directory of its own, one more root).
+#
+# A listed file that is a relative symlink in the source tree (an artifact's
+# librocblas.so.5 -> librocblas.so.5.2) is staged as the file it points to:
+# Bazel digests a source symlink as its target, so that it is a link is in
+# no action key, and a remote worker only ever gets a regular file. Staging
+# it as a link here would make local and remote outputs differ under one
+# key. Such links are declared instead (--links); an undeclared one gets a
+# note (only a local run can see it).
 set -euo pipefail
 export LC_ALL=C
-stage_list="" tmp_out=0 collect_subs=() collect_dests=() collect_all="" list_file="" list_strip=""
+stage_list="" links_list="" tmp_out=0 collect_subs=() collect_dests=() collect_all="" list_file="" list_strip=""
+collect_message='rocpack: no package %s (check the `group` / `groups` attribute against the packaging config). The helper wrote: %s\n'
 expect_dirs="" have_expect=0 list_skip="" link_inputs=0
 roots=()
 sha_hex="" sha_file=""
 while [ $# -gt 0 ]; do
     case "$1" in
         --stage) stage_list="$2"; shift 2 ;;
+        --links) links_list="$2"; shift 2 ;;
         --tmp-out) tmp_out=1; shift ;;
         --collect) collect_subs+=("$2"); collect_dests+=("$3"); tmp_out=1; shift 3 ;;
+        --collect-message) collect_message="$2"; shift 2 ;;
         --collect-all) collect_all="$2"; tmp_out=1; shift 2 ;;
         --list-dirs) list_file="$2"; list_strip="$3"; shift 3 ;;
         --list-skip) list_skip="$2"; shift 2 ;;
@@ -130,6 +149,11 @@ stage_one() {
     if [ -L "$l" ]; then
         case "$(readlink "$l")" in /*) ;; *) own="$(readlink "$l")" ;; esac
     fi
+    if [ -n "$own" ] && [ "${4:-}" = content ]; then
+        echo "rocpack: note: ${rel:-$2} is a symlink in the source tree (-> $own); it is packaged as the file it points to, as on a remote worker. Declare it in kpack_split's \`symlinks\` to keep it a link." >&2
+        own=""
+        l="$(readlink -f -- "$l")"
+    fi
     mkdir -p "$(dirname "$2")"
     if [ "$link_inputs" = 1 ] && [ -n "$rel" ] && { [ -n "$own" ] || [ -f "$l" ]; }; then
         if [ -n "$own" ]; then
@@ -180,10 +204,33 @@ if [ -n "$stage_list" ]; then
             # Below the staged directory's first component (@STAGE@/a for
             # kpack split) the path is the input's own.
             case "$dest" in */*) rel="${dest#*/}" ;; *) rel="" ;; esac
-            stage_one "$src" "$stage/$dest" "$rel"
+            stage_one "$src" "$stage/$dest" "$rel" content
         fi
     done < "$stage_list"
     find "$stage" -type d -exec chmod u+w {} +
+fi
+
+if [ -n "$links_list" ]; then
+    links_root="$work/links"
+    while IFS=$'\t' read -r dest target; do
+        [ -n "$dest" ] || continue
+        case "$dest" in */*) rel="${dest#*/}" ;; *) rel="$dest" ;; esac
+        if [ -e "$stage/$dest" ] || [ -L "$stage/$dest" ]; then
+            echo "rocpack: $dest is both an input and a declared symlink" >&2
+            exit 2
+        fi
+        mkdir -p "$(dirname "$stage/$dest")"
+        if [ "$link_inputs" = 1 ]; then
+            # The link in a tree of its own (a staging root), the stage
+            # pointing at it like at any other input: kpack judges it there.
+            mkdir -p "$(dirname "$links_root/$rel")"
+            ln -s "$target" "$links_root/$rel"
+            ln -s "$links_root/$rel" "$stage/$dest"
+            add_root "$links_root"
+        else
+            ln -s "$target" "$stage/$dest"
+        fi
+    done < "$links_list"
 fi
 
 cmd=()
@@ -230,7 +277,8 @@ done
 if [ ${#missing[@]} -gt 0 ]; then
     # kpack recombine writes <component>_<group> for each group of the
     # config that has content in the shards (and <component>_generic).
-    echo "rocpack: no package ${missing[*]}: its group is not an architecture group of the packaging config, or no shard has code for it (check the \`group\` / \`groups\` attribute against the config). The helper wrote: $(subdirs | tr '\n' ' ')" >&2
+    # shellcheck disable=SC2059 # the format is the caller's message
+    printf "$collect_message" "${missing[*]}" "$(subdirs | tr '\n' ' ' | sed 's/ $//')" >&2
     exit 1
 fi
 for i in "${!collect_subs[@]}"; do

@@ -1,18 +1,43 @@
 """kpack_recombine: split shards + packaging config -> one group's package (Buck2)."""
 
-load("//rules/common:kpack.bzl", "KPACK_GENERIC_GROUP", "kpack_package_dir_name", "kpack_package_target_names")
+load("//rules/common:kpack.bzl", "KPACK_GENERIC_GROUP", "kpack_missing_package_format", "kpack_package_dir_name", "kpack_package_target_names")
 load(":providers.bzl", "KpackPackageInfo", "KpackSplitInfo", "RocpackToolchainInfo")
 load(":toolchain.bzl", "toolchain_attr")
 
-def kpack_recombine_run(actions: AnalysisActions, kpack: RunInfo, shards: dict[str, Artifact], config: Artifact, identifier: str, out_name: str) -> Artifact:
+# Runs `kpack recombine` ("$@" after the --), then fails with rules/common's
+# message (a printf format, $1) unless every wanted package directory ($3 ...
+# before the --) is in the output directory ($2). POSIX sh builtins only.
+_RECOMBINE_SH = """fmt=$1; out=$2; shift 2
+want=""
+while [ "$1" != -- ]; do want="$want $1"; shift; done
+shift
+"$@" || exit $?
+missing=""
+for w in $want; do [ -d "$out/$w" ] || missing="$missing $w"; done
+[ -z "$missing" ] && exit 0
+wrote=""
+for d in "$out"/*/; do [ -d "$d" ] && { d=${d%/}; wrote="$wrote ${d##*/}"; }; done
+printf "$fmt" "${missing# }" "${wrote# }" >&2
+exit 1
+"""
+
+def kpack_recombine_run(actions: AnalysisActions, kpack: RunInfo, shards: dict[str, Artifact], config: Artifact, component: str, groups: list[str], owner: str, attr: str, out_name: str) -> Artifact:
     """Registers one `kpack recombine`; returns its whole output directory.
+
+    The action fails with rules/common's message (the group, the config
+    file, what the helper wrote, the fix) when a wanted group gives no
+    package: a name that is not an architecture group of the config, or a
+    group no shard has code for.
 
     Args:
       actions: the rule's AnalysisActions.
       kpack: RunInfo of the kpack helper.
       shards: shard name -> split output directory.
       config: the packaging-config JSON.
-      identifier: the action's identifier.
+      component: component name.
+      groups: the groups whose packages must be written ("generic" included).
+      owner: the target, for the message.
+      attr: the attribute that named the groups ("group" or "groups").
       out_name: name of the declared output directory.
 
     Returns:
@@ -24,8 +49,18 @@ def kpack_recombine_run(actions: AnalysisActions, kpack: RunInfo, shards: dict[s
     # links back to the split outputs).
     shards_dir = actions.symlinked_dir(out_name + ".shards", shards)
     out_dir = actions.declare_output(out_name, dir = True)
+    names = [kpack_package_dir_name(component, g) for g in groups]
     actions.run(
         cmd_args(
+            "/bin/sh",
+            "-c",
+            _RECOMBINE_SH,
+            "kpack_recombine",
+            # The config's path as the action sees it (from the project root).
+            cmd_args(config, format = kpack_missing_package_format(owner, "{}", attr)),
+            out_dir.as_output(),
+            names,
+            "--",
             kpack,
             "recombine",
             "--input-shards-dir",
@@ -37,28 +72,14 @@ def kpack_recombine_run(actions: AnalysisActions, kpack: RunInfo, shards: dict[s
             [cmd_args("--staging-root", shards[s]) for s in sorted(shards)],
         ),
         category = "kpack_recombine",
-        identifier = identifier,
+        identifier = names[0] if len(names) == 1 else component,
         env = {"LC_ALL": "C", "TZ": "UTC"},
     )
     return out_dir
 
-def kpack_recombine_action(actions: AnalysisActions, kpack: RunInfo, shards: dict[str, Artifact], config: Artifact, component: str, group: str, out_name: str) -> Artifact:
-    """Registers one `kpack recombine`; returns the kept package directory.
-
-    Args:
-      actions: the rule's AnalysisActions.
-      kpack: RunInfo of the kpack helper.
-      shards: shard name -> split output directory.
-      config: the packaging-config JSON.
-      component: component name.
-      group: architecture group, or "generic".
-      out_name: name of the declared output directory.
-
-    Returns:
-      The `<component>_<group>/` directory inside the recombine output.
-    """
-    out_dir = kpack_recombine_run(actions, kpack, shards, config, kpack_package_dir_name(component, group), out_name)
-    return out_dir.project(kpack_package_dir_name(component, group))
+def _owner(ctx: AnalysisContext) -> str:
+    # The target as the user writes it (no configuration).
+    return "%s//%s:%s" % (ctx.label.cell, ctx.label.package, ctx.label.name)
 
 def _shards(ctx: AnalysisContext) -> dict[str, Artifact]:
     shards = {}
@@ -74,15 +95,18 @@ def _shards(ctx: AnalysisContext) -> dict[str, Artifact]:
 def _kpack_recombine_impl(ctx: AnalysisContext) -> list[Provider]:
     toolchain = ctx.attrs._rocpack_toolchain[RocpackToolchainInfo]
     shards = _shards(ctx)
-    package = kpack_recombine_action(
+    out = kpack_recombine_run(
         ctx.actions,
         kpack = toolchain.kpack,
         shards = shards,
         config = ctx.attrs.config,
         component = ctx.attrs.component,
-        group = ctx.attrs.group,
+        groups = [ctx.attrs.group],
+        owner = _owner(ctx),
+        attr = "group",
         out_name = ctx.label.name + ".recombine",
     )
+    package = out.project(kpack_package_dir_name(ctx.attrs.component, ctx.attrs.group))
     return [
         DefaultInfo(default_output = package),
         KpackPackageInfo(dir = package, component = ctx.attrs.component, group = ctx.attrs.group),
@@ -93,8 +117,9 @@ kpack_recombine = rule(
     doc = """Recombines split shards into one package with `kpack recombine`.
 
 Output: the directory `<component>_<group>/` that `kpack recombine` writes
-(for group "generic": the host code). The build fails when the shards give
-that group no content.
+(for group "generic": the host code). The build fails, naming the group,
+the config and the fix, when the group is not in the config or the shards
+give it no content.
 """,
     attrs = dict({
         "component": attrs.string(doc = "Component name (the artifact prefix of the shards), e.g. \"blas_lib\"."),
@@ -113,7 +138,17 @@ _KpackPackagesInfo = provider(
 
 def _kpack_recombine_all_impl(ctx: AnalysisContext) -> list[Provider]:
     toolchain = ctx.attrs._rocpack_toolchain[RocpackToolchainInfo]
-    out = kpack_recombine_run(ctx.actions, toolchain.kpack, _shards(ctx), ctx.attrs.config, ctx.attrs.component, ctx.label.name + ".recombine")
+    out = kpack_recombine_run(
+        ctx.actions,
+        kpack = toolchain.kpack,
+        shards = _shards(ctx),
+        config = ctx.attrs.config,
+        component = ctx.attrs.component,
+        groups = ctx.attrs.groups,
+        owner = _owner(ctx),
+        attr = "groups",
+        out_name = ctx.label.name + ".recombine",
+    )
     packages = {}
     sub_targets = {}
     for g in ctx.attrs.groups:
@@ -157,7 +192,8 @@ def kpack_packages(component: str, shards: list[str], config: str, groups: list[
     `<component>_all_packages` runs `kpack recombine` once; each package
     target hands out its directory. The group names come in `groups` (in the
     order of the config) because a BUCK file cannot read JSON; a name missing
-    from the config makes that package's output missing.
+    from the config (or a group no shard has code for) fails the recombine
+    with rocpack's message naming the group, the config file and the fix.
 
     Args:
       component: the shards' artifact prefix, e.g. "blas_lib".

@@ -1,6 +1,6 @@
 """kpack_split: one artifact directory in, one split tree out (Buck2)."""
 
-load("//rules/common:kpack.bzl", "kpack_manifest_root", "kpack_package_dir_name", "kpack_path_depth", "kpack_relative_path", "kpack_split_arg_list")
+load("//rules/common:kpack.bzl", "kpack_declared_symlinks", "kpack_manifest_root", "kpack_package_dir_name", "kpack_path_depth", "kpack_relative_path", "kpack_split_arg_list")
 load(":providers.bzl", "KpackSplitInfo", "RocpackToolchainInfo")
 load(":toolchain.bzl", "toolchain_attr")
 
@@ -14,6 +14,19 @@ if [ -n "$expect" ] && [ "$(tr '\\n' ' ' < "$out")" != "$expect " ]; then
     echo "kpack_split: expected archs [$expect], the split produced [$(tr '\\n' ' ' < "$out")]" >&2
     exit 1
 fi
+"""
+
+# Makes the declared symlinks (pairs of path, target after the output
+# directory) in a tree of their own: an action, so they exist wherever it
+# runs (a source symlink reaches a remote worker as a regular file).
+_MAKE_LINKS = """set -eu
+out=$1; shift
+mkdir -p "$out"
+while [ $# -gt 0 ]; do
+    mkdir -p "$out/$(dirname "$1")"
+    ln -s "$2" "$out/$1"
+    shift 2
+done
 """
 
 def kpack_split_action(actions: AnalysisActions, kpack: RunInfo, artifact_dir: Artifact, artifact_prefix: str, out_name: str, split_databases: list[str] = [], compression: str = "", exclude_archs: list[str] = [], expect_archs: list[str] | None = None, staging_roots: list = []) -> (Artifact, Artifact):
@@ -93,6 +106,18 @@ def _kpack_split_impl(ctx: AnalysisContext) -> list[Provider]:
     # links mirror. The artifact's own symlinks are judged as in the original
     # tree (kept inside it, refused when they escape).
     staged = {kpack_relative_path(f.short_path, root): f for f in srcs}
+
+    # Declared links replace the sources at their paths (see the attribute).
+    links = kpack_declared_symlinks(ctx.attrs.symlinks)
+    if links:
+        links_dir = ctx.actions.declare_output(ctx.label.name + ".links", dir = True)
+        ctx.actions.run(
+            cmd_args("/bin/sh", "-c", _MAKE_LINKS, "make_links", links_dir.as_output(), [x for pair in links for x in pair]),
+            category = "kpack_split_links",
+            env = {"LC_ALL": "C"},
+        )
+        for path, _ in links:
+            staged[path] = links_dir.project(path)
     artifact_dir = ctx.actions.symlinked_dir(ctx.label.name + ".in", staged)
     prefix = ctx.attrs.artifact_prefix or ctx.label.name
     expect = sorted(ctx.attrs.archs) if ctx.attrs.archs else None
@@ -136,5 +161,6 @@ files only). Sub-targets: `[archs]` (the archs, one per line), `[generic]`.
         "shard": attrs.string(default = "", doc = "Name of the CI shard this split belongs to (e.g. \"gfx110X-build\"); kpack_recombine stages it under this name, which the packaging config's primary_shard refers to. Defaults to the target name."),
         "split_databases": attrs.list(attrs.string(), default = [], doc = "Database handlers for --split-databases: rocblas, hipblaslt, aotriton, miopen."),
         "srcs": attrs.list(attrs.source(), doc = "The artifact directory as a file set (glob) that contains exactly one artifact_manifest.txt; paths are taken relative to that manifest's directory."),
+        "symlinks": attrs.dict(attrs.string(), attrs.string(), default = {}, doc = "The artifact's symlinks: path below the artifact directory -> link target text, e.g. {\"lib/librocblas.so.5\": \"librocblas.so.5.2\"}. Made by an action, so the split keeps them as links locally and on a remote worker alike; a file of `srcs` at such a path is left out. (Buck2 also sends an undeclared source symlink to a worker as a link, so here the attribute makes the BUCK file say what the Bazel one must; docs/remote-execution.md.)"),
     }, **toolchain_attr()),
 )

@@ -3,6 +3,7 @@ snapshot, selected by the library's own channel (`-m rcclx_stable`), else the
 global `snapshot_channel` (`-m snapshot_stable`; default dev), and the
 `rocm_version` constraint (`-m rocm64`)."""
 
+load(":abi_guard.bzl", "abi_guard")
 load("//rules/common:snapshot.bzl", "PREBUILT_CHANNELS", "SNAPSHOT_CHANNELS", "available_versions", "channel_dir", "checksum_sha256", "default_artifact", "missing_snapshot_message", "snapshot_target_name", "store_blob_path")
 load(":config.bzl", "channel_constraint", "library_channel_constraints", "library_channel_value", "rocm_constraint", "rocm_versions")
 load(":providers.bzl", "RocpackToolchainInfo", "SnapshotBlobInfo")
@@ -188,6 +189,8 @@ def prebuilt_snapshot(
         the failing target when that snapshot does not exist (only compatible
         with its own channel and version, so `//...` skips it otherwise).
       <name>_<channel>_rocm<key>_blob: the verified static library.
+      <name>_<channel>_rocm<key>_abi: with abi_inputs, that library once
+        `snapctl abi-check` passed (what the prebuilt_cxx_library links).
 
     Args:
       name: the alias users depend on, e.g. "rcclx".
@@ -218,8 +221,14 @@ def prebuilt_snapshot(
         for MYLIB_STABLE_CHECKSUMS), shown as `snapctl create --prefix` in the
         missing-snapshot message; defaults to the upper-cased library name
         for libraries other than rcclx.
-      abi_inputs: Bazel only so far (the ABI-drift guard); fails on Buck2.
-      snapshot_artifacts: Bazel only so far (with abi_inputs); fails on Buck2.
+      abi_inputs: ABI-drift guard: labels of the dependency headers/libraries
+        the prebuilt archive was compiled against (recorded by `snapctl create
+        --abi-input`, project-relative). Before an archive can be linked,
+        `snapctl abi-check` compares them with these files and fails the build
+        naming each changed file and the two ways out (re-cut; `-m` the dev
+        channel). Needs `snapshot_artifacts`. As in Bazel.
+      snapshot_artifacts: the checksums file's <PREFIX>_SNAPSHOT_ARTIFACTS
+        dict (its `abi_inputs` entries are the recorded digests).
       visibility: visibility of <name>.
       **kwargs: common attributes for every target.
     """
@@ -229,9 +238,8 @@ def prebuilt_snapshot(
         fail("prebuilt_snapshot: set exactly one of local_store and store_url")
     if not verify_with_snapctl:
         fail("prebuilt_snapshot: on Buck2 blobs are always verified by snapctl fetch; leave verify_with_snapctl at True")
-    if abi_inputs != None or snapshot_artifacts != None:
-        # Same parameters as Bazel's; the guard itself is not wired on Buck2 yet.
-        fail("prebuilt_snapshot: abi_inputs (the ABI-drift guard) is implemented for Bazel only so far; run `snapctl abi-check` in a test meanwhile")
+    if abi_inputs != None and snapshot_artifacts == None:
+        fail("prebuilt_snapshot: abi_inputs needs snapshot_artifacts (<PREFIX>_SNAPSHOT_ARTIFACTS)")
     library = library or name
     artifact = artifact or default_artifact(library)
     pkg = native.package_name()
@@ -322,10 +330,25 @@ def prebuilt_snapshot(
                 )
             files = native.glob([snap_dir + "/**"])
             snapshot_blob(name = target + "_blob", blob = blob, sha256 = sha, channel = channel, version = version, out = artifact, metadata_files = files, snapshots_root_path = snapshots_root, **kwargs)
+            archive = ":" + target + "_blob"
+            if abi_inputs != None:
+                abi_guard(
+                    name = target + "_abi",
+                    archive = archive,
+                    inputs = abi_inputs,
+                    expect = snapshot_artifacts.get(channel, {}).get(version, {}).get("abi_inputs", {}),
+                    library = library,
+                    channel = channel,
+                    version = version,
+                    recut = "snapctl create --snapshots-root %s --version %s --artifact %s" % (root_path, version, artifact),
+                    dev = "-m //%s:%s" % (pkg, library_channel_value(name, "dev")),
+                    **kwargs
+                )
+                archive = ":" + target + "_abi"
             headers = native.glob([snap_dir + "/" + p for p in header_patterns])
             native.prebuilt_cxx_library(
                 name = target,
-                static_lib = ":" + target + "_blob",
+                static_lib = archive,
                 exported_headers = {h[len(snap_dir) + 1:]: h for h in headers},
                 header_namespace = "",
                 exported_preprocessor_flags = _flags(channel),

@@ -14,12 +14,22 @@ load(":toolchain.bzl", "toolchain_attr")
 def _check_test_impl(ctx: AnalysisContext) -> list[Provider]:
     toolchain = ctx.attrs._rocpack_toolchain[RocpackToolchainInfo]
 
-    # Run from the project root on the real trees (they are not build inputs).
+    # Run from the project root on the real trees. They are not build inputs
+    # (the snapshots root is in `[project] ignore`, each channel is a cell of
+    # its own), so the test is local only, as Bazel's is tagged `local`: on a
+    # remote worker the trees do not exist (docs/remote-execution.md).
     cmd = cmd_args(toolchain.snapctl, "check", "--snapshots-root", ctx.attrs.snapshots_root_path)
     return [
         DefaultInfo(),
         RunInfo(args = cmd),
-        ExternalRunnerTestInfo(type = "custom", command = [cmd], labels = ctx.attrs.labels, run_from_project_root = True, use_project_relative_paths = True),
+        ExternalRunnerTestInfo(
+            type = "custom",
+            command = [cmd],
+            labels = ctx.attrs.labels,
+            run_from_project_root = True,
+            use_project_relative_paths = True,
+            default_executor = CommandExecutorConfig(local_enabled = True, remote_enabled = False),
+        ),
     ]
 
 source_snapshot_check_test = rule(

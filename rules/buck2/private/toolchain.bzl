@@ -47,6 +47,9 @@ rocpack_toolchain = rule(
 def rocpack_helper_tools(name, cargo_build = "rocpack//:rocpack_helpers", visibility = ["PUBLIC"]):
     """Declares `name` (a rocpack_toolchain) from `[rocpack]` in .buckconfig.
 
+    Also `<name>_kpack` and `<name>_snapctl`: the two binaries as runnable
+    targets (`buck2 run toolchains//:rocpack_kpack -- verify ...`).
+
     `tools = cargo` (default): the helpers are `<cargo_build>[kpack]` and
     `<cargo_build>[snapctl]`. `tools = prebuilt`: `kpack_url` + `kpack_sha256`
     and `snapctl_url` + `snapctl_sha256` must all be set; the binaries are
@@ -82,3 +85,8 @@ def rocpack_helper_tools(name, cargo_build = "rocpack//:rocpack_helpers", visibi
     else:
         fail("[rocpack] tools must be 'cargo' or 'prebuilt', got '%s'" % mode)
     rocpack_toolchain(name = name, kpack = kpack, snapctl = snapctl, visibility = visibility)
+
+    # The same binaries for people: `buck2 run toolchains//:rocpack_snapctl --
+    # create ...` (kpack verify, snapctl create), whichever `tools` is set.
+    for tool, actual in [("kpack", kpack), ("snapctl", snapctl)]:
+        native.alias(name = name + "_" + tool, actual = actual, visibility = visibility)

@@ -277,14 +277,17 @@ def cmd_args(*args, hidden = [], format = None, delimiter = None, quote = None, 
         items = [_parent_artifact(x, parent) if _is_artifact(x) else x for x in items]
     hidden_items = _flatten([hidden], "cmd_args(hidden)")
     if format != None:
-        items = [format.replace("{}", x) if type(x) == "string" else x for x in items]
+        # An artifact keeps its format: the harness renders it with the
+        # artifact's path (`{}` replaced), as buck2 does.
+        items = [format.replace("{}", x) if type(x) == "string" else (_artifact(x.path, x.short_path, x.is_source, x.is_dir, x.owner, format) if _is_artifact(x) else x) for x in items]
     return struct(__cmd_args__ = True, items = items, hidden = hidden_items, delimiter = delimiter)
 
 # ---- artifacts and actions --------------------------------------------------
 
-def _artifact(path, short_path, is_source, is_dir, owner):
+def _artifact(path, short_path, is_source, is_dir, owner, format = None):
     return struct(
         __artifact__ = True,
+        format = format,
         path = path,
         short_path = short_path,
         basename = path.split("/")[-1],
@@ -376,8 +379,13 @@ def fake_make_actions(label):
         outputs = [x for x in cmd.items + cmd.hidden if _is_output(x)]
         if not outputs:
             fail("run (category %s): the action has no outputs (use .as_output())" % category)
+        # One output may appear several times in one command line (buck2
+        # accepts it: kpack_recombine's wrapper names the directory it checks).
+        bound = {}
         for o in outputs:
-            _bind(o, "run(%s)" % category)
+            if o.path not in bound:
+                bound[o.path] = True
+                _bind(o, "run(%s)" % category)
         state["actions"].append(struct(kind = "run", category = category, identifier = identifier, argv = cmd.items, hidden = cmd.hidden, env = env, local_only = local_only))
         return None
 

@@ -1592,14 +1592,37 @@ pub fn helper_bins(repo: &Path) -> anyhow::Result<HelperBins> {
 
 /// The helper (`kpack` / `snapctl`) an action runs, if it runs one.
 pub fn helper_of(action: &Json) -> Option<&'static str> {
+    helper_at(action).map(|(tool, _)| tool)
+}
+
+/// The helper an action runs and its index in `argv`: the first item, or
+/// the first after `--` of a `/bin/sh -c SCRIPT NAME ... -- HELPER ...`
+/// wrapper (kpack_recombine checks the helper's output that way).
+pub fn helper_at(action: &Json) -> Option<(&'static str, usize)> {
     if action.get("kind").and_then(Json::as_str) != Some("run") {
         return None;
     }
-    let first = action.get("argv")?.as_array()?.first()?;
-    match first.get("basename").and_then(Json::as_str)? {
-        "kpack" => Some("kpack"),
-        "snapctl" => Some("snapctl"),
+    let argv = action.get("argv")?.as_array()?;
+    let wrapped = argv.first()?.as_str() == Some("/bin/sh")
+        && argv.get(1).and_then(Json::as_str) == Some("-c");
+    let i = if wrapped {
+        argv.iter().skip(3).position(|x| x.as_str() == Some("--"))? + 4
+    } else {
+        0
+    };
+    match argv.get(i)?.get("basename").and_then(Json::as_str)? {
+        "kpack" => Some(("kpack", i)),
+        "snapctl" => Some(("snapctl", i)),
         _ => None,
+    }
+}
+
+/// An artifact's command-line text: its path, or its `cmd_args(format = ...)`
+/// with `{}` replaced by the path.
+fn render_artifact(artifact: &serde_json::Map<String, Json>, path: String) -> String {
+    match artifact.get("format").and_then(Json::as_str) {
+        Some(f) => f.replace("{}", &path),
+        None => path,
     }
 }
 
@@ -1615,7 +1638,7 @@ pub fn check_helper_command(
     repo: &Path,
     action: &Json,
 ) -> anyhow::Result<Option<String>> {
-    let Some(tool) = helper_of(action) else {
+    let Some((tool, at)) = helper_at(action) else {
         return Ok(None);
     };
     let bin = if tool == "kpack" {
@@ -1626,7 +1649,7 @@ pub fn check_helper_command(
     let scratch = tempfile::tempdir()?;
     let argv = action["argv"].as_array().cloned().unwrap_or_default();
     let mut args: Vec<String> = Vec::new();
-    for a in argv.iter().skip(1) {
+    for a in argv.iter().skip(at + 1) {
         match a {
             Json::String(s) => args.push(s.clone()),
             Json::Object(o) if o.contains_key("__output__") => {
@@ -1650,7 +1673,7 @@ pub fn check_helper_command(
                         std::fs::create_dir_all(parent)?;
                     }
                     std::fs::copy(&real, &p)?;
-                    args.push(p.to_string_lossy().into_owned());
+                    args.push(render_artifact(o, p.to_string_lossy().into_owned()));
                     continue;
                 }
                 let p = scratch.path().join("in").join(path);
@@ -1662,7 +1685,7 @@ pub fn check_helper_command(
                     }
                     std::fs::write(&p, b"")?;
                 }
-                args.push(p.to_string_lossy().into_owned());
+                args.push(render_artifact(o, p.to_string_lossy().into_owned()));
             }
             other => bail!("unexpected command line item {other}"),
         }
@@ -2152,11 +2175,12 @@ impl Executor {
             return Ok(());
         }
         let argv = act["argv"].as_array().cloned().unwrap_or_default();
+        let helper = helper_at(act).map(|(_, i)| i);
         let mut args: Vec<std::ffi::OsString> = Vec::new();
         for (i, a) in argv.iter().enumerate() {
             match a {
                 Json::String(s) => args.push(s.into()),
-                Json::Object(o) if i == 0 && o.contains_key("__artifact__") => {
+                Json::Object(o) if Some(i) == helper && o.contains_key("__artifact__") => {
                     let bin = match o["basename"].as_str() {
                         Some("kpack") => &self.bins.kpack,
                         Some("snapctl") => &self.bins.snapctl,
@@ -2171,7 +2195,9 @@ impl Executor {
                     }
                     args.push(p.into());
                 }
-                Json::Object(_) => args.push(self.path_of(a).into()),
+                Json::Object(o) => args.push(
+                    render_artifact(o, self.path_of(a).to_string_lossy().into_owned()).into(),
+                ),
                 other => bail!("unexpected command line item {other}"),
             }
         }

@@ -667,6 +667,33 @@ fn execute_kpack(
 }
 
 #[test]
+fn a_group_missing_from_the_config_fails_with_the_rocpack_message() {
+    // Issue 24 item 10: a typo in `groups` fails the recombine with
+    // rules/common's message (target, group, config, fix), not with buck2's
+    // missing-path error; run through the executor with the real kpack.
+    let e = engine();
+    let text = std::fs::read_to_string(repo_root().join("examples/kpack/BUCK")).unwrap();
+    let from = "    \"gfx120X\",\n]";
+    assert!(text.contains(from));
+    e.overlay(
+        "examples/kpack/BUCK",
+        &text.replace(from, "    \"gfx120X\",\n    \"gfx120x\",\n]"),
+    );
+    let tmp = tempfile::tempdir().unwrap();
+    let err = execute_kpack(&e, &tmp.path().join("buck-out"), &["blas_lib_gfx110X"])
+        .expect_err("a recombine with a group missing from the config succeeded");
+    let err = format!("{err:#}");
+    for want in [
+        "rocpack: root//examples/kpack:blas_lib_all_packages: no package blas_lib_gfx120x: the group is not an architecture group of the packaging config ",
+        "examples/kpack/packaging-config.json, or no shard has code for it.",
+        "kpack recombine wrote: blas_lib_generic blas_lib_gfx110X blas_lib_gfx115X blas_lib_gfx120X",
+        "fix: name in `groups` only keys of \"architecture_groups\" in ",
+    ] {
+        assert!(err.contains(want), "lacks `{want}`:\n{err}");
+    }
+}
+
+#[test]
 fn the_kpack_example_builds_as_buck2_stages_it_and_matches_the_cli() {
     let e = engine();
     let tmp = tempfile::tempdir().unwrap();

@@ -27,13 +27,23 @@ fn marker() -> Vec<u8> {
     m
 }
 
+/// One directory for the whole run (`<dir>/.kpack/`): making and removing a
+/// temporary tree per input cost more than the input itself.
+fn dir() -> &'static std::path::Path {
+    static DIR: std::sync::OnceLock<tempfile::TempDir> = std::sync::OnceLock::new();
+    DIR.get_or_init(|| {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::create_dir(d.path().join(".kpack")).unwrap();
+        d
+    })
+    .path()
+}
+
 libfuzzer_sys::fuzz_target!(|data: &[u8]| {
-    let dir = tempfile::tempdir().unwrap();
-    let kdir = dir.path().join(".kpack");
-    std::fs::create_dir(&kdir).unwrap();
-    let archive = kdir.join("f_gfx942.kpack");
+    let dir = dir();
+    let archive = dir.join(".kpack/f_gfx942.kpack");
     std::fs::write(&archive, data).unwrap();
-    let bin = CString::new(dir.path().join("lib.so").as_os_str().as_encoded_bytes()).unwrap();
+    let bin = CString::new(dir.join("lib.so").as_os_str().as_encoded_bytes()).unwrap();
     let path = CString::new(archive.as_os_str().as_encoded_bytes()).unwrap();
     let arch = CString::new("gfx942:sramecc+:xnack-").unwrap();
     let archs = [arch.as_ptr()];

@@ -17,46 +17,22 @@ mod mkfat;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 
-use sha2::{Digest, Sha256};
+mod common;
+use common::*;
 
 const CEILING: u64 = 160 << 20;
-
-fn fixture(name: &str) -> PathBuf {
-    let p = rocpack_testsupport::fatbins().join(name);
-    assert!(
-        p.exists(),
-        "fixture {} missing (set ROCPACK_SHARED)",
-        p.display()
-    );
-    p
-}
-
-fn s(p: &Path) -> &str {
-    p.to_str().unwrap()
-}
 
 /// kpack under an address-space ceiling (one malloc arena, so thread
 /// arenas do not reserve 64 MiB of address space each).
 fn bounded(args: &[&str]) -> Output {
-    Command::new("prlimit")
-        .arg(format!("--as={CEILING}"))
-        .arg("--")
-        .arg(env!("CARGO_BIN_EXE_kpack"))
+    under_vmem_limit(KPACK, CEILING >> 10)
         .args(args)
         .env("MALLOC_ARENA_MAX", "1")
         .env("RAYON_NUM_THREADS", "2")
         .output()
-        .expect("prlimit runs")
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
-
-fn sha(b: &[u8]) -> String {
-    hex::encode(Sha256::digest(b))
+        .expect("kpack runs")
 }
 
 /// Per bundle entry ID: the sha256, size and target ID of its code object.
@@ -65,7 +41,7 @@ type Want = BTreeMap<String, (String, u64, String)>;
 /// The large fat binary and, per entry ID, the sha256, size and target ID
 /// of its code object according to the in-memory parser.
 fn large_fat(dir: &Path) -> (PathBuf, Want) {
-    let base = std::fs::read(fixture("libfx_static.a")).unwrap();
+    let base = std::fs::read(fatbins().join("libfx_static.a")).unwrap();
     let (fat, _) = mkfat::make(&base, 256, 24).unwrap();
     let info = rocpack_elf::analyze(&fat).unwrap();
     let bytes = rocpack_elf::bundle_bytes(&fat, &info, 0).unwrap();
@@ -78,7 +54,7 @@ fn large_fat(dir: &Path) -> (PathBuf, Want) {
         .filter(|e| !e.id.is_host())
         .map(|e| {
             let target = e.id.target_id().to_string();
-            (e.id.to_string(), (sha(&e.data), e.size, target))
+            (e.id.to_string(), (sha256_hex(&e.data), e.size, target))
         })
         .collect();
     let path = dir.join("big.o");
@@ -88,7 +64,7 @@ fn large_fat(dir: &Path) -> (PathBuf, Want) {
 
 #[test]
 fn inspect_and_unbundle_of_a_large_ccob_stay_under_the_ceiling() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = tempdir();
     let (fat, want) = large_fat(tmp.path());
     assert_eq!(want.len(), 24);
 
@@ -120,7 +96,7 @@ fn inspect_and_unbundle_of_a_large_ccob_stay_under_the_ceiling() {
         let (h, size, _) = &want[f[1]];
         let bytes = std::fs::read(f[0]).unwrap();
         assert_eq!(bytes.len() as u64, *size, "{line}");
-        assert_eq!(&sha(&bytes), h, "{line}");
+        assert_eq!(&sha256_hex(&bytes), h, "{line}");
         assert_eq!(f[3], h, "{line}");
     }
 }
@@ -150,7 +126,7 @@ fn overlapping_ccob() -> Vec<u8> {
 
 #[test]
 fn overlapping_bundle_entries_are_not_amplified() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = tempdir();
     let f = tmp.path().join("over.ccob");
     std::fs::write(&f, overlapping_ccob()).unwrap();
     let o = bounded(&["inspect", "--json", s(&f)]);
@@ -167,10 +143,7 @@ fn overlapping_bundle_entries_are_not_amplified() {
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     assert!(stderr(&o).contains("overlap"), "{}", stderr(&o));
     assert!(!out.exists());
-    let left: Vec<_> = std::fs::read_dir(tmp.path())
-        .unwrap()
-        .map(|e| e.unwrap().file_name())
-        .collect();
+    let left = dir_names(tmp.path());
     assert_eq!(left.len(), 1, "{left:?}");
 }
 
@@ -178,7 +151,7 @@ fn overlapping_bundle_entries_are_not_amplified() {
 /// kernels would read the same stored bytes.
 #[test]
 fn overlapping_kpack_blobs_are_refused() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = tempdir();
     let a = vec![7u8; 1000];
     let b = vec![9u8; 1000];
     let mut w = rocpack_kpack::KpackWriter::new(rocpack_kpack::Compression::None);
@@ -231,26 +204,16 @@ fn overlapping_kpack_blobs_are_refused() {
 /// to a spill file), so the 256 MiB payload is never held in memory.
 #[test]
 fn split_of_a_large_ccob_stays_under_the_ceiling() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = tempdir();
     let (fat, want) = large_fat(tmp.path());
     let art = tmp.path().join("big_lib");
     std::fs::create_dir_all(art.join("lib")).unwrap();
     std::fs::rename(&fat, art.join("lib/big.o")).unwrap();
     std::fs::write(art.join("artifact_manifest.txt"), "lib\n").unwrap();
     let out = tmp.path().join("out");
-    let o = bounded(&[
-        "split",
-        "--artifact-dir",
-        s(&art),
-        "--artifact-prefix",
-        "big_lib",
-        "--output-dir",
-        s(&out),
-        "--jobs",
-        "2",
-    ]);
+    let o = bounded(&[&split_args(&art, "big_lib", &out)[..], &["--jobs", "2"]].concat());
     assert!(o.status.success(), "split: {}", stderr(&o));
-    let archs = std::fs::read_dir(&out).unwrap().count();
+    let archs = dir_names(&out).len();
     assert_eq!(archs, want.len() + 1);
 
     // Every code object is packed once, byte for byte (sha256 against the
@@ -260,8 +223,7 @@ fn split_of_a_large_ccob_stays_under_the_ceiling() {
         .map(|(h, size, t)| (t.as_str(), (h, *size)))
         .collect();
     assert_eq!(by_target.len(), want.len());
-    let mut kpacks = Vec::new();
-    find_kpacks(&out, &mut kpacks);
+    let kpacks = kpacks_below(&out);
     assert_eq!(kpacks.len(), want.len(), "{kpacks:?}");
     let mut seen = BTreeMap::new();
     for kp in &kpacks {
@@ -283,7 +245,7 @@ fn split_of_a_large_ccob_stays_under_the_ceiling() {
             let (h, size) = by_target[target.as_str()];
             let co = r.get(&key, &target).unwrap();
             assert_eq!(co.len() as u64, size, "{target}");
-            assert_eq!(&sha(&co), h, "{target}");
+            assert_eq!(&sha256_hex(&co), h, "{target}");
             *seen.entry(target).or_insert(0) += 1;
         }
     }
@@ -294,46 +256,20 @@ fn split_of_a_large_ccob_stays_under_the_ceiling() {
     let info = rocpack_elf::analyze(&host).unwrap();
     assert!(info.bundles.is_empty(), "host rewrite still holds bundles");
     // The spill directory is gone.
-    let stray: Vec<_> = std::fs::read_dir(&out)
-        .unwrap()
-        .map(|e| e.unwrap().file_name())
-        .filter(|n| n.to_string_lossy().starts_with('.'))
+    let stray: Vec<_> = dir_names(&out)
+        .into_iter()
+        .filter(|n| n.starts_with('.'))
         .collect();
     assert!(stray.is_empty(), "{stray:?}");
 }
 
 /// Every `.kpack` file below `dir`, sorted.
-fn find_kpacks(dir: &Path, out: &mut Vec<PathBuf>) {
-    let mut entries: Vec<_> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .collect();
-    entries.sort();
-    for p in entries {
-        if p.is_dir() {
-            find_kpacks(&p, out);
-        } else if p.extension().is_some_and(|e| e == "kpack") {
-            out.push(p);
-        }
-    }
-}
-
-/// Every file below `dir` (relative path, bytes), sorted.
-fn tree(dir: &Path) -> BTreeMap<String, Vec<u8>> {
-    fn go(root: &Path, d: &Path, out: &mut BTreeMap<String, Vec<u8>>) {
-        for e in std::fs::read_dir(d).unwrap() {
-            let p = e.unwrap().path();
-            if p.is_dir() {
-                go(root, &p, out);
-            } else {
-                let rel = p.strip_prefix(root).unwrap().to_string_lossy().into_owned();
-                out.insert(rel, std::fs::read(&p).unwrap());
-            }
-        }
-    }
-    let mut out = BTreeMap::new();
-    go(dir, dir, &mut out);
-    out
+fn kpacks_below(dir: &Path) -> Vec<PathBuf> {
+    list_files(dir)
+        .iter()
+        .filter(|p| p.ends_with(".kpack"))
+        .map(|p| dir.join(p))
+        .collect()
 }
 
 /// Split compresses a CCOB's code objects while the payload decompresses
@@ -343,8 +279,8 @@ fn tree(dir: &Path) -> BTreeMap<String, Vec<u8>> {
 /// extracts it (what the write stage makes from a code object it reads).
 #[test]
 fn split_of_ccobs_is_deterministic_and_frames_are_the_plain_compression() {
-    let tmp = tempfile::tempdir().unwrap();
-    let base = std::fs::read(fixture("libfx_static.a")).unwrap();
+    let tmp = tempdir();
+    let base = std::fs::read(fatbins().join("libfx_static.a")).unwrap();
     let art = tmp.path().join("two_lib");
     std::fs::create_dir_all(art.join("lib")).unwrap();
     std::fs::write(art.join("artifact_manifest.txt"), "lib\n").unwrap();
@@ -367,18 +303,12 @@ fn split_of_ccobs_is_deterministic_and_frames_are_the_plain_compression() {
     let mut trees = Vec::new();
     for jobs in ["1", "3"] {
         let out = tmp.path().join(format!("out{jobs}"));
-        let o = Command::new(env!("CARGO_BIN_EXE_kpack"))
-            .args(["split", "--artifact-dir", s(&art), "--artifact-prefix"])
-            .args(["two_lib", "--output-dir", s(&out), "--jobs", jobs])
-            .output()
-            .unwrap();
-        assert!(o.status.success(), "split: {}", stderr(&o));
-        trees.push(tree(&out));
+        assert_ok(&split(&art, "two_lib", &out, &["--jobs", jobs]));
+        trees.push(snapshot(&out));
         if jobs != "1" {
             continue;
         }
-        let mut kpacks = Vec::new();
-        find_kpacks(&out, &mut kpacks);
+        let kpacks = kpacks_below(&out);
         let mut seen = 0;
         for kp in &kpacks {
             let file = std::fs::read(kp).unwrap();
@@ -402,23 +332,16 @@ fn split_of_ccobs_is_deterministic_and_frames_are_the_plain_compression() {
     // Code objects of dropped targets are skipped during the walk: what is
     // kept is byte for byte what the full split wrote.
     let out = tmp.path().join("sel");
-    let o = Command::new(env!("CARGO_BIN_EXE_kpack"))
-        .args(["split", "--artifact-dir", s(&art), "--artifact-prefix"])
-        .args([
-            "two_lib",
-            "--output-dir",
-            s(&out),
-            "--gpu-targets",
-            "gfx906",
-        ])
-        .args(["--exclude-arch", "gfx900"])
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "split: {}", stderr(&o));
-    let sel = tree(&out);
+    assert_ok(&split(
+        &art,
+        "two_lib",
+        &out,
+        &["--gpu-targets", "gfx906", "--exclude-arch", "gfx900"],
+    ));
+    let sel = snapshot(&out);
     let arch_files: Vec<&String> = sel
         .keys()
-        .filter(|p| p.starts_with("two_lib_gfx"))
+        .filter(|p| p.starts_with("two_lib_gfx") && sel[*p] != Node::Dir)
         .collect();
     assert!(!arch_files.is_empty());
     for p in arch_files {

@@ -7,15 +7,7 @@
 use serde_json::Value;
 
 mod common;
-use common::{kpack_ok, sha256_hex};
-
-fn inspect(path: &std::path::Path, extra: &[&str]) -> Value {
-    let mut args = vec!["inspect", "--json"];
-    args.extend_from_slice(extra);
-    let p = path.to_str().unwrap();
-    args.push(p);
-    serde_json::from_str(&kpack_ok(&args)).unwrap()
-}
+use common::{inspect_json, sha256_hex};
 
 #[test]
 fn only_check_hash_computes_the_payload_md5() {
@@ -45,15 +37,15 @@ fn only_check_hash_computes_the_payload_md5() {
     };
     let want: Vec<String> = objs.iter().map(|(_, d)| sha256_hex(d)).collect();
 
-    let checked = inspect(&good, &["--check-hash"]);
+    let checked = inspect_json(&good, &["--check-hash"]);
     assert_eq!(checked["bundles"][0]["hash_matches"], true);
     assert_eq!(sha_of(&checked), want);
-    let wrong = inspect(&bad, &["--check-hash"]);
+    let wrong = inspect_json(&bad, &["--check-hash"]);
     assert_eq!(wrong["bundles"][0]["hash_matches"], false);
 
     for p in [&good, &bad] {
         for flags in [&[][..], &["--no-hash-check"][..]] {
-            let fast = inspect(p, flags);
+            let fast = inspect_json(p, flags);
             assert_eq!(
                 fast["bundles"][0]["hash_matches"],
                 Value::Null,

@@ -7,22 +7,11 @@ use std::process::Output;
 use serde_json::Value;
 
 mod common;
-use common::{assert_ok, kpack, sha256_hex, shared, tempdir};
+use common::{assert_ok, inspect_json, kpack, sha256_hex, shared, tempdir};
 
+/// `kpack inspect --json --check-hash path`, parsed.
 fn inspect(path: &Path) -> Value {
-    let out = kpack(&[
-        "inspect".as_ref(),
-        "--json".as_ref(),
-        "--check-hash".as_ref(),
-        path.as_os_str(),
-    ]);
-    assert!(
-        out.status.success(),
-        "{}: {}",
-        path.display(),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
+    inspect_json(path, &["--check-hash"])
 }
 
 /// `kpack unbundle input <flag> out`; `flag` is `-o` or `--output-dir`

@@ -8,23 +8,7 @@ use std::collections::BTreeMap;
 use serde_json::Value;
 
 mod common;
-use common::{kpack, shared};
-
-fn inspect_json(path: &std::path::Path) -> Value {
-    let out = kpack(&[
-        "inspect".as_ref(),
-        "--json".as_ref(),
-        "--check-hash".as_ref(),
-        path.as_os_str(),
-    ]);
-    assert!(
-        out.status.success(),
-        "kpack inspect {} failed: {}",
-        path.display(),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).expect("valid JSON")
-}
+use common::{inspect_json, shared};
 
 /// The description of `file` or of its archive member `file(member)`.
 fn find_desc<'a>(top: &'a Value, member: Option<&str>) -> &'a Value {
@@ -61,7 +45,7 @@ fn every_expected_unbundle_row_is_reported() {
         };
         let top = cache
             .entry(path.to_string())
-            .or_insert_with(|| inspect_json(&fixtures.join(path)));
+            .or_insert_with(|| inspect_json(&fixtures.join(path), &["--check-hash"]));
         let d = find_desc(top, member);
 
         if bfmt == "hetero-archive" {
@@ -167,7 +151,10 @@ fn every_expected_unbundle_row_is_reported() {
 fn bundler_generic_target_bug_is_not_reproduced() {
     // clang-offload-bundler 19 returns the gfx11-generic object for
     // gfx9-generic, gfx10-3-generic and gfx12-generic; we must not.
-    let v = inspect_json(&shared().join("fixtures/fatbins/libfx_generic.so"));
+    let v = inspect_json(
+        &shared().join("fixtures/fatbins/libfx_generic.so"),
+        &["--check-hash"],
+    );
     let cos = v["bundles"][0]["code_objects"].as_array().unwrap();
     let mut shas: Vec<&str> = cos
         .iter()

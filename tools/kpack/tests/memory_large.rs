@@ -1,16 +1,18 @@
-//! Issue 22: split's memory does not grow with the input. A 1 GiB fat
-//! library (one plain bundle, 16 targets x 64 MiB code objects, built here
-//! with `ld -r -b binary` + objcopy + gcc and removed afterwards) is split
-//! with zstd and with `--compression none` under an address-space ceiling of
-//! the input's size (its read-only mapping) + 320 MiB: anything that held
-//! the code objects, the archives or the input in heap memory fails.
+//! Issue 22: memory does not grow with the input. A 1 GiB fat library (a
+//! 512 MiB host part: `.rodata`; one plain bundle of 16 targets x 32 MiB
+//! code objects; built here with `ld -r -b binary` + objcopy + gcc and
+//! removed afterwards) is split with zstd and with `--compression none`,
+//! and each split is reassembled under an address-space ceiling of the host
+//! file (its mapping) + 320 MiB. The peak RSS of every run (`wait4`) must
+//! stay within 256 MiB: building the host file in memory (512 MiB), holding
+//! the code objects, the bundle, the archives or the output fails. The
+//! reassembled file must be the input.
 
 mod common;
 
 use std::io::Write;
 use std::path::Path;
 use std::process::Command;
-use std::time::Duration;
 
 use common::*;
 
@@ -18,15 +20,19 @@ const TARGETS: [&str; 16] = [
     "gfx900", "gfx906", "gfx908", "gfx90a", "gfx940", "gfx941", "gfx942", "gfx1010", "gfx1011",
     "gfx1012", "gfx1030", "gfx1031", "gfx1100", "gfx1101", "gfx1102", "gfx1200",
 ];
-const CO_SIZE: u64 = 64 << 20;
+const CO_SIZE: u64 = 32 << 20;
+/// Host data (`.rodata`) of the test library, MiB.
+const HOST_MIB: u64 = 512;
+/// Peak RSS allowed to `split` and `reassemble` (issue 22's bound).
+const MAX_RSS_KIB: u64 = 256 * 1024;
 
-/// Writes an uncompressed offload bundle: a host entry and one 64 MiB code
-/// object per target (a 1 MiB pseudo-random block repeated, varied per
-/// target), each at a 4 KiB-aligned offset.
-fn write_bundle(path: &Path) {
+/// Writes an uncompressed offload bundle: a host entry and one code object
+/// of `co_size` bytes (a multiple of 1 MiB: a 1 MiB pseudo-random block
+/// repeated, varied per target) per target, each at a 4 KiB-aligned offset.
+fn write_bundle(path: &Path, targets: &[&str], co_size: u64) {
     let ids: Vec<String> = std::iter::once("host-x86_64-unknown-linux-gnu".to_string())
         .chain(
-            TARGETS
+            targets
                 .iter()
                 .map(|t| format!("hipv4-amdgcn-amd-amdhsa--{t}")),
         )
@@ -37,7 +43,7 @@ fn write_bundle(path: &Path) {
     header.extend_from_slice(&(ids.len() as u64).to_le_bytes());
     let mut offsets = Vec::new();
     for (n, id) in ids.iter().enumerate() {
-        let size = if n == 0 { 0 } else { CO_SIZE };
+        let size = if n == 0 { 0 } else { co_size };
         header.extend_from_slice(&off.to_le_bytes());
         header.extend_from_slice(&size.to_le_bytes());
         header.extend_from_slice(&(id.len() as u64).to_le_bytes());
@@ -53,10 +59,10 @@ fn write_bundle(path: &Path) {
         f.write_all(&vec![0u8; (o - pos) as usize]).unwrap();
         let mut b = block.clone();
         b[..8].copy_from_slice(&(n as u64).to_le_bytes());
-        for _ in 0..(CO_SIZE >> 20) {
+        for _ in 0..(co_size >> 20) {
             f.write_all(&b).unwrap();
         }
-        pos = o + CO_SIZE;
+        pos = o + co_size;
     }
     f.flush().unwrap();
 }
@@ -70,9 +76,11 @@ fn tool(mut c: Command, what: &str) {
     );
 }
 
-/// Builds `dir/art/big/lib/libbig.so` around the bundle; returns the artifact dir.
-fn build_library(dir: &Path) -> std::path::PathBuf {
-    write_bundle(&dir.join("blob.bin"));
+/// Builds `dir/art/big/lib/libbig.so` around a bundle of `co_size`-byte
+/// code objects for `targets` and, when `host_mib` > 0, a `.rodata` blob of
+/// that many MiB of host data; returns the artifact dir.
+fn build_library(dir: &Path, targets: &[&str], co_size: u64, host_mib: u64) -> std::path::PathBuf {
+    write_bundle(&dir.join("blob.bin"), targets, co_size);
     let mut c = Command::new("ld");
     c.current_dir(dir)
         .args(["-r", "-b", "binary", "blob.bin", "-o", "blob.o"]);
@@ -87,6 +95,29 @@ fn build_library(dir: &Path) -> std::path::PathBuf {
         "blob.o",
     ]);
     tool(c, "objcopy");
+    let mut objs = vec!["wrapper.c", "blob.o"];
+    if host_mib > 0 {
+        let mut f = std::io::BufWriter::new(std::fs::File::create(dir.join("host.bin")).unwrap());
+        let block = pseudo_random(23, 1 << 20);
+        for _ in 0..host_mib {
+            f.write_all(&block).unwrap();
+        }
+        f.flush().unwrap();
+        drop(f);
+        let mut c = Command::new("ld");
+        c.current_dir(dir)
+            .args(["-r", "-b", "binary", "host.bin", "-o", "host.o"]);
+        tool(c, "ld -r -b binary (host)");
+        std::fs::remove_file(dir.join("host.bin")).unwrap();
+        let mut c = Command::new("objcopy");
+        c.current_dir(dir).args([
+            "--rename-section",
+            ".data=.rodata.big,alloc,load,readonly,data,contents",
+            "host.o",
+        ]);
+        tool(c, "objcopy (host)");
+        objs.push("host.o");
+    }
     std::fs::write(
         dir.join("wrapper.c"),
         "extern const char _binary_blob_bin_start[];\n\
@@ -101,44 +132,92 @@ fn build_library(dir: &Path) -> std::path::PathBuf {
     std::fs::write(art.join("big/artifact_manifest.txt"), "lib\n").unwrap();
     let mut c = Command::new("gcc");
     c.current_dir(dir)
-        .args([
-            "-shared",
-            "-fPIC",
-            "-Wl,-z,noexecstack",
-            "wrapper.c",
-            "blob.o",
-            "-o",
-        ])
+        .args(["-shared", "-fPIC", "-Wl,-z,noexecstack"])
+        .args(&objs)
+        .arg("-o")
         .arg(lib.join("libbig.so"));
     tool(c, "gcc -shared");
     std::fs::remove_file(dir.join("blob.o")).unwrap();
+    let _ = std::fs::remove_file(dir.join("host.o"));
     art
 }
 
+/// `kpack reassemble` of the split in `out` (the host file of libbig.so)
+/// into `back`.
+fn reassemble_cmd(mut cmd: Command, out: &Path, back: &Path) -> Command {
+    cmd.arg("reassemble")
+        .arg("--host")
+        .arg(out.join("big_generic/lib/libbig.so"))
+        .arg("--kpack-dir")
+        .arg(out)
+        .arg("-o")
+        .arg(back)
+        .env("MALLOC_ARENA_MAX", "1");
+    cmd
+}
+
+fn same_file(a: &Path, b: &Path) -> bool {
+    Command::new("cmp")
+        .arg("-s")
+        .arg(a)
+        .arg(b)
+        .status()
+        .unwrap()
+        .success()
+}
+
+/// Runs `cmd` to completion; its output and its peak resident set in KiB
+/// (`ru_maxrss` from `wait4` of that one process).
+#[allow(unsafe_code)]
+fn run_peak_rss(mut cmd: Command, dir: &Path, what: &str) -> (std::process::Output, u64) {
+    use std::process::Stdio;
+    let (o, e) = (dir.join("rss.out"), dir.join("rss.err"));
+    let child = cmd
+        .stdout(Stdio::from(std::fs::File::create(&o).unwrap()))
+        .stderr(Stdio::from(std::fs::File::create(&e).unwrap()))
+        .spawn()
+        .unwrap_or_else(|x| panic!("{what}: {x}"));
+    let pid = child.id() as libc::pid_t;
+    let mut status = 0;
+    // SAFETY: plain FFI call with valid out-pointers; `child` is not
+    // waited on by std afterwards (its Drop neither waits nor kills).
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    let r = unsafe { libc::wait4(pid, &mut status, 0, &mut ru) };
+    assert_eq!(r, pid, "{what}: wait4");
+    drop(child);
+    use std::os::unix::process::ExitStatusExt;
+    let out = std::process::Output {
+        status: std::process::ExitStatus::from_raw(status),
+        stdout: std::fs::read(&o).unwrap(),
+        stderr: std::fs::read(&e).unwrap(),
+    };
+    (out, ru.ru_maxrss as u64)
+}
+
 #[test]
-fn split_memory_does_not_grow_with_a_1gib_input() {
-    if !have_tool("objcopy") || !have_tool("gcc") {
+fn split_and_reassembly_memory_do_not_grow_with_a_1gib_input() {
+    if !have_tool("objcopy") || !have_tool("gcc") || !have_tool("cmp") {
         return;
     }
     let tmp = tempdir();
-    let art = build_library(tmp.path());
+    let art = build_library(tmp.path(), &TARGETS, CO_SIZE, HOST_MIB);
     let lib = art.join("big/lib/libbig.so");
     let size = std::fs::metadata(&lib).unwrap().len();
     assert!(size >= 1 << 30, "input is only {size} bytes");
     for compression in ["zstd", "none"] {
         let out = tmp.path().join(format!("out-{compression}"));
-        let limit_kib = size / 1024 + 320 * 1024;
-        let mut cmd = under_vmem_limit(KPACK, limit_kib);
+        let mut cmd = Command::new(KPACK);
         cmd.args(["split", "--artifact-dir"])
             .arg(art.join("big"))
             .args(["--artifact-prefix", "big", "--output-dir"])
             .arg(&out)
             .args(["--compression", compression, "--jobs", "2"])
             .env("MALLOC_ARENA_MAX", "1");
-        let o = output_within(cmd, Duration::from_secs(300), "kpack split (1 GiB)");
+        let (o, rss) = run_peak_rss(cmd, tmp.path(), "kpack split (1 GiB)");
+        eprintln!("split --compression {compression}: peak RSS {rss} KiB");
         assert!(
             o.status.success(),
-            "split --compression {compression} of a {size}-byte input under {limit_kib} KiB: {}",
+            "split --compression {compression}: {}",
             stderr(&o)
         );
         // One line per artifact: the generic one and one per target.
@@ -148,6 +227,37 @@ fn split_memory_does_not_grow_with_a_1gib_input() {
             "{compression}: {}",
             stdout(&o)
         );
+        let host = out.join("big_generic/lib/libbig.so");
+        let host_len = std::fs::metadata(&host).unwrap().len();
+        assert!(
+            host_len >= HOST_MIB << 20,
+            "host file is only {host_len} bytes"
+        );
+        assert!(
+            rss <= MAX_RSS_KIB,
+            "split --compression {compression} of a {size}-byte input with a {host_len}-byte host part: peak RSS {rss} KiB"
+        );
+        // Reassembly holds no code object, bundle or output: the host file
+        // (mapped for its headers) + 320 MiB of address space.
+        let limit_kib = host_len / 1024 + 320 * 1024;
+        let back = tmp.path().join("back.so");
+        let cmd = reassemble_cmd(under_vmem_limit(KPACK, limit_kib), &out, &back);
+        let (o, rss) = run_peak_rss(cmd, tmp.path(), "kpack reassemble (1 GiB)");
+        eprintln!("reassemble ({compression}): peak RSS {rss} KiB");
+        assert!(
+            o.status.success(),
+            "reassemble of the --compression {compression} split under {limit_kib} KiB: {}",
+            stderr(&o)
+        );
+        assert!(
+            rss <= MAX_RSS_KIB,
+            "reassemble ({compression}) of a {host_len}-byte host file: peak RSS {rss} KiB"
+        );
+        assert!(
+            same_file(&back, &lib),
+            "{compression}: reassembled file differs from the input"
+        );
+        std::fs::remove_file(&back).unwrap();
         std::fs::remove_dir_all(&out).unwrap();
     }
 }

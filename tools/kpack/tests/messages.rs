@@ -5,34 +5,17 @@
 //! `.kpack`-unbundle regression: kernels are written with their bytes (they
 //! were written empty).
 
-use std::path::Path;
-use std::process::{Command, Output};
-use std::time::Duration;
-
-fn kpack(args: &[&str]) -> Output {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_kpack"));
-    cmd.args(args);
-    rocpack_testsupport::output_within(cmd, Duration::from_secs(20), &format!("kpack {args:?}"))
-}
-
-use rocpack_testsupport::s;
-
-fn err(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
+mod common;
+use common::*;
 
 #[test]
 fn directories_and_fifos_given_as_file_say_what_they_are() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = tempdir();
     let t = tmp.path();
     let dir = t.join("d");
     std::fs::create_dir(&dir).unwrap();
     let fifo = t.join("f");
-    assert!(Command::new("mkfifo")
-        .arg(&fifo)
-        .status()
-        .unwrap()
-        .success());
+    mkfifo(&fifo);
     let out = t.join("o");
     for (file, needle) in [(&dir, "a directory"), (&fifo, "FIFO")] {
         for args in [
@@ -40,8 +23,8 @@ fn directories_and_fifos_given_as_file_say_what_they_are() {
             vec!["unbundle", s(file), "--output-dir", s(&out)],
             vec!["unpack", s(file), "--output-dir", s(&out)],
         ] {
-            let o = kpack(&args);
-            let e = err(&o);
+            let o = kpack_bounded(&args);
+            let e = stderr(&o);
             assert_eq!(o.status.code(), Some(2), "{args:?}: {e}");
             assert!(e.contains(needle), "{args:?}: {e}");
             assert!(e.contains(s(file)), "{args:?}: {e}");
@@ -53,31 +36,27 @@ fn directories_and_fifos_given_as_file_say_what_they_are() {
 
 #[test]
 fn os_errors_are_said_once_and_name_user_paths() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = tempdir();
     let t = tmp.path();
     let missing = t.join("missing.so");
     for args in [
         vec!["inspect", s(&missing)],
         vec!["unpack", s(&missing), "--output-dir", "x"],
     ] {
-        let o = kpack(&args);
-        let e = err(&o);
+        let o = kpack_bounded(&args);
+        let e = stderr(&o);
         assert_eq!(o.status.code(), Some(2), "{e}");
         assert_eq!(e.matches("No such file or directory").count(), 1, "{e}");
         assert_eq!(e.lines().count(), 1, "{e}");
     }
     // unbundle into a path whose parent is a regular file: the message
     // names that path, not a staging directory.
-    let input = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../target/rocpack-shared/fixtures/kpack-golden/test_zstd.kpack");
-    let input = std::env::var_os("ROCPACK_SHARED")
-        .map(|p| Path::new(&p).join("fixtures/kpack-golden/test_zstd.kpack"))
-        .unwrap_or(input);
+    let input = golden("test_zstd.kpack");
     let file = t.join("plain");
     std::fs::write(&file, b"x").unwrap();
     let out = file.join("sub");
-    let o = kpack(&["unbundle", s(&input), "--output-dir", s(&out)]);
-    let e = err(&o);
+    let o = kpack_bounded(&["unbundle", s(&input), "--output-dir", s(&out)]);
+    let e = stderr(&o);
     assert_eq!(o.status.code(), Some(2), "{e}");
     assert!(e.contains(s(&file)), "{e}");
     assert!(!e.contains(".kpack-unbundle-"), "{e}");
@@ -86,18 +65,13 @@ fn os_errors_are_said_once_and_name_user_paths() {
 
 #[test]
 fn unbundle_of_a_kpack_writes_each_kernel_with_its_bytes() {
-    let shared = std::env::var_os("ROCPACK_SHARED")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| {
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/rocpack-shared")
-        });
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = tempdir();
     for name in ["test_zstd.kpack", "test_noop.kpack"] {
-        let input = shared.join("fixtures/kpack-golden").join(name);
+        let input = golden(name);
         let r = rocpack_kpack::KpackReader::open(&input).unwrap();
         let out = tmp.path().join(name);
-        let o = kpack(&["unbundle", s(&input), "--output-dir", s(&out)]);
-        assert!(o.status.success(), "{}", err(&o));
+        let o = kpack_bounded(&["unbundle", s(&input), "--output-dir", s(&out)]);
+        assert!(o.status.success(), "{}", stderr(&o));
         let listing = String::from_utf8(o.stdout).unwrap();
         assert_eq!(listing.lines().count(), r.len());
         for line in listing.lines() {
@@ -105,8 +79,7 @@ fn unbundle_of_a_kpack_writes_each_kernel_with_its_bytes() {
             let bytes = std::fs::read(f[0]).unwrap();
             assert_eq!(f[2], bytes.len().to_string(), "{line}");
             assert!(!bytes.is_empty(), "{line}");
-            use sha2::Digest;
-            assert_eq!(f[3], hex::encode(sha2::Sha256::digest(&bytes)), "{line}");
+            assert_eq!(f[3], sha256_hex(&bytes), "{line}");
         }
         // Same bytes as the reader gives (an independent path).
         let mut want: Vec<Vec<u8>> = r

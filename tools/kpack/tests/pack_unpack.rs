@@ -23,17 +23,18 @@ fn unpack_then_pack_reproduces_golden_files() {
     }
 }
 
+/// `kpack unpack` of the golden archive `name` into `objs`; returns the
+/// path of an unpacked code object given its file name.
+fn unpack_golden(name: &str, objs: &Path) -> impl Fn(&str) -> String {
+    ok(&["unpack", s(&golden(name)), "--output-dir", s(objs)]);
+    let objs = objs.to_path_buf();
+    move |n| s(&objs.join(n)).to_owned()
+}
+
 #[test]
 fn pack_from_code_objects_reproduces_golden_files() {
     let dir = tempfile::tempdir().unwrap();
-    let objs = dir.path().join("objs");
-    ok(&[
-        "unpack",
-        s(&golden("test_zstd.kpack")),
-        "--output-dir",
-        s(&objs),
-    ]);
-    let f = |n: &str| objs.join(n).to_str().unwrap().to_owned();
+    let f = unpack_golden("test_zstd.kpack", &dir.path().join("objs"));
     let out = dir.path().join("z.kpack");
     ok(&[
         "pack",
@@ -69,14 +70,7 @@ fn pack_from_code_objects_reproduces_golden_files() {
     );
 
     // Same for the uncompressed one, mixing --code-object (one binary) and --entry.
-    let objs = dir.path().join("noop");
-    ok(&[
-        "unpack",
-        s(&golden("test_noop.kpack")),
-        "--output-dir",
-        s(&objs),
-    ]);
-    let f = |n: &str| objs.join(n).to_str().unwrap().to_owned();
+    let f = unpack_golden("test_noop.kpack", &dir.path().join("noop"));
     let out = dir.path().join("n.kpack");
     ok(&[
         "pack",

@@ -7,7 +7,9 @@ use std::path::{Path, PathBuf};
 use std::process::Output;
 
 mod common;
-use common::{artifacts, kpack, s, split_all, stderr, stdout, tempdir, SHARDS};
+use common::{
+    artifacts, json_field_strs, json_strs, kpack, s, split_all, stderr, stdout, tempdir, SHARDS,
+};
 use tempfile::TempDir;
 
 fn recombine(input: &Path, config: &Path, out: &Path, extra: &[&str]) -> Output {
@@ -66,12 +68,7 @@ fn recombine_json_report_and_verify_round_trip() {
         v["generic_only_components"],
         serde_json::json!(["support_dev"])
     );
-    let excluded: Vec<&str> = v["excluded_architectures"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| e["architecture"].as_str().unwrap())
-        .collect();
+    let excluded = json_field_strs(&v["excluded_architectures"], "architecture");
     assert!(excluded.contains(&"gfx906"), "{excluded:?}");
     let err = stderr(&o);
     assert!(
@@ -79,12 +76,7 @@ fn recombine_json_report_and_verify_round_trip() {
         "{err}"
     );
     assert!(err.contains("excluded") && err.contains("gfx906"), "{err}");
-    let pkgs: Vec<&str> = v["packages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| p["name"].as_str().unwrap())
-        .collect();
+    let pkgs = json_field_strs(&v["packages"], "name");
     assert!(pkgs.contains(&"blas_lib_gfx110X") && pkgs.contains(&"support_dev_generic"));
     assert!(!pkgs.iter().any(|p| p.starts_with("support_dev_gfx")));
 
@@ -146,12 +138,7 @@ fn recombine_json_report_and_verify_round_trip() {
     assert!(o.status.success(), "{}", stderr(&o));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(v["group"], "gfx110X");
-    let p: Vec<&str> = v["packages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x.as_str().unwrap())
-        .collect();
+    let p = json_strs(&v["packages"]);
     assert!(
         p.contains(&"blas_lib_gfx110X")
             && p.contains(&"blas_lib_generic")

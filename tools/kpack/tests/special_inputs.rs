@@ -50,10 +50,7 @@ fn manifests_and_configs_that_are_special_files_are_refused() {
         ),
     ];
     for (args, needle) in cases {
-        let o = kpack_bounded(&args);
-        let err = String::from_utf8_lossy(&o.stderr);
-        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
-        assert!(err.contains(needle), "{args:?}: {err}");
+        let err = refused_bounded(&args, needle);
         assert!(
             err.contains("not a regular file") || err.contains("device"),
             "{args:?}: {err}"
@@ -84,7 +81,7 @@ fn pack_and_reassemble_inputs_that_are_special_files_are_refused() {
             "--code-object",
             &spec,
         ]);
-        let err = String::from_utf8_lossy(&o.stderr);
+        let err = stderr(&o);
         assert_ne!(o.status.code(), Some(0), "pack {spec}: {err}");
         assert!(err.contains("not a regular file"), "pack {spec}: {err}");
         assert!(!out.exists());
@@ -98,7 +95,7 @@ fn pack_and_reassemble_inputs_that_are_special_files_are_refused() {
             "-o",
             s(&host_out),
         ]);
-        let err = String::from_utf8_lossy(&o.stderr);
+        let err = stderr(&o);
         assert_ne!(o.status.code(), Some(0), "reassemble {}: {err}", s(special));
         assert!(err.contains("not a regular file"), "reassemble: {err}");
         assert!(!host_out.exists());

@@ -6,29 +6,10 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 
 mod common;
 use common::*;
-
-fn split(input: &Path, prefix: &str, out: &Path, extra: &[&str]) -> Output {
-    let mut args = split_args(input, prefix, out);
-    args.extend_from_slice(extra);
-    kpack(&args)
-}
-
-/// `kpack split --batch-artifact-parent-dir parent --output-dir out extra…`.
-fn split_batch(parent: &Path, out: &Path, extra: &[&str]) -> Output {
-    let mut args = vec![
-        "split",
-        "--batch-artifact-parent-dir",
-        s(parent),
-        "--output-dir",
-        s(out),
-    ];
-    args.extend_from_slice(extra);
-    kpack(&args)
-}
 
 /// The gfx110X `blas_lib` artifact (rocBLAS and hipBLASLt: fat binaries,
 /// databases, symlinks), the input most tests split.
@@ -86,7 +67,7 @@ fn check_component(shard_name: &str, component: &str, prefix: &str, dbs: &[&str]
     let o = split(&input, prefix, &out, &extra);
     assert_ok(&o);
     let report: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json report");
-    let stderr = String::from_utf8_lossy(&o.stderr);
+    let stderr = stderr(&o);
     assert!(stderr.contains("architectures:"), "{stderr}");
 
     let manifest = fs::read_to_string(input.join("artifact_manifest.txt")).unwrap();
@@ -222,8 +203,7 @@ fn check_component(shard_name: &str, component: &str, prefix: &str, dbs: &[&str]
         aot.or_else(|| rocpack_artifacts::databases::arch_from_file_name(name))
     };
     let mut arch_dirs = Vec::new();
-    for e in fs::read_dir(&out).unwrap() {
-        let n = e.unwrap().file_name().into_string().unwrap();
+    for n in dir_names(&out) {
         if n == format!("{prefix}_generic") {
             continue;
         }
@@ -264,12 +244,7 @@ fn check_component(shard_name: &str, component: &str, prefix: &str, dbs: &[&str]
     for a in &archs_seen {
         assert!(arch_dirs.contains(a), "no artifact for {a}: {arch_dirs:?}");
     }
-    let json_archs: Vec<String> = report["architectures"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|v| v.as_str().unwrap().to_string())
-        .collect();
+    let json_archs = json_strs(&report["architectures"]);
     arch_dirs.sort();
     assert_eq!(json_archs, arch_dirs);
 
@@ -383,11 +358,7 @@ fn split_aotriton_and_support() {
         &out,
         &[],
     ));
-    let names: Vec<_> = fs::read_dir(&out)
-        .unwrap()
-        .map(|e| e.unwrap().file_name())
-        .collect();
-    assert_eq!(names, ["support_dev_generic"]);
+    assert_eq!(dir_names(&out), ["support_dev_generic"]);
 }
 
 #[test]
@@ -506,19 +477,11 @@ fn compression_and_exclusion() {
         ],
     );
     assert_ok(&o);
-    let names: BTreeSet<String> = fs::read_dir(&x)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().into_string().unwrap())
-        .collect();
+    let names = dir_names(&x);
     assert!(names.iter().all(|n| !n.contains("gfx906")), "{names:?}");
-    assert!(names.contains("blas_lib_gfx1100"));
+    assert!(names.iter().any(|n| n == "blas_lib_gfx1100"), "{names:?}");
     let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-    let ex: Vec<&str> = j["excluded_architectures"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|v| v.as_str().unwrap())
-        .collect();
+    let ex = json_strs(&j["excluded_architectures"]);
     assert_eq!(ex, ["gfx906", "gfx906:xnack-"]);
     // The excluded DB file is not left in generic either.
     assert!(!x
@@ -545,7 +508,7 @@ fn aliases_and_ignored_flags() {
         "/nonexistent",
     ]);
     assert_ok(&o);
-    let err = String::from_utf8_lossy(&o.stderr);
+    let err = stderr(&o);
     assert!(
         err.contains("--clang-offload-bundler") && err.contains("ignored"),
         "{err}"
@@ -573,10 +536,7 @@ fn batch_mode_splits_every_artifact() {
         ],
     );
     assert_ok(&o);
-    let names: BTreeSet<String> = fs::read_dir(&out)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().into_string().unwrap())
-        .collect();
+    let names = dir_names(&out);
     for n in [
         "aotriton_lib_generic",
         "aotriton_lib_gfx1200",
@@ -586,7 +546,7 @@ fn batch_mode_splits_every_artifact() {
         "blas_test_gfx906",
         "support_dev_generic",
     ] {
-        assert!(names.contains(n), "{n} missing: {names:?}");
+        assert!(names.iter().any(|m| m == n), "{n} missing: {names:?}");
     }
     assert!(
         !names.iter().any(|n| n.starts_with("support_dev_gfx")),
@@ -602,8 +562,7 @@ fn batch_mode_splits_every_artifact() {
         &single,
         &["--split-databases", "rocblas", "hipblaslt", "aotriton"],
     ));
-    for n in fs::read_dir(&single).unwrap() {
-        let n = n.unwrap().file_name();
+    for n in dir_names(&single) {
         assert_eq!(snapshot(&single.join(&n)), snapshot(&out.join(&n)), "{n:?}");
     }
 }
@@ -648,24 +607,6 @@ fn deterministic_across_dirs_and_jobs() {
         &["--compression", "none", "-j", "1"],
     ));
     assert_eq!(snapshot(&c), snapshot(&d));
-}
-
-/// Asserts exit 2, the message names `needle`, and nothing was written
-/// (no output, no staging leftovers beside it).
-fn fails_cleanly(o: &Output, out: &Path, needles: &[&str]) {
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert_eq!(o.status.code(), Some(2), "stderr: {err}");
-    for n in needles {
-        assert!(err.contains(n), "stderr lacks {n:?}: {err}");
-    }
-    assert!(!out.exists(), "partial output left at {}", out.display());
-    let parent = out.parent().unwrap();
-    if parent.exists() {
-        for e in fs::read_dir(parent).unwrap() {
-            let n = e.unwrap().file_name().into_string().unwrap();
-            assert!(!n.contains(".partial-"), "staging dir {n} left behind");
-        }
-    }
 }
 
 #[test]
@@ -758,7 +699,7 @@ fn usage_errors_exit_2() {
     fs::create_dir(&empty).unwrap();
     let o = split(&empty, "x", &out, &[]);
     assert_exit(&o, 2);
-    assert!(String::from_utf8_lossy(&o.stderr).contains("artifact_manifest.txt"));
+    assert!(stderr(&o).contains("artifact_manifest.txt"));
     assert!(!out.exists());
 }
 
@@ -876,11 +817,11 @@ fn re_split_is_byte_identical() {
                 let generic = once.join(format!("{comp}_generic"));
                 let twice = tmp.path().join(format!("{compression}-{i}-{comp}-2"));
                 assert_ok(&split(&generic, comp, &twice, &args));
-                let names: Vec<String> = fs::read_dir(&twice)
-                    .unwrap()
-                    .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-                    .collect();
-                assert_eq!(names, [format!("{comp}_generic")], "{sh} {comp}");
+                assert_eq!(
+                    dir_names(&twice),
+                    [format!("{comp}_generic")],
+                    "{sh} {comp}"
+                );
                 assert!(
                     snapshot(&generic) == snapshot(&twice.join(format!("{comp}_generic"))),
                     "{sh} {comp} ({compression}): re-split changed the generic package"
@@ -912,11 +853,7 @@ fn debug_files_pass_through() {
     assert_ok(&split(&art, "fx_lib", &out, &[]));
     let copied = out.join("fx_lib_generic/hip/lib/.debug/libfx_multi.so.debug");
     assert_eq!(fs::read(&copied).unwrap(), fs::read(&dbg).unwrap());
-    let names: Vec<String> = fs::read_dir(&out)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .collect();
-    assert_eq!(names, ["fx_lib_generic"]);
+    assert_eq!(dir_names(&out), ["fx_lib_generic"]);
 }
 
 /// `--gpu-targets` keeps targets by base arch and never drops a feature
@@ -955,13 +892,8 @@ fn gpu_targets_keep_variants_and_fail_when_empty() {
             "gfx1100",
         ],
     ));
-    let mut names: Vec<String> = fs::read_dir(&out)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .collect();
-    names.sort();
     assert_eq!(
-        names,
+        dir_names(&out),
         [
             "blas_lib_generic",
             "blas_lib_gfx1100",
@@ -984,47 +916,16 @@ fn gpu_targets_keep_variants_and_fail_when_empty() {
         .exists());
     // The kept fat binary's archives hold only kept targets.
     for d in ["blas_lib_gfx90a:xnack+", "blas_lib_gfx1100"] {
-        assert!(
-            fs::read_dir(out.join(d).join("blas/.kpack"))
-                .unwrap()
-                .count()
-                == 1,
-            "{d}"
-        );
+        assert_eq!(dir_names(&out.join(d).join("blas/.kpack")).len(), 1, "{d}");
     }
 
     // Nothing left: exit 2, a message naming what the artifact has.
-    let o = kpack(&[
-        "split",
-        "--artifact-dir",
-        s(&art),
-        "--artifact-prefix",
-        "blas_lib",
-        "--output-dir",
-        s(&tmp.path().join("o2")),
-        "--gpu-targets",
-        "gfx1250-strict",
-    ]);
-    assert_exit(&o, 2);
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert!(
-        err.contains("leaves no code object") && err.contains("gfx1100"),
-        "{err}"
-    );
-    assert!(!tmp.path().join("o2").join("blas_lib_generic").exists());
+    let o2 = tmp.path().join("o2");
+    let o = split(&art, "blas_lib", &o2, &["--gpu-targets", "gfx1250-strict"]);
+    fails_cleanly(&o, &o2, &["leaves no code object", "gfx1100"]);
     // Not a target at all: a usage error.
-    let o = kpack(&[
-        "split",
-        "--artifact-dir",
-        s(&art),
-        "--artifact-prefix",
-        "x",
-        "--output-dir",
-        s(&tmp.path().join("o3")),
-        "--gpu-targets",
-        "sm_90",
-    ]);
-    assert_exit(&o, 2);
+    let o = split(&art, "x", &o2, &["--gpu-targets", "sm_90"]);
+    fails_cleanly(&o, &o2, &["sm_90"]);
 }
 
 /// Hostile trees: a symlink chain that is lexically inside but physically
@@ -1067,16 +968,8 @@ fn symlink_escapes_are_refused() {
             "inside the artifact directory",
         ),
     ] {
-        let o = kpack(&[
-            "split",
-            "--artifact-dir",
-            s(art),
-            "--artifact-prefix",
-            "p",
-            "--output-dir",
-            s(&out),
-        ]);
-        let err = String::from_utf8_lossy(&o.stderr);
+        let o = split(art, "p", &out, &[]);
+        let err = stderr(&o);
         assert_eq!(o.status.code(), Some(2), "{}: {err}", art.display());
         assert!(err.contains(needle), "{err}");
         assert!(!out.join("p_generic").exists(), "{}", out.display());
@@ -1113,7 +1006,7 @@ fn split_killed_during_commit_rolls_forward() {
     fs::create_dir(&reference).unwrap();
     let a = args(&reference);
     assert_ok(&kpack(&a.iter().map(String::as_str).collect::<Vec<_>>()));
-    let n_out = fs::read_dir(&reference).unwrap().count();
+    let n_out = dir_names(&reference).len();
     assert!(n_out >= 5, "{n_out}");
     let want = snapshot(&reference);
     for k in 0..n_out {
@@ -1127,27 +1020,21 @@ fn split_killed_during_commit_rolls_forward() {
             .output()
             .unwrap();
         assert!(!o.status.success(), "fault {k} did not fire");
-        let present = fs::read_dir(&out).unwrap().count() - 1;
+        let present = dir_names(&out).len() - 1;
         assert_eq!(present, k, "after {k} renames");
         // The next split into the directory completes the commit first;
         // every output then exists, so this run itself refuses to overwrite.
         let again = kpack(&a.iter().map(String::as_str).collect::<Vec<_>>());
-        assert_eq!(
-            again.status.code(),
-            Some(2),
-            "{}",
-            String::from_utf8_lossy(&again.stderr)
-        );
+        assert_eq!(again.status.code(), Some(2), "{}", stderr(&again));
         assert!(
-            String::from_utf8_lossy(&again.stderr).contains("already exists"),
+            stderr(&again).contains("already exists"),
             "{}",
-            String::from_utf8_lossy(&again.stderr)
+            stderr(&again)
         );
         fs::remove_file(out.join("unrelated.txt")).unwrap();
         assert_eq!(snapshot(&out), want, "fault after {k} renames");
-        let leftovers: Vec<_> = fs::read_dir(tmp.path())
-            .unwrap()
-            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        let leftovers: Vec<_> = dir_names(tmp.path())
+            .into_iter()
             .filter(|n| n.contains(".partial-"))
             .collect();
         assert!(leftovers.is_empty(), "{leftovers:?}");
@@ -1255,11 +1142,7 @@ fn reassemble_restores_ccob_v1_v2_v3_zlib_and_zstd() {
     fs::create_dir_all(&work).unwrap();
     let run = |cmd: &mut Command| {
         let o = cmd.output().unwrap();
-        assert!(
-            o.status.success(),
-            "{cmd:?}: {}",
-            String::from_utf8_lossy(&o.stderr)
-        );
+        assert!(o.status.success(), "{cmd:?}: {}", stderr(&o));
     };
     run(Command::new("ar")
         .current_dir(&work)

@@ -5,26 +5,9 @@
 //! written".
 
 use std::fs;
-use std::path::Path;
-use std::process::Output;
 
 mod common;
 use common::*;
-
-fn split(input: &Path, prefix: &str, out: &Path, extra: &[&str]) -> Output {
-    let mut args = split_args(input, prefix, out);
-    args.extend_from_slice(extra);
-    kpack(&args)
-}
-
-/// An artifact `dir/x_lib` whose prefix `lib` holds `name` with `bytes`.
-fn artifact_with(dir: &Path, name: &str, bytes: &[u8]) -> std::path::PathBuf {
-    let art = dir.join("x_lib");
-    fs::create_dir_all(art.join("lib")).unwrap();
-    fs::write(art.join("lib").join(name), bytes).unwrap();
-    fs::write(art.join("artifact_manifest.txt"), "lib\n").unwrap();
-    art
-}
 
 /// Replaces the first occurrence of `from` in `data` with `to` (same length).
 fn patch(data: &mut [u8], from: &[u8], to: &[u8]) {
@@ -34,17 +17,6 @@ fn patch(data: &mut [u8], from: &[u8], to: &[u8]) {
         .position(|w| w == from)
         .unwrap_or_else(|| panic!("{} not found", String::from_utf8_lossy(from)));
     data[at..at + to.len()].copy_from_slice(to);
-}
-
-/// Asserts exit 2 naming every needle, and no output directory.
-fn refused(o: &Output, out: &Path, needles: &[&str]) -> String {
-    let err = stderr(o);
-    assert_eq!(o.status.code(), Some(2), "{err}");
-    for n in needles {
-        assert!(err.contains(n), "stderr lacks {n:?}: {err}");
-    }
-    assert!(!out.exists(), "{} written", out.display());
-    err
 }
 
 /// Item 7: a bundle entry whose target split does not recognise (no `--`
@@ -68,7 +40,7 @@ fn unrecognised_bundle_targets_are_refused_never_dropped() {
         );
         let art = artifact_with(tmp.path(), "libx.so", &data);
         let out = tmp.path().join("out");
-        refused(
+        fails_cleanly(
             &split(&art, "x", &out, &[]),
             &out,
             &[
@@ -86,7 +58,7 @@ fn unrecognised_bundle_targets_are_refused_never_dropped() {
 /// and unchecked). Refused, naming the reason; a 32-bit ELF without device
 /// code still passes as a generic file.
 #[test]
-fn elf32_big_endian_and_nested_ar_fat_inputs_are_refused() {
+fn elf32_big_endian_and_nested_ar_fat_inputs_are_fails_cleanly() {
     let fat = fs::read(fatbins().join("libfx_multi.so")).unwrap();
     for (at, val, what) in [(4, 1u8, "ELFCLASS32"), (5, 2u8, "big-endian")] {
         let tmp = tempdir();
@@ -94,7 +66,7 @@ fn elf32_big_endian_and_nested_ar_fat_inputs_are_refused() {
         data[at] = val;
         let art = artifact_with(tmp.path(), "libodd.so", &data);
         let out = tmp.path().join("out");
-        refused(
+        fails_cleanly(
             &split(&art, "x", &out, &[]),
             &out,
             &["libodd.so", what, "device code"],
@@ -122,7 +94,7 @@ fn elf32_big_endian_and_nested_ar_fat_inputs_are_refused() {
     let tmp = tempdir();
     let art = artifact_with(tmp.path(), "libnested.a", &outer);
     let out = tmp.path().join("out");
-    refused(
+    fails_cleanly(
         &split(&art, "x", &out, &[]),
         &out,
         &["libnested.a", "inner.a", "nested `ar` archive"],
@@ -147,11 +119,7 @@ fn symlinked_output_directory_is_refused_for_what_it_is() {
     fs::create_dir(&real).unwrap();
     let link = tmp.path().join("link");
     std::os::unix::fs::symlink(&real, &link).unwrap();
-    let art = artifact_with(
-        tmp.path(),
-        "libx.so",
-        &fs::read(fatbins().join("libfx_multi.so")).unwrap(),
-    );
+    let art = multi_artifact(tmp.path());
     let o = split(&art, "x", &link, &[]);
     let err = stderr(&o);
     assert_eq!(o.status.code(), Some(2), "{err}");
@@ -160,7 +128,7 @@ fn symlinked_output_directory_is_refused_for_what_it_is() {
         "{err}"
     );
     assert!(!err.contains("not a directory"), "{err}");
-    assert_eq!(fs::read_dir(&real).unwrap().count(), 0);
+    assert!(dir_names(&real).is_empty());
     assert!(fs::symlink_metadata(&link)
         .unwrap()
         .file_type()
@@ -174,11 +142,7 @@ fn symlinked_output_directory_is_refused_for_what_it_is() {
 #[test]
 fn failed_commit_does_not_claim_nothing_was_written() {
     let tmp = tempdir();
-    let art = artifact_with(
-        tmp.path(),
-        "libx.so",
-        &fs::read(fatbins().join("libfx_multi.so")).unwrap(),
-    );
+    let art = multi_artifact(tmp.path());
     let out = tmp.path().join("out");
     fs::create_dir(&out).unwrap();
     fs::write(out.join("unrelated"), "kept").unwrap();
@@ -194,16 +158,13 @@ fn failed_commit_does_not_claim_nothing_was_written() {
         err.contains("the next split or recombine into it completes the commit"),
         "{err}"
     );
-    let moved = fs::read_dir(&out).unwrap().count() - 1;
+    let moved = dir_names(&out).len() - 1;
     assert_eq!(moved, 1, "exactly one output moved before the error");
     // The next run into the same directory rolls the commit forward first.
     let art2 = tmp.path().join("y_lib");
-    rocpack_testsupport::copy_tree(&art, &art2);
+    copy_tree(&art, &art2);
     assert_ok(&split(&art2, "y", &out, &[]));
-    let names: Vec<String> = fs::read_dir(&out)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().into_string().unwrap())
-        .collect();
+    let names = dir_names(&out);
     for want in [
         "x_generic",
         "x_gfx1100",
@@ -213,9 +174,8 @@ fn failed_commit_does_not_claim_nothing_was_written() {
     ] {
         assert!(names.iter().any(|n| n == want), "{want} missing: {names:?}");
     }
-    let leftovers: Vec<_> = fs::read_dir(tmp.path())
-        .unwrap()
-        .map(|e| e.unwrap().file_name().into_string().unwrap())
+    let leftovers: Vec<_> = dir_names(tmp.path())
+        .into_iter()
         .filter(|n| n.contains(".partial-"))
         .collect();
     assert!(leftovers.is_empty(), "{leftovers:?}");
@@ -227,13 +187,9 @@ fn failed_commit_does_not_claim_nothing_was_written() {
 #[test]
 fn exclude_arch_is_blamed_when_it_removes_what_gpu_targets_kept() {
     let tmp = tempdir();
-    let art = artifact_with(
-        tmp.path(),
-        "libx.so",
-        &fs::read(fatbins().join("libfx_multi.so")).unwrap(),
-    );
+    let art = multi_artifact(tmp.path());
     let out = tmp.path().join("out");
-    let err = refused(
+    let err = fails_cleanly(
         &split(
             &art,
             "x",
@@ -245,7 +201,7 @@ fn exclude_arch_is_blamed_when_it_removes_what_gpu_targets_kept() {
     );
     assert!(!err.contains("leaves no code object"), "{err}");
     // Still the old message when the artifact lacks the target.
-    refused(
+    fails_cleanly(
         &split(&art, "x", &out, &["--gpu-targets", "gfx1030"]),
         &out,
         &["--gpu-targets gfx1030 leaves no code object", "gfx1100"],
@@ -260,11 +216,7 @@ fn exclude_arch_is_blamed_when_it_removes_what_gpu_targets_kept() {
 #[test]
 fn versioned_layouts_are_claimed_and_no_ops_are_reported() {
     let tmp = tempdir();
-    let art = artifact_with(
-        tmp.path(),
-        "libx.so",
-        &fs::read(fatbins().join("libfx_multi.so")).unwrap(),
-    );
+    let art = multi_artifact(tmp.path());
     let lib = art.join("lib/rocblas/4.4.1/library");
     fs::create_dir_all(&lib).unwrap();
     fs::write(lib.join("TensileLibrary_lazy_gfx1100.dat"), "t").unwrap();
@@ -309,25 +261,24 @@ fn versioned_layouts_are_claimed_and_no_ops_are_reported() {
     // warning: each family artifact has its own libraries), gfx1030 in
     // none (one warning for the batch, not one per artifact).
     let parent = tmp.path().join("batch");
-    rocpack_testsupport::copy_tree(&art, &parent.join("x_gfx110X"));
+    copy_tree(&art, &parent.join("x_gfx110X"));
     let aot = parent.join("y_gfx110X");
-    rocpack_testsupport::copy_tree(&art, &aot);
+    copy_tree(&art, &aot);
     let k = aot.join("lib/aotriton/kernels/gfx1100");
     fs::create_dir_all(&k).unwrap();
     fs::write(k.join("a.hsaco"), "k").unwrap();
-    let o = kpack(&[
-        "split",
-        "--batch-artifact-parent-dir",
-        s(&parent),
-        "--output-dir",
-        s(&tmp.path().join("bout")),
-        "--split-databases",
-        "rocblas",
-        "aotriton",
-        "--gpu-targets",
-        "gfx1100",
-        "gfx1030",
-    ]);
+    let o = split_batch(
+        &parent,
+        &tmp.path().join("bout"),
+        &[
+            "--split-databases",
+            "rocblas",
+            "aotriton",
+            "--gpu-targets",
+            "gfx1100",
+            "gfx1030",
+        ],
+    );
     assert_ok(&o);
     let err = stderr(&o);
     assert!(!err.contains("--split-databases aotriton"), "{err}");
@@ -348,7 +299,7 @@ fn gpu_targets_leaving_no_device_code_fails() {
     fs::create_dir_all(&lib).unwrap();
     fs::write(lib.join("TensileLibrary_lazy_gfx1100.dat"), "t").unwrap();
     let out = tmp.path().join("out");
-    refused(
+    fails_cleanly(
         &split(
             &art,
             "x",
@@ -360,14 +311,14 @@ fn gpu_targets_leaving_no_device_code_fails() {
     );
 
     let art = tmp.path().join("blas_lib_gfx110X-dgpu");
-    rocpack_testsupport::copy_tree(
+    copy_tree(
         &fixture_shard("gfx110X-build").join("blas_lib_gfx110X-dgpu"),
         &art,
     );
     let lib = art.join("math-libs/BLAS/hipBLASLt/stage/lib/hipblaslt/library");
     fs::create_dir_all(&lib).unwrap();
     fs::write(lib.join("TensileLibrary_lazy_gfx1201.dat"), "t").unwrap();
-    refused(
+    fails_cleanly(
         &split(
             &art,
             "blas_lib",
@@ -390,11 +341,7 @@ fn gpu_targets_leaving_no_device_code_fails() {
 #[test]
 fn runaway_jobs_are_capped_with_a_note() {
     let tmp = tempdir();
-    let art = artifact_with(
-        tmp.path(),
-        "libx.so",
-        &fs::read(fatbins().join("libfx_multi.so")).unwrap(),
-    );
+    let art = multi_artifact(tmp.path());
     let (a, b) = (tmp.path().join("a"), tmp.path().join("b"));
     let o = split(&art, "x", &a, &["--jobs", "100000"]);
     assert_ok(&o);

@@ -16,9 +16,11 @@ use rocpack_testsupport as ts;
 use serde_json::Value;
 
 mod common;
-use common::{assert_ok, kpack};
+use common::{assert_ok, kpack, split};
 
-const DLLS: [&str; 4] = [
+const DLLS: [&str; 6] = [
+    "fx_win_full.dll",
+    "fx_win_msvc.dll",
     "fx_win_lld.dll",
     "fx_win_gnu.dll",
     "fx_win_ccob.dll",
@@ -230,25 +232,24 @@ fn check_resolves(
     n
 }
 
+/// A TheRock-style Windows artifact `tmp/art/fx_win` holding `files` (Windows
+/// fixtures) in `bin/`.
+fn win_artifact(tmp: &Path, files: &[&str]) -> PathBuf {
+    let art = tmp.join("art/fx_win");
+    std::fs::create_dir_all(art.join("bin")).unwrap();
+    for f in files {
+        std::fs::copy(ts::win_fatbin(f), art.join("bin").join(f)).unwrap();
+    }
+    ts::write(&art.join("artifact_manifest.txt"), b"bin\n");
+    art
+}
+
 /// `kpack split` of a TheRock-style Windows artifact (`bin/*.dll`, an EXE);
 /// returns the output directory.
 fn split_artifact(tmp: &Path) -> PathBuf {
-    let art = tmp.join("art/fx_win");
-    std::fs::create_dir_all(art.join("bin")).unwrap();
-    std::fs::write(art.join("artifact_manifest.txt"), "bin\n").unwrap();
-    for f in DLLS.iter().chain(&["fx_win_app.exe"]) {
-        std::fs::copy(ts::win_fatbin(f), art.join("bin").join(f)).unwrap();
-    }
+    let art = win_artifact(tmp, &[&DLLS[..], &["fx_win_app.exe"]].concat());
     let out = tmp.join("out");
-    assert_ok(&kpack(&[
-        "split".as_ref(),
-        "--artifact-prefix".as_ref(),
-        "fx_win".as_ref(),
-        "--artifact-dir".as_ref(),
-        art.as_os_str(),
-        "--output-dir".as_ref(),
-        out.as_os_str(),
-    ]));
+    assert_ok(&split(&art, "fx_win", &out, &[]));
     out
 }
 
@@ -311,7 +312,7 @@ fn split_windows_artifact_verifies_and_reassembles() {
     assert_ok(&o);
     let text = ts::stdout(&o) + &ts::stderr(&o);
     assert!(
-        text.contains("5 split host binaries") && text.contains("32/32 lookups resolved"),
+        text.contains("7 split host binaries") && text.contains("44/44 lookups resolved"),
         "{text}"
     );
     // A fat DLL left in the generic package is a violation.
@@ -406,7 +407,7 @@ fn split_dlls_load_under_wine_and_resolve_to_the_original_code_objects() {
         "{text}"
     );
     eprintln!("wine: {n1} + {n2} (rebased) + {n3} (stripped) code objects resolved");
-    assert_eq!(n1, 14);
+    assert_eq!(n1, 20);
     assert_eq!(n1, n2);
     assert_eq!(n1, n3);
 }
@@ -567,25 +568,15 @@ fn windows_shards_recombine_and_verify() {
     // Two build shards of one Windows artifact (TheRock's bin/*.dll layout),
     // each keeping one target, recombined into one package per group.
     let tmp = ts::tempdir();
-    let art = tmp.path().join("art/fx_win");
-    std::fs::create_dir_all(art.join("bin")).unwrap();
-    std::fs::write(art.join("artifact_manifest.txt"), "bin\n").unwrap();
-    for f in DLLS {
-        std::fs::copy(ts::win_fatbin(f), art.join("bin").join(f)).unwrap();
-    }
+    let art = win_artifact(tmp.path(), &DLLS);
     let shards = tmp.path().join("shards");
     for (shard, arch) in [("win-a", "gfx1100"), ("win-b", "gfx906")] {
-        assert_ok(&kpack(&[
-            "split".as_ref(),
-            "--artifact-prefix".as_ref(),
-            "fx_win".as_ref(),
-            "--artifact-dir".as_ref(),
-            art.as_os_str(),
-            "--output-dir".as_ref(),
-            shards.join(shard).as_os_str(),
-            "--gpu-targets".as_ref(),
-            arch.as_ref(),
-        ]));
+        assert_ok(&split(
+            &art,
+            "fx_win",
+            &shards.join(shard),
+            &["--gpu-targets", arch],
+        ));
     }
     let config = tmp.path().join("config.json");
     std::fs::write(
@@ -617,7 +608,7 @@ fn windows_shards_recombine_and_verify() {
     ]);
     assert_ok(&o);
     let text = ts::stdout(&o);
-    assert!(text.contains("4 split host binaries"), "{text}");
+    assert!(text.contains("6 split host binaries"), "{text}");
     assert!(
         text.contains("lookups resolved") && !text.contains("FAIL"),
         "{text}"
@@ -660,18 +651,9 @@ fn host_only_signed_and_32_bit_images_are_described_not_split() {
     fat[d..d + 4].copy_from_slice(&at.to_le_bytes());
     fat[d + 4..d + 8].copy_from_slice(&16u32.to_le_bytes());
     let art = tmp.path().join("art/signed");
-    std::fs::create_dir_all(art.join("bin")).unwrap();
-    std::fs::write(art.join("artifact_manifest.txt"), "bin\n").unwrap();
-    std::fs::write(art.join("bin/signed.dll"), &fat).unwrap();
-    let o = kpack(&[
-        "split".as_ref(),
-        "--artifact-prefix".as_ref(),
-        "signed".as_ref(),
-        "--artifact-dir".as_ref(),
-        art.as_os_str(),
-        "--output-dir".as_ref(),
-        tmp.path().join("out").as_os_str(),
-    ]);
+    ts::write(&art.join("artifact_manifest.txt"), b"bin\n");
+    ts::write(&art.join("bin/signed.dll"), &fat);
+    let o = split(&art, "signed", &tmp.path().join("out"), &[]);
     let err = ts::stderr(&o);
     assert_eq!(o.status.code(), Some(2), "{err}");
     assert!(
@@ -686,5 +668,57 @@ fn host_only_signed_and_32_bit_images_are_described_not_split() {
         ts::stdout(&o).contains("Authenticode"),
         "{}",
         ts::stdout(&o)
+    );
+}
+
+/// A COFF object with device code in an artifact is not split (the image
+/// it is linked into is): split copies it fat into the generic artifact
+/// and says so (text and JSON), and verify reports it without failing.
+#[test]
+fn a_fat_coff_object_is_left_fat_with_a_warning_and_verify_reports_it() {
+    let tmp = ts::tempdir();
+    let art = tmp.path().join("art/obj");
+    std::fs::create_dir_all(art.join("lib")).unwrap();
+    std::fs::write(art.join("artifact_manifest.txt"), "lib\n").unwrap();
+    std::fs::copy(ts::win_fatbin("fx_win_kern.obj"), art.join("lib/kern.obj")).unwrap();
+    std::fs::copy(ts::win_fatbin("fx_win_lld.dll"), art.join("lib/k.dll")).unwrap();
+    let split = |out: &Path, json: bool| {
+        let mut args = vec![
+            "split".as_ref(),
+            "--artifact-prefix".as_ref(),
+            "obj".as_ref(),
+            "--artifact-dir".as_ref(),
+            art.as_os_str(),
+            "--output-dir".as_ref(),
+            out.as_os_str(),
+        ];
+        if json {
+            args.push("--json".as_ref());
+        }
+        let o = kpack(&args);
+        assert_ok(&o);
+        o
+    };
+    let want = "lib/kern.obj: COFF object with HIP device code (1 bundle(s)) copied fat";
+    let out = tmp.path().join("out");
+    let o = split(&out, false);
+    let text = ts::stdout(&o) + &ts::stderr(&o);
+    assert!(text.contains(want), "{text}");
+    let o = split(&tmp.path().join("out-json"), true);
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let warnings = v.to_string();
+    assert!(warnings.contains(want), "{v}");
+    let kept = std::fs::read(out.join("obj_generic/lib/kern.obj")).unwrap();
+    assert!(kept == std::fs::read(ts::win_fatbin("fx_win_kern.obj")).unwrap());
+    let o = kpack(&[
+        "verify".as_ref(),
+        "--artifacts-dir".as_ref(),
+        out.as_os_str(),
+    ]);
+    assert_ok(&o);
+    let text = ts::stdout(&o) + &ts::stderr(&o);
+    assert!(
+        text.contains("obj_generic/lib/kern.obj: fat COFF object (1 bundle(s) of HIP device code) in a generic package"),
+        "{text}"
     );
 }

@@ -346,7 +346,7 @@ pub fn files_equal(a: &Path, b: &Path) -> io::Result<bool> {
 
 /// Opens `path` for reading without blocking on a FIFO and refuses what is
 /// not a regular file, naming what it is.
-fn open_regular(path: &Path) -> io::Result<(fs::File, fs::Metadata)> {
+pub fn open_regular(path: &Path) -> io::Result<(fs::File, fs::Metadata)> {
     use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
     let f = fs::OpenOptions::new()
         .read(true)

@@ -319,6 +319,20 @@ fn check_generic_file(pkg: &Package, rel: &str, path: &Path) -> Vec<GenericFindi
         // Device code objects without an arch in the name stay generic in
         // split (nothing names their arch); they are not judged.
         FileType::Elf { .. } | FileType::Pe { .. } => out.extend(judge_image(pkg, rel, rel, data)),
+        // Split copies these as they are (it splits the images they are
+        // linked into): not a failure, but device code every arch package
+        // ships, which a release engineer wants to know about.
+        FileType::Coff { .. } => {
+            if let Ok(info) = rocpack_image::pe::analyze(data) {
+                if info.has_device_code() {
+                    out.push(GenericFinding::Warning(format!(
+                        "{}/{rel}: fat COFF object ({} bundle(s) of HIP device code) in a generic package: COFF objects are not split",
+                        pkg.name,
+                        info.bundles.len()
+                    )));
+                }
+            }
+        }
         _ => {}
     }
     out

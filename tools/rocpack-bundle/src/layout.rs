@@ -153,8 +153,9 @@ impl BundleLayout {
         bytes[pos as usize..].iter().all(|&b| b == 0)
     }
 
-    /// The uncompressed header bytes.
-    fn header(&self) -> Vec<u8> {
+    /// The uncompressed header bytes (what [`build`](Self::build) puts
+    /// first; a writer streaming the code objects after it needs them).
+    pub fn header(&self) -> Vec<u8> {
         let hlen = header_len(self.entries.iter().map(|e| e.id.as_str()));
         let mut out = Vec::with_capacity(hlen as usize);
         out.extend_from_slice(BUNDLE_MAGIC);

@@ -49,15 +49,34 @@ pub(crate) fn u64_at(data: &[u8], offset: u64, what: &'static str) -> Result<u64
     Ok(u64::from_le_bytes(a))
 }
 
-/// Write helpers on an output buffer whose bounds the caller established.
-pub(crate) fn put_u16(buf: &mut [u8], offset: u64, v: u16) -> Result<()> {
-    put(buf, offset, &v.to_le_bytes())
+/// Something the rewrite writes small fields into at known offsets: an
+/// output buffer, or an [`crate::out::Out`] (patches over pieces).
+pub(crate) trait Sink {
+    /// Write `bytes` at `offset`, inside what the caller already laid out.
+    fn put(&mut self, offset: u64, bytes: &[u8]) -> Result<()>;
 }
-pub(crate) fn put_u32(buf: &mut [u8], offset: u64, v: u32) -> Result<()> {
-    put(buf, offset, &v.to_le_bytes())
+
+impl Sink for [u8] {
+    fn put(&mut self, offset: u64, bytes: &[u8]) -> Result<()> {
+        put(self, offset, bytes)
+    }
 }
-pub(crate) fn put_u64(buf: &mut [u8], offset: u64, v: u64) -> Result<()> {
-    put(buf, offset, &v.to_le_bytes())
+
+impl Sink for Vec<u8> {
+    fn put(&mut self, offset: u64, bytes: &[u8]) -> Result<()> {
+        put(self, offset, bytes)
+    }
+}
+
+/// Write helpers on an output whose bounds the caller established.
+pub(crate) fn put_u16<S: Sink + ?Sized>(buf: &mut S, offset: u64, v: u16) -> Result<()> {
+    buf.put(offset, &v.to_le_bytes())
+}
+pub(crate) fn put_u32<S: Sink + ?Sized>(buf: &mut S, offset: u64, v: u32) -> Result<()> {
+    buf.put(offset, &v.to_le_bytes())
+}
+pub(crate) fn put_u64<S: Sink + ?Sized>(buf: &mut S, offset: u64, v: u64) -> Result<()> {
+    buf.put(offset, &v.to_le_bytes())
 }
 pub(crate) fn put(buf: &mut [u8], offset: u64, bytes: &[u8]) -> Result<()> {
     let end = offset.checked_add(bytes.len() as u64);
@@ -331,6 +350,33 @@ impl<'a> Elf<'a> {
                     sh_entsize: s.sh_entsize(en),
                     name,
                 });
+            }
+        }
+        // No section's bytes may lie in the ELF header or the program
+        // header table: rewriting such a section (a symbol table's
+        // st_shndx, say) would rewrite the headers.
+        let heads = [(0, EHDR_SIZE), (e_phoff, table)];
+        for (i, sh) in shdrs.iter().enumerate().skip(1) {
+            if sh.sh_type == elf::SHT_NULL || sh.sh_type == elf::SHT_NOBITS || sh.sh_size == 0 {
+                continue;
+            }
+            let end = sh.sh_offset.saturating_add(sh.sh_size);
+            if let Some(&(at, _)) = heads
+                .iter()
+                .find(|&&(at, len)| len > 0 && sh.sh_offset < at + len && at < end)
+            {
+                return Err(Error::malformed(
+                    e_shoff + i as u64 * SHDR_SIZE,
+                    format!(
+                        "section {i} ({}) overlaps the {} at {at}",
+                        String::from_utf8_lossy(&sh.name),
+                        if at == 0 {
+                            "ELF header"
+                        } else {
+                            "program header table"
+                        }
+                    ),
+                ));
             }
         }
         Ok(Elf {

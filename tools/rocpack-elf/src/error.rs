@@ -44,6 +44,13 @@ pub enum Error {
     /// Invalid `ar` archive structure.
     #[error("malformed archive at offset {offset:#x}: {what}")]
     Archive { offset: u64, what: String },
+    /// Reading the input or writing the output failed.
+    #[error("{what}: {source}")]
+    Io {
+        what: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
     /// An error inside an archive member (offsets are member-relative).
     #[error("archive member `{name}` at offset {offset:#x}: {source}")]
     Member {
@@ -67,6 +74,7 @@ impl Error {
             | Error::Archive { offset, .. }
             | Error::Member { offset, .. } => Some(*offset),
             Error::NotElf => Some(0),
+            Error::Io { .. } => None,
         }
     }
 

@@ -27,6 +27,11 @@
 //! * [`reassemble`]`(host, bundles) -> Result<Vec<u8>>` — inverse of
 //!   [`split_host`]: `bundles[i]` is the bundle (uncompressed or CCOB bytes)
 //!   for `co_index` *i*.
+//! * Bounded memory: [`split_host_to`] and [`reassemble_to`] write the same
+//!   bytes to a file range by range (the rewrite is a list of input ranges,
+//!   bundle ranges and new bytes with small patches on top; the host part
+//!   and the bundles are copied through one 1 MiB buffer, never held).
+//!   [`Bundles::In`] gives the bundles as ranges of a spill file.
 //! * Archives: [`is_archive`], [`archive_members`], [`split_archive`],
 //!   [`reassemble_archive`]; [`split_file`]`(data, &mut |member, info| marker)`
 //!   / [`reassemble_file`]`(data, &mut |member, info| bundles)` dispatch on
@@ -45,6 +50,7 @@ mod archive;
 mod elf;
 mod error;
 mod object_file;
+mod out;
 mod rewrite;
 mod sections;
 
@@ -55,7 +61,10 @@ pub use analyze::{
 };
 pub use archive::{archive_members, is_archive, reassemble_archive, split_archive, ArchiveMember};
 pub use error::{Error, Result};
-pub use rewrite::{parse_bundles, reassemble, split_host, split_host_in};
+pub use rewrite::{
+    parse_bundles, reassemble, reassemble_to, reassembly_fits, split_host, split_host_in,
+    split_host_to, Bundles,
+};
 
 /// Raw bytes of bundle `index` of an analysed fat binary.
 pub fn bundle_bytes<'a>(data: &'a [u8], info: &FatBinaryInfo, index: usize) -> Result<&'a [u8]> {

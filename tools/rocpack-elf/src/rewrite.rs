@@ -26,13 +26,14 @@ use crate::analyze::{
     R_X86_64_RELATIVE,
 };
 use crate::elf::{
-    align_down, align_up, get, grow, put, put_u16, put_u64, u64_at, Elf, Phdr, Shdr, PHDR_SIZE,
+    align_down, align_up, get, put_u16, put_u64, u64_at, Elf, Phdr, Shdr, Sink, PHDR_SIZE,
     SHT_RELR, SYM_SIZE,
 };
 use crate::error::{Error, Result};
+use crate::out::Out;
 use crate::sections::{
-    build_fatbin, end_loaded, marker_shdr, shstrtab_bytes, shstrtab_without_marker, split_sections,
-    write_hipf, write_hipk, OrigPlaces,
+    end_loaded, fatbin_layout, marker_shdr, shstrtab_bytes, shstrtab_without_marker,
+    split_sections, write_hipf, write_hipk, OrigPlaces,
 };
 
 /// Dynamic tags whose value is an address.
@@ -85,10 +86,86 @@ pub fn split_host_in(
     src: &dyn rocpack_bundle::ReadAt,
     marker_payload: &[u8],
 ) -> Result<Vec<u8>> {
+    let (plan, wrappers) = split_plan(data, src, marker_payload)?;
+    match plan {
+        Rewritten::Unchanged => Ok(data.to_vec()),
+        Rewritten::Bytes(v) => Ok(v),
+        Rewritten::Pieces(out) => {
+            let v = out.to_vec(src, &NO_AUX)?;
+            check_split(&v, wrappers)?;
+            Ok(v)
+        }
+    }
+}
+
+/// [`split_host_in`] written to `dst` (an empty file opened for reading
+/// and writing) range by range: the host part is copied from `src` through
+/// a fixed buffer, never held in memory, and the written file is checked
+/// through a mapping. Returns the number of bytes written.
+#[allow(unsafe_code)]
+pub fn split_host_to(
+    data: &[u8],
+    src: &dyn rocpack_bundle::ReadAt,
+    marker_payload: &[u8],
+    dst: &std::fs::File,
+) -> Result<u64> {
+    let (plan, wrappers) = split_plan(data, src, marker_payload)?;
+    let io = |e: std::io::Error| Error::Io {
+        what: "writing the host-only file",
+        source: e,
+    };
+    let mut w = std::io::BufWriter::with_capacity(1 << 16, dst);
+    let n = match &plan {
+        Rewritten::Unchanged => {
+            let mut o = Out::default();
+            o.push_src(0, data.len() as u64);
+            o.write_to(src, &NO_AUX, &mut w).map_err(io)?
+        }
+        Rewritten::Bytes(v) => {
+            std::io::Write::write_all(&mut w, v).map_err(io)?;
+            v.len() as u64
+        }
+        Rewritten::Pieces(out) => out.write_to(src, &NO_AUX, &mut w).map_err(io)?,
+    };
+    std::io::Write::flush(&mut w).map_err(io)?;
+    drop(w);
+    if matches!(plan, Rewritten::Pieces(_)) {
+        // SAFETY: the file is ours (just written, in the caller's staging
+        // place); a concurrent truncation would fault, as for any mapping
+        // the CLI reads through.
+        let map = unsafe { memmap2::Mmap::map(dst) }.map_err(io)?;
+        if map.len() as u64 != n {
+            return Err(Error::layout(n, "written file changed size under us"));
+        }
+        check_split(&map, wrappers)?;
+    }
+    Ok(n)
+}
+
+/// No auxiliary source (split, in-memory bundles).
+const NO_AUX: &[u8] = &[];
+
+/// What a rewrite produced.
+pub(crate) enum Rewritten {
+    /// The input, unchanged.
+    Unchanged,
+    /// A whole new file (relocatable objects, small).
+    Bytes(Vec<u8>),
+    /// Pieces of the input and new bytes.
+    Pieces(Out),
+}
+
+/// The split of `data` and the number of wrappers the result must show.
+fn split_plan(
+    data: &[u8],
+    src: &dyn rocpack_bundle::ReadAt,
+    marker_payload: &[u8],
+) -> Result<(Rewritten, usize)> {
     let elf = Elf::parse(data)?;
     let info = analyze_elf(&elf, src)?;
+    let n = info.wrappers.len();
     match info.state {
-        State::HostOnly => return Ok(data.to_vec()),
+        State::HostOnly => return Ok((Rewritten::Unchanged, n)),
         State::Split => {
             let off = info.wrappers.first().map_or(0, |w| w.file_offset);
             return Err(Error::unsupported(off, "already split (HIPK wrappers)"));
@@ -100,40 +177,175 @@ pub fn split_host_in(
     }
     if info.kind == crate::ElfKind::Relocatable {
         validate_bundles(src, &info)?;
-        return crate::object_file::split_object(&elf, &info, marker_payload);
+        return Ok((
+            Rewritten::Bytes(crate::object_file::split_object(
+                &elf,
+                &info,
+                marker_payload,
+            )?),
+            n,
+        ));
     }
     // The segments first: a layout the rewrite cannot take is reported
     // before a single bundle header is decompressed.
     validate_layout(&elf, page_size(&elf)?)?;
     validate_bundles(src, &info)?;
-    split_linked(&elf, &info, marker_payload)
+    Ok((
+        Rewritten::Pieces(split_linked(&elf, &info, marker_payload)?),
+        n,
+    ))
 }
 
 /// Inverse of [`split_host`]: `bundles[i]` is the bundle for `co_index` `i`.
 /// Files that are not split are returned unchanged.
 pub fn reassemble(host: &[u8], bundles: &[Vec<u8>]) -> Result<Vec<u8>> {
+    let b = Bundles::Owned(bundles);
+    match reassemble_plan(host, &b)? {
+        Rewritten::Unchanged => Ok(host.to_vec()),
+        Rewritten::Bytes(v) => Ok(v),
+        Rewritten::Pieces(out) => out.to_vec(&host, &NO_AUX),
+    }
+}
+
+/// The bundles given to a reassembly: element *i* is the bundle for
+/// `co_index` *i*.
+#[derive(Clone, Copy)]
+pub enum Bundles<'a> {
+    /// In memory.
+    Owned(&'a [Vec<u8>]),
+    /// `(offset, len)` ranges of a source (a spill file): the bundles are
+    /// copied from it range by range, never held in memory (but for
+    /// relocatable objects and split-in-place binaries, whose rebuilt
+    /// `.hip_fatbin` must fit the few bytes the split left).
+    In {
+        src: &'a dyn rocpack_bundle::ReadAt,
+        ranges: &'a [(u64, u64)],
+    },
+    /// Sizes only, for planning ([`reassembly_fits`]): written as zeros.
+    Sizes(&'a [u64]),
+}
+
+/// Whether bundles of sizes `lens` (by `co_index`) fit where the split of
+/// `host` left room for them: `Ok(false)` where [`reassemble`] would fail
+/// with a layout error, without building anything. Relocatable objects
+/// always fit (their `.hip_fatbin` is rebuilt at the end of the file).
+pub fn reassembly_fits(host: &[u8], lens: &[u64]) -> Result<bool> {
+    match reassemble_plan(host, &Bundles::Sizes(lens)) {
+        Ok(_) => Ok(true),
+        Err(Error::Layout { .. }) => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+impl Bundles<'_> {
+    fn count(&self) -> usize {
+        match self {
+            Bundles::Owned(b) => b.len(),
+            Bundles::In { ranges, .. } => ranges.len(),
+            Bundles::Sizes(l) => l.len(),
+        }
+    }
+
+    fn lens(&self) -> Vec<u64> {
+        match self {
+            Bundles::Owned(b) => b.iter().map(|b| b.len() as u64).collect(),
+            Bundles::In { ranges, .. } => ranges.iter().map(|r| r.1).collect(),
+            Bundles::Sizes(l) => l.to_vec(),
+        }
+    }
+
+    fn aux(&self) -> &dyn rocpack_bundle::ReadAt {
+        match self {
+            Bundles::Owned(_) | Bundles::Sizes(_) => &NO_AUX,
+            Bundles::In { src, .. } => *src,
+        }
+    }
+
+    /// Append bundle `i` to `out`.
+    fn push(&self, i: usize, out: &mut Out) {
+        match self {
+            Bundles::Owned(b) => out.extend_from_slice(&b[i]),
+            Bundles::In { ranges, .. } => out.push_aux(ranges[i].0, ranges[i].1),
+            Bundles::Sizes(l) => out.resize(out.len().saturating_add(l[i])),
+        }
+    }
+
+    /// Every bundle in memory (only where the caller bounded their size).
+    fn read_all(&self) -> Result<Vec<Vec<u8>>> {
+        match self {
+            Bundles::Owned(b) => Ok(b.to_vec()),
+            Bundles::In { src, ranges } => ranges
+                .iter()
+                .map(|&(off, len)| {
+                    let mut o = Out::default();
+                    o.push_aux(off, len);
+                    o.to_vec(&NO_AUX, *src)
+                })
+                .collect(),
+            Bundles::Sizes(l) => Ok(l
+                .iter()
+                .map(|&n| vec![0; usize::try_from(n).unwrap_or(0)])
+                .collect()),
+        }
+    }
+}
+
+/// [`reassemble`] written to `dst`: the host part copied from `host_src`
+/// (a source of the same bytes as `host`), the bundles from theirs, range by
+/// range through a fixed buffer. Returns the number of bytes written.
+pub fn reassemble_to(
+    host: &[u8],
+    host_src: &dyn rocpack_bundle::ReadAt,
+    bundles: &Bundles<'_>,
+    dst: &mut dyn std::io::Write,
+) -> Result<u64> {
+    let io = |e: std::io::Error| Error::Io {
+        what: "writing the reassembled file",
+        source: e,
+    };
+    match reassemble_plan(host, bundles)? {
+        Rewritten::Unchanged => {
+            let mut o = Out::default();
+            o.push_src(0, host.len() as u64);
+            o.write_to(host_src, &NO_AUX, dst).map_err(io)
+        }
+        Rewritten::Bytes(v) => {
+            dst.write_all(&v).map_err(io)?;
+            Ok(v.len() as u64)
+        }
+        Rewritten::Pieces(out) => out.write_to(host_src, bundles.aux(), dst).map_err(io),
+    }
+}
+
+fn reassemble_plan(host: &[u8], bundles: &Bundles<'_>) -> Result<Rewritten> {
     let elf = Elf::parse(host)?;
     let info = analyze_elf(&elf, &host)?;
     if info.state != State::Split {
-        return Ok(host.to_vec());
+        return Ok(Rewritten::Unchanged);
     }
     for w in &info.wrappers {
-        if w.co_index() as usize >= bundles.len() {
+        if w.co_index() as usize >= bundles.count() {
             return Err(Error::Wrapper {
                 index: w.index,
                 offset: w.file_offset + 16,
                 what: format!(
                     "co_index {} but only {} bundles were given",
                     w.co_index(),
-                    bundles.len()
+                    bundles.count()
                 ),
             });
         }
     }
     if info.kind == crate::ElfKind::Relocatable {
-        return crate::object_file::reassemble_object(&elf, &info, bundles);
+        if let Bundles::Sizes(_) = bundles {
+            return Ok(Rewritten::Unchanged);
+        }
+        let owned = bundles.read_all()?;
+        return Ok(Rewritten::Bytes(crate::object_file::reassemble_object(
+            &elf, &info, &owned,
+        )?));
     }
-    reassemble_linked(&elf, &info, bundles)
+    Ok(Rewritten::Pieces(reassemble_linked(&elf, &info, bundles)?))
 }
 
 /// Every bundle must parse and its code objects must not overlap: device
@@ -270,7 +482,7 @@ fn layout_tail(
     shstrtab: &[u8],
     shstrtab_at: Option<u64>,
     map: &mut OffMap,
-    out: &mut Vec<u8>,
+    out: &mut Out,
     limit: u64,
 ) -> Result<()> {
     let mut tail: Vec<usize> = (0..elf.shdrs.len())
@@ -287,25 +499,25 @@ fn layout_tail(
     for i in tail {
         let s = &elf.shdrs[i];
         let align = s.sh_addralign.max(1);
-        let pos = align_up(out.len() as u64, align)
+        let pos = align_up(out.len(), align)
             .ok_or_else(|| Error::layout(s.sh_offset, "alignment overflow"))?;
-        grow(out, pos, limit)?;
+        out.grow(pos, limit)?;
         if i == elf.shstrndx {
             out.extend_from_slice(shstrtab);
             shdrs[i].sh_size = shstrtab.len() as u64;
         } else if s.has_file_data() {
             let d = s.data(elf.data)?;
             map.add(s.sh_offset, s.sh_size, pos);
-            out.extend_from_slice(d);
+            out.push_src(s.sh_offset, d.len() as u64);
         }
         shdrs[i].sh_offset = pos;
     }
     if let Some(pos) = shstrtab_at {
-        put(out, pos, shstrtab)?;
+        out.put(pos, shstrtab)?;
         shdrs[elf.shstrndx].sh_offset = pos;
         shdrs[elf.shstrndx].sh_size = shstrtab.len() as u64;
     } else if shstrtab_inside {
-        let pos = out.len() as u64;
+        let pos = out.len();
         if pos + shstrtab.len() as u64 > limit {
             return Err(Error::layout(
                 pos,
@@ -321,22 +533,22 @@ fn layout_tail(
 
 /// Append the section header table (or write it at `at`, its original
 /// place, see [`OrigPlaces`]); returns the new `e_shoff`.
-fn write_shdrs(shdrs: &[Shdr], out: &mut Vec<u8>, at: Option<u64>) -> Result<u64> {
+fn write_shdrs(shdrs: &[Shdr], out: &mut Out, at: Option<u64>) -> Result<u64> {
     if let Some(at) = at {
         for (k, s) in shdrs.iter().enumerate() {
-            put(out, at + k as u64 * 64, &s.encode())?;
+            out.put(at + k as u64 * 64, &s.encode())?;
         }
         return Ok(at);
     }
-    let shoff = align_up(out.len() as u64, 8).unwrap_or(u64::MAX);
-    out.resize(shoff as usize, 0);
+    let shoff = align_up(out.len(), 8).unwrap_or(u64::MAX);
+    out.resize(shoff);
     for s in shdrs.iter() {
         out.extend_from_slice(&s.encode());
     }
     Ok(shoff)
 }
 
-fn write_ehdr(out: &mut [u8], phnum: u64, shoff: u64, shnum: u64) -> Result<()> {
+fn write_ehdr<S: Sink + ?Sized>(out: &mut S, phnum: u64, shoff: u64, shnum: u64) -> Result<()> {
     let phnum16 =
         u16::try_from(phnum).map_err(|_| Error::layout(56, "too many program headers"))?;
     put_u16(out, 56, phnum16)?;
@@ -352,9 +564,9 @@ fn write_ehdr(out: &mut [u8], phnum: u64, shoff: u64, shnum: u64) -> Result<()> 
 
 /// Patch `.dynamic` address tags and symbol values that point into a moved
 /// range `[lo, hi)` by `delta` (wrapping add, so a negative delta works).
-fn relocate_block_refs(
+fn relocate_block_refs<S: Sink + ?Sized>(
     elf: &Elf<'_>,
-    out: &mut [u8],
+    out: &mut S,
     map: &OffMap,
     lo: u64,
     hi: u64,
@@ -527,7 +739,7 @@ fn header_load(elf: &Elf<'_>) -> Result<usize> {
         })
 }
 
-fn split_linked(elf: &Elf<'_>, info: &FatBinaryInfo, marker: &[u8]) -> Result<Vec<u8>> {
+fn split_linked(elf: &Elf<'_>, info: &FatBinaryInfo, marker: &[u8]) -> Result<Out> {
     let data = elf.data;
     let fb = info
         .fatbin
@@ -751,20 +963,22 @@ fn split_linked(elf: &Elf<'_>, info: &FatBinaryInfo, marker: &[u8]) -> Result<Ve
     map.add(b0_off, blocklen, o2);
     map.add(0, d_off, 0);
     map.add(o_r, end - o_r, o_r - shift);
-    // The output is the input less the `shift` bytes given back (plus the
-    // table and `.shstrtab` growth): reserve that, never the input's size,
-    // which for a 1 GiB fat binary would be 1 GiB for a few MB of host code.
-    let out_len = (data.len() as u64).saturating_sub(shift) + 2 * page;
-    let mut out: Vec<u8> = Vec::with_capacity(usize::try_from(out_len).unwrap_or(0));
-    out.extend_from_slice(get(data, 0, d_off, "file prefix")?);
-    out.resize(o2 as usize, 0);
-    let mut region = vec![0u8; (r - w) as usize];
-    region[..blocklen as usize].copy_from_slice(get(data, b0_off, blocklen, "moved headers")?);
-    region[(m - w) as usize..(m - w + mlen) as usize].copy_from_slice(marker);
-    out.extend_from_slice(&region);
-    out.extend_from_slice(get(data, o_r, end - o_r, "loaded content")?);
+    // Pieces of the input and new bytes: nothing of the input is copied
+    // until the result is written.
+    let mut out = Out::default();
+    get(data, 0, d_off, "file prefix")?;
+    out.push_src(0, d_off);
+    out.resize(o2);
+    // Region [W, R): the moved block, the marker right after it, zeros.
+    get(data, b0_off, blocklen, "moved headers")?;
+    out.push_src(b0_off, blocklen);
+    out.resize(o2 + (m - w));
+    out.extend_from_slice(marker);
+    out.resize(o2 + (r - w));
+    get(data, o_r, end - o_r, "loaded content")?;
+    out.push_src(o_r, end - o_r);
     // Vacate the block's old place (the phdr table grows into it).
-    out[b0_off as usize..b1_off as usize].fill(0);
+    out.fill_zero(b0_off, b1_off)?;
 
     // Sections.
     let moved: HashSet<usize> = block.iter().copied().collect();
@@ -842,7 +1056,7 @@ fn split_linked(elf: &Elf<'_>, info: &FatBinaryInfo, marker: &[u8]) -> Result<Ve
         }
         phdrs.push(p);
     }
-    if ph_new_end > out.len() as u64 {
+    if ph_new_end > out.len() {
         return Err(Error::layout(
             ph_new_end,
             "program header table does not fit",
@@ -866,8 +1080,9 @@ fn split_linked(elf: &Elf<'_>, info: &FatBinaryInfo, marker: &[u8]) -> Result<Ve
     let shoff = write_shdrs(&shdrs, &mut out, None)?;
     write_ehdr(&mut out, new_n, shoff, shdrs.len() as u64)?;
 
-    // Self-check: the result must analyse as split, every wrapper on the marker.
-    check_split(out, info)
+    // The caller checks the result: it must analyse as split, every
+    // wrapper on the marker.
+    Ok(out)
 }
 
 /// Flags of the new `L2` = `[W, L.end)`: the least permission its sections
@@ -929,7 +1144,7 @@ fn split_in_place(
     info: &FatBinaryInfo,
     marker: &[u8],
     blocklen: u64,
-) -> Result<Vec<u8>> {
+) -> Result<Out> {
     let data = elf.data;
     let fb = info
         .fatbin
@@ -947,12 +1162,18 @@ fn split_in_place(
     let end = end_loaded(elf);
     let page = page_size(elf)?;
     let limit = data.len() as u64 + mlen + 2 * page + 4096;
-    let mut out = get(data, 0, end, "loaded content")?.to_vec();
-    let (start, stop) = (fb.file_offset as usize, (fb.file_offset + s) as usize);
-    out.get_mut(start..stop)
-        .ok_or_else(|| Error::malformed(fb.file_offset, ".hip_fatbin outside the file"))?
-        .fill(0);
-    out[start..start + marker.len()].copy_from_slice(marker);
+    get(data, 0, end, "loaded content")?;
+    let mut out = Out::default();
+    out.push_src(0, end);
+    let (start, stop) = (fb.file_offset, fb.file_offset.saturating_add(s));
+    if stop > end {
+        return Err(Error::malformed(
+            fb.file_offset,
+            ".hip_fatbin outside the file",
+        ));
+    }
+    out.fill_zero(start, stop)?;
+    out.put(start, marker)?;
     let mut map = OffMap::default();
     map.add(0, end, 0);
 
@@ -970,16 +1191,12 @@ fn split_in_place(
     }
     let shoff = write_shdrs(&shdrs, &mut out, None)?;
     write_ehdr(&mut out, elf.phdrs.len() as u64, shoff, shdrs.len() as u64)?;
-    check_split(out, info)
+    Ok(out)
 }
 
 /// Undo [`split_in_place`]: the bundles go back where the marker is, if
 /// they fit before the next allocated section.
-fn reassemble_in_place(
-    elf: &Elf<'_>,
-    info: &FatBinaryInfo,
-    bundles: &[Vec<u8>],
-) -> Result<Vec<u8>> {
+fn reassemble_in_place(elf: &Elf<'_>, info: &FatBinaryInfo, bundles: &Bundles<'_>) -> Result<Out> {
     let data = elf.data;
     let (fb, mk) = split_sections(info, "binary")?;
     let v = fb.addr;
@@ -1013,27 +1230,29 @@ fn reassemble_in_place(
         .min()
         .unwrap_or(u64::MAX)
         .min(l.p_vaddr + l.p_filesz);
-    let (fat, offsets) = build_fatbin(bundles);
+    let (fat_len, offsets) = fatbin_layout(&bundles.lens());
     let bundle_addr: Vec<u64> = offsets.iter().map(|&o| v + o).collect();
     let cap = free_end - v;
-    if fat.len() as u64 > cap {
+    if fat_len > cap {
         return Err(Error::layout(
             fb.file_offset,
-            format!(
-                "rebuilt .hip_fatbin needs {} bytes but only {cap} are free at {v:#x}",
-                fat.len()
-            ),
+            format!("rebuilt .hip_fatbin needs {fat_len} bytes but only {cap} are free at {v:#x}"),
         ));
     }
     let end = end_loaded(elf);
-    let mut out = get(data, 0, end, "loaded content")?.to_vec();
-    let off = mk.section.file_offset as usize;
-    out[off..off + cap as usize].fill(0);
-    out[off..off + fat.len()].copy_from_slice(&fat);
+    get(data, 0, end, "loaded content")?;
+    let mut out = Out::default();
+    out.push_src(0, end);
+    let off = mk.section.file_offset;
+    out.fill_zero(off, off.saturating_add(cap))?;
+    // Fits the few bytes the split left: small enough to hold.
+    for (b, o) in bundles.read_all()?.iter().zip(&offsets) {
+        out.put(off + o, b)?;
+    }
     let mut map = OffMap::default();
     map.add(0, end, 0);
     let mut shdrs = elf.shdrs.clone();
-    shdrs[fb.index].sh_size = fat.len() as u64;
+    shdrs[fb.index].sh_size = fat_len;
     if elf.ehdr.e_shnum == 0 {
         if let Some(s0) = shdrs.first_mut() {
             s0.sh_size = s0.sh_size.saturating_sub(1);
@@ -1044,11 +1263,11 @@ fn reassemble_in_place(
         elf,
         &shdrs,
         mk.section.index,
-        out.len() as u64,
+        out.len(),
         shstrtab.len() as u64,
     );
     let page = page_size(elf)?;
-    let limit = (data.len() as u64).saturating_add(fat.len() as u64 + 4 * page);
+    let limit = (data.len() as u64).saturating_add(fat_len + 4 * page);
     layout_tail(
         elf,
         end,
@@ -1100,27 +1319,33 @@ fn add_marker_section(
 }
 
 /// Write the program header table at `e_phoff`.
-fn write_phdrs(elf: &Elf<'_>, out: &mut [u8], phdrs: &[Phdr]) -> Result<()> {
+fn write_phdrs<S: Sink + ?Sized>(elf: &Elf<'_>, out: &mut S, phdrs: &[Phdr]) -> Result<()> {
     for (k, p) in phdrs.iter().enumerate() {
-        put(out, elf.ehdr.e_phoff + k as u64 * PHDR_SIZE, &p.encode())?;
+        out.put(elf.ehdr.e_phoff + k as u64 * PHDR_SIZE, &p.encode())?;
     }
     Ok(())
 }
 
-/// The rewritten file, once it analyses as split with every wrapper.
-fn check_split(out: Vec<u8>, info: &FatBinaryInfo) -> Result<Vec<u8>> {
-    let check = crate::analyze::analyze(&out)?;
-    if check.state != State::Split || check.wrappers.len() != info.wrappers.len() {
+/// The rewritten file must analyse as split with every wrapper (`wrappers`
+/// of the input).
+fn check_split(out: &[u8], wrappers: usize) -> Result<()> {
+    let check = crate::analyze::analyze(out)?;
+    if check.state != State::Split || check.wrappers.len() != wrappers {
         return Err(Error::layout(
             0,
             "internal: rewritten file does not analyse as split",
         ));
     }
-    Ok(out)
+    Ok(())
 }
 
 /// Write a wrapper's pointer so it evaluates to `target` at run time.
-fn write_pointer(out: &mut [u8], map: &OffMap, wr: &crate::WrapperInfo, target: u64) -> Result<()> {
+fn write_pointer<S: Sink + ?Sized>(
+    out: &mut S,
+    map: &OffMap,
+    wr: &crate::WrapperInfo,
+    target: u64,
+) -> Result<()> {
     let field = map.map_or_err(wr.file_offset + 8, "wrapper pointer")?;
     match &wr.model {
         PointerModel::Absolute | PointerModel::Relr { .. } => put_u64(out, field, target)?,
@@ -1162,7 +1387,7 @@ fn write_pointer(out: &mut [u8], map: &OffMap, wr: &crate::WrapperInfo, target: 
     Ok(())
 }
 
-fn reassemble_linked(elf: &Elf<'_>, info: &FatBinaryInfo, bundles: &[Vec<u8>]) -> Result<Vec<u8>> {
+fn reassemble_linked(elf: &Elf<'_>, info: &FatBinaryInfo, bundles: &Bundles<'_>) -> Result<Out> {
     let data = elf.data;
     let (fb, mk) = split_sections(info, "binary")?;
     if !fb.nobits {
@@ -1237,7 +1462,7 @@ fn reassemble_linked(elf: &Elf<'_>, info: &FatBinaryInfo, bundles: &[Vec<u8>]) -
     let delta = b0.wrapping_sub(w); // applied with wrapping_add
 
     // Rebuilt .hip_fatbin.
-    let (fat, offsets) = build_fatbin(bundles);
+    let (fat_len, offsets) = fatbin_layout(&bundles.lens());
     let bundle_addr: Vec<u64> = offsets.iter().map(|&o| v + o).collect();
     // Free range: up to the first section after the marker (or L2's end).
     let r_end = elf
@@ -1254,12 +1479,11 @@ fn reassemble_linked(elf: &Elf<'_>, info: &FatBinaryInfo, bundles: &[Vec<u8>]) -
         .min()
         .unwrap_or(l2.p_vaddr + l2.p_memsz);
     let cap = r_end - v;
-    if fat.len() as u64 > cap {
+    if fat_len > cap {
         return Err(Error::layout(
             fb.file_offset,
             format!(
-                "rebuilt .hip_fatbin needs {} bytes but only {cap} are free at {v:#x} (compress the bundles)",
-                fat.len()
+                "rebuilt .hip_fatbin needs {fat_len} bytes but only {cap} are free at {v:#x} (compress the bundles)"
             ),
         ));
     }
@@ -1285,23 +1509,23 @@ fn reassemble_linked(elf: &Elf<'_>, info: &FatBinaryInfo, bundles: &[Vec<u8>]) -
     map.add(l2.p_offset, blocklen, b0_off);
     map.add(0, d_off, 0);
     map.add(split_r_off, end.saturating_sub(split_r_off), new_r_off);
-    let mut out: Vec<u8> = Vec::with_capacity(data.len() + fat.len());
-    out.extend_from_slice(get(data, 0, d_off, "file prefix")?);
+    let mut out = Out::default();
+    get(data, 0, d_off, "file prefix")?;
+    out.push_src(0, d_off);
     let limit = (data.len() as u64)
-        .saturating_add(fat.len() as u64)
+        .saturating_add(fat_len)
         .saturating_add(4 * page);
-    grow(&mut out, lo(v), limit)?;
-    out.extend_from_slice(&fat);
-    grow(&mut out, new_r_off, limit)?;
-    out.extend_from_slice(get(data, split_r_off, end - split_r_off, "loaded content")?);
+    out.grow(lo(v), limit)?;
+    for (i, &o) in offsets.iter().enumerate() {
+        out.resize(lo(v) + o);
+        bundles.push(i, &mut out);
+    }
+    out.grow(new_r_off, limit)?;
+    get(data, split_r_off, end - split_r_off, "loaded content")?;
+    out.push_src(split_r_off, end - split_r_off);
     // Headers area: program headers shrink by one; the block goes back.
-    let hdr_end = (b0_off + blocklen) as usize;
-    out[ph_new_end as usize..hdr_end].fill(0);
-    put(
-        &mut out,
-        b0_off,
-        get(data, l2.p_offset, blocklen, "moved headers")?,
-    )?;
+    out.fill_zero(ph_new_end, b0_off + blocklen)?;
+    out.put(b0_off, get(data, l2.p_offset, blocklen, "moved headers")?)?;
 
     let mut shdrs = elf.shdrs.clone();
     // The marker section is removed at the end (after the tail layout, which
@@ -1312,7 +1536,7 @@ fn reassemble_linked(elf: &Elf<'_>, info: &FatBinaryInfo, bundles: &[Vec<u8>]) -
         }
         if i == fb.index {
             sh.sh_type = elf::SHT_PROGBITS;
-            sh.sh_size = fat.len() as u64;
+            sh.sh_size = fat_len;
             sh.sh_offset = lo(v);
         } else if moved.contains(&i) {
             sh.sh_addr = sh.sh_addr.wrapping_add(delta);
@@ -1335,7 +1559,7 @@ fn reassemble_linked(elf: &Elf<'_>, info: &FatBinaryInfo, bundles: &[Vec<u8>]) -
         elf,
         &shdrs,
         mk.section.index,
-        out.len() as u64,
+        out.len(),
         shstrtab.len() as u64,
     );
 
@@ -1388,9 +1612,9 @@ fn reassemble_linked(elf: &Elf<'_>, info: &FatBinaryInfo, bundles: &[Vec<u8>]) -
 /// (`sh_link`, `sh_info` of relocation / INFO_LINK sections, symbol
 /// `st_shndx`, `e_shstrndx`). Symbols defined in `k` move to `fallback`.
 /// GNU strip does not keep the marker last, so it can be anywhere.
-fn remove_section(
+fn remove_section<S: Sink + ?Sized>(
     elf: &Elf<'_>,
-    out: &mut [u8],
+    out: &mut S,
     map: &OffMap,
     shdrs: &mut Vec<Shdr>,
     k: usize,

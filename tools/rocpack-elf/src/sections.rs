@@ -151,16 +151,26 @@ pub(crate) fn split_sections<'i>(
     Ok((fb, mk))
 }
 
-/// A rebuilt `.hip_fatbin`: the bundles in order, each aligned to
-/// [`BUNDLE_ALIGN`], and the offset of each in it.
-pub(crate) fn build_fatbin(bundles: &[Vec<u8>]) -> (Vec<u8>, Vec<u64>) {
-    let mut fat = Vec::new();
-    let mut offsets = Vec::with_capacity(bundles.len());
-    for b in bundles {
-        let pos = align_up(fat.len() as u64, BUNDLE_ALIGN).unwrap_or(u64::MAX);
-        fat.resize(usize::try_from(pos).unwrap_or(usize::MAX), 0);
+/// Layout of a rebuilt `.hip_fatbin` of bundles of sizes `lens`, in order,
+/// each aligned to [`BUNDLE_ALIGN`]: its size and the offset of each bundle.
+pub(crate) fn fatbin_layout(lens: &[u64]) -> (u64, Vec<u64>) {
+    let mut end = 0u64;
+    let mut offsets = Vec::with_capacity(lens.len());
+    for &n in lens {
+        let pos = align_up(end, BUNDLE_ALIGN).unwrap_or(u64::MAX);
         offsets.push(pos);
-        fat.extend_from_slice(b);
+        end = pos.saturating_add(n);
+    }
+    (end, offsets)
+}
+
+/// A rebuilt `.hip_fatbin` in memory (see [`fatbin_layout`]).
+pub(crate) fn build_fatbin(bundles: &[Vec<u8>]) -> (Vec<u8>, Vec<u64>) {
+    let lens: Vec<u64> = bundles.iter().map(|b| b.len() as u64).collect();
+    let (len, offsets) = fatbin_layout(&lens);
+    let mut fat = vec![0u8; usize::try_from(len).unwrap_or(usize::MAX)];
+    for (b, &o) in bundles.iter().zip(&offsets) {
+        fat[o as usize..o as usize + b.len()].copy_from_slice(b);
     }
     (fat, offsets)
 }
@@ -224,8 +234,8 @@ pub(crate) fn marker_shdr(sh_name: u32, addr: u64, offset: u64, size: u64) -> Sh
 
 /// Make wrapper `wr` a split one (HIPK, `co_index` = its bundle) where
 /// `locate` puts its input offset in the output; returns that offset.
-pub(crate) fn write_hipk(
-    out: &mut [u8],
+pub(crate) fn write_hipk<S: crate::elf::Sink + ?Sized>(
+    out: &mut S,
     wr: &crate::WrapperInfo,
     locate: impl FnOnce(u64) -> Result<u64>,
 ) -> Result<u64> {
@@ -246,7 +256,7 @@ pub(crate) fn write_hipk(
 
 /// Make the wrapper at output offset `woff` a fat one again (HIPF,
 /// `co_index` 0).
-pub(crate) fn write_hipf(out: &mut [u8], woff: u64) -> Result<()> {
+pub(crate) fn write_hipf<S: crate::elf::Sink + ?Sized>(out: &mut S, woff: u64) -> Result<()> {
     put_u32(out, woff, HIPF_MAGIC)?;
     put_u32(out, woff + 16, 0)
 }

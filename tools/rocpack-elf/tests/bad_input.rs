@@ -117,3 +117,39 @@ fn garbage_and_non_elf_inputs() {
     }
     assert!(matches!(analyze(b"hello world"), Err(Error::NotElf)));
 }
+
+/// Fuzz find (`elf` target, 40 KiB input): a `.symtab` whose `sh_offset`
+/// put it over the ELF header was accepted; reassembly renumbers each
+/// symbol's `st_shndx` after removing the marker section, so it decremented
+/// `e_phentsize` (56 -> 55) and wrote an output that no longer parses. A
+/// section over the ELF header or the program header table is refused.
+#[test]
+fn a_section_over_the_elf_or_program_headers_is_refused() {
+    if !have_fixtures() {
+        return;
+    }
+    let data = std::fs::read(fixtures().join("fatbins/libfx_relr.so")).unwrap();
+    let u64_at = |d: &[u8], at: usize| u64::from_le_bytes(d[at..at + 8].try_into().unwrap());
+    let shoff = u64_at(&data, 40) as usize;
+    let shnum = usize::from(u16::from_le_bytes([data[60], data[61]]));
+    let symtab = (0..shnum)
+        .map(|i| shoff + 64 * i)
+        .find(|&h| data[h + 4] == 2) // SHT_SYMTAB
+        .expect("a .symtab");
+    // At 0 the third symbol's st_shndx is e_phentsize (as in the fuzz input),
+    // and one inside the program header table (e_phoff 64).
+    for (at, what) in [(0u64, "ELF header"), (64 + 56, "program header table")] {
+        let mut bad = data.clone();
+        bad[symtab + 24..symtab + 32].copy_from_slice(&at.to_le_bytes());
+        let err = analyze(&bad).unwrap_err().to_string();
+        assert!(err.contains(".symtab") && err.contains(what), "{err}");
+        assert!(split_host(&bad, b"marker").is_err());
+    }
+    // Untouched, the same file splits and reassembles to an ELF that parses.
+    let info = analyze(&data).unwrap();
+    let bundles: Vec<Vec<u8>> = (0..info.bundles.len())
+        .map(|i| rocpack_elf::bundle_bytes(&data, &info, i).unwrap().to_vec())
+        .collect();
+    let back = reassemble(&split_host(&data, b"marker").unwrap(), &bundles).unwrap();
+    analyze(&back).unwrap();
+}

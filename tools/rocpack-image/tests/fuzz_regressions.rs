@@ -39,3 +39,26 @@ fn bundles_without_wrappers_are_refused_not_split_into_a_host_only_image() {
     let e = rocpack_image::split_file(&fat, &mut |_, _| Ok(b"fuzz-marker".to_vec())).unwrap_err();
     assert!(e.to_string().contains("no wrapper section"), "{e}");
 }
+
+/// A split image (from the fuzz corpus) whose `.hip_fat` claims a
+/// VirtualSize of 4 GiB: reassembly allocated it all (libFuzzer: malloc of
+/// 4,290,661,824 bytes). Refused now, before any allocation.
+#[test]
+fn reassembly_of_a_4_gib_bundle_section_is_refused() {
+    let host = data("fuzz-pe-reassemble-4gib-section.dll");
+    let info = pe::analyze(&host).unwrap();
+    assert_eq!(info.state, State::Split);
+    let e = pe::reassemble(&host, &[b"__CLANG_OFFLOAD_BUNDLE__".to_vec()]).unwrap_err();
+    assert!(e.to_string().contains("VirtualSize 0xffbe4dc0"), "{e}");
+}
+
+/// A split image whose FileAlignment is 0x61706b2e: reassembly padded the
+/// bundle section to it (libFuzzer: malloc of 1.6 GB). FileAlignment must
+/// be a power of two of at most 64 KiB to be rewritten.
+#[test]
+fn reassembly_with_an_absurd_file_alignment_is_refused() {
+    let host = data("fuzz-pe-reassemble-huge-file-alignment.dll");
+    assert_eq!(pe::analyze(&host).unwrap().state, State::Split);
+    let e = pe::reassemble(&host, &[b"__CLANG_OFFLOAD_BUNDLE__".to_vec()]).unwrap_err();
+    assert!(e.to_string().contains("FileAlignment 0x61706b2e"), "{e}");
+}

@@ -10,8 +10,9 @@ use rocpack_image::pe::{self, PeKind};
 use rocpack_image::{detect, Analysis, FileType};
 use rocpack_testsupport as ts;
 
-const IMAGES: [&str; 6] = [
+const IMAGES: [&str; 7] = [
     "fx_win_lld.dll",
+    "fx_win_full.dll",
     "fx_win_gnu.dll",
     "fx_win_ccob.dll",
     "fx_win_app.exe",
@@ -54,7 +55,7 @@ fn ours(data: &[u8], info: &pe::PeInfo) -> BTreeSet<(String, String)> {
 #[test]
 fn every_fixture_unbundles_like_clang_offload_bundler() {
     let exp = expected();
-    assert_eq!(exp.len(), 7, "fixtures listed: {:?}", exp.keys());
+    assert_eq!(exp.len(), 8, "fixtures listed: {:?}", exp.keys());
     for (file, want) in &exp {
         let data = std::fs::read(ts::win_fatbin(file)).unwrap();
         let t = detect(&data);
@@ -264,13 +265,58 @@ fn signed_image_is_refused_with_what_to_do() {
 }
 
 #[test]
+fn a_full_header_area_grows_by_one_file_alignment_block() {
+    // fx_win_full.dll: the section table ends 24 bytes before SizeOfHeaders.
+    let fat = std::fs::read(ts::win_fatbin("fx_win_full.dll")).unwrap();
+    let fi = pe::analyze(&fat).unwrap();
+    let h = fi.headers.as_ref().unwrap();
+    let table_end = fi.sections.last().unwrap().header_offset + 40;
+    assert!(
+        table_end + 40 > u64::from(h.size_of_headers),
+        "{table_end:#x}"
+    );
+    let host = pe::split_host(&fat, MARKER).unwrap();
+    let hi = pe::analyze(&host).unwrap();
+    let hh = hi.headers.as_ref().unwrap();
+    assert_eq!(hh.size_of_headers, h.size_of_headers + h.file_alignment);
+    let first = |i: &pe::PeInfo| {
+        i.sections
+            .iter()
+            .filter(|s| s.raw_size > 0)
+            .map(|s| s.raw_offset)
+            .min()
+    };
+    assert_eq!(first(&hi), Some(hh.size_of_headers));
+    assert_eq!(first(&fi).unwrap() + h.file_alignment, first(&hi).unwrap());
+    // (pefile, llvm-readobj and exact reassembly: split_images_pass_pefile_…)
+}
+
+#[test]
 fn image_without_a_free_header_slot_is_refused_by_name() {
+    // Something lives behind the table.
     let mut fat = std::fs::read(ts::win_fatbin("fx_win_lld.dll")).unwrap();
     let i = pe::analyze(&fat).unwrap();
     let slot = i.sections.last().unwrap().header_offset as usize + 40;
-    fat[slot] = 1; // something lives behind the table
+    fat[slot + 9] = 1;
     let e = pe::split_host(&fat, MARKER).unwrap_err().to_string();
-    assert!(e.contains("no free section header slot"), "{e}");
+    assert!(
+        e.contains("no free section header slot") && e.contains("in use"),
+        "{e}"
+    );
+    // The table fills the headers and they cannot grow: the first section
+    // is mapped right behind them (moved there for the test).
+    let mut fat = std::fs::read(ts::win_fatbin("fx_win_full.dll")).unwrap();
+    let i = pe::analyze(&fat).unwrap();
+    let first = i.sections.iter().min_by_key(|s| s.virtual_address).unwrap();
+    let at = first.header_offset as usize + 12;
+    let soh = i.headers.as_ref().unwrap().size_of_headers;
+    fat[at..at + 4].copy_from_slice(&soh.to_le_bytes());
+    let e = pe::split_host(&fat, MARKER).unwrap_err().to_string();
+    assert!(
+        e.contains("no free section header slot")
+            && e.contains(&format!("the first section is mapped at RVA {soh:#x}")),
+        "{e}"
+    );
 }
 
 #[test]

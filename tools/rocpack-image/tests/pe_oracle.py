@@ -53,8 +53,19 @@ check(fs.SizeOfRawData == 0, f"bundle section still has {fs.SizeOfRawData} bytes
 check(fs.Misc_VirtualSize == fat.sections[fat_idx].Misc_VirtualSize, "bundle section VirtualSize changed")
 removed = fat.sections[fat_idx].SizeOfRawData
 check(len(split_raw) < len(fat_raw) or removed <= k.SizeOfRawData, "device bytes not removed")
-check(len(split_raw) == len(fat_raw) - removed + k.SizeOfRawData, "file size is not fat - bundle data + marker data")
 opt = pe.OPTIONAL_HEADER
+# Headers: the section table (with .kpackrf) fits in SizeOfHeaders, which may have grown by whole
+# FileAlignment blocks, stays at or before the first section's data and below its RVA.
+grown = opt.SizeOfHeaders - fat.OPTIONAL_HEADER.SizeOfHeaders
+table_end = pe.sections[-1].get_file_offset() + 40
+check(table_end <= opt.SizeOfHeaders, f"section table ends at {table_end:#x} after SizeOfHeaders {opt.SizeOfHeaders:#x}")
+check(grown >= 0 and grown % opt.FileAlignment == 0 and opt.SizeOfHeaders % opt.FileAlignment == 0,
+      f"SizeOfHeaders {fat.OPTIONAL_HEADER.SizeOfHeaders:#x} -> {opt.SizeOfHeaders:#x}")
+check(all(opt.SizeOfHeaders <= s.PointerToRawData for s in pe.sections if s.SizeOfRawData),
+      "a section's data starts inside the headers")
+check(opt.SizeOfHeaders <= min(s.VirtualAddress for s in pe.sections), "headers overlap the first section's RVA")
+check(len(split_raw) == len(fat_raw) - removed + k.SizeOfRawData + grown,
+      "file size is not fat - bundle data + marker data + header growth")
 end = max(s.VirtualAddress + max(s.Misc_VirtualSize, s.SizeOfRawData) for s in pe.sections)
 sa = opt.SectionAlignment
 check(opt.SizeOfImage == (end + sa - 1) // sa * sa, f"SizeOfImage {opt.SizeOfImage:#x} vs end {end:#x}")
@@ -129,4 +140,4 @@ for b in bad:
     print(b)
 if bad:
     sys.exit(1)
-print(f"ok {split_path}: {len(pe.sections)} sections, {n} wrappers, {len(fat_raw)} -> {len(split_raw)} bytes")
+print(f"ok {split_path}: {len(pe.sections)} sections, {n} wrappers, {len(fat_raw)} -> {len(split_raw)} bytes, headers +{grown}")

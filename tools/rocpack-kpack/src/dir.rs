@@ -45,6 +45,45 @@ pub struct UnpackedKernel {
     pub metadata_msgpack: Option<String>,
 }
 
+impl UnpackedKernel {
+    fn of(e: &crate::KernelEntry, size: u64, sha256: String) -> Result<Self> {
+        let metadata_msgpack = match &e.metadata {
+            Some(v) => {
+                let mut b = Vec::new();
+                crate::msgpack::enc::value(&mut b, v)?;
+                Some(hex::encode(b))
+            }
+            None => None,
+        };
+        Ok(UnpackedKernel {
+            ordinal: e.ordinal,
+            key: e.key.clone(),
+            target: e.target.clone(),
+            file: unpack_file_name(e.ordinal, &e.key, &e.target),
+            size,
+            sha256,
+            metadata_msgpack,
+        })
+    }
+}
+
+/// Hand entry `e`'s code object to `sink` piece by piece (never whole);
+/// its size and sha256 (lowercase hex).
+fn stream_hashed(
+    reader: &KpackReader,
+    e: &crate::KernelEntry,
+    sink: &mut dyn FnMut(&[u8]) -> Result<()>,
+) -> Result<(u64, String)> {
+    let mut h = Sha256::new();
+    let mut n = 0u64;
+    reader.stream_entry::<Error>(e, &mut |b| {
+        h.update(b);
+        n += b.len() as u64;
+        sink(b)
+    })?;
+    Ok((n, hex::encode(h.finalize())))
+}
+
 /// The manifest of an unpacked directory.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct UnpackManifest {
@@ -84,10 +123,6 @@ pub fn unpack_file_name(ordinal: u32, key: &str, target: &str) -> String {
     format!("{ordinal:04}_{}_{}.hsaco", sanitize(key), sanitize(target))
 }
 
-fn sha256_hex(data: &[u8]) -> String {
-    hex::encode(Sha256::digest(data))
-}
-
 impl UnpackManifest {
     /// Describe `reader` (files named by [`unpack_file_name`]).
     pub fn for_archive(reader: &KpackReader) -> Result<Self> {
@@ -95,27 +130,15 @@ impl UnpackManifest {
         let kernels = entries
             .par_iter()
             .map(|e| {
-                let data = reader.get_entry(e)?;
-                let metadata_msgpack = match &e.metadata {
-                    Some(v) => {
-                        let mut b = Vec::new();
-                        crate::msgpack::enc::value(&mut b, v)?;
-                        Some(hex::encode(b))
-                    }
-                    None => None,
-                };
-                Ok(UnpackedKernel {
-                    ordinal: e.ordinal,
-                    key: e.key.clone(),
-                    target: e.target.clone(),
-                    file: unpack_file_name(e.ordinal, &e.key, &e.target),
-                    size: data.len() as u64,
-                    sha256: sha256_hex(&data),
-                    metadata_msgpack,
-                })
+                let (size, sha256) = stream_hashed(reader, e, &mut |_| Ok(()))?;
+                UnpackedKernel::of(e, size, sha256)
             })
             .collect::<Result<Vec<_>>>()?;
-        Ok(UnpackManifest {
+        Ok(Self::with_kernels(reader, kernels))
+    }
+
+    fn with_kernels(reader: &KpackReader, kernels: Vec<UnpackedKernel>) -> Self {
+        UnpackManifest {
             format: UNPACK_FORMAT.into(),
             group_name: reader.group_name().into(),
             gfx_arch_family: reader.gfx_arch_family().into(),
@@ -124,7 +147,7 @@ impl UnpackManifest {
             zstd_checksum: (reader.scheme() == Scheme::ZstdPerKernel)
                 .then(|| reader.zstd_checksums()),
             kernels,
-        })
+        }
     }
 
     /// Whether rebuilt zstd frames carry content checksums (as the
@@ -177,16 +200,13 @@ impl UnpackManifest {
         Ok(m)
     }
 
-    /// Read the directory's code objects in ordinal order: `(key, target,
-    /// bytes, metadata)`. Files are taken as they are (an edited code
-    /// object is fine; its size comes from the file).
-    pub fn load_kernels(&self, dir: &Path) -> Result<Vec<LoadedKernel>> {
+    /// The directory's code objects in ordinal order, by file (not read):
+    /// key, target, path and metadata.
+    pub fn kernel_files(&self, dir: &Path) -> Result<Vec<KernelFile>> {
         let mut ks: Vec<&UnpackedKernel> = self.kernels.iter().collect();
         ks.sort_by_key(|k| k.ordinal);
         let mut out = Vec::with_capacity(ks.len());
         for k in ks {
-            let path = dir.join(&k.file);
-            let data = fs::read(&path).map_err(|e| Error::from(e).with_path(&path))?;
             let field = || format!("kernels[{}].metadata_msgpack", k.ordinal);
             let metadata = match &k.metadata_msgpack {
                 Some(h) => {
@@ -201,14 +221,32 @@ impl UnpackManifest {
                 }
                 None => None,
             };
-            out.push(LoadedKernel {
+            out.push(KernelFile {
                 key: k.key.clone(),
                 target: k.target.clone(),
-                data,
+                path: dir.join(&k.file),
                 metadata,
             });
         }
         Ok(out)
+    }
+
+    /// Read the directory's code objects in ordinal order: `(key, target,
+    /// bytes, metadata)`. Files are taken as they are (an edited code
+    /// object is fine; its size comes from the file).
+    pub fn load_kernels(&self, dir: &Path) -> Result<Vec<LoadedKernel>> {
+        self.kernel_files(dir)?
+            .into_iter()
+            .map(|k| {
+                let data = fs::read(&k.path).map_err(|e| Error::from(e).with_path(&k.path))?;
+                Ok(LoadedKernel {
+                    key: k.key,
+                    target: k.target,
+                    data,
+                    metadata: k.metadata,
+                })
+            })
+            .collect()
     }
 
     /// A writer holding the directory's code objects in ordinal order, with
@@ -225,6 +263,19 @@ impl UnpackManifest {
         }
         Ok(w)
     }
+}
+
+/// A code object of an unpacked directory, by file.
+#[derive(Clone, Debug, PartialEq)]
+pub struct KernelFile {
+    /// TOC binary key.
+    pub key: String,
+    /// Arch key.
+    pub target: String,
+    /// The code object's file.
+    pub path: std::path::PathBuf,
+    /// Entry `metadata`, if any.
+    pub metadata: Option<rmpv::Value>,
 }
 
 /// A code object read back from an unpacked directory.
@@ -247,22 +298,15 @@ pub struct LoadedKernel {
 /// staged inside `dir` and renamed one by one, the manifest last. On error
 /// nothing partial is left behind.
 pub fn unpack_to_dir(reader: &KpackReader, dir: &Path) -> Result<UnpackManifest> {
-    let manifest = UnpackManifest::for_archive(reader)?;
-    let json = serde_json::to_vec_pretty(&manifest).map_err(|e| {
-        Error::new(ErrorKind::Invalid {
-            field: "manifest".into(),
-            message: e.to_string(),
-        })
-    })?;
+    let entries = reader.entries_by_ordinal();
     // All or nothing, also into an existing directory: files are staged
     // beside it and committed in one journaled step (see `commit`); names
     // that already exist there are refused before anything moves.
     let commit_err = |e: crate::commit::CommitError| Error::from(e.error).with_path(&e.path);
     let stage = crate::commit::StagingDir::new(dir).map_err(commit_err)?;
-    let names: Vec<std::ffi::OsString> = manifest
-        .kernels
+    let names: Vec<std::ffi::OsString> = entries
         .iter()
-        .map(|k| k.file.clone().into())
+        .map(|e| unpack_file_name(e.ordinal, &e.key, &e.target).into())
         .chain(std::iter::once(UNPACK_MANIFEST.into()))
         .collect();
     if let Some(c) = stage.conflicts(&names).into_iter().next() {
@@ -272,15 +316,31 @@ pub fn unpack_to_dir(reader: &KpackReader, dir: &Path) -> Result<UnpackManifest>
         ))
         .with_path(c));
     }
-    let entries = reader.entries_by_ordinal();
-    entries
+    // Each code object is streamed into its file (256 KiB at a time) and
+    // hashed on the way: none is held whole, whatever its size.
+    let kernels = entries
         .par_iter()
-        .zip(manifest.kernels.par_iter())
-        .try_for_each(|(e, k)| -> Result<()> {
-            let data = reader.get_entry(e)?;
-            let p = stage.path().join(&k.file);
-            fs::write(&p, &*data).map_err(|err| Error::from(err).with_path(&p))
-        })?;
+        .map(|e| -> Result<UnpackedKernel> {
+            let p = stage
+                .path()
+                .join(unpack_file_name(e.ordinal, &e.key, &e.target));
+            let io = |err: std::io::Error| Error::from(err).with_path(&p);
+            let mut f =
+                std::io::BufWriter::with_capacity(1 << 18, fs::File::create(&p).map_err(io)?);
+            let (size, sha256) = stream_hashed(reader, e, &mut |b| {
+                std::io::Write::write_all(&mut f, b).map_err(io)
+            })?;
+            std::io::Write::flush(&mut f).map_err(io)?;
+            UnpackedKernel::of(e, size, sha256)
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let manifest = UnpackManifest::with_kernels(reader, kernels);
+    let json = serde_json::to_vec_pretty(&manifest).map_err(|e| {
+        Error::new(ErrorKind::Invalid {
+            field: "manifest".into(),
+            message: e.to_string(),
+        })
+    })?;
     let mpath = stage.path().join(UNPACK_MANIFEST);
     fs::write(&mpath, &json).map_err(|e| Error::from(e).with_path(&mpath))?;
     stage.commit().map_err(commit_err)?;

@@ -26,8 +26,8 @@ mod reader;
 mod writer;
 
 pub use dir::{
-    unpack_file_name, unpack_to_dir, LoadedKernel, UnpackManifest, UnpackedKernel, UNPACK_FORMAT,
-    UNPACK_MANIFEST,
+    unpack_file_name, unpack_to_dir, KernelFile, LoadedKernel, UnpackManifest, UnpackedKernel,
+    UNPACK_FORMAT, UNPACK_MANIFEST,
 };
 pub use error::{Error, ErrorKind, Result};
 pub use format::{

@@ -162,6 +162,36 @@ impl FileSrc {
     }
 }
 
+/// `left` bytes of `file` from `offset`, read with positioned reads; ends
+/// early (an error) if the file became shorter.
+struct FileRangeReader<'a> {
+    file: &'a fs::File,
+    offset: u64,
+    left: u64,
+}
+
+impl Read for FileRangeReader<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        use std::os::unix::fs::FileExt;
+        let want = buf
+            .len()
+            .min(usize::try_from(self.left).unwrap_or(usize::MAX));
+        if want == 0 {
+            return Ok(0);
+        }
+        let n = self.file.read_at(&mut buf[..want], self.offset)?;
+        if n == 0 {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                "the archive became shorter after it was opened",
+            ));
+        }
+        self.offset += n as u64;
+        self.left -= n as u64;
+        Ok(n)
+    }
+}
+
 /// The parsed, validated TOC of an archive.
 #[derive(Clone, Debug)]
 struct Parsed {
@@ -613,13 +643,35 @@ impl KpackReader {
         sink: &mut dyn FnMut(&[u8]) -> std::result::Result<(), E>,
     ) -> std::result::Result<(), E> {
         let loc = self.checked_location(e.ordinal).map_err(E::from)?;
-        let stored = self
-            .backing
-            .src()
-            .read_at(loc.offset, loc.size, "stored kernel")
-            .map_err(|x| E::from(x.with_path_opt(self.path.as_deref())))?;
-        stream_kernel(&stored, &self.p, loc, e, sink)
-            .map_err(|err| err.map_error(|x| x.with_path_opt(self.path.as_deref())))
+        let done = if let Backing::File(f) = &self.backing {
+            // Positioned reads through a fixed buffer: the stored bytes
+            // (a raw kernel or a zstd frame) are never held whole.
+            if loc
+                .offset
+                .checked_add(loc.size)
+                .is_none_or(|end| end > f.stamp.len)
+            {
+                return Err(E::from(
+                    past_end(loc.offset, loc.size, f.stamp.len, "stored kernel")
+                        .with_path_opt(self.path.as_deref()),
+                ));
+            }
+            let r = FileRangeReader {
+                file: &f.file,
+                offset: loc.offset,
+                left: loc.size,
+            };
+            let r = std::io::BufReader::with_capacity(STREAM_CHUNK, r);
+            stream_kernel(r, &self.p, loc, e, sink)
+        } else {
+            let stored = self
+                .backing
+                .src()
+                .read_at(loc.offset, loc.size, "stored kernel")
+                .map_err(|x| E::from(x.with_path_opt(self.path.as_deref())))?;
+            stream_kernel(&*stored, &self.p, loc, e, sink)
+        };
+        done.map_err(|err| err.map_error(|x| x.with_path_opt(self.path.as_deref())))
     }
 
     /// Check every zstd frame ([`KpackReader::check_frames`]), then decode
@@ -742,8 +794,8 @@ impl<E: From<Error>> StreamErr<E> {
 /// Largest piece [`KpackReader::stream_entry`] hands to its sink.
 pub const STREAM_CHUNK: usize = 256 << 10;
 
-fn stream_kernel<E>(
-    stored: &[u8],
+fn stream_kernel<E, R: std::io::BufRead>(
+    mut stored: R,
     p: &Parsed,
     loc: BlobLocation,
     e: &KernelEntry,
@@ -751,8 +803,26 @@ fn stream_kernel<E>(
 ) -> std::result::Result<(), StreamErr<E>> {
     match p.scheme {
         Scheme::None => {
-            for piece in stored.chunks(STREAM_CHUNK) {
-                sink(piece).map_err(StreamErr::Sink)?;
+            let mut total = 0u64;
+            loop {
+                let piece = stored.fill_buf().map_err(|x| {
+                    StreamErr::Archive(Error::at(loc.offset + total, ErrorKind::Io(x)))
+                })?;
+                if piece.is_empty() {
+                    break;
+                }
+                let n = piece.len().min(STREAM_CHUNK);
+                sink(&piece[..n]).map_err(StreamErr::Sink)?;
+                stored.consume(n);
+                total += n as u64;
+            }
+            if total != loc.size {
+                return Err(StreamErr::Archive(past_end(
+                    loc.offset,
+                    loc.size,
+                    loc.offset + total,
+                    "stored kernel",
+                )));
             }
             Ok(())
         }

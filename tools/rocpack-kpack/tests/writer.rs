@@ -483,3 +483,115 @@ else:
     );
     assert!(String::from_utf8_lossy(&out.stdout).contains("rejected"));
 }
+
+/// The window a zstd frame needs its decoder to accept (frame header:
+/// the content size for a single-segment frame, else the window descriptor).
+fn frame_window(frame: &[u8]) -> u64 {
+    assert_eq!(&frame[..4], &[0x28, 0xb5, 0x2f, 0xfd], "zstd magic");
+    let fhd = frame[4];
+    if fhd & 0x20 != 0 {
+        // Single segment: Frame_Content_Size (after an optional dictionary ID).
+        let did = [0usize, 1, 2, 4][(fhd & 3) as usize];
+        let fcs = [1usize, 2, 4, 8][(fhd >> 6) as usize];
+        let at = 5 + did;
+        let mut b = [0u8; 8];
+        b[..fcs].copy_from_slice(&frame[at..at + fcs]);
+        let v = u64::from_le_bytes(b);
+        return if fcs == 2 { v + 256 } else { v };
+    }
+    let wd = frame[5];
+    let base = 1u64 << (10 + (wd >> 3));
+    base + base / 8 * u64::from(wd & 7)
+}
+
+/// Issue 22 (e): archives at the high levels (19, the size-oriented choice
+/// README's level table recommends, and 22, the highest accepted) keep the
+/// format ROCm's runtime reads with its default decoder limits: every frame
+/// needs a window of at most 2^27 bytes, and both our reader (the streaming
+/// decoder the runtime library uses, default limits) and Python's
+/// `zstandard` with a default `ZstdDecompressor` (one-shot and streaming)
+/// decode every kernel. A code object of 10 MiB with a repeat 9 MiB apart
+/// (beyond level 19's 8 MiB window) make the window choice matter.
+#[test]
+fn high_level_archives_fit_default_decoder_limits() {
+    let ok = std::process::Command::new("python3")
+        .args(["-c", "import zstandard"])
+        .status()
+        .is_ok_and(|s| s.success());
+    let block = pseudo_random(22, 1 << 20);
+    let kernels: Vec<Vec<u8>> = (0..1u8)
+        .map(|k| {
+            let mut v = Vec::with_capacity(10 << 20);
+            for i in 0..10u8 {
+                let mut b = block.clone();
+                // Repeats 9 MiB apart; the rest differs per MiB.
+                b[0] = if i >= 9 { i - 9 } else { i };
+                b[1] = k;
+                v.extend_from_slice(&b);
+            }
+            v
+        })
+        .collect();
+    let dir = tempfile::tempdir().unwrap();
+    for level in [19, 22] {
+        let mut w = KpackWriter::new(Compression::Zstd { level });
+        w.group_name("g").arch_family("gfx900").arches(["gfx900"]);
+        for (k, data) in kernels.iter().enumerate() {
+            w.add(&format!("k#{k}"), "gfx900", data.clone()).unwrap();
+        }
+        let path = dir.path().join(format!("l{level}.kpack"));
+        std::fs::write(&path, w.to_vec().unwrap()).unwrap();
+        let r = KpackReader::open_file(&path).unwrap();
+        let bytes = std::fs::read(&path).unwrap();
+        for (k, data) in kernels.iter().enumerate() {
+            let e = r.entry(&format!("k#{k}"), "gfx900").unwrap();
+            let loc = r.blob_location(e.ordinal).unwrap();
+            let frame = &bytes[loc.offset as usize..(loc.offset + loc.size) as usize];
+            let window = frame_window(frame);
+            assert!(
+                window <= 1 << 27,
+                "level {level}: kernel {k} needs a {window}-byte window"
+            );
+            assert!(
+                r.get_entry(e).unwrap().as_ref() == data.as_slice(),
+                "level {level}: kernel {k} (our reader)"
+            );
+            let f = dir.path().join(format!("l{level}-{k}.zst"));
+            std::fs::write(&f, frame).unwrap();
+            std::fs::write(dir.path().join(format!("l{level}-{k}.want")), data).unwrap();
+        }
+    }
+    if !ok {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "python3-zstandard is missing (tests/ci/10-rust.sh installs it)"
+        );
+        eprintln!("SKIP: python3 zstandard not installed");
+        return;
+    }
+    let script = r#"
+import glob, os, sys, zstandard
+n = 0
+for f in sorted(glob.glob(os.path.join(sys.argv[1], "*.zst"))):
+    frame = open(f, "rb").read()
+    want = open(f[:-4] + ".want", "rb").read()
+    d = zstandard.ZstdDecompressor()
+    assert d.decompress(frame) == want, f + ": one-shot"
+    assert d.decompressobj().decompress(frame) == want, f + ": streaming"
+    n += 1
+print("decoded", n)
+"#;
+    let out = std::process::Command::new("python3")
+        .arg("-c")
+        .arg(script)
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("decoded 2"));
+}

@@ -225,7 +225,7 @@ impl SourceMeta {
         );
         s.push_str("# repo_revision: HEAD of that repository when the snapshot was cut.\n");
         s.push_str(
-            "# tree_digest: digest of this directory without metadata.txt; `snapctl check`\n",
+            "# tree_digest: digest of this directory = sha256 of manifest.txt; `snapctl check`\n",
         );
         s.push_str(
             "# verifies it, `snapctl record-patch` records deliberate edits (patch: lines).\n\n",
@@ -504,28 +504,71 @@ pub fn read_channel(repo: &Repo, ch: Channel) -> Result<Option<SourceMeta>> {
     SourceMeta::read(&p).map(Some)
 }
 
-/// The tree digest of a channel and, when it does not match what the
-/// metadata records, why (`Ok(Err(problem))`).
-pub fn verify_channel(
-    repo: &Repo,
-    ch: Channel,
-    m: &SourceMeta,
-) -> Result<(String, Option<String>)> {
+/// A channel's tree against its metadata (see [`verify_channel`]).
+#[derive(Clone, Debug)]
+pub struct Verdict {
+    /// Digest of the tree now.
+    pub actual: String,
+    /// Why the tree or its record cannot be trusted, if it cannot.
+    pub problem: Option<String>,
+    /// With a problem: each added, removed or changed entry against the
+    /// recorded `manifest.txt`, or one line saying why they cannot be named.
+    pub details: Vec<String>,
+}
+
+impl Verdict {
+    /// The problem and its details on one line (for errors).
+    fn summary(&self) -> Option<String> {
+        let p = self.problem.as_ref()?;
+        Some(if self.details.is_empty() {
+            p.clone()
+        } else {
+            format!("{p} ({})", self.details.join("; "))
+        })
+    }
+}
+
+/// Names each entry that differs between a channel's recorded manifest
+/// (which must be the manifest of `recorded`) and `now`.
+fn name_changes(dir: &Path, recorded: &str, now: &str) -> Vec<String> {
+    match tree::recorded_manifest(dir, recorded) {
+        Ok(old) => tree::diff(&old, now)
+            .iter()
+            .map(|c| c.to_string())
+            .collect(),
+        Err(why) => vec![why],
+    }
+}
+
+/// The tree of a channel against what its metadata records: the digest
+/// now and, when it does not match, why and which entries differ.
+pub fn verify_channel(repo: &Repo, ch: Channel, m: &SourceMeta) -> Result<Verdict> {
     let dir = repo.root.join(ch.dir());
-    let actual = tree::digest(&dir)?;
+    let now = tree::manifest(&dir)?;
+    let actual = tree::digest_of(&now);
     if let Some(p) = m.record_problem() {
-        return Ok((actual, Some(p)));
+        return Ok(Verdict {
+            actual,
+            problem: Some(p),
+            details: Vec::new(),
+        });
     }
     let recorded = m.tree_digest.as_deref().unwrap_or_default();
     if actual != recorded {
-        return Ok((
-            actual.clone(),
-            Some(format!(
+        let details = name_changes(&dir, recorded, &now);
+        return Ok(Verdict {
+            problem: Some(format!(
                 "tree digest {actual} differs from the recorded {recorded}: the tree was edited without being recorded"
             )),
-        ));
+            actual,
+            details,
+        });
     }
-    Ok((actual, None))
+    Ok(Verdict {
+        actual,
+        problem: None,
+        details: Vec::new(),
+    })
 }
 
 /// Archive name for a replaced channel directory: now, moved past the newest
@@ -568,8 +611,7 @@ fn plan_rotation(
     now: &chrono::DateTime<chrono::Utc>,
     taken: &mut Vec<String>,
 ) -> Result<SourceMeta> {
-    let (_, problem) = verify_channel(repo, Channel::Stable, stable)?;
-    if let Some(p) = problem {
+    if let Some(p) = verify_channel(repo, Channel::Stable, stable)?.summary() {
         return Err(Error::input(
             meta_path(repo, Channel::Stable),
             None,
@@ -591,7 +633,8 @@ fn plan_rotation(
     };
     plan.trees.push(TreePlan {
         fill: Box::new(move |p: &Path| {
-            let got = tree::copy_tree(&src, p)?;
+            let manifest = tree::copy_tree(&src, p)?;
+            let got = tree::digest_of(&manifest);
             if got != want {
                 return Err(Error::Digest {
                     what: format!(
@@ -602,6 +645,7 @@ fn plan_rotation(
                     actual: got,
                 });
             }
+            tree::write_manifest(p, &manifest)?;
             fsutil::write_durable(&p.join(tree::METADATA), text.as_bytes())
         }),
         dest: Channel::LastStable.dir().into(),
@@ -642,7 +686,7 @@ pub fn create(repo: &Repo, req: &SourceCreate) -> Result<SourceOutcome> {
             && cur.include == req.include
             && cur.exclude == req.exclude
             && cur.patches.is_empty();
-        if same_cut && verify_channel(repo, req.channel, cur)?.1.is_none() {
+        if same_cut && verify_channel(repo, req.channel, cur)?.problem.is_none() {
             return Ok(SourceOutcome {
                 recovered,
                 installed: vec![(req.channel.dir().into(), cur.clone())],
@@ -704,7 +748,9 @@ pub fn create(repo: &Repo, req: &SourceCreate) -> Result<SourceOutcome> {
     plan.trees.push(TreePlan {
         fill: Box::new(move |p: &Path| {
             archive_into(&gitrepo, &commit, &subtree, &inc, &exc, p)?;
-            let d = tree::digest(p)?;
+            let manifest = tree::manifest(p)?;
+            let d = tree::digest_of(&manifest);
+            tree::write_manifest(p, &manifest)?;
             let mut m = cell2.borrow_mut();
             m.cut_tree_digest = Some(d.clone());
             m.tree_digest = Some(d);
@@ -785,7 +831,8 @@ pub fn record_patch(
             ch.dir()
         )));
     };
-    let actual = tree::digest(&repo.root.join(ch.dir()))?;
+    let manifest = tree::manifest(&repo.root.join(ch.dir()))?;
+    let actual = tree::digest_of(&manifest);
     if m.tree_digest.as_deref() == Some(actual.as_str()) && m.record_problem().is_none() {
         return Err(Error::Usage(format!(
             "{}: the tree is unchanged ({actual}); nothing to record",
@@ -802,6 +849,10 @@ pub fn record_patch(
     m.tree_digest = Some(actual);
     m.era = Era::Snapctl;
     let mut plan = Plan::new("record-patch", ch.dir(), &now);
+    plan.install(
+        Source::Bytes(manifest.into_bytes()),
+        format!("{}/{}", ch.dir(), tree::MANIFEST),
+    );
     plan.install(
         Source::Bytes(m.render().into_bytes()),
         format!("{}/{}", ch.dir(), tree::METADATA),
@@ -879,35 +930,62 @@ pub fn check(
             continue;
         };
         seen += 1;
-        let (actual, problem) = verify_channel(&repo, ch, &m)?;
-        let mut problems: Vec<String> = problem.into_iter().collect();
+        let dir = repo.root.join(ch.dir());
+        let v = verify_channel(&repo, ch, &m)?;
+        let mut problems: Vec<(String, Vec<String>)> = v
+            .problem
+            .into_iter()
+            .map(|p| (p, v.details.clone()))
+            .collect();
         if let (Some(g), Some(cut)) = (git_repo, &m.cut_tree_digest) {
             let tmp = tempfile::tempdir().map_err(io_at(Path::new("$TMPDIR")))?;
             let d = tmp.path().join("t");
             let sub = m.subtree.clone().unwrap_or_default();
             match archive_into(g, &m.source_commit, &sub, &m.include, &m.exclude, &d)
-                .and_then(|_| tree::digest(&d))
+                .and_then(|_| tree::manifest(&d))
             {
-                Ok(fresh) if &fresh == cut => {}
-                Ok(fresh) => problems.push(format!(
-                    "source_commit {} cuts to {fresh}, but the snapshot was recorded as {cut}: the recorded commit is not what this tree came from",
-                    short(&m.source_commit)
+                Ok(fresh) if &tree::digest_of(&fresh) == cut => {}
+                Ok(fresh) => {
+                    // The recorded manifest is the cut's only while no patch was recorded.
+                    let details = if m.tree_digest.as_ref() == Some(cut) {
+                        name_changes(&dir, cut, &fresh)
+                    } else {
+                        Vec::new()
+                    };
+                    problems.push((
+                        format!(
+                            "source_commit {} cuts to {}, but the snapshot was recorded as {cut}: the recorded commit is not what this tree came from",
+                            short(&m.source_commit),
+                            tree::digest_of(&fresh)
+                        ),
+                        details,
+                    ))
+                }
+                Err(e) => problems.push((
+                    format!(
+                        "cannot re-cut source_commit {}: {e}",
+                        short(&m.source_commit)
+                    ),
+                    Vec::new(),
                 )),
-                Err(e) => problems.push(format!("cannot re-cut source_commit {}: {e}", short(&m.source_commit))),
             }
         }
         if problems.is_empty() {
             say!(
                 out,
-                "OK {} {actual} source_commit {} patches {}",
+                "OK {} {} source_commit {} patches {}",
                 ch.dir(),
+                v.actual,
                 short(&m.source_commit),
                 m.patches.len()
             );
         } else {
-            for p in problems {
+            for (p, details) in problems {
                 bad += 1;
                 say!(out, "BAD {}: {p}", ch.dir());
+                for d in details {
+                    say!(out, "    {d}");
+                }
             }
         }
     }

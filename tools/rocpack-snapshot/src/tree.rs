@@ -11,8 +11,13 @@
 //! dir  -                   <path>        directory (empty ones count too)
 //! ```
 //!
-//! The channel's own `metadata.txt` (at the top of the tree) is not part of it.
-//! Anything else (FIFO, device, socket) is an error, as is a path holding a newline.
+//! The channel's own `metadata.txt` and `manifest.txt` (at the top of the
+//! tree) are not part of it. Anything else (FIFO, device, socket) is an error,
+//! as is a path holding a newline.
+//!
+//! `manifest.txt` is that manifest as recorded with the snapshot: its sha256
+//! is the recorded digest, so it proves itself, and [`diff`] of it against the
+//! tree's manifest now names each added, removed and changed entry.
 
 use crate::error::{io_at, Error, Result};
 use crate::fsutil::{self, step};
@@ -24,6 +29,15 @@ use std::path::{Component, Path, PathBuf};
 
 /// Name of the metadata file at the top of a channel directory (not hashed).
 pub const METADATA: &str = "metadata.txt";
+/// Name of the recorded per-file manifest at the top of a channel directory (not hashed).
+pub const MANIFEST: &str = "manifest.txt";
+/// Largest recorded manifest read back (about a million entries of typical paths).
+pub const MAX_MANIFEST_BYTES: u64 = 256 << 20;
+
+/// Top-level names a snapshot reserves for its own files (never hashed, never cut).
+fn reserved(rel: &str) -> bool {
+    rel == METADATA || rel == MANIFEST
+}
 /// Most entries a snapshot tree may hold (files, links and directories).
 pub const MAX_ENTRIES: usize = 1_000_000;
 
@@ -56,7 +70,7 @@ fn open_no_follow(path: &Path) -> Result<File> {
 }
 
 /// Every entry under `dir` (relative paths, sorted by bytes), the top-level
-/// `metadata.txt` excluded. Symlinks are listed, never followed.
+/// `metadata.txt` and `manifest.txt` excluded. Symlinks are listed, never followed.
 pub fn list(dir: &Path) -> Result<Vec<(String, Entry)>> {
     let mut out = Vec::new();
     walk(dir, dir, &mut out)?;
@@ -75,7 +89,7 @@ fn walk(base: &Path, dir: &Path, out: &mut Vec<(String, Entry)>) -> Result<()> {
             .to_str()
             .ok_or_else(|| Error::input(&p, None, "path is not valid UTF-8"))?
             .to_string();
-        if rel == METADATA {
+        if reserved(&rel) {
             continue;
         }
         if rel.contains('\n') {
@@ -151,39 +165,123 @@ pub fn manifest(dir: &Path) -> Result<String> {
     Ok(text)
 }
 
-/// `sha256:<hex>` of [`manifest`].
-pub fn digest(dir: &Path) -> Result<String> {
-    let m = manifest(dir)?;
-    Ok(format!(
+/// `sha256:<hex>` of a manifest's text.
+pub fn digest_of(manifest: &str) -> String {
+    format!(
         "sha256:{}",
-        hex::encode(Sha256::digest(m.as_bytes()))
-    ))
+        hex::encode(Sha256::digest(manifest.as_bytes()))
+    )
 }
 
-/// Paths whose manifest lines differ between two manifests (added, removed or changed).
-pub fn changed_paths(old: &str, new: &str) -> Vec<String> {
-    use std::collections::BTreeMap;
-    let parse = |t: &str| -> BTreeMap<String, String> {
-        t.lines()
-            .filter_map(|l| {
-                let mut it = l.splitn(3, ' ');
-                let kind = it.next()?;
-                let rest = l.get(kind.len() + 1..)?.trim_start();
-                let (d, p) = rest.split_once(' ')?;
-                Some((p.to_string(), format!("{kind} {d}")))
+/// `sha256:<hex>` of [`manifest`].
+pub fn digest(dir: &Path) -> Result<String> {
+    Ok(digest_of(&manifest(dir)?))
+}
+
+/// Writes `manifest` as the channel directory's `manifest.txt` (durably).
+pub fn write_manifest(dir: &Path, manifest: &str) -> Result<()> {
+    fsutil::write_durable(&dir.join(MANIFEST), manifest.as_bytes())
+}
+
+/// The recorded `manifest.txt` of `dir`, when it is the manifest of `digest`.
+/// `Err` says why the changed entries cannot be named (never a hard error:
+/// the digest comparison already decided the verdict).
+pub fn recorded_manifest(dir: &Path, digest: &str) -> std::result::Result<String, String> {
+    let p = dir.join(MANIFEST);
+    if fs::symlink_metadata(&p).is_err() {
+        return Err(format!(
+            "no {MANIFEST} (the snapshot predates per-file manifests), so the changed files cannot be named; a new cut, a rotation or `snapctl record-patch` records one"
+        ));
+    }
+    let text = fsutil::read_text_bounded(&p, MAX_MANIFEST_BYTES)
+        .map_err(|e| format!("cannot read {MANIFEST}: {e}"))?;
+    if digest_of(&text) != digest {
+        return Err(format!(
+            "{MANIFEST} is not the manifest of {digest} (it was edited or is stale), so the changed files cannot be named"
+        ));
+    }
+    Ok(text)
+}
+
+/// How one entry differs between two manifests.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Change {
+    Added,
+    Removed,
+    /// What changed: "content", "x bit set", "symlink target", "file -> symlink", …
+    Changed(String),
+}
+
+/// One entry that differs between two manifests.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FileChange {
+    pub path: String,
+    pub change: Change,
+}
+
+impl std::fmt::Display for FileChange {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.change {
+            Change::Added => write!(f, "added   {}", self.path),
+            Change::Removed => write!(f, "removed {}", self.path),
+            Change::Changed(what) => write!(f, "changed {} ({what})", self.path),
+        }
+    }
+}
+
+/// Path -> (kind, digest) of a manifest's lines (malformed lines are skipped:
+/// a recorded manifest is trusted only after its digest matched).
+fn parse_manifest(t: &str) -> std::collections::BTreeMap<&str, (&str, &str)> {
+    t.lines()
+        .filter_map(|l| {
+            let (kind, rest) = l.split_once(' ')?;
+            let (d, p) = rest.trim_start().split_once(' ')?;
+            Some((p, (kind, d)))
+        })
+        .collect()
+}
+
+fn kind_name(kind: &str) -> &str {
+    match kind {
+        "file" => "file",
+        "exec" => "executable",
+        "link" => "symlink",
+        "dir" => "directory",
+        other => other,
+    }
+}
+
+/// Every entry that differs from `old` (the recorded manifest) to `new`,
+/// sorted by path bytes.
+pub fn diff(old: &str, new: &str) -> Vec<FileChange> {
+    let (a, b) = (parse_manifest(old), parse_manifest(new));
+    let mut paths: Vec<&str> = a.keys().chain(b.keys()).copied().collect();
+    paths.sort_unstable_by(|x, y| x.as_bytes().cmp(y.as_bytes()));
+    paths.dedup();
+    paths
+        .into_iter()
+        .filter_map(|p| {
+            let change = match (a.get(p), b.get(p)) {
+                (None, Some(_)) => Change::Added,
+                (Some(_), None) => Change::Removed,
+                (Some(x), Some(y)) if x == y => return None,
+                (Some((ka, da)), Some((kb, db))) => Change::Changed(match (*ka, *kb) {
+                    (k1, k2) if k1 == k2 && k1 == "link" => "symlink target".into(),
+                    (k1, k2) if k1 == k2 => "content".into(),
+                    ("file", "exec") if da == db => "x bit set".into(),
+                    ("exec", "file") if da == db => "x bit cleared".into(),
+                    ("file", "exec") => "content, x bit set".into(),
+                    ("exec", "file") => "content, x bit cleared".into(),
+                    (k1, k2) => format!("{} -> {}", kind_name(k1), kind_name(k2)),
+                }),
+                (None, None) => return None,
+            };
+            Some(FileChange {
+                path: p.to_string(),
+                change,
             })
-            .collect()
-    };
-    let (a, b) = (parse(old), parse(new));
-    let mut out: Vec<String> = a
-        .keys()
-        .chain(b.keys())
-        .filter(|k| a.get(*k) != b.get(*k))
-        .cloned()
-        .collect();
-    out.sort();
-    out.dedup();
-    out
+        })
+        .collect()
 }
 
 fn write_file(dst: &Path, mut from: impl Read, exec: bool, label: &Path) -> Result<()> {
@@ -214,11 +312,12 @@ fn fsync_dirs(dir: &Path) -> Result<()> {
     fsutil::fsync_dir(dir)
 }
 
-/// Copies the tree `src` (top-level `metadata.txt` excluded) into the new
-/// directory `dst`: files with their x bit, symlinks as symlinks, empty
-/// directories too; everything fsynced. Returns the digest of the copy, so a
-/// caller can compare it with the source's recorded digest (a file rewritten
-/// while it was copied shows up as a mismatch, never as silently mixed bytes).
+/// Copies the tree `src` (top-level `metadata.txt` and `manifest.txt`
+/// excluded) into the new directory `dst`: files with their x bit, symlinks
+/// as symlinks, empty directories too; everything fsynced. Returns the
+/// [`manifest`] of the copy, so a caller can compare its digest with the
+/// source's recorded one (a file rewritten while it was copied shows up as a
+/// mismatch, never as silently mixed bytes).
 pub fn copy_tree(src: &Path, dst: &Path) -> Result<String> {
     fs::create_dir(dst).map_err(io_at(dst))?;
     for (rel, e) in list(src)? {
@@ -233,7 +332,7 @@ pub fn copy_tree(src: &Path, dst: &Path) -> Result<String> {
         }
     }
     fsync_dirs(dst)?;
-    digest(dst)
+    manifest(dst)
 }
 
 /// A relative path of a tar entry, refused when absolute, with `..`, or empty.
@@ -267,11 +366,14 @@ pub fn extract_tar(stream: impl Read, dst: &Path) -> Result<usize> {
         let raw = ent.path().map_err(io_at(&label))?.into_owned();
         let rel = safe_rel(&raw)
             .ok_or_else(|| Error::input(&label, None, format!("unsafe path {}", raw.display())))?;
-        if rel.as_os_str() == METADATA {
+        if rel.to_str().is_some_and(reserved) {
             return Err(Error::input(
                 &label,
                 None,
-                "the archive has a top-level metadata.txt, which a snapshot reserves for its metadata",
+                format!(
+                    "the archive has a top-level {}, a name a snapshot reserves for its own files ({METADATA}, {MANIFEST})",
+                    rel.display()
+                ),
             ));
         }
         n += 1;
@@ -345,9 +447,11 @@ mod tests {
         std::os::unix::fs::symlink("f.c", d.join("x/l")).unwrap();
         let d0 = digest(&d).unwrap();
         fs::write(d.join(METADATA), "still ignored").unwrap();
+        fs::write(d.join(MANIFEST), "ignored too").unwrap();
         assert_eq!(digest(&d).unwrap(), d0);
         let c = t.path().join("copy");
-        assert_eq!(copy_tree(&d, &c).unwrap(), d0);
+        assert_eq!(digest_of(&copy_tree(&d, &c).unwrap()), d0);
+        assert!(!c.join(MANIFEST).exists());
         assert!(fs::symlink_metadata(c.join("x/l"))
             .unwrap()
             .file_type()
@@ -359,8 +463,53 @@ mod tests {
         assert_ne!(digest(&d).unwrap(), d1);
         fs::remove_file(d.join("x/l")).unwrap();
         std::os::unix::fs::symlink("g.c", d.join("x/l")).unwrap();
+        fs::write(d.join("x/new.c"), "int n;\n").unwrap();
         let m0 = manifest(&c).unwrap();
         let m1 = manifest(&d).unwrap();
-        assert_eq!(changed_paths(&m0, &m1), vec!["x/f.c", "x/l", "x/y"]);
+        let shown: Vec<String> = diff(&m0, &m1).iter().map(|c| c.to_string()).collect();
+        assert_eq!(
+            shown,
+            vec![
+                "changed x/f.c (x bit set)",
+                "changed x/l (symlink target)",
+                "added   x/new.c",
+                "removed x/y",
+            ]
+        );
+        assert!(diff(&m0, &m0).is_empty());
+    }
+
+    #[test]
+    fn diff_names_kind_and_content_changes() {
+        let old = "dir  - a\nfile 11 a/b\nexec 22 a/c\nfile 33 a/d\n";
+        let new = "dir  - a\nlink 44 a/b\nexec 23 a/c\nexec 34 a/d\n";
+        let shown: Vec<String> = diff(old, new).iter().map(|c| c.to_string()).collect();
+        assert_eq!(
+            shown,
+            vec![
+                "changed a/b (file -> symlink)",
+                "changed a/c (content)",
+                "changed a/d (content, x bit set)",
+            ]
+        );
+    }
+
+    #[test]
+    fn recorded_manifest_proves_itself() {
+        let t = tempfile::tempdir().unwrap();
+        let d = t.path();
+        fs::write(d.join("f"), "x").unwrap();
+        let m = manifest(d).unwrap();
+        let dg = digest_of(&m);
+        assert!(recorded_manifest(d, &dg)
+            .unwrap_err()
+            .contains("no manifest.txt"));
+        write_manifest(d, &m).unwrap();
+        assert_eq!(recorded_manifest(d, &dg).unwrap(), m);
+        assert_eq!(digest(d).unwrap(), dg, "manifest.txt is not hashed");
+        fs::write(d.join(MANIFEST), m.replace("file", "exec")).unwrap();
+        assert!(recorded_manifest(d, &dg)
+            .unwrap_err()
+            .contains("not the manifest of"));
     }
 }

@@ -228,6 +228,61 @@ pub fn output_within(mut cmd: Command, limit: std::time::Duration, what: &str) -
     child.wait_with_output().expect("output")
 }
 
+/// Runs `sh -c cmd` in `dir`; panics with its stderr unless it succeeds.
+pub fn sh(dir: &Path, cmd: &str) -> Output {
+    let o = Command::new("sh")
+        .current_dir(dir)
+        .args(["-c", cmd])
+        .output()
+        .unwrap_or_else(|e| panic!("sh -c {cmd}: {e}"));
+    assert!(o.status.success(), "{cmd}: {}", stderr(&o));
+    o
+}
+
+// --------------------------------------------------------------------- git
+
+/// Runs `git args` in `dir` isolated from the user's and the system's git
+/// configuration (`HOME` is `dir`); panics unless it succeeds. Returns its
+/// stdout without the trailing newline.
+pub fn git(dir: &Path, args: &[&str]) -> String {
+    let o = Command::new("git")
+        .current_dir(dir)
+        .args(args)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("HOME", dir)
+        .output()
+        .unwrap_or_else(|e| panic!("git {args:?}: {e}"));
+    assert!(o.status.success(), "git {args:?}: {}", stderr(&o));
+    stdout(&o).trim_end().to_string()
+}
+
+/// A new git repository at `dir` (created), on branch `main`, with a test
+/// author, so commits work on a machine without any git configuration.
+pub fn git_init(dir: &Path) {
+    fs::create_dir_all(dir).unwrap_or_else(|e| panic!("mkdir {}: {e}", dir.display()));
+    git(dir, &["init", "-q", "-b", "main"]);
+    git(dir, &["config", "user.email", "t@example.com"]);
+    git(dir, &["config", "user.name", "T"]);
+}
+
+/// `git add -A` and a commit with `message`; returns the new commit's id.
+pub fn git_commit_all(dir: &Path, message: &str) -> String {
+    git(dir, &["add", "-A"]);
+    git(dir, &["commit", "-q", "-m", message]);
+    git(dir, &["rev-parse", "HEAD"])
+}
+
+/// Lowercase hex SHA-256 of the git object `blob` (read with `git cat-file`).
+pub fn git_blob_sha256(repo: &Path, blob: &str) -> String {
+    let o = Command::new("git")
+        .current_dir(repo)
+        .args(["cat-file", "blob", blob])
+        .output()
+        .unwrap_or_else(|e| panic!("git cat-file {blob}: {e}"));
+    assert!(o.status.success(), "git cat-file {blob}: {}", stderr(&o));
+    sha256_hex(&o.stdout)
+}
+
 /// A path as `&str` (test paths are UTF-8).
 pub fn s(p: &Path) -> &str {
     p.to_str().expect("UTF-8 path")
@@ -407,6 +462,21 @@ pub fn snapshot(root: &Path) -> BTreeMap<String, Node> {
     out
 }
 
+/// The names of the entries of directory `dir` (not recursive), sorted.
+pub fn dir_names(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("read {}: {e}", dir.display()))
+        .map(|e| {
+            e.expect("directory entry")
+                .file_name()
+                .into_string()
+                .expect("UTF-8 file name")
+        })
+        .collect();
+    names.sort();
+    names
+}
+
 /// Files and symlinks below `root` (relative paths, sorted).
 pub fn list_files(root: &Path) -> Vec<String> {
     snapshot(root)
@@ -571,6 +641,7 @@ mod tests {
             snapshot(&d.path().join("copy"))
         );
         assert_eq!(list_files(&d.path().join("a")), ["b/c.txt", "l"]);
+        assert_eq!(dir_names(&d.path().join("a")), ["b", "l"]);
         flip_byte(&d.path().join("copy/b/c.txt"), 0);
         assert_ne!(
             snapshot(&d.path().join("a")),

@@ -130,6 +130,10 @@ enum Cmd {
         /// The file the build uses now for PATH, PATH=FILE (repeatable).
         #[arg(long = "input", value_name = "PATH=FILE")]
         inputs: Vec<String>,
+        /// The same as two arguments, `--input-pair PATH FILE` (for build
+        /// systems that pass FILE as its own argument, e.g. Buck2).
+        #[arg(long = "input-pair", num_args = 2, value_names = ["PATH", "FILE"])]
+        input_pairs: Vec<String>,
         #[arg(long, default_value = "the library")]
         library: String,
         #[arg(long, default_value = "prebuilt")]
@@ -323,25 +327,29 @@ fn run(cli: Cli) -> rocpack_snapshot::Result<u8> {
         ),
         Cmd::AbiCheck {
             expect,
-            inputs,
+            mut inputs,
+            input_pairs,
             library,
             channel,
             version,
             recut,
             dev,
             stamp,
-        } => rocpack_snapshot::abi::run_check(
-            &expect,
-            &inputs,
-            &rocpack_snapshot::abi::Context {
-                library,
-                channel,
-                version,
-                recut,
-                dev,
-            },
-            stamp.as_deref(),
-        ),
+        } => {
+            inputs.extend(input_pairs.chunks(2).map(|p| p.join("=")));
+            rocpack_snapshot::abi::run_check(
+                &expect,
+                &inputs,
+                &rocpack_snapshot::abi::Context {
+                    library,
+                    channel,
+                    version,
+                    recut,
+                    dev,
+                },
+                stamp.as_deref(),
+            )
+        }
         Cmd::Rollback {
             root,
             version,

@@ -9,21 +9,10 @@ mod common;
 use common::*;
 use std::fs;
 use std::path::Path;
-use std::process::Command;
 
 const POINT_V1: &str = "struct point { int x; int y; };\n";
 /// The dependency grew a field in front: every offset moved.
 const POINT_V2: &str = "struct point { long id; int x; int y; };\n";
-
-fn sh(dir: &Path, cmd: &str) -> std::process::Output {
-    let o = Command::new("sh")
-        .current_dir(dir)
-        .args(["-c", cmd])
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{cmd}: {}", stderr(&o));
-    o
-}
 
 /// Links `app.c` (compiled against the current dep/point.h) with the
 /// snapshot's archive and returns what the program prints.
@@ -49,8 +38,7 @@ fn abi_check(w: &Path, extra: &[&str]) -> std::process::Output {
     }
     args.extend(["--input".into(), "dep/point.h=dep/point.h".into()]);
     args.extend(extra.iter().map(|s| s.to_string()));
-    let a: Vec<&str> = args.iter().map(String::as_str).collect();
-    snapctl(w, &a, &[])
+    snapctl(w, &args, &[])
 }
 
 #[test]
@@ -139,6 +127,31 @@ fn struct_layout_change_wrong_result_without_guard_stopped_with_it() {
         "{err}"
     );
     assert!(!w.join("bad.stamp").exists());
+    // The same check with the input as two arguments (what the Buck2 rule passes).
+    let meta = fs::read_to_string(w.join("root/stable/7.0/metadata.txt")).unwrap();
+    let recorded = meta
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("dep/point.h: "))
+        .unwrap()
+        .to_string();
+    let expect = format!("dep/point.h={recorded}");
+    let pair = |file: &str| {
+        snapctl(
+            w,
+            &[
+                "abi-check",
+                "--expect",
+                &expect,
+                "--input-pair",
+                "dep/point.h",
+                file,
+            ],
+            &[],
+        )
+    };
+    fails_with(&pair("dep/point.h"), 1, "changed: dep/point.h");
+    fs::write(w.join("v1.h"), POINT_V1).unwrap();
+    assert_eq!(code(&pair("v1.h")), 0);
 
     // Re-cut against the new layout: the guard passes again and the sum is right.
     sh(

@@ -6,7 +6,6 @@ use common::*;
 use std::collections::BTreeMap;
 use std::fs;
 use std::path::Path;
-use std::process::Command;
 
 const FAULT_EXIT: i32 = 86;
 
@@ -144,10 +143,7 @@ fn two_concurrent_creates_both_land_in_order() {
     let s = template_with_two_creates(false); // stable = 2, last-stable = 1
     let (a4, a5) = (s.artifact(4), s.artifact(5));
     let spawn = |n: u64| {
-        Command::new(bin())
-            .current_dir(s.path())
-            .args(s.create_args(n, "6.4"))
-            .env("SOURCE_DATE_EPOCH", EPOCH)
+        snapctl_cmd(s.path(), &s.create_args(n, "6.4"))
             .spawn()
             .unwrap()
     };
@@ -229,10 +225,7 @@ fn second_create_waits_for_the_lock_or_times_out() {
     );
     assert_same_tree(&before, &tree(&s.root()), "timed-out create");
     // Waits, then proceeds once the lock is released.
-    let child = Command::new(bin())
-        .current_dir(s.path())
-        .args(s.create_args(2, "6.4"))
-        .env("SOURCE_DATE_EPOCH", EPOCH)
+    let child = snapctl_cmd(s.path(), &s.create_args(2, "6.4"))
         .stderr(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .spawn()

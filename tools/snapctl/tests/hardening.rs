@@ -9,10 +9,10 @@
 mod common;
 
 use common::*;
+use rocpack_testsupport::mkfifo;
 use std::fs;
 use std::io::{BufRead, BufReader};
-use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 /// Names in the store's `cas/sha256/` that are not blobs.
@@ -39,10 +39,7 @@ fn kill_during_upload_leaves_no_temp_file_in_the_store() {
     let f = fs::File::create(&big).unwrap();
     f.set_len(1 << 30).unwrap();
     drop(f);
-    let mut child = Command::new(bin())
-        .current_dir(s.path())
-        .args(s.create_args(2, "6.4"))
-        .env_remove("SOURCE_DATE_EPOCH")
+    let mut child = snapctl_now_cmd(s.path(), &s.create_args(2, "6.4"))
         .env("SNAPCTL_TRACE_STEPS", "1")
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -98,10 +95,7 @@ fn artifact_truncated_while_copied_is_never_published_torn() {
         let mut args = s.create_args(1, "6.4");
         args.pop();
         args.push(format!("rcclx={:040x}", 100 + round));
-        let mut child = Command::new(bin())
-            .current_dir(s.path())
-            .args(&args)
-            .env_remove("SOURCE_DATE_EPOCH")
+        let mut child = snapctl_now_cmd(s.path(), &args)
             .env("SNAPCTL_TRACE_STEPS", "1")
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -327,19 +321,6 @@ fn corrupt_local_blob_is_replaced_by_the_next_upload() {
     assert_eq!(sha256_hex(&fs::read(&blob).unwrap()), sha);
     assert_eq!(store_temps(&s), Vec::<String>::new());
     ok(&s.cmd(&["verify", "--snapshots-root", "root", "--all"]));
-}
-
-/// snapctl with a 256 MiB address-space ceiling; panics when it runs 20 s.
-fn bounded(s: &Scratch, args: &[&str]) -> Output {
-    let mut cmd = rocpack_testsupport::under_vmem_limit(bin(), 262_144);
-    cmd.current_dir(s.path())
-        .args(args)
-        .env_remove("SOURCE_DATE_EPOCH");
-    rocpack_testsupport::output_within(cmd, Duration::from_secs(20), &format!("snapctl {args:?}"))
-}
-
-fn mkfifo(p: &Path) {
-    assert!(Command::new("mkfifo").arg(p).status().unwrap().success());
 }
 
 /// Item 6: the journal and the lock of `.snapctl/` as special files (a

@@ -5,20 +5,13 @@ mod common;
 
 use std::collections::BTreeSet;
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Output, Stdio};
 
 use common::*;
 
 /// snapctl with the real clock.
 fn real_clock(s: &Scratch, args: &[String]) -> Output {
-    Command::new(bin())
-        .current_dir(s.path())
-        .args(args)
-        .env_remove("SOURCE_DATE_EPOCH")
-        .env_remove("SNAPCTL_FAIL_AT")
-        .output()
-        .unwrap()
+    snapctl_now(s.path(), args)
 }
 
 /// Every commit reachable from stable, last-stable and archives of `ver`.
@@ -91,10 +84,7 @@ fn concurrent_creates_lose_no_snapshot() {
         let children: Vec<_> = (1..=per_round)
             .map(|k| {
                 let i = r * per_round + k;
-                Command::new(bin())
-                    .current_dir(s.path())
-                    .args(s.create_args(i, "7.0"))
-                    .env_remove("SOURCE_DATE_EPOCH")
+                snapctl_now_cmd(s.path(), &s.create_args(i, "7.0"))
                     .stdout(Stdio::null())
                     .stderr(Stdio::piped())
                     .spawn()
@@ -107,31 +97,6 @@ fn concurrent_creates_lose_no_snapshot() {
         }
     }
     assert_none_lost(&s.root(), "7.0", rounds * per_round);
-}
-
-/// Run snapctl with a 256 MiB address-space ceiling and a 20 s hang guard.
-fn bounded(s: &Scratch, args: &[&str]) -> Output {
-    let mut child = Command::new("sh")
-        .current_dir(s.path())
-        .arg("-c")
-        .arg("ulimit -v 262144; exec \"$0\" \"$@\"")
-        .arg(bin())
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let start = Instant::now();
-    loop {
-        if child.try_wait().unwrap().is_some() {
-            return child.wait_with_output().unwrap();
-        }
-        if start.elapsed() > Duration::from_secs(20) {
-            let _ = child.kill();
-            panic!("snapctl {args:?} hangs");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 #[test]
@@ -149,8 +114,7 @@ fn special_files_are_refused_not_read() {
     let o = bounded(&s, &["status", "--snapshots-root", "root"]);
     fails_with(&o, 2, "not a regular file");
     std::fs::remove_file(&meta).unwrap();
-    let st = Command::new("mkfifo").arg(&meta).status().unwrap();
-    assert!(st.success());
+    rocpack_testsupport::mkfifo(&meta);
     let o = bounded(&s, &["status", "--snapshots-root", "root"]);
     fails_with(&o, 2, "FIFO");
     std::fs::remove_file(&meta).unwrap();

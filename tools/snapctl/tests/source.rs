@@ -5,7 +5,7 @@
 mod common;
 
 use common::*;
-use rocpack_testsupport::{snapshot, Node};
+use rocpack_testsupport::{git, git_blob_sha256, git_commit_all, git_init, snapshot, Node};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
@@ -13,27 +13,12 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-fn git(dir: &Path, args: &[&str]) -> String {
-    let o = Command::new("git")
-        .current_dir(dir)
-        .args(args)
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("HOME", dir)
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "git {args:?}: {}", stderr(&o));
-    stdout(&o).trim_end().to_string()
-}
-
 /// A git repository `src/` with a library `lib/rcl` (two packages, a
 /// symlink, an executable, a tests/ dir) and `n` commits changing it.
 /// Returns the commit ids, oldest first.
 fn make_repo(dir: &Path, n: usize) -> Vec<String> {
     let r = dir.join("src");
-    fs::create_dir_all(&r).unwrap();
-    git(&r, &["init", "-q", "-b", "main"]);
-    git(&r, &["config", "user.email", "t@example.com"]);
-    git(&r, &["config", "user.name", "T"]);
+    git_init(&r);
     let lib = r.join("lib/rcl");
     fs::create_dir_all(lib.join("core")).unwrap();
     fs::create_dir_all(lib.join("tests")).unwrap();
@@ -57,12 +42,7 @@ fn make_repo(dir: &Path, n: usize) -> Vec<String> {
             ),
         )
         .unwrap();
-        git(&r, &["add", "-A"]);
-        git(
-            &r,
-            &["commit", "-q", "-m", &format!("rcl drop {i}: nranks check")],
-        );
-        ids.push(git(&r, &["rev-parse", "HEAD"]));
+        ids.push(git_commit_all(&r, &format!("rcl drop {i}: nranks check")));
     }
     ids
 }
@@ -83,14 +63,7 @@ fn expected_tree(repo: &Path, commit: &str) -> BTreeMap<String, Node> {
             "120000" => Node::Link(PathBuf::from(git(repo, &["cat-file", "blob", f[2]]))),
             m => Node::File {
                 mode: if m == "100755" { 0o755 } else { 0o644 },
-                sha: {
-                    let o = Command::new("git")
-                        .current_dir(repo)
-                        .args(["cat-file", "blob", f[2]])
-                        .output()
-                        .unwrap();
-                    sha256_hex(&o.stdout)
-                },
+                sha: git_blob_sha256(repo, f[2]),
             },
         };
         out.insert(path.to_string(), node);
@@ -99,11 +72,17 @@ fn expected_tree(repo: &Path, commit: &str) -> BTreeMap<String, Node> {
     out
 }
 
-/// A channel's tree without its metadata.txt.
-fn channel_tree(root: &Path, ch: &str) -> BTreeMap<String, Node> {
-    let mut t = snapshot(&root.join(ch));
+/// A snapshot directory's tree without its own files (metadata.txt, manifest.txt).
+fn snapshot_tree(dir: &Path) -> BTreeMap<String, Node> {
+    let mut t = snapshot(dir);
     t.remove("metadata.txt");
+    t.remove("manifest.txt");
     t
+}
+
+/// A channel's tree without its own files.
+fn channel_tree(root: &Path, ch: &str) -> BTreeMap<String, Node> {
+    snapshot_tree(&root.join(ch))
 }
 
 fn meta_value(root: &Path, ch: &str, key: &str) -> Option<String> {
@@ -135,23 +114,8 @@ fn cut_args(rev: &str) -> Vec<String> {
     .collect()
 }
 
-fn run_in(dir: &Path, args: &[String], real_clock: bool) -> Output {
-    let mut c = Command::new(bin());
-    c.current_dir(dir).args(args).env_remove("SNAPCTL_FAIL_AT");
-    if real_clock {
-        c.env_remove("SOURCE_DATE_EPOCH");
-    } else {
-        c.env("SOURCE_DATE_EPOCH", EPOCH);
-    }
-    c.output().unwrap()
-}
-
-fn sv(a: &[&str]) -> Vec<String> {
-    a.iter().map(|s| s.to_string()).collect()
-}
-
 fn check(dir: &Path) -> Output {
-    run_in(dir, &sv(&["check", "--snapshots-root", "root"]), true)
+    snapctl_now(dir, &["check", "--snapshots-root", "root"])
 }
 
 #[test]
@@ -163,7 +127,7 @@ fn cut_rotate_patch_and_check() {
     let root = d.join("root");
 
     // First cut: stable = ids[0], exactly git's content, symlink kept, tests excluded.
-    let out = ok(&run_in(d, &cut_args(&ids[0]), true));
+    let out = ok(&snapctl_now(d, &cut_args(&ids[0])));
     assert!(out.contains("stable <- "), "{out}");
     assert_eq!(channel_tree(&root, "stable"), expected_tree(&src, &ids[0]));
     assert!(fs::symlink_metadata(root.join("stable/lib/rcl/api.h"))
@@ -216,14 +180,22 @@ fn cut_rotate_patch_and_check() {
         msg.contains("BAD stable") && msg.contains("edited without being recorded"),
         "{msg}"
     );
-    fails_with(
-        &run_in(d, &cut_args(&ids[1]), true),
+    assert!(
+        msg.contains("\n    changed lib/rcl/core/impl.c (content)\n"),
+        "{msg}"
+    );
+    let err = fails_with(
+        &snapctl_now(d, &cut_args(&ids[1])),
         2,
         "refusing to rotate stable",
     );
-    let o = run_in(
+    assert!(
+        err.contains("changed lib/rcl/core/impl.c (content)"),
+        "{err}"
+    );
+    let o = snapctl_now(
         d,
-        &sv(&[
+        &[
             "record-patch",
             "--snapshots-root",
             "root",
@@ -233,15 +205,14 @@ fn cut_rotate_patch_and_check() {
             "dev@example.com",
             "--why",
             "backport of the init-hang fix",
-        ]),
-        true,
+        ],
     );
     ok(&o);
     ok(&check(d));
     let patched = channel_tree(&root, "stable");
-    let again = run_in(
+    let again = snapctl_now(
         d,
-        &sv(&[
+        &[
             "record-patch",
             "--snapshots-root",
             "root",
@@ -249,13 +220,12 @@ fn cut_rotate_patch_and_check() {
             "x",
             "--why",
             "y",
-        ]),
-        true,
+        ],
     );
     fails_with(&again, 2, "nothing to record");
 
     // Second cut rotates: last-stable = the patched stable, byte for byte.
-    ok(&run_in(d, &cut_args(&ids[1]), true));
+    ok(&snapctl_now(d, &cut_args(&ids[1])));
     assert_eq!(channel_tree(&root, "last-stable"), patched);
     assert_eq!(channel_tree(&root, "stable"), expected_tree(&src, &ids[1]));
     assert_eq!(
@@ -272,17 +242,15 @@ fn cut_rotate_patch_and_check() {
     ok(&check(d));
 
     // Third cut: the old last-stable goes to archives/, whole.
-    ok(&run_in(d, &cut_args(&ids[2]), true));
+    ok(&snapctl_now(d, &cut_args(&ids[2])));
     let arch: Vec<_> = fs::read_dir(root.join("archives"))
         .unwrap()
         .map(|e| e.unwrap().path())
         .collect();
     assert_eq!(arch.len(), 1, "{arch:?}");
-    let mut a = snapshot(&arch[0]);
-    a.remove("metadata.txt");
-    assert_eq!(a, patched);
+    assert_eq!(snapshot_tree(&arch[0]), patched);
     // Same cut again: nothing to do.
-    let out = ok(&run_in(d, &cut_args(&ids[2]), true));
+    let out = ok(&snapctl_now(d, &cut_args(&ids[2])));
     assert!(out.contains("nothing to do"), "{out}");
 
     // Hand-editing tree_digest to hide an edit is caught too.
@@ -316,11 +284,7 @@ fn cut_rotate_patch_and_check() {
     )
     .unwrap();
     ok(&check(d));
-    let o = run_in(
-        d,
-        &sv(&["check", "--snapshots-root", "root", "--repo", "src"]),
-        true,
-    );
+    let o = snapctl_now(d, &["check", "--snapshots-root", "root", "--repo", "src"]);
     assert_eq!(code(&o), 1, "{}", stdout(&o));
     assert!(
         stdout(&o).contains("is not what this tree came from"),
@@ -334,20 +298,152 @@ fn recorded_commit_drift_is_red_with_repo() {
     let t = rocpack_testsupport::tempdir();
     let d = t.path();
     let ids = make_repo(d, 2);
-    ok(&run_in(d, &cut_args(&ids[0]), true));
-    let with_repo = sv(&["check", "--snapshots-root", "root", "--repo", "src"]);
-    ok(&run_in(d, &with_repo, true));
+    ok(&snapctl_now(d, &cut_args(&ids[0])));
+    let with_repo = ["check", "--snapshots-root", "root", "--repo", "src"];
+    ok(&snapctl_now(d, &with_repo));
     // Upstream's failure: the recorded commit names another commit than the contents.
     let mp = d.join("root/stable/metadata.txt");
     let text = fs::read_to_string(&mp).unwrap();
     fs::write(&mp, text.replace(&ids[0], &ids[1])).unwrap();
     ok(&check(d)); // the tree itself is unchanged...
-    let o = run_in(d, &with_repo, true);
+    let o = snapctl_now(d, &with_repo);
     assert_eq!(code(&o), 1);
     assert!(
         stdout(&o).contains("is not what this tree came from"),
         "{}",
         stdout(&o)
+    );
+}
+
+/// `manifest.txt` of a channel, checked against the recorded tree_digest.
+fn recorded_manifest(root: &Path, ch: &str) -> String {
+    let m = fs::read_to_string(root.join(ch).join("manifest.txt")).unwrap();
+    assert_eq!(
+        format!("sha256:{}", sha256_hex(m.as_bytes())),
+        meta_value(root, ch, "tree_digest").unwrap(),
+        "{ch}/manifest.txt is not the manifest of its tree_digest"
+    );
+    m
+}
+
+#[test]
+fn check_names_each_added_removed_and_changed_file() {
+    let t = rocpack_testsupport::tempdir();
+    let d = t.path();
+    let ids = make_repo(d, 2);
+    let root = d.join("root");
+    ok(&snapctl_now(d, &cut_args(&ids[0])));
+    // The cut records its manifest: one line per entry, its sha256 the tree digest.
+    let m = recorded_manifest(&root, "stable");
+    assert!(
+        m.contains(" lib/rcl/core/impl.c\n") && m.starts_with("dir  - lib\n"),
+        "{m}"
+    );
+    let rcl = root.join("stable/lib/rcl");
+    fs::write(
+        rcl.join("core/impl.c"),
+        "int rcl_add(int a, int b) { return 0; }\n",
+    )
+    .unwrap();
+    fs::write(rcl.join("core/extra.c"), "int extra;\n").unwrap();
+    fs::remove_file(rcl.join("api.h")).unwrap();
+    fs::set_permissions(rcl.join("build.sh"), fs::Permissions::from_mode(0o644)).unwrap();
+    let o = check(d);
+    let msg = stdout(&o);
+    assert_eq!(code(&o), 1, "{msg}");
+    let named: Vec<&str> = msg.lines().filter(|l| l.starts_with("    ")).collect();
+    assert_eq!(
+        named,
+        [
+            "    removed lib/rcl/api.h",
+            "    changed lib/rcl/build.sh (x bit cleared)",
+            "    added   lib/rcl/core/extra.c",
+            "    changed lib/rcl/core/impl.c (content)",
+        ],
+        "{msg}"
+    );
+    // A deliberate edit: record-patch records the new manifest with it, and the
+    // next edit is named against the patched tree, not the cut.
+    ok(&snapctl_now(
+        d,
+        &[
+            "record-patch",
+            "--snapshots-root",
+            "root",
+            "--who",
+            "a",
+            "--why",
+            "b",
+        ],
+    ));
+    ok(&check(d));
+    recorded_manifest(&root, "stable");
+    fs::write(rcl.join("core/extra.c"), "int extra2;\n").unwrap();
+    let msg = stdout(&check(d));
+    assert!(
+        msg.contains("\n    changed lib/rcl/core/extra.c (content)\n"),
+        "{msg}"
+    );
+    assert_eq!(
+        msg.lines().filter(|l| l.starts_with("    ")).count(),
+        1,
+        "{msg}"
+    );
+    fs::write(rcl.join("core/extra.c"), "int extra;\n").unwrap();
+    // Rotation gives last-stable the manifest of the tree it copied.
+    let patched = recorded_manifest(&root, "stable");
+    ok(&snapctl_now(d, &cut_args(&ids[1])));
+    assert_eq!(recorded_manifest(&root, "last-stable"), patched);
+    recorded_manifest(&root, "stable");
+    ok(&check(d));
+
+    // A tampered manifest is not trusted: the verdict stands, the names are refused.
+    let mp = root.join("stable/manifest.txt");
+    let good = fs::read_to_string(&mp).unwrap();
+    fs::write(
+        &mp,
+        good.replace("lib/rcl/core/impl.c", "lib/rcl/core/other.c"),
+    )
+    .unwrap();
+    ok(&check(d)); // manifest.txt is not part of the tree
+    fs::write(root.join("stable/lib/rcl/core/impl.c"), "edited\n").unwrap();
+    let msg = stdout(&check(d));
+    assert!(msg.contains("edited without being recorded"), "{msg}");
+    assert!(
+        msg.contains("manifest.txt is not the manifest of sha256:"),
+        "{msg}"
+    );
+    // An older snapshot without one: the verdict stands and it says why no file is named.
+    fs::remove_file(&mp).unwrap();
+    let o = check(d);
+    assert_eq!(code(&o), 1);
+    assert!(
+        stdout(&o).contains("no manifest.txt (the snapshot predates per-file manifests)"),
+        "{}",
+        stdout(&o)
+    );
+}
+
+#[test]
+fn recut_with_repo_names_the_files_the_recorded_commit_does_not_hold() {
+    let t = rocpack_testsupport::tempdir();
+    let d = t.path();
+    let ids = make_repo(d, 2);
+    ok(&snapctl_now(d, &cut_args(&ids[0])));
+    let mp = d.join("root/stable/metadata.txt");
+    let text = fs::read_to_string(&mp).unwrap();
+    fs::write(&mp, text.replace(&ids[0], &ids[1])).unwrap();
+    let o = snapctl_now(d, &["check", "--snapshots-root", "root", "--repo", "src"]);
+    let msg = stdout(&o);
+    assert_eq!(code(&o), 1, "{msg}");
+    let named: Vec<&str> = msg.lines().filter(|l| l.starts_with("    ")).collect();
+    assert_eq!(
+        named,
+        [
+            "    changed lib/rcl/core/api.h (content)",
+            "    changed lib/rcl/core/impl.c (content)",
+        ],
+        "{msg}"
     );
 }
 
@@ -368,10 +464,9 @@ fn era2_trees_are_read_adopted_and_rotated() {
         )
         .unwrap();
     }
-    let st = ok(&run_in(
+    let st = ok(&snapctl_now(
         d,
-        &sv(&["status", "--snapshots-root", "root", "--json"]),
-        true,
+        &["status", "--snapshots-root", "root", "--json"],
     ));
     let v: serde_json::Value = serde_json::from_str(&st).unwrap();
     assert_eq!(
@@ -395,14 +490,14 @@ fn era2_trees_are_read_adopted_and_rotated() {
         stdout(&o)
     );
     fails_with(
-        &run_in(d, &sv(&["rotate", "--snapshots-root", "root"]), true),
+        &snapctl_now(d, &["rotate", "--snapshots-root", "root"]),
         2,
         "refusing to rotate stable",
     );
     for ch in ["stable", "last-stable"] {
-        ok(&run_in(
+        ok(&snapctl_now(
             d,
-            &sv(&[
+            &[
                 "record-patch",
                 "--snapshots-root",
                 "root",
@@ -412,17 +507,12 @@ fn era2_trees_are_read_adopted_and_rotated() {
                 "snap",
                 "--why",
                 "adopt the era-2 tree",
-            ]),
-            true,
+            ],
         ));
     }
     ok(&check(d));
     let stable_tree = channel_tree(&root, "stable");
-    ok(&run_in(
-        d,
-        &sv(&["rotate", "--snapshots-root", "root"]),
-        true,
-    ));
+    ok(&snapctl_now(d, &["rotate", "--snapshots-root", "root"]));
     assert_eq!(channel_tree(&root, "last-stable"), stable_tree);
     assert_eq!(
         meta_value(&root, "last-stable", "repo_revision").unwrap(),
@@ -458,7 +548,7 @@ fn state(root: &Path) -> State {
 fn template(d: &Path, cuts: usize) -> Vec<String> {
     let ids = make_repo(d, 4);
     for id in ids.iter().take(cuts) {
-        ok(&run_in(d, &cut_args(id), true));
+        ok(&snapctl_now(d, &cut_args(id)));
     }
     ids
 }
@@ -471,9 +561,7 @@ fn every_step_of_a_source_rotation_survives_a_crash() {
     let before = state(&base.join("root"));
     let reference = t.path().join("ref");
     copy_tree(&base, &reference);
-    let o = Command::new(bin())
-        .current_dir(&reference)
-        .args(cut_args(&ids[2]))
+    let o = snapctl_now_cmd(&reference, &cut_args(&ids[2]))
         .env("SNAPCTL_TRACE_STEPS", "1")
         .output()
         .unwrap();
@@ -488,18 +576,12 @@ fn every_step_of_a_source_rotation_survives_a_crash() {
     for n in 1..=steps {
         let w = t.path().join(format!("w{n}"));
         copy_tree(&base, &w);
-        let o = Command::new(bin())
-            .current_dir(&w)
-            .args(cut_args(&ids[2]))
+        let o = snapctl_now_cmd(&w, &cut_args(&ids[2]))
             .env("SNAPCTL_FAIL_AT", n.to_string())
             .output()
             .unwrap();
         assert_eq!(code(&o), 86, "step {n}: {}", stderr(&o));
-        ok(&run_in(
-            &w,
-            &sv(&["recover", "--snapshots-root", "root"]),
-            true,
-        ));
+        ok(&snapctl_now(&w, &["recover", "--snapshots-root", "root"]));
         let s = state(&w.join("root"));
         if s == before {
             old += 1;
@@ -512,7 +594,7 @@ fn every_step_of_a_source_rotation_survives_a_crash() {
             );
         }
         ok(&check(&w));
-        ok(&run_in(&w, &cut_args(&ids[2]), true));
+        ok(&snapctl_now(&w, &cut_args(&ids[2])));
         assert_eq!(state(&w.join("root")), after, "step {n}: re-run");
         assert!(!w.join("root/.snapctl/journal.json").exists());
         assert!(
@@ -532,7 +614,7 @@ fn kill_9_at_random_moments_leaves_old_or_new() {
     let reference = t.path().join("ref");
     copy_tree(&base, &reference);
     let t0 = Instant::now();
-    ok(&run_in(&reference, &cut_args(&ids[2]), true));
+    ok(&snapctl_now(&reference, &cut_args(&ids[2])));
     let dur = t0.elapsed();
     let after = state(&reference.join("root"));
     let rounds = 30u64;
@@ -542,10 +624,7 @@ fn kill_9_at_random_moments_leaves_old_or_new() {
         copy_tree(&base, &w);
         // Deterministic spread over 0..1.3x an uninterrupted run, on the real clock.
         let delay = dur.mul_f64(1.3 * (det_bytes(i + 1, 1)[0] as f64) / 255.0);
-        let mut child = Command::new(bin())
-            .current_dir(&w)
-            .args(cut_args(&ids[2]))
-            .env_remove("SOURCE_DATE_EPOCH")
+        let mut child = snapctl_now_cmd(&w, &cut_args(&ids[2]))
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -555,11 +634,7 @@ fn kill_9_at_random_moments_leaves_old_or_new() {
         let _ = child.wait();
         // Any later command recovers; `check` must then pass.
         ok(&check(&w));
-        ok(&run_in(
-            &w,
-            &sv(&["recover", "--snapshots-root", "root"]),
-            true,
-        ));
+        ok(&snapctl_now(&w, &["recover", "--snapshots-root", "root"]));
         let s = state(&w.join("root"));
         if s == before {
             old += 1;
@@ -585,10 +660,7 @@ fn concurrent_rotations_lose_nothing() {
     let children: Vec<_> = ids
         .iter()
         .map(|id| {
-            Command::new(bin())
-                .current_dir(d)
-                .args(cut_args(id))
-                .env_remove("SOURCE_DATE_EPOCH")
+            snapctl_now_cmd(d, &cut_args(id))
                 .stdout(Stdio::null())
                 .stderr(Stdio::piped())
                 .spawn()

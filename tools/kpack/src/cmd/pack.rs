@@ -19,7 +19,7 @@ use std::process::ExitCode;
 
 use anyhow::{bail, Context};
 use rocpack_kpack::{
-    normalize_key, toc_key, Compression, KpackWriter, UnpackManifest, UNPACK_MANIFEST,
+    normalize_key, toc_key, Compression, KpackFileWriter, UnpackManifest, UNPACK_MANIFEST,
 };
 
 #[derive(Debug, clap::Args)]
@@ -114,12 +114,19 @@ fn natural_key(p: &Path) -> Vec<(u8, u128, String)> {
     out
 }
 
+/// One code object to pack: read from its file only when written.
+struct Item {
+    key: String,
+    target: String,
+    path: PathBuf,
+    metadata: Option<rocpack_kpack::rmpv::Value>,
+}
+
 pub fn run(args: PackArgs) -> anyhow::Result<ExitCode> {
     if args.code_objects.is_empty() && args.entries.is_empty() && args.input_dirs.is_empty() {
         bail!("nothing to pack: give --code-object, --entry or --input-dir");
     }
-    // Data first (so the writer can borrow nothing and stay simple).
-    let mut items: Vec<(String, String, Vec<u8>, Option<rocpack_kpack::rmpv::Value>)> = Vec::new();
+    let mut items: Vec<Item> = Vec::new();
     let mut manifest_defaults: Option<UnpackManifest> = None;
     let mut per_target: HashMap<String, u64> = HashMap::new();
     let mut next_key =
@@ -136,8 +143,13 @@ pub fn run(args: PackArgs) -> anyhow::Result<ExitCode> {
     for dir in &args.input_dirs {
         if dir.join(UNPACK_MANIFEST).is_file() {
             let m = UnpackManifest::read(dir)?;
-            for k in m.load_kernels(dir)? {
-                items.push((k.key, k.target, k.data, k.metadata));
+            for k in m.kernel_files(dir)? {
+                items.push(Item {
+                    key: k.key,
+                    target: k.target,
+                    path: k.path,
+                    metadata: k.metadata,
+                });
             }
             if manifest_defaults.is_none() {
                 manifest_defaults = Some(m);
@@ -165,8 +177,12 @@ pub fn run(args: PackArgs) -> anyhow::Result<ExitCode> {
                     &args.kernel_name,
                     "--input-dir without kpack-unpack.json",
                 )?;
-                let data = read_input(&f)?;
-                items.push((key, target, data, None));
+                items.push(Item {
+                    key,
+                    target,
+                    path: f,
+                    metadata: None,
+                });
             }
         }
     }
@@ -174,8 +190,12 @@ pub fn run(args: PackArgs) -> anyhow::Result<ExitCode> {
         let [key, target, file] = chunk else {
             bail!("--entry takes KEY TARGET FILE");
         };
-        let data = read_input(Path::new(file))?;
-        items.push((normalize_key(key), target.clone(), data, None));
+        items.push(Item {
+            key: normalize_key(key),
+            target: target.clone(),
+            path: PathBuf::from(file),
+            metadata: None,
+        });
     }
     for spec in &args.code_objects {
         let Some((target, file)) = spec.split_once('=') else {
@@ -185,8 +205,19 @@ pub fn run(args: PackArgs) -> anyhow::Result<ExitCode> {
             bail!("--code-object {spec:?}: expected TARGET=FILE");
         }
         let key = next_key(target, &args.kernel_name, "--code-object")?;
-        let data = read_input(Path::new(file))?;
-        items.push((key, target.to_owned(), data, None));
+        items.push(Item {
+            key,
+            target: target.to_owned(),
+            path: PathBuf::from(file),
+            metadata: None,
+        });
+    }
+    // Every input is a regular file of a bounded size before anything is
+    // written (a FIFO must not hang, a link to `/dev/zero` must not be read
+    // forever).
+    let mut inputs = Vec::with_capacity(items.len());
+    for it in &items {
+        inputs.push(open_input(&it.path)?);
     }
 
     let compression = match (&args.compression, &manifest_defaults) {
@@ -194,16 +225,19 @@ pub fn run(args: PackArgs) -> anyhow::Result<ExitCode> {
         (None, Some(m)) => m.compression()?,
         (None, None) => Compression::None,
     };
-    let mut w = KpackWriter::new(compression);
+    // Written to a temporary file beside the output and renamed into place;
+    // code objects go from file to file (`none`) or are compressed a few at
+    // a time (zstd): memory does not grow with the number of inputs.
+    let mut fw = KpackFileWriter::create(&args.output, compression)?;
+    let w = fw.writer();
     // Keys are final here: `\` was normalised for command-line keys, and
     // keys from an unpacked manifest are kept verbatim.
     w.normalize_keys(false);
-    w.content_checksum(
-        !args.no_zstd_checksum
-            && manifest_defaults
-                .as_ref()
-                .is_none_or(rocpack_kpack::UnpackManifest::content_checksum),
-    );
+    let checksum = !args.no_zstd_checksum
+        && manifest_defaults
+            .as_ref()
+            .is_none_or(rocpack_kpack::UnpackManifest::content_checksum);
+    w.content_checksum(checksum);
     if let Some(m) = &manifest_defaults {
         w.group_name(m.group_name.clone())
             .arch_family(m.gfx_arch_family.clone())
@@ -218,10 +252,34 @@ pub fn run(args: PackArgs) -> anyhow::Result<ExitCode> {
     if !args.arches.is_empty() {
         w.arches(args.arches.iter().cloned());
     }
-    for (key, target, data, meta) in items {
-        w.add_with_metadata(&key, &target, data, meta)?;
+    match compression {
+        Compression::None => {
+            for (it, (f, len)) in items.into_iter().zip(&inputs) {
+                w.add_file_range(&it.key, &it.target, f, 0, *len, it.metadata)?;
+            }
+        }
+        Compression::Zstd { level } => {
+            use rayon::prelude::*;
+            // As many code objects at a time as there are worker threads.
+            let per = rayon::current_num_threads().max(1);
+            let pairs: Vec<(Item, &(fs::File, u64))> = items.into_iter().zip(&inputs).collect();
+            for batch in pairs.chunks(per) {
+                let frames: Vec<anyhow::Result<(u64, Vec<u8>)>> = batch
+                    .par_iter()
+                    .map(|(it, (f, len))| {
+                        let data = read_all(f, *len, &it.path)?;
+                        let frame = rocpack_kpack::compress_frame_with(&data, level, checksum)?;
+                        Ok((data.len() as u64, frame))
+                    })
+                    .collect();
+                for ((it, _), fr) in batch.iter().zip(frames) {
+                    let (n, frame) = fr?;
+                    w.add_frame(&it.key, &it.target, n, &frame, it.metadata.clone())?;
+                }
+            }
+        }
     }
-    let summary = w.write_to_path(&args.output)?;
+    let summary = fw.finish()?;
     println!(
         "{}: {} code objects, {} bytes, scheme {}",
         args.output.display(),
@@ -236,9 +294,31 @@ pub fn run(args: PackArgs) -> anyhow::Result<ExitCode> {
 /// limit is far larger; no real code object comes near this).
 const MAX_CODE_OBJECT: u64 = 4 << 30;
 
-/// Reads one input file: regular files only (a FIFO must not hang, a link to
-/// `/dev/zero` must not be read forever), at most [`MAX_CODE_OBJECT`] bytes.
-fn read_input(path: &Path) -> anyhow::Result<Vec<u8>> {
-    rocpack_artifacts::fsutil::read_bounded(path, MAX_CODE_OBJECT)
-        .with_context(|| format!("{}: cannot read", path.display()))
+/// Opens one input file: regular files only, at most [`MAX_CODE_OBJECT`]
+/// bytes; its size.
+fn open_input(path: &Path) -> anyhow::Result<(fs::File, u64)> {
+    let (f, meta) = rocpack_artifacts::fsutil::open_regular(path)
+        .with_context(|| format!("{}: cannot read", path.display()))?;
+    if meta.len() > MAX_CODE_OBJECT {
+        bail!(
+            "{}: cannot read: file is {} bytes; at most {MAX_CODE_OBJECT} are accepted",
+            path.display(),
+            meta.len()
+        );
+    }
+    Ok((f, meta.len()))
+}
+
+/// The `len` bytes of an opened input (an error if it changed size).
+fn read_all(f: &fs::File, len: u64, path: &Path) -> anyhow::Result<Vec<u8>> {
+    use std::io::Read;
+    let mut v = Vec::with_capacity(usize::try_from(len).unwrap_or(0));
+    let r = f;
+    r.take(len + 1)
+        .read_to_end(&mut v)
+        .with_context(|| format!("{}: cannot read", path.display()))?;
+    if v.len() as u64 != len {
+        bail!("{}: changed size while it was read", path.display());
+    }
+    Ok(v)
 }

@@ -23,7 +23,9 @@ pub struct UnpackArgs {
 }
 
 pub fn run(args: UnpackArgs) -> anyhow::Result<ExitCode> {
-    let reader = KpackReader::open(&args.file)?;
+    // Positioned reads, never mapped: each code object is decoded from
+    // the file through fixed buffers into its output file.
+    let reader = KpackReader::open_file(&args.file)?;
     let manifest = unpack_to_dir(&reader, &args.output_dir)?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&manifest)?);

@@ -90,7 +90,7 @@ pub(super) fn plan(opts: &SplitOptions, scan: Scan) -> Result<Plan, SplitError> 
                     *claimed.entry(*kind).or_insert(0usize) += 1;
                 }
                 Class::Fat(f) => discovered.extend(f.summary.architectures.iter().cloned()),
-                Class::Generic => {}
+                Class::Generic | Class::FatObject { .. } => {}
             }
         }
     }
@@ -181,6 +181,13 @@ pub(super) fn plan(opts: &SplitOptions, scan: Scan) -> Result<Plan, SplitError> 
                 (EntryKind::Dir, _) => false,
                 (EntryKind::Symlink { .. }, _) => true,
                 (EntryKind::File { .. }, Some(Class::Generic) | None) => true,
+                (EntryKind::File { .. }, Some(Class::FatObject { bundles })) => {
+                    warnings.push(format!(
+                        "{}/{}: COFF object with HIP device code ({bundles} bundle(s)) copied fat into the generic artifact: COFF objects are not split (split the DLL/EXE they are linked into)",
+                        p.prefix, e.rel
+                    ));
+                    true
+                }
                 (EntryKind::File { .. }, Some(Class::Database(_, arch))) => {
                     if kept.contains(&arch) {
                         let slot = per_arch.entry(arch).or_default().entry(pi).or_default();

@@ -358,6 +358,13 @@ pub(super) enum Class {
     Database(databases::DatabaseKind, String),
     /// A fat binary (its host-only rewrite is already written).
     Fat(FatOutcome),
+    /// A COFF object (`.obj`) with device code: copied to the generic
+    /// artifact as it is (COFF objects are not split; the image they are
+    /// linked into is), with a warning; `kpack verify` reports it too.
+    FatObject {
+        /// Bundles in its `.hip_fatbin`.
+        bundles: usize,
+    },
 }
 
 /// What a fat binary holds.
@@ -727,6 +734,16 @@ fn classify_file(
             )));
         }
     }
+    if let FileType::Coff { .. } = kind {
+        let (_file, map) = map_file(path)?;
+        if let Ok(info) = rocpack_image::pe::analyze(&map) {
+            if info.has_device_code() {
+                return Ok(Class::FatObject {
+                    bundles: info.bundles.len(),
+                });
+            }
+        }
+    }
     if let Some((kind, arch)) = databases::classify(&cx.opts.databases, rel) {
         return Ok(Class::Database(kind, arch));
     }
@@ -900,15 +917,24 @@ fn split_fat(
         // bundle is decompressed.
         let marker = Marker::for_split(&opts.artifact_prefix, depth, kernel_name.clone()).encode();
         release(&map, None);
-        let host = rocpack_elf::split_host_in(data, &src, &marker).map_err(|e| elf_err(path, e))?;
+        // Written (into the staging directory) range by range, copied from
+        // the file through positioned reads: neither the host part nor the
+        // output is held in memory, and it is done before the device code
+        // is walked.
+        let out = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(host_dst)
+            .ctx(host_dst, "create")?;
+        let len =
+            rocpack_elf::split_host_to(data, &src, &marker, &out).map_err(|e| elf_err(path, e))?;
+        drop(out);
+        fsutil::set_mode(host_dst, mode)?;
         release(&map, None);
-        // Written (into the staging directory) and freed before the device
-        // code is walked: peak memory is the larger of the two, not the sum.
-        super::write_file_mode(host_dst, &host, mode)?;
-        let len = host.len();
-        drop(host);
         collector.collect(data, &info.bundles, &kernel_name)?;
-        len
+        len as usize
     };
     let Collector {
         kernels,

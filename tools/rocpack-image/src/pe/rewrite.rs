@@ -110,6 +110,21 @@ fn file_offset_fields(data: &[u8], info: &PeInfo, h: &ImageHeaders) -> Result<Ve
     Ok(out)
 }
 
+/// `FileAlignment`: a power of two of at most 64 KiB (the PE format's
+/// bound; 512 is the format's minimum, but images with `SectionAlignment`
+/// below the page size may use less). Anything else is refused before it
+/// sizes an allocation.
+fn file_alignment(h: &ImageHeaders) -> Result<u64> {
+    let fa = h.file_alignment;
+    if !fa.is_power_of_two() || fa > 0x1_0000 {
+        return Err(Error::unsupported(
+            h.optional_offset + 36,
+            format!("FileAlignment {fa:#x} is not a power of two of at most 64 KiB"),
+        ));
+    }
+    Ok(u64::from(fa))
+}
+
 fn header(info: &PeInfo) -> Result<&ImageHeaders> {
     info.headers.as_ref().ok_or_else(|| {
         Error::unsupported(
@@ -191,7 +206,7 @@ pub fn split_analyzed(data: &[u8], info: &PeInfo, marker: &[u8]) -> Result<Vec<u
             });
         }
     }
-    let fa = u64::from(h.file_alignment.max(1));
+    let fa = file_alignment(h)?;
     let sa = u64::from(h.section_alignment.max(1));
     let (ps, rs) = (u64::from(fsec.raw_offset), u64::from(fsec.raw_size));
     let fb_va = u64::from(fsec.virtual_address);
@@ -231,7 +246,8 @@ pub fn split_analyzed(data: &[u8], info: &PeInfo, marker: &[u8]) -> Result<Vec<u
             format!("section data not aligned to FileAlignment {fa:#x}"),
         ));
     }
-    // A free 40-byte slot behind the section table.
+    // A free 40-byte slot behind the section table; the header area grows
+    // by `g` bytes when the table fills it.
     let table = info.sections.first().map_or(
         h.data_directories_offset + 8 * h.data_directories.len() as u64,
         |s| s.header_offset,
@@ -244,20 +260,7 @@ pub fn split_analyzed(data: &[u8], info: &PeInfo, marker: &[u8]) -> Result<Vec<u
         .map(|s| u64::from(s.raw_offset))
         .min()
         .unwrap_or(u64::from(h.size_of_headers));
-    let room = first_raw.min(u64::from(h.size_of_headers));
-    if slot + SECTION_HEADER > room
-        || get(data, slot, SECTION_HEADER, "section table")?
-            .iter()
-            .any(|&b| b != 0)
-    {
-        return Err(Error::layout(
-            slot,
-            format!(
-                "no free section header slot for {MARKER_SECTION}: the section table ends at \
-                 {slot:#x} and SizeOfHeaders/the first section's data is at {room:#x}; not rewritten"
-            ),
-        ));
-    }
+    let g = header_growth(data, info, h, slot, first_raw)?;
     let field_map = file_offset_fields(data, info, h)?;
     for &(at, v) in &field_map {
         if v >= ps && v < ps + rs {
@@ -269,12 +272,14 @@ pub fn split_analyzed(data: &[u8], info: &PeInfo, marker: &[u8]) -> Result<Vec<u
     }
     let mr = round_up(marker.len() as u64, fa);
     let shift = |off: u64| -> u64 {
-        if off < ps {
+        if off < first_raw {
             off
+        } else if off < ps {
+            off + g
         } else if off < e {
-            off - rs
+            off - rs + g
         } else {
-            off - rs + mr
+            off - rs + mr + g
         }
     };
     let max_end = info
@@ -284,11 +289,13 @@ pub fn split_analyzed(data: &[u8], info: &PeInfo, marker: &[u8]) -> Result<Vec<u
         .max()
         .unwrap_or(sa);
     let marker_rva = round_up(max_end, sa);
-    let marker_at = e - rs;
+    let marker_at = e - rs + g;
 
     // Assemble.
-    let mut out = Vec::with_capacity(data.len() - rs as usize + mr as usize);
-    out.extend_from_slice(&data[..ps as usize]);
+    let mut out = Vec::with_capacity(data.len() - rs as usize + mr as usize + g as usize);
+    out.extend_from_slice(&data[..first_raw as usize]);
+    out.resize((first_raw + g) as usize, 0);
+    out.extend_from_slice(&data[first_raw as usize..ps as usize]);
     out.extend_from_slice(&data[(ps + rs) as usize..e as usize]);
     out.extend_from_slice(marker);
     out.resize((marker_at + mr) as usize, 0);
@@ -308,7 +315,12 @@ pub fn split_analyzed(data: &[u8], info: &PeInfo, marker: &[u8]) -> Result<Vec<u
             );
         }
     }
-    put_u32(&mut out, fsec.header_offset + 16, 0); // SizeOfRawData; PointerToRawData kept
+    put_u32(&mut out, fsec.header_offset + 16, 0); // SizeOfRawData
+    put_u32(
+        &mut out,
+        fsec.header_offset + 20,
+        to_u32(ps + g, fsec.header_offset, "PointerToRawData")?,
+    );
     for &(at, v) in &field_map {
         if v != 0 {
             put_u32(&mut out, shift(at), to_u32(shift(v), at, "file offset")?);
@@ -320,8 +332,19 @@ pub fn split_analyzed(data: &[u8], info: &PeInfo, marker: &[u8]) -> Result<Vec<u
     hdr[12..16].copy_from_slice(&to_u32(marker_rva, slot, "marker RVA")?.to_le_bytes());
     hdr[16..20].copy_from_slice(&to_u32(mr, slot, "marker size")?.to_le_bytes());
     hdr[20..24].copy_from_slice(&to_u32(marker_at, slot, "marker offset")?.to_le_bytes());
+    // NumberOfLinenumbers (0 in images): the header growth in FileAlignment
+    // blocks, for reassembly.
+    let blocks = u16::try_from(g / fa).map_err(|_| Error::layout(slot, "header growth"))?;
+    hdr[34..36].copy_from_slice(&blocks.to_le_bytes());
     hdr[36..40].copy_from_slice(&MARKER_CHARACTERISTICS.to_le_bytes());
     out[slot as usize..slot as usize + 40].copy_from_slice(&hdr);
+    if g > 0 {
+        put_u32(
+            &mut out,
+            h.optional_offset + 60,
+            to_u32(u64::from(h.size_of_headers) + g, 0, "SizeOfHeaders")?,
+        );
+    }
     put_u16(&mut out, h.nt_offset + 6, (info.sections.len() + 1) as u16);
     let size_of_image = round_up(marker_rva + marker.len() as u64, sa);
     put_u32(
@@ -346,6 +369,64 @@ pub fn split_analyzed(data: &[u8], info: &PeInfo, marker: &[u8]) -> Result<Vec<u
         put_u32(&mut out, f, c);
     }
     check_split(out, info)
+}
+
+/// How many bytes (a multiple of `FileAlignment`) the header area must grow
+/// for a 40-byte section header at `slot`, the end of the section table:
+/// 0 when it fits before `SizeOfHeaders` and the first section's data. The
+/// bytes it takes must be free (zero); the grown area must stay below the
+/// first section's RVA.
+fn header_growth(
+    data: &[u8],
+    info: &PeInfo,
+    h: &ImageHeaders,
+    slot: u64,
+    first_raw: u64,
+) -> Result<u64> {
+    let soh = u64::from(h.size_of_headers);
+    let fa = file_alignment(h)?;
+    let refuse = |why: String| {
+        Err(Error::layout(
+            slot,
+            format!(
+                "no free section header slot for {MARKER_SECTION} (the section table ends at \
+                 {slot:#x}, SizeOfHeaders is {soh:#x}, the first section's data is at \
+                 {first_raw:#x}) and {why}; not rewritten"
+            ),
+        ))
+    };
+    let present = (slot + SECTION_HEADER).min(first_raw).max(slot);
+    if get(data, slot, present - slot, "section table")?
+        .iter()
+        .any(|&b| b != 0)
+    {
+        return refuse(format!(
+            "the bytes after it are in use (e.g. a bound import directory) up to {present:#x}"
+        ));
+    }
+    if slot + SECTION_HEADER <= soh.min(first_raw) {
+        return Ok(0);
+    }
+    if soh > first_raw || !soh.is_multiple_of(fa) || !first_raw.is_multiple_of(fa) {
+        return refuse(format!(
+            "the header area cannot grow: SizeOfHeaders is not a multiple of FileAlignment \
+             {fa:#x} at or before the first section's data"
+        ));
+    }
+    let new_soh = round_up(slot + SECTION_HEADER, fa);
+    let first_rva = info
+        .sections
+        .iter()
+        .map(|s| u64::from(s.virtual_address))
+        .min()
+        .unwrap_or(0);
+    if new_soh > first_rva {
+        return refuse(format!(
+            "the header area cannot grow to {new_soh:#x}: the first section is mapped at RVA \
+             {first_rva:#x}"
+        ));
+    }
+    Ok(new_soh - soh)
 }
 
 /// The rewritten image, once it analyses as split with every wrapper on
@@ -420,7 +501,7 @@ pub fn reassemble(host: &[u8], bundles: &[Vec<u8>]) -> Result<Vec<u8>> {
             "bundle section still has data in the file (not split by rocpack)",
         ));
     }
-    let fa = u64::from(h.file_alignment.max(1));
+    let fa = file_alignment(h)?;
     let sa = u64::from(h.section_alignment.max(1));
     // Section content: bundles 4096-aligned, zero padding, VirtualSize long.
     let vsize = u64::from(fsec.virtual_size);
@@ -470,18 +551,50 @@ pub fn reassemble(host: &[u8], bundles: &[Vec<u8>]) -> Result<Vec<u8>> {
             "marker data out of place",
         ));
     }
+    // Header growth of the split (NumberOfLinenumbers of `.kpackrf`, in
+    // FileAlignment blocks): `g` zero bytes inserted before the first
+    // section's data, removed again.
+    let slot = msec.header_offset;
+    let g = u64::from(u16::from_le_bytes(
+        get(host, slot + 34, 2, ".kpackrf header")?
+            .try_into()
+            .expect("2 bytes"),
+    )) * fa;
+    let first_raw = info
+        .sections
+        .iter()
+        .filter(|s| s.raw_size > 0)
+        .map(|s| u64::from(s.raw_offset))
+        .fold(ps, u64::min);
+    let soh = u64::from(h.size_of_headers);
+    let cut = first_raw
+        .checked_sub(g)
+        .filter(|&c| c >= slot && soh >= g)
+        .ok_or_else(|| Error::malformed(slot + 34, "header growth larger than the header area"))?;
+    let grown_from = (slot + SECTION_HEADER).clamp(cut, first_raw);
+    if get(host, grown_from, first_raw - grown_from, "header growth")?
+        .iter()
+        .any(|&b| b != 0)
+    {
+        return Err(Error::unsupported(
+            grown_from,
+            "the header area the split grew is not empty (not written by rocpack)",
+        ));
+    }
     let unshift = |off: u64| -> u64 {
+        let back = if off < first_raw { 0 } else { g };
         if off < ps {
-            off
+            off - back
         } else if off < em {
-            off + rs
+            off + rs - back
         } else {
-            off - mr + rs
+            off - mr + rs - back
         }
     };
     let field_map = file_offset_fields(host, &info, h)?;
     let mut out = Vec::with_capacity(host.len() + rs as usize);
-    out.extend_from_slice(&host[..ps as usize]);
+    out.extend_from_slice(&host[..cut as usize]);
+    out.extend_from_slice(&host[first_raw as usize..ps as usize]);
     out.extend_from_slice(&content);
     out.extend_from_slice(&host[ps as usize..em as usize]);
     out.extend_from_slice(&host[(em + mr) as usize..]);
@@ -503,6 +616,11 @@ pub fn reassemble(host: &[u8], bundles: &[Vec<u8>]) -> Result<Vec<u8>> {
         fsec.header_offset + 16,
         to_u32(rs, fsec.header_offset, "SizeOfRawData")?,
     );
+    put_u32(
+        &mut out,
+        fsec.header_offset + 20,
+        to_u32(ps - g, fsec.header_offset, "PointerToRawData")?,
+    );
     for &(at, v) in &field_map {
         if v != 0 && at != msec.header_offset + 24 && at != msec.header_offset + 28 {
             put_u32(
@@ -512,8 +630,14 @@ pub fn reassemble(host: &[u8], bundles: &[Vec<u8>]) -> Result<Vec<u8>> {
             );
         }
     }
-    let slot = msec.header_offset as usize;
-    out[slot..slot + 40].fill(0);
+    out[slot as usize..(slot + SECTION_HEADER).min(cut) as usize].fill(0);
+    if g > 0 {
+        put_u32(
+            &mut out,
+            h.optional_offset + 60,
+            to_u32(soh - g, 0, "SizeOfHeaders")?,
+        );
+    }
     put_u16(&mut out, h.nt_offset + 6, (info.sections.len() - 1) as u16);
     let max_end = info
         .sections

@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 use std::collections::BTreeMap;
+use std::ffi::OsStr;
 use std::fs;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -9,7 +10,7 @@ use std::process::{Command, Output};
 
 // Each test binary uses only part of these.
 #[allow(unused_imports)]
-pub use rocpack_testsupport::{copy_tree, repo_root, sha256_hex, stderr, stdout};
+pub use rocpack_testsupport::{copy_tree, repo_root, sh, sha256_hex, stderr, stdout};
 
 pub const EPOCH: &str = "1769508672"; // 2026-01-27 10:11:12 UTC
 
@@ -25,18 +26,52 @@ pub fn golden_dir() -> PathBuf {
     repo_root().join("tests/snapshot/golden")
 }
 
-/// Runs snapctl with `args` in `cwd`, SOURCE_DATE_EPOCH fixed, extra env applied.
-pub fn snapctl(cwd: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
+/// A snapctl command in `cwd` with `args`, SOURCE_DATE_EPOCH fixed and the
+/// fault-injection variables cleared.
+pub fn snapctl_cmd<S: AsRef<OsStr>>(cwd: &Path, args: &[S]) -> Command {
     let mut c = Command::new(bin());
     c.current_dir(cwd)
         .args(args)
-        .env("SOURCE_DATE_EPOCH", EPOCH);
-    c.env_remove("SNAPCTL_FAIL_AT")
+        .env("SOURCE_DATE_EPOCH", EPOCH)
+        .env_remove("SNAPCTL_FAIL_AT")
         .env_remove("SNAPCTL_TRACE_STEPS");
+    c
+}
+
+/// Runs snapctl with `args` in `cwd`, SOURCE_DATE_EPOCH fixed, extra env applied.
+pub fn snapctl<S: AsRef<OsStr>>(cwd: &Path, args: &[S], env: &[(&str, &str)]) -> Output {
+    let mut c = snapctl_cmd(cwd, args);
     for (k, v) in env {
         c.env(k, v);
     }
     c.output().expect("run snapctl")
+}
+
+/// [`snapctl_cmd`] on the real clock (no SOURCE_DATE_EPOCH).
+pub fn snapctl_now_cmd<S: AsRef<OsStr>>(cwd: &Path, args: &[S]) -> Command {
+    let mut c = snapctl_cmd(cwd, args);
+    c.env_remove("SOURCE_DATE_EPOCH");
+    c
+}
+
+/// Runs snapctl with `args` in `cwd` on the real clock.
+pub fn snapctl_now<S: AsRef<OsStr>>(cwd: &Path, args: &[S]) -> Output {
+    snapctl_now_cmd(cwd, args).output().expect("run snapctl")
+}
+
+/// snapctl in the scratch dir on the real clock, with a 256 MiB address-space
+/// ceiling; panics when it still runs after 20 s (special files must be
+/// refused, never read whole or waited on).
+pub fn bounded(s: &Scratch, args: &[&str]) -> Output {
+    let mut cmd = rocpack_testsupport::under_vmem_limit(bin(), 262_144);
+    cmd.current_dir(s.path())
+        .args(args)
+        .env_remove("SOURCE_DATE_EPOCH");
+    rocpack_testsupport::output_within(
+        cmd,
+        std::time::Duration::from_secs(20),
+        &format!("snapctl {args:?}"),
+    )
 }
 
 pub fn ok(o: &Output) -> String {

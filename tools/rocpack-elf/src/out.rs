@@ -1,0 +1,267 @@
+//! The rewritten file as a list of pieces (ranges of the input, ranges of a
+//! second source holding rebuilt bundles, new bytes, zeros) plus small
+//! patches on top, so a rewrite never holds the host code or the device
+//! code in memory: [`Out::write_to`] copies range by range through a fixed
+//! buffer. Patches are applied in the order they were made, as writes into
+//! a buffer would be.
+
+use std::io::Write;
+
+use rocpack_bundle::ReadAt;
+
+use crate::elf::Sink;
+use crate::error::{Error, Result};
+
+/// Copy buffer of [`Out::write_to`].
+const CHUNK: u64 = 1 << 20;
+
+enum Piece {
+    /// `len` bytes of the input at `offset`.
+    Src { offset: u64, len: u64 },
+    /// `len` bytes of the auxiliary source (rebuilt bundles) at `offset`.
+    Aux { offset: u64, len: u64 },
+    /// New bytes.
+    Bytes(Vec<u8>),
+    /// Zeros.
+    Zero(u64),
+}
+
+impl Piece {
+    fn len(&self) -> u64 {
+        match self {
+            Piece::Src { len, .. } | Piece::Aux { len, .. } | Piece::Zero(len) => *len,
+            Piece::Bytes(b) => b.len() as u64,
+        }
+    }
+}
+
+/// A patch: `len` bytes at output offset `offset`, from the arena at `at`
+/// (`None`: zeros).
+struct Patch {
+    offset: u64,
+    len: u64,
+    at: Option<usize>,
+}
+
+/// An output file under construction.
+#[derive(Default)]
+pub(crate) struct Out {
+    /// (output offset, piece), in order, contiguous.
+    pieces: Vec<(u64, Piece)>,
+    len: u64,
+    patches: Vec<Patch>,
+    arena: Vec<u8>,
+}
+
+impl Out {
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    fn push(&mut self, p: Piece) {
+        let n = p.len();
+        if n == 0 {
+            return;
+        }
+        self.pieces.push((self.len, p));
+        self.len += n;
+    }
+
+    /// Append `len` input bytes at `offset` (the caller has bounds-checked
+    /// them against the input).
+    pub fn push_src(&mut self, offset: u64, len: u64) {
+        self.push(Piece::Src { offset, len });
+    }
+
+    /// Append `len` bytes of the auxiliary source at `offset`.
+    pub fn push_aux(&mut self, offset: u64, len: u64) {
+        self.push(Piece::Aux { offset, len });
+    }
+
+    /// Append new bytes.
+    pub fn extend_from_slice(&mut self, bytes: &[u8]) {
+        if let Some((_, Piece::Bytes(b))) = self.pieces.last_mut() {
+            b.extend_from_slice(bytes);
+            self.len += bytes.len() as u64;
+        } else {
+            self.push(Piece::Bytes(bytes.to_vec()));
+        }
+    }
+
+    /// Zero-extend to `to` bytes (never shrinks).
+    pub fn resize(&mut self, to: u64) {
+        if to > self.len {
+            self.push(Piece::Zero(to - self.len));
+        }
+    }
+
+    /// [`crate::elf::grow`] for an `Out`.
+    pub fn grow(&mut self, to: u64, limit: u64) -> Result<()> {
+        if to > limit {
+            return Err(Error::layout(
+                to,
+                format!(
+                    "output would grow to {to:#x} bytes, more than the input allows ({limit:#x})"
+                ),
+            ));
+        }
+        self.resize(to);
+        Ok(())
+    }
+
+    /// Zero `[from, to)` of what is already there.
+    pub fn fill_zero(&mut self, from: u64, to: u64) -> Result<()> {
+        if from > to || to > self.len {
+            return Err(Error::layout(
+                from,
+                "internal: write outside the output buffer",
+            ));
+        }
+        if to > from {
+            self.patches.push(Patch {
+                offset: from,
+                len: to - from,
+                at: None,
+            });
+        }
+        Ok(())
+    }
+
+    /// Write the file: input ranges read from `src`, rebuilt bundles from
+    /// `aux`, through one buffer of at most [`CHUNK`] bytes. Returns the
+    /// number of bytes written.
+    pub fn write_to(
+        &self,
+        src: &dyn ReadAt,
+        aux: &dyn ReadAt,
+        w: &mut dyn Write,
+    ) -> std::io::Result<u64> {
+        let mut order: Vec<usize> = (0..self.patches.len()).collect();
+        order.sort_by_key(|&i| self.patches[i].offset);
+        let max_patch = self.patches.iter().map(|p| p.len).max().unwrap_or(0);
+        let mut buf = Vec::new();
+        let mut hits = Vec::new();
+        for (start, piece) in &self.pieces {
+            let n = piece.len();
+            let mut done = 0u64;
+            while done < n {
+                let k = (n - done).min(CHUNK);
+                buf.clear();
+                buf.resize(k as usize, 0);
+                match piece {
+                    Piece::Src { offset, .. } => read_exact_at(src, offset + done, &mut buf)?,
+                    Piece::Aux { offset, .. } => read_exact_at(aux, offset + done, &mut buf)?,
+                    Piece::Bytes(b) => {
+                        buf.copy_from_slice(&b[done as usize..(done + k) as usize]);
+                    }
+                    Piece::Zero(_) => {}
+                }
+                let (a, b) = (start + done, start + done + k);
+                // Patches overlapping [a, b), applied in the order made.
+                let lo = order
+                    .partition_point(|&i| self.patches[i].offset < a.saturating_sub(max_patch));
+                hits.clear();
+                hits.extend(
+                    order[lo..]
+                        .iter()
+                        .copied()
+                        .take_while(|&i| self.patches[i].offset < b)
+                        .filter(|&i| {
+                            let p = &self.patches[i];
+                            p.offset + p.len > a
+                        }),
+                );
+                hits.sort_unstable();
+                for &i in &hits {
+                    let p = &self.patches[i];
+                    let from = p.offset.max(a);
+                    let to = (p.offset + p.len).min(b);
+                    let dst = &mut buf[(from - a) as usize..(to - a) as usize];
+                    match p.at {
+                        None => dst.fill(0),
+                        Some(at) => {
+                            let s = at + (from - p.offset) as usize;
+                            dst.copy_from_slice(&self.arena[s..s + dst.len()]);
+                        }
+                    }
+                }
+                w.write_all(&buf)?;
+                done += k;
+            }
+        }
+        Ok(self.len)
+    }
+
+    /// The whole file in memory (the slice API).
+    pub fn to_vec(&self, src: &dyn ReadAt, aux: &dyn ReadAt) -> Result<Vec<u8>> {
+        let mut v = Vec::with_capacity(usize::try_from(self.len).unwrap_or(0));
+        self.write_to(src, aux, &mut v)
+            .map_err(|e| Error::layout(0, format!("internal: {e}")))?;
+        Ok(v)
+    }
+}
+
+impl Sink for Out {
+    fn put(&mut self, offset: u64, bytes: &[u8]) -> Result<()> {
+        let end = offset.checked_add(bytes.len() as u64);
+        match end {
+            Some(end) if end <= self.len => {
+                if !bytes.is_empty() {
+                    self.patches.push(Patch {
+                        offset,
+                        len: bytes.len() as u64,
+                        at: Some(self.arena.len()),
+                    });
+                    self.arena.extend_from_slice(bytes);
+                }
+                Ok(())
+            }
+            _ => Err(Error::layout(
+                offset,
+                "internal: write outside the output buffer",
+            )),
+        }
+    }
+}
+
+/// Fill `buf` from `src` at `offset`; a source shorter than promised (a
+/// file truncated under us) is an error, never short output.
+fn read_exact_at(src: &dyn ReadAt, mut offset: u64, mut buf: &mut [u8]) -> std::io::Result<()> {
+    while !buf.is_empty() {
+        let n = src.read_at(offset, buf)?;
+        if n == 0 {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                format!(
+                    "input ended at offset {offset:#x} while it was copied (changed under us?)"
+                ),
+            ));
+        }
+        offset += n as u64;
+        buf = &mut buf[n..];
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pieces_and_patches_in_order() {
+        let src: &[u8] = b"0123456789";
+        let aux: &[u8] = b"abcdef";
+        let mut o = Out::default();
+        o.push_src(2, 5); // 23456
+        o.extend_from_slice(b"XY");
+        o.resize(9);
+        o.push_aux(1, 3); // bcd
+        o.put(1, b"zz").unwrap();
+        o.put(2, b"Q").unwrap(); // later wins
+        o.fill_zero(5, 6).unwrap();
+        o.put(7, b"...").unwrap();
+        assert!(o.put(11, b"ab").is_err());
+        let v = o.to_vec(&src, &aux).unwrap();
+        assert_eq!(v, b"2zQ56\0Y...cd");
+    }
+}
