@@ -42,7 +42,7 @@ else
     mkdir -p "$tmp"
 fi
 trap 'rm -rf "$tmp"; [ -n "${ROCPACK_FUZZ_CORPUS:-}" ] || rm -rf "$seeds"' EXIT
-all=(bundle ccob target_id kpack marker elf pe packaging_config metadata runtime)
+all=(bundle ccob target_id kpack marker elf pe packaging_config metadata runtime wheel)
 read -r -a targets <<<"${ROCPACK_FUZZ_TARGETS:-${all[*]}}"
 for t in "${all[@]}"; do mkdir -p "$seeds/$t"; done
 fx="$ROCPACK_SHARED/fixtures"
@@ -67,6 +67,15 @@ wfx="$ROCPACK_WIN_FIXTURES/fatbins-win"
 if [ -d "$wfx" ]; then
     cp "$wfx/fx_win_lld.dll" "$wfx/fx_win_ccob.dll" "$wfx/fx_win_msvc.dll" "$wfx/fx_win_kern.obj" "$seeds/pe/"
 fi
+python3 - "$seeds/wheel" <<'PY'  # small wheels, stored and deflated
+import base64, hashlib, sys, zipfile
+f = {"fx/__init__.py": b"x = 1\n", "fx-1.0.dist-info/METADATA": b"Metadata-Version: 2.1\nName: fx\nVersion: 1.0\n"}
+h = lambda b: base64.urlsafe_b64encode(hashlib.sha256(b).digest()).rstrip(b"=").decode()
+f["fx-1.0.dist-info/RECORD"] = "".join(f"{n},sha256={h(b)},{len(b)}\n" for n, b in f.items()).encode() + b"fx-1.0.dist-info/RECORD,,\n"
+for c in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
+    with zipfile.ZipFile(f"{sys.argv[1]}/fx{c}.whl", "w", c) as z:
+        [z.writestr(n, b) for n, b in f.items()]
+PY
 printf 'hipv4-amdgcn-amd-amdhsa--gfx90a:xnack+\ngfx90a:xnack+' >"$seeds/target_id/a"
 printf 'hipv4-amdgcn-amd-amdhsa--gfx11-generic\ngfx1151' >"$seeds/target_id/b"
 printf 'host-x86_64-unknown-linux--' >"$seeds/target_id/c"
