@@ -304,11 +304,7 @@ fn split_windows_artifact_verifies_and_reassembles() {
         }
     }
     // verify: both install models resolve every PE marker.
-    let o = kpack(&[
-        "verify".as_ref(),
-        "--artifacts-dir".as_ref(),
-        out.as_os_str(),
-    ]);
+    let o = verify_artifacts(&out);
     assert_ok(&o);
     let text = ts::stdout(&o) + &ts::stderr(&o);
     assert!(
@@ -321,11 +317,7 @@ fn split_windows_artifact_verifies_and_reassembles() {
         host_dir.join("fx_win_lld.dll"),
     )
     .unwrap();
-    let o = kpack(&[
-        "verify".as_ref(),
-        "--artifacts-dir".as_ref(),
-        out.as_os_str(),
-    ]);
+    let o = verify_artifacts(&out);
     assert_eq!(o.status.code(), Some(1), "{}", ts::stdout(&o));
     assert!(ts::stdout(&o).contains("fat_binary"), "{}", ts::stdout(&o));
 }
@@ -710,15 +702,20 @@ fn a_fat_coff_object_is_left_fat_with_a_warning_and_verify_reports_it() {
     assert!(warnings.contains(want), "{v}");
     let kept = std::fs::read(out.join("obj_generic/lib/kern.obj")).unwrap();
     assert!(kept == std::fs::read(ts::win_fatbin("fx_win_kern.obj")).unwrap());
-    let o = kpack(&[
-        "verify".as_ref(),
-        "--artifacts-dir".as_ref(),
-        out.as_os_str(),
-    ]);
+    let o = verify_artifacts(&out);
     assert_ok(&o);
     let text = ts::stdout(&o) + &ts::stderr(&o);
     assert!(
         text.contains("obj_generic/lib/kern.obj: fat COFF object (1 bundle(s) of HIP device code) in a generic package"),
         "{text}"
     );
+}
+
+/// `kpack verify --artifacts-dir OUT`.
+fn verify_artifacts(out: &Path) -> std::process::Output {
+    kpack(&[
+        "verify".as_ref(),
+        "--artifacts-dir".as_ref(),
+        out.as_os_str(),
+    ])
 }

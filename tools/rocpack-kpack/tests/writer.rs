@@ -427,16 +427,7 @@ fn every_flipped_frame_byte_is_an_error() {
 /// `zstandard` (tests/ci/10-rust.sh pip-installs it for the python3 on PATH).
 #[test]
 fn python_zstandard_reads_checksummed_frames() {
-    let ok = std::process::Command::new("python3")
-        .args(["-c", "import zstandard"])
-        .status()
-        .is_ok_and(|s| s.success());
-    if !ok {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "python3-zstandard is missing (tests/ci/10-rust.sh installs it)"
-        );
-        eprintln!("SKIP: python3 zstandard not installed");
+    if !python_zstandard() {
         return;
     }
     let data = pseudo_random(9, 3000).repeat(3);
@@ -469,10 +460,40 @@ except zstandard.ZstdError as e:
 else:
     sys.exit("a flipped checksum byte was accepted")
 "#;
+    let stdout = python(
+        script,
+        [good.as_os_str(), bad.as_os_str(), want.as_os_str()],
+    );
+    assert!(stdout.contains("rejected"), "{stdout}");
+}
+
+/// Whether the python3 on PATH has `zstandard`; under CI its absence is a
+/// failure (tests/ci/10-rust.sh pip-installs it), elsewhere a logged skip.
+fn python_zstandard() -> bool {
+    let ok = std::process::Command::new("python3")
+        .args(["-c", "import zstandard"])
+        .status()
+        .is_ok_and(|s| s.success());
+    if !ok {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "python3-zstandard is missing (tests/ci/10-rust.sh installs it)"
+        );
+        eprintln!("SKIP: python3 zstandard not installed");
+    }
+    ok
+}
+
+/// Runs `python3 -c script args…`, which must succeed; returns its stdout.
+fn python<I, S>(script: &str, args: I) -> String
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<std::ffi::OsStr>,
+{
     let out = std::process::Command::new("python3")
         .arg("-c")
         .arg(script)
-        .args([&good, &bad, &want])
+        .args(args)
         .output()
         .unwrap();
     assert!(
@@ -481,7 +502,7 @@ else:
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(String::from_utf8_lossy(&out.stdout).contains("rejected"));
+    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 /// The window a zstd frame needs its decoder to accept (frame header:
@@ -514,10 +535,7 @@ fn frame_window(frame: &[u8]) -> u64 {
 /// (beyond level 19's 8 MiB window) make the window choice matter.
 #[test]
 fn high_level_archives_fit_default_decoder_limits() {
-    let ok = std::process::Command::new("python3")
-        .args(["-c", "import zstandard"])
-        .status()
-        .is_ok_and(|s| s.success());
+    let ok = python_zstandard();
     let block = pseudo_random(22, 1 << 20);
     let kernels: Vec<Vec<u8>> = (0..1u8)
         .map(|k| {
@@ -562,11 +580,6 @@ fn high_level_archives_fit_default_decoder_limits() {
         }
     }
     if !ok {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "python3-zstandard is missing (tests/ci/10-rust.sh installs it)"
-        );
-        eprintln!("SKIP: python3 zstandard not installed");
         return;
     }
     let script = r#"
@@ -581,17 +594,6 @@ for f in sorted(glob.glob(os.path.join(sys.argv[1], "*.zst"))):
     n += 1
 print("decoded", n)
 "#;
-    let out = std::process::Command::new("python3")
-        .arg("-c")
-        .arg(script)
-        .arg(dir.path())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(String::from_utf8_lossy(&out.stdout).contains("decoded 2"));
+    let stdout = python(script, [dir.path().as_os_str()]);
+    assert!(stdout.contains("decoded 2"), "{stdout}");
 }
