@@ -318,7 +318,7 @@ write_consumer_ws "$sha"
 cat > "$C/pkg/BUILD.bazel" <<'EOF'
 load("@rocpack//rules/bazel:defs.bzl", "kpack_packages", "kpack_split")
 SHARDS = {"gfx110X-build": "blas_lib_gfx110X-dgpu", "gfx1151-build": "blas_lib_gfx1151", "gfx120X-build": "blas_lib_gfx120X-all"}
-[kpack_split(name = "split_" + s, srcs = glob(["shards/%s/%s/**" % (s, a)]), artifact_prefix = "blas_lib", shard = s, split_databases = ["rocblas"]) for s, a in SHARDS.items()]
+[kpack_split(name = "split_" + s, srcs = glob(["shards/%s/%s/**" % (s, a)]), artifact_prefix = "blas_lib", shard = s, split_databases = ["rocblas"], symlinks = {"math-libs/BLAS/rocBLAS/stage/lib/librocblas.so.5": "librocblas.so.5.2"}) for s, a in SHARDS.items()]
 kpack_packages(component = "blas_lib", config = "packaging-config.json", groups = ["gfx110X", "gfx115X", "gfx120X"], shards = [":split_" + s for s in SHARDS])
 EOF
 cat > "$C/snap/BUILD.bazel" <<'EOF'
