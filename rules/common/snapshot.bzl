@@ -238,6 +238,42 @@ def lookup_snapshot(checksums_by_channel, library, channel, version, snapshots_r
         fail(missing_snapshot_message(library, channel, version, available_versions(checksums), snapshots_root, store, artifact))
     return checksum_sha256(checksums[version])
 
+def check_abi_inputs(abi_inputs, snapshot_artifacts):
+    """Fails when an ABI guard is asked for without the recorded digests.
+
+    Args:
+      abi_inputs: the rule's `abi_inputs` (None: no guard).
+      snapshot_artifacts: the rule's `snapshot_artifacts`.
+    """
+    if abi_inputs != None and snapshot_artifacts == None:
+        fail("prebuilt_snapshot: abi_inputs needs snapshot_artifacts (<PREFIX>_SNAPSHOT_ARTIFACTS)")
+
+def abi_guard_expect(snapshot_artifacts, channel, version):
+    """The ABI inputs' digests recorded when a snapshot was cut.
+
+    Args:
+      snapshot_artifacts: the checksums file's <PREFIX>_SNAPSHOT_ARTIFACTS.
+      channel: "stable" or "last_stable".
+      version: ROCm version.
+
+    Returns:
+      {recorded path: sha256}, empty for a snapshot cut without --abi-input.
+    """
+    return snapshot_artifacts.get(channel, {}).get(version, {}).get("abi_inputs", {})
+
+def abi_guard_recut(snapshots_root, version, artifact):
+    """The command an ABI-drift failure names first: re-cut the snapshot.
+
+    Args:
+      snapshots_root: the snapshots root, relative to the workspace/project root.
+      version: ROCm version.
+      artifact: the snapshot's artifact file name.
+
+    Returns:
+      A shell command line (the user adds --abi-input FILE... as printed).
+    """
+    return "snapctl create --snapshots-root %s --version %s --artifact %s" % (snapshots_root, version, artifact)
+
 def store_blob_path(sha256):
     """Path of a blob inside a content-addressed store: "cas/sha256/<hex>".
 

@@ -2,7 +2,7 @@
 last-stable snapshot, selected per library by its own channel flag (default:
 the global channel flag) and the ROCm version flag."""
 
-load("//rules/common:snapshot.bzl", "PREBUILT_CHANNELS", "SNAPSHOT_CHANNELS", "available_versions", "channel_dir", "checksum_sha256", "default_artifact", "default_checksums_prefix", "missing_snapshot_message", "rocm_config_name", "snapshot_target_name", "store_blob_path")
+load("//rules/common:snapshot.bzl", "PREBUILT_CHANNELS", "SNAPSHOT_CHANNELS", "abi_guard_expect", "abi_guard_recut", "available_versions", "channel_dir", "check_abi_inputs", "checksum_sha256", "default_artifact", "default_checksums_prefix", "missing_snapshot_message", "rocm_config_name", "snapshot_target_name", "store_blob_path")
 load(":abi_guard.bzl", "abi_guard")
 load(":providers.bzl", "FlagValueInfo", "SnapshotBlobInfo")
 load(":string_flag.bzl", "string_flag")
@@ -260,6 +260,7 @@ def prebuilt_snapshot(
     """
     if (local_store == None) == (remote_repo_prefix == None):
         fail("prebuilt_snapshot: set exactly one of local_store and remote_repo_prefix")
+    check_abi_inputs(abi_inputs, snapshot_artifacts)
     library = library or name
     artifact = artifact or default_artifact(library)
     pkg = native.package_name()
@@ -307,17 +308,15 @@ def prebuilt_snapshot(
             )
             archive = ":" + target + "_blob"
             if abi_inputs != None:
-                if snapshot_artifacts == None:
-                    fail("prebuilt_snapshot: abi_inputs needs snapshot_artifacts (<PREFIX>_SNAPSHOT_ARTIFACTS)")
                 abi_guard(
                     name = target + "_abi",
                     archive = archive,
                     inputs = abi_inputs,
-                    expect = snapshot_artifacts.get(channel, {}).get(version, {}).get("abi_inputs", {}),
+                    expect = abi_guard_expect(snapshot_artifacts, channel, version),
                     library = library,
                     channel = channel,
                     version = version,
-                    recut = "snapctl create --snapshots-root %s --version %s --artifact %s" % (root_path, version, artifact),
+                    recut = abi_guard_recut(root_path, version, artifact),
                     dev = "--%s=dev" % _own_label(pkg, own_flag),
                     **kwargs
                 )

@@ -4,7 +4,7 @@ global `snapshot_channel` (`-m snapshot_stable`; default dev), and the
 `rocm_version` constraint (`-m rocm64`)."""
 
 load(":abi_guard.bzl", "abi_guard")
-load("//rules/common:snapshot.bzl", "PREBUILT_CHANNELS", "SNAPSHOT_CHANNELS", "available_versions", "channel_dir", "checksum_sha256", "default_artifact", "missing_snapshot_message", "snapshot_target_name", "store_blob_path")
+load("//rules/common:snapshot.bzl", "PREBUILT_CHANNELS", "SNAPSHOT_CHANNELS", "abi_guard_expect", "abi_guard_recut", "available_versions", "channel_dir", "check_abi_inputs", "checksum_sha256", "default_artifact", "missing_snapshot_message", "snapshot_target_name", "store_blob_path")
 load(":config.bzl", "channel_constraint", "library_channel_constraints", "library_channel_value", "rocm_constraint", "rocm_versions")
 load(":providers.bzl", "RocpackToolchainInfo", "SnapshotBlobInfo")
 load(":toolchain.bzl", "toolchain_attr")
@@ -238,8 +238,7 @@ def prebuilt_snapshot(
         fail("prebuilt_snapshot: set exactly one of local_store and store_url")
     if not verify_with_snapctl:
         fail("prebuilt_snapshot: on Buck2 blobs are always verified by snapctl fetch; leave verify_with_snapctl at True")
-    if abi_inputs != None and snapshot_artifacts == None:
-        fail("prebuilt_snapshot: abi_inputs needs snapshot_artifacts (<PREFIX>_SNAPSHOT_ARTIFACTS)")
+    check_abi_inputs(abi_inputs, snapshot_artifacts)
     library = library or name
     artifact = artifact or default_artifact(library)
     pkg = native.package_name()
@@ -336,11 +335,11 @@ def prebuilt_snapshot(
                     name = target + "_abi",
                     archive = archive,
                     inputs = abi_inputs,
-                    expect = snapshot_artifacts.get(channel, {}).get(version, {}).get("abi_inputs", {}),
+                    expect = abi_guard_expect(snapshot_artifacts, channel, version),
                     library = library,
                     channel = channel,
                     version = version,
-                    recut = "snapctl create --snapshots-root %s --version %s --artifact %s" % (root_path, version, artifact),
+                    recut = abi_guard_recut(root_path, version, artifact),
                     dev = "-m //%s:%s" % (pkg, library_channel_value(name, "dev")),
                     **kwargs
                 )
