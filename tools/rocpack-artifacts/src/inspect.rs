@@ -676,11 +676,7 @@ fn describe_elf(input: &Input, data: &[u8], name: &str, file_offset: u64) -> Res
         d.wrappers.push(WrapperDesc {
             index: w.index,
             file_offset: w.file_offset,
-            magic: if w.magic == rocpack_elf::HIPK_MAGIC {
-                "HIPK"
-            } else {
-                "HIPF"
-            },
+            magic: magic_name(w.magic),
             version: w.version,
             pointer: pointer_model(&w.model, info.machine),
             target: format!("{:#x}", w.target),
@@ -756,11 +752,7 @@ fn describe_pe(input: &Input, data: &[u8], name: &str, file_offset: u64) -> Resu
         d.wrappers.push(WrapperDesc {
             index: w.index,
             file_offset: w.file_offset,
-            magic: if w.magic == rocpack_elf::HIPK_MAGIC {
-                "HIPK"
-            } else {
-                "HIPF"
-            },
+            magic: magic_name(w.magic),
             version: w.version,
             pointer: w.pointer.describe(),
             target: format!("{:#x}", w.target),
@@ -1496,4 +1488,13 @@ pub fn carries_device_code(data: &[u8]) -> bool {
     NEEDLES
         .iter()
         .any(|n| memchr::memmem::find(data, n).is_some())
+}
+
+/// A wrapper's magic as inspect prints it (analysis accepts only these two).
+fn magic_name(magic: u32) -> &'static str {
+    if magic == rocpack_elf::HIPK_MAGIC {
+        "HIPK"
+    } else {
+        "HIPF"
+    }
 }
