@@ -2,6 +2,7 @@
 
 mod analyze;
 mod rewrite;
+pub(crate) mod sparse;
 
 pub use analyze::{
     analyze, analyze_in, bundle_bytes, ImageHeaders, PeInfo, PeKind, PePointer, PeSection,
