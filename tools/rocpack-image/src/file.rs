@@ -47,7 +47,6 @@ impl ImageFile {
             ));
         }
         let len = meta.len();
-        let mut sparse = Sparse::new(len)?;
         let src = FileRange::new(&file, 0, len);
         // The head is read apart: the buffer holds only what the loaders
         // load (so a loader that misses a table shows in the tests).
@@ -55,6 +54,8 @@ impl ImageFile {
         let n = rocpack_bundle::ReadAt::read_at(&src, 0, &mut head)?;
         head.truncate(n);
         let kind = detect(&head);
+        let image = kind.is_host_image() || kind == FileType::Archive;
+        let mut sparse = Sparse::new(if image { len } else { 0 })?;
         match kind {
             FileType::Elf { .. } => sparse.load_elf(&src, 0, len)?,
             FileType::Archive => sparse.load_archive(&src)?,

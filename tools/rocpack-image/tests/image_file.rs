@@ -20,7 +20,12 @@ fn same_as_whole(path: &Path) -> (u64, u64) {
             let whole = rocpack_elf::archive_members(&data).map(|ms| {
                 ms.into_iter()
                     .filter(|m| matches!(rocpack_image::detect(m.data), FileType::Elf { .. }))
-                    .map(|m| (m.name.clone(), rocpack_elf::analyze(m.data).map_err(|e| e.to_string())))
+                    .map(|m| {
+                        (
+                            m.name.clone(),
+                            rocpack_elf::analyze(m.data).map_err(|e| e.to_string()),
+                        )
+                    })
                     .collect::<Vec<_>>()
             });
             let sparse = f.members().unwrap().map(|ms| {
@@ -47,7 +52,10 @@ fn split_copy(src: &Path, dir: &Path) -> Option<PathBuf> {
     let data = std::fs::read(src).unwrap();
     let out = rocpack_image::split_file(&data, &mut |_, _| Ok(MARKER.to_vec())).ok()?;
     (out != data).then(|| {
-        let p = dir.join(format!("{}.split", src.file_name().unwrap().to_string_lossy()));
+        let p = dir.join(format!(
+            "{}.split",
+            src.file_name().unwrap().to_string_lossy()
+        ));
         std::fs::write(&p, out).unwrap();
         p
     })
