@@ -74,6 +74,7 @@ pub use rewrite::{
     parse_bundles, reassemble, reassemble_to, reassembly_fits, split_host, split_host_in,
     split_host_to, Bundles,
 };
+pub use out::Out;
 pub use sparse::Sparse;
 
 /// Raw bytes of bundle `index` of an analysed fat binary.

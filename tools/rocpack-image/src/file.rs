@@ -39,11 +39,22 @@ impl ImageFile {
             .read(true)
             .custom_flags(libc::O_NONBLOCK)
             .open(path)?;
+        Self::of(file).map_err(|e| {
+            if e.kind() == io::ErrorKind::InvalidInput {
+                io::Error::new(e.kind(), format!("{}: {e}", path.display()))
+            } else {
+                e
+            }
+        })
+    }
+
+    /// [`ImageFile::open`] of an open file.
+    pub fn of(file: File) -> io::Result<ImageFile> {
         let meta = file.metadata()?;
         if !meta.is_file() {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
-                format!("{}: not a regular file", path.display()),
+                "not a regular file",
             ));
         }
         let len = meta.len();

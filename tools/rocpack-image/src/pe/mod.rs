@@ -9,4 +9,6 @@ pub use analyze::{
     PeWrapper, FATBIN_SECTIONS, MARKER_CHARACTERISTICS, MARKER_SECTION, WRAPPER_SECTIONS,
     WRAPPER_SIZE,
 };
-pub use rewrite::{pe_checksum, reassemble, split_analyzed, split_host};
+pub use rewrite::{
+    pe_checksum, pe_checksum_in, reassemble, reassemble_to, split_analyzed, split_host, split_to,
+};
