@@ -549,7 +549,7 @@ pub fn mapped_rss_kib(addr: usize) -> Option<u64> {
 /// Writes an uncompressed offload bundle: a host entry and one code object
 /// of `co_size` bytes (a multiple of 1 MiB: a 1 MiB pseudo-random block
 /// repeated, varied per target) per target, each at a 4 KiB-aligned offset.
-fn write_big_bundle(path: &Path, targets: &[&str], co_size: u64) {
+pub fn write_big_bundle(path: &Path, targets: &[&str], co_size: u64) {
     let ids: Vec<String> = std::iter::once("host-x86_64-unknown-linux-gnu".to_string())
         .chain(
             targets

@@ -496,6 +496,56 @@ fn stream_elf(
     }
 }
 
+/// Reassemble a split PE32+ image into `out` (empty, opened for reading
+/// and writing) with bounded memory, as [`stream_elf`] does: bundles
+/// rebuilt one at a time into a spill file, then the image written range by
+/// range (`rocpack_image::pe::reassemble_to`). Returns the bytes written.
+fn stream_pe(
+    host: &[u8],
+    host_src: &dyn rocpack_bundle::ReadAt,
+    info: rocpack_image::pe::PeInfo,
+    readers: &[(PathBuf, KpackReader)],
+    name: &str,
+    dir: &Path,
+    out: &std::fs::File,
+    canonical: &mut (usize, Option<String>),
+) -> anyhow::Result<u64> {
+    let fail = |e: rocpack_image::Error| {
+        anyhow::Error::new(e).context(format!("failed to reassemble `{name}`"))
+    };
+    let (marker, count) = marker_of(&Analysis::Pe(info), name).map_err(fail)?;
+    let spill = tempfile::tempfile_in(dir)
+        .with_context(|| format!("failed to create a spill file in `{}`", dir.display()))?;
+    let weights = bundle_weights(&marker, count, readers);
+    let mut effort = 0;
+    loop {
+        *canonical = (0, None);
+        spill.set_len(0)?;
+        let Some(ranges) = spill_bundles(
+            &marker, count, readers, name, effort, canonical, &spill, &weights, None,
+        )?
+        else {
+            effort += 1;
+            continue;
+        };
+        let total = ranges.last().map_or(0, |r| r.0 + r.1);
+        let src = rocpack_bundle::FileRange::new(&spill, 0, total);
+        let bundles = rocpack_elf::Bundles::In {
+            src: &src,
+            ranges: &ranges,
+        };
+        // Layout errors come before the first byte is written.
+        match rocpack_image::pe::reassemble_to(host, host_src, &bundles, out) {
+            Ok(n) => return Ok(n),
+            Err(
+                rocpack_image::Error::Layout { .. }
+                | rocpack_image::Error::Elf(rocpack_elf::Error::Layout { .. }),
+            ) if effort < MAX_EFFORT => effort += 1,
+            Err(e) => return Err(fail(e)),
+        }
+    }
+}
+
 pub fn run(args: ReassembleArgs) -> anyhow::Result<ExitCode> {
     // Regular files only (a FIFO must not hang, a link to /dev/zero must
     // not be read forever), mapped for their headers; the host part is
@@ -542,10 +592,35 @@ pub fn run(args: ReassembleArgs) -> anyhow::Result<ExitCode> {
         rocpack_image::detect(host),
         rocpack_image::FileType::Elf { .. }
     ) && !rocpack_elf::is_archive(host);
+    // A split PE image streams too (anything else PE goes the in-memory way,
+    // which copies it or reports why it cannot).
+    let pe = match rocpack_image::detect(host) {
+        rocpack_image::FileType::Pe { .. } => rocpack_image::pe::analyze_in(host, &mapped.source())
+            .ok()
+            .filter(|i| i.state == rocpack_elf::State::Split),
+        _ => None,
+    };
     let written = (|| -> anyhow::Result<u64> {
-        let f = std::fs::File::create(&tmp)
+        // Readable too: a PE image's checksum is computed from what was written.
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&tmp)
             .with_context(|| format!("failed to write `{}`", args.output.display()))?;
-        let n = if stream {
+        let n = if let Some(info) = pe {
+            stream_pe(
+                host,
+                &mapped.source(),
+                info,
+                &readers,
+                &name,
+                dir,
+                &f,
+                &mut canonical,
+            )?
+        } else if stream {
             stream_elf(
                 host,
                 &mapped.source(),

@@ -184,7 +184,11 @@ pub fn json_items(v: &serde_json::Value) -> &[serde_json::Value] {
 /// process's high-water mark at the fork, so keep the test's own memory
 /// small). `dir` holds its stdout and stderr.
 #[allow(unsafe_code)]
-pub fn run_peak_rss(mut cmd: std::process::Command, dir: &Path, what: &str) -> (std::process::Output, u64) {
+pub fn run_peak_rss(
+    mut cmd: std::process::Command,
+    dir: &Path,
+    what: &str,
+) -> (std::process::Output, u64) {
     use std::process::Stdio;
     let (o, e) = (dir.join("rss.out"), dir.join("rss.err"));
     let child = cmd

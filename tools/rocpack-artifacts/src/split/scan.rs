@@ -887,14 +887,21 @@ fn split_fat(
         }
         let marker = Marker::for_split(&opts.artifact_prefix, depth, kernel_name.clone()).encode();
         release(&map, None);
-        let host = rocpack_image::pe::split_analyzed(data, &info, &marker)
+        // Written range by range from positioned reads, as for ELF files.
+        let out = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(host_dst)
+            .ctx(host_dst, "create")?;
+        let len = rocpack_image::pe::split_to(data, &src, &info, &marker, &out)
             .map_err(|e| image_err(path, e))?;
+        drop(out);
+        fsutil::set_mode(host_dst, mode)?;
         release(&map, None);
-        super::write_file_mode(host_dst, &host, mode)?;
-        let len = host.len();
-        drop(host);
         collector.collect(data, &info.bundles, &kernel_name)?;
-        len
+        len as usize
     } else {
         let info = match rocpack_elf::analyze_in(data, &src) {
             Ok(i) => i,
