@@ -118,6 +118,6 @@ fn fifo_refused_and_truncation_detected() {
         .unwrap()
         .set_len(len / 2)
         .unwrap();
-    let e = f.analyze().err().expect("truncated under us");
+    let e = f.analyze().expect_err("truncated under us");
     assert!(e.to_string().contains("changed while it was read"), "{e}");
 }

@@ -503,7 +503,6 @@ fn stream_elf(
 fn stream_pe(
     host: &[u8],
     host_src: &dyn rocpack_bundle::ReadAt,
-    info: rocpack_image::pe::PeInfo,
     readers: &[(PathBuf, KpackReader)],
     name: &str,
     dir: &Path,
@@ -513,6 +512,7 @@ fn stream_pe(
     let fail = |e: rocpack_image::Error| {
         anyhow::Error::new(e).context(format!("failed to reassemble `{name}`"))
     };
+    let info = rocpack_image::pe::analyze_in(host, host_src).map_err(fail)?;
     let (marker, count) = marker_of(&Analysis::Pe(info), name).map_err(fail)?;
     let spill = tempfile::tempfile_in(dir)
         .with_context(|| format!("failed to create a spill file in `{}`", dir.display()))?;
@@ -594,12 +594,11 @@ pub fn run(args: ReassembleArgs) -> anyhow::Result<ExitCode> {
     ) && !rocpack_elf::is_archive(host);
     // A split PE image streams too (anything else PE goes the in-memory way,
     // which copies it or reports why it cannot).
-    let pe = match rocpack_image::detect(host) {
-        rocpack_image::FileType::Pe { .. } => rocpack_image::pe::analyze_in(host, &mapped.source())
-            .ok()
-            .filter(|i| i.state == rocpack_elf::State::Split),
-        _ => None,
-    };
+    let pe = matches!(
+        rocpack_image::detect(host),
+        rocpack_image::FileType::Pe { .. }
+    ) && rocpack_image::pe::analyze_in(host, &mapped.source())
+        .is_ok_and(|i| i.state == rocpack_elf::State::Split);
     let written = (|| -> anyhow::Result<u64> {
         // Readable too: a PE image's checksum is computed from what was written.
         let f = std::fs::OpenOptions::new()
@@ -609,11 +608,10 @@ pub fn run(args: ReassembleArgs) -> anyhow::Result<ExitCode> {
             .truncate(true)
             .open(&tmp)
             .with_context(|| format!("failed to write `{}`", args.output.display()))?;
-        let n = if let Some(info) = pe {
+        let n = if pe {
             stream_pe(
                 host,
                 &mapped.source(),
-                info,
                 &readers,
                 &name,
                 dir,

@@ -724,7 +724,7 @@ fn reassemble_plan(host: &[u8], info: &PeInfo, bundles: &Bundles<'_>) -> Result<
             off - mr + rs - back
         }
     };
-    let field_map = file_offset_fields(host, &info, h)?;
+    let field_map = file_offset_fields(host, info, h)?;
     let mut out = Out::default();
     out.push_src(0, cut);
     out.push_src(first_raw, ps - first_raw);
