@@ -68,13 +68,16 @@ pub use analyze::{
     PointerModel, RawWrapper, SectionRange, State, WrapperInfo, FATBIN_SECTION, HIPF_MAGIC,
     HIPK_MAGIC, MARKER_SECTION, WRAPPER_SECTION, WRAPPER_SIZE,
 };
-pub use archive::{archive_members, is_archive, reassemble_archive, split_archive, ArchiveMember};
+pub use archive::{
+    archive_members, is_archive, reassemble_archive, reassemble_archive_to, split_archive,
+    split_archive_to, ArchiveMember,
+};
 pub use error::{Error, Result};
+pub use out::Out;
 pub use rewrite::{
     parse_bundles, reassemble, reassemble_to, reassembly_fits, split_host, split_host_in,
     split_host_to, Bundles,
 };
-pub use out::Out;
 pub use sparse::Sparse;
 
 /// Raw bytes of bundle `index` of an analysed fat binary.
