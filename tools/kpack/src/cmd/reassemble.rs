@@ -546,6 +546,50 @@ fn stream_pe(
     }
 }
 
+/// Reassemble an `ar` archive into `out` (empty) with memory bounded by
+/// its largest member: members are read and rebuilt one at a time, rebuilt
+/// ones go through a spill file beside the output, the archive is written
+/// range by range. Members are relocatable objects, whose `.hip_fatbin` is
+/// rebuilt at the end of the file: the bundles always fit (no squeezing).
+fn stream_archive(
+    host: &[u8],
+    host_src: &dyn rocpack_bundle::ReadAt,
+    readers: &[(PathBuf, KpackReader)],
+    name: &str,
+    dir: &Path,
+    out: &std::fs::File,
+    canonical: &mut (usize, Option<String>),
+) -> anyhow::Result<u64> {
+    let spill = tempfile::tempfile_in(dir)
+        .with_context(|| format!("failed to create a spill file in `{}`", dir.display()))?;
+    let mut w = std::io::BufWriter::with_capacity(1 << 16, out);
+    *canonical = (0, None);
+    let n = rocpack_elf::reassemble_archive_to(
+        host,
+        host_src,
+        &mut |member, info| {
+            let what = format!("{name}({member})");
+            bundles_for(&Analysis::Elf(info.clone()), readers, &what, 0, canonical).map_err(|e| {
+                match e {
+                    rocpack_image::Error::Elf(e) => e,
+                    other => rocpack_elf::Error::Layout {
+                        offset: other.offset().unwrap_or(0),
+                        what: other.to_string(),
+                    },
+                }
+            })
+        },
+        &spill,
+        &mut w,
+    )
+    .map_err(|e| {
+        anyhow::Error::new(rocpack_image::Error::from(e))
+            .context(format!("failed to reassemble `{name}`"))
+    })?;
+    w.flush()?;
+    Ok(n)
+}
+
 pub fn run(args: ReassembleArgs) -> anyhow::Result<ExitCode> {
     // Regular files only (a FIFO must not hang, a link to /dev/zero must
     // not be read forever), mapped for their headers; the host part is
@@ -618,6 +662,16 @@ pub fn run(args: ReassembleArgs) -> anyhow::Result<ExitCode> {
                 &f,
                 &mut canonical,
             )?
+        } else if rocpack_elf::is_archive(host) {
+            stream_archive(
+                host,
+                &mapped.source(),
+                &readers,
+                &name,
+                dir,
+                &f,
+                &mut canonical,
+            )?
         } else if stream {
             stream_elf(
                 host,
@@ -658,7 +712,7 @@ pub fn run(args: ReassembleArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Archives and PE images: rebuilt in memory.
+/// What is neither ELF, a split PE image nor an archive: rebuilt in memory.
 fn in_memory(
     host: &[u8],
     readers: &[(PathBuf, KpackReader)],
