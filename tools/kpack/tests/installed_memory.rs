@@ -1,5 +1,6 @@
-//! Issue 22: `kpack verify --installed-tree` and `kpack split-wheel
-//! --overlay-root` do not read a host binary whole. A 1 GiB split host
+//! Issue 22: `kpack verify --installed-tree`, `kpack verify
+//! --artifacts-dir` and `kpack split-wheel --overlay-root` do not read a
+//! host binary whole. A 1 GiB split host
 //! library (`rocpack_testsupport::big_fat_library` with a 1 GiB `.rodata`,
 //! split by `kpack split`) is installed with its `.kpack` archive and
 //! verified, then put outside the overlay of a wheel that is split (every
@@ -121,6 +122,32 @@ fn installed_tree_and_overlay_checks_do_not_read_a_1gib_library_whole() {
         "none".as_ref(),
     ]);
     fs::remove_dir_all(&art).unwrap();
+    // verify --artifacts-dir of the split (the host file is judged by its
+    // headers, tables, wrappers and marker).
+    let mut cmd = Command::new(kpack_under_test());
+    cmd.args(["verify", "--artifacts-dir"]).arg(&out);
+    let t0 = Instant::now();
+    let (o, rss) = run_peak_rss(cmd, tmp.path(), "verify --artifacts-dir");
+    eprintln!(
+        "verify --artifacts-dir (1 GiB host file): peak RSS {rss} KiB, wall {:.2} s",
+        t0.elapsed().as_secs_f64()
+    );
+    // The split host is found and judged; its lookups fail only on the
+    // synthetic code objects (random bytes, not AMDGPU ELF files).
+    let text = stdout(&o);
+    assert!(
+        text.contains("2 packages, 2 files, 1 kpack archives, 1 split host binaries")
+            && text
+                .lines()
+                .filter(|l| l.starts_with("FAIL ["))
+                .all(|l| l.contains("is not an AMDGPU ELF code object")),
+        "verify --artifacts-dir: {text}{}",
+        stderr(&o)
+    );
+    assert!(
+        rss <= MAX_RSS_KIB,
+        "verify --artifacts-dir of a 1 GiB host file: peak RSS {rss} KiB"
+    );
     let site = tmp.path().join("site");
     fs::create_dir_all(&site).unwrap();
     merge(&out.join("big_generic"), &site);
