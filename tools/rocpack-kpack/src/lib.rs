@@ -18,6 +18,7 @@ pub mod commit;
 mod dir;
 mod error;
 mod format;
+mod io;
 mod kpm;
 mod loader;
 mod marker;
@@ -46,8 +47,8 @@ pub use loader::{
 pub use marker::{Marker, MARKER_MAX_LEN, MARKER_SECTION, MARKER_SECTION_PE};
 pub use reader::KpackReader;
 pub use writer::{
-    compress_frame, compress_frame_with, KpackFileWriter, KpackStreamWriter, KpackWriter,
-    WriteSummary,
+    compress_frame, compress_frame_with, compress_stream, KpackFileWriter, KpackStreamWriter,
+    KpackWriter, WriteSummary, STREAM_IN_CHUNK, STREAM_THRESHOLD,
 };
 
 /// Re-exported so callers can build and inspect entry `metadata` values.

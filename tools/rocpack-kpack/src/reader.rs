@@ -162,36 +162,6 @@ impl FileSrc {
     }
 }
 
-/// `left` bytes of `file` from `offset`, read with positioned reads; ends
-/// early (an error) if the file became shorter.
-struct FileRangeReader<'a> {
-    file: &'a fs::File,
-    offset: u64,
-    left: u64,
-}
-
-impl Read for FileRangeReader<'_> {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        use std::os::unix::fs::FileExt;
-        let want = buf
-            .len()
-            .min(usize::try_from(self.left).unwrap_or(usize::MAX));
-        if want == 0 {
-            return Ok(0);
-        }
-        let n = self.file.read_at(&mut buf[..want], self.offset)?;
-        if n == 0 {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::UnexpectedEof,
-                "the archive became shorter after it was opened",
-            ));
-        }
-        self.offset += n as u64;
-        self.left -= n as u64;
-        Ok(n)
-    }
-}
-
 /// The parsed, validated TOC of an archive.
 #[derive(Clone, Debug)]
 struct Parsed {
@@ -656,7 +626,7 @@ impl KpackReader {
                         .with_path_opt(self.path.as_deref()),
                 ));
             }
-            let r = FileRangeReader {
+            let r = crate::io::FileRange {
                 file: &f.file,
                 offset: loc.offset,
                 left: loc.size,

@@ -46,6 +46,113 @@ pub fn compress_frame_with(data: &[u8], level: i32, checksum: bool) -> Result<Ve
     c.compress(data).map_err(zerr)
 }
 
+/// Input bytes read per step of [`compress_stream`] (a multiple of zstd's
+/// 128 KiB block).
+pub const STREAM_IN_CHUNK: usize = 1 << 20;
+
+/// Code objects larger than this are compressed streaming
+/// ([`compress_stream`]) rather than whole ([`compress_frame`]) by the
+/// writers' file paths ([`KpackStreamWriter::add_file_range`], `kpack
+/// pack`, `kpack split`): memory then stays a few MiB whatever the code
+/// object's size. Up to the zstd window (2 MiB at level 3, 8 MiB at 19)
+/// the two frames are byte-identical; past it libzstd's streaming
+/// compressor (a circular window buffer) finds slightly different matches
+/// than the one-shot `ZSTD_compress2` (measured: a 9 MiB code object at
+/// level 3 gives a frame 1 byte shorter, at level 19 1 byte longer). So
+/// code objects up to this size keep exactly the frames earlier releases
+/// wrote, larger ones get the streamed frame, which is as deterministic
+/// (independent of thread count and of how the input is read). It equals
+/// the split scan's in-memory limit for CCOB payloads, so a code object
+/// gets the same frame whichever path compressed it.
+pub const STREAM_THRESHOLD: u64 = 32 << 20;
+
+/// Compress exactly `len` bytes read from `src` into `dst` as one zstd
+/// frame, the same frame [`compress_frame_with`] makes of those bytes
+/// (content size and, with `checksum`, content checksum in the header),
+/// reading and writing in bounded chunks ([`STREAM_IN_CHUNK`] in, zstd's
+/// output block out): memory does not depend on `len`. `src` ending before
+/// `len` bytes is an error (`UnexpectedEof`); bytes after `len` are not read.
+/// Returns the frame's length.
+pub fn compress_stream(
+    src: &mut dyn Read,
+    len: u64,
+    dst: &mut dyn Write,
+    level: i32,
+    checksum: bool,
+) -> Result<u64> {
+    use zstd::zstd_safe::{self, zstd_sys::ZSTD_EndDirective, CParameter, InBuffer, OutBuffer};
+    let zerr = |code: usize| Error::new(ErrorKind::Zstd(zstd_safe::get_error_name(code).into()));
+    let mut cctx = zstd_safe::CCtx::create();
+    cctx.set_parameter(CParameter::CompressionLevel(level))
+        .map_err(zerr)?;
+    cctx.set_parameter(CParameter::ChecksumFlag(checksum))
+        .map_err(zerr)?;
+    cctx.set_pledged_src_size(Some(len)).map_err(zerr)?;
+    let mut inbuf = vec![0u8; STREAM_IN_CHUNK.min(usize::try_from(len).unwrap_or(usize::MAX))];
+    let mut outbuf = vec![0u8; zstd_safe::CCtx::out_size()];
+    let mut left = len;
+    let mut written = 0u64;
+    let mut emit = |out: &[u8]| -> Result<()> {
+        dst.write_all(out)?;
+        written += out.len() as u64;
+        Ok(())
+    };
+    // The last piece goes in with `ZSTD_e_end`, so its final block is
+    // compressed as the frame's last block, as the one-shot compressor
+    // does (ending after a `ZSTD_e_continue` would add an empty last
+    // block: a 3-byte longer, different frame).
+    loop {
+        let want = inbuf
+            .len()
+            .min(usize::try_from(left).unwrap_or(usize::MAX));
+        let chunk = inbuf.get_mut(..want).unwrap_or_default();
+        let mut got = 0;
+        while got < want {
+            match src.read(chunk.get_mut(got..).unwrap_or_default()) {
+                Ok(0) => {
+                    return Err(Error::from(std::io::Error::new(
+                        std::io::ErrorKind::UnexpectedEof,
+                        format!(
+                            "the input ended after {} of {len} bytes",
+                            len - left + got as u64
+                        ),
+                    )))
+                }
+                Ok(n) => got += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(Error::from(e)),
+            }
+        }
+        left -= got as u64;
+        let last = left == 0;
+        let op = if last {
+            ZSTD_EndDirective::ZSTD_e_end
+        } else {
+            ZSTD_EndDirective::ZSTD_e_continue
+        };
+        let mut input = InBuffer::around(chunk.get(..got).unwrap_or_default());
+        loop {
+            let mut out = OutBuffer::around(outbuf.as_mut_slice());
+            let remaining = cctx
+                .compress_stream2(&mut out, &mut input, op)
+                .map_err(zerr)?;
+            emit(out.as_slice())?;
+            let done = if last {
+                remaining == 0
+            } else {
+                input.pos() == got
+            };
+            if done {
+                break;
+            }
+        }
+        if last {
+            break;
+        }
+    }
+    Ok(written)
+}
+
 #[derive(Clone, Debug)]
 struct EntryMeta {
     ordinal: u32,
@@ -371,8 +478,10 @@ impl<W: Write + Seek> KpackStreamWriter<W> {
     /// or a `BufWriter<File>`: code objects move from page cache to page
     /// cache without passing through this process's memory, so writing an
     /// archive of any size keeps a small, constant resident set. With zstd
-    /// the bytes are read and compressed here. `src`'s file position is
-    /// not relied on (it is moved).
+    /// the bytes are read and compressed here: whole up to
+    /// [`STREAM_THRESHOLD`], streaming ([`KpackStreamWriter::add_stream`],
+    /// positioned reads) above it. `src`'s file position is not relied on
+    /// (it is moved).
     pub fn add_file_range(
         &mut self,
         key: &str,
@@ -392,6 +501,16 @@ impl<W: Write + Seek> KpackStreamWriter<W> {
             src.read_exact_at(&mut buf, offset)?;
             Ok(buf)
         };
+        if let Compression::Zstd { .. } = self.compression {
+            if len > STREAM_THRESHOLD {
+                let mut r = crate::io::FileRange {
+                    file: src,
+                    offset,
+                    left: len,
+                };
+                return self.add_stream(key, target, &mut r, len, metadata);
+            }
+        }
         if !matches!(self.compression, Compression::None) || len < COPY_MIN {
             let data = read(src)?;
             return self.add_with_metadata(key, target, &data, metadata);
@@ -413,6 +532,65 @@ impl<W: Write + Seek> KpackStreamWriter<W> {
         }
         self.blobs.push((self.pos, len));
         self.pos = end;
+        Ok(self.toc.push(key, target, len, metadata))
+    }
+
+    /// Add one kernel of `len` bytes read from `src`, never held whole:
+    /// with zstd it is compressed streaming ([`compress_stream`]) straight
+    /// into the archive (a 4-byte size placeholder is written first and
+    /// patched once the frame's length is known; a frame of 4 GiB or more
+    /// is refused, as by [`KpackStreamWriter::add_frame`]); with `none` the
+    /// bytes are copied. `src` ending early is an error. After an error the
+    /// archive is incomplete and must be discarded.
+    pub fn add_stream(
+        &mut self,
+        key: &str,
+        target: &str,
+        src: &mut dyn Read,
+        len: u64,
+        metadata: Option<rmpv::Value>,
+    ) -> Result<u32> {
+        let key = self.key(key);
+        self.toc.check(&key, target)?;
+        let level = match self.compression {
+            Compression::None => {
+                let end = self.pos.checked_add(len).ok_or_else(|| {
+                    Error::new(ErrorKind::Limit("archive larger than 2^64".into()))
+                })?;
+                let copied = std::io::copy(&mut Read::take(src, len), &mut self.w)?;
+                if copied != len {
+                    return Err(Error::from(std::io::Error::new(
+                        std::io::ErrorKind::UnexpectedEof,
+                        format!("the input ended after {copied} of {len} bytes"),
+                    )));
+                }
+                self.blobs.push((self.pos, len));
+                self.pos = end;
+                return Ok(self.toc.push(key, target, len, metadata));
+            }
+            Compression::Zstd { level } => level,
+        };
+        if u64::from(self.toc.count) >= ZSTD_MAX_KERNELS {
+            return Err(Error::new(ErrorKind::Limit(format!(
+                "zstd-per-kernel archives hold at most {ZSTD_MAX_KERNELS} kernels (runtime limit)"
+            ))));
+        }
+        let at = self.start + self.pos;
+        self.w.write_all(&0u32.to_le_bytes())?;
+        let n = compress_stream(src, len, &mut self.w, level, self.checksum)?;
+        let size = u32::try_from(n).map_err(|_| {
+            Error::new(ErrorKind::Limit(format!(
+                "zstd frame of {n} bytes does not fit the u32 size prefix"
+            )))
+        })?;
+        let end = self.w.stream_position()?;
+        self.w.seek(SeekFrom::Start(at))?;
+        self.w.write_all(&size.to_le_bytes())?;
+        self.w.seek(SeekFrom::Start(end))?;
+        self.pos = self
+            .pos
+            .checked_add(4 + n)
+            .ok_or_else(|| Error::new(ErrorKind::Limit("archive larger than 2^64".into())))?;
         Ok(self.toc.push(key, target, len, metadata))
     }
 

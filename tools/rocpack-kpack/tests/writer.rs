@@ -597,3 +597,100 @@ print("decoded", n)
     let stdout = python(script, [dir.path().as_os_str()]);
     assert!(stdout.contains("decoded 2"), "{stdout}");
 }
+
+/// Issue 22: the streaming encoder (`ZSTD_compressStream2` with the size
+/// pledged, fed in 1 MiB pieces, the last with `ZSTD_e_end`) makes the same
+/// frame as the one-shot `ZSTD_compress2` of `compress_frame` up to the
+/// window size: empty input, sizes around zstd's 128 KiB block, with and
+/// without checksums. Past the window the streaming compressor's circular
+/// buffer finds slightly different matches (a frame of the same data, a
+/// few bytes apart), which is why only code objects above
+/// `STREAM_THRESHOLD` are streamed. Either way the frame decodes to the
+/// input and does not depend on how the reader hands out the bytes.
+#[test]
+fn streamed_frames_are_the_one_shot_frames_up_to_the_window() {
+    /// Hands out at most `n` bytes per read (odd sizes on purpose).
+    struct Dribble<'a>(&'a [u8], usize);
+    impl std::io::Read for Dribble<'_> {
+        fn read(&mut self, b: &mut [u8]) -> std::io::Result<usize> {
+            let n = self.0.len().min(b.len()).min(self.1);
+            b[..n].copy_from_slice(&self.0[..n]);
+            self.0 = &self.0[n..];
+            Ok(n)
+        }
+    }
+    let big = {
+        // Compressible with long repeats (beyond any window) and noise.
+        let block = pseudo_random(7, 3 << 20);
+        let mut v = Vec::with_capacity(36 << 20);
+        let mut i = 0u64;
+        while v.len() < 36 << 20 {
+            v.extend_from_slice(&block[(i as usize * 4099) % (1 << 20)..][..(1 << 20)]);
+            v.extend_from_slice(&pseudo_random(i, 4096));
+            i += 1;
+        }
+        v
+    };
+    let k = 128 << 10;
+    let sizes = [
+        0,
+        1,
+        100,
+        k - 1,
+        k,
+        k + 1,
+        2 * k,
+        (1 << 20) + 7,
+        2 << 20,
+        9 << 20,
+        big.len(),
+    ];
+    let mut report = Vec::new();
+    for level in [1, 3, 19] {
+        for checksum in [true, false] {
+            for &n in &sizes {
+                if (level == 19 && n > 9 << 20) || (!checksum && n > 2 << 20) {
+                    continue; // slow; 9 MiB is past level 19's 8 MiB window already
+                }
+                let data = &big[..n];
+                let one = rocpack_kpack::compress_frame_with(data, level, checksum).unwrap();
+                let mut first: Option<Vec<u8>> = None;
+                for piece in [usize::MAX, 65_537] {
+                    let mut out = Vec::new();
+                    let len = rocpack_kpack::compress_stream(
+                        &mut Dribble(data, piece),
+                        n as u64,
+                        &mut out,
+                        level,
+                        checksum,
+                    )
+                    .unwrap();
+                    assert_eq!(len, out.len() as u64);
+                    match &first {
+                        None => first = Some(out),
+                        Some(f) => assert!(f == &out, "level {level}, {n} bytes: depends on the reader's pieces"),
+                    }
+                }
+                let out = first.unwrap();
+                if n <= 2 << 20 {
+                    assert!(
+                        out == one,
+                        "level {level}, checksum {checksum}, {n} bytes: streamed frame ({} bytes) differs from one-shot ({} bytes)",
+                        out.len(),
+                        one.len()
+                    );
+                }
+                if checksum {
+                    report.push(format!("level {level} {n} B: {}", if out == one { "same".to_string() } else { format!("{} vs {} B", out.len(), one.len()) }));
+                }
+                let back = rocpack_kpack::decompress_frame(&out, n as u64).unwrap();
+                assert!(back == data, "level {level}, {n} bytes: does not decode to the input");
+            }
+        }
+    }
+    eprintln!("{}", report.join("\n"));
+    // A source shorter than promised is an error, not a short frame.
+    let e = rocpack_kpack::compress_stream(&mut &big[..10], 11, &mut Vec::new(), 3, true)
+        .unwrap_err();
+    assert!(e.to_string().contains("ended after 10 of 11"), "{e}");
+}
