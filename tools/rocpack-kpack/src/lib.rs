@@ -47,8 +47,9 @@ pub use loader::{
 pub use marker::{Marker, MARKER_MAX_LEN, MARKER_SECTION, MARKER_SECTION_PE};
 pub use reader::KpackReader;
 pub use writer::{
-    compress_frame, compress_frame_with, compress_stream, KpackFileWriter, KpackStreamWriter,
-    KpackWriter, WriteSummary, STREAM_IN_CHUNK, STREAM_THRESHOLD,
+    compress_frame, compress_frame_with, compress_stream, frame_of_file_range, FileInput,
+    KpackFileWriter, KpackStreamWriter, KpackWriter, StoredFrame, WriteSummary, BATCH_BYTES,
+    STREAM_IN_CHUNK, STREAM_THRESHOLD,
 };
 
 /// Re-exported so callers can build and inspect entry `metadata` values.

@@ -153,6 +153,86 @@ pub fn compress_stream(
     Ok(written)
 }
 
+/// The zstd frame of one code object, made by [`frame_of_file_range`]:
+/// in memory, or (for a code object above [`STREAM_THRESHOLD`]) in an
+/// unnamed temporary file, so a worker thread can compress a code object
+/// of any size with bounded memory while the archive is written elsewhere.
+#[derive(Debug)]
+pub enum StoredFrame {
+    /// The frame's bytes.
+    Mem(Vec<u8>),
+    /// A file holding just the frame (`len` bytes from offset 0).
+    Spilled {
+        /// The (unlinked) temporary file.
+        file: fs::File,
+        /// The frame's length.
+        len: u64,
+    },
+}
+
+impl StoredFrame {
+    /// The frame's length in bytes.
+    pub fn len(&self) -> u64 {
+        match self {
+            StoredFrame::Mem(v) => v.len() as u64,
+            StoredFrame::Spilled { len, .. } => *len,
+        }
+    }
+
+    /// True for an empty frame (never made by this crate).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// One code object of [`KpackStreamWriter::add_file_ranges`]: `len` bytes
+/// of `file` at `offset`.
+#[derive(Debug)]
+pub struct FileInput<'a> {
+    /// TOC binary key (normalised or not as the writer says).
+    pub key: String,
+    /// Arch key.
+    pub target: String,
+    /// The file holding it.
+    pub file: &'a fs::File,
+    /// Where it starts in `file`.
+    pub offset: u64,
+    /// Its length.
+    pub len: u64,
+    /// Entry `metadata`, if any.
+    pub metadata: Option<rmpv::Value>,
+}
+
+/// The zstd frame of the `len` bytes of `file` at `offset`: compressed
+/// whole ([`compress_frame_with`]) up to [`STREAM_THRESHOLD`] bytes,
+/// streamed ([`compress_stream`], positioned reads) into an unnamed
+/// temporary file in `spill_dir` above it. Memory stays bounded by the
+/// threshold (plus its frame) whatever `len` is.
+pub fn frame_of_file_range(
+    file: &fs::File,
+    offset: u64,
+    len: u64,
+    level: i32,
+    checksum: bool,
+    spill_dir: &Path,
+) -> Result<StoredFrame> {
+    let mut src = crate::io::FileRange {
+        file,
+        offset,
+        left: len,
+    };
+    if len <= STREAM_THRESHOLD {
+        let mut data = Vec::with_capacity(usize::try_from(len).unwrap_or(0));
+        src.read_to_end(&mut data)?;
+        return compress_frame_with(&data, level, checksum).map(StoredFrame::Mem);
+    }
+    let tmp = tempfile::tempfile_in(spill_dir).map_err(|e| Error::from(e).with_path(spill_dir))?;
+    let mut w = BufWriter::with_capacity(1 << 20, tmp);
+    let n = compress_stream(&mut src, len, &mut w, level, checksum)?;
+    let file = w.into_inner().map_err(|e| Error::from(e.into_error()))?;
+    Ok(StoredFrame::Spilled { file, len: n })
+}
+
 #[derive(Clone, Debug)]
 struct EntryMeta {
     ordinal: u32,
@@ -632,6 +712,106 @@ impl<W: Write + Seek> KpackStreamWriter<W> {
         Ok(self.toc.push(key, target, original_size, metadata))
     }
 
+    /// Add a kernel whose zstd frame was made by [`frame_of_file_range`]
+    /// (zstd scheme only): an in-memory frame as [`KpackStreamWriter::add_frame`]
+    /// does, a spilled one copied from its file (never held whole).
+    pub fn add_stored_frame(
+        &mut self,
+        key: &str,
+        target: &str,
+        original_size: u64,
+        frame: &StoredFrame,
+        metadata: Option<rmpv::Value>,
+    ) -> Result<u32> {
+        let (file, len) = match frame {
+            StoredFrame::Mem(v) => return self.add_frame(key, target, original_size, v, metadata),
+            StoredFrame::Spilled { file, len } => (file, *len),
+        };
+        if !matches!(self.compression, Compression::Zstd { .. }) {
+            return Err(Error::new(ErrorKind::Limit(
+                "add_stored_frame needs the zstd-per-kernel scheme".into(),
+            )));
+        }
+        let key = self.key(key);
+        self.toc.check(&key, target)?;
+        if u64::from(self.toc.count) >= ZSTD_MAX_KERNELS {
+            return Err(Error::new(ErrorKind::Limit(format!(
+                "zstd-per-kernel archives hold at most {ZSTD_MAX_KERNELS} kernels (runtime limit)"
+            ))));
+        }
+        let size = u32::try_from(len).map_err(|_| {
+            Error::new(ErrorKind::Limit(format!(
+                "zstd frame of {len} bytes does not fit the u32 size prefix"
+            )))
+        })?;
+        self.w.write_all(&size.to_le_bytes())?;
+        let mut r = crate::io::FileRange {
+            file,
+            offset: 0,
+            left: len,
+        };
+        let copied = std::io::copy(&mut r, &mut self.w)?;
+        if copied != len {
+            return Err(Error::from(std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                format!("spilled frame: copied {copied} of {len} bytes"),
+            )));
+        }
+        self.pos = self
+            .pos
+            .checked_add(4 + len)
+            .ok_or_else(|| Error::new(ErrorKind::Limit("archive larger than 2^64".into())))?;
+        Ok(self.toc.push(key, target, original_size, metadata))
+    }
+
+    /// Add code objects stored in files, in order (`inputs`: key, target,
+    /// file, offset, length, metadata), with memory bounded whatever their
+    /// sizes: `none` copies file to file; zstd compresses up to
+    /// [`BATCH_BYTES`] of code objects at a time on the rayon pool (one
+    /// frame each, [`frame_of_file_range`]: code objects above
+    /// [`STREAM_THRESHOLD`] are streamed into temporary files in
+    /// `spill_dir`) and writes the frames in order. The output does not
+    /// depend on the number of threads.
+    pub fn add_file_ranges(&mut self, inputs: Vec<FileInput<'_>>, spill_dir: &Path) -> Result<()> {
+        use rayon::prelude::*;
+        let Compression::Zstd { level } = self.compression else {
+            for it in inputs {
+                self.add_file_range(&it.key, &it.target, it.file, it.offset, it.len, it.metadata)?;
+            }
+            return Ok(());
+        };
+        let checksum = self.checksum;
+        // A streamed code object holds a few MiB (zstd's window and
+        // tables, the read and write buffers), not its size.
+        let cost = |it: &FileInput<'_>| {
+            if it.len > STREAM_THRESHOLD {
+                8 << 20
+            } else {
+                it.len.max(1)
+            }
+        };
+        let mut i = 0;
+        while i < inputs.len() {
+            let mut j = i;
+            let mut bytes = 0u64;
+            while j < inputs.len() && (j == i || bytes < BATCH_BYTES as u64) {
+                bytes = bytes.saturating_add(inputs.get(j).map_or(0, cost));
+                j += 1;
+            }
+            let batch = inputs.get(i..j).unwrap_or(&[]);
+            let frames: Vec<Result<StoredFrame>> = batch
+                .par_iter()
+                .map(|it| frame_of_file_range(it.file, it.offset, it.len, level, checksum, spill_dir))
+                .collect();
+            for (it, f) in batch.iter().zip(frames) {
+                let f = f?;
+                self.add_stored_frame(&it.key, &it.target, it.len, &f, it.metadata.clone())?;
+            }
+            i = j;
+        }
+        Ok(())
+    }
+
     /// Write the TOC, patch the header, and return the writer (positioned at
     /// the end of the archive) with a summary.
     pub fn finish(mut self) -> Result<(W, WriteSummary)> {
@@ -694,7 +874,7 @@ pub struct KpackWriter<'a> {
 }
 
 /// Input bytes compressed per parallel batch (bounds the frames held at once).
-const BATCH_BYTES: usize = 64 << 20;
+pub const BATCH_BYTES: usize = 64 << 20;
 
 impl<'a> KpackWriter<'a> {
     /// An empty archive using `compression`.

@@ -694,3 +694,80 @@ fn streamed_frames_are_the_one_shot_frames_up_to_the_window() {
         .unwrap_err();
     assert!(e.to_string().contains("ended after 10 of 11"), "{e}");
 }
+
+/// Issue 22: a reader from `open_file` checks a large frame from its
+/// headers (frame header, block headers, checksum) instead of reading it
+/// whole; its verdict on every damaged header byte, and on the size prefix,
+/// is the whole-frame check's (libzstd's `ZSTD_findFrameCompressedSize`).
+#[test]
+fn header_walk_of_large_frames_agrees_with_libzstd() {
+    let data: Vec<u8> = (0..40u64)
+        .flat_map(|i| {
+            let mut b = pseudo_random(i, 64 << 10);
+            b.extend(std::iter::repeat_n(i as u8, 8 << 10));
+            b
+        })
+        .collect();
+    for (level, checksum) in [(3, true), (1, false)] {
+        let mut w = KpackWriter::new(Compression::Zstd { level });
+        w.content_checksum(checksum);
+        w.group_name("g").arch_family("gfx900").arches(["gfx900"]);
+        w.add("k#0", "gfx900", data.clone()).unwrap();
+        w.add("k#1", "gfx900", data[..1000].to_vec()).unwrap();
+        let good = w.to_vec().unwrap();
+        let r = KpackReader::from_bytes(&good).unwrap();
+        let loc = r.blob_location(0).unwrap();
+        assert!(loc.size > 1 << 20, "frame of {} bytes is not large", loc.size);
+        let (a, n) = (loc.offset as usize, loc.size as usize);
+        // Block header offsets, walked here independently.
+        let mut blocks = Vec::new();
+        let d = good[a + 4];
+        let mut p = a + 5 + usize::from(d & 0x20 == 0) + [0, 1, 2, 4][usize::from(d & 3)]
+            + [usize::from(d & 0x20 != 0), 2, 4, 8][usize::from(d >> 6)];
+        loop {
+            blocks.push(p);
+            let h = u32::from_le_bytes([good[p], good[p + 1], good[p + 2], 0]);
+            p += 3 + if (h >> 1) & 3 == 1 { 1 } else { (h >> 3) as usize };
+            if h & 1 == 1 {
+                break;
+            }
+        }
+        assert!(blocks.len() > 5);
+        let mut spots: Vec<usize> = (a - 4..a + 18).collect();
+        for &b in blocks.iter().take(3).chain(blocks.iter().rev().take(2)) {
+            spots.extend([b, b + 1, b + 2]);
+        }
+        spots.extend(a + n - 4..a + n);
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("x.kpack");
+        let (mut agree, mut errors) = (0, 0);
+        for &pos in &spots {
+            for bit in [0x01u8, 0x02, 0x08, 0x20, 0x80] {
+                let mut v = good.clone();
+                v[pos] ^= bit;
+                std::fs::write(&path, &v).unwrap();
+                let whole = KpackReader::from_bytes(&v).and_then(|r| r.checked_location(0));
+                let walked = KpackReader::open_file(&path).and_then(|r| r.checked_location(0));
+                match (&whole, &walked) {
+                    (Ok(x), Ok(y)) => assert_eq!(x, y),
+                    (Err(x), Err(y)) => {
+                        errors += 1;
+                        let y = y.to_string();
+                        assert!(
+                            y.ends_with(&x.to_string()),
+                            "byte {pos} bit {bit:#x}: whole-frame check says {x}, header walk says {y}"
+                        );
+                    }
+                    _ => panic!(
+                        "byte {} (frame offset {}) bit {bit:#x}: whole-frame check {whole:?}, header walk {walked:?}",
+                        pos,
+                        pos as i64 - a as i64
+                    ),
+                }
+                agree += 1;
+            }
+        }
+        eprintln!("level {level}: {agree} damaged archives, same verdict; {errors} errors");
+        assert!(errors > 10);
+    }
+}
