@@ -465,6 +465,33 @@ else:
         [good.as_os_str(), bad.as_os_str(), want.as_os_str()],
     );
     assert!(stdout.contains("rejected"), "{stdout}");
+
+    // Issue 22: a frame streamed past the window (a 40 MiB code object
+    // written from a file: `add_file_range` streams above
+    // STREAM_THRESHOLD; its window is 2 MiB, not single-segment).
+    let big: Vec<u8> = (0..10u64).flat_map(|i| pseudo_random(i, 4 << 20)).collect();
+    let src = dir.path().join("big.bin");
+    std::fs::write(&src, &big).unwrap();
+    let mut s = KpackStreamWriter::new(Cursor::new(Vec::new()), Compression::zstd()).unwrap();
+    let f = std::fs::File::open(&src).unwrap();
+    s.add_file_range("k#0", "gfx900", &f, 0, big.len() as u64, None)
+        .unwrap();
+    let bytes = s.finish().unwrap().0.into_inner();
+    let r = KpackReader::from_bytes(&bytes).unwrap();
+    let loc = r.blob_location(0).unwrap();
+    let frame = &bytes[loc.offset as usize..(loc.offset + loc.size) as usize];
+    assert_eq!(frame[4] & 0x20, 0, "a streamed frame past the window is multi-segment");
+    assert_eq!(frame_window(frame), 2 << 20);
+    assert!(&r.get("k#0", "gfx900").unwrap()[..] == &big[..]);
+    std::fs::write(&good, frame).unwrap();
+    let script = r#"
+import sys, zstandard
+frame, want = (open(p, "rb").read() for p in sys.argv[1:3])
+assert zstandard.ZstdDecompressor().decompress(frame) == want, "streamed frame"
+print("ok")
+"#;
+    let stdout = python(script, [good.as_os_str(), src.as_os_str()]);
+    assert!(stdout.contains("ok"), "{stdout}");
 }
 
 /// Whether the python3 on PATH has `zstandard`; under CI its absence is a
