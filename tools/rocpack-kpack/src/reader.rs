@@ -1500,7 +1500,9 @@ fn frame_facts(frame: &[u8]) -> FrameFacts {
         len: zstd::zstd_safe::find_frame_compressed_size(frame)
             .map(|n| n as u64)
             .map_err(|code| zstd::zstd_safe::get_error_name(code).to_owned()),
-        content_size: zstd::zstd_safe::get_frame_content_size(frame).ok().flatten(),
+        content_size: zstd::zstd_safe::get_frame_content_size(frame)
+            .ok()
+            .flatten(),
     }
 }
 

@@ -102,9 +102,7 @@ pub fn compress_stream(
     // does (ending after a `ZSTD_e_continue` would add an empty last
     // block: a 3-byte longer, different frame).
     loop {
-        let want = inbuf
-            .len()
-            .min(usize::try_from(left).unwrap_or(usize::MAX));
+        let want = inbuf.len().min(usize::try_from(left).unwrap_or(usize::MAX));
         let chunk = inbuf.get_mut(..want).unwrap_or_default();
         let mut got = 0;
         while got < want {
@@ -801,7 +799,9 @@ impl<W: Write + Seek> KpackStreamWriter<W> {
             let batch = inputs.get(i..j).unwrap_or(&[]);
             let frames: Vec<Result<StoredFrame>> = batch
                 .par_iter()
-                .map(|it| frame_of_file_range(it.file, it.offset, it.len, level, checksum, spill_dir))
+                .map(|it| {
+                    frame_of_file_range(it.file, it.offset, it.len, level, checksum, spill_dir)
+                })
                 .collect();
             for (it, f) in batch.iter().zip(frames) {
                 let f = f?;

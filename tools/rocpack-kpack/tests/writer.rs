@@ -480,9 +480,13 @@ else:
     let r = KpackReader::from_bytes(&bytes).unwrap();
     let loc = r.blob_location(0).unwrap();
     let frame = &bytes[loc.offset as usize..(loc.offset + loc.size) as usize];
-    assert_eq!(frame[4] & 0x20, 0, "a streamed frame past the window is multi-segment");
+    assert_eq!(
+        frame[4] & 0x20,
+        0,
+        "a streamed frame past the window is multi-segment"
+    );
     assert_eq!(frame_window(frame), 2 << 20);
-    assert!(&r.get("k#0", "gfx900").unwrap()[..] == &big[..]);
+    assert!(r.get("k#0", "gfx900").unwrap()[..] == big[..]);
     std::fs::write(&good, frame).unwrap();
     let script = r#"
 import sys, zstandard
@@ -695,7 +699,10 @@ fn streamed_frames_are_the_one_shot_frames_up_to_the_window() {
                     assert_eq!(len, out.len() as u64);
                     match &first {
                         None => first = Some(out),
-                        Some(f) => assert!(f == &out, "level {level}, {n} bytes: depends on the reader's pieces"),
+                        Some(f) => assert!(
+                            f == &out,
+                            "level {level}, {n} bytes: depends on the reader's pieces"
+                        ),
                     }
                 }
                 let out = first.unwrap();
@@ -708,17 +715,27 @@ fn streamed_frames_are_the_one_shot_frames_up_to_the_window() {
                     );
                 }
                 if checksum {
-                    report.push(format!("level {level} {n} B: {}", if out == one { "same".to_string() } else { format!("{} vs {} B", out.len(), one.len()) }));
+                    report.push(format!(
+                        "level {level} {n} B: {}",
+                        if out == one {
+                            "same".to_string()
+                        } else {
+                            format!("{} vs {} B", out.len(), one.len())
+                        }
+                    ));
                 }
                 let back = rocpack_kpack::decompress_frame(&out, n as u64).unwrap();
-                assert!(back == data, "level {level}, {n} bytes: does not decode to the input");
+                assert!(
+                    back == data,
+                    "level {level}, {n} bytes: does not decode to the input"
+                );
             }
         }
     }
     eprintln!("{}", report.join("\n"));
     // A source shorter than promised is an error, not a short frame.
-    let e = rocpack_kpack::compress_stream(&mut &big[..10], 11, &mut Vec::new(), 3, true)
-        .unwrap_err();
+    let e =
+        rocpack_kpack::compress_stream(&mut &big[..10], 11, &mut Vec::new(), 3, true).unwrap_err();
     assert!(e.to_string().contains("ended after 10 of 11"), "{e}");
 }
 
@@ -744,17 +761,28 @@ fn header_walk_of_large_frames_agrees_with_libzstd() {
         let good = w.to_vec().unwrap();
         let r = KpackReader::from_bytes(&good).unwrap();
         let loc = r.blob_location(0).unwrap();
-        assert!(loc.size > 1 << 20, "frame of {} bytes is not large", loc.size);
+        assert!(
+            loc.size > 1 << 20,
+            "frame of {} bytes is not large",
+            loc.size
+        );
         let (a, n) = (loc.offset as usize, loc.size as usize);
         // Block header offsets, walked here independently.
         let mut blocks = Vec::new();
         let d = good[a + 4];
-        let mut p = a + 5 + usize::from(d & 0x20 == 0) + [0, 1, 2, 4][usize::from(d & 3)]
+        let mut p = a
+            + 5
+            + usize::from(d & 0x20 == 0)
+            + [0, 1, 2, 4][usize::from(d & 3)]
             + [usize::from(d & 0x20 != 0), 2, 4, 8][usize::from(d >> 6)];
         loop {
             blocks.push(p);
             let h = u32::from_le_bytes([good[p], good[p + 1], good[p + 2], 0]);
-            p += 3 + if (h >> 1) & 3 == 1 { 1 } else { (h >> 3) as usize };
+            p += 3 + if (h >> 1) & 3 == 1 {
+                1
+            } else {
+                (h >> 3) as usize
+            };
             if h & 1 == 1 {
                 break;
             }

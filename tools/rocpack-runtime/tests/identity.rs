@@ -192,7 +192,11 @@ fn streamed_frame_past_the_window_loads() {
     w.finish().unwrap();
     let r = rocpack_kpack::KpackReader::open(&t.archive).unwrap();
     let frame = r.stored_bytes(1).unwrap();
-    assert_eq!(frame[4] & 0x20, 0, "multi-segment (window smaller than the content)");
+    assert_eq!(
+        frame[4] & 0x20,
+        0,
+        "multi-segment (window smaller than the content)"
+    );
     let c = Cache::new();
     assert_eq!(c.load(&t, 0).unwrap(), kernel_a(0));
     assert!(c.load(&t, 1).unwrap() == big, "streamed frame");
