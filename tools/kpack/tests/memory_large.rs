@@ -166,32 +166,12 @@ fn same_file(a: &Path, b: &Path) -> bool {
         .success()
 }
 
-/// Runs `cmd` to completion; its output and its peak resident set in KiB
-/// (`ru_maxrss` from `wait4` of that one process).
-#[allow(unsafe_code)]
-fn run_peak_rss(mut cmd: Command, dir: &Path, what: &str) -> (std::process::Output, u64) {
-    use std::process::Stdio;
-    let (o, e) = (dir.join("rss.out"), dir.join("rss.err"));
-    let child = cmd
-        .stdout(Stdio::from(std::fs::File::create(&o).unwrap()))
-        .stderr(Stdio::from(std::fs::File::create(&e).unwrap()))
-        .spawn()
-        .unwrap_or_else(|x| panic!("{what}: {x}"));
-    let pid = child.id() as libc::pid_t;
-    let mut status = 0;
-    // SAFETY: plain FFI call with valid out-pointers; `child` is not
-    // waited on by std afterwards (its Drop neither waits nor kills).
-    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    let r = unsafe { libc::wait4(pid, &mut status, 0, &mut ru) };
-    assert_eq!(r, pid, "{what}: wait4");
-    drop(child);
-    use std::os::unix::process::ExitStatusExt;
-    let out = std::process::Output {
-        status: std::process::ExitStatus::from_raw(status),
-        stdout: std::fs::read(&o).unwrap(),
-        stderr: std::fs::read(&e).unwrap(),
-    };
-    (out, ru.ru_maxrss as u64)
+/// Runs `cmd` to completion; its output and its own peak resident set in
+/// KiB (an upper bound: never the test process's, see
+/// `run_measured_peak`).
+fn run_peak_rss(cmd: Command) -> (std::process::Output, u64) {
+    let (o, u) = run_measured_peak_cmd(&cmd);
+    (o, u.max_rss_kib)
 }
 
 #[test]
@@ -213,7 +193,7 @@ fn split_and_reassembly_memory_do_not_grow_with_a_1gib_input() {
             .arg(&out)
             .args(["--compression", compression, "--jobs", "2"])
             .env("MALLOC_ARENA_MAX", "1");
-        let (o, rss) = run_peak_rss(cmd, tmp.path(), "kpack split (1 GiB)");
+        let (o, rss) = run_peak_rss(cmd);
         eprintln!("split --compression {compression}: peak RSS {rss} KiB");
         assert!(
             o.status.success(),
@@ -242,7 +222,7 @@ fn split_and_reassembly_memory_do_not_grow_with_a_1gib_input() {
         let limit_kib = host_len / 1024 + 320 * 1024;
         let back = tmp.path().join("back.so");
         let cmd = reassemble_cmd(under_vmem_limit(KPACK, limit_kib), &out, &back);
-        let (o, rss) = run_peak_rss(cmd, tmp.path(), "kpack reassemble (1 GiB)");
+        let (o, rss) = run_peak_rss(cmd);
         eprintln!("reassemble ({compression}): peak RSS {rss} KiB");
         assert!(
             o.status.success(),
@@ -290,12 +270,12 @@ fn pack_and_unpack_of_large_code_objects_stay_flat() {
         ]);
     }
     args.extend(["--compression".into(), "zstd:1".into()]);
-    let arena = |a: &[String]| -> Vec<String> {
-        let mut v = vec!["MALLOC_ARENA_MAX=1".to_string(), KPACK.to_string()];
-        v.extend(a.iter().cloned());
-        v
+    let arena = |a: &[String]| {
+        let mut c = Command::new(KPACK);
+        c.args(a).env("MALLOC_ARENA_MAX", "1");
+        c
     };
-    let (o, u) = run_measured_peak("env", &arena(&args));
+    let (o, u) = run_measured_peak_cmd(&arena(&args));
     assert_ok(&o);
     eprintln!(
         "pack 4 x 512 MiB (zstd:1): peak RSS {} KiB, {:.1} s wall",
@@ -322,7 +302,7 @@ fn pack_and_unpack_of_large_code_objects_stay_flat() {
         s(&out).into(),
         "--json".into(),
     ];
-    let (o, u) = run_measured_peak("env", &arena(&args));
+    let (o, u) = run_measured_peak_cmd(&arena(&args));
     assert_ok(&o);
     eprintln!(
         "unpack of {} bytes: peak RSS {} KiB, {:.1} s wall",
@@ -376,20 +356,14 @@ fn split_of_a_512mib_code_object_stays_flat() {
     let tmp = tempdir();
     let art = build_library(tmp.path(), &["gfx1100"], 512 << 20, 0);
     let out = tmp.path().join("out");
-    let args: Vec<String> = vec![
-        "MALLOC_ARENA_MAX=1".into(),
-        KPACK.into(),
-        "split".into(),
-        "--artifact-dir".into(),
-        s(&art.join("big")).into(),
-        "--artifact-prefix".into(),
-        "big".into(),
-        "--output-dir".into(),
-        s(&out).into(),
-        "--jobs".into(),
-        "2".into(),
-    ];
-    let (o, u) = run_measured_peak("env", &args);
+    let mut cmd = Command::new(KPACK);
+    cmd.args(["split", "--artifact-dir"])
+        .arg(art.join("big"))
+        .args(["--artifact-prefix", "big", "--output-dir"])
+        .arg(&out)
+        .args(["--jobs", "2"])
+        .env("MALLOC_ARENA_MAX", "1");
+    let (o, u) = run_measured_peak_cmd(&cmd);
     assert_ok(&o);
     eprintln!(
         "split of a 512 MiB code object (zstd): peak RSS {} KiB, {:.1} s wall",

@@ -711,6 +711,31 @@ pub fn run_measured_peak<S: AsRef<OsStr>>(
     measure(program, args, false)
 }
 
+/// [`run_measured_peak`] of a prepared command: its program, arguments and
+/// environment changes (run through `env`; a working directory is not
+/// supported).
+pub fn run_measured_peak_cmd(cmd: &Command) -> (Output, Usage) {
+    assert!(
+        cmd.get_current_dir().is_none(),
+        "run_measured_peak_cmd: set no working directory"
+    );
+    let mut argv: Vec<std::ffi::OsString> = Vec::new();
+    for (k, v) in cmd.get_envs() {
+        match v {
+            Some(v) => {
+                let mut kv = k.to_os_string();
+                kv.push("=");
+                kv.push(v);
+                argv.push(kv);
+            }
+            None => argv.extend(["-u".into(), k.to_os_string()]),
+        }
+    }
+    argv.push(cmd.get_program().to_os_string());
+    argv.extend(cmd.get_args().map(OsStr::to_os_string));
+    measure("env", &argv, false)
+}
+
 fn measure<S: AsRef<OsStr>>(
     program: impl AsRef<OsStr>,
     args: &[S],
