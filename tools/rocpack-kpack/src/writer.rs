@@ -159,10 +159,14 @@ pub fn compress_stream(
 pub enum StoredFrame {
     /// The frame's bytes.
     Mem(Vec<u8>),
-    /// A file holding just the frame (`len` bytes from offset 0).
+    /// `len` bytes of a file at `offset` (an unlinked temporary file of
+    /// [`frame_of_file_range`], or a spill file holding frames made
+    /// earlier); copied into the archive file to file.
     Spilled {
-        /// The (unlinked) temporary file.
+        /// The file holding the frame.
         file: fs::File,
+        /// Where the frame starts in `file`.
+        offset: u64,
         /// The frame's length.
         len: u64,
     },
@@ -228,7 +232,11 @@ pub fn frame_of_file_range(
     let mut w = BufWriter::with_capacity(1 << 20, tmp);
     let n = compress_stream(&mut src, len, &mut w, level, checksum)?;
     let file = w.into_inner().map_err(|e| Error::from(e.into_error()))?;
-    Ok(StoredFrame::Spilled { file, len: n })
+    Ok(StoredFrame::Spilled {
+        file,
+        offset: 0,
+        len: n,
+    })
 }
 
 #[derive(Clone, Debug)]
@@ -721,9 +729,9 @@ impl<W: Write + Seek> KpackStreamWriter<W> {
         frame: &StoredFrame,
         metadata: Option<rmpv::Value>,
     ) -> Result<u32> {
-        let (file, len) = match frame {
+        let (file, offset, len) = match frame {
             StoredFrame::Mem(v) => return self.add_frame(key, target, original_size, v, metadata),
-            StoredFrame::Spilled { file, len } => (file, *len),
+            StoredFrame::Spilled { file, offset, len } => (file, *offset, *len),
         };
         if !matches!(self.compression, Compression::Zstd { .. }) {
             return Err(Error::new(ErrorKind::Limit(
@@ -745,7 +753,7 @@ impl<W: Write + Seek> KpackStreamWriter<W> {
         self.w.write_all(&size.to_le_bytes())?;
         let mut r = crate::io::FileRange {
             file,
-            offset: 0,
+            offset,
             left: len,
         };
         let copied = std::io::copy(&mut r, &mut self.w)?;

@@ -826,3 +826,46 @@ fn header_walk_of_large_frames_agrees_with_libzstd() {
         assert!(errors > 10);
     }
 }
+
+/// Issue 22: `add_stream` writes a streamed frame with its size patched in
+/// (zstd) or copies (none); what the reader returns is the input, a source
+/// shorter than promised is an error, and the zstd archive equals one made
+/// from the same bytes with `add` when the code object is below the window.
+#[test]
+fn add_stream_patches_the_frame_size() {
+    let small = pseudo_random(1, 300 << 10);
+    let big: Vec<u8> = (0..3u64).flat_map(|i| pseudo_random(i, 3 << 20)).collect();
+    for comp in [Compression::None, Compression::zstd()] {
+        let mut s = KpackStreamWriter::new(Cursor::new(Vec::new()), comp).unwrap();
+        s.add_stream("a#0", "gfx900", &mut &small[..], small.len() as u64, None)
+            .unwrap();
+        s.add_stream("b#0", "gfx900", &mut &big[..], big.len() as u64, None)
+            .unwrap();
+        s.add("c#0", "gfx900", b"tail").unwrap();
+        let e = s
+            .add_stream("d#0", "gfx900", &mut &small[..5], 6, None)
+            .unwrap_err();
+        assert!(e.to_string().contains("ended after 5 of 6"), "{e}");
+        // A fresh writer for the checks (the failed add left this one unusable).
+        let mut s = KpackStreamWriter::new(Cursor::new(Vec::new()), comp).unwrap();
+        s.add_stream("a#0", "gfx900", &mut &small[..], small.len() as u64, None)
+            .unwrap();
+        s.add_stream("b#0", "gfx900", &mut &big[..], big.len() as u64, None)
+            .unwrap();
+        s.add("c#0", "gfx900", b"tail").unwrap();
+        let bytes = s.finish().unwrap().0.into_inner();
+        let r = KpackReader::from_bytes(&bytes).unwrap();
+        r.validate_kernels().unwrap();
+        assert!(r.get("a#0", "gfx900").unwrap()[..] == small[..]);
+        assert!(r.get("b#0", "gfx900").unwrap()[..] == big[..]);
+        assert_eq!(&r.get("c#0", "gfx900").unwrap()[..], b"tail");
+        // Below the window the streamed frame is the one-shot frame.
+        let mut s = KpackStreamWriter::new(Cursor::new(Vec::new()), comp).unwrap();
+        s.add("a#0", "gfx900", &small).unwrap();
+        let one = s.finish().unwrap().0.into_inner();
+        let mut s = KpackStreamWriter::new(Cursor::new(Vec::new()), comp).unwrap();
+        s.add_stream("a#0", "gfx900", &mut &small[..], small.len() as u64, None)
+            .unwrap();
+        assert_eq!(s.finish().unwrap().0.into_inner(), one, "{comp:?}");
+    }
+}

@@ -284,23 +284,6 @@ impl Sources {
     }
 }
 
-/// Reads `len` bytes at `offset` of `path` (a code object of the input or
-/// of a spilled payload, or a frame the scan compressed).
-fn read_range(
-    path: &Path,
-    offset: u64,
-    len: u64,
-    what: &'static str,
-) -> Result<Vec<u8>, SplitError> {
-    use std::os::unix::fs::FileExt;
-    let f = File::open(path).ctx(path, "open")?;
-    let len = usize::try_from(len)
-        .map_err(|_| SplitError::Usage(format!("{}: {what}: too large", path.display())))?;
-    let mut buf = vec![0u8; len];
-    f.read_exact_at(&mut buf, offset).ctx(path, what)?;
-    Ok(buf)
-}
-
 /// Writes one uncompressed archive from `kernels` (sorted by key),
 /// streaming: every code object is copied from its source file range by the
 /// kernel ([`KpackStreamWriter::add_file_range`]).
@@ -346,16 +329,21 @@ fn write_archive(
     })
 }
 
-/// The zstd frame of one code object: read back from the scan's spill
-/// file when the scan compressed it, else made from its file range
+/// The zstd frame of one code object: its place in the scan's spill file
+/// when the scan compressed it, else made from its file range
 /// ([`rocpack_kpack::frame_of_file_range`]: compressed whole up to
 /// [`rocpack_kpack::STREAM_THRESHOLD`] bytes, streamed into an unnamed
 /// temporary file in `spill_dir` above it, so a code object of any size
 /// costs a few MiB).
 fn frame_of(k: &KernelRef, level: i32, spill_dir: &Path) -> Result<StoredFrame, SplitError> {
     if let Some(f) = &k.frame {
-        let frame = read_range(&f.file, f.offset, f.len, "read compressed code object")?;
-        return Ok(StoredFrame::Mem(frame));
+        // Copied from the spill file into the archive, never read here.
+        let file = File::open(&f.file).ctx(&f.file, "open")?;
+        return Ok(StoredFrame::Spilled {
+            file,
+            offset: f.offset,
+            len: f.len,
+        });
     }
     let src = File::open(&k.file).ctx(&k.file, "open")?;
     rocpack_kpack::frame_of_file_range(&src, k.offset, k.size, level, true, spill_dir)
@@ -372,10 +360,13 @@ struct Admission {
 
 /// Writes every zstd archive of `jobs` (kernels sorted by key), in order:
 /// all pool threads read and compress code objects (one zstd frame each,
-/// [`rocpack_kpack::compress_frame`], so the bytes do not depend on the
-/// thread count) while this thread writes the frames in key order, archive
-/// after archive. At most [`PIPELINE_BYTES`] of code objects (or one larger
-/// one) are in flight. Wall time is the compression's, not compression +
+/// [`frame_of`], so the bytes do not depend on the thread count) while
+/// this thread writes the frames in key order, archive after archive. At
+/// most [`PIPELINE_BYTES`] of code objects (or one larger one) are in
+/// flight; a code object above [`rocpack_kpack::STREAM_THRESHOLD`] counts
+/// [`STREAM_COST`] (it is streamed, never held), a frame the scan made its
+/// length (it is copied file to file, never held, but the bound keeps
+/// open files few). Wall time is the compression's, not compression +
 /// write with a barrier per batch and per archive (the earlier scheme).
 fn write_zstd_archives(
     jobs: &[ArchiveJob],
@@ -391,9 +382,8 @@ fn write_zstd_archives(
         .enumerate()
         .flat_map(|(j, job)| job.kernels.iter().map(move |k| (j, k)))
         .collect();
-    // What a code object holds while in flight: its frame, or the code
-    // object and its frame, or (streamed) a few MiB of zstd state and
-    // buffers.
+    // What a code object holds while in flight: the code object and its
+    // frame, or (streamed) a few MiB of zstd state and buffers.
     let cost = |k: &KernelRef| match &k.frame {
         Some(f) => f.len.max(1),
         None if k.size > rocpack_kpack::STREAM_THRESHOLD => STREAM_COST,
