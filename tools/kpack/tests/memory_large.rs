@@ -407,4 +407,22 @@ fn split_of_a_512mib_code_object_stays_flat() {
     }
     use sha2::Digest;
     assert_eq!(h.finalize(), want.finalize());
+    // The streamed frame does not depend on the thread count.
+    let one = tmp.path().join("out-1");
+    let o = kpack(&[
+        "split",
+        "--artifact-dir",
+        s(&art.join("big")),
+        "--artifact-prefix",
+        "big",
+        "--output-dir",
+        s(&one),
+        "--jobs",
+        "1",
+    ]);
+    assert_ok(&o);
+    assert!(
+        same_file(&kp, &one.join("big_gfx1100/lib/.kpack/big_gfx1100.kpack")),
+        "--jobs 1 and --jobs 2 archives differ"
+    );
 }
