@@ -203,6 +203,8 @@ pub struct FileInput<'a> {
     pub len: u64,
     /// Entry `metadata`, if any.
     pub metadata: Option<rmpv::Value>,
+    /// The file's name, for errors reading or compressing it.
+    pub path: Option<&'a Path>,
 }
 
 /// The zstd frame of the `len` bytes of `file` at `offset`: compressed
@@ -809,6 +811,10 @@ impl<W: Write + Seek> KpackStreamWriter<W> {
                 .par_iter()
                 .map(|it| {
                     frame_of_file_range(it.file, it.offset, it.len, level, checksum, spill_dir)
+                        .map_err(|e| match it.path {
+                            Some(p) => e.with_path(p),
+                            None => e,
+                        })
                 })
                 .collect();
             for (it, f) in batch.iter().zip(frames) {

@@ -261,13 +261,15 @@ pub fn run(args: PackArgs) -> anyhow::Result<ExitCode> {
     let inputs = items
         .into_iter()
         .zip(&opened)
-        .map(|(it, (file, len))| rocpack_kpack::FileInput {
+        .zip(&paths)
+        .map(|((it, (file, len)), path)| rocpack_kpack::FileInput {
             key: it.key,
             target: it.target,
             file,
             offset: 0,
             len: *len,
             metadata: it.metadata,
+            path: Some(path),
         })
         .collect();
     w.add_file_ranges(inputs, &spill_dir)?;
