@@ -70,50 +70,6 @@ pub struct PackArgs {
     pub arches: Vec<String>,
 }
 
-/// Target from a file name written by an unbundler.
-fn target_from_file_name(path: &Path) -> Option<String> {
-    let name = path.file_name()?.to_str()?;
-    let stem = match name.rsplit_once('.') {
-        Some((s, "hsaco" | "co" | "elf" | "o" | "bin")) => s,
-        _ => name,
-    };
-    if let Some((_, t)) = stem.rsplit_once("--") {
-        if !t.is_empty() {
-            return Some(t.to_owned());
-        }
-    }
-    stem.starts_with("gfx").then(|| stem.to_owned())
-}
-
-/// Sort key that orders digit runs numerically (`b2-…` before `b10-…`),
-/// so per-target indices follow bundle order for `kpack unbundle` output.
-fn natural_key(p: &Path) -> Vec<(u8, u128, String)> {
-    let name = p
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let mut out = Vec::new();
-    let mut chars = name.chars().peekable();
-    while let Some(&c) = chars.peek() {
-        let mut run = String::new();
-        let digit = c.is_ascii_digit();
-        while let Some(&d) = chars.peek() {
-            if d.is_ascii_digit() != digit {
-                break;
-            }
-            run.push(d);
-            chars.next();
-        }
-        if digit {
-            let n = run.parse::<u128>().unwrap_or(u128::MAX);
-            out.push((0, n, run));
-        } else {
-            out.push((1, 0, run));
-        }
-    }
-    out
-}
-
 /// One code object to pack: read from its file only when written.
 struct Item {
     key: String,
@@ -161,12 +117,12 @@ pub fn run(args: PackArgs) -> anyhow::Result<ExitCode> {
                 .collect::<Result<_, _>>()
                 .with_context(|| format!("{}: cannot list directory", dir.display()))?;
             files.retain(|p| p.is_file());
-            files.sort_by_key(|p| natural_key(p));
+            files.sort_by_key(|p| rocpack_kpack::natural_key(p));
             if files.is_empty() {
                 bail!("{}: no code object files", dir.display());
             }
             for f in files {
-                let target = target_from_file_name(&f).with_context(|| {
+                let target = rocpack_kpack::target_from_file_name(&f).with_context(|| {
                     format!(
                         "{}: cannot tell the target from the file name (expected …--gfxNNN.hsaco or gfxNNN.hsaco)",
                         f.display()
