@@ -777,9 +777,9 @@ impl<W: Write + Seek> KpackStreamWriter<W> {
     /// sizes: `none` copies file to file; zstd compresses up to
     /// [`BATCH_BYTES`] of code objects at a time on the rayon pool (one
     /// frame each, [`frame_of_file_range`]: code objects above
-    /// [`STREAM_THRESHOLD`] are streamed into temporary files in
-    /// `spill_dir`) and writes the frames in order. The output does not
-    /// depend on the number of threads.
+    /// [`STREAM_THRESHOLD`] are streamed into unlinked temporary files in
+    /// `spill_dir`, at most one per thread at a time) and writes the frames
+    /// in order. The output does not depend on the number of threads.
     pub fn add_file_ranges(&mut self, inputs: Vec<FileInput<'_>>, spill_dir: &Path) -> Result<()> {
         use rayon::prelude::*;
         let Compression::Zstd { level } = self.compression else {
@@ -798,12 +798,18 @@ impl<W: Write + Seek> KpackStreamWriter<W> {
                 it.len.max(1)
             }
         };
+        // At most one streamed code object per thread in a batch: their
+        // frames wait on disk until written (temporary space: a few frames).
+        let threads = rayon::current_num_threads().max(1);
         let mut i = 0;
         while i < inputs.len() {
             let mut j = i;
-            let mut bytes = 0u64;
-            while j < inputs.len() && (j == i || bytes < BATCH_BYTES as u64) {
+            let (mut bytes, mut streamed) = (0u64, 0usize);
+            while j < inputs.len() && (j == i || (bytes < BATCH_BYTES as u64 && streamed < threads))
+            {
+                let len = inputs.get(j).map_or(0, |it| it.len);
                 bytes = bytes.saturating_add(inputs.get(j).map_or(0, cost));
+                streamed += usize::from(len > STREAM_THRESHOLD);
                 j += 1;
             }
             let batch = inputs.get(i..j).unwrap_or(&[]);
