@@ -98,7 +98,7 @@ fn split_and_back(dir: &Path, art: &Path) -> (u64, u64) {
         .arg(&out)
         .args(["--compression", "none", "--jobs", "1"])
         .env("MALLOC_ARENA_MAX", "1");
-    let (o, split) = run_peak_rss(cmd, dir, "kpack split (archive)");
+    let (o, split) = run_peak(&cmd);
     assert!(o.status.success(), "split: {}", stderr(&o));
     let back = dir.join("back.a");
     let mut cmd = Command::new(kpack_under_test());
@@ -110,7 +110,7 @@ fn split_and_back(dir: &Path, art: &Path) -> (u64, u64) {
         .arg("-o")
         .arg(&back)
         .env("MALLOC_ARENA_MAX", "1");
-    let (o, reas) = run_peak_rss(cmd, dir, "kpack reassemble (archive)");
+    let (o, reas) = run_peak(&cmd);
     assert!(o.status.success(), "reassemble: {}", stderr(&o));
     let same = Command::new("cmp")
         .arg("-s")

@@ -127,7 +127,7 @@ fn installed_tree_and_overlay_checks_do_not_read_a_1gib_library_whole() {
     let mut cmd = Command::new(kpack_under_test());
     cmd.args(["verify", "--artifacts-dir"]).arg(&out);
     let t0 = Instant::now();
-    let (o, rss) = run_peak_rss(cmd, tmp.path(), "verify --artifacts-dir");
+    let (o, rss) = run_peak(&cmd);
     eprintln!(
         "verify --artifacts-dir (1 GiB host file): peak RSS {rss} KiB, wall {:.2} s",
         t0.elapsed().as_secs_f64()
@@ -162,7 +162,7 @@ fn installed_tree_and_overlay_checks_do_not_read_a_1gib_library_whole() {
         .arg(&site)
         .args(["--gpu-target", "gfx1100", "--json"]);
     let t0 = Instant::now();
-    let (o, rss) = run_peak_rss(cmd, tmp.path(), "verify --installed-tree");
+    let (o, rss) = run_peak(&cmd);
     eprintln!(
         "verify --installed-tree ({size}-byte library): peak RSS {rss} KiB, wall {:.2} s",
         t0.elapsed().as_secs_f64()
@@ -196,7 +196,7 @@ fn installed_tree_and_overlay_checks_do_not_read_a_1gib_library_whole() {
         "none",
     ]);
     let t0 = Instant::now();
-    let (o, rss) = run_peak_rss(cmd, tmp.path(), "split-wheel --overlay-root");
+    let (o, rss) = run_peak(&cmd);
     eprintln!(
         "split-wheel --overlay-root ({size}-byte library outside the overlay): peak RSS {rss} KiB, wall {:.2} s",
         t0.elapsed().as_secs_f64()

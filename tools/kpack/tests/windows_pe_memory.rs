@@ -113,7 +113,7 @@ fn pe_split_and_reassembly_memory_do_not_grow_with_the_image() {
         .args(["--compression", "none", "--jobs", "1"])
         .env("MALLOC_ARENA_MAX", "1");
     let t0 = Instant::now();
-    let (o, rss) = run_peak_rss(cmd, tmp.path(), "kpack split (PE)");
+    let (o, rss) = run_peak(&cmd);
     eprintln!(
         "split of a {size}-byte DLL: peak RSS {rss} KiB, wall {:.2} s",
         t0.elapsed().as_secs_f64()
@@ -140,7 +140,7 @@ fn pe_split_and_reassembly_memory_do_not_grow_with_the_image() {
         .arg(&back)
         .env("MALLOC_ARENA_MAX", "1");
     let t0 = Instant::now();
-    let (o, rss) = run_peak_rss(cmd, tmp.path(), "kpack reassemble (PE)");
+    let (o, rss) = run_peak(&cmd);
     eprintln!(
         "reassembly of a {size}-byte DLL: peak RSS {rss} KiB, wall {:.2} s",
         t0.elapsed().as_secs_f64()

@@ -179,36 +179,8 @@ pub fn json_items(v: &serde_json::Value) -> &[serde_json::Value] {
         .unwrap_or_else(|| panic!("not a JSON array: {v}"))
 }
 
-/// Runs `cmd` to completion; its output and its peak resident set in KiB
-/// (`ru_maxrss` from `wait4` of that one process; it includes this
-/// process's high-water mark at the fork, so keep the test's own memory
-/// small). `dir` holds its stdout and stderr.
-#[allow(unsafe_code)]
-pub fn run_peak_rss(
-    mut cmd: std::process::Command,
-    dir: &Path,
-    what: &str,
-) -> (std::process::Output, u64) {
-    use std::process::Stdio;
-    let (o, e) = (dir.join("rss.out"), dir.join("rss.err"));
-    let child = cmd
-        .stdout(Stdio::from(std::fs::File::create(&o).unwrap()))
-        .stderr(Stdio::from(std::fs::File::create(&e).unwrap()))
-        .spawn()
-        .unwrap_or_else(|x| panic!("{what}: {x}"));
-    let pid = child.id() as libc::pid_t;
-    let mut status = 0;
-    // SAFETY: plain FFI call with valid out-pointers; `child` is not
-    // waited on by std afterwards (its Drop neither waits nor kills).
-    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    let r = unsafe { libc::wait4(pid, &mut status, 0, &mut ru) };
-    assert_eq!(r, pid, "{what}: wait4");
-    drop(child);
-    use std::os::unix::process::ExitStatusExt;
-    let out = std::process::Output {
-        status: std::process::ExitStatus::from_raw(status),
-        stdout: std::fs::read(&o).unwrap(),
-        stderr: std::fs::read(&e).unwrap(),
-    };
-    (out, ru.ru_maxrss as u64)
+/// Output and peak RSS in KiB (an upper bound: `run_measured_peak_cmd`) of `cmd`.
+pub fn run_peak(cmd: &std::process::Command) -> (std::process::Output, u64) {
+    let (o, u) = run_measured_peak_cmd(cmd);
+    (o, u.max_rss_kib)
 }
