@@ -49,6 +49,6 @@ pub use target::{
 };
 pub use write::{
     ccob_header_len, write_ccob, write_ccob_level, write_ccob_long, write_ccob_params,
-    write_uncompressed, write_uncompressed_aligned, CcobEncoder, CcobParams,
-    DEFAULT_ALIGN, DEFAULT_ZLIB_LEVEL, DEFAULT_ZSTD_LEVEL,
+    write_uncompressed, write_uncompressed_aligned, CcobEncoder, CcobParams, DEFAULT_ALIGN,
+    DEFAULT_ZLIB_LEVEL, DEFAULT_ZSTD_LEVEL,
 };
