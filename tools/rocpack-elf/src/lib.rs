@@ -66,8 +66,8 @@ pub use analyze::{
 pub use archive::{archive_members, is_archive, reassemble_archive, split_archive, ArchiveMember};
 pub use error::{Error, Result};
 pub use rewrite::{
-    parse_bundles, reassemble, reassemble_to, reassembly_fits, split_host, split_host_in,
-    split_host_to, Bundles,
+    parse_bundles, reassemble, reassemble_placed, reassemble_to, reassembly_fits, split_host,
+    split_host_in, split_host_to, Bundles,
 };
 
 /// Raw bytes of bundle `index` of an analysed fat binary.

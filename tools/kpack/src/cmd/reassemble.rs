@@ -655,6 +655,9 @@ fn stream_elf(
     let analysis = Analysis::Elf(info);
     let (marker, count) = marker_of(&analysis, name)
         .map_err(|e| anyhow::Error::new(e).context(format!("failed to reassemble `{name}`")))?;
+    if let Some(n) = place_plain(host, host_src, &marker, count, readers, name, out)? {
+        return Ok(n);
+    }
     let weights = bundle_weights(&marker, count, readers);
     let fits = |lens: &[u64]| -> anyhow::Result<bool> {
         rocpack_elf::reassembly_fits(host, lens).map_err(fail)
@@ -702,6 +705,58 @@ fn stream_elf(
             Err(e) => return Err(fail(e)),
         }
     }
+}
+
+/// When every bundle comes back uncompressed in its original layout (its
+/// size known before a byte is read), the reassembled file is written
+/// without a spill file: the host part first (positioned writes, the
+/// bundles' places left open), then every bundle straight to its offset,
+/// streamed from the archives, as many at a time as there are workers,
+/// largest first. `None` (nothing written) otherwise.
+fn place_plain(
+    host: &[u8],
+    host_src: &dyn rocpack_bundle::ReadAt,
+    marker: &Marker,
+    count: usize,
+    readers: &[(PathBuf, KpackReader)],
+    name: &str,
+    out: &std::fs::File,
+) -> anyhow::Result<Option<u64>> {
+    use rayon::prelude::*;
+    let mut plain = Vec::with_capacity(count);
+    for co in 0..count {
+        match bundle_for(marker, co, readers, name, 0, true)? {
+            Built::Stream(layout, parts) if layout.format == Format::Uncompressed => {
+                plain.push((layout, parts))
+            }
+            _ => return Ok(None),
+        }
+    }
+    let lens: Vec<u64> = plain.iter().map(|(l, _)| l.size).collect();
+    let placed = rocpack_elf::reassemble_placed(host, host_src, &lens, out).map_err(|e| {
+        anyhow::Error::new(rocpack_image::Error::from(e))
+            .context(format!("failed to reassemble `{name}`"))
+    })?;
+    let Some((n, offsets)) = placed else {
+        return Ok(None);
+    };
+    let mut order: Vec<usize> = (0..count).collect();
+    order.sort_by_key(|&co| (std::cmp::Reverse(lens[co]), co));
+    order.par_iter().try_for_each(|&co| -> anyhow::Result<()> {
+        let (layout, parts) = &plain[co];
+        let mut w = std::io::BufWriter::with_capacity(
+            1 << 18,
+            At {
+                file: out,
+                pos: offsets[co],
+            },
+        );
+        write_exact(layout, parts, 0, &mut w, name)?;
+        w.flush()
+            .with_context(|| format!("failed to write bundle {co} of `{name}`"))?;
+        Ok(())
+    })?;
+    Ok(Some(n))
 }
 
 pub fn run(args: ReassembleArgs) -> anyhow::Result<ExitCode> {
