@@ -30,6 +30,13 @@ const MAX_RSS_KIB: u64 = 256 * 1024;
 /// of `co_size` bytes (a multiple of 1 MiB: a 1 MiB pseudo-random block
 /// repeated, varied per target) per target, each at a 4 KiB-aligned offset.
 fn write_bundle(path: &Path, targets: &[&str], co_size: u64) {
+    let mut f = std::io::BufWriter::new(std::fs::File::create(path).unwrap());
+    write_bundle_to(&mut f, targets, co_size);
+    f.flush().unwrap();
+}
+
+/// [`write_bundle`] into `f`.
+fn write_bundle_to(f: &mut dyn Write, targets: &[&str], co_size: u64) {
     let ids: Vec<String> = std::iter::once("host-x86_64-unknown-linux-gnu".to_string())
         .chain(
             targets
@@ -51,7 +58,6 @@ fn write_bundle(path: &Path, targets: &[&str], co_size: u64) {
         offsets.push(off);
         off += size.div_ceil(4096) * 4096;
     }
-    let mut f = std::io::BufWriter::new(std::fs::File::create(path).unwrap());
     f.write_all(&header).unwrap();
     let mut pos = header.len() as u64;
     let block = pseudo_random(22, 1 << 20);
@@ -64,7 +70,68 @@ fn write_bundle(path: &Path, targets: &[&str], co_size: u64) {
         }
         pos = o + co_size;
     }
-    f.flush().unwrap();
+}
+
+/// A writer counting bytes and hashing them.
+struct Tally<W: Write> {
+    inner: W,
+    n: u64,
+    sha: sha2::Sha256,
+}
+
+impl<W: Write> Write for Tally<W> {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        use sha2::Digest;
+        let k = self.inner.write(b)?;
+        self.n += k as u64;
+        self.sha.update(&b[..k]);
+        Ok(k)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
+}
+
+/// [`write_bundle`] as CCOB v3 zstd at LLVM's default level, streamed (this
+/// process never holds the payload: a child's peak RSS from `wait4`
+/// includes its parent's high-water mark). Returns the payload's length
+/// and SHA-256.
+fn write_ccob_bundle(path: &Path, targets: &[&str], co_size: u64) -> (u64, String) {
+    use std::os::unix::fs::FileExt;
+    let mut count = Tally {
+        inner: std::io::sink(),
+        n: 0,
+        sha: Default::default(),
+    };
+    write_bundle_to(&mut count, targets, co_size);
+    let f = std::fs::File::create(path).unwrap();
+    let head = rocpack_bundle::ccob_header_len(3).unwrap();
+    let params = rocpack_bundle::CcobParams {
+        level: rocpack_bundle::DEFAULT_ZSTD_LEVEL,
+        long: false,
+        max_window_log: 27,
+    };
+    let mut w = std::io::BufWriter::new(&f);
+    w.write_all(&vec![0; head as usize]).unwrap();
+    let enc =
+        rocpack_bundle::CcobEncoder::new(w, 3, rocpack_bundle::Method::Zstd, count.n, params, None)
+            .unwrap();
+    let mut t = Tally {
+        inner: enc,
+        n: 0,
+        sha: Default::default(),
+    };
+    write_bundle_to(&mut t, targets, co_size);
+    let (mut w, header, _) = t.inner.finish().unwrap();
+    w.flush().unwrap();
+    drop(w);
+    f.write_all_at(&header, 0).unwrap();
+    use sha2::Digest;
+    (t.n, hex(&t.sha.finalize()))
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
 fn tool(mut c: Command, what: &str) {
@@ -77,10 +144,21 @@ fn tool(mut c: Command, what: &str) {
 }
 
 /// Builds `dir/art/big/lib/libbig.so` around a bundle of `co_size`-byte
-/// code objects for `targets` and, when `host_mib` > 0, a `.rodata` blob of
+/// code objects for `targets` (as CCOB v3 zstd at LLVM's default level
+/// when `ccob`, [`write_ccob_bundle`]) and, when `host_mib` > 0, a `.rodata` blob of
 /// that many MiB of host data; returns the artifact dir.
-fn build_library(dir: &Path, targets: &[&str], co_size: u64, host_mib: u64) -> std::path::PathBuf {
-    write_bundle(&dir.join("blob.bin"), targets, co_size);
+fn build_library(
+    dir: &Path,
+    targets: &[&str],
+    co_size: u64,
+    host_mib: u64,
+    ccob: bool,
+) -> std::path::PathBuf {
+    if ccob {
+        write_ccob_bundle(&dir.join("blob.bin"), targets, co_size);
+    } else {
+        write_bundle(&dir.join("blob.bin"), targets, co_size);
+    }
     let mut c = Command::new("ld");
     c.current_dir(dir)
         .args(["-r", "-b", "binary", "blob.bin", "-o", "blob.o"]);
@@ -200,7 +278,7 @@ fn split_and_reassembly_memory_do_not_grow_with_a_1gib_input() {
         return;
     }
     let tmp = tempdir();
-    let art = build_library(tmp.path(), &TARGETS, CO_SIZE, HOST_MIB);
+    let art = build_library(tmp.path(), &TARGETS, CO_SIZE, HOST_MIB, false);
     let lib = art.join("big/lib/libbig.so");
     let size = std::fs::metadata(&lib).unwrap().len();
     assert!(size >= 1 << 30, "input is only {size} bytes");
@@ -260,4 +338,75 @@ fn split_and_reassembly_memory_do_not_grow_with_a_1gib_input() {
         std::fs::remove_file(&back).unwrap();
         std::fs::remove_dir_all(&out).unwrap();
     }
+}
+
+/// Peak RSS allowed to the reassembly of a CCOB bundle (the zstd encoder's
+/// window is capped at 16 MiB whatever the bundle's size).
+const MAX_CCOB_RSS_KIB: u64 = 128 * 1024;
+
+/// Issue 22: reassembly streams code objects through the compressor. A
+/// library whose one CCOB v3 (zstd) bundle holds 16 x 16 MiB = 256 MiB of
+/// code objects is split and reassembled with one and with two workers:
+/// peak RSS within 128 MiB each time (holding the code objects, the
+/// uncompressed bundle or an encoder window covering it fails), the same
+/// bytes for both, and the bundle decompresses (this process's parser) to
+/// the original payload with the original's stored hash.
+#[test]
+fn reassembly_of_a_256mib_ccob_streams() {
+    if !have_tool("objcopy") || !have_tool("gcc") {
+        return;
+    }
+    const CO: u64 = 16 << 20;
+    let tmp = tempdir();
+    let art = build_library(tmp.path(), &TARGETS, CO, 0, true);
+    let lib = art.join("big/lib/libbig.so");
+    // The CCOB header, and the payload's length and SHA-256.
+    let bundle_of = |path: &Path| -> (rocpack_bundle::CcobHeader, u64, String) {
+        let file = std::fs::read(path).unwrap();
+        let info = rocpack_elf::analyze(&file).unwrap();
+        assert_eq!(info.bundles.len(), 1);
+        let b = &info.bundles[0];
+        let p = rocpack_bundle::parse_bundle(&file[b.file_offset as usize..]).unwrap();
+        let payload = p.decompressed.as_deref().expect("a payload");
+        (
+            p.ccob.clone().expect("a CCOB"),
+            payload.len() as u64,
+            sha256_hex(payload),
+        )
+    };
+    let out = tmp.path().join("out");
+    let mut cmd = Command::new(KPACK);
+    cmd.args(["split", "--artifact-dir"])
+        .arg(art.join("big"))
+        .args(["--artifact-prefix", "big", "--output-dir"])
+        .arg(&out);
+    tool(cmd, "kpack split");
+    let mut outputs = Vec::new();
+    for threads in ["1", "2"] {
+        let back = tmp.path().join(format!("back-{threads}.so"));
+        let mut cmd = reassemble_cmd(Command::new(KPACK), &out, &back);
+        cmd.env("RAYON_NUM_THREADS", threads);
+        let (o, rss) = run_peak_rss(cmd, tmp.path(), "kpack reassemble (CCOB)");
+        eprintln!("reassemble of a 256 MiB CCOB, {threads} worker(s): peak RSS {rss} KiB");
+        assert!(o.status.success(), "reassemble: {}", stderr(&o));
+        assert!(
+            rss <= MAX_CCOB_RSS_KIB,
+            "reassemble of a 256 MiB CCOB with {threads} worker(s): peak RSS {rss} KiB"
+        );
+        outputs.push(back);
+    }
+    assert!(
+        same_file(&outputs[0], &outputs[1]),
+        "output depends on the worker count"
+    );
+    // Only now (see write_ccob_bundle): the payloads in this process.
+    let (want_head, want_len, want) = bundle_of(&lib);
+    assert!(want_len >= TARGETS.len() as u64 * CO);
+    let (head, got_len, got) = bundle_of(&outputs[0]);
+    assert_eq!((got_len, got), (want_len, want), "decompressed bundle");
+    assert_eq!(
+        (head.version, head.method),
+        (want_head.version, want_head.method)
+    );
+    assert_eq!(head.hash, want_head.hash, "stored hash");
 }

@@ -39,6 +39,9 @@ pub struct BundleLayout {
     /// payload byte for byte writes it again instead of hashing the
     /// payload (a hash the original got wrong stays wrong, as it was).
     pub hash: Option<u64>,
+    /// A CCOB's size as found (header included): what a rebuilt CCOB must
+    /// not exceed to fit where the original was.
+    pub packed: Option<u64>,
 }
 
 /// Bytes of the uncompressed header for these IDs.
@@ -77,6 +80,7 @@ impl BundleLayout {
             size,
             entries,
             hash: bundle.ccob.as_ref().map(|c| c.hash),
+            packed: bundle.ccob.as_ref().map(|_| bundle.len),
         };
         layout.reproduces(bytes).then_some(layout)
     }
@@ -103,6 +107,7 @@ impl BundleLayout {
             size,
             entries,
             hash: index.ccob.as_ref().map(|c| c.hash),
+            packed: index.ccob.as_ref().map(|_| index.len),
         };
         if !walk.gaps_zero || layout.header() != index.header {
             return None;

@@ -12,8 +12,8 @@
 //!                        offset: <this code object's offset>,
 //!                        host: [[position, ID, offset], ...],  (empty entries
 //!                                                              no archive holds)
-//!                        hash: <the CCOB header's hash> } }   (ccob only; optional,
-//!                                                              written since issue 22)
+//!                        hash: <the CCOB header's hash>,      (ccob only; optional,
+//!                        packed: <the CCOB's bytes> } }        written since issue 22)
 //! ```
 //! Readers (ROCm's runtime included) ignore `metadata`; the key is written
 //! only when the layout reproduces the original bytes exactly
@@ -61,8 +61,13 @@ pub fn encode(
     m.push((Value::from("index"), Value::from(index as u64)));
     m.push((Value::from("offset"), Value::from(me.offset)));
     m.push((Value::from("host"), Value::Array(host)));
-    if let (Format::Ccob { .. }, Some(h)) = (layout.format, layout.hash) {
-        m.push((Value::from("hash"), Value::from(h)));
+    if let Format::Ccob { .. } = layout.format {
+        if let Some(h) = layout.hash {
+            m.push((Value::from("hash"), Value::from(h)));
+        }
+        if let Some(n) = layout.packed {
+            m.push((Value::from("packed"), Value::from(n)));
+        }
     }
     Some(Value::Map(m))
 }
@@ -87,6 +92,8 @@ pub struct EntryPlace {
     /// The original CCOB header's hash (absent in records written before
     /// issue 22, and for uncompressed bundles).
     pub hash: Option<u64>,
+    /// The original CCOB's size, header included (as `hash`).
+    pub packed: Option<u64>,
 }
 
 fn get<'a>(map: &'a Value, key: &str) -> Option<&'a Value> {
@@ -134,6 +141,10 @@ pub fn decode(metadata: &Value) -> Option<EntryPlace> {
             None => None,
             Some(h) => Some(h.as_u64()?),
         },
+        packed: match get(b, "packed") {
+            None => None,
+            Some(h) => Some(h.as_u64()?),
+        },
     })
 }
 
@@ -177,6 +188,7 @@ pub fn restore(parts: &[(&EntryPlace, u64)]) -> Result<BundleLayout, String> {
             || p.count != first.count
             || p.host != first.host
             || p.hash != first.hash
+            || p.packed != first.packed
         {
             return Err("the archives disagree about the bundle".into());
         }
@@ -200,6 +212,7 @@ pub fn restore(parts: &[(&EntryPlace, u64)]) -> Result<BundleLayout, String> {
         size: first.size,
         entries: entries.into_iter().flatten().collect(),
         hash: first.hash,
+        packed: first.packed,
     })
 }
 
@@ -232,6 +245,7 @@ mod tests {
                 },
             ],
             hash: Some(0xfedc_ba98_7654_3210),
+            packed: Some(4321),
         }
     }
 
@@ -269,14 +283,18 @@ mod tests {
     fn hash_is_optional() {
         let mut l = layout();
         assert_eq!(place(&l, 1).hash, Some(0xfedc_ba98_7654_3210));
+        assert_eq!(place(&l, 1).packed, Some(4321));
         l.hash = None;
+        l.packed = None;
         let a = place(&l, 1);
-        assert_eq!(a.hash, None);
+        assert_eq!((a.hash, a.packed), (None, None));
         let b = place(&l, 2);
-        assert_eq!(restore(&[(&a, 10), (&b, 5)]).unwrap().hash, None);
+        let r = restore(&[(&a, 10), (&b, 5)]).unwrap();
+        assert_eq!((r.hash, r.packed), (None, None));
         let mut u = layout();
         u.format = Format::Uncompressed;
         assert_eq!(place(&u, 1).hash, None, "only CCOB records carry one");
+        assert_eq!(place(&u, 1).packed, None);
     }
 
     #[test]

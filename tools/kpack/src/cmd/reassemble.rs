@@ -232,8 +232,18 @@ fn bundle_for<'r>(
                 return Ok(Built::Stream(layout, parts));
             }
             let head = head_len(&layout)? as usize;
-            let mut raw = vec![0; head];
-            let (header, _) = write_exact(&layout, &parts, effort, &mut raw, what)?;
+            let mut raw = Vec::new();
+            let (header, _) = write_fitting(
+                &layout,
+                &parts,
+                effort,
+                &mut || vec![0u8; head],
+                &mut |v| {
+                    raw = v;
+                    Ok(())
+                },
+                what,
+            )?;
             raw[..head].copy_from_slice(&header);
             Ok(Built::Bytes(raw, None))
         }
@@ -264,36 +274,67 @@ fn bundle_for<'r>(
 }
 
 /// Highest `effort` of [`bundle_for`].
-const MAX_EFFORT: u8 = 2;
+const MAX_EFFORT: u8 = 3;
 
-/// How a CCOB is compressed at `effort`. zstd, always with long-distance
-/// matching (current LLVM compresses so: a bundle holding one code object
-/// per target is mostly repeats farther apart than a plain level's
-/// window): level 6 over a window of at most 2^24 (16 MiB: the encoder
-/// then holds about 25 MiB whatever the bundle's size), then level 9 and
-/// level 19 over a window covering the bundle (at most 2^27, what every
-/// zstd decoder accepts; the encoder then holds about the bundle).
-/// zlib: LLVM's default level 6, then 9.
+/// How a CCOB is compressed at `effort`. zstd: level 6 with long-distance
+/// matching over a window of at most 2^24 (16 MiB: the encoder then holds
+/// about 25 MiB whatever the bundle's size); LLVM's default (level 5, no
+/// long matching); then level 9 and level 19 with long matching over a
+/// window covering the bundle (at most 2^27, what every zstd decoder
+/// accepts; the encoder then holds about the bundle). zlib: LLVM's default
+/// level 6, then 9. A bundle whose split recorded its original size is
+/// squeezed harder on its own until it is no larger ([`write_fitting`]);
+/// without the record, all bundles again at the next effort while they do
+/// not fit.
 ///
-/// Measured on ROCm's XLA plugin (41 CCOB v3, 1.2 GB of code objects, a
-/// `.hip_fatbin` without slack), two of its bundles (95 MB): level 6 with
-/// the 2^24 window gives 0.93x the original bytes for 0.29 s of CPU,
-/// level 9 0.91x for 0.44 s, level 3 0.97x (no faster); a 2^23 window
-/// 1.14x (the repeats are one code object, ~9 MB, apart); LLVM's default
-/// (level 5 without long matching) does not fit.
+/// Why long matching first: a bundle holding one code object per target
+/// is mostly repeats farther apart than a plain level's window, and
+/// current LLVM compresses with long-distance matching. Measured on ROCm's
+/// XLA plugin (41 CCOB v3, 1.2 GB of code objects, a `.hip_fatbin`
+/// without slack), two of its bundles (95 MB): level 6 with the 2^24
+/// window gives 0.93x the original bytes for 0.29 s of CPU, level 9 0.91x
+/// for 0.44 s, level 3 0.97x (no faster); a 2^23 window 1.14x (the repeats
+/// are one code object, ~9 MB, apart); LLVM's default does not fit.
 fn params(method: rocpack_bundle::Method, effort: u8) -> rocpack_bundle::CcobParams {
     use rocpack_bundle::{CcobParams, Method};
     let level = match (method, effort) {
         (Method::Zstd, 0) => 6,
-        (Method::Zstd, 1) => 9,
+        (Method::Zstd, 1) => rocpack_bundle::DEFAULT_ZSTD_LEVEL,
+        (Method::Zstd, 2) => 9,
         (Method::Zstd, _) => 19,
-        (Method::Zlib, 0) => rocpack_bundle::DEFAULT_ZLIB_LEVEL as i32,
+        (Method::Zlib, 0 | 1) => rocpack_bundle::DEFAULT_ZLIB_LEVEL as i32,
         (Method::Zlib, _) => 9,
     };
     CcobParams {
         level,
-        long: true,
+        long: effort != 1,
         max_window_log: if effort == 0 { 24 } else { 27 },
+    }
+}
+
+/// [`write_exact`] at `effort`, then at higher efforts while the result is
+/// larger than the original CCOB the split recorded (`layout.packed`):
+/// `out()` gives a fresh writer each time (the same place). Returns the
+/// header and the bytes written by the last attempt.
+fn write_fitting<W: std::io::Write>(
+    layout: &BundleLayout,
+    parts: &[(usize, Found<'_>)],
+    effort: u8,
+    out: &mut dyn FnMut() -> W,
+    finish: &mut dyn FnMut(W) -> std::io::Result<()>,
+    what: &str,
+) -> anyhow::Result<(Vec<u8>, u64)> {
+    let mut e = effort;
+    loop {
+        let mut w = out();
+        let (header, n) = write_exact(layout, parts, e, &mut w, what)?;
+        finish(w).with_context(|| format!("{what}: failed to write a bundle"))?;
+        let len = header.len() as u64 + n;
+        if e < MAX_EFFORT && layout.packed.is_some_and(|p| len > p) {
+            e += 1;
+            continue;
+        }
+        return Ok((header, n));
     }
 }
 
@@ -554,16 +595,23 @@ fn spill_bundles(
             }
             Built::Stream(layout, parts) => {
                 let head = head_len(&layout)?;
-                let mut w = std::io::BufWriter::with_capacity(
-                    1 << 18,
-                    At {
-                        file,
-                        pos: at + head,
+                let f: &std::fs::File = file;
+                let (header, n) = write_fitting(
+                    &layout,
+                    &parts,
+                    effort,
+                    &mut || {
+                        std::io::BufWriter::with_capacity(
+                            1 << 18,
+                            At {
+                                file: f,
+                                pos: at + head,
+                            },
+                        )
                     },
-                );
-                let (header, n) = write_exact(&layout, &parts, effort, &mut w, what)?;
-                w.flush().context(wctx)?;
-                drop(w);
+                    &mut |mut w| w.flush(),
+                    what,
+                )?;
                 file.write_all_at(&header, at).context(wctx)?;
                 (head + n, None)
             }
