@@ -194,9 +194,10 @@ fn find_code_objects<'r>(
 enum Built<'r> {
     /// In memory (compressed, or in clang's canonical form with the reason).
     Bytes(Vec<u8>, Option<String>),
-    /// An uncompressed bundle in its original layout, streamed from the
-    /// archives when written: its header, then each code object at its
-    /// offset (entry index, code object), zeros between.
+    /// A bundle in its original layout (uncompressed or CCOB), streamed
+    /// from the archives when written ([`write_exact`]): its header, then
+    /// each code object at its offset (entry index, code object), zeros
+    /// between, through the compressor for a CCOB.
     Stream(BundleLayout, Vec<(usize, Found<'r>)>),
 }
 
