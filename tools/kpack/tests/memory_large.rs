@@ -369,7 +369,7 @@ fn reassembly_of_a_256mib_ccob_streams() {
         let p = rocpack_bundle::parse_bundle(&file[b.file_offset as usize..]).unwrap();
         let payload = p.decompressed.as_deref().expect("a payload");
         (
-            p.ccob.clone().expect("a CCOB"),
+            p.ccob.expect("a CCOB"),
             payload.len() as u64,
             sha256_hex(payload),
         )
