@@ -10,6 +10,7 @@
 
 mod common;
 
+use std::io::Write;
 use std::path::Path;
 use std::process::Command;
 
@@ -24,6 +25,53 @@ const CO_SIZE: u64 = 32 << 20;
 const HOST_MIB: u64 = 512;
 /// Peak RSS allowed to `split` and `reassemble` (issue 22's bound).
 const MAX_RSS_KIB: u64 = 256 * 1024;
+
+/// A writer counting bytes.
+struct Tally<W: Write> {
+    inner: W,
+    n: u64,
+}
+
+impl<W: Write> Write for Tally<W> {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        let k = self.inner.write(b)?;
+        self.n += k as u64;
+        Ok(k)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
+}
+
+/// [`rocpack_testsupport::write_big_bundle`] as CCOB v3 zstd at LLVM's default level, streamed (this
+/// process never holds the payload: a child's peak RSS from `wait4`
+/// may include its parent's high-water mark).
+fn write_ccob_bundle(path: &Path, targets: &[&str], co_size: u64) {
+    use std::os::unix::fs::FileExt;
+    let mut count = Tally {
+        inner: std::io::sink(),
+        n: 0,
+    };
+    rocpack_testsupport::write_big_bundle_to(&mut count, targets, co_size);
+    let f = std::fs::File::create(path).unwrap();
+    let head = rocpack_bundle::ccob_header_len(3).unwrap();
+    let params = rocpack_bundle::CcobParams {
+        level: rocpack_bundle::DEFAULT_ZSTD_LEVEL,
+        long: false,
+        max_window_log: 27,
+    };
+    let mut w = std::io::BufWriter::new(&f);
+    w.write_all(&vec![0; head as usize]).unwrap();
+    let enc =
+        rocpack_bundle::CcobEncoder::new(w, 3, rocpack_bundle::Method::Zstd, count.n, params, None)
+            .unwrap();
+    let mut t = Tally { inner: enc, n: 0 };
+    rocpack_testsupport::write_big_bundle_to(&mut t, targets, co_size);
+    let (mut w, header, _) = t.inner.finish().unwrap();
+    w.flush().unwrap();
+    drop(w);
+    f.write_all_at(&header, 0).unwrap();
+}
 
 /// `kpack reassemble` of the split in `out` (the host file of libbig.so)
 /// into `back`.
@@ -300,4 +348,78 @@ fn split_of_a_512mib_code_object_stays_flat() {
         same_file(&kp, &one.join("big_gfx1100/lib/.kpack/big_gfx1100.kpack")),
         "--jobs 1 and --jobs 2 archives differ"
     );
+}
+
+/// Peak RSS allowed to the reassembly of a CCOB bundle (the zstd encoder's
+/// window is capped at 16 MiB whatever the bundle's size).
+const MAX_CCOB_RSS_KIB: u64 = 128 * 1024;
+
+/// Issue 22: reassembly streams code objects through the compressor. A
+/// library whose one CCOB v3 (zstd) bundle holds 16 x 16 MiB = 256 MiB of
+/// code objects is split and reassembled with one and with two workers:
+/// peak RSS within 128 MiB each time (holding the code objects, the
+/// uncompressed bundle or an encoder window covering it fails), the same
+/// bytes for both, and the bundle decompresses (this process's parser) to
+/// the original payload with the original's stored hash.
+#[test]
+fn reassembly_of_a_256mib_ccob_streams() {
+    if !have_tool("objcopy") || !have_tool("gcc") {
+        return;
+    }
+    const CO: u64 = 16 << 20;
+    let tmp = tempdir();
+    let art = rocpack_testsupport::big_fat_library_from(tmp.path(), 0, |blob| {
+        write_ccob_bundle(blob, &TARGETS, CO)
+    });
+    let lib = art.join("big/lib/libbig.so");
+    // The CCOB header, and the payload's length and SHA-256.
+    let bundle_of = |path: &Path| -> (rocpack_bundle::CcobHeader, u64, String) {
+        let file = std::fs::read(path).unwrap();
+        let info = rocpack_elf::analyze(&file).unwrap();
+        assert_eq!(info.bundles.len(), 1);
+        let b = &info.bundles[0];
+        let p = rocpack_bundle::parse_bundle(&file[b.file_offset as usize..]).unwrap();
+        let payload = p.decompressed.as_deref().expect("a payload");
+        (
+            p.ccob.expect("a CCOB"),
+            payload.len() as u64,
+            sha256_hex(payload),
+        )
+    };
+    let out = tmp.path().join("out");
+    let mut cmd = Command::new(KPACK);
+    cmd.args(["split", "--artifact-dir"])
+        .arg(art.join("big"))
+        .args(["--artifact-prefix", "big", "--output-dir"])
+        .arg(&out);
+    let o = cmd.output().unwrap();
+    assert!(o.status.success(), "kpack split: {}", stderr(&o));
+    let mut outputs = Vec::new();
+    for threads in ["1", "2"] {
+        let back = tmp.path().join(format!("back-{threads}.so"));
+        let mut cmd = reassemble_cmd(Command::new(KPACK), &out, &back);
+        cmd.env("RAYON_NUM_THREADS", threads);
+        let (o, rss) = run_peak(&cmd);
+        eprintln!("reassemble of a 256 MiB CCOB, {threads} worker(s): peak RSS {rss} KiB");
+        assert!(o.status.success(), "reassemble: {}", stderr(&o));
+        assert!(
+            rss <= MAX_CCOB_RSS_KIB,
+            "reassemble of a 256 MiB CCOB with {threads} worker(s): peak RSS {rss} KiB"
+        );
+        outputs.push(back);
+    }
+    assert!(
+        same_file(&outputs[0], &outputs[1]),
+        "output depends on the worker count"
+    );
+    // Only now (see write_ccob_bundle): the payloads in this process.
+    let (want_head, want_len, want) = bundle_of(&lib);
+    assert!(want_len >= TARGETS.len() as u64 * CO);
+    let (head, got_len, got) = bundle_of(&outputs[0]);
+    assert_eq!((got_len, got), (want_len, want), "decompressed bundle");
+    assert_eq!(
+        (head.version, head.method),
+        (want_head.version, want_head.method)
+    );
+    assert_eq!(head.hash, want_head.hash, "stored hash");
 }

@@ -34,6 +34,14 @@ pub struct BundleLayout {
     pub size: u64,
     /// Entries in header order.
     pub entries: Vec<LayoutEntry>,
+    /// A CCOB's stored hash (truncated MD5 of the payload), as the
+    /// original's header says: a rebuild that gives back the original
+    /// payload byte for byte writes it again instead of hashing the
+    /// payload (a hash the original got wrong stays wrong, as it was).
+    pub hash: Option<u64>,
+    /// A CCOB's size as found (header included): what a rebuilt CCOB must
+    /// not exceed to fit where the original was.
+    pub packed: Option<u64>,
 }
 
 /// Bytes of the uncompressed header for these IDs.
@@ -71,6 +79,8 @@ impl BundleLayout {
             format: bundle.format,
             size,
             entries,
+            hash: bundle.ccob.as_ref().map(|c| c.hash),
+            packed: bundle.ccob.as_ref().map(|_| bundle.len),
         };
         layout.reproduces(bytes).then_some(layout)
     }
@@ -96,6 +106,8 @@ impl BundleLayout {
             format: index.format,
             size,
             entries,
+            hash: index.ccob.as_ref().map(|c| c.hash),
+            packed: index.ccob.as_ref().map(|_| index.len),
         };
         if !walk.gaps_zero || layout.header() != index.header {
             return None;

@@ -48,6 +48,7 @@ pub use target::{
     AMDHSA_PREFIX, MAX_FEATURES, RUNTIME_MAX_FEATURES,
 };
 pub use write::{
-    write_ccob, write_ccob_level, write_ccob_long, write_uncompressed, write_uncompressed_aligned,
-    DEFAULT_ALIGN, DEFAULT_ZLIB_LEVEL, DEFAULT_ZSTD_LEVEL,
+    ccob_header_len, write_ccob, write_ccob_level, write_ccob_long, write_ccob_params,
+    write_uncompressed, write_uncompressed_aligned, CcobEncoder, CcobParams, DEFAULT_ALIGN,
+    DEFAULT_ZLIB_LEVEL, DEFAULT_ZSTD_LEVEL,
 };

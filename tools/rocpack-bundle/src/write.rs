@@ -114,12 +114,7 @@ fn write_ccob_with(
     level: i32,
     long: bool,
 ) -> Result<Vec<u8>> {
-    let header_len: u64 = match version {
-        1 => 20,
-        2 => 24,
-        3 => 32,
-        v => return Err(Error::Write(format!("CCOB version {v} (known: 1, 2, 3)"))),
-    };
+    let header_len = ccob_header_len(version)?;
     let compressed = match compression {
         Method::Zstd if long => {
             zstd_long(bundle, level).map_err(|e| Error::Write(format!("zstd: {e}")))?
@@ -135,9 +130,38 @@ fn write_ccob_with(
                 .map_err(|e| Error::Write(format!("zlib: {e}")))?
         }
     };
-    let total = header_len + compressed.len() as u64;
-    let usize_ = bundle.len() as u64;
-    let mut out = Vec::with_capacity(total as usize);
+    let mut out = ccob_header(
+        version,
+        compression,
+        header_len + compressed.len() as u64,
+        bundle.len() as u64,
+        ccob_hash(bundle),
+    )?;
+    out.extend_from_slice(&compressed);
+    Ok(out)
+}
+
+/// Bytes of a CCOB header of `version`.
+pub fn ccob_header_len(version: u16) -> Result<u64> {
+    match version {
+        1 => Ok(20),
+        2 => Ok(24),
+        3 => Ok(32),
+        v => Err(Error::Write(format!("CCOB version {v} (known: 1, 2, 3)"))),
+    }
+}
+
+/// The CCOB header of `version` for a CCOB of `total` bytes (header
+/// included) holding a bundle of `usize_` bytes whose truncated MD5 is
+/// `hash`.
+fn ccob_header(
+    version: u16,
+    compression: Compression,
+    total: u64,
+    usize_: u64,
+    hash: u64,
+) -> Result<Vec<u8>> {
+    let mut out = Vec::with_capacity(ccob_header_len(version)? as usize);
     out.extend_from_slice(CCOB_MAGIC);
     out.extend_from_slice(&version.to_le_bytes());
     out.extend_from_slice(&compression.code().to_le_bytes());
@@ -165,7 +189,196 @@ fn write_ccob_with(
             out.extend_from_slice(&usize_.to_le_bytes());
         }
     }
-    out.extend_from_slice(&ccob_hash(bundle).to_le_bytes());
-    out.extend_from_slice(&compressed);
+    out.extend_from_slice(&hash.to_le_bytes());
+    Ok(out)
+}
+
+/// How a [`CcobEncoder`] compresses. zlib takes `level` (clamped to 0..=9)
+/// and ignores the rest.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CcobParams {
+    /// Compression level.
+    pub level: i32,
+    /// zstd long-distance matching.
+    pub long: bool,
+    /// Largest zstd window (log2); the window is the smallest power of two
+    /// covering the bundle, at most this. It bounds the encoder's memory
+    /// (about the window plus the level's tables) whatever the bundle size.
+    pub max_window_log: u32,
+}
+
+enum Enc<W: Write> {
+    Zstd(zstd::stream::write::Encoder<'static, Counting<W>>),
+    Zlib(flate2::write::ZlibEncoder<Counting<W>>),
+}
+
+/// A writer counting what passes through it.
+struct Counting<W: Write> {
+    inner: W,
+    n: u64,
+}
+
+impl<W: Write> Write for Counting<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let k = self.inner.write(buf)?;
+        self.n += k as u64;
+        Ok(k)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
+}
+
+/// A CCOB written in one pass with bounded memory: the uncompressed bundle
+/// (exactly `payload_len` bytes) goes in through [`Write`], the compressed
+/// stream goes out to `out` as it is produced, and [`finish`](Self::finish)
+/// returns the header, which belongs in the
+/// [`ccob_header_len`] bytes *before* that stream (its total size and hash
+/// are known only at the end). The hash is the MD5 of the bytes written,
+/// unless the caller knows it ([`CcobEncoder::new`]'s `hash`: the stored
+/// hash of a bundle being rebuilt byte for byte, which spares the MD5).
+/// The output depends only on the bytes, the version, method and
+/// parameters (no threads).
+pub struct CcobEncoder<W: Write> {
+    version: u16,
+    method: Method,
+    payload_len: u64,
+    fed: u64,
+    hash: Option<u64>,
+    md5: Option<md5::Md5>,
+    enc: Enc<W>,
+}
+
+impl<W: Write> CcobEncoder<W> {
+    pub fn new(
+        out: W,
+        version: u16,
+        method: Method,
+        payload_len: u64,
+        params: CcobParams,
+        hash: Option<u64>,
+    ) -> Result<Self> {
+        use md5::Digest;
+        ccob_header_len(version)?;
+        let zerr = |e: std::io::Error| Error::Write(format!("zstd: {e}"));
+        let out = Counting { inner: out, n: 0 };
+        let enc = match method {
+            Method::Zstd => {
+                let mut e = zstd::stream::write::Encoder::new(out, params.level).map_err(zerr)?;
+                let need = payload_len.max(1).next_power_of_two().trailing_zeros();
+                let window = need.clamp(10, params.max_window_log.clamp(10, 27));
+                e.set_pledged_src_size(Some(payload_len)).map_err(zerr)?;
+                e.include_checksum(false).map_err(zerr)?;
+                e.include_contentsize(true).map_err(zerr)?;
+                if params.long {
+                    e.long_distance_matching(true).map_err(zerr)?;
+                    e.window_log(window).map_err(zerr)?;
+                }
+                Enc::Zstd(e)
+            }
+            Method::Zlib => Enc::Zlib(flate2::write::ZlibEncoder::new(
+                out,
+                flate2::Compression::new(params.level.clamp(0, 9) as u32),
+            )),
+        };
+        Ok(CcobEncoder {
+            version,
+            method,
+            payload_len,
+            fed: 0,
+            hash,
+            md5: hash.is_none().then(md5::Md5::new),
+            enc,
+        })
+    }
+
+    /// Feed `n` zero bytes.
+    pub fn write_zeros(&mut self, mut n: u64) -> std::io::Result<()> {
+        const Z: [u8; 1 << 14] = [0; 1 << 14];
+        while n > 0 {
+            let k = n.min(Z.len() as u64) as usize;
+            self.write_all(&Z[..k])?;
+            n -= k as u64;
+        }
+        Ok(())
+    }
+
+    /// Bytes fed so far.
+    pub fn fed(&self) -> u64 {
+        self.fed
+    }
+
+    /// End the stream: `(out, header, compressed bytes written to out)`.
+    /// Errors when other than `payload_len` bytes were fed.
+    pub fn finish(self) -> Result<(W, Vec<u8>, u64)> {
+        use md5::Digest;
+        if self.fed != self.payload_len {
+            return Err(Error::Write(format!(
+                "CCOB payload of {} bytes announced, {} written",
+                self.payload_len, self.fed
+            )));
+        }
+        let out = match self.enc {
+            Enc::Zstd(e) => e.finish().map_err(|e| Error::Write(format!("zstd: {e}")))?,
+            Enc::Zlib(e) => e.finish().map_err(|e| Error::Write(format!("zlib: {e}")))?,
+        };
+        let hash = match (self.hash, self.md5) {
+            (Some(h), _) => h,
+            (None, Some(m)) => {
+                let d = m.finalize();
+                let mut low = [0u8; 8];
+                low.copy_from_slice(&d[..8]);
+                u64::from_le_bytes(low)
+            }
+            (None, None) => unreachable!("an MD5 whenever no hash is given"),
+        };
+        let total = ccob_header_len(self.version)? + out.n;
+        let header = ccob_header(self.version, self.method, total, self.payload_len, hash)?;
+        Ok((out.inner, header, out.n))
+    }
+}
+
+impl<W: Write> Write for CcobEncoder<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if self.fed.saturating_add(buf.len() as u64) > self.payload_len {
+            return Err(std::io::Error::other(format!(
+                "more than the {} bytes announced for the CCOB payload",
+                self.payload_len
+            )));
+        }
+        let k = match &mut self.enc {
+            Enc::Zstd(e) => e.write(buf)?,
+            Enc::Zlib(e) => e.write(buf)?,
+        };
+        if let Some(m) = &mut self.md5 {
+            md5::Digest::update(m, &buf[..k]);
+        }
+        self.fed += k as u64;
+        Ok(k)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// [`CcobEncoder`] into memory: the whole CCOB.
+pub fn write_ccob_params(
+    bundle: &[u8],
+    version: u16,
+    method: Method,
+    params: CcobParams,
+) -> Result<Vec<u8>> {
+    let mut e = CcobEncoder::new(
+        Vec::new(),
+        version,
+        method,
+        bundle.len() as u64,
+        params,
+        None,
+    )?;
+    e.write_all(bundle)
+        .map_err(|x| Error::Write(format!("{}: {x}", method.name())))?;
+    let (body, mut out, _) = e.finish()?;
+    out.extend_from_slice(&body);
     Ok(out)
 }

@@ -351,7 +351,12 @@ pub(crate) fn analyze_elf(
             ));
         }
         let table = get(data, ws.file_offset, ws.size, ".hipFatBinSegment")?;
-        let resolver = Resolver::new(elf, ws.index)?;
+        let fields = if kind == ElfKind::Relocatable {
+            0..ws.size
+        } else {
+            ws.addr..ws.addr.saturating_add(ws.size)
+        };
+        let resolver = Resolver::new(elf, ws.index, fields)?;
         for raw in wrapper_table(table, ws.file_offset) {
             let w = raw?;
             // Pointer field address: section offset in relocatable objects.
@@ -487,7 +492,9 @@ pub(crate) fn analyze_elf(
     })
 }
 
-/// Index of every relocation that may cover a wrapper pointer.
+/// Index of the relocations that may cover a wrapper pointer: those
+/// inside the wrapper table (a shared library's other dynamic relocations,
+/// hundreds of thousands of them, are not kept).
 struct Resolver {
     /// Linked files: dynamic relocations by r_offset (section, reloc).
     by_offset: HashMap<u64, (usize, crate::elf::Reloc)>,
@@ -497,7 +504,9 @@ struct Resolver {
 }
 
 impl Resolver {
-    fn new(elf: &Elf<'_>, wrapper_index: usize) -> Result<Self> {
+    /// `fields`: the range of `r_offset`s (addresses; section offsets in
+    /// relocatable objects) the wrapper table covers.
+    fn new(elf: &Elf<'_>, wrapper_index: usize, fields: std::ops::Range<u64>) -> Result<Self> {
         let object = elf.ehdr.e_type == elf::ET_REL;
         let mut by_offset = HashMap::new();
         let mut relr = HashMap::new();
@@ -505,17 +514,19 @@ impl Resolver {
             let is_rel = s.sh_type == elf::SHT_RELA || s.sh_type == elf::SHT_REL;
             if object {
                 if is_rel && s.sh_info as usize == wrapper_index {
-                    for r in elf.relocations(i)? {
+                    for r in elf.relocations(i)?.filter(|r| fields.contains(&r.r_offset)) {
                         by_offset.entry(r.r_offset).or_insert((i, r));
                     }
                 }
             } else if is_rel && s.is_alloc() {
-                for r in elf.relocations(i)? {
+                for r in elf.relocations(i)?.filter(|r| fields.contains(&r.r_offset)) {
                     by_offset.entry(r.r_offset).or_insert((i, r));
                 }
             } else if s.sh_type == SHT_RELR && s.is_alloc() {
                 for (a, bitmap) in elf.relr_addresses(i)? {
-                    relr.insert(a, bitmap);
+                    if fields.contains(&a) {
+                        relr.insert(a, bitmap);
+                    }
                 }
             }
         }

@@ -441,44 +441,45 @@ impl<'a> Elf<'a> {
     }
 
     /// Entries of a SHT_RELA or SHT_REL section (a partial last entry
-    /// is ignored).
-    pub fn relocations(&self, index: usize) -> Result<Vec<Reloc>> {
+    /// is ignored), decoded one by one from the file's bytes (a shared
+    /// library's `.rela.dyn` can hold hundreds of thousands).
+    pub fn relocations(&self, index: usize) -> Result<Box<dyn Iterator<Item = Reloc> + '_>> {
         let s = &self.shdrs[index];
         let rela = s.sh_type == elf::SHT_RELA;
         let size = if rela { RELA_SIZE } else { REL_SIZE };
         let bytes = s.data(self.data)?;
         let n = bytes.len() / size as usize;
         let bad = |()| Error::malformed(s.sh_offset, "relocation table");
-        let at = |i: usize| s.sh_offset + i as u64 * size;
+        let base = s.sh_offset;
+        let at = move |i: usize| base + i as u64 * size;
         // SHT_REL entries are read as RELA ones without an addend.
-        let entries: Vec<elf::Rela64<LE>> = if rela {
-            object::pod::slice_from_bytes::<elf::Rela64<LE>>(bytes, n)
+        if rela {
+            let entries = object::pod::slice_from_bytes::<elf::Rela64<LE>>(bytes, n)
                 .map_err(bad)?
-                .0
-                .to_vec()
+                .0;
+            Ok(Box::new(entries.iter().enumerate().map(move |(i, r)| {
+                Reloc {
+                    entry_offset: at(i),
+                    r_offset: r.r_offset.get(LE),
+                    r_type: r.r_type(LE, false),
+                    r_sym: r.r_sym(LE, false),
+                    r_addend: Some(r.r_addend.get(LE)),
+                }
+            })))
         } else {
-            object::pod::slice_from_bytes::<elf::Rel64<LE>>(bytes, n)
+            let entries = object::pod::slice_from_bytes::<elf::Rel64<LE>>(bytes, n)
                 .map_err(bad)?
-                .0
-                .iter()
-                .map(|r| elf::Rela64 {
-                    r_offset: r.r_offset,
-                    r_info: r.r_info,
-                    r_addend: object::I64::new(LE, 0),
-                })
-                .collect()
-        };
-        Ok(entries
-            .iter()
-            .enumerate()
-            .map(|(i, r)| Reloc {
-                entry_offset: at(i),
-                r_offset: r.r_offset.get(LE),
-                r_type: r.r_type(LE, false),
-                r_sym: r.r_sym(LE, false),
-                r_addend: rela.then(|| r.r_addend.get(LE)),
-            })
-            .collect())
+                .0;
+            Ok(Box::new(entries.iter().enumerate().map(move |(i, r)| {
+                Reloc {
+                    entry_offset: at(i),
+                    r_offset: r.r_offset.get(LE),
+                    r_type: r.r_type(LE),
+                    r_sym: r.r_sym(LE),
+                    r_addend: None,
+                }
+            })))
+        }
     }
 
     /// Addresses listed by a SHT_RELR section, each with whether it came

@@ -75,8 +75,8 @@ pub use archive::{
 pub use error::{Error, Result};
 pub use out::Out;
 pub use rewrite::{
-    parse_bundles, reassemble, reassemble_to, reassembly_fits, split_host, split_host_in,
-    split_host_to, Bundles,
+    parse_bundles, reassemble, reassemble_placed, reassemble_to, reassembly_fits, split_host,
+    split_host_in, split_host_to, Bundles,
 };
 pub use sparse::Sparse;
 

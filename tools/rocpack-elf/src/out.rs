@@ -148,13 +148,63 @@ impl Out {
         aux: &dyn ReadAt,
         w: &mut dyn Write,
     ) -> std::io::Result<u64> {
+        self.emit(src, Some(aux), &mut |_, b| w.write_all(b))?;
+        Ok(self.len)
+    }
+
+    /// Write the file into `file` at its offsets (positioned writes), all
+    /// but the auxiliary ranges, which are left for the caller: returns
+    /// `(auxiliary offset, output offset)` of each, in order. The file is
+    /// given its full length. A patch over an auxiliary range is an error.
+    pub fn write_placed(
+        &self,
+        src: &dyn ReadAt,
+        file: &std::fs::File,
+    ) -> std::io::Result<Vec<(u64, u64)>> {
+        use std::os::unix::fs::FileExt;
+        let placed = self.emit(src, None, &mut |at, b| file.write_all_at(b, at))?;
+        file.set_len(self.len)?;
+        Ok(placed)
+    }
+
+    /// The file in order, chunk by chunk, to `sink(output offset, bytes)`;
+    /// without `aux`, auxiliary ranges are skipped and their places
+    /// returned.
+    fn emit(
+        &self,
+        src: &dyn ReadAt,
+        aux: Option<&dyn ReadAt>,
+        sink: &mut dyn FnMut(u64, &[u8]) -> std::io::Result<()>,
+    ) -> std::io::Result<Vec<(u64, u64)>> {
         let mut order: Vec<usize> = (0..self.patches.len()).collect();
         order.sort_by_key(|&i| self.patches[i].offset);
         let max_patch = self.patches.iter().map(|p| p.len).max().unwrap_or(0);
+        let overlapping = |a: u64, b: u64| {
+            let lo =
+                order.partition_point(|&i| self.patches[i].offset < a.saturating_sub(max_patch));
+            order[lo..]
+                .iter()
+                .copied()
+                .take_while(move |&i| self.patches[i].offset < b)
+                .filter(move |&i| {
+                    let p = &self.patches[i];
+                    p.offset + p.len > a
+                })
+        };
+        let mut placed = Vec::new();
         let mut buf = Vec::new();
         let mut hits = Vec::new();
         for (start, piece) in &self.pieces {
             let n = piece.len();
+            if let (Piece::Aux { offset, .. }, None) = (piece, aux) {
+                if overlapping(*start, start + n).next().is_some() {
+                    return Err(std::io::Error::other(
+                        "internal: a patch over a bundle placed by the caller",
+                    ));
+                }
+                placed.push((*offset, *start));
+                continue;
+            }
             let mut done = 0u64;
             while done < n {
                 let k = (n - done).min(CHUNK);
@@ -162,7 +212,11 @@ impl Out {
                 buf.resize(k as usize, 0);
                 match piece {
                     Piece::Src { offset, .. } => read_exact_at(src, offset + done, &mut buf)?,
-                    Piece::Aux { offset, .. } => read_exact_at(aux, offset + done, &mut buf)?,
+                    Piece::Aux { offset, .. } => {
+                        if let Some(aux) = aux {
+                            read_exact_at(aux, offset + done, &mut buf)?
+                        }
+                    }
                     Piece::Bytes(b) => {
                         buf.copy_from_slice(&b[done as usize..(done + k) as usize]);
                     }
@@ -170,19 +224,8 @@ impl Out {
                 }
                 let (a, b) = (start + done, start + done + k);
                 // Patches overlapping [a, b), applied in the order made.
-                let lo = order
-                    .partition_point(|&i| self.patches[i].offset < a.saturating_sub(max_patch));
                 hits.clear();
-                hits.extend(
-                    order[lo..]
-                        .iter()
-                        .copied()
-                        .take_while(|&i| self.patches[i].offset < b)
-                        .filter(|&i| {
-                            let p = &self.patches[i];
-                            p.offset + p.len > a
-                        }),
-                );
+                hits.extend(overlapping(a, b));
                 hits.sort_unstable();
                 for &i in &hits {
                     let p = &self.patches[i];
@@ -197,11 +240,11 @@ impl Out {
                         }
                     }
                 }
-                w.write_all(&buf)?;
+                sink(a, &buf)?;
                 done += k;
             }
         }
-        Ok(self.len)
+        Ok(placed)
     }
 
     /// The whole file in memory (the slice API).

@@ -223,6 +223,9 @@ pub enum Bundles<'a> {
     },
     /// Sizes only, for planning ([`reassembly_fits`]): written as zeros.
     Sizes(&'a [u64]),
+    /// `(offset, len)` ranges of bundles the caller writes into the output
+    /// itself ([`reassemble_placed`]); never read.
+    Later(&'a [(u64, u64)]),
 }
 
 /// Whether bundles of sizes `lens` (by `co_index`) fit where the split of
@@ -242,7 +245,7 @@ impl Bundles<'_> {
     pub fn count(&self) -> usize {
         match self {
             Bundles::Owned(b) => b.len(),
-            Bundles::In { ranges, .. } => ranges.len(),
+            Bundles::In { ranges, .. } | Bundles::Later(ranges) => ranges.len(),
             Bundles::Sizes(l) => l.len(),
         }
     }
@@ -251,7 +254,9 @@ impl Bundles<'_> {
     pub fn lens(&self) -> Vec<u64> {
         match self {
             Bundles::Owned(b) => b.iter().map(|b| b.len() as u64).collect(),
-            Bundles::In { ranges, .. } => ranges.iter().map(|r| r.1).collect(),
+            Bundles::In { ranges, .. } | Bundles::Later(ranges) => {
+                ranges.iter().map(|r| r.1).collect()
+            }
             Bundles::Sizes(l) => l.to_vec(),
         }
     }
@@ -259,7 +264,7 @@ impl Bundles<'_> {
     /// The source [`Out::write_to`] reads them from.
     pub fn aux(&self) -> &dyn rocpack_bundle::ReadAt {
         match self {
-            Bundles::Owned(_) | Bundles::Sizes(_) => &NO_AUX,
+            Bundles::Owned(_) | Bundles::Sizes(_) | Bundles::Later(_) => &NO_AUX,
             Bundles::In { src, .. } => *src,
         }
     }
@@ -268,7 +273,9 @@ impl Bundles<'_> {
     pub fn push(&self, i: usize, out: &mut Out) {
         match self {
             Bundles::Owned(b) => out.extend_from_slice(&b[i]),
-            Bundles::In { ranges, .. } => out.push_aux(ranges[i].0, ranges[i].1),
+            Bundles::In { ranges, .. } | Bundles::Later(ranges) => {
+                out.push_aux(ranges[i].0, ranges[i].1)
+            }
             Bundles::Sizes(l) => out.resize(out.len().saturating_add(l[i])),
         }
     }
@@ -289,7 +296,64 @@ impl Bundles<'_> {
                 .iter()
                 .map(|&n| vec![0; usize::try_from(n).unwrap_or(0)])
                 .collect()),
+            Bundles::Later(_) => Err(Error::layout(
+                0,
+                "internal: bundles placed by the caller are not readable",
+            )),
         }
+    }
+}
+
+/// [`reassemble_to`] for a split linked ELF file whose `.hip_fatbin` is
+/// rebuilt where the split removed it, with the bundles (`lens` bytes
+/// each, by `co_index`) written by the caller: the host part goes into
+/// `dst` (empty) with positioned writes and the bundles' places are left
+/// for the caller, so bundles can be written straight to their final
+/// offsets, in parallel, without a spill file. Returns the file size and
+/// each bundle's offset; `Ok(None)` (nothing written) for relocatable
+/// objects and split-in-place files, which take [`reassemble_to`].
+pub fn reassemble_placed(
+    host: &[u8],
+    host_src: &dyn rocpack_bundle::ReadAt,
+    lens: &[u64],
+    dst: &std::fs::File,
+) -> Result<Option<(u64, Vec<u64>)>> {
+    {
+        let elf = Elf::parse(host)?;
+        let info = analyze_elf(&elf, &host)?;
+        if info.state != State::Split || info.kind == crate::ElfKind::Relocatable {
+            return Ok(None);
+        }
+        let (fb, _) = split_sections(&info, "binary")?;
+        if !fb.nobits {
+            return Ok(None);
+        }
+    }
+    let mut ranges = Vec::with_capacity(lens.len());
+    let mut at = 0u64;
+    for &l in lens {
+        ranges.push((at, l));
+        at = at.saturating_add(l);
+    }
+    let Rewritten::Pieces(out) = reassemble_plan(host, &Bundles::Later(&ranges))? else {
+        return Ok(None);
+    };
+    let placed = out.write_placed(host_src, dst).map_err(|e| Error::Io {
+        what: "writing the reassembled file",
+        source: e,
+    })?;
+    // Non-empty bundles have distinct offsets in `ranges`; empty ones
+    // need no place.
+    let mut offsets: Vec<Option<u64>> = lens.iter().map(|&l| (l == 0).then_some(0)).collect();
+    for (virt, real) in placed {
+        let i = ranges.partition_point(|r| r.0 < virt);
+        if let Some(j) = (i..ranges.len()).find(|&j| ranges[j].0 == virt && ranges[j].1 > 0) {
+            offsets[j] = Some(real);
+        }
+    }
+    match offsets.into_iter().collect::<Option<Vec<u64>>>() {
+        Some(o) => Ok(Some((out.len(), o))),
+        None => Err(Error::layout(0, "internal: a bundle without a place")),
     }
 }
 

@@ -10,8 +10,10 @@
 //!                        size: <uncompressed bundle bytes>,
 //!                        count: <entries>, index: <this entry's position>,
 //!                        offset: <this code object's offset>,
-//!                        host: [[position, ID, offset], ...] } }  (empty entries
+//!                        host: [[position, ID, offset], ...],  (empty entries
 //!                                                              no archive holds)
+//!                        hash: <the CCOB header's hash>,      (ccob only; optional,
+//!                        packed: <the CCOB's bytes> } }        written since issue 22)
 //! ```
 //! Readers (ROCm's runtime included) ignore `metadata`; the key is written
 //! only when the layout reproduces the original bytes exactly
@@ -59,6 +61,14 @@ pub fn encode(
     m.push((Value::from("index"), Value::from(index as u64)));
     m.push((Value::from("offset"), Value::from(me.offset)));
     m.push((Value::from("host"), Value::Array(host)));
+    if let Format::Ccob { .. } = layout.format {
+        if let Some(h) = layout.hash {
+            m.push((Value::from("hash"), Value::from(h)));
+        }
+        if let Some(n) = layout.packed {
+            m.push((Value::from("packed"), Value::from(n)));
+        }
+    }
     Some(Value::Map(m))
 }
 
@@ -79,6 +89,11 @@ pub struct EntryPlace {
     pub offset: u64,
     /// Entries held by no archive: (position, ID, offset), all empty.
     pub host: Vec<(u64, String, u64)>,
+    /// The original CCOB header's hash (absent in records written before
+    /// issue 22, and for uncompressed bundles).
+    pub hash: Option<u64>,
+    /// The original CCOB's size, header included (as `hash`).
+    pub packed: Option<u64>,
 }
 
 fn get<'a>(map: &'a Value, key: &str) -> Option<&'a Value> {
@@ -122,6 +137,14 @@ pub fn decode(metadata: &Value) -> Option<EntryPlace> {
         index: u("index")?,
         offset: u("offset")?,
         host,
+        hash: match get(b, "hash") {
+            None => None,
+            Some(h) => Some(h.as_u64()?),
+        },
+        packed: match get(b, "packed") {
+            None => None,
+            Some(h) => Some(h.as_u64()?),
+        },
     })
 }
 
@@ -164,6 +187,8 @@ pub fn restore(parts: &[(&EntryPlace, u64)]) -> Result<BundleLayout, String> {
             || p.size != first.size
             || p.count != first.count
             || p.host != first.host
+            || p.hash != first.hash
+            || p.packed != first.packed
         {
             return Err("the archives disagree about the bundle".into());
         }
@@ -186,6 +211,8 @@ pub fn restore(parts: &[(&EntryPlace, u64)]) -> Result<BundleLayout, String> {
         format: first.format,
         size: first.size,
         entries: entries.into_iter().flatten().collect(),
+        hash: first.hash,
+        packed: first.packed,
     })
 }
 
@@ -217,6 +244,8 @@ mod tests {
                     size: 5,
                 },
             ],
+            hash: Some(0xfedc_ba98_7654_3210),
+            packed: Some(4321),
         }
     }
 
@@ -243,6 +272,29 @@ mod tests {
         let mut d = b.clone();
         d.index = 1;
         assert!(restore(&[(&a, 10), (&d, 5)]).is_err());
+        let mut e = b.clone();
+        e.hash = Some(1);
+        assert!(restore(&[(&a, 10), (&e, 5)]).is_err());
+    }
+
+    /// Records written before the hash was: no `hash` key, no hash (the
+    /// rebuild hashes the payload); a record with a hash keeps it.
+    #[test]
+    fn hash_is_optional() {
+        let mut l = layout();
+        assert_eq!(place(&l, 1).hash, Some(0xfedc_ba98_7654_3210));
+        assert_eq!(place(&l, 1).packed, Some(4321));
+        l.hash = None;
+        l.packed = None;
+        let a = place(&l, 1);
+        assert_eq!((a.hash, a.packed), (None, None));
+        let b = place(&l, 2);
+        let r = restore(&[(&a, 10), (&b, 5)]).unwrap();
+        assert_eq!((r.hash, r.packed), (None, None));
+        let mut u = layout();
+        u.format = Format::Uncompressed;
+        assert_eq!(place(&u, 1).hash, None, "only CCOB records carry one");
+        assert_eq!(place(&u, 1).packed, None);
     }
 
     #[test]

@@ -574,6 +574,13 @@ pub fn mapped_rss_kib(addr: usize) -> Option<u64> {
 /// of `co_size` bytes (a multiple of 1 MiB: a 1 MiB pseudo-random block
 /// repeated, varied per target) per target, each at a 4 KiB-aligned offset.
 pub fn write_big_bundle(path: &Path, targets: &[&str], co_size: u64) {
+    let mut f = std::io::BufWriter::new(std::fs::File::create(path).unwrap());
+    write_big_bundle_to(&mut f, targets, co_size);
+    f.flush().unwrap();
+}
+
+/// [`write_big_bundle`] into any writer (e.g. a compressing one).
+pub fn write_big_bundle_to(f: &mut dyn std::io::Write, targets: &[&str], co_size: u64) {
     let ids: Vec<String> = std::iter::once("host-x86_64-unknown-linux-gnu".to_string())
         .chain(
             targets
@@ -595,7 +602,6 @@ pub fn write_big_bundle(path: &Path, targets: &[&str], co_size: u64) {
         offsets.push(off);
         off += size.div_ceil(4096) * 4096;
     }
-    let mut f = std::io::BufWriter::new(std::fs::File::create(path).unwrap());
     f.write_all(&header).unwrap();
     let mut pos = header.len() as u64;
     let block = pseudo_random(22, 1 << 20);
@@ -608,7 +614,6 @@ pub fn write_big_bundle(path: &Path, targets: &[&str], co_size: u64) {
         }
         pos = o + co_size;
     }
-    f.flush().unwrap();
 }
 
 fn run_tool(mut c: Command, what: &str) {
@@ -631,7 +636,19 @@ pub fn big_fat_library(
     co_size: u64,
     host_mib: u64,
 ) -> std::path::PathBuf {
-    write_big_bundle(&dir.join("blob.bin"), targets, co_size);
+    big_fat_library_from(dir, host_mib, |blob| {
+        write_big_bundle(blob, targets, co_size)
+    })
+}
+
+/// [`big_fat_library`] around the `.hip_fatbin` contents `write_blob`
+/// writes to the path it is given (e.g. a compressed bundle).
+pub fn big_fat_library_from(
+    dir: &Path,
+    host_mib: u64,
+    write_blob: impl FnOnce(&Path),
+) -> std::path::PathBuf {
+    write_blob(&dir.join("blob.bin"));
     let mut c = Command::new("ld");
     c.current_dir(dir)
         .args(["-r", "-b", "binary", "blob.bin", "-o", "blob.o"]);

@@ -194,20 +194,22 @@ fn find_code_objects<'r>(
 enum Built<'r> {
     /// In memory (compressed, or in clang's canonical form with the reason).
     Bytes(Vec<u8>, Option<String>),
-    /// An uncompressed bundle in its original layout, streamed from the
-    /// archives when written: its header, then each code object at its
-    /// offset (entry index, code object), zeros between.
+    /// A bundle in its original layout (uncompressed or CCOB), streamed
+    /// from the archives when written ([`write_exact`]): its header, then
+    /// each code object at its offset (entry index, code object), zeros
+    /// between, through the compressor for a CCOB.
     Stream(BundleLayout, Vec<(usize, Found<'r>)>),
 }
 
 /// Bundle `co` of a split file, rebuilt from the archives: exactly when
 /// the split recorded its layout (format, version, entry IDs, order,
 /// offsets), else in clang's canonical form (with the reason). At most this
-/// bundle's code objects are held, and none for an uncompressed bundle
-/// when `stream`. `effort` (0 to [`MAX_EFFORT`]) is how hard compressed
-/// bundles are squeezed: the decompressed bytes are the same at every
-/// effort, only their compressed size differs, and a rebuilt `.hip_fatbin`
-/// must fit where the original was.
+/// bundle's code objects are held, and none for a bundle in its original
+/// layout when `stream` (it is then written by [`write_exact`]). `effort`
+/// (0 to [`MAX_EFFORT`]) is how hard compressed bundles are squeezed: the
+/// decompressed bytes are the same at every effort, only their compressed
+/// size differs, and a rebuilt `.hip_fatbin` must fit where the original
+/// was.
 fn bundle_for<'r>(
     marker: &Marker,
     co: usize,
@@ -227,26 +229,24 @@ fn bundle_for<'r>(
                 })
                 .collect();
             parts.sort_by_key(|p| p.0);
-            if stream && layout.format == Format::Uncompressed {
+            if stream {
                 return Ok(Built::Stream(layout, parts));
             }
-            let mut data: Vec<Option<Vec<u8>>> = vec![None; layout.entries.len()];
-            for (i, f) in &parts {
-                if let Some(slot) = data.get_mut(*i) {
-                    *slot = Some(f.read()?);
-                }
-            }
-            let refs: Vec<Option<&[u8]>> = data.iter().map(|d| d.as_deref()).collect();
-            let raw = layout
-                .build(&refs)
-                .map_err(|e| anyhow::anyhow!("{what}: {e}"))?;
-            // The code objects are in `raw` now: hold one copy while it is
-            // compressed.
-            drop(refs);
-            drop(data);
-            let b =
-                contain(raw, layout.format, effort).map_err(|x| anyhow::anyhow!("{what}: {x}"))?;
-            Ok(Built::Bytes(b, None))
+            let head = head_len(&layout)? as usize;
+            let mut raw = Vec::new();
+            let (header, _) = write_fitting(
+                &layout,
+                &parts,
+                effort,
+                &mut || vec![0u8; head],
+                &mut |v| {
+                    raw = v;
+                    Ok(())
+                },
+                what,
+            )?;
+            raw[..head].copy_from_slice(&header);
+            Ok(Built::Bytes(raw, None))
         }
         Err(why) => {
             let data = found
@@ -259,9 +259,13 @@ fn bundle_for<'r>(
             drop(entries);
             drop(data);
             if effort > 0 {
-                let c =
-                    rocpack_bundle::write_ccob_long(&bundle, 2, rocpack_bundle::Method::Zstd, 19)
-                        .map_err(|x| anyhow::anyhow!("{what}: {x}"))?;
+                let c = rocpack_bundle::write_ccob_params(
+                    &bundle,
+                    2,
+                    rocpack_bundle::Method::Zstd,
+                    params(rocpack_bundle::Method::Zstd, MAX_EFFORT),
+                )
+                .map_err(|x| anyhow::anyhow!("{what}: {x}"))?;
                 Ok(Built::Bytes(c, Some(why)))
             } else {
                 Ok(Built::Bytes(bundle, Some(why)))
@@ -270,8 +274,167 @@ fn bundle_for<'r>(
     }
 }
 
-/// Highest `effort` of [`bundles_for`].
-const MAX_EFFORT: u8 = 2;
+/// Highest `effort` of [`bundle_for`].
+const MAX_EFFORT: u8 = 3;
+
+/// How a CCOB is compressed at `effort`. zstd: level 6 with long-distance
+/// matching over a window of at most 2^24 (16 MiB: the encoder then holds
+/// about 25 MiB whatever the bundle's size); LLVM's default (level 5, no
+/// long matching); then level 9 and level 19 with long matching over a
+/// window covering the bundle (at most 2^27, what every zstd decoder
+/// accepts; the encoder then holds about the bundle). zlib: LLVM's default
+/// level 6, then 9. A bundle whose split recorded its original size is
+/// squeezed harder on its own until it is no larger ([`write_fitting`]);
+/// without the record, all bundles again at the next effort while they do
+/// not fit.
+///
+/// Why long matching first: a bundle holding one code object per target
+/// is mostly repeats farther apart than a plain level's window, and
+/// current LLVM compresses with long-distance matching. Measured on ROCm's
+/// XLA plugin (41 CCOB v3, 1.2 GB of code objects, a `.hip_fatbin`
+/// without slack), two of its bundles (95 MB): level 6 with the 2^24
+/// window gives 0.93x the original bytes for 0.29 s of CPU, level 9 0.91x
+/// for 0.44 s, level 3 0.97x (no faster); a 2^23 window 1.14x (the repeats
+/// are one code object, ~9 MB, apart); LLVM's default does not fit.
+fn params(method: rocpack_bundle::Method, effort: u8) -> rocpack_bundle::CcobParams {
+    use rocpack_bundle::{CcobParams, Method};
+    let level = match (method, effort) {
+        (Method::Zstd, 0) => 6,
+        (Method::Zstd, 1) => rocpack_bundle::DEFAULT_ZSTD_LEVEL,
+        (Method::Zstd, 2) => 9,
+        (Method::Zstd, _) => 19,
+        (Method::Zlib, 0 | 1) => rocpack_bundle::DEFAULT_ZLIB_LEVEL as i32,
+        (Method::Zlib, _) => 9,
+    };
+    CcobParams {
+        level,
+        long: effort != 1,
+        max_window_log: if effort == 0 { 24 } else { 27 },
+    }
+}
+
+/// [`write_exact`] at `effort`, then at higher efforts while the result is
+/// larger than the original CCOB the split recorded (`layout.packed`):
+/// `out()` gives a fresh writer each time (the same place). Returns the
+/// header and the bytes written by the last attempt.
+fn write_fitting<W: std::io::Write>(
+    layout: &BundleLayout,
+    parts: &[(usize, Found<'_>)],
+    effort: u8,
+    out: &mut dyn FnMut() -> W,
+    finish: &mut dyn FnMut(W) -> std::io::Result<()>,
+    what: &str,
+) -> anyhow::Result<(Vec<u8>, u64)> {
+    let mut e = effort;
+    loop {
+        let mut w = out();
+        let (header, n) = write_exact(layout, parts, e, &mut w, what)?;
+        finish(w).with_context(|| format!("{what}: failed to write a bundle"))?;
+        let len = header.len() as u64 + n;
+        if e < MAX_EFFORT && layout.packed.is_some_and(|p| len > p) {
+            e += 1;
+            continue;
+        }
+        return Ok((header, n));
+    }
+}
+
+/// Bytes in front of what [`write_exact`] writes: the CCOB header, whose
+/// size and hash are known only at the end.
+fn head_len(layout: &BundleLayout) -> anyhow::Result<u64> {
+    match layout.format {
+        Format::Uncompressed => Ok(0),
+        Format::Ccob { version, .. } => {
+            rocpack_bundle::ccob_header_len(version).map_err(|e| anyhow::anyhow!("{e}"))
+        }
+    }
+}
+
+/// The bundle of `layout` (code objects `parts`: entry index, code object)
+/// written to `out` in its container format, in one pass: the header, each
+/// code object streamed from its archive at its offset, zeros between; a
+/// CCOB is compressed as it goes (at `effort`, [`params`]) and its header
+/// ([`head_len`] bytes, to go in front of what was written) returned. The
+/// CCOB's hash is the one the split recorded when there is one (the
+/// payload is then the original's byte for byte: the layout reproduces it
+/// and every code object has its recorded size), else the MD5 of the
+/// payload. Returns the header and the bytes written to `out`.
+fn write_exact(
+    layout: &BundleLayout,
+    parts: &[(usize, Found<'_>)],
+    effort: u8,
+    out: &mut dyn std::io::Write,
+    what: &str,
+) -> anyhow::Result<(Vec<u8>, u64)> {
+    let err = |e: rocpack_bundle::Error| anyhow::anyhow!("{what}: {e}");
+    match layout.format {
+        Format::Uncompressed => {
+            write_payload(layout, parts, out, what)?;
+            Ok((Vec::new(), layout.size))
+        }
+        Format::Ccob { version, method } => {
+            let mut enc = rocpack_bundle::CcobEncoder::new(
+                out,
+                version,
+                method,
+                layout.size,
+                params(method, effort),
+                layout.hash,
+            )
+            .map_err(err)?;
+            write_payload(layout, parts, &mut enc, what)?;
+            let (_, header, n) = enc.finish().map_err(err)?;
+            Ok((header, n))
+        }
+    }
+}
+
+/// The uncompressed bundle of `layout` into `out`: header, code objects at
+/// their offsets, zeros elsewhere.
+fn write_payload(
+    layout: &BundleLayout,
+    parts: &[(usize, Found<'_>)],
+    out: &mut dyn std::io::Write,
+    what: &str,
+) -> anyhow::Result<()> {
+    const ZEROS: [u8; 1 << 14] = [0; 1 << 14];
+    let zeros = |out: &mut dyn std::io::Write, mut n: u64| -> std::io::Result<()> {
+        while n > 0 {
+            let k = n.min(ZEROS.len() as u64) as usize;
+            out.write_all(&ZEROS[..k])?;
+            n -= k as u64;
+        }
+        Ok(())
+    };
+    let header = layout.header();
+    out.write_all(&header)?;
+    let mut pos = header.len() as u64;
+    let mut order: Vec<&(usize, Found<'_>)> = parts.iter().filter(|p| p.1.len() > 0).collect();
+    order.sort_by_key(|p| layout.entries.get(p.0).map_or(u64::MAX, |e| e.offset));
+    for (i, f) in order {
+        let off = layout.entries.get(*i).map_or(u64::MAX, |e| e.offset);
+        if off < pos || off.saturating_add(f.len()) > layout.size {
+            bail!("{what}: code objects overlap or lie outside the bundle");
+        }
+        zeros(out, off - pos)?;
+        let mut n = 0u64;
+        f.stream(&mut |b| {
+            n += b.len() as u64;
+            out.write_all(b)?;
+            Ok(())
+        })?;
+        if n != f.len() {
+            bail!(
+                "{what}: `{}` gave {n} bytes, {} recorded",
+                f.path.display(),
+                f.len()
+            );
+        }
+        pos = off + n;
+    }
+    zeros(out, layout.size - pos)?;
+    Ok(())
+}
 
 /// The bundle's original layout (its code objects' sizes checked against
 /// it), or why it cannot be restored.
@@ -306,38 +469,83 @@ fn exact_layout(found: &BTreeMap<String, Found<'_>>) -> Result<BundleLayout, Str
     Ok(layout)
 }
 
-/// `raw` in its container format. Compressed at LLVM's default level
-/// (effort 0), then with long-distance matching at level 9 (1, what current
-/// LLVM writes) and 19 (2).
-fn contain(raw: Vec<u8>, format: Format, effort: u8) -> Result<Vec<u8>, String> {
-    match format {
-        Format::Uncompressed => Ok(raw),
-        Format::Ccob { version, method } => match effort {
-            0 => rocpack_bundle::write_ccob(&raw, version, method),
-            1 => rocpack_bundle::write_ccob_long(&raw, version, method, 9),
-            _ => rocpack_bundle::write_ccob_long(&raw, version, method, 19),
-        }
-        .map_err(|e| e.to_string()),
-    }
-}
-
 /// Largest host file `reassemble` takes (real fat libraries stay well below).
 const MAX_HOST_FILE: u64 = 64 << 30;
 
 /// Whether bundles of these sizes fit the host being reassembled.
-type FitsFn<'a> = dyn Fn(&[u64]) -> anyhow::Result<bool> + 'a;
+type FitsFn<'a> = dyn Fn(&[u64]) -> anyhow::Result<bool> + Sync + 'a;
 
-/// Bundles `0..count` of one split file built at `effort` and written one
-/// after another into `spill` (from offset 0): `(offset, len)` of each.
-/// As many bundles as there are worker threads are built at a time, each
-/// holding only its own code objects.
+/// A spill file and how much of it is written.
+type Spill = std::sync::Mutex<(std::fs::File, u64)>;
+
+/// `Write` at a position of a file (positioned writes).
+struct At<'f> {
+    file: &'f std::fs::File,
+    pos: u64,
+}
+
+impl std::io::Write for At<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        use std::os::unix::fs::FileExt;
+        self.file.write_all_at(buf, self.pos)?;
+        self.pos += buf.len() as u64;
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Files read as one source, one after another (the non-empty spill files).
+struct Cat<'a> {
+    /// (start in the source, range of a file), by start.
+    parts: Vec<(u64, rocpack_bundle::FileRange<'a>)>,
+    size: u64,
+}
+
+impl<'a> Cat<'a> {
+    fn new(files: &'a [(std::fs::File, u64)]) -> (Cat<'a>, Vec<u64>) {
+        let mut parts = Vec::with_capacity(files.len());
+        let mut bases = Vec::with_capacity(files.len());
+        let mut size = 0u64;
+        for (f, len) in files {
+            bases.push(size);
+            if *len > 0 {
+                parts.push((size, rocpack_bundle::FileRange::new(f, 0, *len)));
+            }
+            size += len;
+        }
+        (Cat { parts, size }, bases)
+    }
+}
+
+impl rocpack_bundle::ReadAt for Cat<'_> {
+    fn size(&self) -> u64 {
+        self.size
+    }
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> std::io::Result<usize> {
+        let i = self.parts.partition_point(|p| p.0 <= offset);
+        match i.checked_sub(1).and_then(|i| self.parts.get(i)) {
+            Some((base, r)) => r.read_at(offset - base, buf),
+            None => Ok(0),
+        }
+    }
+}
+
+/// Bundles `0..count` of one split file built at `effort`, each written
+/// into the spill file of the worker thread that built it (`spills`, one
+/// per thread): `(spill, offset, len)` of each. Bundles are built largest
+/// first (by `weights`, the code-object bytes of each bundle), every worker
+/// busy until the last, each holding only its bundle's encoder and read
+/// buffers: code objects stream from the archives through the compressor
+/// into the spill file.
 ///
 /// With `fits` (which says whether bundles of given sizes fit the host),
 /// the sizes of the bundles not built yet are projected from those built
-/// (by `weights`, the code-object bytes of each bundle) once an eighth of
-/// the weight is done: when even 10 % less than the projection would not
-/// fit, `None` is returned at once instead of compressing the rest at an
-/// effort that cannot fit.
+/// once, when an eighth of the weight is done: when even 10 % less than
+/// the projection would not fit, `None` is returned as soon as the bundles
+/// being built are done, instead of compressing the rest at an effort that
+/// cannot fit.
 #[allow(clippy::too_many_arguments)]
 fn spill_bundles(
     marker: &Marker,
@@ -346,71 +554,107 @@ fn spill_bundles(
     what: &str,
     effort: u8,
     canonical: &mut (usize, Option<String>),
-    spill: &std::fs::File,
+    spills: &[Spill],
     weights: &[u64],
     fits: Option<&FitsFn<'_>>,
-) -> anyhow::Result<Option<Vec<(u64, u64)>>> {
+) -> anyhow::Result<Option<Vec<(usize, u64, u64)>>> {
     use rayon::prelude::*;
     use std::os::unix::fs::FileExt;
-    let per = rayon::current_num_threads().max(1);
-    let mut ranges = Vec::with_capacity(count);
-    let mut pos = 0u64;
-    let mut first = 0;
-    while first < count {
-        let last = count.min(first + per);
-        let built: Vec<_> = (first..last)
-            .into_par_iter()
-            .map(|co| bundle_for(marker, co, readers, what, effort, true))
-            .collect();
-        for (co, b) in (first..last).zip(built) {
-            let len = match b? {
-                Built::Bytes(b, why) => {
-                    note_canonical(canonical, co, why);
-                    spill
-                        .write_all_at(&b, pos)
-                        .context("failed to write the bundle spill file")?;
-                    b.len() as u64
-                }
-                Built::Stream(layout, parts) => {
-                    let header = layout.header();
-                    spill
-                        .write_all_at(&header, pos)
-                        .context("failed to write the bundle spill file")?;
-                    for (i, f) in &parts {
-                        let mut at = pos + layout.entries[*i].offset;
-                        f.stream(&mut |b| {
-                            spill
-                                .write_all_at(b, at)
-                                .context("failed to write the bundle spill file")?;
-                            at += b.len() as u64;
-                            Ok(())
-                        })?;
-                    }
-                    // Zeros up to the end (a hole, if nothing was written there).
-                    if spill.metadata()?.len() < pos + layout.size {
-                        spill.set_len(pos + layout.size)?;
-                    }
-                    layout.size
-                }
-            };
-            ranges.push((pos, len));
-            pos += len;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    struct State {
+        places: Vec<Option<(usize, u64, u64)>>,
+        done: u64,
+        built: u64,
+        projected: bool,
+        canonical: (usize, Option<String>),
+    }
+    let mut order: Vec<usize> = (0..count).collect();
+    order.sort_by_key(|&co| (std::cmp::Reverse(weights[co]), co));
+    let total: u64 = weights.iter().sum();
+    let abandon = AtomicBool::new(false);
+    let state = std::sync::Mutex::new(State {
+        places: vec![None; count],
+        done: 0,
+        built: 0,
+        projected: false,
+        canonical: (0, None),
+    });
+    order.par_iter().try_for_each(|&co| -> anyhow::Result<()> {
+        if abandon.load(Ordering::Relaxed) {
+            return Ok(());
         }
+        let t = rayon::current_thread_index().unwrap_or(0) % spills.len().max(1);
+        // Only this thread uses spill `t`: the lock is never contended.
+        let mut g = spills[t].lock().unwrap_or_else(|p| p.into_inner());
+        let (file, pos) = &mut *g;
+        let at = *pos;
+        let wctx = "failed to write the bundle spill file";
+        let (len, why) = match bundle_for(marker, co, readers, what, effort, true)? {
+            Built::Bytes(b, why) => {
+                file.write_all_at(&b, at).context(wctx)?;
+                (b.len() as u64, why)
+            }
+            Built::Stream(layout, parts) => {
+                let head = head_len(&layout)?;
+                let f: &std::fs::File = file;
+                let (header, n) = write_fitting(
+                    &layout,
+                    &parts,
+                    effort,
+                    &mut || {
+                        std::io::BufWriter::with_capacity(
+                            1 << 18,
+                            At {
+                                file: f,
+                                pos: at + head,
+                            },
+                        )
+                    },
+                    &mut |mut w| w.flush(),
+                    what,
+                )?;
+                file.write_all_at(&header, at).context(wctx)?;
+                (head + n, None)
+            }
+        };
+        *pos = at + len;
+        drop(g);
+        let mut st = state.lock().unwrap_or_else(|p| p.into_inner());
+        st.places[co] = Some((t, at, len));
+        note_canonical(&mut st.canonical, co, why);
+        st.done += weights[co];
+        st.built += len;
         if let Some(fits) = fits {
-            let total: u64 = weights.iter().sum();
-            let done: u64 = weights[..last].iter().sum();
-            if last < count && done > 0 && done >= total / 8 {
-                let ratio = pos as f64 / done as f64 * 0.9;
-                let mut lens: Vec<u64> = ranges.iter().map(|r| r.1).collect();
-                lens.extend(weights[last..].iter().map(|&w| (w as f64 * ratio) as u64));
+            let done = st.done;
+            // Once, when an eighth is done (a projection plans the whole
+            // host file: not free).
+            if done > 0 && done >= total / 8 && done < total && !st.projected {
+                st.projected = true;
+                let ratio = st.built as f64 / done as f64 * 0.9;
+                let lens: Vec<u64> = (0..count)
+                    .map(|i| match st.places[i] {
+                        Some(p) => p.2,
+                        None => (weights[i] as f64 * ratio) as u64,
+                    })
+                    .collect();
                 if !fits(&lens)? {
-                    return Ok(None);
+                    abandon.store(true, Ordering::Relaxed);
                 }
             }
         }
-        first = last;
+        Ok(())
+    })?;
+    let st = state.into_inner().unwrap_or_else(|p| p.into_inner());
+    if abandon.load(Ordering::Relaxed) {
+        return Ok(None);
     }
-    Ok(Some(ranges))
+    *canonical = st.canonical;
+    Ok(Some(
+        st.places
+            .into_iter()
+            .map(|p| p.expect("every bundle built"))
+            .collect(),
+    ))
 }
 
 /// Code-object bytes of each bundle `0..count` (the projection weights of
@@ -460,26 +704,42 @@ fn stream_elf(
     let analysis = Analysis::Elf(info);
     let (marker, count) = marker_of(&analysis, name)
         .map_err(|e| anyhow::Error::new(e).context(format!("failed to reassemble `{name}`")))?;
-    let spill = tempfile::tempfile_in(dir)
-        .with_context(|| format!("failed to create a spill file in `{}`", dir.display()))?;
+    if let Some(n) = place_plain(host, host_src, &marker, count, readers, name, out)? {
+        return Ok(n);
+    }
     let weights = bundle_weights(&marker, count, readers);
     let fits = |lens: &[u64]| -> anyhow::Result<bool> {
         rocpack_elf::reassembly_fits(host, lens).map_err(fail)
     };
+    let threads = rayon::current_num_threads().max(1);
     let mut effort = 0;
     loop {
         *canonical = (0, None);
-        spill.set_len(0)?;
+        let spills = (0..threads)
+            .map(|_| {
+                let f = tempfile::tempfile_in(dir).with_context(|| {
+                    format!("failed to create a spill file in `{}`", dir.display())
+                })?;
+                Ok(std::sync::Mutex::new((f, 0u64)))
+            })
+            .collect::<anyhow::Result<Vec<Spill>>>()?;
         let project = (effort < MAX_EFFORT).then_some(&fits as &FitsFn<'_>);
-        let Some(ranges) = spill_bundles(
-            &marker, count, readers, name, effort, canonical, &spill, &weights, project,
+        let Some(places) = spill_bundles(
+            &marker, count, readers, name, effort, canonical, &spills, &weights, project,
         )?
         else {
             effort += 1;
             continue;
         };
-        let total = ranges.last().map_or(0, |r| r.0 + r.1);
-        let src = rocpack_bundle::FileRange::new(&spill, 0, total);
+        let files: Vec<(std::fs::File, u64)> = spills
+            .into_iter()
+            .map(|m| m.into_inner().unwrap_or_else(|p| p.into_inner()))
+            .collect();
+        let (src, bases) = Cat::new(&files);
+        let ranges: Vec<(u64, u64)> = places
+            .iter()
+            .map(|&(t, at, len)| (bases[t] + at, len))
+            .collect();
         let bundles = rocpack_elf::Bundles::In {
             src: &src,
             ranges: &ranges,
@@ -514,22 +774,35 @@ fn stream_pe(
     };
     let info = rocpack_image::pe::analyze_in(host, host_src).map_err(fail)?;
     let (marker, count) = marker_of(&Analysis::Pe(info), name).map_err(fail)?;
-    let spill = tempfile::tempfile_in(dir)
-        .with_context(|| format!("failed to create a spill file in `{}`", dir.display()))?;
     let weights = bundle_weights(&marker, count, readers);
+    let threads = rayon::current_num_threads().max(1);
     let mut effort = 0;
     loop {
         *canonical = (0, None);
-        spill.set_len(0)?;
-        let Some(ranges) = spill_bundles(
-            &marker, count, readers, name, effort, canonical, &spill, &weights, None,
+        let spills = (0..threads)
+            .map(|_| {
+                let f = tempfile::tempfile_in(dir).with_context(|| {
+                    format!("failed to create a spill file in `{}`", dir.display())
+                })?;
+                Ok(std::sync::Mutex::new((f, 0u64)))
+            })
+            .collect::<anyhow::Result<Vec<Spill>>>()?;
+        let Some(places) = spill_bundles(
+            &marker, count, readers, name, effort, canonical, &spills, &weights, None,
         )?
         else {
             effort += 1;
             continue;
         };
-        let total = ranges.last().map_or(0, |r| r.0 + r.1);
-        let src = rocpack_bundle::FileRange::new(&spill, 0, total);
+        let files: Vec<(std::fs::File, u64)> = spills
+            .into_iter()
+            .map(|m| m.into_inner().unwrap_or_else(|p| p.into_inner()))
+            .collect();
+        let (src, bases) = Cat::new(&files);
+        let ranges: Vec<(u64, u64)> = places
+            .iter()
+            .map(|&(t, at, len)| (bases[t] + at, len))
+            .collect();
         let bundles = rocpack_elf::Bundles::In {
             src: &src,
             ranges: &ranges,
@@ -588,6 +861,58 @@ fn stream_archive(
     })?;
     w.flush()?;
     Ok(n)
+}
+
+/// When every bundle comes back uncompressed in its original layout (its
+/// size known before a byte is read), the reassembled file is written
+/// without a spill file: the host part first (positioned writes, the
+/// bundles' places left open), then every bundle straight to its offset,
+/// streamed from the archives, as many at a time as there are workers,
+/// largest first. `None` (nothing written) otherwise.
+fn place_plain(
+    host: &[u8],
+    host_src: &dyn rocpack_bundle::ReadAt,
+    marker: &Marker,
+    count: usize,
+    readers: &[(PathBuf, KpackReader)],
+    name: &str,
+    out: &std::fs::File,
+) -> anyhow::Result<Option<u64>> {
+    use rayon::prelude::*;
+    let mut plain = Vec::with_capacity(count);
+    for co in 0..count {
+        match bundle_for(marker, co, readers, name, 0, true)? {
+            Built::Stream(layout, parts) if layout.format == Format::Uncompressed => {
+                plain.push((layout, parts))
+            }
+            _ => return Ok(None),
+        }
+    }
+    let lens: Vec<u64> = plain.iter().map(|(l, _)| l.size).collect();
+    let placed = rocpack_elf::reassemble_placed(host, host_src, &lens, out).map_err(|e| {
+        anyhow::Error::new(rocpack_image::Error::from(e))
+            .context(format!("failed to reassemble `{name}`"))
+    })?;
+    let Some((n, offsets)) = placed else {
+        return Ok(None);
+    };
+    let mut order: Vec<usize> = (0..count).collect();
+    order.sort_by_key(|&co| (std::cmp::Reverse(lens[co]), co));
+    order.par_iter().try_for_each(|&co| -> anyhow::Result<()> {
+        let (layout, parts) = &plain[co];
+        let mut w = std::io::BufWriter::with_capacity(
+            1 << 18,
+            At {
+                file: out,
+                pos: offsets[co],
+            },
+        );
+        write_exact(layout, parts, 0, &mut w, name)?;
+        w.flush()
+            .with_context(|| format!("failed to write bundle {co} of `{name}`"))?;
+        Ok(())
+    })?;
+    Ok(Some(n))
 }
 
 pub fn run(args: ReassembleArgs) -> anyhow::Result<ExitCode> {
