@@ -9,7 +9,7 @@ use std::fs::File;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 
 use rayon::prelude::*;
 use rocpack_kpack::{Compression, Marker};
@@ -43,6 +43,35 @@ pub(super) struct Spill {
     /// Code-object buffers for reuse, over every walk: at most one per
     /// walking thread plus one per queued code object exist.
     pool: Mutex<Vec<Vec<u8>>>,
+    /// Memory the CCOB walks under way may hold (estimated: decoder window
+    /// and largest buffer), over every walk; see [`WALK_BUDGET`].
+    walking: (Mutex<u64>, Condvar),
+}
+
+/// Memory the CCOB walks under way may hold at once (decoder windows and
+/// code-object buffers, as [`Spill::admit`] estimates them): more threads
+/// than fit wait for a walk to end, so peak memory does not grow with
+/// `--jobs` (a CCOB's decoder keeps a window as large as its payload, up to
+/// the decoder's 128 MiB limit). A walk larger than the budget runs alone.
+const WALK_BUDGET: u64 = 96 << 20;
+
+/// Largest window a zstd decoder accepts by default (2^27), the most a
+/// walk's decoder holds.
+const WINDOW_MAX: u64 = 1 << 27;
+
+/// A CCOB walk admitted by [`Spill::admit`]; leaving the budget on drop.
+struct Admitted<'a> {
+    spill: &'a Spill,
+    cost: u64,
+}
+
+impl Drop for Admitted<'_> {
+    fn drop(&mut self) {
+        let (m, cv) = &self.spill.walking;
+        let mut w = m.lock().unwrap_or_else(|p| p.into_inner());
+        *w = w.saturating_sub(self.cost);
+        cv.notify_all();
+    }
 }
 
 impl Spill {
@@ -56,7 +85,22 @@ impl Spill {
             next: AtomicU64::new(0),
             in_flight: AtomicUsize::new(0),
             pool: Mutex::new(Vec::new()),
+            walking: (Mutex::new(0), Condvar::new()),
         })
+    }
+
+    /// Waits until a walk costing `cost` bytes fits [`WALK_BUDGET`] (or no
+    /// walk is under way). The caller must not wait for other pool work
+    /// while it holds the admission (it could run a walk that waits here).
+    fn admit(&self, cost: u64) -> Admitted<'_> {
+        let (m, cv) = &self.walking;
+        // A poisoned lock (a panic elsewhere) only loses the bound.
+        let mut w = m.lock().unwrap_or_else(|p| p.into_inner());
+        while *w > 0 && *w + cost > WALK_BUDGET {
+            w = cv.wait(w).unwrap_or_else(|p| p.into_inner());
+        }
+        *w += cost;
+        Admitted { spill: self, cost }
     }
 
     fn buffer(&self) -> Vec<u8> {
@@ -140,6 +184,15 @@ impl Spill {
         // being walked); this thread keeps decompressing, or compresses
         // itself when the queue is full.
         let workers = rayon::current_num_threads().saturating_sub(1).max(1);
+        let cost = index.payload_len.min(WINDOW_MAX)
+            + index
+                .entries
+                .iter()
+                .zip(&inmem)
+                .filter(|(_, &m)| m)
+                .map(|(e, _)| e.size)
+                .max()
+                .unwrap_or(0);
         let walked = rayon::scope(|s| {
             let mut target = CcobTarget {
                 index,
@@ -150,6 +203,9 @@ impl Spill {
                 scope: s,
                 workers,
             };
+            // Released as soon as the decoder is gone, before this scope
+            // waits for (and may run) other pool work.
+            let _admitted = self.admit(cost);
             rocpack_bundle::walk_entries::<rocpack_bundle::CopyError>(
                 src,
                 index,
