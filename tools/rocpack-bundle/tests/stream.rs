@@ -220,7 +220,7 @@ impl ReadAt for Counted<'_> {
 /// Collects what [`walk_entries`] hands out, asking for `policy(i)`.
 struct Collect {
     policy: fn(usize) -> u8,
-    got: Vec<Option<Vec<u8>>>,
+    got: Handed,
 }
 
 impl EntryTarget<Error> for Collect {
@@ -251,12 +251,15 @@ impl EntryTarget<Error> for Collect {
     }
 }
 
+/// Per entry, the code object handed out (`None`: not asked for).
+type Handed = Vec<Option<Vec<u8>>>;
+
 fn entries_walk(
     src: &dyn ReadAt,
     index: &BundleIndex,
     opts: &ParseOptions,
     policy: fn(usize) -> u8,
-) -> Result<(WalkSummary, Vec<Option<Vec<u8>>>), Error> {
+) -> Result<(WalkSummary, Handed), Error> {
     let mut c = Collect {
         policy,
         got: vec![None; index.entries.len()],
