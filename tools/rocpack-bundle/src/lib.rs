@@ -40,8 +40,8 @@ pub use layout::{BundleLayout, LayoutEntry};
 pub use source::{bundle_extent_in, find_bundles_in, FileRange, ReadAt, Window};
 pub use spelling::{arch_from_file_name, base_arch, miopen_arch, parse_target_exact};
 pub use stream::{
-    copy_payload, index_bundle, index_bundle_in, walk_bundle, walk_entries, BundleIndex, CopyError,
-    EntryDest, EntrySink, EntryTarget, IndexEntry, WalkSummary, CHUNK,
+    copy_payload, index_bundle, index_bundle_in, release_decoders, walk_bundle, walk_entries,
+    BundleIndex, CopyError, EntryDest, EntrySink, EntryTarget, IndexEntry, WalkSummary, CHUNK,
 };
 pub use target::{
     compatible_targets, generic_covers, generic_for, is_gfx_processor, isa_matches,

@@ -123,7 +123,52 @@ struct Ccob<'a> {
     reader: Box<dyn Read + 'a>,
 }
 
-fn open_ccob<'a>(src: &'a (dyn ReadAt + 'a), opts: &ParseOptions) -> Result<Ccob<'a>> {
+/// Decoder contexts kept for reuse: a CCOB's decoder keeps a window as
+/// large as its payload (tens of MiB), and a fresh one is page-faulted and
+/// zeroed again for every bundle. At most [`DCTX_KEEP`] are kept.
+static DCTX_POOL: std::sync::Mutex<Vec<zstd::zstd_safe::DCtx<'static>>> =
+    std::sync::Mutex::new(Vec::new());
+
+/// Decoder contexts [`DCTX_POOL`] keeps at most.
+const DCTX_KEEP: usize = 2;
+
+/// A decoder context taken from [`DCTX_POOL`] (or new), given back on drop.
+struct Dctx(Option<zstd::zstd_safe::DCtx<'static>>);
+
+impl Dctx {
+    fn take() -> Dctx {
+        let pooled = DCTX_POOL.lock().ok().and_then(|mut p| p.pop());
+        Dctx(Some(pooled.unwrap_or_else(zstd::zstd_safe::DCtx::create)))
+    }
+
+    fn get(&mut self) -> &mut zstd::zstd_safe::DCtx<'static> {
+        self.0.get_or_insert_with(zstd::zstd_safe::DCtx::create)
+    }
+}
+
+impl Drop for Dctx {
+    fn drop(&mut self) {
+        if let (Some(d), Ok(mut p)) = (self.0.take(), DCTX_POOL.lock()) {
+            if p.len() < DCTX_KEEP {
+                p.push(d);
+            }
+        }
+    }
+}
+
+/// Frees the decoder contexts kept for reuse (their windows), e.g. when a
+/// phase that walked bundles is over.
+pub fn release_decoders() {
+    if let Ok(mut p) = DCTX_POOL.lock() {
+        p.clear();
+    }
+}
+
+fn open_ccob<'a>(
+    src: &'a (dyn ReadAt + 'a),
+    opts: &ParseOptions,
+    dctx: &'a mut Dctx,
+) -> Result<Ccob<'a>> {
     let h = parse_ccob_header_within(&read_vec(src, 0, 32)?, src.size())?;
     let start = h.header_len;
     let end = match h.total_size {
@@ -155,11 +200,7 @@ fn open_ccob<'a>(src: &'a (dyn ReadAt + 'a), opts: &ParseOptions) -> Result<Ccob
     };
     let reader: Box<dyn Read + 'a> = match h.method {
         crate::Method::Zstd => Box::new(
-            zstd::stream::read::Decoder::with_buffer(payload)
-                .map_err(|e| Error::Decompress {
-                    offset: start,
-                    reason: e.to_string(),
-                })?
+            zstd::stream::read::Decoder::with_context(payload, dctx.get())
                 .take(claim.saturating_add(1)),
         ),
         crate::Method::Zlib => {
@@ -362,7 +403,8 @@ pub fn index_bundle_in(src: &dyn ReadAt, opts: &ParseOptions) -> Result<BundleIn
             entries,
         })
     } else if head.starts_with(CCOB_MAGIC) {
-        let mut c = open_ccob(src, opts)?;
+        let mut dctx = Dctx::take();
+        let mut c = open_ccob(src, opts, &mut dctx)?;
         let h = c.header;
         let (header, entries, end) = parse_header(h.uncompressed_size, &mut |n| {
             let mut v = vec![0u8; n];
@@ -578,7 +620,8 @@ fn walk<E: From<Error>>(
             })
         }
         Some(h) => {
-            let mut c = open_ccob(src, opts)?;
+            let mut dctx = Dctx::take();
+            let mut c = open_ccob(src, opts, &mut dctx)?;
             // A large payload's MD5 runs on a second thread, fed through a
             // bounded queue of chunk buffers that come back for reuse, so it
             // overlaps decompression and the sinks without a copy.
@@ -793,9 +836,10 @@ pub fn walk_entries<E: From<Error>>(
         return walk_entries_overlapping(src, index, opts, target);
     }
     let want_hash = opts.walk_hash || opts.verify_hash;
+    let mut dctx = Dctx::take();
     let (mut p, claim, start) = match index.ccob {
         Some(h) => {
-            let c = open_ccob(src, opts)?;
+            let c = open_ccob(src, opts, &mut dctx)?;
             let start = c.start;
             (Payload::Ccob(c), h.uncompressed_size, start)
         }

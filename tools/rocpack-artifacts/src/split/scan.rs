@@ -541,6 +541,9 @@ pub(super) fn scan(
             .collect();
         scan.classes = classes?;
     }
+    // The decoders kept for the walks hold windows as large as the largest
+    // payloads: not needed by the write stage.
+    rocpack_bundle::release_decoders();
     Ok(Scan {
         prefixes: scans,
         missing,
