@@ -39,6 +39,41 @@ debian_lib() {
     printf '%s\n' "$out"
 }
 
+# debian_sid_lib PACKAGE VERSION SHA256 RELPATH: like debian_lib, for a
+# package only Debian unstable has (librocblas4: bookworm, which CI runs,
+# ships rocBLAS 5.3's librocblas0). `apt-get download` runs with a private
+# sources list and state under the cache (the host's apt configuration is
+# not touched; the archive signature is checked with the host's keyring);
+# the .deb is pinned by SHA256. When unstable has moved past VERSION the
+# download fails and says so.
+debian_sid_lib() {
+    local pkg="$1" ver="$2" sha="$3" rel="$4" dir="$BENCH_CACHE/deb"
+    local deb="${pkg}_${ver}_amd64.deb" out="$dir/x/$pkg/$rel" apt="$dir/apt-sid"
+    if [ ! -f "$out" ]; then
+        mkdir -p "$apt/lists/partial" "$apt/cache/archives/partial" "$apt/etc"
+        if [ ! -f "$dir/$deb" ]; then
+            echo "deb http://deb.debian.org/debian sid main" > "$apt/etc/sources.list"
+            local o=(-o "Dir::Etc::SourceList=$apt/etc/sources.list" -o Dir::Etc::SourceParts=/dev/null
+                     -o "Dir::State::Lists=$apt/lists" -o "Dir::Cache=$apt/cache"
+                     -o Dir::State::status=/dev/null)
+            apt-get "${o[@]}" -q update >&2 || bdie "apt-get update (Debian unstable)"
+            ( cd "$dir" && chown _apt . 2>/dev/null; apt-get "${o[@]}" -q download "$pkg=$ver" >&2 ) \
+                || bdie "apt-get download $pkg=$ver: Debian unstable no longer has it? pin the new version and sha256"
+        fi
+        echo "$sha  $dir/$deb" | sha256sum -c --quiet - || bdie "sha256 of $deb (pinned $sha)"
+        mkdir -p "$dir/x/$pkg" && dpkg-deb -x "$dir/$deb" "$dir/x/$pkg" || bdie "unpack $deb"
+    fi
+    [ -f "$out" ] || bdie "$rel not found in $pkg"
+    printf '%s\n' "$out"
+}
+
+# rocblas: path of Debian unstable's 1.05 GB librocblas.so.4.4 (rocBLAS 6.4,
+# issue 22's first row; fetched on first use).
+rocblas() {
+    debian_sid_lib librocblas4 6.4.4-4 05613a07d3fba2feaa8b81a86a22bc142dd4fb6630c44c416883a33bf22a1cdb \
+        usr/lib/x86_64-linux-gnu/librocblas.so.4.4
+}
+
 # rocsparse: path of Debian's 1.3 GB librocsparse.so.0.1 (fetched on first use).
 rocsparse() {
     debian_lib librocsparse0 usr/lib/x86_64-linux-gnu/librocsparse.so.0.1
@@ -57,6 +92,12 @@ wall_s() {
         n = split($2, p, ":"); s = 0
         for (i = 1; i <= n; i++) s = s * 60 + p[i]
         printf "%.3f\n", s }' "$1"
+}
+
+# cpu_s REPORT: user + system CPU seconds (less sensitive to other load on
+# the machine than wall time).
+cpu_s() {
+    awk -F': ' '/User time \(seconds\)|System time \(seconds\)/ { s += $2 } END { printf "%.2f\n", s }' "$1"
 }
 
 # rss_mib REPORT: peak resident set size in MiB.

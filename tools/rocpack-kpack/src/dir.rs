@@ -346,3 +346,71 @@ pub fn unpack_to_dir(reader: &KpackReader, dir: &Path) -> Result<UnpackManifest>
     stage.commit().map_err(commit_err)?;
     Ok(manifest)
 }
+
+/// The target of a code object file written by an unbundler (`kpack
+/// pack` of a plain directory): the text after the last `--` of its stem
+/// (`x-hipv4-amdgcn-amd-amdhsa--gfx1100.hsaco`), or a stem that starts
+/// with `gfx`; `None` otherwise.
+pub fn target_from_file_name(path: &Path) -> Option<String> {
+    let name = path.file_name()?.to_str()?;
+    let stem = match name.rsplit_once('.') {
+        Some((s, "hsaco" | "co" | "elf" | "o" | "bin")) => s,
+        _ => name,
+    };
+    if let Some((_, t)) = stem.rsplit_once("--") {
+        if !t.is_empty() {
+            return Some(t.to_owned());
+        }
+    }
+    stem.starts_with("gfx").then(|| stem.to_owned())
+}
+
+/// Sort key that orders digit runs numerically (`b2-…` before `b10-…`),
+/// so per-target indices follow bundle order for `kpack unbundle` output.
+pub fn natural_key(p: &Path) -> Vec<(u8, u128, String)> {
+    let name = p
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let mut out = Vec::new();
+    let mut chars = name.chars().peekable();
+    while let Some(&c) = chars.peek() {
+        let mut run = String::new();
+        let digit = c.is_ascii_digit();
+        while let Some(&d) = chars.peek() {
+            if d.is_ascii_digit() != digit {
+                break;
+            }
+            run.push(d);
+            chars.next();
+        }
+        if digit {
+            let n = run.parse::<u128>().unwrap_or(u128::MAX);
+            out.push((0, n, run));
+        } else {
+            out.push((1, 0, run));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plain_directory_names() {
+        let t = |n: &str| target_from_file_name(Path::new(n));
+        assert_eq!(
+            t("b0-e1-hipv4-amdgcn-amd-amdhsa--gfx1100.hsaco").as_deref(),
+            Some("gfx1100")
+        );
+        assert_eq!(t("x--gfx90a:xnack+").as_deref(), Some("gfx90a:xnack+"));
+        assert_eq!(t("gfx942.co").as_deref(), Some("gfx942"));
+        assert_eq!(t("readme.txt"), None);
+        assert_eq!(t("x--.hsaco"), None);
+        let mut v = vec!["b10-e0", "b2-e1", "b2-e0", "a"];
+        v.sort_by_key(|n| natural_key(Path::new(n)));
+        assert_eq!(v, ["a", "b2-e0", "b2-e1", "b10-e0"]);
+    }
+}

@@ -18,6 +18,7 @@ pub mod commit;
 mod dir;
 mod error;
 mod format;
+mod io;
 mod kpm;
 mod loader;
 mod marker;
@@ -26,8 +27,8 @@ mod reader;
 mod writer;
 
 pub use dir::{
-    unpack_file_name, unpack_to_dir, KernelFile, LoadedKernel, UnpackManifest, UnpackedKernel,
-    UNPACK_FORMAT, UNPACK_MANIFEST,
+    natural_key, target_from_file_name, unpack_file_name, unpack_to_dir, KernelFile, LoadedKernel,
+    UnpackManifest, UnpackedKernel, UNPACK_FORMAT, UNPACK_MANIFEST,
 };
 pub use error::{Error, ErrorKind, Result};
 pub use format::{
@@ -46,8 +47,9 @@ pub use loader::{
 pub use marker::{Marker, MARKER_MAX_LEN, MARKER_SECTION, MARKER_SECTION_PE};
 pub use reader::KpackReader;
 pub use writer::{
-    compress_frame, compress_frame_with, KpackFileWriter, KpackStreamWriter, KpackWriter,
-    WriteSummary,
+    compress_frame, compress_frame_with, compress_stream, frame_of_file_range, FileInput,
+    KpackFileWriter, KpackStreamWriter, KpackWriter, StoredFrame, WriteSummary, BATCH_BYTES,
+    STREAM_IN_CHUNK, STREAM_THRESHOLD,
 };
 
 /// Re-exported so callers can build and inspect entry `metadata` values.

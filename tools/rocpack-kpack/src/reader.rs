@@ -162,36 +162,6 @@ impl FileSrc {
     }
 }
 
-/// `left` bytes of `file` from `offset`, read with positioned reads; ends
-/// early (an error) if the file became shorter.
-struct FileRangeReader<'a> {
-    file: &'a fs::File,
-    offset: u64,
-    left: u64,
-}
-
-impl Read for FileRangeReader<'_> {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        use std::os::unix::fs::FileExt;
-        let want = buf
-            .len()
-            .min(usize::try_from(self.left).unwrap_or(usize::MAX));
-        if want == 0 {
-            return Ok(0);
-        }
-        let n = self.file.read_at(&mut buf[..want], self.offset)?;
-        if n == 0 {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::UnexpectedEof,
-                "the archive became shorter after it was opened",
-            ));
-        }
-        self.offset += n as u64;
-        self.left -= n as u64;
-        Ok(n)
-    }
-}
-
 /// The parsed, validated TOC of an archive.
 #[derive(Clone, Debug)]
 struct Parsed {
@@ -656,7 +626,7 @@ impl KpackReader {
                         .with_path_opt(self.path.as_deref()),
                 ));
             }
-            let r = FileRangeReader {
+            let r = crate::io::FileRange {
                 file: &f.file,
                 offset: loc.offset,
                 left: loc.size,
@@ -1425,8 +1395,115 @@ fn zstd_frame(src: Src<'_>, p: &Parsed, z: &ZstdIndex, i: usize) -> Result<BlobL
         return Ok(*l);
     }
     let loc = zstd_locate(src, z, i)?;
+    if let (Src::File(_), true) = (src, loc.size > WALK_MIN) {
+        // A large frame of a file read with `pread` is checked from its
+        // headers (frame header, then one 3-byte header per block), never
+        // read whole: unpacking a 4 GiB frame holds a few buffers.
+        let facts = walk_frame(src, loc)?;
+        return check_frame_facts(facts, p, z, i, loc);
+    }
     let frame = src.read_at(loc.offset, loc.size, "zstd frame")?;
     check_frame(&frame, p, z, i, loc)
+}
+
+/// Frames larger than this, in a file read with `pread`, are checked by
+/// [`walk_frame`] instead of being read whole.
+const WALK_MIN: u64 = 1 << 20;
+
+/// What checking a frame needs to know: its length as the frame format
+/// says (or why it is not one valid frame) and its declared content size.
+struct FrameFacts {
+    len: std::result::Result<u64, String>,
+    content_size: Option<u64>,
+}
+
+/// [`FrameFacts`] of the frame at `loc` from its headers alone: the frame
+/// header (magic, descriptor, window, dictionary ID, content size), then
+/// each block's 3-byte header (skipping its body), then the checksum; the
+/// length is what `ZSTD_findFrameCompressedSize` computes for a zstd frame.
+/// Anything else (a skippable frame) is read whole and left to libzstd.
+fn walk_frame(src: Src<'_>, loc: BlobLocation) -> Result<FrameFacts> {
+    let end = loc.offset + loc.size;
+    let bad = |why: &str| FrameFacts {
+        len: Err(why.to_owned()),
+        content_size: None,
+    };
+    let head_len = loc.size.min(18);
+    let head = src.read_at(loc.offset, head_len, "zstd frame header")?;
+    if head.get(..4) != Some(&[0x28, 0xb5, 0x2f, 0xfd][..]) {
+        let frame = src.read_at(loc.offset, loc.size, "zstd frame")?;
+        return Ok(frame_facts(&frame));
+    }
+    let Some(&d) = head.get(4) else {
+        return Ok(bad("Src size is incorrect"));
+    };
+    if d & 0x08 != 0 {
+        return Ok(bad("Unsupported frame parameter"));
+    }
+    let single = d & 0x20 != 0;
+    let fcs_len = match d >> 6 {
+        0 => u64::from(single),
+        1 => 2,
+        2 => 4,
+        _ => 8,
+    };
+    let did_len = [0u64, 1, 2, 4][usize::from(d & 3)];
+    let header = 5 + u64::from(!single) + did_len + fcs_len;
+    if header > head_len {
+        return Ok(bad("Src size is incorrect"));
+    }
+    // libzstd judges the header itself (window size limits, reserved
+    // bits): given the header alone, a valid one only lacks its blocks.
+    let head = head.get(..header as usize).unwrap_or_default();
+    if let Err(code) = zstd::zstd_safe::find_frame_compressed_size(head) {
+        let why = zstd::zstd_safe::get_error_name(code);
+        if why != "Src size is incorrect" {
+            return Ok(bad(why));
+        }
+    }
+    let content_size = zstd::zstd_safe::get_frame_content_size(head).ok().flatten();
+    let mut pos = loc.offset + header;
+    loop {
+        if pos + 3 > end {
+            return Ok(bad("Src size is incorrect"));
+        }
+        let b = src.read_at(pos, 3, "zstd block header")?;
+        let h = u32::from(b[0]) | u32::from(b[1]) << 8 | u32::from(b[2]) << 16;
+        let body = match (h >> 1) & 3 {
+            0 | 2 => u64::from(h >> 3),
+            1 => 1,
+            _ => return Ok(bad("Data corruption detected")),
+        };
+        pos += 3 + body;
+        if pos > end {
+            return Ok(bad("Src size is incorrect"));
+        }
+        if h & 1 == 1 {
+            break;
+        }
+    }
+    if d & 0x04 != 0 {
+        pos += 4;
+        if pos > end {
+            return Ok(bad("Src size is incorrect"));
+        }
+    }
+    Ok(FrameFacts {
+        len: Ok(pos - loc.offset),
+        content_size,
+    })
+}
+
+/// [`FrameFacts`] of a frame held whole (libzstd's answers).
+fn frame_facts(frame: &[u8]) -> FrameFacts {
+    FrameFacts {
+        len: zstd::zstd_safe::find_frame_compressed_size(frame)
+            .map(|n| n as u64)
+            .map_err(|code| zstd::zstd_safe::get_error_name(code).to_owned()),
+        content_size: zstd::zstd_safe::get_frame_content_size(frame)
+            .ok()
+            .flatten(),
+    }
 }
 
 /// Check frame `i` (its bytes `frame`, at `loc`) against its TOC entry and
@@ -1438,26 +1515,35 @@ fn check_frame(
     i: usize,
     loc: BlobLocation,
 ) -> Result<BlobLocation> {
+    check_frame_facts(frame_facts(frame), p, z, i, loc)
+}
+
+/// Check frame `i` at `loc`, described by `facts`, against its TOC entry
+/// and remember it as checked.
+fn check_frame_facts(
+    facts: FrameFacts,
+    p: &Parsed,
+    z: &ZstdIndex,
+    i: usize,
+    loc: BlobLocation,
+) -> Result<BlobLocation> {
     let fstart = loc.offset;
-    match zstd::zstd_safe::find_frame_compressed_size(frame) {
-        Ok(n) if n as u64 == loc.size => {}
+    match facts.len {
+        Ok(n) if n == loc.size => {}
         Ok(n) => {
             return Err(Error::at(
                 fstart,
                 ErrorKind::Mismatch {
                     field: format!("zstd frame {i} size prefix (vs frame length)"),
-                    expected: n as u64,
+                    expected: n,
                     found: loc.size,
                 },
             ))
         }
-        Err(code) => {
+        Err(why) => {
             return Err(Error::at(
                 fstart,
-                ErrorKind::Zstd(format!(
-                    "frame {i} is not one valid zstd frame: {}",
-                    zstd::zstd_safe::get_error_name(code)
-                )),
+                ErrorKind::Zstd(format!("frame {i} is not one valid zstd frame: {why}")),
             ))
         }
     }
@@ -1473,7 +1559,7 @@ fn check_frame(
     })?;
     let f = |leaf: &str| format!("toc{}{}.{leaf}", q(&e.key), q(&e.target));
     let original_size = e.original_size;
-    if let Ok(Some(cs)) = zstd::zstd_safe::get_frame_content_size(frame) {
+    if let Some(cs) = facts.content_size {
         if cs != original_size {
             return Err(Error::at(
                 loc.offset,

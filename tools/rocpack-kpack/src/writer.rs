@@ -46,6 +46,201 @@ pub fn compress_frame_with(data: &[u8], level: i32, checksum: bool) -> Result<Ve
     c.compress(data).map_err(zerr)
 }
 
+/// Input bytes read per step of [`compress_stream`] (a multiple of zstd's
+/// 128 KiB block).
+pub const STREAM_IN_CHUNK: usize = 1 << 20;
+
+/// Code objects larger than this are compressed streaming
+/// ([`compress_stream`]) rather than whole ([`compress_frame`]) by the
+/// writers' file paths ([`KpackStreamWriter::add_file_range`], `kpack
+/// pack`, `kpack split`): memory then stays a few MiB whatever the code
+/// object's size. Up to the zstd window (2 MiB at level 3, 8 MiB at 19)
+/// the two frames are byte-identical; past it libzstd's streaming
+/// compressor (a circular window buffer) finds slightly different matches
+/// than the one-shot `ZSTD_compress2` (measured: a 9 MiB code object at
+/// level 3 gives a frame 1 byte shorter, at level 19 1 byte longer). So
+/// code objects up to this size keep exactly the frames earlier releases
+/// wrote, larger ones get the streamed frame, which is as deterministic
+/// (independent of thread count and of how the input is read). It equals
+/// the split scan's in-memory limit for CCOB payloads, so a code object
+/// gets the same frame whichever path compressed it.
+pub const STREAM_THRESHOLD: u64 = 32 << 20;
+
+/// Compress exactly `len` bytes read from `src` into `dst` as one zstd
+/// frame, the same frame [`compress_frame_with`] makes of those bytes
+/// (content size and, with `checksum`, content checksum in the header),
+/// reading and writing in bounded chunks ([`STREAM_IN_CHUNK`] in, zstd's
+/// output block out): memory does not depend on `len`. `src` ending before
+/// `len` bytes is an error (`UnexpectedEof`); bytes after `len` are not read.
+/// Returns the frame's length.
+pub fn compress_stream(
+    src: &mut dyn Read,
+    len: u64,
+    dst: &mut dyn Write,
+    level: i32,
+    checksum: bool,
+) -> Result<u64> {
+    use zstd::zstd_safe::{self, zstd_sys::ZSTD_EndDirective, CParameter, InBuffer, OutBuffer};
+    let zerr = |code: usize| Error::new(ErrorKind::Zstd(zstd_safe::get_error_name(code).into()));
+    let mut cctx = zstd_safe::CCtx::create();
+    cctx.set_parameter(CParameter::CompressionLevel(level))
+        .map_err(zerr)?;
+    cctx.set_parameter(CParameter::ChecksumFlag(checksum))
+        .map_err(zerr)?;
+    cctx.set_pledged_src_size(Some(len)).map_err(zerr)?;
+    let mut inbuf = vec![0u8; STREAM_IN_CHUNK.min(usize::try_from(len).unwrap_or(usize::MAX))];
+    let mut outbuf = vec![0u8; zstd_safe::CCtx::out_size()];
+    let mut left = len;
+    let mut written = 0u64;
+    let mut emit = |out: &[u8]| -> Result<()> {
+        dst.write_all(out)?;
+        written += out.len() as u64;
+        Ok(())
+    };
+    // The last piece goes in with `ZSTD_e_end`, so its final block is
+    // compressed as the frame's last block, as the one-shot compressor
+    // does (ending after a `ZSTD_e_continue` would add an empty last
+    // block: a 3-byte longer, different frame).
+    loop {
+        let want = inbuf.len().min(usize::try_from(left).unwrap_or(usize::MAX));
+        let chunk = inbuf.get_mut(..want).unwrap_or_default();
+        let mut got = 0;
+        while got < want {
+            match src.read(chunk.get_mut(got..).unwrap_or_default()) {
+                Ok(0) => {
+                    return Err(Error::from(std::io::Error::new(
+                        std::io::ErrorKind::UnexpectedEof,
+                        format!(
+                            "the input ended after {} of {len} bytes",
+                            len - left + got as u64
+                        ),
+                    )))
+                }
+                Ok(n) => got += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(Error::from(e)),
+            }
+        }
+        left -= got as u64;
+        let last = left == 0;
+        let op = if last {
+            ZSTD_EndDirective::ZSTD_e_end
+        } else {
+            ZSTD_EndDirective::ZSTD_e_continue
+        };
+        let mut input = InBuffer::around(chunk.get(..got).unwrap_or_default());
+        loop {
+            let mut out = OutBuffer::around(outbuf.as_mut_slice());
+            let remaining = cctx
+                .compress_stream2(&mut out, &mut input, op)
+                .map_err(zerr)?;
+            emit(out.as_slice())?;
+            let done = if last {
+                remaining == 0
+            } else {
+                input.pos() == got
+            };
+            if done {
+                break;
+            }
+        }
+        if last {
+            break;
+        }
+    }
+    Ok(written)
+}
+
+/// The zstd frame of one code object, made by [`frame_of_file_range`]:
+/// in memory, or (for a code object above [`STREAM_THRESHOLD`]) in an
+/// unnamed temporary file, so a worker thread can compress a code object
+/// of any size with bounded memory while the archive is written elsewhere.
+#[derive(Debug)]
+pub enum StoredFrame {
+    /// The frame's bytes.
+    Mem(Vec<u8>),
+    /// `len` bytes of a file at `offset` (an unlinked temporary file of
+    /// [`frame_of_file_range`], or a spill file holding frames made
+    /// earlier); copied into the archive file to file.
+    Spilled {
+        /// The file holding the frame.
+        file: fs::File,
+        /// Where the frame starts in `file`.
+        offset: u64,
+        /// The frame's length.
+        len: u64,
+    },
+}
+
+impl StoredFrame {
+    /// The frame's length in bytes.
+    pub fn len(&self) -> u64 {
+        match self {
+            StoredFrame::Mem(v) => v.len() as u64,
+            StoredFrame::Spilled { len, .. } => *len,
+        }
+    }
+
+    /// True for an empty frame (never made by this crate).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// One code object of [`KpackStreamWriter::add_file_ranges`]: `len` bytes
+/// of `file` at `offset`.
+#[derive(Debug)]
+pub struct FileInput<'a> {
+    /// TOC binary key (normalised or not as the writer says).
+    pub key: String,
+    /// Arch key.
+    pub target: String,
+    /// The file holding it.
+    pub file: &'a fs::File,
+    /// Where it starts in `file`.
+    pub offset: u64,
+    /// Its length.
+    pub len: u64,
+    /// Entry `metadata`, if any.
+    pub metadata: Option<rmpv::Value>,
+    /// The file's name, for errors reading or compressing it.
+    pub path: Option<&'a Path>,
+}
+
+/// The zstd frame of the `len` bytes of `file` at `offset`: compressed
+/// whole ([`compress_frame_with`]) up to [`STREAM_THRESHOLD`] bytes,
+/// streamed ([`compress_stream`], positioned reads) into an unnamed
+/// temporary file in `spill_dir` above it. Memory stays bounded by the
+/// threshold (plus its frame) whatever `len` is.
+pub fn frame_of_file_range(
+    file: &fs::File,
+    offset: u64,
+    len: u64,
+    level: i32,
+    checksum: bool,
+    spill_dir: &Path,
+) -> Result<StoredFrame> {
+    let mut src = crate::io::FileRange {
+        file,
+        offset,
+        left: len,
+    };
+    if len <= STREAM_THRESHOLD {
+        let mut data = Vec::with_capacity(usize::try_from(len).unwrap_or(0));
+        src.read_to_end(&mut data)?;
+        return compress_frame_with(&data, level, checksum).map(StoredFrame::Mem);
+    }
+    let tmp = tempfile::tempfile_in(spill_dir).map_err(|e| Error::from(e).with_path(spill_dir))?;
+    let mut w = BufWriter::with_capacity(1 << 20, tmp);
+    let n = compress_stream(&mut src, len, &mut w, level, checksum)?;
+    let file = w.into_inner().map_err(|e| Error::from(e.into_error()))?;
+    Ok(StoredFrame::Spilled {
+        file,
+        offset: 0,
+        len: n,
+    })
+}
+
 #[derive(Clone, Debug)]
 struct EntryMeta {
     ordinal: u32,
@@ -371,8 +566,10 @@ impl<W: Write + Seek> KpackStreamWriter<W> {
     /// or a `BufWriter<File>`: code objects move from page cache to page
     /// cache without passing through this process's memory, so writing an
     /// archive of any size keeps a small, constant resident set. With zstd
-    /// the bytes are read and compressed here. `src`'s file position is
-    /// not relied on (it is moved).
+    /// the bytes are read and compressed here: whole up to
+    /// [`STREAM_THRESHOLD`], streaming ([`KpackStreamWriter::add_stream`],
+    /// positioned reads) above it. `src`'s file position is not relied on
+    /// (it is moved).
     pub fn add_file_range(
         &mut self,
         key: &str,
@@ -392,6 +589,16 @@ impl<W: Write + Seek> KpackStreamWriter<W> {
             src.read_exact_at(&mut buf, offset)?;
             Ok(buf)
         };
+        if let Compression::Zstd { .. } = self.compression {
+            if len > STREAM_THRESHOLD {
+                let mut r = crate::io::FileRange {
+                    file: src,
+                    offset,
+                    left: len,
+                };
+                return self.add_stream(key, target, &mut r, len, metadata);
+            }
+        }
         if !matches!(self.compression, Compression::None) || len < COPY_MIN {
             let data = read(src)?;
             return self.add_with_metadata(key, target, &data, metadata);
@@ -413,6 +620,65 @@ impl<W: Write + Seek> KpackStreamWriter<W> {
         }
         self.blobs.push((self.pos, len));
         self.pos = end;
+        Ok(self.toc.push(key, target, len, metadata))
+    }
+
+    /// Add one kernel of `len` bytes read from `src`, never held whole:
+    /// with zstd it is compressed streaming ([`compress_stream`]) straight
+    /// into the archive (a 4-byte size placeholder is written first and
+    /// patched once the frame's length is known; a frame of 4 GiB or more
+    /// is refused, as by [`KpackStreamWriter::add_frame`]); with `none` the
+    /// bytes are copied. `src` ending early is an error. After an error the
+    /// archive is incomplete and must be discarded.
+    pub fn add_stream(
+        &mut self,
+        key: &str,
+        target: &str,
+        src: &mut dyn Read,
+        len: u64,
+        metadata: Option<rmpv::Value>,
+    ) -> Result<u32> {
+        let key = self.key(key);
+        self.toc.check(&key, target)?;
+        let level = match self.compression {
+            Compression::None => {
+                let end = self.pos.checked_add(len).ok_or_else(|| {
+                    Error::new(ErrorKind::Limit("archive larger than 2^64".into()))
+                })?;
+                let copied = std::io::copy(&mut Read::take(src, len), &mut self.w)?;
+                if copied != len {
+                    return Err(Error::from(std::io::Error::new(
+                        std::io::ErrorKind::UnexpectedEof,
+                        format!("the input ended after {copied} of {len} bytes"),
+                    )));
+                }
+                self.blobs.push((self.pos, len));
+                self.pos = end;
+                return Ok(self.toc.push(key, target, len, metadata));
+            }
+            Compression::Zstd { level } => level,
+        };
+        if u64::from(self.toc.count) >= ZSTD_MAX_KERNELS {
+            return Err(Error::new(ErrorKind::Limit(format!(
+                "zstd-per-kernel archives hold at most {ZSTD_MAX_KERNELS} kernels (runtime limit)"
+            ))));
+        }
+        let at = self.start + self.pos;
+        self.w.write_all(&0u32.to_le_bytes())?;
+        let n = compress_stream(src, len, &mut self.w, level, self.checksum)?;
+        let size = u32::try_from(n).map_err(|_| {
+            Error::new(ErrorKind::Limit(format!(
+                "zstd frame of {n} bytes does not fit the u32 size prefix"
+            )))
+        })?;
+        let end = self.w.stream_position()?;
+        self.w.seek(SeekFrom::Start(at))?;
+        self.w.write_all(&size.to_le_bytes())?;
+        self.w.seek(SeekFrom::Start(end))?;
+        self.pos = self
+            .pos
+            .checked_add(4 + n)
+            .ok_or_else(|| Error::new(ErrorKind::Limit("archive larger than 2^64".into())))?;
         Ok(self.toc.push(key, target, len, metadata))
     }
 
@@ -452,6 +718,118 @@ impl<W: Write + Seek> KpackStreamWriter<W> {
             .checked_add(4 + frame.len() as u64)
             .ok_or_else(|| Error::new(ErrorKind::Limit("archive larger than 2^64".into())))?;
         Ok(self.toc.push(key, target, original_size, metadata))
+    }
+
+    /// Add a kernel whose zstd frame was made by [`frame_of_file_range`]
+    /// (zstd scheme only): an in-memory frame as [`KpackStreamWriter::add_frame`]
+    /// does, a spilled one copied from its file (never held whole).
+    pub fn add_stored_frame(
+        &mut self,
+        key: &str,
+        target: &str,
+        original_size: u64,
+        frame: &StoredFrame,
+        metadata: Option<rmpv::Value>,
+    ) -> Result<u32> {
+        let (file, offset, len) = match frame {
+            StoredFrame::Mem(v) => return self.add_frame(key, target, original_size, v, metadata),
+            StoredFrame::Spilled { file, offset, len } => (file, *offset, *len),
+        };
+        if !matches!(self.compression, Compression::Zstd { .. }) {
+            return Err(Error::new(ErrorKind::Limit(
+                "add_stored_frame needs the zstd-per-kernel scheme".into(),
+            )));
+        }
+        let key = self.key(key);
+        self.toc.check(&key, target)?;
+        if u64::from(self.toc.count) >= ZSTD_MAX_KERNELS {
+            return Err(Error::new(ErrorKind::Limit(format!(
+                "zstd-per-kernel archives hold at most {ZSTD_MAX_KERNELS} kernels (runtime limit)"
+            ))));
+        }
+        let size = u32::try_from(len).map_err(|_| {
+            Error::new(ErrorKind::Limit(format!(
+                "zstd frame of {len} bytes does not fit the u32 size prefix"
+            )))
+        })?;
+        self.w.write_all(&size.to_le_bytes())?;
+        let mut r = crate::io::FileRange {
+            file,
+            offset,
+            left: len,
+        };
+        let copied = std::io::copy(&mut r, &mut self.w)?;
+        if copied != len {
+            return Err(Error::from(std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                format!("spilled frame: copied {copied} of {len} bytes"),
+            )));
+        }
+        self.pos = self
+            .pos
+            .checked_add(4 + len)
+            .ok_or_else(|| Error::new(ErrorKind::Limit("archive larger than 2^64".into())))?;
+        Ok(self.toc.push(key, target, original_size, metadata))
+    }
+
+    /// Add code objects stored in files, in order (`inputs`: key, target,
+    /// file, offset, length, metadata), with memory bounded whatever their
+    /// sizes: `none` copies file to file; zstd compresses up to
+    /// [`BATCH_BYTES`] of code objects at a time on the rayon pool (one
+    /// frame each, [`frame_of_file_range`]: code objects above
+    /// [`STREAM_THRESHOLD`] are streamed into unlinked temporary files in
+    /// `spill_dir`, at most one per thread at a time) and writes the frames
+    /// in order. The output does not depend on the number of threads.
+    pub fn add_file_ranges(&mut self, inputs: Vec<FileInput<'_>>, spill_dir: &Path) -> Result<()> {
+        use rayon::prelude::*;
+        let Compression::Zstd { level } = self.compression else {
+            for it in inputs {
+                self.add_file_range(&it.key, &it.target, it.file, it.offset, it.len, it.metadata)?;
+            }
+            return Ok(());
+        };
+        let checksum = self.checksum;
+        // A streamed code object holds a few MiB (zstd's window and
+        // tables, the read and write buffers), not its size.
+        let cost = |it: &FileInput<'_>| {
+            if it.len > STREAM_THRESHOLD {
+                8 << 20
+            } else {
+                it.len.max(1)
+            }
+        };
+        // At most one streamed code object per thread in a batch: their
+        // frames wait on disk until written (temporary space: a few frames).
+        let threads = rayon::current_num_threads().max(1);
+        let mut i = 0;
+        while i < inputs.len() {
+            let mut j = i;
+            let (mut bytes, mut streamed) = (0u64, 0usize);
+            while j < inputs.len() && (j == i || (bytes < BATCH_BYTES as u64 && streamed < threads))
+            {
+                let len = inputs.get(j).map_or(0, |it| it.len);
+                bytes = bytes.saturating_add(inputs.get(j).map_or(0, cost));
+                streamed += usize::from(len > STREAM_THRESHOLD);
+                j += 1;
+            }
+            let batch = inputs.get(i..j).unwrap_or(&[]);
+            let frames: Vec<Result<StoredFrame>> = batch
+                .par_iter()
+                .map(|it| {
+                    frame_of_file_range(it.file, it.offset, it.len, level, checksum, spill_dir)
+                        .map_err(|e| match it.path {
+                            Some(p) => e.with_path(p),
+                            None => e,
+                        })
+                })
+                .collect();
+            for (it, f) in batch.iter().zip(frames) {
+                let f = f?;
+                self.add_stored_frame(&it.key, &it.target, it.len, &f, it.metadata.clone())?;
+            }
+            i = j;
+        }
+        Ok(())
     }
 
     /// Write the TOC, patch the header, and return the writer (positioned at
@@ -516,7 +894,7 @@ pub struct KpackWriter<'a> {
 }
 
 /// Input bytes compressed per parallel batch (bounds the frames held at once).
-const BATCH_BYTES: usize = 64 << 20;
+pub const BATCH_BYTES: usize = 64 << 20;
 
 impl<'a> KpackWriter<'a> {
     /// An empty archive using `compression`.

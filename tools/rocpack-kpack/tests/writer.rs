@@ -465,6 +465,37 @@ else:
         [good.as_os_str(), bad.as_os_str(), want.as_os_str()],
     );
     assert!(stdout.contains("rejected"), "{stdout}");
+
+    // Issue 22: a frame streamed past the window (a 40 MiB code object
+    // written from a file: `add_file_range` streams above
+    // STREAM_THRESHOLD; its window is 2 MiB, not single-segment).
+    let big: Vec<u8> = (0..10u64).flat_map(|i| pseudo_random(i, 4 << 20)).collect();
+    let src = dir.path().join("big.bin");
+    std::fs::write(&src, &big).unwrap();
+    let mut s = KpackStreamWriter::new(Cursor::new(Vec::new()), Compression::zstd()).unwrap();
+    let f = std::fs::File::open(&src).unwrap();
+    s.add_file_range("k#0", "gfx900", &f, 0, big.len() as u64, None)
+        .unwrap();
+    let bytes = s.finish().unwrap().0.into_inner();
+    let r = KpackReader::from_bytes(&bytes).unwrap();
+    let loc = r.blob_location(0).unwrap();
+    let frame = &bytes[loc.offset as usize..(loc.offset + loc.size) as usize];
+    assert_eq!(
+        frame[4] & 0x20,
+        0,
+        "a streamed frame past the window is multi-segment"
+    );
+    assert_eq!(frame_window(frame), 2 << 20);
+    assert!(r.get("k#0", "gfx900").unwrap()[..] == big[..]);
+    std::fs::write(&good, frame).unwrap();
+    let script = r#"
+import sys, zstandard
+frame, want = (open(p, "rb").read() for p in sys.argv[1:3])
+assert zstandard.ZstdDecompressor().decompress(frame) == want, "streamed frame"
+print("ok")
+"#;
+    let stdout = python(script, [good.as_os_str(), src.as_os_str()]);
+    assert!(stdout.contains("ok"), "{stdout}");
 }
 
 /// Whether the python3 on PATH has `zstandard`; under CI its absence is a
@@ -596,4 +627,245 @@ print("decoded", n)
 "#;
     let stdout = python(script, [dir.path().as_os_str()]);
     assert!(stdout.contains("decoded 2"), "{stdout}");
+}
+
+/// Issue 22: the streaming encoder (`ZSTD_compressStream2` with the size
+/// pledged, fed in 1 MiB pieces, the last with `ZSTD_e_end`) makes the same
+/// frame as the one-shot `ZSTD_compress2` of `compress_frame` up to the
+/// window size: empty input, sizes around zstd's 128 KiB block, with and
+/// without checksums. Past the window the streaming compressor's circular
+/// buffer finds slightly different matches (a frame of the same data, a
+/// few bytes apart), which is why only code objects above
+/// `STREAM_THRESHOLD` are streamed. Either way the frame decodes to the
+/// input and does not depend on how the reader hands out the bytes.
+#[test]
+fn streamed_frames_are_the_one_shot_frames_up_to_the_window() {
+    /// Hands out at most `n` bytes per read (odd sizes on purpose).
+    struct Dribble<'a>(&'a [u8], usize);
+    impl std::io::Read for Dribble<'_> {
+        fn read(&mut self, b: &mut [u8]) -> std::io::Result<usize> {
+            let n = self.0.len().min(b.len()).min(self.1);
+            b[..n].copy_from_slice(&self.0[..n]);
+            self.0 = &self.0[n..];
+            Ok(n)
+        }
+    }
+    let big = {
+        // Compressible with long repeats (beyond any window) and noise.
+        let block = pseudo_random(7, 3 << 20);
+        let mut v = Vec::with_capacity(36 << 20);
+        let mut i = 0u64;
+        while v.len() < 36 << 20 {
+            v.extend_from_slice(&block[(i as usize * 4099) % (1 << 20)..][..(1 << 20)]);
+            v.extend_from_slice(&pseudo_random(i, 4096));
+            i += 1;
+        }
+        v
+    };
+    let k = 128 << 10;
+    let sizes = [
+        0,
+        1,
+        100,
+        k - 1,
+        k,
+        k + 1,
+        2 * k,
+        (1 << 20) + 7,
+        2 << 20,
+        9 << 20,
+        big.len(),
+    ];
+    let mut report = Vec::new();
+    for level in [1, 3, 19] {
+        for checksum in [true, false] {
+            for &n in &sizes {
+                if (level == 19 && n > 9 << 20) || (!checksum && n > 2 << 20) {
+                    continue; // slow; 9 MiB is past level 19's 8 MiB window already
+                }
+                let data = &big[..n];
+                let one = rocpack_kpack::compress_frame_with(data, level, checksum).unwrap();
+                let mut first: Option<Vec<u8>> = None;
+                for piece in [usize::MAX, 65_537] {
+                    let mut out = Vec::new();
+                    let len = rocpack_kpack::compress_stream(
+                        &mut Dribble(data, piece),
+                        n as u64,
+                        &mut out,
+                        level,
+                        checksum,
+                    )
+                    .unwrap();
+                    assert_eq!(len, out.len() as u64);
+                    match &first {
+                        None => first = Some(out),
+                        Some(f) => assert!(
+                            f == &out,
+                            "level {level}, {n} bytes: depends on the reader's pieces"
+                        ),
+                    }
+                }
+                let out = first.unwrap();
+                if n <= 2 << 20 {
+                    assert!(
+                        out == one,
+                        "level {level}, checksum {checksum}, {n} bytes: streamed frame ({} bytes) differs from one-shot ({} bytes)",
+                        out.len(),
+                        one.len()
+                    );
+                }
+                if checksum {
+                    report.push(format!(
+                        "level {level} {n} B: {}",
+                        if out == one {
+                            "same".to_string()
+                        } else {
+                            format!("{} vs {} B", out.len(), one.len())
+                        }
+                    ));
+                }
+                let back = rocpack_kpack::decompress_frame(&out, n as u64).unwrap();
+                assert!(
+                    back == data,
+                    "level {level}, {n} bytes: does not decode to the input"
+                );
+            }
+        }
+    }
+    eprintln!("{}", report.join("\n"));
+    // A source shorter than promised is an error, not a short frame.
+    let e =
+        rocpack_kpack::compress_stream(&mut &big[..10], 11, &mut Vec::new(), 3, true).unwrap_err();
+    assert!(e.to_string().contains("ended after 10 of 11"), "{e}");
+}
+
+/// Issue 22: a reader from `open_file` checks a large frame from its
+/// headers (frame header, block headers, checksum) instead of reading it
+/// whole; its verdict on every damaged header byte, and on the size prefix,
+/// is the whole-frame check's (libzstd's `ZSTD_findFrameCompressedSize`).
+#[test]
+fn header_walk_of_large_frames_agrees_with_libzstd() {
+    let data: Vec<u8> = (0..40u64)
+        .flat_map(|i| {
+            let mut b = pseudo_random(i, 64 << 10);
+            b.extend(std::iter::repeat_n(i as u8, 8 << 10));
+            b
+        })
+        .collect();
+    for (level, checksum) in [(3, true), (1, false)] {
+        let mut w = KpackWriter::new(Compression::Zstd { level });
+        w.content_checksum(checksum);
+        w.group_name("g").arch_family("gfx900").arches(["gfx900"]);
+        w.add("k#0", "gfx900", data.clone()).unwrap();
+        w.add("k#1", "gfx900", data[..1000].to_vec()).unwrap();
+        let good = w.to_vec().unwrap();
+        let r = KpackReader::from_bytes(&good).unwrap();
+        let loc = r.blob_location(0).unwrap();
+        assert!(
+            loc.size > 1 << 20,
+            "frame of {} bytes is not large",
+            loc.size
+        );
+        let (a, n) = (loc.offset as usize, loc.size as usize);
+        // Block header offsets, walked here independently.
+        let mut blocks = Vec::new();
+        let d = good[a + 4];
+        let mut p = a
+            + 5
+            + usize::from(d & 0x20 == 0)
+            + [0, 1, 2, 4][usize::from(d & 3)]
+            + [usize::from(d & 0x20 != 0), 2, 4, 8][usize::from(d >> 6)];
+        loop {
+            blocks.push(p);
+            let h = u32::from_le_bytes([good[p], good[p + 1], good[p + 2], 0]);
+            p += 3 + if (h >> 1) & 3 == 1 {
+                1
+            } else {
+                (h >> 3) as usize
+            };
+            if h & 1 == 1 {
+                break;
+            }
+        }
+        assert!(blocks.len() > 5);
+        let mut spots: Vec<usize> = (a - 4..a + 18).collect();
+        for &b in blocks.iter().take(3).chain(blocks.iter().rev().take(2)) {
+            spots.extend([b, b + 1, b + 2]);
+        }
+        spots.extend(a + n - 4..a + n);
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("x.kpack");
+        let (mut agree, mut errors) = (0, 0);
+        for &pos in &spots {
+            for bit in [0x01u8, 0x02, 0x08, 0x20, 0x80] {
+                let mut v = good.clone();
+                v[pos] ^= bit;
+                std::fs::write(&path, &v).unwrap();
+                let whole = KpackReader::from_bytes(&v).and_then(|r| r.checked_location(0));
+                let walked = KpackReader::open_file(&path).and_then(|r| r.checked_location(0));
+                match (&whole, &walked) {
+                    (Ok(x), Ok(y)) => assert_eq!(x, y),
+                    (Err(x), Err(y)) => {
+                        errors += 1;
+                        let y = y.to_string();
+                        assert!(
+                            y.ends_with(&x.to_string()),
+                            "byte {pos} bit {bit:#x}: whole-frame check says {x}, header walk says {y}"
+                        );
+                    }
+                    _ => panic!(
+                        "byte {} (frame offset {}) bit {bit:#x}: whole-frame check {whole:?}, header walk {walked:?}",
+                        pos,
+                        pos as i64 - a as i64
+                    ),
+                }
+                agree += 1;
+            }
+        }
+        eprintln!("level {level}: {agree} damaged archives, same verdict; {errors} errors");
+        assert!(errors > 10);
+    }
+}
+
+/// Issue 22: `add_stream` writes a streamed frame with its size patched in
+/// (zstd) or copies (none); what the reader returns is the input, a source
+/// shorter than promised is an error, and the zstd archive equals one made
+/// from the same bytes with `add` when the code object is below the window.
+#[test]
+fn add_stream_patches_the_frame_size() {
+    let small = pseudo_random(1, 300 << 10);
+    let big: Vec<u8> = (0..3u64).flat_map(|i| pseudo_random(i, 3 << 20)).collect();
+    for comp in [Compression::None, Compression::zstd()] {
+        let mut s = KpackStreamWriter::new(Cursor::new(Vec::new()), comp).unwrap();
+        s.add_stream("a#0", "gfx900", &mut &small[..], small.len() as u64, None)
+            .unwrap();
+        s.add_stream("b#0", "gfx900", &mut &big[..], big.len() as u64, None)
+            .unwrap();
+        s.add("c#0", "gfx900", b"tail").unwrap();
+        let e = s
+            .add_stream("d#0", "gfx900", &mut &small[..5], 6, None)
+            .unwrap_err();
+        assert!(e.to_string().contains("ended after 5 of 6"), "{e}");
+        // A fresh writer for the checks (the failed add left this one unusable).
+        let mut s = KpackStreamWriter::new(Cursor::new(Vec::new()), comp).unwrap();
+        s.add_stream("a#0", "gfx900", &mut &small[..], small.len() as u64, None)
+            .unwrap();
+        s.add_stream("b#0", "gfx900", &mut &big[..], big.len() as u64, None)
+            .unwrap();
+        s.add("c#0", "gfx900", b"tail").unwrap();
+        let bytes = s.finish().unwrap().0.into_inner();
+        let r = KpackReader::from_bytes(&bytes).unwrap();
+        r.validate_kernels().unwrap();
+        assert!(r.get("a#0", "gfx900").unwrap()[..] == small[..]);
+        assert!(r.get("b#0", "gfx900").unwrap()[..] == big[..]);
+        assert_eq!(&r.get("c#0", "gfx900").unwrap()[..], b"tail");
+        // Below the window the streamed frame is the one-shot frame.
+        let mut s = KpackStreamWriter::new(Cursor::new(Vec::new()), comp).unwrap();
+        s.add("a#0", "gfx900", &small).unwrap();
+        let one = s.finish().unwrap().0.into_inner();
+        let mut s = KpackStreamWriter::new(Cursor::new(Vec::new()), comp).unwrap();
+        s.add_stream("a#0", "gfx900", &mut &small[..], small.len() as u64, None)
+            .unwrap();
+        assert_eq!(s.finish().unwrap().0.into_inner(), one, "{comp:?}");
+    }
 }

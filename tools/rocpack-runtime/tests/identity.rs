@@ -171,6 +171,38 @@ fn replaced_by_rename_keeps_serving_the_opened_archive() {
     }
 }
 
+/// Issue 22: a code object above `STREAM_THRESHOLD` written from a file
+/// gets a streamed zstd frame past the window (multi-segment, 2 MiB window
+/// at level 3); the runtime loads it and the neighbours unchanged.
+#[test]
+fn streamed_frame_past_the_window_loads() {
+    let t = tree(Compression::None);
+    let big: Vec<u8> = (0..9u64).flat_map(|i| pseudo_random(i, 4 << 20)).collect();
+    assert!(big.len() as u64 > rocpack_kpack::STREAM_THRESHOLD);
+    let src = t._tmp.path().join("big.bin");
+    std::fs::write(&src, &big).unwrap();
+    let f = std::fs::File::open(&src).unwrap();
+    let mut w = rocpack_kpack::KpackFileWriter::create(&t.archive, Compression::zstd()).unwrap();
+    let s = w.writer();
+    s.group_name("x").arch_family("gfx110X").arches([ARCH]);
+    s.add("lib/libhip.so#0", ARCH, &kernel_a(0)).unwrap();
+    s.add_file_range("lib/libhip.so#1", ARCH, &f, 0, big.len() as u64, None)
+        .unwrap();
+    s.add("lib/libhip.so#2", ARCH, &kernel_a(2)).unwrap();
+    w.finish().unwrap();
+    let r = rocpack_kpack::KpackReader::open(&t.archive).unwrap();
+    let frame = r.stored_bytes(1).unwrap();
+    assert_eq!(
+        frame[4] & 0x20,
+        0,
+        "multi-segment (window smaller than the content)"
+    );
+    let c = Cache::new();
+    assert_eq!(c.load(&t, 0).unwrap(), kernel_a(0));
+    assert!(c.load(&t, 1).unwrap() == big, "streamed frame");
+    assert_eq!(c.load(&t, 2).unwrap(), kernel_a(2));
+}
+
 /// A deleted archive is still served by a cache that opened it (main: 13).
 #[test]
 fn deleted_archive_keeps_being_served() {

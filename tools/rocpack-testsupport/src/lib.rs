@@ -329,9 +329,33 @@ pub fn sha256_hex(b: &[u8]) -> String {
     hex::encode(sha2::Sha256::digest(b))
 }
 
-/// Lowercase hex SHA-256 of a file's content.
+/// Lowercase hex SHA-256 of a file's content (read in pieces: files of
+/// any size).
 pub fn sha256_file(p: &Path) -> String {
-    sha256_hex(&fs::read(p).unwrap_or_else(|e| panic!("read {}: {e}", p.display())))
+    use sha2::Digest;
+    let mut f = fs::File::open(p).unwrap_or_else(|e| panic!("open {}: {e}", p.display()));
+    let mut h = sha2::Sha256::new();
+    std::io::copy(&mut f, &mut h).unwrap_or_else(|e| panic!("read {}: {e}", p.display()));
+    hex::encode(h.finalize())
+}
+
+/// Writes `mib` MiB to `path` that compress like code (zstd level 1..3
+/// keeps about half) with no repeat within zstd's default windows: a
+/// 4 MiB [`pseudo_random`] block repeated, each MiB stamped with its index.
+/// Cheap (one 4 MiB block generated), for tests of large inputs.
+pub fn write_large_code_like(path: &Path, mib: u64) {
+    use std::io::Write;
+    let block = pseudo_random(22, 4 << 20);
+    let mut f = std::io::BufWriter::with_capacity(
+        1 << 20,
+        fs::File::create(path).unwrap_or_else(|e| panic!("create {}: {e}", path.display())),
+    );
+    for i in 0..mib {
+        let at = ((i % 4) << 20) as usize;
+        f.write_all(&i.to_le_bytes()).unwrap();
+        f.write_all(&block[at + 8..at + (1 << 20)]).unwrap();
+    }
+    f.flush().unwrap();
 }
 
 /// Whether `needle` (non-empty) occurs in `hay`.
@@ -672,6 +696,51 @@ pub struct Usage {
 /// which a forked child starts from) is checked to be below the child's,
 /// so a reading is never the parent's.
 pub fn run_measured<S: AsRef<OsStr>>(program: impl AsRef<OsStr>, args: &[S]) -> (Output, Usage) {
+    measure(program, args, true)
+}
+
+/// [`run_measured`] for upper bounds: the reading is never below the
+/// child's own peak (a forked child's `ru_maxrss` may start from its
+/// parent's), so `max_rss_kib <= LIMIT` is sound even for a child that
+/// uses less memory than its small Python parent, which `run_measured`
+/// refuses to tell apart.
+pub fn run_measured_peak<S: AsRef<OsStr>>(
+    program: impl AsRef<OsStr>,
+    args: &[S],
+) -> (Output, Usage) {
+    measure(program, args, false)
+}
+
+/// [`run_measured_peak`] of a prepared command: its program, arguments and
+/// environment changes (run through `env`; a working directory is not
+/// supported).
+pub fn run_measured_peak_cmd(cmd: &Command) -> (Output, Usage) {
+    assert!(
+        cmd.get_current_dir().is_none(),
+        "run_measured_peak_cmd: set no working directory"
+    );
+    let mut argv: Vec<std::ffi::OsString> = Vec::new();
+    for (k, v) in cmd.get_envs() {
+        match v {
+            Some(v) => {
+                let mut kv = k.to_os_string();
+                kv.push("=");
+                kv.push(v);
+                argv.push(kv);
+            }
+            None => argv.extend(["-u".into(), k.to_os_string()]),
+        }
+    }
+    argv.push(cmd.get_program().to_os_string());
+    argv.extend(cmd.get_args().map(OsStr::to_os_string));
+    measure("env", &argv, false)
+}
+
+fn measure<S: AsRef<OsStr>>(
+    program: impl AsRef<OsStr>,
+    args: &[S],
+    distinct: bool,
+) -> (Output, Usage) {
     const PY: &str = r#"import json, os, sys
 # This process's own high-water RSS (its getrusage also holds its parent's).
 me = int([l for l in open("/proc/self/status") if l.startswith("VmHWM:")][0].split()[1])
@@ -702,7 +771,7 @@ sys.exit(os.waitstatus_to_exitcode(st) % 256)
         .collect();
     let (rss, user, sys, parent) = (v[0] as u64, v[1], v[2], v[3] as u64);
     assert!(
-        rss > parent,
+        !distinct || rss > parent,
         "the child's peak RSS ({rss} KiB) is not above its Python parent's ({parent} KiB): it cannot be told apart"
     );
     (

@@ -70,50 +70,6 @@ pub struct PackArgs {
     pub arches: Vec<String>,
 }
 
-/// Target from a file name written by an unbundler.
-fn target_from_file_name(path: &Path) -> Option<String> {
-    let name = path.file_name()?.to_str()?;
-    let stem = match name.rsplit_once('.') {
-        Some((s, "hsaco" | "co" | "elf" | "o" | "bin")) => s,
-        _ => name,
-    };
-    if let Some((_, t)) = stem.rsplit_once("--") {
-        if !t.is_empty() {
-            return Some(t.to_owned());
-        }
-    }
-    stem.starts_with("gfx").then(|| stem.to_owned())
-}
-
-/// Sort key that orders digit runs numerically (`b2-…` before `b10-…`),
-/// so per-target indices follow bundle order for `kpack unbundle` output.
-fn natural_key(p: &Path) -> Vec<(u8, u128, String)> {
-    let name = p
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let mut out = Vec::new();
-    let mut chars = name.chars().peekable();
-    while let Some(&c) = chars.peek() {
-        let mut run = String::new();
-        let digit = c.is_ascii_digit();
-        while let Some(&d) = chars.peek() {
-            if d.is_ascii_digit() != digit {
-                break;
-            }
-            run.push(d);
-            chars.next();
-        }
-        if digit {
-            let n = run.parse::<u128>().unwrap_or(u128::MAX);
-            out.push((0, n, run));
-        } else {
-            out.push((1, 0, run));
-        }
-    }
-    out
-}
-
 /// One code object to pack: read from its file only when written.
 struct Item {
     key: String,
@@ -161,12 +117,12 @@ pub fn run(args: PackArgs) -> anyhow::Result<ExitCode> {
                 .collect::<Result<_, _>>()
                 .with_context(|| format!("{}: cannot list directory", dir.display()))?;
             files.retain(|p| p.is_file());
-            files.sort_by_key(|p| natural_key(p));
+            files.sort_by_key(|p| rocpack_kpack::natural_key(p));
             if files.is_empty() {
                 bail!("{}: no code object files", dir.display());
             }
             for f in files {
-                let target = target_from_file_name(&f).with_context(|| {
+                let target = rocpack_kpack::target_from_file_name(&f).with_context(|| {
                     format!(
                         "{}: cannot tell the target from the file name (expected …--gfxNNN.hsaco or gfxNNN.hsaco)",
                         f.display()
@@ -215,9 +171,9 @@ pub fn run(args: PackArgs) -> anyhow::Result<ExitCode> {
     // Every input is a regular file of a bounded size before anything is
     // written (a FIFO must not hang, a link to `/dev/zero` must not be read
     // forever).
-    let mut inputs = Vec::with_capacity(items.len());
+    let mut opened = Vec::with_capacity(items.len());
     for it in &items {
-        inputs.push(open_input(&it.path)?);
+        opened.push(open_input(&it.path)?);
     }
 
     let compression = match (&args.compression, &manifest_defaults) {
@@ -225,9 +181,7 @@ pub fn run(args: PackArgs) -> anyhow::Result<ExitCode> {
         (None, Some(m)) => m.compression()?,
         (None, None) => Compression::None,
     };
-    // Written to a temporary file beside the output and renamed into place;
-    // code objects go from file to file (`none`) or are compressed a few at
-    // a time (zstd): memory does not grow with the number of inputs.
+    // Written to a temporary file beside the output and renamed into place.
     let mut fw = KpackFileWriter::create(&args.output, compression)?;
     let w = fw.writer();
     // Keys are final here: `\` was normalised for command-line keys, and
@@ -252,31 +206,32 @@ pub fn run(args: PackArgs) -> anyhow::Result<ExitCode> {
     if !args.arches.is_empty() {
         w.arches(args.arches.iter().cloned());
     }
-    match compression {
-        Compression::None => {
-            for (it, (f, len)) in items.into_iter().zip(&inputs) {
-                w.add_file_range(&it.key, &it.target, f, 0, *len, it.metadata)?;
-            }
-        }
-        Compression::Zstd { level } => {
-            use rayon::prelude::*;
-            // As many code objects at a time as there are worker threads.
-            let per = rayon::current_num_threads().max(1);
-            let pairs: Vec<(Item, &(fs::File, u64))> = items.into_iter().zip(&inputs).collect();
-            for batch in pairs.chunks(per) {
-                let frames: Vec<anyhow::Result<(u64, Vec<u8>)>> = batch
-                    .par_iter()
-                    .map(|(it, (f, len))| {
-                        let data = read_all(f, *len, &it.path)?;
-                        let frame = rocpack_kpack::compress_frame_with(&data, level, checksum)?;
-                        Ok((data.len() as u64, frame))
-                    })
-                    .collect();
-                for ((it, _), fr) in batch.iter().zip(frames) {
-                    let (n, frame) = fr?;
-                    w.add_frame(&it.key, &it.target, n, &frame, it.metadata.clone())?;
-                }
-            }
+    // Code objects go from file to file (`none`) or are compressed a few
+    // at a time, the large ones streamed (zstd): memory grows with neither
+    // the number nor the size of the inputs.
+    let spill_dir = match args.output.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let paths: Vec<PathBuf> = items.iter().map(|it| it.path.clone()).collect();
+    let inputs = items
+        .into_iter()
+        .zip(&opened)
+        .zip(&paths)
+        .map(|((it, (file, len)), path)| rocpack_kpack::FileInput {
+            key: it.key,
+            target: it.target,
+            file,
+            offset: 0,
+            len: *len,
+            metadata: it.metadata,
+            path: Some(path),
+        })
+        .collect();
+    w.add_file_ranges(inputs, &spill_dir)?;
+    for (path, (f, len)) in paths.iter().zip(&opened) {
+        if f.metadata().map(|m| m.len()).ok() != Some(*len) {
+            bail!("{}: changed size while it was read", path.display());
         }
     }
     let summary = fw.finish()?;
@@ -307,18 +262,4 @@ fn open_input(path: &Path) -> anyhow::Result<(fs::File, u64)> {
         );
     }
     Ok((f, meta.len()))
-}
-
-/// The `len` bytes of an opened input (an error if it changed size).
-fn read_all(f: &fs::File, len: u64, path: &Path) -> anyhow::Result<Vec<u8>> {
-    use std::io::Read;
-    let mut v = Vec::with_capacity(usize::try_from(len).unwrap_or(0));
-    let r = f;
-    r.take(len + 1)
-        .read_to_end(&mut v)
-        .with_context(|| format!("{}: cannot read", path.display()))?;
-    if v.len() as u64 != len {
-        bail!("{}: changed size while it was read", path.display());
-    }
-    Ok(v)
 }

@@ -8,7 +8,7 @@ use std::io::BufWriter;
 use std::path::{Path, PathBuf};
 
 use rayon::prelude::*;
-use rocpack_kpack::{Compression, KpackStreamWriter};
+use rocpack_kpack::{Compression, KpackStreamWriter, StoredFrame};
 
 use super::plan::Plan;
 use super::scan::KernelRef;
@@ -21,6 +21,9 @@ use crate::walk::EntryKind;
 /// compressed, or compressed and waiting for their turn to be written); a
 /// larger code object is admitted alone.
 const PIPELINE_BYTES: u64 = 64 << 20;
+/// What a code object compressed streaming costs the pipeline (zstd's
+/// window and tables, read and write buffers), whatever its size.
+const STREAM_COST: u64 = 8 << 20;
 
 /// What the generic artifact received.
 pub(super) struct GenericSummary {
@@ -281,23 +284,6 @@ impl Sources {
     }
 }
 
-/// Reads `len` bytes at `offset` of `path` (a code object of the input or
-/// of a spilled payload, or a frame the scan compressed).
-fn read_range(
-    path: &Path,
-    offset: u64,
-    len: u64,
-    what: &'static str,
-) -> Result<Vec<u8>, SplitError> {
-    use std::os::unix::fs::FileExt;
-    let f = File::open(path).ctx(path, "open")?;
-    let len = usize::try_from(len)
-        .map_err(|_| SplitError::Usage(format!("{}: {what}: too large", path.display())))?;
-    let mut buf = vec![0u8; len];
-    f.read_exact_at(&mut buf, offset).ctx(path, what)?;
-    Ok(buf)
-}
-
 /// Writes one uncompressed archive from `kernels` (sorted by key),
 /// streaming: every code object is copied from its source file range by the
 /// kernel ([`KpackStreamWriter::add_file_range`]).
@@ -343,17 +329,25 @@ fn write_archive(
     })
 }
 
-/// The zstd frame of one code object: read back from the scan's spill
-/// file when the scan compressed it, else read from its file range and
-/// compressed here. Returns (original size, frame).
-fn frame_of(k: &KernelRef, level: i32) -> Result<(u64, Vec<u8>), SplitError> {
+/// The zstd frame of one code object: its place in the scan's spill file
+/// when the scan compressed it, else made from its file range
+/// ([`rocpack_kpack::frame_of_file_range`]: compressed whole up to
+/// [`rocpack_kpack::STREAM_THRESHOLD`] bytes, streamed into an unnamed
+/// temporary file in `spill_dir` above it, so a code object of any size
+/// costs a few MiB).
+fn frame_of(k: &KernelRef, level: i32, spill_dir: &Path) -> Result<StoredFrame, SplitError> {
     if let Some(f) = &k.frame {
-        let frame = read_range(&f.file, f.offset, f.len, "read compressed code object")?;
-        return Ok((k.size, frame));
+        // Copied from the spill file into the archive, never read here.
+        let file = File::open(&f.file).ctx(&f.file, "open")?;
+        return Ok(StoredFrame::Spilled {
+            file,
+            offset: f.offset,
+            len: f.len,
+        });
     }
-    let data = read_range(&k.file, k.offset, k.size, "read code object")?;
-    let frame = rocpack_kpack::compress_frame(&data, level).map_err(|e| kpack_err(&k.file, e))?;
-    Ok((data.len() as u64, frame))
+    let src = File::open(&k.file).ctx(&k.file, "open")?;
+    rocpack_kpack::frame_of_file_range(&src, k.offset, k.size, level, true, spill_dir)
+        .map_err(|e| kpack_err(&k.file, e))
 }
 
 /// Admission of code objects into the pipeline, strictly in write order,
@@ -366,10 +360,13 @@ struct Admission {
 
 /// Writes every zstd archive of `jobs` (kernels sorted by key), in order:
 /// all pool threads read and compress code objects (one zstd frame each,
-/// [`rocpack_kpack::compress_frame`], so the bytes do not depend on the
-/// thread count) while this thread writes the frames in key order, archive
-/// after archive. At most [`PIPELINE_BYTES`] of code objects (or one larger
-/// one) are in flight. Wall time is the compression's, not compression +
+/// [`frame_of`], so the bytes do not depend on the thread count) while
+/// this thread writes the frames in key order, archive after archive. At
+/// most [`PIPELINE_BYTES`] of code objects (or one larger one) are in
+/// flight; a code object above [`rocpack_kpack::STREAM_THRESHOLD`] counts
+/// [`STREAM_COST`] (it is streamed, never held), a frame the scan made its
+/// length (it is copied file to file, never held, but the bound keeps
+/// open files few). Wall time is the compression's, not compression +
 /// write with a barrier per batch and per archive (the earlier scheme).
 fn write_zstd_archives(
     jobs: &[ArchiveJob],
@@ -385,7 +382,13 @@ fn write_zstd_archives(
         .enumerate()
         .flat_map(|(j, job)| job.kernels.iter().map(move |k| (j, k)))
         .collect();
-    let cost = |k: &KernelRef| k.frame.as_ref().map_or(k.size, |f| f.len).max(1);
+    // What a code object holds while in flight: the code object and its
+    // frame, or (streamed) a few MiB of zstd state and buffers.
+    let cost = |k: &KernelRef| match &k.frame {
+        Some(f) => f.len.max(1),
+        None if k.size > rocpack_kpack::STREAM_THRESHOLD => STREAM_COST,
+        None => k.size.max(1),
+    };
     let next = AtomicUsize::new(0);
     let gate = (
         Mutex::new(Admission {
@@ -402,13 +405,13 @@ fn write_zstd_archives(
     };
     let workers = rayon::current_num_threads().max(1);
     std::thread::scope(|scope| -> Result<Vec<KpackSummary>, SplitError> {
-        let (tx, rx) = mpsc::channel::<(usize, Result<(u64, Vec<u8>), SplitError>)>();
+        let (tx, rx) = mpsc::channel::<(usize, Result<StoredFrame, SplitError>)>();
         for _ in 0..workers {
             let tx = tx.clone();
             let (items, next, gate) = (&items, &next, &gate);
             scope.spawn(move || loop {
                 let i = next.fetch_add(1, Ordering::SeqCst);
-                let Some(&(_, k)) = items.get(i) else { break };
+                let Some(&(j, k)) = items.get(i) else { break };
                 let c = cost(k);
                 {
                     let Ok(mut st) = gate.0.lock() else { break };
@@ -428,7 +431,8 @@ fn write_zstd_archives(
                     st.in_flight += c;
                     gate.1.notify_all();
                 }
-                if tx.send((i, frame_of(k, level))).is_err() {
+                let spill_dir = jobs[j].path.parent().unwrap_or(Path::new("."));
+                if tx.send((i, frame_of(k, level, spill_dir))).is_err() {
                     break;
                 }
             });
@@ -444,7 +448,8 @@ fn write_zstd_archives(
                 while let Some(r) = pending.remove(&want) {
                     let (j, k) = items[want];
                     let job = &jobs[j];
-                    let (orig, frame) = r?;
+                    let frame = r?;
+                    let orig = k.size;
                     if open.is_none() {
                         let file = File::create(&job.path).ctx(&job.path, "create")?;
                         let mut w = KpackStreamWriter::new(
@@ -458,7 +463,7 @@ fn write_zstd_archives(
                         open = Some((w, 0));
                     }
                     if let Some((w, code_bytes)) = open.as_mut() {
-                        w.add_frame(&k.key, &k.arch, orig, &frame, entry_metadata(k))
+                        w.add_stored_frame(&k.key, &k.arch, orig, &frame, entry_metadata(k))
                             .map_err(|e| kpack_err(&job.path, e))?;
                         *code_bytes += orig;
                     }
