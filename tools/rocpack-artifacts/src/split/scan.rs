@@ -1047,10 +1047,10 @@ fn split_fat(
         release(&map, None);
         // The host-only rewrite is written (into the staging directory)
         // range by range, copied from the file through positioned reads:
-        // neither the host part nor the output is held in memory. The
-        // bundles are walked meanwhile (their entry tables through
-        // positioned reads too); a rewrite error is reported before any
-        // bundle's.
+        // neither the host part nor the output is held in memory. It is
+        // done before the bundles are walked (in parallel): every layout
+        // problem is reported before any bundle is decompressed, and the
+        // two do not add their memory.
         let rewrite = || -> Result<u64, SplitError> {
             let out = std::fs::OpenOptions::new()
                 .read(true)
@@ -1066,11 +1066,8 @@ fn split_fat(
             release(&map, None);
             Ok(len)
         };
-        let (len, collected) = rayon::join(rewrite, || {
-            collector.collect(data, &info.bundles, &kernel_name)
-        });
-        let len = len?;
-        collected?;
+        let len = rewrite()?;
+        collector.collect(data, &info.bundles, &kernel_name)?;
         len as usize
     };
     let Collector {
