@@ -1,6 +1,6 @@
 //! Issue 22: memory does not grow with the input. A 1 GiB fat library (a
 //! 512 MiB host part: `.rodata`; one plain bundle of 16 targets x 32 MiB
-//! code objects; built here with `ld -r -b binary` + objcopy + gcc and
+//! code objects; built by `rocpack_testsupport::big_fat_library` and
 //! removed afterwards) is split with zstd and with `--compression none`,
 //! and each split is reassembled under an address-space ceiling of the host
 //! file (its mapping) + 320 MiB. The peak RSS of every run (`wait4`) must
@@ -10,7 +10,6 @@
 
 mod common;
 
-use std::io::Write;
 use std::path::Path;
 use std::process::Command;
 
@@ -25,122 +24,6 @@ const CO_SIZE: u64 = 32 << 20;
 const HOST_MIB: u64 = 512;
 /// Peak RSS allowed to `split` and `reassemble` (issue 22's bound).
 const MAX_RSS_KIB: u64 = 256 * 1024;
-
-/// Writes an uncompressed offload bundle: a host entry and one code object
-/// of `co_size` bytes (a multiple of 1 MiB: a 1 MiB pseudo-random block
-/// repeated, varied per target) per target, each at a 4 KiB-aligned offset.
-fn write_bundle(path: &Path, targets: &[&str], co_size: u64) {
-    let ids: Vec<String> = std::iter::once("host-x86_64-unknown-linux-gnu".to_string())
-        .chain(
-            targets
-                .iter()
-                .map(|t| format!("hipv4-amdgcn-amd-amdhsa--{t}")),
-        )
-        .collect();
-    let header_len: u64 = 24 + 8 + ids.iter().map(|i| 24 + i.len() as u64).sum::<u64>();
-    let mut off = header_len.div_ceil(4096) * 4096;
-    let mut header = b"__CLANG_OFFLOAD_BUNDLE__".to_vec();
-    header.extend_from_slice(&(ids.len() as u64).to_le_bytes());
-    let mut offsets = Vec::new();
-    for (n, id) in ids.iter().enumerate() {
-        let size = if n == 0 { 0 } else { co_size };
-        header.extend_from_slice(&off.to_le_bytes());
-        header.extend_from_slice(&size.to_le_bytes());
-        header.extend_from_slice(&(id.len() as u64).to_le_bytes());
-        header.extend_from_slice(id.as_bytes());
-        offsets.push(off);
-        off += size.div_ceil(4096) * 4096;
-    }
-    let mut f = std::io::BufWriter::new(std::fs::File::create(path).unwrap());
-    f.write_all(&header).unwrap();
-    let mut pos = header.len() as u64;
-    let block = pseudo_random(22, 1 << 20);
-    for (n, &o) in offsets.iter().enumerate().skip(1) {
-        f.write_all(&vec![0u8; (o - pos) as usize]).unwrap();
-        let mut b = block.clone();
-        b[..8].copy_from_slice(&(n as u64).to_le_bytes());
-        for _ in 0..(co_size >> 20) {
-            f.write_all(&b).unwrap();
-        }
-        pos = o + co_size;
-    }
-    f.flush().unwrap();
-}
-
-fn tool(mut c: Command, what: &str) {
-    let o = c.output().unwrap();
-    assert!(
-        o.status.success(),
-        "{what}: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-}
-
-/// Builds `dir/art/big/lib/libbig.so` around a bundle of `co_size`-byte
-/// code objects for `targets` and, when `host_mib` > 0, a `.rodata` blob of
-/// that many MiB of host data; returns the artifact dir.
-fn build_library(dir: &Path, targets: &[&str], co_size: u64, host_mib: u64) -> std::path::PathBuf {
-    write_bundle(&dir.join("blob.bin"), targets, co_size);
-    let mut c = Command::new("ld");
-    c.current_dir(dir)
-        .args(["-r", "-b", "binary", "blob.bin", "-o", "blob.o"]);
-    tool(c, "ld -r -b binary");
-    std::fs::remove_file(dir.join("blob.bin")).unwrap();
-    let mut c = Command::new("objcopy");
-    c.current_dir(dir).args([
-        "--rename-section",
-        ".data=.hip_fatbin,alloc,load,readonly,data,contents",
-        "--set-section-alignment",
-        ".hip_fatbin=4096",
-        "blob.o",
-    ]);
-    tool(c, "objcopy");
-    let mut objs = vec!["wrapper.c", "blob.o"];
-    if host_mib > 0 {
-        let mut f = std::io::BufWriter::new(std::fs::File::create(dir.join("host.bin")).unwrap());
-        let block = pseudo_random(23, 1 << 20);
-        for _ in 0..host_mib {
-            f.write_all(&block).unwrap();
-        }
-        f.flush().unwrap();
-        drop(f);
-        let mut c = Command::new("ld");
-        c.current_dir(dir)
-            .args(["-r", "-b", "binary", "host.bin", "-o", "host.o"]);
-        tool(c, "ld -r -b binary (host)");
-        std::fs::remove_file(dir.join("host.bin")).unwrap();
-        let mut c = Command::new("objcopy");
-        c.current_dir(dir).args([
-            "--rename-section",
-            ".data=.rodata.big,alloc,load,readonly,data,contents",
-            "host.o",
-        ]);
-        tool(c, "objcopy (host)");
-        objs.push("host.o");
-    }
-    std::fs::write(
-        dir.join("wrapper.c"),
-        "extern const char _binary_blob_bin_start[];\n\
-         struct w { unsigned magic, version; const void *binary; void *reserved; };\n\
-         __attribute__((section(\".hipFatBinSegment\"), used, aligned(8)))\n\
-         struct w rocpack_wrapper = { 0x48495046, 1, _binary_blob_bin_start, 0 };\n",
-    )
-    .unwrap();
-    let art = dir.join("art");
-    let lib = art.join("big/lib");
-    std::fs::create_dir_all(&lib).unwrap();
-    std::fs::write(art.join("big/artifact_manifest.txt"), "lib\n").unwrap();
-    let mut c = Command::new("gcc");
-    c.current_dir(dir)
-        .args(["-shared", "-fPIC", "-Wl,-z,noexecstack"])
-        .args(&objs)
-        .arg("-o")
-        .arg(lib.join("libbig.so"));
-    tool(c, "gcc -shared");
-    std::fs::remove_file(dir.join("blob.o")).unwrap();
-    let _ = std::fs::remove_file(dir.join("host.o"));
-    art
-}
 
 /// `kpack reassemble` of the split in `out` (the host file of libbig.so)
 /// into `back`.
@@ -166,21 +49,13 @@ fn same_file(a: &Path, b: &Path) -> bool {
         .success()
 }
 
-/// Runs `cmd` to completion; its output and its own peak resident set in
-/// KiB (an upper bound: never the test process's, see
-/// `run_measured_peak`).
-fn run_peak_rss(cmd: Command) -> (std::process::Output, u64) {
-    let (o, u) = run_measured_peak_cmd(&cmd);
-    (o, u.max_rss_kib)
-}
-
 #[test]
 fn split_and_reassembly_memory_do_not_grow_with_a_1gib_input() {
     if !have_tool("objcopy") || !have_tool("gcc") || !have_tool("cmp") {
         return;
     }
     let tmp = tempdir();
-    let art = build_library(tmp.path(), &TARGETS, CO_SIZE, HOST_MIB);
+    let art = big_fat_library(tmp.path(), &TARGETS, CO_SIZE, HOST_MIB);
     let lib = art.join("big/lib/libbig.so");
     let size = std::fs::metadata(&lib).unwrap().len();
     assert!(size >= 1 << 30, "input is only {size} bytes");
@@ -193,7 +68,7 @@ fn split_and_reassembly_memory_do_not_grow_with_a_1gib_input() {
             .arg(&out)
             .args(["--compression", compression, "--jobs", "2"])
             .env("MALLOC_ARENA_MAX", "1");
-        let (o, rss) = run_peak_rss(cmd);
+        let (o, rss) = run_peak(&cmd);
         eprintln!("split --compression {compression}: peak RSS {rss} KiB");
         assert!(
             o.status.success(),
@@ -222,7 +97,7 @@ fn split_and_reassembly_memory_do_not_grow_with_a_1gib_input() {
         let limit_kib = host_len / 1024 + 320 * 1024;
         let back = tmp.path().join("back.so");
         let cmd = reassemble_cmd(under_vmem_limit(KPACK, limit_kib), &out, &back);
-        let (o, rss) = run_peak_rss(cmd);
+        let (o, rss) = run_peak(&cmd);
         eprintln!("reassemble ({compression}): peak RSS {rss} KiB");
         assert!(
             o.status.success(),
@@ -357,7 +232,7 @@ fn split_of_a_512mib_code_object_stays_flat() {
         return;
     }
     let tmp = tempdir();
-    let art = build_library(tmp.path(), &["gfx1100"], 512 << 20, 0);
+    let art = big_fat_library(tmp.path(), &["gfx1100"], 512 << 20, 0);
     let out = tmp.path().join("out");
     let mut cmd = Command::new(KPACK);
     cmd.args(["split", "--artifact-dir"])

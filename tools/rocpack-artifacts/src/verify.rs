@@ -284,51 +284,62 @@ fn check_generic_file(pkg: &Package, rel: &str, path: &Path) -> Vec<GenericFindi
         )));
         return out;
     }
-    let Ok(mapped) = fsutil::Mapped::open(path) else {
-        out.push(GenericFinding::Violation(v(
-            &pkg.name,
-            rel,
-            "unreadable",
-            "cannot read file",
-        )));
-        return out;
+    // Headers, tables, wrappers and markers only, through positioned reads
+    // (never the whole file, never a mapping a truncation could fault).
+    let unreadable = |why: String| GenericFinding::Violation(v(&pkg.name, rel, "unreadable", why));
+    let image = match rocpack_image::ImageFile::open(path) {
+        Ok(i) => i,
+        Err(e) => {
+            out.push(unreadable(format!("cannot read file: {e}")));
+            return out;
+        }
     };
-    let data = mapped.bytes();
     use rocpack_image::FileType;
-    match rocpack_image::detect(&data[..data.len().min(rocpack_image::HEAD_LEN)]) {
+    match image.file_type() {
         FileType::Bundle | FileType::Ccob => {
             out.push(GenericFinding::Warning(format!(
                 "{}/{rel}: device-only offload bundle in a generic package: it ships only the archs of the shard it came from",
                 pkg.name
             )));
         }
-        FileType::Archive => match rocpack_elf::archive_members(data) {
-            Ok(members) => {
-                for m in members {
-                    if matches!(rocpack_image::detect(m.data), FileType::Elf { .. }) {
-                        let label = format!("{rel}({})", m.name);
-                        out.extend(judge_image(pkg, rel, &label, m.data));
-                    }
+        FileType::Archive => match image.members() {
+            Err(e) => out.push(unreadable(format!("cannot read file: {e}"))),
+            Ok(Ok(members)) => {
+                for (m, info) in members {
+                    let label = format!("{rel}({})", m.name);
+                    let body = (m.header_offset + 60, m.data.len() as u64);
+                    out.extend(judge_image(
+                        pkg,
+                        rel,
+                        &label,
+                        info.map(rocpack_image::Analysis::Elf).map_err(Into::into),
+                        &|| carries_device_code_in(path, Some(body)),
+                    ));
                 }
             }
-            Err(e) => out.push(GenericFinding::Warning(format!(
+            Ok(Err(e)) => out.push(GenericFinding::Warning(format!(
                 "{}/{rel}: static archive could not be read: {e}",
                 pkg.name
             ))),
         },
         // Device code objects without an arch in the name stay generic in
         // split (nothing names their arch); they are not judged.
-        FileType::Elf { .. } | FileType::Pe { .. } => out.extend(judge_image(pkg, rel, rel, data)),
+        FileType::Elf { .. } | FileType::Pe { .. } => match image.analyze() {
+            Ok(info) => out.extend(judge_image(pkg, rel, rel, info, &|| {
+                carries_device_code_in(path, None)
+            })),
+            Err(e) => out.push(unreadable(format!("cannot read file: {e}"))),
+        },
         // Split copies these as they are (it splits the images they are
         // linked into): not a failure, but device code every arch package
         // ships, which a release engineer wants to know about.
         FileType::Coff { .. } => {
-            if let Ok(info) = rocpack_image::pe::analyze(data) {
+            if let Ok(Ok(info)) = image.analyze() {
                 if info.has_device_code() {
                     out.push(GenericFinding::Warning(format!(
                         "{}/{rel}: fat COFF object ({} bundle(s) of HIP device code) in a generic package: COFF objects are not split",
                         pkg.name,
-                        info.bundles.len()
+                        info.bundles().len()
                     )));
                 }
             }
@@ -338,15 +349,41 @@ fn check_generic_file(pkg: &Package, rel: &str, path: &Path) -> Vec<GenericFindi
     out
 }
 
-/// Judges one ELF file or PE image (a file, or an archive member labelled `label`).
-fn judge_image(pkg: &Package, rel: &str, label: &str, data: &[u8]) -> Vec<GenericFinding> {
+/// Whether `path` (or the `(offset, len)` range of it) holds HIP device
+/// code by its magics (`inspect::carries_device_code`), for files the
+/// analysis refused: the only place verify reads a file whole.
+fn carries_device_code_in(path: &Path, range: Option<(u64, u64)>) -> bool {
+    let Ok(m) = fsutil::Mapped::open(path) else {
+        return false;
+    };
+    let data = m.bytes();
+    let part = match range {
+        None => Some(data),
+        Some((at, n)) => usize::try_from(at)
+            .ok()
+            .zip(usize::try_from(n).ok())
+            .and_then(|(a, n)| data.get(a..a.checked_add(n)?)),
+    };
+    part.is_some_and(crate::inspect::carries_device_code)
+}
+
+/// Judges one ELF file or PE image (a file, or an archive member labelled
+/// `label`) by its analysis; `carries()` says whether one that cannot be
+/// analysed holds device code.
+fn judge_image(
+    pkg: &Package,
+    rel: &str,
+    label: &str,
+    info: rocpack_image::Result<rocpack_image::Analysis>,
+    carries: &dyn Fn() -> bool,
+) -> Vec<GenericFinding> {
     let mut out = Vec::new();
-    let info = match rocpack_image::analyze(data) {
+    let info = match info {
         Ok(i) => i,
         // A file we cannot analyse (PN_XNUM, 32-bit, odd e_type) is fine
         // without device code; with it, it is a fat binary nobody can see
         // into, shipped in a generic package.
-        Err(e) if crate::inspect::carries_device_code(data) => {
+        Err(e) if carries() => {
             out.push(GenericFinding::Violation(v(
                 &pkg.name,
                 label,

@@ -4,9 +4,12 @@
 //! member offsets are rewritten, so the output is deterministic whenever the
 //! input was (`ar D` / `llvm-ar D`).
 
+use rocpack_bundle::ReadAt;
+
 use crate::analyze::{analyze, FatBinaryInfo, State};
 use crate::elf::is_elf;
 use crate::error::{Error, Result};
+use crate::out::Out;
 use crate::{BundlesFn, MarkerFn};
 
 const MAGIC: &[u8] = b"!<arch>\n";
@@ -132,21 +135,36 @@ pub fn archive_members(data: &[u8]) -> Result<Vec<ArchiveMember<'_>>> {
         .collect())
 }
 
-/// Rebuild the archive with `new_body(member) -> Option<Vec<u8>>` replacing members.
-fn rewrite(
+/// Where rewritten member bodies go while the archive is laid out: each
+/// is appended and given back as the offset it starts at.
+type AuxFn<'a> = dyn FnMut(&[u8]) -> Result<u64> + 'a;
+/// A member's new body (`None`: kept as it is), given its bytes.
+type BodyFn<'a> = dyn FnMut(&Raw<'_>, &[u8]) -> Result<Option<Vec<u8>>> + 'a;
+
+/// The archive rebuilt with `new_body(member, bytes)` replacing members, as
+/// pieces: member headers as new bytes (the size field rewritten), kept
+/// bodies as input ranges, new bodies as ranges of the auxiliary source
+/// `aux` appends them to (one at a time: nothing but the member being
+/// rewritten is in memory), the symbol tables' member offsets patched.
+/// Member bodies are read from `src` (positioned reads), never through
+/// `data`, which only headers and symbol tables are read from.
+fn rewrite_plan(
     data: &[u8],
-    new_body: &mut dyn FnMut(&Raw<'_>) -> Result<Option<Vec<u8>>>,
-) -> Result<Vec<u8>> {
+    src: &dyn ReadAt,
+    new_body: &mut BodyFn<'_>,
+    aux: &mut AuxFn<'_>,
+) -> Result<Out> {
     let raws = parse(data)?;
-    // No reservation of the input's size: split members shrink by their
-    // device code, which is most of a fat archive.
-    let mut out = Vec::new();
+    let mut out = Out::default();
     out.extend_from_slice(MAGIC);
     let mut offsets: Vec<(u64, u64)> = Vec::new();
-    let mut symtabs: Vec<(usize, Kind, usize)> = Vec::new();
+    let mut symtabs: Vec<(u64, usize, Kind, usize)> = Vec::new();
     for r in &raws {
+        let body_at = (r.header_offset + HDR) as u64;
         let body: Option<Vec<u8>> = if r.kind == Kind::Member {
-            new_body(r).map_err(|e| Error::Member {
+            let mut bytes = vec![0u8; r.data.len()];
+            read_exact_at(src, body_at, &mut bytes)?;
+            new_body(r, &bytes).map_err(|e| Error::Member {
                 name: r.name.clone(),
                 offset: r.header_offset as u64 + HDR as u64,
                 source: Box::new(e),
@@ -154,10 +172,10 @@ fn rewrite(
         } else {
             None
         };
-        let body_ref: &[u8] = body.as_deref().unwrap_or(r.data);
-        offsets.push((r.header_offset as u64, out.len() as u64));
+        let len = body.as_ref().map_or(r.data.len(), Vec::len);
+        offsets.push((r.header_offset as u64, out.len()));
         let mut header = r.header.to_vec();
-        let size = body_ref.len().to_string();
+        let size = len.to_string();
         if size.len() > 10 {
             return Err(Error::Archive {
                 offset: r.header_offset as u64,
@@ -168,21 +186,29 @@ fn rewrite(
         header[48..48 + size.len()].copy_from_slice(size.as_bytes());
         out.extend_from_slice(&header);
         if matches!(r.kind, Kind::SymTab32 | Kind::SymTab64) {
-            symtabs.push((out.len(), r.kind, body_ref.len()));
+            symtabs.push((out.len(), r.header_offset + HDR, r.kind, len));
         }
-        out.extend_from_slice(body_ref);
-        if body_ref.len() % 2 == 1 {
-            out.push(b'\n');
+        match body {
+            Some(b) => {
+                let at = aux(&b)?;
+                out.push_aux(at, b.len() as u64);
+            }
+            None => out.push_src(body_at, len as u64),
+        }
+        if len % 2 == 1 {
+            out.extend_from_slice(b"\n");
         }
     }
     // Symbol tables list member header offsets: map them to the new ones.
-    for (start, kind, len) in symtabs {
+    for (start, input_at, kind, len) in symtabs {
         let w = if kind == Kind::SymTab64 { 8 } else { 4 };
         let read = |b: &[u8]| -> u64 { b.iter().fold(0u64, |acc, &x| (acc << 8) | u64::from(x)) };
-        let table = out.get(start..start + len).ok_or_else(|| Error::Archive {
-            offset: start as u64,
-            what: "symbol table truncated".into(),
-        })?;
+        let table = data
+            .get(input_at..input_at + len)
+            .ok_or_else(|| Error::Archive {
+                offset: input_at as u64,
+                what: "symbol table truncated".into(),
+            })?;
         let count = read(table.get(..w).unwrap_or(&[])) as usize;
         if count
             .checked_mul(w)
@@ -190,55 +216,155 @@ fn rewrite(
             .is_none_or(|need| need > len)
         {
             return Err(Error::Archive {
-                offset: start as u64,
+                offset: start,
                 what: format!("symbol table lists {count} symbols but has {len} bytes"),
             });
         }
         for k in 0..count {
-            let at = start + w + k * w;
-            let old = read(&out[at..at + w]);
+            let at = w + k * w;
+            let old = read(&table[at..at + w]);
             let new = offsets
                 .iter()
                 .find(|(o, _)| *o == old)
                 .map(|(_, n)| *n)
                 .ok_or_else(|| Error::Archive {
-                    offset: at as u64,
+                    offset: start + at as u64,
                     what: format!("symbol table points at {old:#x}, not a member header"),
                 })?;
             let bytes = new.to_be_bytes();
-            out[at..at + w].copy_from_slice(&bytes[8 - w..]);
+            out.put(start + at as u64, &bytes[8 - w..])?;
         }
     }
     Ok(out)
 }
 
-/// Split every member with device code (`marker_for(member name, analysis)`
-/// gives its marker); other members are kept byte for byte.
-pub fn split_archive(data: &[u8], marker_for: &mut MarkerFn<'_>) -> Result<Vec<u8>> {
-    rewrite(data, &mut |r| {
-        if !is_elf(r.data) {
+/// Fill `buf` from `src` at `offset` (a short source is an error).
+fn read_exact_at(src: &dyn ReadAt, mut offset: u64, mut buf: &mut [u8]) -> Result<()> {
+    let io = |source| Error::Io {
+        what: "reading an archive member",
+        source,
+    };
+    while !buf.is_empty() {
+        let n = src.read_at(offset, buf).map_err(io)?;
+        if n == 0 {
+            return Err(io(std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                format!(
+                    "archive ended at offset {offset:#x} while it was read (changed under us?)"
+                ),
+            )));
+        }
+        offset += n as u64;
+        buf = &mut buf[n..];
+    }
+    Ok(())
+}
+
+/// Rebuild the archive in memory.
+fn rewrite(data: &[u8], new_body: &mut BodyFn<'_>) -> Result<Vec<u8>> {
+    let mut bodies = Vec::new();
+    let out = rewrite_plan(data, &data, new_body, &mut |b| {
+        let at = bodies.len() as u64;
+        bodies.extend_from_slice(b);
+        Ok(at)
+    })?;
+    out.to_vec(&data, &bodies.as_slice())
+}
+
+/// Rebuild the archive into `dst`, new member bodies going through
+/// `spill` (an empty file opened for reading and writing) first.
+fn rewrite_to(
+    data: &[u8],
+    src: &dyn ReadAt,
+    new_body: &mut BodyFn<'_>,
+    spill: &std::fs::File,
+    dst: &mut dyn std::io::Write,
+) -> Result<u64> {
+    use std::os::unix::fs::FileExt;
+    let mut end = 0u64;
+    let out = rewrite_plan(data, src, new_body, &mut |b| {
+        let at = end;
+        spill.write_all_at(b, at).map_err(|source| Error::Io {
+            what: "writing the member spill file",
+            source,
+        })?;
+        end += b.len() as u64;
+        Ok(at)
+    })?;
+    let aux = rocpack_bundle::FileRange::new(spill, 0, end);
+    out.write_to(src, &aux, dst).map_err(|source| Error::Io {
+        what: "writing the archive",
+        source,
+    })
+}
+
+fn split_member<'a, 'b>(
+    marker_for: &'a mut MarkerFn<'b>,
+) -> impl FnMut(&Raw<'_>, &[u8]) -> Result<Option<Vec<u8>>> + use<'a, 'b> {
+    move |r, bytes| {
+        if !is_elf(bytes) {
             return Ok(None);
         }
-        let info = analyze(r.data)?;
+        let info = analyze(bytes)?;
         if !info.has_device_code() {
             return Ok(None);
         }
         let marker = marker_for(&r.name, &info)?;
-        crate::split_host(r.data, &marker).map(Some)
-    })
+        crate::split_host(bytes, &marker).map(Some)
+    }
 }
 
-/// Reassemble every split member (`bundles_for(member name, analysis)`).
-pub fn reassemble_archive(data: &[u8], bundles_for: &mut BundlesFn<'_>) -> Result<Vec<u8>> {
-    rewrite(data, &mut |r| {
-        if !is_elf(r.data) {
+fn reassemble_member<'a, 'b>(
+    bundles_for: &'a mut BundlesFn<'b>,
+) -> impl FnMut(&Raw<'_>, &[u8]) -> Result<Option<Vec<u8>>> + use<'a, 'b> {
+    move |r, bytes| {
+        if !is_elf(bytes) {
             return Ok(None);
         }
-        let info: FatBinaryInfo = analyze(r.data)?;
+        let info: FatBinaryInfo = analyze(bytes)?;
         if info.state != State::Split {
             return Ok(None);
         }
         let bundles = bundles_for(&r.name, &info)?;
-        crate::reassemble(r.data, &bundles).map(Some)
-    })
+        crate::reassemble(bytes, &bundles).map(Some)
+    }
+}
+
+/// Split every member with device code (`marker_for(member name, analysis)`
+/// gives its marker); other members are kept byte for byte.
+pub fn split_archive(data: &[u8], marker_for: &mut MarkerFn<'_>) -> Result<Vec<u8>> {
+    rewrite(data, &mut split_member(marker_for))
+}
+
+/// [`split_archive`] written to `dst` with memory bounded by the largest
+/// member: members are read one at a time from `src` (a source of the same
+/// bytes as `data`, which only member headers and symbol tables are read
+/// from), split members go through `spill` (an empty file opened for
+/// reading and writing), kept members are copied range by range. Returns
+/// the bytes written.
+pub fn split_archive_to(
+    data: &[u8],
+    src: &dyn ReadAt,
+    marker_for: &mut MarkerFn<'_>,
+    spill: &std::fs::File,
+    dst: &mut dyn std::io::Write,
+) -> Result<u64> {
+    rewrite_to(data, src, &mut split_member(marker_for), spill, dst)
+}
+
+/// Reassemble every split member (`bundles_for(member name, analysis)`).
+pub fn reassemble_archive(data: &[u8], bundles_for: &mut BundlesFn<'_>) -> Result<Vec<u8>> {
+    rewrite(data, &mut reassemble_member(bundles_for))
+}
+
+/// [`reassemble_archive`] written to `dst`, as [`split_archive_to`] writes
+/// a split.
+pub fn reassemble_archive_to(
+    data: &[u8],
+    src: &dyn ReadAt,
+    bundles_for: &mut BundlesFn<'_>,
+    spill: &std::fs::File,
+    dst: &mut dyn std::io::Write,
+) -> Result<u64> {
+    rewrite_to(data, src, &mut reassemble_member(bundles_for), spill, dst)
 }

@@ -36,6 +36,10 @@
 //!   bundle ranges and new bytes with small patches on top; the host part
 //!   and the bundles are copied through one 1 MiB buffer, never held).
 //!   [`Bundles::In`] gives the bundles as ranges of a spill file.
+//!   [`Sparse`] loads only the bytes an analysis reads from a file (headers,
+//!   tables, wrapper and marker sections, the relocations the wrappers
+//!   need) with positioned reads: `analyze_in(sparse.bytes(), &file)`
+//!   analyses a 1 GiB library with a few MiB resident, never mapping it.
 //! * Archives: [`is_archive`], [`archive_members`], [`split_archive`],
 //!   [`reassemble_archive`]; [`split_file`]`(data, &mut |member, info| marker)`
 //!   / [`reassemble_file`]`(data, &mut |member, info| bundles)` dispatch on
@@ -57,18 +61,24 @@ mod object_file;
 mod out;
 mod rewrite;
 mod sections;
+mod sparse;
 
 pub use analyze::{
     analyze, analyze_in, wrapper_table, BundleInfo, ElfKind, FatBinaryInfo, MarkerInfo,
     PointerModel, RawWrapper, SectionRange, State, WrapperInfo, FATBIN_SECTION, HIPF_MAGIC,
     HIPK_MAGIC, MARKER_SECTION, WRAPPER_SECTION, WRAPPER_SIZE,
 };
-pub use archive::{archive_members, is_archive, reassemble_archive, split_archive, ArchiveMember};
+pub use archive::{
+    archive_members, is_archive, reassemble_archive, reassemble_archive_to, split_archive,
+    split_archive_to, ArchiveMember,
+};
 pub use error::{Error, Result};
+pub use out::Out;
 pub use rewrite::{
     parse_bundles, reassemble, reassemble_to, reassembly_fits, split_host, split_host_in,
     split_host_to, Bundles,
 };
+pub use sparse::Sparse;
 
 /// Raw bytes of bundle `index` of an analysed fat binary.
 pub fn bundle_bytes<'a>(data: &'a [u8], info: &FatBinaryInfo, index: usize) -> Result<&'a [u8]> {

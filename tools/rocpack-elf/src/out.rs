@@ -43,9 +43,10 @@ struct Patch {
     at: Option<usize>,
 }
 
-/// An output file under construction.
+/// An output file under construction (shared with the PE rewrite in
+/// `rocpack-image`).
 #[derive(Default)]
-pub(crate) struct Out {
+pub struct Out {
     /// (output offset, piece), in order, contiguous.
     pieces: Vec<(u64, Piece)>,
     len: u64,
@@ -54,8 +55,19 @@ pub(crate) struct Out {
 }
 
 impl Out {
+    /// Bytes laid out so far.
     pub fn len(&self) -> u64 {
         self.len
+    }
+
+    /// Nothing laid out yet.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Overwrite `bytes` at `offset`, inside what is already laid out.
+    pub fn put(&mut self, offset: u64, bytes: &[u8]) -> Result<()> {
+        Sink::put(self, offset, bytes)
     }
 
     fn push(&mut self, p: Piece) {

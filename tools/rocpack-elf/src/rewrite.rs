@@ -238,7 +238,8 @@ pub fn reassembly_fits(host: &[u8], lens: &[u64]) -> Result<bool> {
 }
 
 impl Bundles<'_> {
-    fn count(&self) -> usize {
+    /// How many bundles.
+    pub fn count(&self) -> usize {
         match self {
             Bundles::Owned(b) => b.len(),
             Bundles::In { ranges, .. } => ranges.len(),
@@ -246,7 +247,8 @@ impl Bundles<'_> {
         }
     }
 
-    fn lens(&self) -> Vec<u64> {
+    /// Their sizes.
+    pub fn lens(&self) -> Vec<u64> {
         match self {
             Bundles::Owned(b) => b.iter().map(|b| b.len() as u64).collect(),
             Bundles::In { ranges, .. } => ranges.iter().map(|r| r.1).collect(),
@@ -254,7 +256,8 @@ impl Bundles<'_> {
         }
     }
 
-    fn aux(&self) -> &dyn rocpack_bundle::ReadAt {
+    /// The source [`Out::write_to`] reads them from.
+    pub fn aux(&self) -> &dyn rocpack_bundle::ReadAt {
         match self {
             Bundles::Owned(_) | Bundles::Sizes(_) => &NO_AUX,
             Bundles::In { src, .. } => *src,
@@ -262,7 +265,7 @@ impl Bundles<'_> {
     }
 
     /// Append bundle `i` to `out`.
-    fn push(&self, i: usize, out: &mut Out) {
+    pub fn push(&self, i: usize, out: &mut Out) {
         match self {
             Bundles::Owned(b) => out.extend_from_slice(&b[i]),
             Bundles::In { ranges, .. } => out.push_aux(ranges[i].0, ranges[i].1),

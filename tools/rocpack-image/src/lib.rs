@@ -5,6 +5,9 @@
 //!   CCOB, `.kpack`); [`detect_file`] reads the head of a regular file.
 //! * [`analyze`]`(data) -> `[`Analysis`] — ELF (through `rocpack-elf`) or
 //!   PE32+/COFF ([`pe::analyze`]), by what [`detect`] says.
+//! * [`ImageFile`] — the same analysis of a file (and of an archive's
+//!   members) without reading it whole: headers, tables, wrappers and
+//!   markers through positioned reads, memory flat in the file's size.
 //! * [`split_file`] / [`reassemble_file`] — detect → analyse → rewrite →
 //!   reassemble for ELF files, `ar` archives and PE32+ images alike; the
 //!   callbacks get the [`Analysis`] of each file (or archive member).
@@ -19,10 +22,12 @@
 
 mod detect;
 mod error;
+mod file;
 pub mod pe;
 
 pub use detect::{detect, detect_file, FileType, HEAD_LEN};
 pub use error::{Error, Result};
+pub use file::ImageFile;
 
 use rocpack_elf::{BundleInfo, FatBinaryInfo, MarkerInfo, State};
 

@@ -10,6 +10,7 @@
 use std::collections::BTreeMap;
 use std::ffi::OsStr;
 use std::fs;
+use std::io::Write as _;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -565,6 +566,131 @@ pub fn mapped_rss_kib(addr: usize) -> Option<u64> {
         }
     }
     None
+}
+
+// ------------------------------------------------------- large inputs
+
+/// Writes an uncompressed offload bundle: a host entry and one code object
+/// of `co_size` bytes (a multiple of 1 MiB: a 1 MiB pseudo-random block
+/// repeated, varied per target) per target, each at a 4 KiB-aligned offset.
+pub fn write_big_bundle(path: &Path, targets: &[&str], co_size: u64) {
+    let ids: Vec<String> = std::iter::once("host-x86_64-unknown-linux-gnu".to_string())
+        .chain(
+            targets
+                .iter()
+                .map(|t| format!("hipv4-amdgcn-amd-amdhsa--{t}")),
+        )
+        .collect();
+    let header_len: u64 = 24 + 8 + ids.iter().map(|i| 24 + i.len() as u64).sum::<u64>();
+    let mut off = header_len.div_ceil(4096) * 4096;
+    let mut header = b"__CLANG_OFFLOAD_BUNDLE__".to_vec();
+    header.extend_from_slice(&(ids.len() as u64).to_le_bytes());
+    let mut offsets = Vec::new();
+    for (n, id) in ids.iter().enumerate() {
+        let size = if n == 0 { 0 } else { co_size };
+        header.extend_from_slice(&off.to_le_bytes());
+        header.extend_from_slice(&size.to_le_bytes());
+        header.extend_from_slice(&(id.len() as u64).to_le_bytes());
+        header.extend_from_slice(id.as_bytes());
+        offsets.push(off);
+        off += size.div_ceil(4096) * 4096;
+    }
+    let mut f = std::io::BufWriter::new(std::fs::File::create(path).unwrap());
+    f.write_all(&header).unwrap();
+    let mut pos = header.len() as u64;
+    let block = pseudo_random(22, 1 << 20);
+    for (n, &o) in offsets.iter().enumerate().skip(1) {
+        f.write_all(&vec![0u8; (o - pos) as usize]).unwrap();
+        let mut b = block.clone();
+        b[..8].copy_from_slice(&(n as u64).to_le_bytes());
+        for _ in 0..(co_size >> 20) {
+            f.write_all(&b).unwrap();
+        }
+        pos = o + co_size;
+    }
+    f.flush().unwrap();
+}
+
+fn run_tool(mut c: Command, what: &str) {
+    let o = c.output().unwrap();
+    assert!(
+        o.status.success(),
+        "{what}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+/// Builds a large fat shared library cheaply (`ld -r -b binary` of the
+/// blobs, objcopy, `gcc -shared`; needs gcc, ld and objcopy), for memory
+/// tests: `dir/art/big/lib/libbig.so` around a bundle of `co_size`-byte
+/// code objects for `targets` and, when `host_mib` > 0, a `.rodata` blob of
+/// that many MiB of host data; returns the artifact dir.
+pub fn big_fat_library(
+    dir: &Path,
+    targets: &[&str],
+    co_size: u64,
+    host_mib: u64,
+) -> std::path::PathBuf {
+    write_big_bundle(&dir.join("blob.bin"), targets, co_size);
+    let mut c = Command::new("ld");
+    c.current_dir(dir)
+        .args(["-r", "-b", "binary", "blob.bin", "-o", "blob.o"]);
+    run_tool(c, "ld -r -b binary");
+    std::fs::remove_file(dir.join("blob.bin")).unwrap();
+    let mut c = Command::new("objcopy");
+    c.current_dir(dir).args([
+        "--rename-section",
+        ".data=.hip_fatbin,alloc,load,readonly,data,contents",
+        "--set-section-alignment",
+        ".hip_fatbin=4096",
+        "blob.o",
+    ]);
+    run_tool(c, "objcopy");
+    let mut objs = vec!["wrapper.c", "blob.o"];
+    if host_mib > 0 {
+        let mut f = std::io::BufWriter::new(std::fs::File::create(dir.join("host.bin")).unwrap());
+        let block = pseudo_random(23, 1 << 20);
+        for _ in 0..host_mib {
+            f.write_all(&block).unwrap();
+        }
+        f.flush().unwrap();
+        drop(f);
+        let mut c = Command::new("ld");
+        c.current_dir(dir)
+            .args(["-r", "-b", "binary", "host.bin", "-o", "host.o"]);
+        run_tool(c, "ld -r -b binary (host)");
+        std::fs::remove_file(dir.join("host.bin")).unwrap();
+        let mut c = Command::new("objcopy");
+        c.current_dir(dir).args([
+            "--rename-section",
+            ".data=.rodata.big,alloc,load,readonly,data,contents",
+            "host.o",
+        ]);
+        run_tool(c, "objcopy (host)");
+        objs.push("host.o");
+    }
+    std::fs::write(
+        dir.join("wrapper.c"),
+        "extern const char _binary_blob_bin_start[];\n\
+         struct w { unsigned magic, version; const void *binary; void *reserved; };\n\
+         __attribute__((section(\".hipFatBinSegment\"), used, aligned(8)))\n\
+         struct w rocpack_wrapper = { 0x48495046, 1, _binary_blob_bin_start, 0 };\n",
+    )
+    .unwrap();
+    let art = dir.join("art");
+    let lib = art.join("big/lib");
+    std::fs::create_dir_all(&lib).unwrap();
+    std::fs::write(art.join("big/artifact_manifest.txt"), "lib\n").unwrap();
+    let mut c = Command::new("gcc");
+    c.current_dir(dir)
+        .args(["-shared", "-fPIC", "-Wl,-z,noexecstack"])
+        .args(&objs)
+        .arg("-o")
+        .arg(lib.join("libbig.so"));
+    run_tool(c, "gcc -shared");
+    std::fs::remove_file(dir.join("blob.o")).unwrap();
+    let _ = std::fs::remove_file(dir.join("host.o"));
+    art
 }
 
 // ------------------------------------------------------------------ memory

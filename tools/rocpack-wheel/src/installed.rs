@@ -8,7 +8,6 @@
 use std::collections::BTreeSet;
 use std::path::Path;
 
-use rocpack_artifacts::fsutil;
 use rocpack_artifacts::walk::{self, EntryKind};
 use rocpack_kpack::{Loader, LoaderEnv};
 use serde::Serialize;
@@ -54,7 +53,7 @@ pub fn verify_installed(root: &Path, target: &str) -> Result<InstalledReport, Wh
     };
     let mut loader = Loader::new(LoaderEnv::none());
     for e in walk::walk(root)? {
-        let EntryKind::File { size, .. } = e.kind else {
+        let EntryKind::File { .. } = e.kind else {
             continue;
         };
         r.files += 1;
@@ -62,22 +61,21 @@ pub fn verify_installed(root: &Path, target: &str) -> Result<InstalledReport, Wh
             r.kpack_files += 1;
             continue;
         }
+        // Only headers, tables, wrappers and the marker are read (a 1 GiB
+        // library costs a few MiB), never a mapping of the file.
+        let io = |er| WheelError::Io {
+            path: e.path.clone(),
+            what: "read",
+            error: er,
+        };
+        let image = rocpack_image::ImageFile::open(&e.path).map_err(io)?;
         if !matches!(
-            rocpack_image::detect_file(&e.path).map_err(|er| WheelError::Io {
-                path: e.path.clone(),
-                what: "read",
-                error: er,
-            })?,
+            image.file_type(),
             rocpack_image::FileType::Elf { .. } | rocpack_image::FileType::Pe { .. }
         ) {
             continue;
         }
-        let data = fsutil::read_bounded(&e.path, size).map_err(|er| WheelError::Io {
-            path: e.path.clone(),
-            what: "read",
-            error: er,
-        })?;
-        let Ok(info) = rocpack_image::analyze(&data) else {
+        let Ok(info) = image.analyze().map_err(io)? else {
             continue;
         };
         match info.state() {

@@ -527,28 +527,26 @@ fn load_input(
     })
 }
 
-/// Whether the file holds HIP device code (ELF, PE32+ image or archive members).
+/// Whether the file holds HIP device code (ELF, PE32+ image or archive
+/// members). Only headers, tables and wrappers are read, never the whole
+/// file or a mapping of it.
 fn has_device_code(path: &Path) -> Result<bool, WheelError> {
     use rocpack_image::FileType;
-    if !matches!(
-        rocpack_image::detect_file(path).map_err(|e| ioerr(path, "read", e))?,
-        FileType::Elf { .. } | FileType::Archive | FileType::Pe { .. }
-    ) {
-        return Ok(false);
+    let f = rocpack_image::ImageFile::open(path).map_err(|e| ioerr(path, "read", e))?;
+    match f.file_type() {
+        FileType::Archive => Ok(f
+            .members()
+            .map_err(|e| ioerr(path, "read", e))?
+            .is_ok_and(|ms| {
+                ms.iter()
+                    .any(|(_, i)| i.as_ref().is_ok_and(|i| i.has_device_code()))
+            })),
+        FileType::Elf { .. } | FileType::Pe { .. } => Ok(f
+            .analyze()
+            .map_err(|e| ioerr(path, "read", e))?
+            .is_ok_and(|i| i.has_device_code())),
+        _ => Ok(false),
     }
-    let size = fs::metadata(path)
-        .map_err(|e| ioerr(path, "stat", e))?
-        .len();
-    let data = fsutil::read_bounded(path, size).map_err(|e| ioerr(path, "read", e))?;
-    if rocpack_elf::is_archive(&data) {
-        let Ok(members) = rocpack_elf::archive_members(&data) else {
-            return Ok(false);
-        };
-        return Ok(members
-            .iter()
-            .any(|m| rocpack_elf::analyze(m.data).is_ok_and(|i| i.has_device_code())));
-    }
-    Ok(rocpack_image::analyze(&data).is_ok_and(|i| i.has_device_code()))
 }
 
 fn wheel_rel(prefix_rel: &str, overlay: &str) -> String {

@@ -496,6 +496,100 @@ fn stream_elf(
     }
 }
 
+/// Reassemble a split PE32+ image into `out` (empty, opened for reading
+/// and writing) with bounded memory, as [`stream_elf`] does: bundles
+/// rebuilt one at a time into a spill file, then the image written range by
+/// range (`rocpack_image::pe::reassemble_to`). Returns the bytes written.
+fn stream_pe(
+    host: &[u8],
+    host_src: &dyn rocpack_bundle::ReadAt,
+    readers: &[(PathBuf, KpackReader)],
+    name: &str,
+    dir: &Path,
+    out: &std::fs::File,
+    canonical: &mut (usize, Option<String>),
+) -> anyhow::Result<u64> {
+    let fail = |e: rocpack_image::Error| {
+        anyhow::Error::new(e).context(format!("failed to reassemble `{name}`"))
+    };
+    let info = rocpack_image::pe::analyze_in(host, host_src).map_err(fail)?;
+    let (marker, count) = marker_of(&Analysis::Pe(info), name).map_err(fail)?;
+    let spill = tempfile::tempfile_in(dir)
+        .with_context(|| format!("failed to create a spill file in `{}`", dir.display()))?;
+    let weights = bundle_weights(&marker, count, readers);
+    let mut effort = 0;
+    loop {
+        *canonical = (0, None);
+        spill.set_len(0)?;
+        let Some(ranges) = spill_bundles(
+            &marker, count, readers, name, effort, canonical, &spill, &weights, None,
+        )?
+        else {
+            effort += 1;
+            continue;
+        };
+        let total = ranges.last().map_or(0, |r| r.0 + r.1);
+        let src = rocpack_bundle::FileRange::new(&spill, 0, total);
+        let bundles = rocpack_elf::Bundles::In {
+            src: &src,
+            ranges: &ranges,
+        };
+        // Layout errors come before the first byte is written.
+        match rocpack_image::pe::reassemble_to(host, host_src, &bundles, out) {
+            Ok(n) => return Ok(n),
+            Err(
+                rocpack_image::Error::Layout { .. }
+                | rocpack_image::Error::Elf(rocpack_elf::Error::Layout { .. }),
+            ) if effort < MAX_EFFORT => effort += 1,
+            Err(e) => return Err(fail(e)),
+        }
+    }
+}
+
+/// Reassemble an `ar` archive into `out` (empty) with memory bounded by
+/// its largest member: members are read and rebuilt one at a time, rebuilt
+/// ones go through a spill file beside the output, the archive is written
+/// range by range. Members are relocatable objects, whose `.hip_fatbin` is
+/// rebuilt at the end of the file: the bundles always fit (no squeezing).
+fn stream_archive(
+    host: &[u8],
+    host_src: &dyn rocpack_bundle::ReadAt,
+    readers: &[(PathBuf, KpackReader)],
+    name: &str,
+    dir: &Path,
+    out: &std::fs::File,
+    canonical: &mut (usize, Option<String>),
+) -> anyhow::Result<u64> {
+    let spill = tempfile::tempfile_in(dir)
+        .with_context(|| format!("failed to create a spill file in `{}`", dir.display()))?;
+    let mut w = std::io::BufWriter::with_capacity(1 << 16, out);
+    *canonical = (0, None);
+    let n = rocpack_elf::reassemble_archive_to(
+        host,
+        host_src,
+        &mut |member, info| {
+            let what = format!("{name}({member})");
+            bundles_for(&Analysis::Elf(info.clone()), readers, &what, 0, canonical).map_err(|e| {
+                match e {
+                    rocpack_image::Error::Elf(e) => e,
+                    other => rocpack_elf::Error::Layout {
+                        offset: other.offset().unwrap_or(0),
+                        what: other.to_string(),
+                    },
+                }
+            })
+        },
+        &spill,
+        &mut w,
+    )
+    .map_err(|e| {
+        anyhow::Error::new(rocpack_image::Error::from(e))
+            .context(format!("failed to reassemble `{name}`"))
+    })?;
+    w.flush()?;
+    Ok(n)
+}
+
 pub fn run(args: ReassembleArgs) -> anyhow::Result<ExitCode> {
     // Regular files only (a FIFO must not hang, a link to /dev/zero must
     // not be read forever), mapped for their headers; the host part is
@@ -542,10 +636,43 @@ pub fn run(args: ReassembleArgs) -> anyhow::Result<ExitCode> {
         rocpack_image::detect(host),
         rocpack_image::FileType::Elf { .. }
     ) && !rocpack_elf::is_archive(host);
+    // A split PE image streams too (anything else PE goes the in-memory way,
+    // which copies it or reports why it cannot).
+    let pe = matches!(
+        rocpack_image::detect(host),
+        rocpack_image::FileType::Pe { .. }
+    ) && rocpack_image::pe::analyze_in(host, &mapped.source())
+        .is_ok_and(|i| i.state == rocpack_elf::State::Split);
     let written = (|| -> anyhow::Result<u64> {
-        let f = std::fs::File::create(&tmp)
+        // Readable too: a PE image's checksum is computed from what was written.
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&tmp)
             .with_context(|| format!("failed to write `{}`", args.output.display()))?;
-        let n = if stream {
+        let n = if pe {
+            stream_pe(
+                host,
+                &mapped.source(),
+                &readers,
+                &name,
+                dir,
+                &f,
+                &mut canonical,
+            )?
+        } else if rocpack_elf::is_archive(host) {
+            stream_archive(
+                host,
+                &mapped.source(),
+                &readers,
+                &name,
+                dir,
+                &f,
+                &mut canonical,
+            )?
+        } else if stream {
             stream_elf(
                 host,
                 &mapped.source(),
@@ -585,7 +712,7 @@ pub fn run(args: ReassembleArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Archives and PE images: rebuilt in memory.
+/// What is neither ELF, a split PE image nor an archive: rebuilt in memory.
 fn in_memory(
     host: &[u8],
     readers: &[(PathBuf, KpackReader)],

@@ -178,3 +178,9 @@ pub fn json_items(v: &serde_json::Value) -> &[serde_json::Value] {
     v.as_array()
         .unwrap_or_else(|| panic!("not a JSON array: {v}"))
 }
+
+/// Output and peak RSS in KiB (an upper bound: `run_measured_peak_cmd`) of `cmd`.
+pub fn run_peak(cmd: &std::process::Command) -> (std::process::Output, u64) {
+    let (o, u) = run_measured_peak_cmd(cmd);
+    (o, u.max_rss_kib)
+}

@@ -307,12 +307,6 @@ fn mkdir_p(p: &Path) -> Result<(), SplitError> {
     Ok(())
 }
 
-fn write_file_mode(path: &Path, bytes: &[u8], mode: u32) -> Result<(), SplitError> {
-    fs::write(path, bytes).ctx(path, "write")?;
-    fsutil::set_mode(path, mode)?;
-    Ok(())
-}
-
 /// Splits one artifact directory into `stage` (a directory that will be
 /// moved into the output as a whole): scan, plan, write. Returns the report.
 fn split_into(

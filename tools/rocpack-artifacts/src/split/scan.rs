@@ -1003,10 +1003,26 @@ fn split_fat(
             )
             .encode())
         };
-        let host =
-            rocpack_elf::split_archive(data, &mut marker_for).map_err(|e| elf_err(path, e))?;
-        super::write_file_mode(host_dst, &host, mode)?;
-        host.len()
+        // Members are read and split one at a time (split ones through a
+        // spill file beside the output), the archive written range by range.
+        release(&map, None);
+        let dir = host_dst.parent().unwrap_or(Path::new("."));
+        let spill = tempfile::tempfile_in(dir).ctx(dir, "create a spill file")?;
+        let out = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(host_dst)
+            .ctx(host_dst, "create")?;
+        let mut w = std::io::BufWriter::with_capacity(1 << 16, &out);
+        let len = rocpack_elf::split_archive_to(data, &src, &mut marker_for, &spill, &mut w)
+            .map_err(|e| elf_err(path, e))?;
+        std::io::Write::flush(&mut w).ctx(host_dst, "write")?;
+        drop(w);
+        drop(out);
+        fsutil::set_mode(host_dst, mode)?;
+        release(&map, None);
+        len as usize
     } else if matches!(
         rocpack_image::detect(data),
         rocpack_image::FileType::Pe { .. }
@@ -1017,14 +1033,21 @@ fn split_fat(
         }
         let marker = Marker::for_split(&opts.artifact_prefix, depth, kernel_name.clone()).encode();
         release(&map, None);
-        let host = rocpack_image::pe::split_analyzed(data, &info, &marker)
+        // Written range by range from positioned reads, as for ELF files.
+        let out = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(host_dst)
+            .ctx(host_dst, "create")?;
+        let len = rocpack_image::pe::split_to(data, &src, &info, &marker, &out)
             .map_err(|e| image_err(path, e))?;
+        drop(out);
+        fsutil::set_mode(host_dst, mode)?;
         release(&map, None);
-        super::write_file_mode(host_dst, &host, mode)?;
-        let len = host.len();
-        drop(host);
         collector.collect(data, &info.bundles, &kernel_name)?;
-        len
+        len as usize
     } else {
         let info = match rocpack_elf::analyze_in(data, &src) {
             Ok(i) => i,

@@ -264,7 +264,7 @@ fn obj_err(offset: u64) -> impl Fn(object::Error) -> Error {
 }
 
 /// Decode the section table; long names need the string table.
-fn decode_sections<'d>(
+pub(super) fn decode_sections<'d>(
     data: &'d [u8],
     table: &object::read::coff::SectionTable<'d>,
     table_offset: u64,

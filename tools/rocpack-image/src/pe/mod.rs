@@ -2,10 +2,13 @@
 
 mod analyze;
 mod rewrite;
+pub(crate) mod sparse;
 
 pub use analyze::{
     analyze, analyze_in, bundle_bytes, ImageHeaders, PeInfo, PeKind, PePointer, PeSection,
     PeWrapper, FATBIN_SECTIONS, MARKER_CHARACTERISTICS, MARKER_SECTION, WRAPPER_SECTIONS,
     WRAPPER_SIZE,
 };
-pub use rewrite::{pe_checksum, reassemble, split_analyzed, split_host};
+pub use rewrite::{
+    pe_checksum, pe_checksum_in, reassemble, reassemble_to, split_analyzed, split_host, split_to,
+};

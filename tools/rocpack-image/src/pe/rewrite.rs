@@ -1,9 +1,12 @@
 //! Host-only rewrite of PE32+ images and its exact inverse. Layout:
 //! `docs/formats/split-pe.md`.
 
+use std::fs::File;
+
 use object::pe;
 
-use rocpack_elf::{State, HIPF_MAGIC, HIPK_MAGIC};
+use rocpack_bundle::ReadAt;
+use rocpack_elf::{Bundles, Out, State, HIPF_MAGIC, HIPK_MAGIC};
 
 use super::analyze::{
     analyze, get, u32_at, ImageHeaders, PeInfo, PeKind, PePointer, PeSection,
@@ -16,6 +19,10 @@ use crate::error::{Error, Result};
 const BUNDLE_ALIGN: u64 = 4096;
 const DEBUG_ENTRY: u64 = 28;
 const SECTION_HEADER: u64 = 40;
+/// Read buffer of [`pe_checksum_in`] (even: words never straddle reads).
+const CHUNK: u64 = 1 << 20;
+/// No auxiliary source (the split copies only the input).
+const NO_AUX: &[u8] = &[];
 
 fn round_up(v: u64, a: u64) -> u64 {
     if a <= 1 {
@@ -25,14 +32,14 @@ fn round_up(v: u64, a: u64) -> u64 {
     }
 }
 
-fn put_u16(out: &mut [u8], at: u64, v: u16) {
-    out[at as usize..at as usize + 2].copy_from_slice(&v.to_le_bytes());
+fn put_u16(out: &mut Out, at: u64, v: u16) -> Result<()> {
+    Ok(out.put(at, &v.to_le_bytes())?)
 }
-fn put_u32(out: &mut [u8], at: u64, v: u32) {
-    out[at as usize..at as usize + 4].copy_from_slice(&v.to_le_bytes());
+fn put_u32(out: &mut Out, at: u64, v: u32) -> Result<()> {
+    Ok(out.put(at, &v.to_le_bytes())?)
 }
-fn put_u64(out: &mut [u8], at: u64, v: u64) {
-    out[at as usize..at as usize + 8].copy_from_slice(&v.to_le_bytes());
+fn put_u64(out: &mut Out, at: u64, v: u64) -> Result<()> {
+    Ok(out.put(at, &v.to_le_bytes())?)
 }
 
 fn to_u32(v: u64, at: u64, what: &str) -> Result<u32> {
@@ -44,18 +51,41 @@ fn to_u32(v: u64, at: u64, what: &str) -> Result<u32> {
 /// complement style sum of the file with the field itself taken as zero,
 /// plus the file length.
 pub fn pe_checksum(data: &[u8], field: u64) -> u32 {
+    pe_checksum_in(&data, field).expect("a slice reads whole")
+}
+
+/// [`pe_checksum`] of a source (a written file), read through one buffer.
+pub fn pe_checksum_in(src: &dyn ReadAt, field: u64) -> std::io::Result<u32> {
+    let len = src.size();
     let mut sum: u64 = 0;
-    for (i, w) in data.chunks(2).enumerate() {
-        let at = 2 * i as u64;
-        if at == field || at == field + 2 {
-            continue;
+    let mut buf = vec![0u8; usize::try_from(CHUNK.min(len)).unwrap_or(0)];
+    let mut at = 0u64;
+    while at < len {
+        // An even chunk size keeps every 16-bit word inside one chunk.
+        let n = (len - at).min(CHUNK) as usize;
+        let mut got = 0;
+        while got < n {
+            let k = src.read_at(at + got as u64, &mut buf[got..n])?;
+            if k == 0 {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::UnexpectedEof,
+                    "image ended while its checksum was computed",
+                ));
+            }
+            got += k;
         }
-        let word = u64::from(w[0]) | (u64::from(*w.get(1).unwrap_or(&0)) << 8);
-        sum += word;
-        sum = (sum & 0xffff) + (sum >> 16);
+        for (i, w) in buf[..n].chunks(2).enumerate() {
+            let pos = at + 2 * i as u64;
+            if pos == field || pos == field + 2 {
+                continue;
+            }
+            sum += u64::from(w[0]) | (u64::from(*w.get(1).unwrap_or(&0)) << 8);
+            sum = (sum & 0xffff) + (sum >> 16);
+        }
+        at += n as u64;
     }
     sum = (sum & 0xffff) + (sum >> 16);
-    (sum as u32).wrapping_add(data.len() as u32)
+    Ok((sum as u32).wrapping_add(len as u32))
 }
 
 /// File offsets of the debug directory entries' `PointerToRawData` fields
@@ -143,9 +173,98 @@ pub fn split_host(data: &[u8], marker: &[u8]) -> Result<Vec<u8>> {
 
 /// [`split_host`] with the analysis already done.
 pub fn split_analyzed(data: &[u8], info: &PeInfo, marker: &[u8]) -> Result<Vec<u8>> {
+    let Some(plan) = split_plan(data, info, marker)? else {
+        return Ok(data.to_vec());
+    };
+    let out = plan.to_vec(&data, &NO_AUX)?;
+    check_split(&analyze(&out), info)?;
+    Ok(out)
+}
+
+/// [`split_analyzed`] written to `dst` (opened for reading and writing):
+/// the image copied range by range from `src` (a source of the same bytes
+/// as `data`, which only the headers are read from) through one buffer,
+/// the checksum computed from the written file, the result checked by
+/// analysing the file. Memory does not grow with the image. Returns the
+/// bytes written.
+pub fn split_to(
+    data: &[u8],
+    src: &dyn ReadAt,
+    info: &PeInfo,
+    marker: &[u8],
+    dst: &File,
+) -> Result<u64> {
+    let Some(plan) = split_plan(data, info, marker)? else {
+        let mut o = Out::default();
+        o.push_src(0, data.len() as u64);
+        return Plan {
+            out: o,
+            checksum: None,
+        }
+        .write(src, &NO_AUX, dst);
+    };
+    let n = plan.write(src, &NO_AUX, dst)?;
+    let f = crate::ImageFile::of(
+        dst.try_clone()
+            .map_err(io("reopening the host-only image"))?,
+    )
+    .map_err(io("reading the host-only image back"))?;
+    check_split(
+        &f.analyze()
+            .map_err(io("reading the host-only image back"))?
+            .and_then(|a| match a {
+                crate::Analysis::Pe(i) => Ok(i),
+                crate::Analysis::Elf(_) => Err(Error::layout(0, "not a PE image")),
+            }),
+        info,
+    )?;
+    Ok(n)
+}
+
+fn io(what: &'static str) -> impl Fn(std::io::Error) -> Error {
+    move |source| Error::Elf(rocpack_elf::Error::Io { what, source })
+}
+
+/// A rewritten image: its pieces, and the `CheckSum` field to compute once
+/// the bytes are known (when the input had one).
+struct Plan {
+    out: Out,
+    checksum: Option<u64>,
+}
+
+impl Plan {
+    fn to_vec(&self, src: &dyn ReadAt, aux: &dyn ReadAt) -> Result<Vec<u8>> {
+        let mut v = self.out.to_vec(src, aux)?;
+        if let Some(f) = self.checksum {
+            let c = pe_checksum(&v, f);
+            v[f as usize..f as usize + 4].copy_from_slice(&c.to_le_bytes());
+        }
+        Ok(v)
+    }
+
+    fn write(&self, src: &dyn ReadAt, aux: &dyn ReadAt, dst: &File) -> Result<u64> {
+        let mut w = std::io::BufWriter::with_capacity(1 << 16, dst);
+        let n = self
+            .out
+            .write_to(src, aux, &mut w)
+            .map_err(io("writing the image"))?;
+        std::io::Write::flush(&mut w).map_err(io("writing the image"))?;
+        drop(w);
+        if let Some(f) = self.checksum {
+            let c = pe_checksum_in(&rocpack_bundle::FileRange::new(dst, 0, n), f)
+                .map_err(io("reading the image back"))?;
+            std::os::unix::fs::FileExt::write_all_at(dst, &c.to_le_bytes(), f)
+                .map_err(io("writing the image"))?;
+        }
+        Ok(n)
+    }
+}
+
+/// The split of `data` as pieces; `None`: host-only, unchanged.
+fn split_plan(data: &[u8], info: &PeInfo, marker: &[u8]) -> Result<Option<Plan>> {
     let h = header(info)?;
     match info.state {
-        State::HostOnly => return Ok(data.to_vec()),
+        State::HostOnly => return Ok(None),
         State::Split => {
             return Err(Error::unsupported(
                 0,
@@ -291,14 +410,14 @@ pub fn split_analyzed(data: &[u8], info: &PeInfo, marker: &[u8]) -> Result<Vec<u
     let marker_at = e - rs + g;
 
     // Assemble.
-    let mut out = Vec::with_capacity(data.len() - rs as usize + mr as usize + g as usize);
-    out.extend_from_slice(&data[..first_raw as usize]);
-    out.resize((first_raw + g) as usize, 0);
-    out.extend_from_slice(&data[first_raw as usize..ps as usize]);
-    out.extend_from_slice(&data[(ps + rs) as usize..e as usize]);
+    let mut out = Out::default();
+    out.push_src(0, first_raw);
+    out.resize(first_raw + g);
+    out.push_src(first_raw, ps - first_raw);
+    out.push_src(ps + rs, e - (ps + rs));
     out.extend_from_slice(marker);
-    out.resize((marker_at + mr) as usize, 0);
-    out.extend_from_slice(&data[e as usize..]);
+    out.resize(marker_at + mr);
+    out.push_src(e, data.len() as u64 - e);
 
     // Headers.
     for s in &info.sections {
@@ -311,18 +430,18 @@ pub fn split_analyzed(data: &[u8], info: &PeInfo, marker: &[u8]) -> Result<Vec<u
                     s.header_offset,
                     "PointerToRawData",
                 )?,
-            );
+            )?;
         }
     }
-    put_u32(&mut out, fsec.header_offset + 16, 0); // SizeOfRawData
+    put_u32(&mut out, fsec.header_offset + 16, 0)?; // SizeOfRawData
     put_u32(
         &mut out,
         fsec.header_offset + 20,
         to_u32(ps + g, fsec.header_offset, "PointerToRawData")?,
-    );
+    )?;
     for &(at, v) in &field_map {
         if v != 0 {
-            put_u32(&mut out, shift(at), to_u32(shift(v), at, "file offset")?);
+            put_u32(&mut out, shift(at), to_u32(shift(v), at, "file offset")?)?;
         }
     }
     let mut hdr = [0u8; 40];
@@ -336,21 +455,21 @@ pub fn split_analyzed(data: &[u8], info: &PeInfo, marker: &[u8]) -> Result<Vec<u
     let blocks = u16::try_from(g / fa).map_err(|_| Error::layout(slot, "header growth"))?;
     hdr[34..36].copy_from_slice(&blocks.to_le_bytes());
     hdr[36..40].copy_from_slice(&MARKER_CHARACTERISTICS.to_le_bytes());
-    out[slot as usize..slot as usize + 40].copy_from_slice(&hdr);
+    out.put(slot, &hdr)?;
     if g > 0 {
         put_u32(
             &mut out,
             h.optional_offset + 60,
             to_u32(u64::from(h.size_of_headers) + g, 0, "SizeOfHeaders")?,
-        );
+        )?;
     }
-    put_u16(&mut out, h.nt_offset + 6, (info.sections.len() + 1) as u16);
+    put_u16(&mut out, h.nt_offset + 6, (info.sections.len() + 1) as u16)?;
     let size_of_image = round_up(marker_rva + marker.len() as u64, sa);
     put_u32(
         &mut out,
         h.optional_offset + 56,
         to_u32(size_of_image, h.optional_offset, "SizeOfImage")?,
-    );
+    )?;
     adjust_initialized_data(&mut out, data, h, fsec, rs, mr, true)?;
 
     // Wrappers.
@@ -358,16 +477,12 @@ pub fn split_analyzed(data: &[u8], info: &PeInfo, marker: &[u8]) -> Result<Vec<u
     for w in &info.wrappers {
         let at = shift(w.file_offset);
         let co = w.bundle.expect("checked above") as u32;
-        put_u32(&mut out, at, HIPK_MAGIC);
-        put_u64(&mut out, at + 8, ptr);
-        put_u32(&mut out, at + 16, co);
+        put_u32(&mut out, at, HIPK_MAGIC)?;
+        put_u64(&mut out, at + 8, ptr)?;
+        put_u32(&mut out, at + 16, co)?;
     }
-    if h.check_sum != 0 {
-        let f = h.optional_offset + 64;
-        let c = pe_checksum(&out, f);
-        put_u32(&mut out, f, c);
-    }
-    check_split(out, info)
+    let checksum = (h.check_sum != 0).then_some(h.optional_offset + 64);
+    Ok(Some(Plan { out, checksum }))
 }
 
 /// How many bytes (a multiple of `FileAlignment`) the header area must grow
@@ -431,9 +546,11 @@ fn header_growth(
 /// The rewritten image, once it analyses as split with every wrapper on
 /// the marker: a layout this module got wrong is an error, never a
 /// silently broken image.
-fn check_split(out: Vec<u8>, info: &PeInfo) -> Result<Vec<u8>> {
+fn check_split(check: &Result<PeInfo>, info: &PeInfo) -> Result<()> {
     let bad = |what: String| Error::layout(0, format!("internal: the rewritten image {what}"));
-    let check = analyze(&out).map_err(|e| bad(format!("does not analyse: {e}")))?;
+    let check = check
+        .as_ref()
+        .map_err(|e| bad(format!("does not analyse: {e}")))?;
     if check.state != State::Split
         || check.wrappers.len() != info.wrappers.len()
         || !check.wrappers.iter().all(|w| w.points_to_marker)
@@ -442,12 +559,12 @@ fn check_split(out: Vec<u8>, info: &PeInfo) -> Result<Vec<u8>> {
             "does not analyse as split with every wrapper on .kpackrf".into(),
         ));
     }
-    Ok(out)
+    Ok(())
 }
 
 /// `SizeOfInitializedData` follows the raw data removed and added.
 fn adjust_initialized_data(
-    out: &mut [u8],
+    out: &mut Out,
     data: &[u8],
     h: &ImageHeaders,
     fsec: &PeSection,
@@ -464,8 +581,7 @@ fn adjust_initialized_data(
     } else {
         v + fat - mr as i64
     };
-    put_u32(out, at, u32::try_from(n.max(0)).unwrap_or(u32::MAX));
-    Ok(())
+    put_u32(out, at, u32::try_from(n.max(0)).unwrap_or(u32::MAX))
 }
 
 /// Inverse of [`split_host`]: `bundles[i]` is the bundle (uncompressed or
@@ -475,7 +591,28 @@ fn adjust_initialized_data(
 /// the bundles are.
 pub fn reassemble(host: &[u8], bundles: &[Vec<u8>]) -> Result<Vec<u8>> {
     let info = analyze(host)?;
-    let h = header(&info)?;
+    let b = Bundles::Owned(bundles);
+    reassemble_plan(host, &info, &b)?.to_vec(&host, b.aux())
+}
+
+/// [`reassemble`] written to `dst` (opened for reading and writing): the
+/// host image copied from `host_src` (a source of the same bytes as `host`,
+/// which only headers are read from), the bundles from theirs
+/// ([`Bundles::In`]: ranges of a spill file), range by range through one
+/// buffer; the checksum computed from the written file. Memory does not
+/// grow with the image or the bundles. Returns the bytes written.
+pub fn reassemble_to(
+    host: &[u8],
+    host_src: &dyn ReadAt,
+    bundles: &Bundles<'_>,
+    dst: &File,
+) -> Result<u64> {
+    let info = super::analyze_in(host, host_src)?;
+    reassemble_plan(host, &info, bundles)?.write(host_src, bundles.aux(), dst)
+}
+
+fn reassemble_plan(host: &[u8], info: &PeInfo, bundles: &Bundles<'_>) -> Result<Plan> {
+    let h = header(info)?;
     if info.kind == PeKind::Object || info.state != State::Split {
         return Err(Error::unsupported(0, "not a split image"));
     }
@@ -507,9 +644,10 @@ pub fn reassemble(host: &[u8], bundles: &[Vec<u8>]) -> Result<Vec<u8>> {
     // clang lays the bundles out 4096-aligned and the section ends with
     // the last one: a VirtualSize beyond that is not a section this module
     // split, and would only cost memory (up to 4 GiB of zeros).
-    let bundles_end = bundles
+    let lens = bundles.lens();
+    let bundles_end = lens
         .iter()
-        .fold(0u64, |end, b| round_up(end, BUNDLE_ALIGN) + b.len() as u64);
+        .fold(0u64, |end, &n| round_up(end, BUNDLE_ALIGN) + n);
     if vsize > round_up(bundles_end, BUNDLE_ALIGN) {
         return Err(Error::layout(
             fsec.header_offset,
@@ -520,27 +658,23 @@ pub fn reassemble(host: &[u8], bundles: &[Vec<u8>]) -> Result<Vec<u8>> {
             ),
         ));
     }
-    let mut offsets = Vec::with_capacity(bundles.len());
-    let mut content = Vec::new();
-    for b in bundles {
-        let at = round_up(content.len() as u64, BUNDLE_ALIGN);
-        content.resize(at as usize, 0);
+    let mut offsets = Vec::with_capacity(lens.len());
+    let mut end = 0u64;
+    for &n in &lens {
+        let at = round_up(end, BUNDLE_ALIGN);
         offsets.push(at);
-        content.extend_from_slice(b);
+        end = at + n;
     }
-    if content.len() as u64 > vsize {
+    if end > vsize {
         return Err(Error::layout(
             fsec.header_offset,
             format!(
-                "bundles need {} bytes, the bundle section `{}` has {vsize}",
-                content.len(),
+                "bundles need {end} bytes, the bundle section `{}` has {vsize}",
                 fsec.name
             ),
         ));
     }
-    content.resize(vsize as usize, 0);
     let rs = round_up(vsize, fa);
-    content.resize(rs as usize, 0);
     let ps = u64::from(fsec.raw_offset);
     let em = u64::from(msec.raw_offset);
     let mr = u64::from(msec.raw_size);
@@ -590,13 +724,18 @@ pub fn reassemble(host: &[u8], bundles: &[Vec<u8>]) -> Result<Vec<u8>> {
             off - mr + rs - back
         }
     };
-    let field_map = file_offset_fields(host, &info, h)?;
-    let mut out = Vec::with_capacity(host.len() + rs as usize);
-    out.extend_from_slice(&host[..cut as usize]);
-    out.extend_from_slice(&host[first_raw as usize..ps as usize]);
-    out.extend_from_slice(&content);
-    out.extend_from_slice(&host[ps as usize..em as usize]);
-    out.extend_from_slice(&host[(em + mr) as usize..]);
+    let field_map = file_offset_fields(host, info, h)?;
+    let mut out = Out::default();
+    out.push_src(0, cut);
+    out.push_src(first_raw, ps - first_raw);
+    let base = out.len();
+    for (i, &at) in offsets.iter().enumerate() {
+        out.resize(base + at);
+        bundles.push(i, &mut out);
+    }
+    out.resize(base + rs);
+    out.push_src(ps, em - ps);
+    out.push_src(em + mr, host.len() as u64 - (em + mr));
     for s in &info.sections {
         if s.raw_size > 0 && s.index != msec.index {
             put_u32(
@@ -607,37 +746,37 @@ pub fn reassemble(host: &[u8], bundles: &[Vec<u8>]) -> Result<Vec<u8>> {
                     s.header_offset,
                     "PointerToRawData",
                 )?,
-            );
+            )?;
         }
     }
     put_u32(
         &mut out,
         fsec.header_offset + 16,
         to_u32(rs, fsec.header_offset, "SizeOfRawData")?,
-    );
+    )?;
     put_u32(
         &mut out,
         fsec.header_offset + 20,
         to_u32(ps - g, fsec.header_offset, "PointerToRawData")?,
-    );
+    )?;
     for &(at, v) in &field_map {
         if v != 0 && at != msec.header_offset + 24 && at != msec.header_offset + 28 {
             put_u32(
                 &mut out,
                 unshift(at),
                 to_u32(unshift(v), at, "file offset")?,
-            );
+            )?;
         }
     }
-    out[slot as usize..(slot + SECTION_HEADER).min(cut) as usize].fill(0);
+    out.fill_zero(slot, (slot + SECTION_HEADER).min(cut))?;
     if g > 0 {
         put_u32(
             &mut out,
             h.optional_offset + 60,
             to_u32(soh - g, 0, "SizeOfHeaders")?,
-        );
+        )?;
     }
-    put_u16(&mut out, h.nt_offset + 6, (info.sections.len() - 1) as u16);
+    put_u16(&mut out, h.nt_offset + 6, (info.sections.len() - 1) as u16)?;
     let max_end = info
         .sections
         .iter()
@@ -649,7 +788,7 @@ pub fn reassemble(host: &[u8], bundles: &[Vec<u8>]) -> Result<Vec<u8>> {
         &mut out,
         h.optional_offset + 56,
         to_u32(round_up(max_end, sa), 0, "SizeOfImage")?,
-    );
+    )?;
     adjust_initialized_data(&mut out, host, h, fsec, rs, mr, false)?;
     for w in &info.wrappers {
         let co = w.co_index() as usize;
@@ -657,23 +796,19 @@ pub fn reassemble(host: &[u8], bundles: &[Vec<u8>]) -> Result<Vec<u8>> {
             Error::wrapper(
                 w.index,
                 w.file_offset,
-                format!("co_index {co} but only {} bundles given", bundles.len()),
+                format!("co_index {co} but only {} bundles given", lens.len()),
             )
         })?;
         let at = unshift(w.file_offset);
-        put_u32(&mut out, at, HIPF_MAGIC);
+        put_u32(&mut out, at, HIPF_MAGIC)?;
         put_u64(
             &mut out,
             at + 8,
             h.image_base
                 .wrapping_add(u64::from(fsec.virtual_address) + off),
-        );
-        put_u64(&mut out, at + 16, 0);
+        )?;
+        put_u64(&mut out, at + 16, 0)?;
     }
-    if h.check_sum != 0 {
-        let f = h.optional_offset + 64;
-        let c = pe_checksum(&out, f);
-        put_u32(&mut out, f, c);
-    }
-    Ok(out)
+    let checksum = (h.check_sum != 0).then_some(h.optional_offset + 64);
+    Ok(Plan { out, checksum })
 }

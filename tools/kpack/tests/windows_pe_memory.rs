@@ -1,0 +1,161 @@
+//! Issue 22: split and reassembly of a PE32+ DLL do not hold the image.
+//! A 512 MiB DLL (256 MiB of host `.rdata`, one bundle of 16 targets x 16
+//! MiB code objects in `.hip_fat`, one HIPF wrapper with a DIR64 base
+//! relocation; linked by lld as ROCm's Windows builds are) is split with
+//! `--compression none` and reassembled. The peak RSS of each run
+//! (`wait4`) must stay within 64 MiB; building the image in memory (the
+//! host part for the split, the whole image and its bundle section for the
+//! reassembly) does not. The reassembled DLL must be the input.
+//!
+//! `KPACK_UNDER_TEST=/path/to/kpack` runs another binary (to show the test
+//! fails on an older build).
+
+mod common;
+
+use std::io::Write;
+use std::path::Path;
+use std::process::Command;
+use std::time::Instant;
+
+use common::*;
+
+const TARGETS: [&str; 16] = [
+    "gfx900", "gfx906", "gfx908", "gfx90a", "gfx940", "gfx941", "gfx942", "gfx1010", "gfx1011",
+    "gfx1012", "gfx1030", "gfx1031", "gfx1100", "gfx1101", "gfx1102", "gfx1200",
+];
+const CO_SIZE: u64 = 16 << 20;
+const HOST_MIB: u64 = 256;
+/// Peak RSS allowed to split and reassembly.
+const MAX_RSS_KIB: u64 = 64 * 1024;
+const CLANG: &str = "/usr/lib/llvm-19/bin/clang";
+
+fn kpack_under_test() -> String {
+    std::env::var("KPACK_UNDER_TEST").unwrap_or_else(|_| KPACK.to_string())
+}
+
+fn tool(mut c: Command, what: &str) {
+    let o = c.output().unwrap();
+    assert!(o.status.success(), "{what}: {}", stderr(&o));
+}
+
+/// Builds `dir/art/big/bin/fx_big.dll`; returns the artifact directory.
+fn build_dll(dir: &Path) -> std::path::PathBuf {
+    write_big_bundle(&dir.join("blob.bin"), &TARGETS, CO_SIZE);
+    let mut f = std::io::BufWriter::new(std::fs::File::create(dir.join("host.bin")).unwrap());
+    let block = pseudo_random(24, 1 << 20);
+    for _ in 0..HOST_MIB {
+        f.write_all(&block).unwrap();
+    }
+    f.flush().unwrap();
+    drop(f);
+    std::fs::write(
+        dir.join("fat.s"),
+        ".section .rdata,\"dr\"\n.p2align 4\n.globl host_blob\nhost_blob:\n.incbin \"host.bin\"\n\
+         .section .hip_fatbin,\"dr\"\n.p2align 12\nfatbin_0:\n.incbin \"blob.bin\"\n\
+         .section .hipFatBinSegment,\"dw\"\n.p2align 3\n\
+         .long 0x48495046, 1\n.quad fatbin_0\n.quad 0\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("main.c"),
+        "extern const char host_blob[];\n\
+         __declspec(dllexport) int fx_big(int i) { return host_blob[i]; }\n",
+    )
+    .unwrap();
+    let mut c = Command::new(CLANG);
+    c.current_dir(dir).args([
+        "--target=x86_64-w64-windows-gnu",
+        "-c",
+        "fat.s",
+        "-o",
+        "fat.obj",
+    ]);
+    tool(c, "assemble");
+    for f in ["blob.bin", "host.bin"] {
+        std::fs::remove_file(dir.join(f)).unwrap();
+    }
+    let art = dir.join("art");
+    let bin = art.join("big/bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    std::fs::write(art.join("big/artifact_manifest.txt"), "bin\n").unwrap();
+    let mut c = Command::new(CLANG);
+    c.current_dir(dir)
+        .args([
+            "--target=x86_64-w64-windows-gnu",
+            "-fuse-ld=lld",
+            "-shared",
+            "main.c",
+            "fat.obj",
+            "-o",
+        ])
+        .arg(bin.join("fx_big.dll"));
+    tool(c, "link");
+    std::fs::remove_file(dir.join("fat.obj")).unwrap();
+    art
+}
+
+#[test]
+fn pe_split_and_reassembly_memory_do_not_grow_with_the_image() {
+    if !Path::new(CLANG).exists() || !have_tool("cmp") {
+        return;
+    }
+    let tmp = tempdir();
+    let art = build_dll(tmp.path());
+    let dll = art.join("big/bin/fx_big.dll");
+    let size = std::fs::metadata(&dll).unwrap().len();
+    assert!(size >= 512 << 20, "input is only {size} bytes");
+    let out = tmp.path().join("out");
+    let mut cmd = Command::new(kpack_under_test());
+    cmd.args(["split", "--artifact-dir"])
+        .arg(art.join("big"))
+        .args(["--artifact-prefix", "big", "--output-dir"])
+        .arg(&out)
+        .args(["--compression", "none", "--jobs", "1"])
+        .env("MALLOC_ARENA_MAX", "1");
+    let t0 = Instant::now();
+    let (o, rss) = run_peak(&cmd);
+    eprintln!(
+        "split of a {size}-byte DLL: peak RSS {rss} KiB, wall {:.2} s",
+        t0.elapsed().as_secs_f64()
+    );
+    assert!(o.status.success(), "split: {}", stderr(&o));
+    let host = out.join("big_generic/bin/fx_big.dll");
+    let host_len = std::fs::metadata(&host).unwrap().len();
+    assert!(
+        host_len >= HOST_MIB << 20 && host_len < size - (64 << 20),
+        "host image is {host_len} bytes"
+    );
+    assert!(
+        rss <= MAX_RSS_KIB,
+        "split of a {size}-byte DLL ({host_len}-byte host image): peak RSS {rss} KiB"
+    );
+    let back = tmp.path().join("back.dll");
+    let mut cmd = Command::new(kpack_under_test());
+    cmd.arg("reassemble")
+        .arg("--host")
+        .arg(&host)
+        .arg("--kpack-dir")
+        .arg(&out)
+        .arg("-o")
+        .arg(&back)
+        .env("MALLOC_ARENA_MAX", "1");
+    let t0 = Instant::now();
+    let (o, rss) = run_peak(&cmd);
+    eprintln!(
+        "reassembly of a {size}-byte DLL: peak RSS {rss} KiB, wall {:.2} s",
+        t0.elapsed().as_secs_f64()
+    );
+    assert!(o.status.success(), "reassemble: {}", stderr(&o));
+    let same = Command::new("cmp")
+        .arg("-s")
+        .arg(&back)
+        .arg(&dll)
+        .status()
+        .unwrap()
+        .success();
+    assert!(same, "the reassembled DLL differs from the input");
+    assert!(
+        rss <= MAX_RSS_KIB,
+        "reassembly of a {size}-byte DLL: peak RSS {rss} KiB"
+    );
+}

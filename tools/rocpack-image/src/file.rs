@@ -1,0 +1,172 @@
+//! Analysing a file without reading it whole: [`ImageFile`] is the one
+//! entry point for file-backed analysis (`kpack verify --installed-tree`,
+//! `kpack split-wheel --overlay-root`). The bytes an analysis reads are
+//! loaded with positioned reads into a [`rocpack_elf::Sparse`] buffer (ELF
+//! files, `ar` members, PE images, COFF objects); bundles are found through
+//! the file. The file is never mapped, so one truncated under us is a read
+//! error (or a changed-size error from [`ImageFile::check_unchanged`]),
+//! never `SIGBUS`.
+
+use std::fs::File;
+use std::io;
+use std::path::Path;
+
+use rocpack_bundle::{FileRange, Window};
+use rocpack_elf::{ArchiveMember, FatBinaryInfo, Sparse};
+
+use crate::{detect, Analysis, Error, FileType, Result, HEAD_LEN};
+
+/// An open regular file with what its analysis reads loaded.
+pub struct ImageFile {
+    file: File,
+    len: u64,
+    mtime: Option<std::time::SystemTime>,
+    kind: FileType,
+    sparse: Sparse,
+}
+
+fn changed(what: String) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, what)
+}
+
+impl ImageFile {
+    /// Opens `path` (refusing what is not a regular file without waiting on
+    /// it: a FIFO is opened non-blocking and refused) and loads what its
+    /// analysis reads.
+    pub fn open(path: &Path) -> io::Result<ImageFile> {
+        use std::os::unix::fs::OpenOptionsExt;
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(path)?;
+        Self::of(file).map_err(|e| {
+            if e.kind() == io::ErrorKind::InvalidInput {
+                io::Error::new(e.kind(), format!("{}: {e}", path.display()))
+            } else {
+                e
+            }
+        })
+    }
+
+    /// [`ImageFile::open`] of an open file.
+    pub fn of(file: File) -> io::Result<ImageFile> {
+        let meta = file.metadata()?;
+        if !meta.is_file() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "not a regular file",
+            ));
+        }
+        let len = meta.len();
+        let src = FileRange::new(&file, 0, len);
+        // The head is read apart: the buffer holds only what the loaders
+        // load (so a loader that misses a table shows in the tests).
+        let mut head = vec![0u8; HEAD_LEN.min(usize::try_from(len).unwrap_or(HEAD_LEN))];
+        let n = rocpack_bundle::ReadAt::read_at(&src, 0, &mut head)?;
+        head.truncate(n);
+        let kind = detect(&head);
+        let image = kind.is_host_image() || kind == FileType::Archive;
+        let mut sparse = Sparse::new(if image { len } else { 0 })?;
+        match kind {
+            FileType::Elf { .. } => sparse.load_elf(&src, 0, len)?,
+            FileType::Archive => sparse.load_archive(&src)?,
+            FileType::Pe { .. } | FileType::Coff { .. } => {
+                crate::pe::sparse::load(&mut sparse, &src, kind)?
+            }
+            _ => {}
+        }
+        let f = ImageFile {
+            file,
+            len,
+            mtime: meta.modified().ok(),
+            kind,
+            sparse,
+        };
+        f.check_unchanged()?;
+        Ok(f)
+    }
+
+    /// What the file is ([`detect`] of its head).
+    pub fn file_type(&self) -> FileType {
+        self.kind
+    }
+
+    /// The file's size when opened.
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    /// Whether the file is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Bytes read from the file to load the analysis (not the bundle
+    /// headers the analysis reads itself).
+    pub fn loaded(&self) -> u64 {
+        self.sparse.loaded()
+    }
+
+    /// The file through positioned reads.
+    pub fn source(&self) -> FileRange<'_> {
+        FileRange::new(&self.file, 0, self.len)
+    }
+
+    /// Errors when the file's size or modification time differs from when
+    /// it was opened (rewritten while read: its analysis may mix versions).
+    pub fn check_unchanged(&self) -> io::Result<()> {
+        let m = self.file.metadata()?;
+        if m.len() != self.len || m.modified().ok() != self.mtime {
+            return Err(changed(format!(
+                "file changed while it was read ({} bytes when opened, {} now)",
+                self.len,
+                m.len()
+            )));
+        }
+        Ok(())
+    }
+
+    /// Analysis of an ELF file, PE32+ image or COFF object, as
+    /// [`crate::analyze`] of the whole file gives it (the inner result).
+    /// The outer error: the file changed while it was analysed.
+    pub fn analyze(&self) -> io::Result<Result<Analysis>> {
+        let data = self.sparse.bytes();
+        let src = self.source();
+        let a = match self.kind {
+            FileType::Elf { .. } => rocpack_elf::analyze_in(data, &src)
+                .map(Analysis::Elf)
+                .map_err(Error::from),
+            FileType::Pe { .. } | FileType::Coff { .. } => {
+                crate::pe::analyze_in(data, &src).map(Analysis::Pe)
+            }
+            t => Err(Error::NotAnImage(t.name())),
+        };
+        self.check_unchanged()?;
+        Ok(a)
+    }
+
+    /// The ELF members of an `ar` archive, each with its analysis (the
+    /// inner result: the member list, as `rocpack_elf::archive_members` of
+    /// the whole file gives it). The outer error: the file changed while
+    /// it was analysed.
+    #[allow(clippy::type_complexity)]
+    pub fn members(
+        &self,
+    ) -> io::Result<rocpack_elf::Result<Vec<(ArchiveMember<'_>, rocpack_elf::Result<FatBinaryInfo>)>>>
+    {
+        let data = self.sparse.bytes();
+        let src = self.source();
+        let list = rocpack_elf::archive_members(data).map(|ms| {
+            ms.into_iter()
+                .filter(|m| matches!(detect(m.data), FileType::Elf { .. }))
+                .map(|m| {
+                    let body = Window::new(&src, m.header_offset + 60, m.data.len() as u64);
+                    let info = rocpack_elf::analyze_in(m.data, &body);
+                    (m, info)
+                })
+                .collect()
+        });
+        self.check_unchanged()?;
+        Ok(list)
+    }
+}

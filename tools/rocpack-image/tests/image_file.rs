@@ -1,0 +1,123 @@
+//! `ImageFile` (analysis from positioned reads of the bytes the analysis
+//! needs) gives what `analyze` of the whole file gives, on every ELF,
+//! archive, PE and COFF fixture, fat and split, and on the malformed
+//! inputs the fuzzers found; it reads a small part of a file; a FIFO is
+//! refused without waiting and a file truncated after opening is an error.
+
+use std::path::{Path, PathBuf};
+
+use rocpack_image::{analyze, FileType, ImageFile};
+use rocpack_testsupport as ts;
+
+const MARKER: &[u8] = b"\x82\xa5hello-marker-payload-for-tests";
+
+fn same_as_whole(path: &Path) -> (u64, u64) {
+    let data = std::fs::read(path).unwrap();
+    let f = ImageFile::open(path).unwrap();
+    let what = path.display();
+    match f.file_type() {
+        FileType::Archive => {
+            let whole = rocpack_elf::archive_members(&data).map(|ms| {
+                ms.into_iter()
+                    .filter(|m| matches!(rocpack_image::detect(m.data), FileType::Elf { .. }))
+                    .map(|m| {
+                        (
+                            m.name.clone(),
+                            rocpack_elf::analyze(m.data).map_err(|e| e.to_string()),
+                        )
+                    })
+                    .collect::<Vec<_>>()
+            });
+            let sparse = f.members().unwrap().map(|ms| {
+                ms.into_iter()
+                    .map(|(m, i)| (m.name.clone(), i.map_err(|e| e.to_string())))
+                    .collect::<Vec<_>>()
+            });
+            assert_eq!(
+                whole.map_err(|e| e.to_string()),
+                sparse.map_err(|e| e.to_string()),
+                "{what}"
+            );
+        }
+        _ => {
+            let whole = analyze(&data).map_err(|e| e.to_string());
+            let sparse = f.analyze().unwrap().map_err(|e| e.to_string());
+            assert_eq!(whole, sparse, "{what}");
+        }
+    }
+    (f.loaded(), f.len())
+}
+
+fn split_copy(src: &Path, dir: &Path) -> Option<PathBuf> {
+    let data = std::fs::read(src).unwrap();
+    let out = rocpack_image::split_file(&data, &mut |_, _| Ok(MARKER.to_vec())).ok()?;
+    (out != data).then(|| {
+        let p = dir.join(format!(
+            "{}.split",
+            src.file_name().unwrap().to_string_lossy()
+        ));
+        std::fs::write(&p, out).unwrap();
+        p
+    })
+}
+
+fn check_dir(dir: &Path, tmp: &Path) -> usize {
+    let mut n = 0;
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.is_file())
+        .collect();
+    files.sort();
+    for p in files {
+        same_as_whole(&p);
+        n += 1;
+        if let Some(s) = split_copy(&p, tmp) {
+            same_as_whole(&s);
+            n += 1;
+        }
+    }
+    n
+}
+
+#[test]
+fn elf_and_archive_fixtures_analyse_as_from_the_whole_file() {
+    ts::require_fixtures();
+    let t = ts::tempdir();
+    let n = check_dir(&ts::fatbins(), t.path());
+    assert!(n >= 20, "{n} files checked");
+    // The largest fixture: only headers, tables and wrappers are read.
+    let (loaded, len) = same_as_whole(&ts::fatbins().join("libfx_multi.so"));
+    assert!(loaded * 4 < len, "{loaded} of {len} bytes read");
+}
+
+#[test]
+fn pe_fixtures_and_fuzz_inputs_analyse_as_from_the_whole_file() {
+    let t = ts::tempdir();
+    let n = check_dir(&ts::win_fixtures().join("fatbins-win"), t.path());
+    let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data");
+    let m = check_dir(&data, t.path());
+    assert!(n >= 8 && m >= 1, "{n} PE fixtures, {m} fuzz inputs checked");
+}
+
+#[test]
+fn fifo_refused_and_truncation_detected() {
+    let t = ts::tempdir();
+    let fifo = t.path().join("fifo");
+    ts::mkfifo(&fifo);
+    let e = ImageFile::open(&fifo).err().expect("a FIFO is refused");
+    assert!(e.to_string().contains("not a regular file"), "{e}");
+    ts::require_fixtures();
+    let p = t.path().join("lib.so");
+    std::fs::copy(ts::fatbins().join("libfx_multi.so"), &p).unwrap();
+    let f = ImageFile::open(&p).unwrap();
+    let len = f.len();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&p)
+        .unwrap()
+        .set_len(len / 2)
+        .unwrap();
+    let e = f.analyze().expect_err("truncated under us");
+    assert!(e.to_string().contains("changed while it was read"), "{e}");
+}
