@@ -11,8 +11,9 @@
 //!   [`TargetId`], [`isa_matches`], [`compatible_targets`].
 //! * Bounded memory for any payload: [`index_bundle`] reads the entry table
 //!   alone (a CCOB's prefix), [`walk_bundle`] streams every code object to
-//!   a sink in chunks, decompressing a CCOB once; [`copy_payload`] spills a
-//!   payload to a writer.
+//!   a sink in chunks, decompressing a CCOB once; [`walk_entries`] decodes
+//!   code objects straight into the caller's buffers and skips the rest;
+//!   [`copy_payload`] spills a payload to a writer.
 //! * Writers whose output clang-offload-bundler unbundles to identical bytes:
 //!   [`write_uncompressed`], [`write_ccob`].
 //!
@@ -39,8 +40,8 @@ pub use layout::{BundleLayout, LayoutEntry};
 pub use source::{bundle_extent_in, find_bundles_in, FileRange, ReadAt, Window};
 pub use spelling::{arch_from_file_name, base_arch, miopen_arch, parse_target_exact};
 pub use stream::{
-    copy_payload, index_bundle, index_bundle_in, walk_bundle, BundleIndex, CopyError, EntrySink,
-    IndexEntry, WalkSummary, CHUNK,
+    copy_payload, index_bundle, index_bundle_in, release_decoders, walk_bundle, walk_entries,
+    BundleIndex, CopyError, EntryDest, EntrySink, EntryTarget, IndexEntry, WalkSummary, CHUNK,
 };
 pub use target::{
     compatible_targets, generic_covers, generic_for, is_gfx_processor, isa_matches,

@@ -123,7 +123,52 @@ struct Ccob<'a> {
     reader: Box<dyn Read + 'a>,
 }
 
-fn open_ccob<'a>(src: &'a (dyn ReadAt + 'a), opts: &ParseOptions) -> Result<Ccob<'a>> {
+/// Decoder contexts kept for reuse: a CCOB's decoder keeps a window as
+/// large as its payload (tens of MiB), and a fresh one is page-faulted and
+/// zeroed again for every bundle. At most [`DCTX_KEEP`] are kept.
+static DCTX_POOL: std::sync::Mutex<Vec<zstd::zstd_safe::DCtx<'static>>> =
+    std::sync::Mutex::new(Vec::new());
+
+/// Decoder contexts [`DCTX_POOL`] keeps at most.
+const DCTX_KEEP: usize = 2;
+
+/// A decoder context taken from [`DCTX_POOL`] (or new), given back on drop.
+struct Dctx(Option<zstd::zstd_safe::DCtx<'static>>);
+
+impl Dctx {
+    fn take() -> Dctx {
+        let pooled = DCTX_POOL.lock().ok().and_then(|mut p| p.pop());
+        Dctx(Some(pooled.unwrap_or_else(zstd::zstd_safe::DCtx::create)))
+    }
+
+    fn get(&mut self) -> &mut zstd::zstd_safe::DCtx<'static> {
+        self.0.get_or_insert_with(zstd::zstd_safe::DCtx::create)
+    }
+}
+
+impl Drop for Dctx {
+    fn drop(&mut self) {
+        if let (Some(d), Ok(mut p)) = (self.0.take(), DCTX_POOL.lock()) {
+            if p.len() < DCTX_KEEP {
+                p.push(d);
+            }
+        }
+    }
+}
+
+/// Frees the decoder contexts kept for reuse (their windows), e.g. when a
+/// phase that walked bundles is over.
+pub fn release_decoders() {
+    if let Ok(mut p) = DCTX_POOL.lock() {
+        p.clear();
+    }
+}
+
+fn open_ccob<'a>(
+    src: &'a (dyn ReadAt + 'a),
+    opts: &ParseOptions,
+    dctx: &'a mut Dctx,
+) -> Result<Ccob<'a>> {
     let h = parse_ccob_header_within(&read_vec(src, 0, 32)?, src.size())?;
     let start = h.header_len;
     let end = match h.total_size {
@@ -155,11 +200,7 @@ fn open_ccob<'a>(src: &'a (dyn ReadAt + 'a), opts: &ParseOptions) -> Result<Ccob
     };
     let reader: Box<dyn Read + 'a> = match h.method {
         crate::Method::Zstd => Box::new(
-            zstd::stream::read::Decoder::with_buffer(payload)
-                .map_err(|e| Error::Decompress {
-                    offset: start,
-                    reason: e.to_string(),
-                })?
+            zstd::stream::read::Decoder::with_context(payload, dctx.get())
                 .take(claim.saturating_add(1)),
         ),
         crate::Method::Zlib => {
@@ -362,7 +403,8 @@ pub fn index_bundle_in(src: &dyn ReadAt, opts: &ParseOptions) -> Result<BundleIn
             entries,
         })
     } else if head.starts_with(CCOB_MAGIC) {
-        let mut c = open_ccob(src, opts)?;
+        let mut dctx = Dctx::take();
+        let mut c = open_ccob(src, opts, &mut dctx)?;
         let h = c.header;
         let (header, entries, end) = parse_header(h.uncompressed_size, &mut |n| {
             let mut v = vec![0u8; n];
@@ -518,13 +560,13 @@ pub fn walk_bundle<E: From<Error>>(
     raw: &mut dyn FnMut(&[u8]) -> std::result::Result<(), E>,
     sink: &mut EntrySink<'_, E>,
 ) -> std::result::Result<WalkSummary, E> {
-    walk(bytes, index, opts, opts.walk_hash, raw, sink)
+    walk(&bytes, index, opts, opts.walk_hash, raw, sink)
 }
 
 /// [`walk_bundle`]; `want_hash` false skips the MD5 of a CCOB payload
 /// (unless `opts.verify_hash`), leaving `hash_matches` `None`.
 fn walk<E: From<Error>>(
-    bytes: &[u8],
+    src: &dyn ReadAt,
     index: &BundleIndex,
     opts: &ParseOptions,
     want_hash: bool,
@@ -535,19 +577,41 @@ fn walk<E: From<Error>>(
     let mut d = Dispatch::new(index);
     match index.ccob {
         None => {
-            let whole = bytes
-                .get(..index.payload_len as usize)
-                .ok_or(Error::Truncated {
+            if src.size() < index.payload_len {
+                return Err(Error::Truncated {
                     offset: 0,
                     expected: "uncompressed bundle",
                     needed: index.payload_len,
-                    available: bytes.len() as u64,
-                })?;
-            let mut pos = 0usize;
-            for piece in whole.chunks(CHUNK) {
+                    available: src.size(),
+                }
+                .into());
+            }
+            let mut buf = Vec::new();
+            let mut pos = 0u64;
+            while pos < index.payload_len {
+                let n = (index.payload_len - pos).min(CHUNK as u64) as usize;
+                let piece = match src.as_slice() {
+                    Some(s) => &s[pos as usize..pos as usize + n],
+                    None => {
+                        buf.resize(n, 0);
+                        let got = src
+                            .read_at(pos, &mut buf)
+                            .map_err(|e| crate::source::io_err(pos, "bundle bytes", e))?;
+                        if got < n {
+                            return Err(Error::Truncated {
+                                offset: pos,
+                                expected: "uncompressed bundle",
+                                needed: n as u64,
+                                available: got as u64,
+                            }
+                            .into());
+                        }
+                        &buf[..]
+                    }
+                };
                 raw(piece)?;
-                d.feed(pos as u64, piece, sink)?;
-                pos += piece.len();
+                d.feed(pos, piece, sink)?;
+                pos += n as u64;
             }
             Ok(WalkSummary {
                 hash_matches: None,
@@ -556,7 +620,8 @@ fn walk<E: From<Error>>(
             })
         }
         Some(h) => {
-            let mut c = open_ccob(&bytes, opts)?;
+            let mut dctx = Dctx::take();
+            let mut c = open_ccob(src, opts, &mut dctx)?;
             // A large payload's MD5 runs on a second thread, fed through a
             // bounded queue of chunk buffers that come back for reuse, so it
             // overlaps decompression and the sinks without a copy.
@@ -661,6 +726,347 @@ fn walk<E: From<Error>>(
     }
 }
 
+/// Where [`walk_entries`] puts the bytes of one code object.
+pub enum EntryDest {
+    /// Not needed: a CCOB decodes them and drops them, an uncompressed
+    /// bundle does not even read them.
+    Skip,
+    /// Decoded straight into this buffer, which must be exactly the entry's
+    /// size; handed back through [`EntryTarget::filled`].
+    Buffer(Vec<u8>),
+    /// Handed over in chunks of at most [`CHUNK`] bytes
+    /// ([`EntryTarget::chunk`]).
+    Chunks,
+}
+
+/// Receives the code objects of a [`walk_entries`] pass.
+pub trait EntryTarget<E> {
+    /// Where the code object of entry `i` goes (asked once per non-empty
+    /// entry, in payload order).
+    fn dest(&mut self, i: usize) -> std::result::Result<EntryDest, E>;
+    /// Entry `i`'s code object, decoded whole into the buffer
+    /// [`EntryTarget::dest`] gave.
+    fn filled(&mut self, i: usize, buf: Vec<u8>) -> std::result::Result<(), E>;
+    /// `chunk` holds bytes `[offset, offset + chunk.len())` of entry `i`
+    /// (for [`EntryDest::Chunks`]).
+    fn chunk(&mut self, i: usize, offset: u64, chunk: &[u8]) -> std::result::Result<(), E>;
+}
+
+/// The uncompressed bundle as a sequence of bytes, read front to back: a
+/// CCOB's decoder, or positioned reads of an uncompressed bundle (which can
+/// skip ranges without reading them).
+enum Payload<'a> {
+    Ccob(Ccob<'a>),
+    Plain {
+        src: &'a (dyn ReadAt + 'a),
+        pos: u64,
+        len: u64,
+    },
+}
+
+impl Payload<'_> {
+    /// Reads up to `buf.len()` bytes (short only at the end).
+    fn fill(&mut self, buf: &mut [u8]) -> Result<usize> {
+        match self {
+            Payload::Ccob(c) => c.fill(buf),
+            Payload::Plain { src, pos, len } => {
+                let want = buf
+                    .len()
+                    .min(usize::try_from(len.saturating_sub(*pos)).unwrap_or(usize::MAX));
+                let n = src
+                    .read_at(*pos, &mut buf[..want])
+                    .map_err(|e| crate::source::io_err(*pos, "bundle bytes", e))?;
+                *pos += n as u64;
+                Ok(n)
+            }
+        }
+    }
+
+    /// Passes over up to `n` bytes; returns how many there were.
+    fn skip(&mut self, n: u64, scratch: &mut [u8]) -> Result<u64> {
+        match self {
+            Payload::Ccob(c) => {
+                let mut done = 0;
+                while done < n {
+                    let want = (n - done).min(scratch.len() as u64) as usize;
+                    let k = c.fill(&mut scratch[..want])?;
+                    if k == 0 {
+                        break;
+                    }
+                    done += k as u64;
+                }
+                Ok(done)
+            }
+            Payload::Plain { pos, len, .. } => {
+                let k = n.min(len.saturating_sub(*pos));
+                *pos += k;
+                Ok(k)
+            }
+        }
+    }
+}
+
+/// One pass over the bundle at the start of `src` (described by `index`),
+/// that puts each code object where `target` says ([`EntryDest`]): with
+/// [`EntryDest::Buffer`] a CCOB is decoded straight into the caller's
+/// buffer, with no copy in between. Checks and summary are those of
+/// [`walk_bundle`] (size, zero tail, gaps, hash with
+/// [`ParseOptions::verify_hash`] or [`ParseOptions::walk_hash`], computed on
+/// this thread). Only the bytes outside the code objects and those asked
+/// for are read; code objects of an uncompressed bundle that are skipped
+/// are not read at all. Entries whose code objects overlap each other or
+/// the header are walked by [`walk_bundle`] (buffers filled from its
+/// chunks).
+pub fn walk_entries<E: From<Error>>(
+    src: &dyn ReadAt,
+    index: &BundleIndex,
+    opts: &ParseOptions,
+    target: &mut dyn EntryTarget<E>,
+) -> std::result::Result<WalkSummary, E> {
+    let header_len = index.header.len() as u64;
+    let mut order: Vec<usize> = (0..index.entries.len())
+        .filter(|&i| index.entries[i].size > 0)
+        .collect();
+    order.sort_by_key(|&i| (index.entries[i].offset, i));
+    let disjoint = order.iter().try_fold(header_len, |reach, &i| {
+        let e = &index.entries[i];
+        (e.offset >= reach).then_some(e.end())
+    });
+    if disjoint.is_none() {
+        return walk_entries_overlapping(src, index, opts, target);
+    }
+    let want_hash = opts.walk_hash || opts.verify_hash;
+    let mut dctx = Dctx::take();
+    let (mut p, claim, start) = match index.ccob {
+        Some(h) => {
+            let c = open_ccob(src, opts, &mut dctx)?;
+            let start = c.start;
+            (Payload::Ccob(c), h.uncompressed_size, start)
+        }
+        None => {
+            if src.size() < index.payload_len {
+                return Err(Error::Truncated {
+                    offset: 0,
+                    expected: "uncompressed bundle",
+                    needed: index.payload_len,
+                    available: src.size(),
+                }
+                .into());
+            }
+            let p = Payload::Plain {
+                src,
+                pos: 0,
+                len: index.payload_len,
+            };
+            (p, index.payload_len, 0)
+        }
+    };
+    let hashing = want_hash && index.ccob.is_some();
+    let mut md5 = Md5::new();
+    let mut scratch = vec![0u8; CHUNK];
+    let mut gaps_zero = true;
+    let mut trailing: Option<u64> = None;
+    let mut pos = 0u64;
+    // Reads `[pos, to)` (or to the end of the payload when `to` is None)
+    // as bytes outside every code object; returns false at the end.
+    let mut gap = |p: &mut Payload<'_>,
+                   pos: &mut u64,
+                   to: Option<u64>,
+                   md5: &mut Md5,
+                   scratch: &mut [u8]|
+     -> Result<bool> {
+        loop {
+            let want = match to {
+                Some(t) if *pos >= t => return Ok(true),
+                Some(t) => (t - *pos).min(scratch.len() as u64) as usize,
+                None => scratch.len(),
+            };
+            let n = p.fill(&mut scratch[..want])?;
+            if n == 0 {
+                return Ok(false);
+            }
+            if *pos + n as u64 > claim {
+                return Err(Error::Decompress {
+                    offset: start,
+                    reason: format!(
+                        "payload decompresses to {}+ bytes, header says {claim}",
+                        *pos + n as u64
+                    ),
+                });
+            }
+            let chunk = &scratch[..n];
+            if hashing {
+                md5.update(chunk);
+            }
+            // Gaps: bytes after the header; beyond `end` they must be zero.
+            let a = (*pos).max(header_len);
+            let b = *pos + n as u64;
+            if a < b {
+                let g = &chunk[(a - *pos) as usize..];
+                if gaps_zero && g.iter().any(|&x| x != 0) {
+                    gaps_zero = false;
+                }
+                if trailing.is_none() {
+                    let t0 = a.max(index.end);
+                    if t0 < b {
+                        if let Some(k) = chunk[(t0 - *pos) as usize..].iter().position(|&x| x != 0)
+                        {
+                            trailing = Some(t0 + k as u64);
+                        }
+                    }
+                }
+            }
+            *pos = b;
+        }
+    };
+    let mut ended = false;
+    for &i in &order {
+        let e = &index.entries[i];
+        if !gap(&mut p, &mut pos, Some(e.offset), &mut md5, &mut scratch)? {
+            ended = true;
+            break;
+        }
+        match target.dest(i)? {
+            EntryDest::Skip if !hashing => {
+                let k = p.skip(e.size, &mut scratch)?;
+                pos += k;
+                if k < e.size {
+                    ended = true;
+                    break;
+                }
+            }
+            d @ (EntryDest::Skip | EntryDest::Chunks) => {
+                let mut off = 0u64;
+                while off < e.size {
+                    let want = (e.size - off).min(CHUNK as u64) as usize;
+                    let n = p.fill(&mut scratch[..want])?;
+                    if n == 0 {
+                        break;
+                    }
+                    if hashing {
+                        md5.update(&scratch[..n]);
+                    }
+                    if matches!(d, EntryDest::Chunks) {
+                        target.chunk(i, off, &scratch[..n])?;
+                    }
+                    off += n as u64;
+                }
+                pos += off;
+                if off < e.size {
+                    ended = true;
+                    break;
+                }
+            }
+            EntryDest::Buffer(mut buf) => {
+                let size = usize::try_from(e.size).unwrap_or(usize::MAX);
+                buf.resize(size, 0);
+                let n = p.fill(&mut buf)?;
+                if hashing {
+                    md5.update(&buf[..n]);
+                }
+                pos += n as u64;
+                if n < size {
+                    ended = true;
+                    break;
+                }
+                target.filled(i, buf)?;
+            }
+        }
+    }
+    if !ended {
+        gap(&mut p, &mut pos, None, &mut md5, &mut scratch)?;
+    }
+    if pos != claim {
+        return Err(Error::Decompress {
+            offset: start,
+            reason: format!("payload decompresses to {pos} bytes, header says {claim}"),
+        }
+        .into());
+    }
+    let Some(h) = index.ccob else {
+        return Ok(WalkSummary {
+            hash_matches: None,
+            computed_hash: None,
+            gaps_zero,
+        });
+    };
+    if let Some(at) = trailing {
+        return Err(in_payload(
+            Error::Malformed {
+                offset: at,
+                what: "non-zero data after the end of the bundle".into(),
+            },
+            &h,
+        )
+        .into());
+    }
+    if !hashing {
+        return Ok(WalkSummary {
+            hash_matches: None,
+            computed_hash: None,
+            gaps_zero,
+        });
+    }
+    let digest = md5.finalize();
+    let mut low = [0u8; 8];
+    low.copy_from_slice(&digest[..8]);
+    let computed = u64::from_le_bytes(low);
+    if opts.verify_hash && computed != h.hash {
+        return Err(Error::HashMismatch {
+            offset: 0,
+            stored: h.hash,
+            computed,
+        }
+        .into());
+    }
+    Ok(WalkSummary {
+        hash_matches: Some(computed == h.hash),
+        computed_hash: Some(computed),
+        gaps_zero,
+    })
+}
+
+/// [`walk_entries`] of a bundle whose code objects overlap each other or
+/// the header: through [`walk`], buffers filled from its chunks.
+fn walk_entries_overlapping<E: From<Error>>(
+    src: &dyn ReadAt,
+    index: &BundleIndex,
+    opts: &ParseOptions,
+    target: &mut dyn EntryTarget<E>,
+) -> std::result::Result<WalkSummary, E> {
+    let mut dests: Vec<Option<EntryDest>> = (0..index.entries.len()).map(|_| None).collect();
+    walk(
+        src,
+        index,
+        opts,
+        opts.walk_hash,
+        &mut |_| Ok(()),
+        &mut |i, off, chunk| {
+            if off == 0 {
+                dests[i] = Some(target.dest(i)?);
+            }
+            match &mut dests[i] {
+                Some(EntryDest::Chunks) => target.chunk(i, off, chunk)?,
+                Some(EntryDest::Buffer(buf)) => {
+                    let size = index.entries[i].size as usize;
+                    if off == 0 {
+                        buf.resize(size, 0);
+                    }
+                    let at = off as usize;
+                    buf[at..at + chunk.len()].copy_from_slice(chunk);
+                    if at + chunk.len() == size {
+                        if let Some(EntryDest::Buffer(b)) = dests[i].take() {
+                            target.filled(i, b)?;
+                        }
+                    }
+                }
+                Some(EntryDest::Skip) | None => {}
+            }
+            Ok(())
+        },
+    )
+}
+
 /// Write the uncompressed bundle (a CCOB's decompressed payload) to `w`
 /// in one streaming pass; the result also tells whether the bundle has an
 /// exact layout ([`crate::BundleLayout::of_index`]). The payload's MD5 is
@@ -672,7 +1078,7 @@ pub fn copy_payload(
     w: &mut dyn std::io::Write,
 ) -> std::result::Result<WalkSummary, CopyError> {
     walk(
-        bytes,
+        &bytes,
         index,
         opts,
         false,

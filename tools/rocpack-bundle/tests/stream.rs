@@ -7,8 +7,9 @@
 use rocpack_testsupport::CountingAlloc;
 
 use rocpack_bundle::{
-    copy_payload, index_bundle, parse_bundle, walk_bundle, write_ccob, write_uncompressed,
-    write_uncompressed_aligned, BundleLayout, Compression, Error, ParseOptions, BUNDLE_MAGIC,
+    copy_payload, index_bundle, parse_bundle, walk_bundle, walk_entries, write_ccob,
+    write_uncompressed, write_uncompressed_aligned, BundleIndex, BundleLayout, Compression,
+    EntryDest, EntryTarget, Error, ParseOptions, ReadAt, WalkSummary, BUNDLE_MAGIC,
 };
 
 #[global_allocator]
@@ -194,6 +195,127 @@ fn walk_finds_the_defects_the_parser_finds() {
             std::mem::discriminant(&parser),
             "{err} vs {parser}"
         );
+        let index = index_bundle(&input, &opts).unwrap();
+        for policy in [|_| 0, |_| 1, |_| 2] {
+            let e = entries_walk(&input.as_slice(), &index, &opts, policy).unwrap_err();
+            assert_eq!(e.to_string(), err.to_string());
+        }
+    }
+}
+
+/// A source that is not a slice (as a file is), counting the bytes read.
+struct Counted<'a>(&'a [u8], std::cell::Cell<u64>);
+
+impl ReadAt for Counted<'_> {
+    fn size(&self) -> u64 {
+        self.0.len() as u64
+    }
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = (&self.0).read_at(offset, buf)?;
+        self.1.set(self.1.get() + n as u64);
+        Ok(n)
+    }
+}
+
+/// Collects what [`walk_entries`] hands out, asking for `policy(i)`.
+struct Collect {
+    policy: fn(usize) -> u8,
+    got: Handed,
+}
+
+impl EntryTarget<Error> for Collect {
+    fn dest(&mut self, i: usize) -> Result<EntryDest, Error> {
+        Ok(match (self.policy)(i) {
+            0 => EntryDest::Skip,
+            1 => {
+                self.got[i] = Some(Vec::new());
+                EntryDest::Chunks
+            }
+            // A reused buffer larger than the entry: it is cut to size.
+            _ => EntryDest::Buffer(vec![0xAA; 1 << 20]),
+        })
+    }
+    fn filled(&mut self, i: usize, buf: Vec<u8>) -> Result<(), Error> {
+        assert!(self.got[i].is_none(), "entry {i} filled twice");
+        self.got[i] = Some(buf);
+        Ok(())
+    }
+    fn chunk(&mut self, i: usize, off: u64, c: &[u8]) -> Result<(), Error> {
+        let g = self.got[i]
+            .as_mut()
+            .expect("chunk of an entry not asked for");
+        assert_eq!(off as usize, g.len(), "chunks in order");
+        assert!(c.len() <= rocpack_bundle::CHUNK);
+        g.extend_from_slice(c);
+        Ok(())
+    }
+}
+
+/// Per entry, the code object handed out (`None`: not asked for).
+type Handed = Vec<Option<Vec<u8>>>;
+
+fn entries_walk(
+    src: &dyn ReadAt,
+    index: &BundleIndex,
+    opts: &ParseOptions,
+    policy: fn(usize) -> u8,
+) -> Result<(WalkSummary, Handed), Error> {
+    let mut c = Collect {
+        policy,
+        got: vec![None; index.entries.len()],
+    };
+    let s = walk_entries(src, index, opts, &mut c)?;
+    Ok((s, c.got))
+}
+
+/// `walk_entries` hands every code object asked for (into the caller's
+/// buffer, in chunks, or not at all) with the bytes the parser gives, and
+/// the summary `walk_bundle` gives, from a slice and from positioned reads;
+/// with every entry skipped, an uncompressed bundle's code objects are not
+/// read.
+#[test]
+fn walk_entries_agrees_with_walk_bundle() {
+    let policies: [fn(usize) -> u8; 4] = [|_| 0, |_| 1, |_| 2, |i| (i % 3) as u8];
+    for hash in [false, true] {
+        let opts = ParseOptions {
+            walk_hash: hash,
+            ..Default::default()
+        };
+        for (name, input) in shapes() {
+            let parsed = parse_bundle(&input).unwrap();
+            let index = index_bundle(&input, &opts).unwrap();
+            let want = walk_bundle::<Error>(
+                &input,
+                &index,
+                &opts,
+                &mut |_| Ok(()),
+                &mut |_, _, _| Ok(()),
+            )
+            .unwrap();
+            for (pi, policy) in policies.iter().enumerate() {
+                let counted = Counted(&input, Default::default());
+                for src in [&input.as_slice() as &dyn ReadAt, &counted] {
+                    let (summary, got) = entries_walk(src, &index, &opts, *policy).unwrap();
+                    assert_eq!(summary, want, "{name} policy {pi}");
+                    for (i, (g, p)) in got.iter().zip(&parsed.entries).enumerate() {
+                        let asked = p.size > 0 && policy(i) != 0;
+                        match g {
+                            Some(g) => assert_eq!(&g[..], &*p.data, "{name} policy {pi} #{i}"),
+                            None => assert!(!asked, "{name} policy {pi}: entry {i} not handed"),
+                        }
+                    }
+                }
+                if pi == 0 && parsed.ccob.is_none() && !name.starts_with("overlap") {
+                    let code: u64 = index.entries.iter().map(|e| e.size).sum();
+                    assert!(
+                        counted.1.get() <= input.len() as u64 - code,
+                        "{name}: {} bytes read of {} with {code} bytes of code skipped",
+                        counted.1.get(),
+                        input.len()
+                    );
+                }
+            }
+        }
     }
 }
 

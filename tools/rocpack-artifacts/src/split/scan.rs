@@ -6,10 +6,10 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::File;
-use std::io::{BufWriter, Read};
+use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Condvar, Mutex};
 
 use rayon::prelude::*;
 use rocpack_kpack::{Compression, Marker};
@@ -30,15 +30,48 @@ struct ScanCx<'a> {
 /// Spill files of CCOBs: each compressed bundle is decompressed exactly
 /// once, and memory does not grow with the payload, the number of code
 /// objects, architectures or workers. With zstd archives, code objects are
-/// compressed as the payload streams by and only their frames are spilled
-/// ([`Spill::compress_payload`]); otherwise the decompressed payload is,
-/// and code objects are read back as plain file ranges.
+/// compressed as the payload streams by and only their frames are spilled;
+/// otherwise (and for code objects too large to hold) the decompressed
+/// code objects are, at their payload offsets, and read back as plain
+/// file ranges ([`Spill::walk_ccob`]).
 pub(super) struct Spill {
     dir: tempfile::TempDir,
     next: AtomicU64,
     /// Code objects queued for compression, over every bundle being
     /// walked (the bound on their buffers).
     in_flight: AtomicUsize,
+    /// Code-object buffers for reuse, over every walk: at most one per
+    /// walking thread plus one per queued code object exist.
+    pool: Mutex<Vec<Vec<u8>>>,
+    /// Memory the CCOB walks under way may hold (estimated: decoder window
+    /// and largest buffer), over every walk; see [`WALK_BUDGET`].
+    walking: (Mutex<u64>, Condvar),
+}
+
+/// Memory the CCOB walks under way may hold at once (decoder windows and
+/// code-object buffers, as [`Spill::admit`] estimates them): more threads
+/// than fit wait for a walk to end, so peak memory does not grow with
+/// `--jobs` (a CCOB's decoder keeps a window as large as its payload, up to
+/// the decoder's 128 MiB limit). A walk larger than the budget runs alone.
+const WALK_BUDGET: u64 = 96 << 20;
+
+/// Largest window a zstd decoder accepts by default (2^27), the most a
+/// walk's decoder holds.
+const WINDOW_MAX: u64 = 1 << 27;
+
+/// A CCOB walk admitted by [`Spill::admit`]; leaving the budget on drop.
+struct Admitted<'a> {
+    spill: &'a Spill,
+    cost: u64,
+}
+
+impl Drop for Admitted<'_> {
+    fn drop(&mut self) {
+        let (m, cv) = &self.spill.walking;
+        let mut w = m.lock().unwrap_or_else(|p| p.into_inner());
+        *w = w.saturating_sub(self.cost);
+        cv.notify_all();
+    }
 }
 
 impl Spill {
@@ -51,139 +84,136 @@ impl Spill {
             dir,
             next: AtomicU64::new(0),
             in_flight: AtomicUsize::new(0),
+            pool: Mutex::new(Vec::new()),
+            walking: (Mutex::new(0), Condvar::new()),
         })
     }
 
-    /// Decompresses the CCOB at the start of `bytes` (described by
-    /// `index`) into a new spill file, streaming: memory is one bounded
-    /// chunk, not the payload. Returns the file and what the single pass
-    /// found (for the exact layout).
-    fn write_payload(
-        &self,
-        bytes: &[u8],
-        index: &rocpack_bundle::BundleIndex,
-        bundle_err: &dyn Fn(rocpack_bundle::Error) -> SplitError,
-    ) -> Result<(PathBuf, rocpack_bundle::WalkSummary), SplitError> {
-        let n = self.next.fetch_add(1, Ordering::Relaxed);
-        let p = self.dir.path().join(format!("{n}.bundle"));
-        let f = File::create(&p).ctx(&p, "create decompressed bundle")?;
-        let mut w = BufWriter::with_capacity(1 << 20, f);
-        let walk = match rocpack_bundle::copy_payload(bytes, index, &Default::default(), &mut w) {
-            Ok(walk) => walk,
-            Err(rocpack_bundle::CopyError::Bundle(e)) => return Err(bundle_err(e)),
-            Err(rocpack_bundle::CopyError::Io(e)) => {
-                return Err(FsError::new(&p, "write decompressed bundle", e).into())
-            }
-        };
-        w.into_inner()
-            .map_err(|e| e.into_error())
-            .ctx(&p, "write decompressed bundle")?;
-        Ok((p, walk))
+    /// Waits until a walk costing `cost` bytes fits [`WALK_BUDGET`] (or no
+    /// walk is under way). The caller must not wait for other pool work
+    /// while it holds the admission (it could run a walk that waits here).
+    fn admit(&self, cost: u64) -> Admitted<'_> {
+        let (m, cv) = &self.walking;
+        // A poisoned lock (a panic elsewhere) only loses the bound.
+        let mut w = m.lock().unwrap_or_else(|p| p.into_inner());
+        while *w > 0 && *w + cost > WALK_BUDGET {
+            w = cv.wait(w).unwrap_or_else(|p| p.into_inner());
+        }
+        *w += cost;
+        Admitted { spill: self, cost }
     }
 
-    /// Decompresses the CCOB at the start of `bytes` (described by
-    /// `index`, whose entries must not overlap) once, streaming, and
-    /// compresses each code object into a zstd frame (`level`, exactly as
-    /// the write stage would) as soon as its last byte is out, on the pool
-    /// while decompression goes on. Frames go to a spill file; code
-    /// objects larger than [`INMEM_MAX`] are spilled raw instead (the write
-    /// stage compresses them). Memory: code objects queued for the other
-    /// workers (fewer than `--jobs`, over all walks), the one each walk
-    /// fills and their reusable buffers: O(jobs) buffers of at most
-    /// [`INMEM_MAX`] bytes.
-    /// Frames are the bytes the write stage would make
-    /// ([`rocpack_kpack::compress_frame`]), so outputs do not change.
+    fn buffer(&self) -> Vec<u8> {
+        self.pool
+            .lock()
+            .ok()
+            .and_then(|mut p| p.pop())
+            .unwrap_or_default()
+    }
+
+    fn give_back(&self, b: Vec<u8>) {
+        if let Ok(mut p) = self.pool.lock() {
+            p.push(b);
+        }
+    }
+
+    /// Decompresses the CCOB `src` (described by `index`) once, streaming,
+    /// reading it with positioned reads (the compressed payload is never
+    /// mapped). With zstd archives and entries that do not overlap, each
+    /// code object up to [`INMEM_MAX`] bytes is decoded straight into a
+    /// buffer and compressed into a zstd frame (`level`, exactly as the
+    /// write stage would: [`rocpack_kpack::compress_frame`], so outputs do
+    /// not change) on the pool while decompression goes on; frames go to a
+    /// spill file. Every other kept code object is written raw to a spill
+    /// file at its payload offset (read back as a file range). Code objects
+    /// of dropped targets are decoded and dropped. Memory: the decoder, a
+    /// chunk, and O(jobs) code-object buffers of at most [`INMEM_MAX`]
+    /// bytes (one per walking thread, one per queued code object).
     /// Returns the raw spill file, what the pass found and, per entry, its
     /// frame.
-    fn compress_payload(
+    fn walk_ccob(
         &self,
         input: &Path,
-        bytes: &[u8],
+        src: &rocpack_bundle::FileRange<'_>,
         index: &rocpack_bundle::BundleIndex,
-        level: i32,
+        compression: Compression,
         keep: &ArchFilter<'_>,
         bundle_err: &dyn Fn(rocpack_bundle::Error) -> SplitError,
     ) -> Result<Precompressed, SplitError> {
         let n = self.next.fetch_add(1, Ordering::Relaxed);
         let raw_path = self.dir.path().join(format!("{n}.bundle"));
         let frames_path = self.dir.path().join(format!("{n}.frames"));
-        let frames_file = File::create(&frames_path).ctx(&frames_path, "create spill file")?;
-        // Code objects of dropped targets are neither compressed nor
-        // spilled (the plan never reads them).
         let kept: Vec<bool> = index
             .entries
             .iter()
             .map(|e| !e.id.is_host() && !keep.drops(e.id.target_id()))
             .collect();
-        let inmem = |e: &rocpack_bundle::IndexEntry| e.size <= INMEM_MAX;
-        let raw_file = if index
+        // Overlapping entries would each need their own buffer at once:
+        // they are spilled raw (each byte once, at its payload offset).
+        let level = match compression {
+            Compression::Zstd { level } if index.overlaps().is_empty() => Some(level),
+            _ => None,
+        };
+        let inmem: Vec<bool> = index
             .entries
             .iter()
             .zip(&kept)
-            .any(|(e, &k)| k && !inmem(e))
-        {
+            .map(|(e, &k)| k && level.is_some() && e.size <= INMEM_MAX)
+            .collect();
+        let any_raw = kept
+            .iter()
+            .zip(&inmem)
+            .zip(&index.entries)
+            .any(|((&k, &m), e)| k && !m && e.size > 0);
+        let raw_file = if any_raw || level.is_none() {
             Some(File::create(&raw_path).ctx(&raw_path, "create decompressed bundle")?)
         } else {
             None
         };
+        let frames_file = match level {
+            Some(_) => Some(File::create(&frames_path).ctx(&frames_path, "create spill file")?),
+            None => None,
+        };
         let shared = FrameSink {
-            out: std::sync::Mutex::new((frames_file, 0, vec![None; index.entries.len()])),
-            pool: std::sync::Mutex::new(Vec::new()),
-            in_flight: &self.in_flight,
-            failed: std::sync::Mutex::new(None),
-            level,
+            out: Mutex::new((frames_file, 0, vec![None; index.entries.len()])),
+            spill: self,
+            failed: Mutex::new(None),
+            level: level.unwrap_or_default(),
         };
         // Code objects queued for the other workers (across every bundle
         // being walked); this thread keeps decompressing, or compresses
         // itself when the queue is full.
         let workers = rayon::current_num_threads().saturating_sub(1).max(1);
+        let cost = index.payload_len.min(WINDOW_MAX)
+            + index
+                .entries
+                .iter()
+                .zip(&inmem)
+                .filter(|(_, &m)| m)
+                .map(|(e, _)| e.size)
+                .max()
+                .unwrap_or(0);
         let walked = rayon::scope(|s| {
-            let shared = &shared;
-            let mut cur: Vec<u8> = Vec::new();
-            rocpack_bundle::walk_bundle::<rocpack_bundle::CopyError>(
-                bytes,
+            let mut target = CcobTarget {
+                index,
+                kept: &kept,
+                inmem: &inmem,
+                raw: raw_file.as_ref(),
+                shared: &shared,
+                scope: s,
+                workers,
+            };
+            // Released as soon as the decoder is gone, before this scope
+            // waits for (and may run) other pool work.
+            let _admitted = self.admit(cost);
+            rocpack_bundle::walk_entries::<rocpack_bundle::CopyError>(
+                src,
                 index,
                 &rocpack_bundle::ParseOptions {
                     walk_hash: false,
                     ..Default::default()
                 },
-                &mut |_| Ok(()),
-                &mut |i, off, chunk| {
-                    let e = &index.entries[i];
-                    if !kept[i] {
-                        return Ok(());
-                    }
-                    if !inmem(e) {
-                        use std::os::unix::fs::FileExt;
-                        return match &raw_file {
-                            Some(f) => f
-                                .write_all_at(chunk, e.offset + off)
-                                .map_err(rocpack_bundle::CopyError::Io),
-                            None => Ok(()),
-                        };
-                    }
-                    if off == 0 {
-                        cur = shared.buffer();
-                        cur.reserve_exact(e.size as usize);
-                    }
-                    cur.extend_from_slice(chunk);
-                    if cur.len() as u64 == e.size && !shared.stopped() {
-                        let buf = std::mem::take(&mut cur);
-                        // A worker compresses it while this thread goes on
-                        // decompressing; when every worker is busy, this
-                        // thread does it (never waits, so never deadlocks).
-                        if shared.in_flight.fetch_add(1, Ordering::AcqRel) < workers {
-                            s.spawn(move |_| {
-                                shared.compress(i, buf);
-                                shared.in_flight.fetch_sub(1, Ordering::AcqRel);
-                            });
-                        } else {
-                            shared.in_flight.fetch_sub(1, Ordering::AcqRel);
-                            shared.compress(i, buf);
-                        }
-                    }
-                    Ok(())
-                },
+                &mut target,
             )
         });
         let walk = match walked {
@@ -230,11 +260,68 @@ impl Spill {
     }
 }
 
-/// Largest code object [`Spill::compress_payload`] holds in memory to
-/// compress during the scan.
+/// Where [`Spill::walk_ccob`] puts each code object of one CCOB.
+struct CcobTarget<'a, 's, 'scope> {
+    index: &'a rocpack_bundle::BundleIndex,
+    kept: &'a [bool],
+    /// Decoded into a buffer and compressed (else spilled raw).
+    inmem: &'a [bool],
+    raw: Option<&'a File>,
+    shared: &'scope FrameSink<'s>,
+    scope: &'a rayon::Scope<'scope>,
+    workers: usize,
+}
+
+impl rocpack_bundle::EntryTarget<rocpack_bundle::CopyError> for CcobTarget<'_, '_, '_> {
+    fn dest(&mut self, i: usize) -> Result<rocpack_bundle::EntryDest, rocpack_bundle::CopyError> {
+        use rocpack_bundle::EntryDest;
+        Ok(if !self.kept[i] {
+            EntryDest::Skip
+        } else if self.inmem[i] {
+            if self.shared.stopped() {
+                EntryDest::Skip
+            } else {
+                EntryDest::Buffer(self.shared.spill.buffer())
+            }
+        } else {
+            EntryDest::Chunks
+        })
+    }
+
+    fn filled(&mut self, i: usize, buf: Vec<u8>) -> Result<(), rocpack_bundle::CopyError> {
+        let shared = self.shared;
+        let in_flight = &shared.spill.in_flight;
+        // A worker compresses it while this thread goes on decompressing;
+        // when every worker is busy, this thread does it (never waits, so
+        // never deadlocks).
+        if in_flight.fetch_add(1, Ordering::AcqRel) < self.workers {
+            self.scope.spawn(move |_| {
+                shared.compress(i, buf);
+                shared.spill.in_flight.fetch_sub(1, Ordering::AcqRel);
+            });
+        } else {
+            in_flight.fetch_sub(1, Ordering::AcqRel);
+            shared.compress(i, buf);
+        }
+        Ok(())
+    }
+
+    fn chunk(&mut self, i: usize, off: u64, chunk: &[u8]) -> Result<(), rocpack_bundle::CopyError> {
+        use std::os::unix::fs::FileExt;
+        match self.raw {
+            Some(f) => f
+                .write_all_at(chunk, self.index.entries[i].offset + off)
+                .map_err(rocpack_bundle::CopyError::Io),
+            None => Ok(()),
+        }
+    }
+}
+
+/// Largest code object [`Spill::walk_ccob`] holds in memory to compress
+/// during the scan.
 const INMEM_MAX: u64 = 32 << 20;
 
-/// What [`Spill::compress_payload`] made of one CCOB.
+/// What [`Spill::walk_ccob`] made of one CCOB.
 struct Precompressed {
     /// File holding the code objects spilled raw (any existing spill file
     /// when there are none: empty code objects are read from it).
@@ -259,29 +346,17 @@ enum FrameError {
 
 /// Shared by the decompressing thread and the workers compressing the code
 /// objects of one CCOB.
-struct FrameSink<'a> {
+struct FrameSink<'s> {
     /// The frames file, its length and each entry's frame (offset, length).
     #[allow(clippy::type_complexity)]
-    out: std::sync::Mutex<(File, u64, Vec<Option<(u64, u64)>>)>,
-    /// Buffers of compressed code objects, for reuse.
-    pool: std::sync::Mutex<Vec<Vec<u8>>>,
-    in_flight: &'a AtomicUsize,
-    failed: std::sync::Mutex<Option<FrameError>>,
+    out: Mutex<(Option<File>, u64, Vec<Option<(u64, u64)>>)>,
+    /// Buffers for reuse and the queue bound, over every walk.
+    spill: &'s Spill,
+    failed: Mutex<Option<FrameError>>,
     level: i32,
 }
 
 impl FrameSink<'_> {
-    fn buffer(&self) -> Vec<u8> {
-        let mut b = self
-            .pool
-            .lock()
-            .ok()
-            .and_then(|mut p| p.pop())
-            .unwrap_or_default();
-        b.clear();
-        b
-    }
-
     fn stopped(&self) -> bool {
         self.failed.lock().map_or(true, |f| f.is_some())
     }
@@ -300,9 +375,7 @@ impl FrameSink<'_> {
                 Err(e) => self.fail(FrameError::Zstd(e)),
             }
         }
-        if let Ok(mut p) = self.pool.lock() {
-            p.push(data);
-        }
+        self.spill.give_back(data);
     }
 
     fn append(&self, i: usize, frame: &[u8]) {
@@ -311,6 +384,9 @@ impl FrameSink<'_> {
             return;
         };
         let (f, len, table) = &mut *out;
+        let Some(f) = f else {
+            return;
+        };
         match f.write_all(frame) {
             Ok(()) => {
                 table[i] = Some((*len, frame.len() as u64));
@@ -465,6 +541,9 @@ pub(super) fn scan(
             .collect();
         scan.classes = classes?;
     }
+    // The decoders kept for the walks hold windows as large as the largest
+    // payloads: not needed by the write stage.
+    rocpack_bundle::release_decoders();
     Ok(Scan {
         prefixes: scans,
         missing,
@@ -513,6 +592,7 @@ pub(super) fn offset_in(whole: &[u8], part: &[u8]) -> Option<u64> {
 struct Collector<'a> {
     /// The input file and its mapping.
     path: &'a Path,
+    file: &'a File,
     map: &'a memmap2::Mmap,
     spill: &'a Spill,
     /// The split's options (with zstd archives, code objects of CCOBs are
@@ -524,18 +604,51 @@ struct Collector<'a> {
     counts: (u64, u64),
 }
 
+/// One bundle of an image, indexed.
+struct Indexed<'b> {
+    info: &'b rocpack_elf::BundleInfo,
+    /// Byte offset of the bundle in the file.
+    offset: u64,
+    index: rocpack_bundle::BundleIndex,
+    /// Targets of its device code objects.
+    stored: Arc<[String]>,
+}
+
+/// What the walk of one bundle left: the spill file of a CCOB's code
+/// objects, the walk summary and, per entry, its frame.
+type Walked = (
+    Option<PathBuf>,
+    rocpack_bundle::WalkSummary,
+    Vec<Option<Frame>>,
+);
+
 impl Collector<'_> {
+    fn bundle_err(&self, offset: u64) -> impl Fn(rocpack_bundle::Error) -> SplitError + '_ {
+        move |e: rocpack_bundle::Error| SplitError::Bundle {
+            path: self.path.to_path_buf(),
+            offset: offset + e.offset().unwrap_or(0),
+            error: e,
+        }
+    }
+
     /// Collects the code objects of the bundles of one analysed ELF or PE
-    /// image (`image` is a sub-slice of the mapped file).
+    /// image (`image` is a sub-slice of the mapped file). Every entry table
+    /// is read and checked first, in bundle order (positioned reads of the
+    /// file: nothing is mapped); then the bundles are walked in parallel
+    /// (a CCOB decompressed once, its code objects compressed or spilled as
+    /// they come out; an uncompressed bundle's gaps checked) and their code
+    /// objects recorded in bundle order, so the result does not depend on
+    /// the thread count.
     fn collect(
         &mut self,
         image: &[u8],
         bundles: &[rocpack_elf::BundleInfo],
         kernel_name: &str,
     ) -> Result<(), SplitError> {
-        let (path, spill, map) = (self.path, self.spill, self.map);
-        let whole: &[u8] = map;
+        let (path, spill) = (self.path, self.spill);
+        let whole: &[u8] = self.map;
         let keep = ArchFilter::new(self.opts);
+        let mut indexed = Vec::with_capacity(bundles.len());
         for b in bundles {
             let bytes = usize::try_from(b.file_offset)
                 .ok()
@@ -549,17 +662,10 @@ impl Collector<'_> {
                     ))
                 })?;
             let bundle_off = offset_in(whole, bytes).unwrap_or(b.file_offset);
-            let bundle_err = |e: rocpack_bundle::Error| SplitError::Bundle {
-                path: path.to_path_buf(),
-                offset: bundle_off + e.offset().unwrap_or(0),
-                error: e,
-            };
-            // The entry table alone (for a CCOB: the payload's prefix); a
-            // CCOB is then decompressed once, streaming, into its spill
-            // file, and an uncompressed bundle is walked in place (size and
-            // zero-gap checks for the exact layout).
-            let index =
-                rocpack_bundle::index_bundle(bytes, &Default::default()).map_err(bundle_err)?;
+            let src = rocpack_bundle::FileRange::new(self.file, bundle_off, b.len);
+            // The entry table alone (for a CCOB: the payload's prefix).
+            let index = rocpack_bundle::index_bundle_in(&src, &Default::default())
+                .map_err(self.bundle_err(bundle_off))?;
             self.counts.0 += 1;
             // Every entry but the host's must name an AMDGPU target, by the
             // one rule verify and recombine use: device code under an ID
@@ -590,41 +696,51 @@ impl Collector<'_> {
                 .filter(|e| !e.id.is_host())
                 .map(|e| e.id.target_id().to_string())
                 .collect();
-            let mut frames = Vec::new();
-            let (spilled, walk) = if index.ccob.is_some() {
-                match self.opts.compression {
+            indexed.push(Indexed {
+                info: b,
+                offset: bundle_off,
+                index,
+                stored,
+            });
+        }
+        // Each bundle is one task; results come back in bundle order and
+        // the first failure in that order is the one reported.
+        let walked: Vec<Result<Walked, SplitError>> = indexed
+            .par_iter()
+            .map(|x| {
+                let src = rocpack_bundle::FileRange::new(self.file, x.offset, x.info.len);
+                let bundle_err = self.bundle_err(x.offset);
+                if x.index.ccob.is_some() {
                     // Decompression and compression overlap; only frames
-                    // are spilled.
-                    Compression::Zstd { level } if index.overlaps().is_empty() => {
-                        let p = spill.compress_payload(
-                            path,
-                            bytes,
-                            &index,
-                            level,
-                            &keep,
-                            &bundle_err,
-                        )?;
-                        frames = p.frames;
-                        (Some(p.raw), p.walk)
-                    }
-                    _ => {
-                        let (file, walk) = spill.write_payload(bytes, &index, &bundle_err)?;
-                        (Some(file), walk)
-                    }
+                    // (and code objects too large to hold) are spilled.
+                    let p = spill.walk_ccob(
+                        path,
+                        &src,
+                        &x.index,
+                        self.opts.compression,
+                        &keep,
+                        &bundle_err,
+                    )?;
+                    Ok((Some(p.raw), p.walk, p.frames))
+                } else {
+                    // Gaps and header only: code objects are read from
+                    // their file range by the write stage.
+                    let walk = rocpack_bundle::walk_entries::<rocpack_bundle::Error>(
+                        &src,
+                        &x.index,
+                        &Default::default(),
+                        &mut SkipAll,
+                    )
+                    .map_err(bundle_err)?;
+                    Ok((None, walk, Vec::new()))
                 }
-            } else {
-                let walk = rocpack_bundle::walk_bundle::<rocpack_bundle::Error>(
-                    bytes,
-                    &index,
-                    &Default::default(),
-                    &mut |_| Ok(()),
-                    &mut |_, _, _| Ok(()),
-                )
-                .map_err(bundle_err)?;
-                (None, walk)
-            };
-            let key = rocpack_kpack::toc_key(kernel_name, b.index as u64);
-            let layout = rocpack_bundle::BundleLayout::of_index(&index, &walk);
+            })
+            .collect();
+        for (x, w) in indexed.iter().zip(walked) {
+            let (spilled, walk, frames) = w?;
+            let index = &x.index;
+            let key = rocpack_kpack::toc_key(kernel_name, x.info.index as u64);
+            let layout = rocpack_bundle::BundleLayout::of_index(index, &walk);
             for (position, entry) in index.entries.iter().enumerate() {
                 if entry.id.is_host() {
                     continue;
@@ -641,7 +757,7 @@ impl Collector<'_> {
                 // index checked every entry lies inside it.
                 let (file, offset) = match &spilled {
                     Some(f) => (f.clone(), entry.offset),
-                    None => (path.to_path_buf(), bundle_off + entry.offset),
+                    None => (path.to_path_buf(), x.offset + entry.offset),
                 };
                 self.kernels.push(KernelRef {
                     key: key.clone(),
@@ -652,13 +768,26 @@ impl Collector<'_> {
                     offset,
                     prefix: String::new(),
                     place,
-                    bundle_targets: stored.clone(),
+                    bundle_targets: x.stored.clone(),
                     frame: frames.get(position).cloned().flatten(),
                 });
             }
-            // Code objects are read back from their file range, not from here.
-            release(map, offset_in(whole, bytes).map(|o| (o, bytes.len())));
         }
+        Ok(())
+    }
+}
+
+/// Walks a bundle for its checks alone.
+struct SkipAll;
+
+impl rocpack_bundle::EntryTarget<rocpack_bundle::Error> for SkipAll {
+    fn dest(&mut self, _: usize) -> Result<rocpack_bundle::EntryDest, rocpack_bundle::Error> {
+        Ok(rocpack_bundle::EntryDest::Skip)
+    }
+    fn filled(&mut self, _: usize, _: Vec<u8>) -> Result<(), rocpack_bundle::Error> {
+        Ok(())
+    }
+    fn chunk(&mut self, _: usize, _: u64, _: &[u8]) -> Result<(), rocpack_bundle::Error> {
         Ok(())
     }
 }
@@ -796,6 +925,7 @@ fn split_fat(
     let depth = rel.split('/').count().saturating_sub(1);
     let mut collector = Collector {
         path,
+        file: &file,
         map: &map,
         spill,
         opts,
@@ -936,26 +1066,30 @@ fn split_fat(
         if !info.has_device_code() {
             return Ok(None);
         }
-        // Rewrite first: every layout problem is reported before a single
-        // bundle is decompressed.
         let marker = Marker::for_split(&opts.artifact_prefix, depth, kernel_name.clone()).encode();
         release(&map, None);
-        // Written (into the staging directory) range by range, copied from
-        // the file through positioned reads: neither the host part nor the
-        // output is held in memory, and it is done before the device code
-        // is walked.
-        let out = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(host_dst)
-            .ctx(host_dst, "create")?;
-        let len =
-            rocpack_elf::split_host_to(data, &src, &marker, &out).map_err(|e| elf_err(path, e))?;
-        drop(out);
-        fsutil::set_mode(host_dst, mode)?;
-        release(&map, None);
+        // The host-only rewrite is written (into the staging directory)
+        // range by range, copied from the file through positioned reads:
+        // neither the host part nor the output is held in memory. It is
+        // done before the bundles are walked (in parallel): every layout
+        // problem is reported before any bundle is decompressed, and the
+        // two do not add their memory.
+        let rewrite = || -> Result<u64, SplitError> {
+            let out = std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .open(host_dst)
+                .ctx(host_dst, "create")?;
+            let len = rocpack_elf::split_host_to(data, &src, &marker, &out)
+                .map_err(|e| elf_err(path, e))?;
+            drop(out);
+            fsutil::set_mode(host_dst, mode)?;
+            release(&map, None);
+            Ok(len)
+        };
+        let len = rewrite()?;
         collector.collect(data, &info.bundles, &kernel_name)?;
         len as usize
     };
