@@ -270,9 +270,12 @@ impl<W: Write> CcobEncoder<W> {
                 e.set_pledged_src_size(Some(payload_len)).map_err(zerr)?;
                 e.include_checksum(false).map_err(zerr)?;
                 e.include_contentsize(true).map_err(zerr)?;
+                // The window is set whatever `long` says: a plain level's
+                // default window (2^21 at level 4) misses the repeats one
+                // code object apart that make a bundle compress.
+                e.window_log(window).map_err(zerr)?;
                 if params.long {
                     e.long_distance_matching(true).map_err(zerr)?;
-                    e.window_log(window).map_err(zerr)?;
                 }
                 Enc::Zstd(e)
             }

@@ -385,3 +385,52 @@ fn large_payload_hash_is_checked_on_the_second_thread() {
         }
     }
 }
+
+/// The CCOB encoder's window is the one asked for, with or without
+/// long-distance matching: a payload whose repeats lie 4 MiB apart (like a
+/// bundle of one code object per target) compresses to a fraction at a
+/// 2^24 window, and does not at the level's default window (2^21 at level
+/// 4). Reassembly relies on it to fit a bundle back into a `.hip_fatbin`
+/// without slack at low cost.
+#[test]
+fn ccob_encoder_uses_the_window_asked_for() {
+    let mut block = vec![0u8; 4 << 20];
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    for b in block.iter_mut() {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        *b = x as u8;
+    }
+    let payload: Vec<u8> = block.iter().chain(block.iter()).copied().collect();
+    let packed = |max_window_log: u32| {
+        let params = rocpack_bundle::CcobParams {
+            level: 4,
+            long: false,
+            max_window_log,
+        };
+        let mut e = rocpack_bundle::CcobEncoder::new(
+            Vec::new(),
+            3,
+            rocpack_bundle::Method::Zstd,
+            payload.len() as u64,
+            params,
+            None,
+        )
+        .unwrap();
+        std::io::Write::write_all(&mut e, &payload).unwrap();
+        let (out, _header, _) = e.finish().unwrap();
+        out.len()
+    };
+    let wide = packed(24);
+    let narrow = packed(21);
+    assert!(
+        wide < payload.len() * 6 / 10,
+        "2^24 window: {wide} bytes for {} (the repeat was not found)",
+        payload.len()
+    );
+    assert!(
+        narrow > payload.len() * 9 / 10,
+        "2^21 window: {narrow} bytes"
+    );
+}

@@ -277,30 +277,30 @@ fn bundle_for<'r>(
 /// Highest `effort` of [`bundle_for`].
 const MAX_EFFORT: u8 = 3;
 
-/// How a CCOB is compressed at `effort`. zstd: level 6 with long-distance
-/// matching over a window of at most 2^24 (16 MiB: the encoder then holds
-/// about 25 MiB whatever the bundle's size); LLVM's default (level 5, no
-/// long matching); then level 9 and level 19 with long matching over a
-/// window covering the bundle (at most 2^27, what every zstd decoder
-/// accepts; the encoder then holds about the bundle). zlib: LLVM's default
-/// level 6, then 9. A bundle whose split recorded its original size is
-/// squeezed harder on its own until it is no larger ([`write_fitting`]);
-/// without the record, all bundles again at the next effort while they do
-/// not fit.
+/// How a CCOB is compressed at `effort`. zstd: level 4, then level 6,
+/// both without long-distance matching over a window of at most 2^24
+/// (16 MiB: the encoder then holds about 25 MiB whatever the bundle's
+/// size); then level 9 and level 19 with long matching over a window
+/// covering the bundle (at most 2^27, what every zstd decoder accepts; the
+/// encoder then holds about the bundle). zlib: LLVM's default level 6,
+/// then 9. A bundle whose split recorded its original size is squeezed
+/// harder on its own until it is no larger ([`write_fitting`]); without
+/// the record, all bundles again at the next effort while they do not fit.
 ///
-/// Why long matching first: a bundle holding one code object per target
-/// is mostly repeats farther apart than a plain level's window, and
-/// current LLVM compresses with long-distance matching. Measured on ROCm's
-/// XLA plugin (41 CCOB v3, 1.2 GB of code objects, a `.hip_fatbin`
-/// without slack), two of its bundles (95 MB): level 6 with the 2^24
-/// window gives 0.93x the original bytes for 0.29 s of CPU, level 9 0.91x
-/// for 0.44 s, level 3 0.97x (no faster); a 2^23 window 1.14x (the repeats
-/// are one code object, ~9 MB, apart); LLVM's default does not fit.
+/// Why a 16 MiB window without long matching first: a bundle holding one
+/// code object per target is mostly repeats one code object apart (~5-9 MB
+/// in ROCm's XLA plugin), which a 2^24 window covers, and long matching
+/// there costs time and bytes. Measured on the XLA plugin (41 CCOB v3, 1.2
+/// GB of code objects, a `.hip_fatbin` without slack; libzstd 1.5, one
+/// core, all 41 bundles): level 4 with the 2^24 window 0.85x the original
+/// bytes, 40 of 41 bundles fit, 0.60 s of CPU; level 6 the same way 0.77x,
+/// all fit, 2.0 s; level 6 with long matching (the previous first try)
+/// 0.99x, 34 fit, 3.2 s; level 3 with a 2^21 window 1.1x.
 fn params(method: rocpack_bundle::Method, effort: u8) -> rocpack_bundle::CcobParams {
     use rocpack_bundle::{CcobParams, Method};
     let level = match (method, effort) {
-        (Method::Zstd, 0) => 6,
-        (Method::Zstd, 1) => rocpack_bundle::DEFAULT_ZSTD_LEVEL,
+        (Method::Zstd, 0) => 4,
+        (Method::Zstd, 1) => 6,
         (Method::Zstd, 2) => 9,
         (Method::Zstd, _) => 19,
         (Method::Zlib, 0 | 1) => rocpack_bundle::DEFAULT_ZLIB_LEVEL as i32,
@@ -308,8 +308,8 @@ fn params(method: rocpack_bundle::Method, effort: u8) -> rocpack_bundle::CcobPar
     };
     CcobParams {
         level,
-        long: effort != 1,
-        max_window_log: if effort == 0 { 24 } else { 27 },
+        long: effort >= 2,
+        max_window_log: if effort < 2 { 24 } else { 27 },
     }
 }
 
