@@ -67,14 +67,7 @@ fn fat_object(dir: &Path, i: usize) -> PathBuf {
         tool(c, "objcopy");
         std::fs::remove_file(dir.join(format!("{bin}.bin"))).unwrap();
     }
-    std::fs::write(
-        dir.join("wrapper.c"),
-        "extern const char _binary_blob_bin_start[];\n\
-         struct w { unsigned magic, version; const void *binary; void *reserved; };\n\
-         __attribute__((section(\".hipFatBinSegment\"), used, aligned(8)))\n\
-         struct w rocpack_wrapper = { 0x48495046, 1, _binary_blob_bin_start, 0 };\n",
-    )
-    .unwrap();
+    std::fs::write(dir.join("wrapper.c"), rocpack_testsupport::BIG_WRAPPER_C).unwrap();
     let mut c = Command::new("gcc");
     c.current_dir(dir)
         .args(["-c", "wrapper.c", "-o", "wrapper.o"]);

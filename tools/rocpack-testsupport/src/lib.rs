@@ -625,6 +625,14 @@ fn run_tool(mut c: Command, what: &str) {
     );
 }
 
+/// C source of the one HIP fat-binary wrapper of the large test inputs
+/// ([`big_fat_library`]): it points at `_binary_blob_bin_start`, the
+/// `.hip_fatbin` contents `ld -r -b binary blob.bin` names.
+pub const BIG_WRAPPER_C: &str = "extern const char _binary_blob_bin_start[];\n\
+     struct w { unsigned magic, version; const void *binary; void *reserved; };\n\
+     __attribute__((section(\".hipFatBinSegment\"), used, aligned(8)))\n\
+     struct w rocpack_wrapper = { 0x48495046, 1, _binary_blob_bin_start, 0 };\n";
+
 /// Builds a large fat shared library cheaply (`ld -r -b binary` of the
 /// blobs, objcopy, `gcc -shared`; needs gcc, ld and objcopy), for memory
 /// tests: `dir/art/big/lib/libbig.so` around a bundle of `co_size`-byte
@@ -686,14 +694,7 @@ pub fn big_fat_library_from(
         run_tool(c, "objcopy (host)");
         objs.push("host.o");
     }
-    std::fs::write(
-        dir.join("wrapper.c"),
-        "extern const char _binary_blob_bin_start[];\n\
-         struct w { unsigned magic, version; const void *binary; void *reserved; };\n\
-         __attribute__((section(\".hipFatBinSegment\"), used, aligned(8)))\n\
-         struct w rocpack_wrapper = { 0x48495046, 1, _binary_blob_bin_start, 0 };\n",
-    )
-    .unwrap();
+    std::fs::write(dir.join("wrapper.c"), BIG_WRAPPER_C).unwrap();
     let art = dir.join("art");
     let lib = art.join("big/lib");
     std::fs::create_dir_all(&lib).unwrap();

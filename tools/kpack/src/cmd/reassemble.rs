@@ -478,6 +478,73 @@ type FitsFn<'a> = dyn Fn(&[u64]) -> anyhow::Result<bool> + Sync + 'a;
 /// A spill file and how much of it is written.
 type Spill = std::sync::Mutex<(std::fs::File, u64)>;
 
+/// One attempt at building every bundle of a split image into per-worker
+/// spill files (created in `dir`), shared by the ELF and PE reassembly.
+struct Round<'a> {
+    marker: &'a Marker,
+    count: usize,
+    readers: &'a [(PathBuf, KpackReader)],
+    what: &'a str,
+    dir: &'a Path,
+    weights: &'a [u64],
+}
+
+/// Spill files with their lengths, and where each bundle went in them
+/// (spill index, offset, length).
+type Spilled = (Vec<(std::fs::File, u64)>, Vec<(usize, u64, u64)>);
+
+impl Round<'_> {
+    /// [`spill_bundles`] at `effort` into fresh spill files, one per
+    /// worker; `None` when the projection says the bundles cannot fit.
+    fn spill(
+        &self,
+        effort: u8,
+        canonical: &mut (usize, Option<String>),
+        fits: Option<&FitsFn<'_>>,
+    ) -> anyhow::Result<Option<Spilled>> {
+        let spills = (0..rayon::current_num_threads().max(1))
+            .map(|_| {
+                let f = tempfile::tempfile_in(self.dir).with_context(|| {
+                    format!("failed to create a spill file in `{}`", self.dir.display())
+                })?;
+                Ok(std::sync::Mutex::new((f, 0u64)))
+            })
+            .collect::<anyhow::Result<Vec<Spill>>>()?;
+        let Some(places) = spill_bundles(
+            self.marker,
+            self.count,
+            self.readers,
+            self.what,
+            effort,
+            canonical,
+            &spills,
+            self.weights,
+            fits,
+        )?
+        else {
+            return Ok(None);
+        };
+        let files = spills
+            .into_iter()
+            .map(|m| m.into_inner().unwrap_or_else(|p| p.into_inner()))
+            .collect();
+        Ok(Some((files, places)))
+    }
+
+    /// The spill files as one source, and each bundle's range in it.
+    fn ranges<'f>(
+        files: &'f [(std::fs::File, u64)],
+        places: &[(usize, u64, u64)],
+    ) -> (Cat<'f>, Vec<(u64, u64)>) {
+        let (src, bases) = Cat::new(files);
+        let ranges = places
+            .iter()
+            .map(|&(t, at, len)| (bases[t] + at, len))
+            .collect();
+        (src, ranges)
+    }
+}
+
 /// `Write` at a position of a file (positioned writes).
 struct At<'f> {
     file: &'f std::fs::File,
@@ -711,35 +778,23 @@ fn stream_elf(
     let fits = |lens: &[u64]| -> anyhow::Result<bool> {
         rocpack_elf::reassembly_fits(host, lens).map_err(fail)
     };
-    let threads = rayon::current_num_threads().max(1);
     let mut effort = 0;
     loop {
         *canonical = (0, None);
-        let spills = (0..threads)
-            .map(|_| {
-                let f = tempfile::tempfile_in(dir).with_context(|| {
-                    format!("failed to create a spill file in `{}`", dir.display())
-                })?;
-                Ok(std::sync::Mutex::new((f, 0u64)))
-            })
-            .collect::<anyhow::Result<Vec<Spill>>>()?;
         let project = (effort < MAX_EFFORT).then_some(&fits as &FitsFn<'_>);
-        let Some(places) = spill_bundles(
-            &marker, count, readers, name, effort, canonical, &spills, &weights, project,
-        )?
-        else {
+        let round = Round {
+            marker: &marker,
+            count,
+            readers,
+            what: name,
+            dir,
+            weights: &weights,
+        };
+        let Some((files, places)) = round.spill(effort, canonical, project)? else {
             effort += 1;
             continue;
         };
-        let files: Vec<(std::fs::File, u64)> = spills
-            .into_iter()
-            .map(|m| m.into_inner().unwrap_or_else(|p| p.into_inner()))
-            .collect();
-        let (src, bases) = Cat::new(&files);
-        let ranges: Vec<(u64, u64)> = places
-            .iter()
-            .map(|&(t, at, len)| (bases[t] + at, len))
-            .collect();
+        let (src, ranges) = Round::ranges(&files, &places);
         let bundles = rocpack_elf::Bundles::In {
             src: &src,
             ranges: &ranges,
@@ -775,34 +830,22 @@ fn stream_pe(
     let info = rocpack_image::pe::analyze_in(host, host_src).map_err(fail)?;
     let (marker, count) = marker_of(&Analysis::Pe(info), name).map_err(fail)?;
     let weights = bundle_weights(&marker, count, readers);
-    let threads = rayon::current_num_threads().max(1);
     let mut effort = 0;
     loop {
         *canonical = (0, None);
-        let spills = (0..threads)
-            .map(|_| {
-                let f = tempfile::tempfile_in(dir).with_context(|| {
-                    format!("failed to create a spill file in `{}`", dir.display())
-                })?;
-                Ok(std::sync::Mutex::new((f, 0u64)))
-            })
-            .collect::<anyhow::Result<Vec<Spill>>>()?;
-        let Some(places) = spill_bundles(
-            &marker, count, readers, name, effort, canonical, &spills, &weights, None,
-        )?
-        else {
+        let round = Round {
+            marker: &marker,
+            count,
+            readers,
+            what: name,
+            dir,
+            weights: &weights,
+        };
+        let Some((files, places)) = round.spill(effort, canonical, None)? else {
             effort += 1;
             continue;
         };
-        let files: Vec<(std::fs::File, u64)> = spills
-            .into_iter()
-            .map(|m| m.into_inner().unwrap_or_else(|p| p.into_inner()))
-            .collect();
-        let (src, bases) = Cat::new(&files);
-        let ranges: Vec<(u64, u64)> = places
-            .iter()
-            .map(|&(t, at, len)| (bases[t] + at, len))
-            .collect();
+        let (src, ranges) = Round::ranges(&files, &places);
         let bundles = rocpack_elf::Bundles::In {
             src: &src,
             ranges: &ranges,
