@@ -550,6 +550,18 @@ pub(super) fn scan(
     })
 }
 
+/// Creates (or truncates) a host rewrite's output, readable too: the
+/// rewrites re-read what they wrote (checks, checksums).
+fn create_rw(path: &Path) -> Result<File, SplitError> {
+    Ok(std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(path)
+        .ctx(path, "create")?)
+}
+
 fn image_err(path: &Path, e: rocpack_image::Error) -> SplitError {
     SplitError::Image {
         path: path.to_path_buf(),
@@ -1034,13 +1046,7 @@ fn split_fat(
         let marker = Marker::for_split(&opts.artifact_prefix, depth, kernel_name.clone()).encode();
         release(&map, None);
         // Written range by range from positioned reads, as for ELF files.
-        let out = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(host_dst)
-            .ctx(host_dst, "create")?;
+        let out = create_rw(host_dst)?;
         let len = rocpack_image::pe::split_to(data, &src, &info, &marker, &out)
             .map_err(|e| image_err(path, e))?;
         drop(out);
@@ -1075,13 +1081,7 @@ fn split_fat(
         // problem is reported before any bundle is decompressed, and the
         // two do not add their memory.
         let rewrite = || -> Result<u64, SplitError> {
-            let out = std::fs::OpenOptions::new()
-                .read(true)
-                .write(true)
-                .create(true)
-                .truncate(true)
-                .open(host_dst)
-                .ctx(host_dst, "create")?;
+            let out = create_rw(host_dst)?;
             let len = rocpack_elf::split_host_to(data, &src, &marker, &out)
                 .map_err(|e| elf_err(path, e))?;
             drop(out);
