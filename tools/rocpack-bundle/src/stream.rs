@@ -699,29 +699,12 @@ fn walk<E: From<Error>>(
                 )
                 .into());
             }
-            if !want_hash {
-                return Ok(WalkSummary {
-                    hash_matches: None,
-                    computed_hash: None,
-                    gaps_zero: d.gaps_zero,
-                });
-            }
-            let mut low = [0u8; 8];
-            low.copy_from_slice(&digest[..8]);
-            let computed = u64::from_le_bytes(low);
-            if opts.verify_hash && computed != h.hash {
-                return Err(Error::HashMismatch {
-                    offset: 0,
-                    stored: h.hash,
-                    computed,
-                }
-                .into());
-            }
-            Ok(WalkSummary {
-                hash_matches: Some(computed == h.hash),
-                computed_hash: Some(computed),
-                gaps_zero: d.gaps_zero,
-            })
+            Ok(summary(
+                want_hash.then_some(&digest[..]),
+                h.hash,
+                opts,
+                d.gaps_zero,
+            )?)
         }
     }
 }
@@ -1000,30 +983,8 @@ pub fn walk_entries<E: From<Error>>(
         )
         .into());
     }
-    if !hashing {
-        return Ok(WalkSummary {
-            hash_matches: None,
-            computed_hash: None,
-            gaps_zero,
-        });
-    }
-    let digest = md5.finalize();
-    let mut low = [0u8; 8];
-    low.copy_from_slice(&digest[..8]);
-    let computed = u64::from_le_bytes(low);
-    if opts.verify_hash && computed != h.hash {
-        return Err(Error::HashMismatch {
-            offset: 0,
-            stored: h.hash,
-            computed,
-        }
-        .into());
-    }
-    Ok(WalkSummary {
-        hash_matches: Some(computed == h.hash),
-        computed_hash: Some(computed),
-        gaps_zero,
-    })
+    let digest = hashing.then(|| md5.finalize());
+    Ok(summary(digest.as_deref(), h.hash, opts, gaps_zero)?)
 }
 
 /// [`walk_entries`] of a bundle whose code objects overlap each other or
@@ -1094,6 +1055,40 @@ pub enum CopyError {
     Bundle(#[from] Error),
     #[error("{0}")]
     Io(std::io::Error),
+}
+
+/// What a walk of a CCOB found: without a `digest` (MD5 of the payload,
+/// not computed) no hash verdict; with one, the stored `hash` checked
+/// against its first 8 bytes (little-endian, LLVM's `MD5Result::low()`),
+/// a mismatch an error when `opts.verify_hash`.
+fn summary(
+    digest: Option<&[u8]>,
+    stored: u64,
+    opts: &ParseOptions,
+    gaps_zero: bool,
+) -> Result<WalkSummary> {
+    let Some(digest) = digest else {
+        return Ok(WalkSummary {
+            hash_matches: None,
+            computed_hash: None,
+            gaps_zero,
+        });
+    };
+    let mut low = [0u8; 8];
+    low.copy_from_slice(&digest[..8]);
+    let computed = u64::from_le_bytes(low);
+    if opts.verify_hash && computed != stored {
+        return Err(Error::HashMismatch {
+            offset: 0,
+            stored,
+            computed,
+        });
+    }
+    Ok(WalkSummary {
+        hash_matches: Some(computed == stored),
+        computed_hash: Some(computed),
+        gaps_zero,
+    })
 }
 
 #[cfg(test)]
