@@ -531,6 +531,38 @@ impl Round<'_> {
         Ok(Some((files, places)))
     }
 
+    /// Builds the bundles at rising effort until `write` places them.
+    /// `write` gets the bundles and whether this is the last effort, and
+    /// returns `None` when they do not fit (layout errors come before the
+    /// first byte is written; at the last effort it reports the error).
+    /// `fits` (projected total lengths) lets an effort that cannot fit be
+    /// given up early.
+    fn reassemble(
+        &self,
+        canonical: &mut (usize, Option<String>),
+        fits: Option<&FitsFn<'_>>,
+        write: &mut dyn FnMut(&rocpack_elf::Bundles<'_>, bool) -> anyhow::Result<Option<u64>>,
+    ) -> anyhow::Result<u64> {
+        let mut effort = 0;
+        loop {
+            *canonical = (0, None);
+            let project = fits.filter(|_| effort < MAX_EFFORT);
+            let Some((files, places)) = self.spill(effort, canonical, project)? else {
+                effort += 1;
+                continue;
+            };
+            let (src, ranges) = Round::ranges(&files, &places);
+            let bundles = rocpack_elf::Bundles::In {
+                src: &src,
+                ranges: &ranges,
+            };
+            match write(&bundles, effort >= MAX_EFFORT)? {
+                Some(n) => return Ok(n),
+                None => effort += 1,
+            }
+        }
+    }
+
     /// The spill files as one source, and each bundle's range in it.
     fn ranges<'f>(
         files: &'f [(std::fs::File, u64)],
@@ -778,37 +810,26 @@ fn stream_elf(
     let fits = |lens: &[u64]| -> anyhow::Result<bool> {
         rocpack_elf::reassembly_fits(host, lens).map_err(fail)
     };
-    let mut effort = 0;
-    loop {
-        *canonical = (0, None);
-        let project = (effort < MAX_EFFORT).then_some(&fits as &FitsFn<'_>);
-        let round = Round {
-            marker: &marker,
-            count,
-            readers,
-            what: name,
-            dir,
-            weights: &weights,
-        };
-        let Some((files, places)) = round.spill(effort, canonical, project)? else {
-            effort += 1;
-            continue;
-        };
-        let (src, ranges) = Round::ranges(&files, &places);
-        let bundles = rocpack_elf::Bundles::In {
-            src: &src,
-            ranges: &ranges,
-        };
-        // Layout errors come before the first byte is written.
-        match rocpack_elf::reassemble_to(host, host_src, &bundles, &mut w) {
+    let round = Round {
+        marker: &marker,
+        count,
+        readers,
+        what: name,
+        dir,
+        weights: &weights,
+    };
+    round.reassemble(
+        canonical,
+        Some(&fits),
+        &mut |bundles, last| match rocpack_elf::reassemble_to(host, host_src, bundles, &mut w) {
             Ok(n) => {
                 w.flush()?;
-                return Ok(n);
+                Ok(Some(n))
             }
-            Err(rocpack_elf::Error::Layout { .. }) if effort < MAX_EFFORT => effort += 1,
-            Err(e) => return Err(fail(e)),
-        }
-    }
+            Err(rocpack_elf::Error::Layout { .. }) if !last => Ok(None),
+            Err(e) => Err(fail(e)),
+        },
+    )
 }
 
 /// Reassemble a split PE32+ image into `out` (empty, opened for reading
@@ -830,36 +851,26 @@ fn stream_pe(
     let info = rocpack_image::pe::analyze_in(host, host_src).map_err(fail)?;
     let (marker, count) = marker_of(&Analysis::Pe(info), name).map_err(fail)?;
     let weights = bundle_weights(&marker, count, readers);
-    let mut effort = 0;
-    loop {
-        *canonical = (0, None);
-        let round = Round {
-            marker: &marker,
-            count,
-            readers,
-            what: name,
-            dir,
-            weights: &weights,
-        };
-        let Some((files, places)) = round.spill(effort, canonical, None)? else {
-            effort += 1;
-            continue;
-        };
-        let (src, ranges) = Round::ranges(&files, &places);
-        let bundles = rocpack_elf::Bundles::In {
-            src: &src,
-            ranges: &ranges,
-        };
-        // Layout errors come before the first byte is written.
-        match rocpack_image::pe::reassemble_to(host, host_src, &bundles, out) {
-            Ok(n) => return Ok(n),
+    let round = Round {
+        marker: &marker,
+        count,
+        readers,
+        what: name,
+        dir,
+        weights: &weights,
+    };
+    round.reassemble(
+        canonical,
+        None,
+        &mut |bundles, last| match rocpack_image::pe::reassemble_to(host, host_src, bundles, out) {
+            Ok(n) => Ok(Some(n)),
             Err(
                 rocpack_image::Error::Layout { .. }
                 | rocpack_image::Error::Elf(rocpack_elf::Error::Layout { .. }),
-            ) if effort < MAX_EFFORT => effort += 1,
-            Err(e) => return Err(fail(e)),
-        }
-    }
+            ) if !last => Ok(None),
+            Err(e) => Err(fail(e)),
+        },
+    )
 }
 
 /// Reassemble an `ar` archive into `out` (empty) with memory bounded by
