@@ -1,10 +1,17 @@
 //! Issue 25, item 7: `kpack split-wheel` memory does not grow with the
 //! number of wheel entries. Two wheels that differ only in their count of
-//! tiny files (10,000 and 60,000, plus one fat binary) are split by the CLI
-//! as child processes; the peak RSS of each (`wait4`) may differ by at most
-//! [`MAX_BYTES_PER_ENTRY`] per added entry. Before the streaming reader and
-//! writer this was about 1,260 bytes per entry; now it is the entry's name
-//! and a 16-byte record (about 45 bytes here).
+//! tiny files (10,000 and 120,000, plus one fat binary) are split by the CLI
+//! as child processes, three times each; the median peak RSS of each
+//! (`wait4`) may differ by at most [`MAX_BYTES_PER_ENTRY`] per added entry.
+//! Before the streaming reader and writer this was about 1,260 bytes per
+//! entry; now it is the entry's name and a 16-byte record (about 42 bytes
+//! here; heaptrack: 3.1 MB of names and 1.9 MB of records at 120,000).
+//!
+//! A single reading of the small wheel's peak has been seen to move by
+//! 1.3 MB from one machine to another (CI read 16.6 MB where this machine
+//! reads 17.9 MB, with the large wheel the same on both): over 50,000
+//! entries that alone was 26 bytes per entry. Medians of three and a
+//! 110,000-entry spread keep such a shift under 12 bytes per entry.
 //!
 //! `KPACK_UNDER_TEST=/path/to/kpack` runs another binary (to show the test
 //! fails on an older build).
@@ -106,29 +113,32 @@ fn split_wheel_memory_is_flat_in_the_number_of_entries() {
     require_fixtures();
     let t = tempdir();
     let mut runs = Vec::new();
-    for n in [10_000usize, 60_000] {
+    for n in [10_000usize, 120_000] {
         let w = t
             .path()
             .join(format!("w{n}/fxpkg-1.0-py3-none-linux_x86_64.whl"));
         fs::create_dir_all(w.parent().unwrap()).unwrap();
         make_wheel(&w, n);
-        let (u, entries) = split(&w, &t.path().join(format!("out{n}")));
-        // Every tiny file, __init__.py, the host-only binary, METADATA, WHEEL, RECORD.
-        assert_eq!(entries, n + 5, "host wheel of the {n}-entry wheel");
-        eprintln!(
-            "split-wheel, {n} tiny entries: peak RSS {} KiB, wall {:.2} s, user {:.2} s, sys {:.2} s",
-            u.max_rss_kib, u.wall, u.user, u.sys
-        );
-        runs.push((n as u64, u));
+        let mut peaks = Vec::new();
+        for round in 0..3 {
+            let (u, entries) = split(&w, &t.path().join(format!("out{n}-{round}")));
+            // Every tiny file, __init__.py, the host-only binary, METADATA, WHEEL, RECORD.
+            assert_eq!(entries, n + 5, "host wheel of the {n}-entry wheel");
+            eprintln!(
+                "split-wheel, {n} tiny entries: peak RSS {} KiB, wall {:.2} s, user {:.2} s, sys {:.2} s",
+                u.max_rss_kib, u.wall, u.user, u.sys
+            );
+            peaks.push(u.max_rss_kib);
+        }
+        peaks.sort_unstable();
+        runs.push((n as u64, peaks[1]));
     }
-    let (n0, u0) = runs[0];
-    let (n1, u1) = runs[1];
-    let per_entry = (u1.max_rss_kib.saturating_sub(u0.max_rss_kib) * 1024) / (n1 - n0);
-    eprintln!("peak RSS growth: {per_entry} bytes per entry");
+    let (n0, p0) = runs[0];
+    let (n1, p1) = runs[1];
+    let per_entry = (p1.saturating_sub(p0) * 1024) / (n1 - n0);
+    eprintln!("peak RSS growth (medians): {per_entry} bytes per entry");
     assert!(
         per_entry <= MAX_BYTES_PER_ENTRY,
-        "split-wheel peak RSS grows {per_entry} bytes per entry ({} KiB at {n0} entries, {} KiB at {n1}); at most {MAX_BYTES_PER_ENTRY} allowed",
-        u0.max_rss_kib,
-        u1.max_rss_kib
+        "split-wheel peak RSS grows {per_entry} bytes per entry (medians {p0} KiB at {n0} entries, {p1} KiB at {n1}); at most {MAX_BYTES_PER_ENTRY} allowed"
     );
 }
