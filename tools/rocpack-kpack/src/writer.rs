@@ -256,6 +256,8 @@ struct TocBuilder {
     index: HashMap<String, usize>,
     targets_seen: Vec<String>,
     count: u32,
+    /// Per ordinal, where its entry is: (binary, arch) positions.
+    slots: Vec<(usize, usize)>,
 }
 
 impl TocBuilder {
@@ -298,15 +300,22 @@ impl TocBuilder {
         match self.index.get(&key) {
             Some(&i) => {
                 if let Some((_, arches)) = self.binaries.get_mut(i) {
+                    self.slots.push((i, arches.len()));
                     arches.push((target.to_owned(), meta));
                 }
             }
             None => {
+                self.slots.push((self.binaries.len(), 0));
                 self.index.insert(key.clone(), self.binaries.len());
                 self.binaries.push((key, vec![(target.to_owned(), meta)]));
             }
         }
         ordinal
+    }
+
+    fn entry_mut(&mut self, ordinal: u32) -> Option<&mut EntryMeta> {
+        let &(b, a) = self.slots.get(ordinal as usize)?;
+        Some(&mut self.binaries.get_mut(b)?.1.get_mut(a)?.1)
     }
 }
 
@@ -680,6 +689,53 @@ impl<W: Write + Seek> KpackStreamWriter<W> {
             .checked_add(4 + n)
             .ok_or_else(|| Error::new(ErrorKind::Limit("archive larger than 2^64".into())))?;
         Ok(self.toc.push(key, target, len, metadata))
+    }
+
+    /// Reserve the place of one kernel of `len` bytes (`none` scheme only)
+    /// without writing it: the archive's next `len` bytes are left for the
+    /// caller to fill, e.g. from several threads at once with positioned
+    /// writes while code objects are decoded. Returns the ordinal and the
+    /// absolute offset in `W` where the kernel's bytes go. The caller must
+    /// write all `len` bytes before the archive is used (the place reads as
+    /// zeros until then); the writer moves past it.
+    pub fn add_placed(
+        &mut self,
+        key: &str,
+        target: &str,
+        len: u64,
+        metadata: Option<rmpv::Value>,
+    ) -> Result<(u32, u64)> {
+        if !matches!(self.compression, Compression::None) {
+            return Err(Error::new(ErrorKind::Limit(
+                "add_placed needs the uncompressed scheme".into(),
+            )));
+        }
+        let key = self.key(key);
+        self.toc.check(&key, target)?;
+        let end = self
+            .pos
+            .checked_add(len)
+            .ok_or_else(|| Error::new(ErrorKind::Limit("archive larger than 2^64".into())))?;
+        let at = self.start + self.pos;
+        let step = i64::try_from(len)
+            .map_err(|_| Error::new(ErrorKind::Limit(format!("{len}-byte code object"))))?;
+        self.w.seek(SeekFrom::Current(step))?;
+        self.blobs.push((self.pos, len));
+        self.pos = end;
+        Ok((self.toc.push(key, target, len, metadata), at))
+    }
+
+    /// Replace the `metadata` of the kernel with ordinal `ordinal` (added
+    /// earlier), e.g. once the bytes of an [`KpackStreamWriter::add_placed`]
+    /// kernel have been decoded and what they say is known.
+    pub fn set_metadata(&mut self, ordinal: u32, metadata: Option<rmpv::Value>) -> Result<()> {
+        let entry = self.toc.entry_mut(ordinal).ok_or_else(|| {
+            Error::new(ErrorKind::Limit(format!(
+                "no kernel with ordinal {ordinal}"
+            )))
+        })?;
+        entry.metadata = metadata;
+        Ok(())
     }
 
     /// Add a kernel that is already one zstd frame of `original_size` bytes

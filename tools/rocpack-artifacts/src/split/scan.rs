@@ -2,7 +2,9 @@
 //! (generic, database file of one arch, fat binary) and, for fat binaries,
 //! write the host-only rewrite and record where every code object lives
 //! (the input itself, the spill file of its decompressed CCOB, or, with
-//! zstd archives, its frame, compressed while the CCOB decompressed).
+//! zstd archives, its frame, compressed while the CCOB decompressed). With
+//! uncompressed archives a CCOB is not decompressed here: the write stage
+//! decompresses it once, straight into the archives ([`DeferredCcob`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::File;
@@ -260,6 +262,103 @@ impl Spill {
     }
 }
 
+impl Spill {
+    /// Decompresses the CCOB `d` once, streaming (positioned reads, as
+    /// [`Spill::walk_ccob`]), and writes each code object that has a place
+    /// in `places` (per bundle entry: a file and the absolute offset where
+    /// its bytes go) straight there with positioned writes; the others are
+    /// decoded and dropped. Memory: the decoder and a chunk, admitted like
+    /// the scan's walks. Returns what the pass found.
+    pub(super) fn walk_ccob_into(
+        &self,
+        d: &DeferredCcob,
+        places: &[Option<(&File, u64)>],
+    ) -> Result<rocpack_bundle::WalkSummary, SplitError> {
+        let input = File::open(&d.file).ctx(&d.file, "open")?;
+        let src = rocpack_bundle::FileRange::new(&input, d.offset, d.len);
+        let mut target = PlaceTarget { places };
+        let _admitted = self.admit(d.index.payload_len.min(WINDOW_MAX));
+        rocpack_bundle::walk_entries::<rocpack_bundle::CopyError>(
+            &src,
+            &d.index,
+            &rocpack_bundle::ParseOptions {
+                walk_hash: false,
+                ..Default::default()
+            },
+            &mut target,
+        )
+        .map_err(|e| match e {
+            rocpack_bundle::CopyError::Bundle(error) => SplitError::Bundle {
+                path: d.file.clone(),
+                offset: d.offset + error.offset().unwrap_or(0),
+                error,
+            },
+            rocpack_bundle::CopyError::Io(e) => {
+                FsError::new(&d.file, "write a decompressed code object", e).into()
+            }
+        })
+    }
+}
+
+/// A CCOB whose code objects go to uncompressed archives: the scan reads
+/// its entry table only; the write stage, once every archive's layout is
+/// known, decompresses it once straight into them
+/// ([`Spill::walk_ccob_into`]), so each code object is written once.
+#[derive(Debug)]
+pub(super) struct DeferredCcob {
+    /// The input file.
+    pub file: PathBuf,
+    /// Byte offset of the bundle in it.
+    pub offset: u64,
+    /// The bundle's length.
+    pub len: u64,
+    /// Its entry table.
+    pub index: rocpack_bundle::BundleIndex,
+}
+
+/// Where [`Spill::walk_ccob_into`] puts each code object.
+struct PlaceTarget<'a> {
+    places: &'a [Option<(&'a File, u64)>],
+}
+
+impl rocpack_bundle::EntryTarget<rocpack_bundle::CopyError> for PlaceTarget<'_> {
+    fn dest(&mut self, i: usize) -> Result<rocpack_bundle::EntryDest, rocpack_bundle::CopyError> {
+        Ok(match self.places.get(i) {
+            Some(Some(_)) => rocpack_bundle::EntryDest::Chunks,
+            _ => rocpack_bundle::EntryDest::Skip,
+        })
+    }
+
+    fn filled(&mut self, _: usize, _: Vec<u8>) -> Result<(), rocpack_bundle::CopyError> {
+        // Never asked for: every kept entry comes in chunks.
+        Ok(())
+    }
+
+    fn chunk(&mut self, i: usize, off: u64, chunk: &[u8]) -> Result<(), rocpack_bundle::CopyError> {
+        use std::os::unix::fs::FileExt;
+        match self.places.get(i) {
+            Some(Some((f, at))) => f
+                .write_all_at(chunk, at + off)
+                .map_err(rocpack_bundle::CopyError::Io),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// `metadata.bundle` of entry `position` of a bundle (its place, when the
+/// bundle can be rebuilt exactly: `layout`).
+pub(super) fn entry_place(
+    layout: Option<&rocpack_bundle::BundleLayout>,
+    index: &rocpack_bundle::BundleIndex,
+    position: usize,
+) -> Option<rocpack_kpack::rmpv::Value> {
+    layout.and_then(|l| {
+        rocpack_kpack::bundle_meta::encode(l, position, |i| {
+            index.entries.get(i).is_some_and(|e| !e.id.is_host())
+        })
+    })
+}
+
 /// Where [`Spill::walk_ccob`] puts each code object of one CCOB.
 struct CcobTarget<'a, 's, 'scope> {
     index: &'a rocpack_bundle::BundleIndex,
@@ -424,6 +523,10 @@ pub(super) struct KernelRef {
     /// Its zstd frame, when the scan compressed it already (then `file`
     /// and `offset` are not read).
     pub frame: Option<Frame>,
+    /// With uncompressed archives, the CCOB it comes from and its entry
+    /// there: the write stage decompresses it into the archive (then `file`
+    /// and `offset` are not read, and `place` is known after that walk).
+    pub ccob: Option<(Arc<DeferredCcob>, usize)>,
 }
 
 /// Classification of one regular file.
@@ -626,13 +729,18 @@ struct Indexed<'b> {
     stored: Arc<[String]>,
 }
 
-/// What the walk of one bundle left: the spill file of a CCOB's code
-/// objects, the walk summary and, per entry, its frame.
-type Walked = (
-    Option<PathBuf>,
-    rocpack_bundle::WalkSummary,
-    Vec<Option<Frame>>,
-);
+/// What the walk of one bundle left.
+enum Walked {
+    /// Walked by the scan: the spill file of a CCOB's code objects, the
+    /// walk summary and, per entry, its frame.
+    Now(
+        Option<PathBuf>,
+        rocpack_bundle::WalkSummary,
+        Vec<Option<Frame>>,
+    ),
+    /// A CCOB left for the write stage (uncompressed archives).
+    Later(Arc<DeferredCcob>),
+}
 
 impl Collector<'_> {
     fn bundle_err(&self, offset: u64) -> impl Fn(rocpack_bundle::Error) -> SplitError + '_ {
@@ -722,7 +830,16 @@ impl Collector<'_> {
             .map(|x| {
                 let src = rocpack_bundle::FileRange::new(self.file, x.offset, x.info.len);
                 let bundle_err = self.bundle_err(x.offset);
-                if x.index.ccob.is_some() {
+                if x.index.ccob.is_some() && self.opts.compression == Compression::None {
+                    // Decompressed once by the write stage, straight into
+                    // the archives (their layout is not known yet).
+                    Ok(Walked::Later(Arc::new(DeferredCcob {
+                        file: path.to_path_buf(),
+                        offset: x.offset,
+                        len: x.info.len,
+                        index: x.index.clone(),
+                    })))
+                } else if x.index.ccob.is_some() {
                     // Decompression and compression overlap; only frames
                     // (and code objects too large to hold) are spilled.
                     let p = spill.walk_ccob(
@@ -733,7 +850,7 @@ impl Collector<'_> {
                         &keep,
                         &bundle_err,
                     )?;
-                    Ok((Some(p.raw), p.walk, p.frames))
+                    Ok(Walked::Now(Some(p.raw), p.walk, p.frames))
                 } else {
                     // Gaps and header only: code objects are read from
                     // their file range by the write stage.
@@ -744,24 +861,27 @@ impl Collector<'_> {
                         &mut SkipAll,
                     )
                     .map_err(bundle_err)?;
-                    Ok((None, walk, Vec::new()))
+                    Ok(Walked::Now(None, walk, Vec::new()))
                 }
             })
             .collect();
         for (x, w) in indexed.iter().zip(walked) {
-            let (spilled, walk, frames) = w?;
             let index = &x.index;
+            let (spilled, layout, frames, deferred) = match w? {
+                Walked::Now(spilled, walk, frames) => (
+                    spilled,
+                    rocpack_bundle::BundleLayout::of_index(index, &walk),
+                    frames,
+                    None,
+                ),
+                Walked::Later(d) => (None, None, Vec::new(), Some(d)),
+            };
             let key = rocpack_kpack::toc_key(kernel_name, x.info.index as u64);
-            let layout = rocpack_bundle::BundleLayout::of_index(index, &walk);
             for (position, entry) in index.entries.iter().enumerate() {
                 if entry.id.is_host() {
                     continue;
                 }
-                let place = layout.as_ref().and_then(|l| {
-                    rocpack_kpack::bundle_meta::encode(l, position, |i| {
-                        index.entries.get(i).is_some_and(|e| !e.id.is_host())
-                    })
-                });
+                let place = entry_place(layout.as_ref(), index, position);
                 let arch = entry.id.target_id().to_string();
                 self.counts.1 += 1;
                 self.archs.insert(arch.clone());
@@ -782,6 +902,7 @@ impl Collector<'_> {
                     place,
                     bundle_targets: x.stored.clone(),
                     frame: frames.get(position).cloned().flatten(),
+                    ccob: deferred.clone().map(|d| (d, position)),
                 });
             }
         }
