@@ -42,6 +42,8 @@ pub(super) struct Spill {
     /// Code objects queued for compression, over every bundle being
     /// walked (the bound on their buffers).
     in_flight: AtomicUsize,
+    /// Their bytes; see [`QUEUE_BUDGET`].
+    queued: AtomicU64,
     /// Code-object buffers for reuse, over every walk: at most one per
     /// walking thread plus one per queued code object exist.
     pool: Mutex<Vec<Vec<u8>>>,
@@ -56,6 +58,12 @@ pub(super) struct Spill {
 /// `--jobs` (a CCOB's decoder keeps a window as large as its payload, up to
 /// the decoder's 128 MiB limit). A walk larger than the budget runs alone.
 const WALK_BUDGET: u64 = 96 << 20;
+
+/// Code-object bytes the CCOB walks may queue for the other workers to
+/// compress, over every walk; beyond it (unless the queue is empty) the
+/// walking thread compresses the code object itself. With the walk budget
+/// this keeps peak memory from growing with `--jobs`.
+const QUEUE_BUDGET: u64 = 64 << 20;
 
 /// Largest window a zstd decoder accepts by default (2^27), the most a
 /// walk's decoder holds.
@@ -86,6 +94,7 @@ impl Spill {
             dir,
             next: AtomicU64::new(0),
             in_flight: AtomicUsize::new(0),
+            queued: AtomicU64::new(0),
             pool: Mutex::new(Vec::new()),
             walking: (Mutex::new(0), Condvar::new()),
         })
@@ -389,17 +398,24 @@ impl rocpack_bundle::EntryTarget<rocpack_bundle::CopyError> for CcobTarget<'_, '
 
     fn filled(&mut self, i: usize, buf: Vec<u8>) -> Result<(), rocpack_bundle::CopyError> {
         let shared = self.shared;
-        let in_flight = &shared.spill.in_flight;
+        let (in_flight, queued) = (&shared.spill.in_flight, &shared.spill.queued);
         // A worker compresses it while this thread goes on decompressing;
-        // when every worker is busy, this thread does it (never waits, so
-        // never deadlocks).
-        if in_flight.fetch_add(1, Ordering::AcqRel) < self.workers {
+        // when every worker is busy or the queue holds QUEUE_BUDGET bytes,
+        // this thread does it (never waits, so never deadlocks).
+        let len = buf.len() as u64;
+        let before = queued.fetch_add(len, Ordering::AcqRel);
+        let fits = before == 0 || before + len <= QUEUE_BUDGET;
+        if fits && in_flight.fetch_add(1, Ordering::AcqRel) < self.workers {
             self.scope.spawn(move |_| {
                 shared.compress(i, buf);
                 shared.spill.in_flight.fetch_sub(1, Ordering::AcqRel);
+                shared.spill.queued.fetch_sub(len, Ordering::AcqRel);
             });
         } else {
-            in_flight.fetch_sub(1, Ordering::AcqRel);
+            if fits {
+                in_flight.fetch_sub(1, Ordering::AcqRel);
+            }
+            queued.fetch_sub(len, Ordering::AcqRel);
             shared.compress(i, buf);
         }
         Ok(())
