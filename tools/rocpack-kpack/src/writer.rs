@@ -61,9 +61,9 @@ pub const STREAM_IN_CHUNK: usize = 1 << 20;
 /// level 3 gives a frame 1 byte shorter, at level 19 1 byte longer). So
 /// code objects up to this size keep exactly the frames earlier releases
 /// wrote, larger ones get the streamed frame, which is as deterministic
-/// (independent of thread count and of how the input is read). It equals
-/// the split scan's in-memory limit for CCOB payloads, so a code object
-/// gets the same frame whichever path compressed it.
+/// (independent of thread count and of how the input is read). The split
+/// scan's in-memory limit for CCOB payloads is this constant, so a code
+/// object gets the same frame whichever path compressed it.
 pub const STREAM_THRESHOLD: u64 = 32 << 20;
 
 /// Compress exactly `len` bytes read from `src` into `dst` as one zstd

@@ -433,8 +433,10 @@ impl rocpack_bundle::EntryTarget<rocpack_bundle::CopyError> for CcobTarget<'_, '
 }
 
 /// Largest code object [`Spill::walk_ccob`] holds in memory to compress
-/// during the scan.
-const INMEM_MAX: u64 = 32 << 20;
+/// during the scan: the writer's own limit for compressing whole (above it
+/// frames are streamed), so a code object gets the same frame whichever
+/// path compressed it.
+const INMEM_MAX: u64 = rocpack_kpack::STREAM_THRESHOLD;
 
 /// What [`Spill::walk_ccob`] made of one CCOB.
 struct Precompressed {
