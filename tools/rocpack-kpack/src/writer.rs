@@ -526,6 +526,19 @@ impl<W: Write + Seek> KpackStreamWriter<W> {
         stored_key(self.normalize, key)
     }
 
+    /// For a kernel of `len` bytes added with the `none` scheme: its stored
+    /// key (checked against the TOC) and where the blob region ends after
+    /// it.
+    fn next_plain(&self, key: &str, target: &str, len: u64) -> Result<(String, u64)> {
+        let key = self.key(key);
+        self.toc.check(&key, target)?;
+        let end = self
+            .pos
+            .checked_add(len)
+            .ok_or_else(|| Error::new(ErrorKind::Limit("archive larger than 2^64".into())))?;
+        Ok((key, end))
+    }
+
     /// Number of kernels added so far.
     pub fn len(&self) -> u32 {
         self.toc.count
@@ -551,14 +564,10 @@ impl<W: Write + Seek> KpackStreamWriter<W> {
     ) -> Result<u32> {
         match self.compression {
             Compression::None => {
-                let key = self.key(key);
-                self.toc.check(&key, target)?;
+                let (key, end) = self.next_plain(key, target, data.len() as u64)?;
                 self.w.write_all(data)?;
-                let offset = self.pos;
-                self.pos = self.pos.checked_add(data.len() as u64).ok_or_else(|| {
-                    Error::new(ErrorKind::Limit("archive larger than 2^64".into()))
-                })?;
-                self.blobs.push((offset, data.len() as u64));
+                self.blobs.push((self.pos, data.len() as u64));
+                self.pos = end;
                 Ok(self.toc.push(key, target, data.len() as u64, metadata))
             }
             Compression::Zstd { level } => {
@@ -612,12 +621,7 @@ impl<W: Write + Seek> KpackStreamWriter<W> {
             let data = read(src)?;
             return self.add_with_metadata(key, target, &data, metadata);
         }
-        let key = self.key(key);
-        self.toc.check(&key, target)?;
-        let end = self
-            .pos
-            .checked_add(len)
-            .ok_or_else(|| Error::new(ErrorKind::Limit("archive larger than 2^64".into())))?;
+        let (key, end) = self.next_plain(key, target, len)?;
         let mut r = src;
         r.seek(SeekFrom::Start(offset))?;
         let copied = std::io::copy(&mut Read::take(r, len), &mut self.w)?;
@@ -647,13 +651,9 @@ impl<W: Write + Seek> KpackStreamWriter<W> {
         len: u64,
         metadata: Option<rmpv::Value>,
     ) -> Result<u32> {
-        let key = self.key(key);
-        self.toc.check(&key, target)?;
         let level = match self.compression {
             Compression::None => {
-                let end = self.pos.checked_add(len).ok_or_else(|| {
-                    Error::new(ErrorKind::Limit("archive larger than 2^64".into()))
-                })?;
+                let (key, end) = self.next_plain(key, target, len)?;
                 let copied = std::io::copy(&mut Read::take(src, len), &mut self.w)?;
                 if copied != len {
                     return Err(Error::from(std::io::Error::new(
@@ -667,6 +667,8 @@ impl<W: Write + Seek> KpackStreamWriter<W> {
             }
             Compression::Zstd { level } => level,
         };
+        let key = self.key(key);
+        self.toc.check(&key, target)?;
         if u64::from(self.toc.count) >= ZSTD_MAX_KERNELS {
             return Err(Error::new(ErrorKind::Limit(format!(
                 "zstd-per-kernel archives hold at most {ZSTD_MAX_KERNELS} kernels (runtime limit)"
@@ -710,12 +712,7 @@ impl<W: Write + Seek> KpackStreamWriter<W> {
                 "add_placed needs the uncompressed scheme".into(),
             )));
         }
-        let key = self.key(key);
-        self.toc.check(&key, target)?;
-        let end = self
-            .pos
-            .checked_add(len)
-            .ok_or_else(|| Error::new(ErrorKind::Limit("archive larger than 2^64".into())))?;
+        let (key, end) = self.next_plain(key, target, len)?;
         let at = self.start + self.pos;
         let step = i64::try_from(len)
             .map_err(|_| Error::new(ErrorKind::Limit(format!("{len}-byte code object"))))?;
