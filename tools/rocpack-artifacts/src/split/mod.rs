@@ -325,6 +325,7 @@ fn split_into(
     let mut plan = plan::plan(opts, scanned)?;
     let generic = write::write_generic(&plan, &generic_root)?;
     let arch_artifacts = write::write_arch_artifacts(opts, stage, &mut plan, &spill, progress)?;
+    spill.check_inputs()?;
     Ok(SplitReport {
         artifact_prefix: name.clone(),
         prefixes: generic.manifest.prefixes().to_vec(),

@@ -47,6 +47,10 @@ pub(super) struct Spill {
     /// Code-object buffers for reuse, over every walk: at most one per
     /// walking thread plus one per queued code object exist.
     pool: Mutex<Vec<Vec<u8>>>,
+    /// Fat binaries whose bytes the write stage reads again (code objects
+    /// of uncompressed bundles, CCOBs left for it), as the scan found them:
+    /// [`Spill::check_inputs`].
+    inputs: Mutex<Vec<(PathBuf, Stamp)>>,
     /// Memory the CCOB walks under way may hold (estimated: decoder window
     /// and largest buffer), over every walk; see [`WALK_BUDGET`].
     walking: (Mutex<u64>, Condvar),
@@ -95,9 +99,46 @@ impl Spill {
             next: AtomicU64::new(0),
             in_flight: AtomicUsize::new(0),
             queued: AtomicU64::new(0),
+            inputs: Mutex::new(Vec::new()),
             pool: Mutex::new(Vec::new()),
             walking: (Mutex::new(0), Condvar::new()),
         })
+    }
+
+    /// Records what fat binary `path` (open as `file`) is as the scan reads
+    /// it.
+    fn note_input(&self, path: &Path, file: &File) -> Result<(), SplitError> {
+        let stamp = Stamp::of(&file.metadata().ctx(path, "stat")?);
+        if let Ok(mut v) = self.inputs.lock() {
+            v.push((path.to_path_buf(), stamp));
+        }
+        Ok(())
+    }
+
+    /// Fails if a fat binary changed (size, modification time, inode) since
+    /// the scan read it: its host rewrite and its code objects, copied or
+    /// decompressed by the write stage, could come from different bytes.
+    /// Called once every output is written, before the outputs are
+    /// published.
+    pub(super) fn check_inputs(&self) -> Result<(), SplitError> {
+        let inputs = self
+            .inputs
+            .lock()
+            .map_err(|_| SplitError::Usage("internal: input list poisoned".into()))?;
+        for (path, was) in inputs.iter() {
+            let now = std::fs::metadata(path).map(|m| Stamp::of(&m));
+            if now.as_ref().ok() != Some(was) {
+                return Err(SplitError::Usage(format!(
+                    "{}: changed while it was being split ({}); nothing was written",
+                    path.display(),
+                    match now {
+                        Ok(now) => was.difference(&now),
+                        Err(e) => format!("now: {e}"),
+                    }
+                )));
+            }
+        }
+        Ok(())
     }
 
     /// Waits until a walk costing `cost` bytes fits [`WALK_BUDGET`] (or no
@@ -323,6 +364,37 @@ pub(super) struct DeferredCcob {
     pub len: u64,
     /// Its entry table.
     pub index: rocpack_bundle::BundleIndex,
+}
+
+/// What a file is, as far as telling a rewrite goes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Stamp {
+    len: u64,
+    mtime: (i64, i64),
+    ctime: (i64, i64),
+    ino: (u64, u64),
+}
+
+impl Stamp {
+    fn of(m: &std::fs::Metadata) -> Stamp {
+        use std::os::unix::fs::MetadataExt;
+        Stamp {
+            len: m.len(),
+            mtime: (m.mtime(), m.mtime_nsec()),
+            ctime: (m.ctime(), m.ctime_nsec()),
+            ino: (m.dev(), m.ino()),
+        }
+    }
+
+    fn difference(&self, now: &Stamp) -> String {
+        if self.ino != now.ino {
+            "replaced by another file".into()
+        } else if self.len != now.len {
+            format!("{} bytes, now {}", self.len, now.len)
+        } else {
+            "rewritten in place".into()
+        }
+    }
 }
 
 /// Where [`Spill::walk_ccob_into`] puts each code object.
@@ -705,9 +777,11 @@ fn map_file(path: &Path) -> Result<(File, memmap2::Mmap), SplitError> {
     let file = File::open(path).ctx(path, "open")?;
     // SAFETY: the mapping is read-only and private to this process; inputs
     // are artifact trees nobody modifies while a split runs (the same
-    // assumption every build action makes about its inputs). A concurrent
-    // truncation could raise SIGBUS, never memory unsafety in safe code
-    // beyond that documented mmap caveat.
+    // assumption every build action makes about its inputs; a rewrite is
+    // caught by `Spill::check_inputs` before anything is published). A
+    // concurrent truncation could raise SIGBUS (the CLI reports it as an
+    // error), never memory unsafety in safe code beyond that documented
+    // mmap caveat.
     let map = unsafe { memmap2::Mmap::map(&file) }.ctx(path, "mmap")?;
     Ok((file, map))
 }
@@ -1068,6 +1142,7 @@ fn split_fat(
 ) -> Result<Option<FatOutcome>, SplitError> {
     let (opts, spill) = (cx.opts, cx.spill);
     let (file, map) = map_file(path)?;
+    spill.note_input(path, &file)?;
     let data: &[u8] = &map;
     // Bundle headers are read through positioned reads of the file, not
     // the mapping: only the host part of a large input is ever faulted in.
