@@ -58,9 +58,13 @@ fn replaced(p: &Path) {
 
 fn leave(_: &Path) {}
 
+/// A case: its name, the rewrite, and what the error must say (`None`: the
+/// split succeeds).
+type Case = (&'static str, fn(&Path), Option<&'static str>);
+
 #[test]
 fn a_fat_binary_rewritten_during_the_split_fails_it() {
-    let cases: [(&str, fn(&Path), Option<&str>); 4] = [
+    let cases: [Case; 4] = [
         ("untouched", leave, None),
         (
             "same size",
