@@ -625,8 +625,9 @@ pub(super) enum Class {
     Generic,
     /// A database file of this architecture, claimed by this handler.
     Database(databases::DatabaseKind, String),
-    /// A fat binary (its host-only rewrite is already written).
-    Fat(FatOutcome),
+    /// A fat binary (its host-only rewrite is already written). Boxed:
+    /// one class is kept per file of the tree, most of them generic.
+    Fat(Box<FatOutcome>),
     /// A COFF object (`.obj`) with device code: copied to the generic
     /// artifact as it is (COFF objects are not split; the image they are
     /// linked into is), with a warning; `kpack verify` reports it too.
@@ -1066,7 +1067,7 @@ fn classify_file(
         FileType::Elf { elf64_le: true } | FileType::Archive | FileType::Pe { pe32_plus: true }
     ) {
         if let Some(fat) = split_fat(cx, prefix, rel, path, host_dst, mode)? {
-            return Ok(Class::Fat(fat));
+            return Ok(Class::Fat(Box::new(fat)));
         }
     } else if matches!(
         kind,
