@@ -5,7 +5,8 @@
 //! pieces (ELF files, `ar` members, PE images, COFF objects), which the
 //! parsers read through a [`SparseView`]; bundles are found through the
 //! file. Memory and address space follow the tables loaded, never the
-//! file's size (a 1 GiB library is analysed under a 64 MiB `ulimit -v`).
+//! file's size (`installed_memory.rs` analyses a 1 GiB library under a
+//! 192 MiB `ulimit -v`).
 //! The file is never mapped, so one truncated under us is a read error (or
 //! a changed-size error from [`ImageFile::check_unchanged`]), never
 //! `SIGBUS`.
