@@ -36,7 +36,7 @@ const MAX_AS_KIB: u64 = 192 * 1024;
 
 /// The kpack under test, under the address-space limit (one malloc arena:
 /// each thread arena reserves 64 MiB of address space).
-fn kpack_bounded() -> Command {
+fn kpack_under_limit() -> Command {
     let bin = std::env::var("KPACK_UNDER_TEST").unwrap_or_else(|_| KPACK.to_string());
     let mut c = under_vmem_limit(bin, MAX_AS_KIB);
     c.env("MALLOC_ARENA_MAX", "1");
@@ -135,7 +135,7 @@ fn installed_tree_and_overlay_checks_do_not_read_a_1gib_library_whole() {
     fs::remove_dir_all(&art).unwrap();
     // verify --artifacts-dir of the split (the host file is judged by its
     // headers, tables, wrappers and marker).
-    let mut cmd = kpack_bounded();
+    let mut cmd = kpack_under_limit();
     cmd.args(["verify", "--artifacts-dir"]).arg(&out);
     let t0 = Instant::now();
     let (o, rss) = run_peak(&cmd);
@@ -168,7 +168,7 @@ fn installed_tree_and_overlay_checks_do_not_read_a_1gib_library_whole() {
     assert!(size >= 1 << 30, "split host is only {size} bytes");
 
     // verify --installed-tree
-    let mut cmd = kpack_bounded();
+    let mut cmd = kpack_under_limit();
     cmd.args(["verify", "--installed-tree"])
         .arg(&site)
         .args(["--gpu-target", "gfx1100", "--json"]);
@@ -197,7 +197,7 @@ fn installed_tree_and_overlay_checks_do_not_read_a_1gib_library_whole() {
     let want = digest(&lib);
     fs::remove_dir_all(&site).unwrap();
     let wout = tmp.path().join("wheels");
-    let mut cmd = kpack_bounded();
+    let mut cmd = kpack_under_limit();
     cmd.arg("split-wheel").arg(&whl).arg("-o").arg(&wout).args([
         "--overlay-root",
         "fxpkg",
