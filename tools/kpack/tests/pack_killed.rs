@@ -83,7 +83,10 @@ fn pack_killed_while_writing_leaves_nothing() {
         let pid = child.id();
         let t0 = Instant::now();
         while !has_fd_in(pid, &out) && child.try_wait().unwrap().is_none() {
-            assert!(t0.elapsed() < Duration::from_secs(60), "pack never opened its output");
+            assert!(
+                t0.elapsed() < Duration::from_secs(60),
+                "pack never opened its output"
+            );
             std::thread::sleep(Duration::from_millis(1));
         }
         // Then a random number of polls more (0 to about 0.5 s).
@@ -112,6 +115,9 @@ fn pack_killed_while_writing_leaves_nothing() {
         stray.extend(left);
     }
     eprintln!("seed {seed}: {killed} of {ROUNDS} rounds killed while writing");
-    assert!(killed >= ROUNDS / 2, "only {killed} of {ROUNDS} rounds were killed while writing");
+    assert!(
+        killed >= ROUNDS / 2,
+        "only {killed} of {ROUNDS} rounds were killed while writing"
+    );
     assert!(stray.is_empty(), "files left by killed packs: {stray:?}");
 }

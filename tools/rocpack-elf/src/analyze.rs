@@ -514,7 +514,9 @@ impl Resolver {
     /// relocatable objects) the wrapper table covers.
     fn new<'a, D: object::ReadRef<'a>>(
         elf: &Elf<'a, D>,
-        wrapper_index: usize, fields: std::ops::Range<u64>) -> Result<Self> {
+        wrapper_index: usize,
+        fields: std::ops::Range<u64>,
+    ) -> Result<Self> {
         let object = elf.ehdr.e_type == elf::ET_REL;
         let mut by_offset = HashMap::new();
         let mut relr = HashMap::new();

@@ -73,10 +73,12 @@ fn parse<'a, D: object::ReadRef<'a>>(data: D) -> Result<Vec<Raw<'a>>> {
     let mut pos = MAGIC.len();
     let mut long_names: &[u8] = &[];
     while pos < total {
-        let header = data.read_bytes_at(pos as u64, HDR as u64).map_err(|()| Error::Archive {
-            offset: pos as u64,
-            what: "truncated member header (60 bytes expected)".into(),
-        })?;
+        let header = data
+            .read_bytes_at(pos as u64, HDR as u64)
+            .map_err(|()| Error::Archive {
+                offset: pos as u64,
+                what: "truncated member header (60 bytes expected)".into(),
+            })?;
         if &header[58..60] != b"`\n" {
             return Err(Error::Archive {
                 offset: pos as u64 + 58,

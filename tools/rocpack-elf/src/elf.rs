@@ -30,9 +30,14 @@ pub(crate) fn get<'a, D: ReadRef<'a>>(
 ) -> Result<&'a [u8]> {
     let size = data.len().unwrap_or(0);
     match offset.checked_add(len) {
-        Some(end) if end <= size => data
-            .read_bytes_at(offset, len)
-            .map_err(|()| Error::NotLoaded { what, offset, needed: len }),
+        Some(end) if end <= size => {
+            data.read_bytes_at(offset, len)
+                .map_err(|()| Error::NotLoaded {
+                    what,
+                    offset,
+                    needed: len,
+                })
+        }
         _ => Err(Error::Truncated {
             what,
             offset,
@@ -244,8 +249,7 @@ pub(crate) struct Reloc {
 }
 
 pub(crate) fn is_elf<'a, D: ReadRef<'a>>(data: D) -> bool {
-    data.read_bytes_at(0, 4)
-        .is_ok_and(|m| m == elf::ELFMAG)
+    data.read_bytes_at(0, 4).is_ok_and(|m| m == elf::ELFMAG)
 }
 
 impl<'a, D: ReadRef<'a>> Elf<'a, D> {

@@ -69,8 +69,8 @@ pub use analyze::{
     HIPK_MAGIC, MARKER_SECTION, WRAPPER_SECTION, WRAPPER_SIZE,
 };
 pub use archive::{
-    archive_members, archive_members_in, is_archive, reassemble_archive, reassemble_archive_to, split_archive,
-    split_archive_to, ArchiveMember,
+    archive_members, archive_members_in, is_archive, reassemble_archive, reassemble_archive_to,
+    split_archive, split_archive_to, ArchiveMember,
 };
 pub use error::{Error, Result};
 pub use out::Out;

@@ -74,11 +74,6 @@ impl Sparse {
         self.loaded
     }
 
-    /// Bytes held (the sum of the pieces).
-    pub fn held(&self) -> u64 {
-        self.pieces.values().map(|p| p.len() as u64).sum()
-    }
-
     /// Reads `[offset, offset + len)` of `src` (clamped to the file) into
     /// the map, merged with the pieces it overlaps or touches. A source
     /// shorter than the file (truncated under us) is an error; so is a
@@ -97,7 +92,11 @@ impl Sparse {
             .take_while(|(&at, p)| at + p.len() as u64 >= start)
             .map(|(&at, _)| at)
             .collect();
-        let lo = touching.iter().copied().min().map_or(start, |a| a.min(start));
+        let lo = touching
+            .iter()
+            .copied()
+            .min()
+            .map_or(start, |a| a.min(start));
         let hi = touching
             .iter()
             .map(|a| a + self.pieces[a].len() as u64)
@@ -263,10 +262,12 @@ pub struct SparseView<'a> {
 }
 
 impl<'a> SparseView<'a> {
-    /// Size of the viewed range (loaded or not).
+    /// Size of the viewed range (loaded or not), as `<[u8]>::len` gives it
+    /// for a slice (an archive member's `data.len()` is the same whichever
+    /// it is).
     #[allow(clippy::len_without_is_empty)]
-    pub fn len(&self) -> u64 {
-        self.len
+    pub fn len(&self) -> usize {
+        usize::try_from(self.len).unwrap_or(usize::MAX)
     }
 
     /// `[offset, offset + len)` of the view (clamped to it).

@@ -177,7 +177,7 @@ impl ImageFile {
                         .is_some_and(|h| matches!(detect(h), FileType::Elf { .. }))
                 })
                 .map(|m| {
-                    let body = Window::new(&src, m.header_offset + 60, m.data.len());
+                    let body = Window::new(&src, m.header_offset + 60, m.data.len() as u64);
                     let info = rocpack_elf::analyze_in(m.data, &body);
                     (m, info)
                 })

@@ -659,7 +659,10 @@ mod tests {
             if f.is_unnamed() {
                 assert!(seen.is_empty(), "{seen:?}");
             } else {
-                assert!(seen.len() == 1 && seen[0].starts_with(TMP_PREFIX), "{seen:?}");
+                assert!(
+                    seen.len() == 1 && seen[0].starts_with(TMP_PREFIX),
+                    "{seen:?}"
+                );
             }
             f.commit(&dest).unwrap();
             assert_eq!(fs::read(&dest).unwrap(), b"HELLO world");

@@ -329,7 +329,9 @@ pub(crate) fn analyze_as<'d, R: ReadRef<'d>>(
             0,
             "PE32 (32-bit) image: HIP device code is only handled in PE32+ images",
         )),
-        crate::FileType::Coff { bigobj: false } => analyze_object::<pe::ImageFileHeader, R>(data, src),
+        crate::FileType::Coff { bigobj: false } => {
+            analyze_object::<pe::ImageFileHeader, R>(data, src)
+        }
         crate::FileType::Coff { bigobj: true } => {
             analyze_object::<pe::AnonObjectHeaderBigobj, R>(data, src)
         }
@@ -349,7 +351,10 @@ fn analyze_image<'d, R: ReadRef<'d>>(data: R, src: &dyn rocpack_bundle::ReadAt) 
     let table = nt.sections(data, off).map_err(obj_err(off))?;
     // The string table is only needed for long section names; a stripped
     // image may carry a stale pointer.
-    let strings = nt.symbols(data).ok().map(|s: SymbolTable<'_, R>| s.strings());
+    let strings = nt
+        .symbols(data)
+        .ok()
+        .map(|s: SymbolTable<'_, R>| s.strings());
     let sections = decode_sections(&table, table_offset, strings)?;
     let characteristics = fh.characteristics.get(LE);
     let data_directories: Vec<(u32, u32)> = dirs
