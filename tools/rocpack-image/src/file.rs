@@ -15,7 +15,7 @@ use std::fs::File;
 use std::io;
 use std::path::Path;
 
-use rocpack_bundle::{FileRange, Window};
+use rocpack_bundle::{FileIdent, FileRange, Window};
 use rocpack_elf::{ArchiveMember, FatBinaryInfo, Sparse, SparseView};
 
 use crate::{detect, Analysis, Error, FileType, Result, HEAD_LEN};
@@ -24,7 +24,8 @@ use crate::{detect, Analysis, Error, FileType, Result, HEAD_LEN};
 pub struct ImageFile {
     file: File,
     len: u64,
-    mtime: Option<std::time::SystemTime>,
+    /// The file's identity when opened.
+    ident: FileIdent,
     kind: FileType,
     sparse: Sparse,
 }
@@ -82,7 +83,7 @@ impl ImageFile {
         let f = ImageFile {
             file,
             len,
-            mtime: meta.modified().ok(),
+            ident: FileIdent::of(&meta),
             kind,
             sparse,
         };
@@ -116,15 +117,15 @@ impl ImageFile {
         FileRange::new(&self.file, 0, self.len)
     }
 
-    /// Errors when the file's size or modification time differs from when
-    /// it was opened (rewritten while read: its analysis may mix versions).
+    /// Errors when the open file's size or times differ from when it was
+    /// opened ([`FileIdent`]: rewritten while read, its analysis may mix
+    /// versions).
     pub fn check_unchanged(&self) -> io::Result<()> {
-        let m = self.file.metadata()?;
-        if m.len() != self.len || m.modified().ok() != self.mtime {
+        let now = FileIdent::of(&self.file.metadata()?);
+        if !now.same_content(&self.ident) {
             return Err(changed(format!(
                 "file changed while it was read ({} bytes when opened, {} now)",
-                self.len,
-                m.len()
+                self.len, now.size
             )));
         }
         Ok(())
