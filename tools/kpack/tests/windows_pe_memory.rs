@@ -38,10 +38,6 @@ const MAX_RSS_KIB: u64 = 64 * 1024;
 const MAX_AS_KIB: u64 = 192 * 1024;
 const CLANG: &str = "/usr/lib/llvm-19/bin/clang";
 
-fn kpack_under_test() -> String {
-    std::env::var("KPACK_UNDER_TEST").unwrap_or_else(|_| KPACK.to_string())
-}
-
 fn tool(mut c: Command, what: &str) {
     let o = c.output().unwrap();
     assert!(o.status.success(), "{what}: {}", stderr(&o));
