@@ -16,6 +16,7 @@ use std::path::Path;
 
 use rayon::prelude::*;
 
+use crate::commit::PendingFile;
 use crate::error::{Error, ErrorKind, Result};
 use crate::format::{
     normalize_key, Compression, BLOB_ALIGNMENT, HEADER_SIZE, KERNEL_TYPE_HSACO, MAGIC, SCHEME_NONE,
@@ -1091,85 +1092,52 @@ impl<'a> KpackWriter<'a> {
     }
 }
 
-/// Create `path` through a temp file in its directory + rename.
+/// Create `path` through a [`PendingFile`] in its directory, committed
+/// into place when `body` succeeds.
 pub(crate) fn write_atomically<T>(
     path: &Path,
     body: impl FnOnce(&mut fs::File) -> Result<T>,
 ) -> Result<T> {
-    let dir = match path.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p,
-        _ => Path::new("."),
-    };
-    let mut tmp = tempfile::Builder::new()
-        .prefix(".kpack-tmp-")
-        .tempfile_in(dir)
-        .map_err(|e| Error::from(e).with_path(dir))?;
-    let out = body(tmp.as_file_mut()).map_err(|e| e.with_path(path))?;
-    #[cfg(unix)]
-    {
-        // tempfile creates 0600; archives are ordinary readable outputs.
-        use std::os::unix::fs::PermissionsExt;
-        tmp.as_file()
-            .set_permissions(fs::Permissions::from_mode(0o644))
-            .map_err(|e| Error::from(e).with_path(path))?;
-    }
-    tmp.as_file()
-        .sync_all()
+    let mut tmp = PendingFile::new(path).map_err(|e| Error::from(e).with_path(path))?;
+    let out = body(tmp.file_mut()).map_err(|e| e.with_path(path))?;
+    tmp.commit(path)
         .map_err(|e| Error::from(e).with_path(path))?;
-    tmp.persist(path)
-        .map_err(|e| Error::from(e.error).with_path(path))?;
     Ok(out)
 }
 
-/// A [`KpackStreamWriter`] onto a temporary file next to `path`, renamed
-/// to `path` by [`KpackFileWriter::finish`]; dropped unfinished, it leaves
-/// nothing behind. Use it to write big archives without holding them.
+/// A [`KpackStreamWriter`] onto a [`PendingFile`] for `path` (on Linux an
+/// unnamed `O_TMPFILE`), put at `path` by [`KpackFileWriter::finish`];
+/// dropped unfinished, or killed, it leaves nothing behind. Use it to write
+/// big archives without holding them.
 pub struct KpackFileWriter {
     path: std::path::PathBuf,
-    inner: KpackStreamWriter<BufWriter<tempfile::NamedTempFile>>,
+    inner: KpackStreamWriter<BufWriter<PendingFile>>,
 }
 
 impl KpackFileWriter {
     /// Start writing the archive that will appear at `path`.
     pub fn create(path: impl AsRef<Path>, compression: Compression) -> Result<Self> {
         let path = path.as_ref().to_path_buf();
-        let dir = match path.parent() {
-            Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-            _ => std::path::PathBuf::from("."),
-        };
-        let tmp = tempfile::Builder::new()
-            .prefix(".kpack-tmp-")
-            .tempfile_in(&dir)
-            .map_err(|e| Error::from(e).with_path(&dir))?;
+        let tmp = PendingFile::new(&path).map_err(|e| Error::from(e).with_path(&path))?;
         let inner = KpackStreamWriter::new(BufWriter::with_capacity(1 << 20, tmp), compression)
             .map_err(|e| e.with_path(&path))?;
         Ok(KpackFileWriter { path, inner })
     }
 
     /// The underlying stream writer (set group/family/arches, add kernels).
-    pub fn writer(&mut self) -> &mut KpackStreamWriter<BufWriter<tempfile::NamedTempFile>> {
+    pub fn writer(&mut self) -> &mut KpackStreamWriter<BufWriter<PendingFile>> {
         &mut self.inner
     }
 
-    /// Write the TOC, sync, and rename into place.
+    /// Write the TOC, sync, and put the archive at its path.
     pub fn finish(self) -> Result<WriteSummary> {
         let path = self.path;
         let (buf, summary) = self.inner.finish().map_err(|e| e.with_path(&path))?;
         let tmp = buf
             .into_inner()
             .map_err(|e| Error::from(e.into_error()).with_path(&path))?;
-        #[cfg(unix)]
-        {
-            use std::os::unix::fs::PermissionsExt;
-            tmp.as_file()
-                .set_permissions(fs::Permissions::from_mode(0o644))
-                .map_err(|e| Error::from(e).with_path(&path))?;
-        }
-        tmp.as_file()
-            .sync_all()
+        tmp.commit(&path)
             .map_err(|e| Error::from(e).with_path(&path))?;
-        tmp.persist(&path)
-            .map_err(|e| Error::from(e.error).with_path(&path))?;
         Ok(summary)
     }
 }
