@@ -12,7 +12,9 @@
 //! reports it (a fat COFF object, 1 bundle) under an address-space limit
 //! of 192 MiB (`ulimit -v`): the object's analysis holds only the tables
 //! it reads, never the object (before: a buffer the object's size, refused
-//! with ENOMEM under the limit: "cannot read file").
+//! with ENOMEM under the limit: "cannot read file"). `kpack split` of that
+//! artifact classifies the object the same way under the same limit and
+//! copies it to the generic artifact (before: the object was mapped).
 //!
 //! `KPACK_UNDER_TEST=/path/to/kpack` runs another binary (to show the test
 //! fails on an older build).
@@ -195,5 +197,35 @@ fn pe_split_and_reassembly_memory_do_not_grow_with_the_image() {
     assert!(
         rss <= MAX_RSS_KIB,
         "verify of a {obj_len}-byte COFF object: peak RSS {rss} KiB"
+    );
+
+    // And split, which classifies the object the same way (headers and
+    // tables only) and copies it to the generic artifact with a warning.
+    let out = tmp.path().join("objsplit");
+    let mut cmd = under_vmem_limit(kpack_under_test(), MAX_AS_KIB);
+    cmd.args(["split", "--artifact-dir"])
+        .arg(tree.join("big_generic"))
+        .args(["--artifact-prefix", "o", "--output-dir"])
+        .arg(&out)
+        .env("MALLOC_ARENA_MAX", "1");
+    let (o, rss) = run_peak(&cmd);
+    eprintln!(
+        "split of a {obj_len}-byte COFF object under ulimit -v {MAX_AS_KIB}: peak RSS {rss} KiB"
+    );
+    assert!(
+        o.status.success(),
+        "split with a {obj_len}-byte fat COFF object: {}{}",
+        stdout(&o),
+        stderr(&o)
+    );
+    assert_eq!(
+        std::fs::metadata(out.join("o_generic/bin/fat.obj"))
+            .unwrap()
+            .len(),
+        obj_len
+    );
+    assert!(
+        rss <= MAX_RSS_KIB,
+        "split of a {obj_len}-byte COFF object: peak RSS {rss} KiB"
     );
 }

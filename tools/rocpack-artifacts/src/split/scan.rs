@@ -14,6 +14,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 
 use rayon::prelude::*;
+use rocpack_bundle::FileIdent;
 use rocpack_kpack::{Compression, Marker};
 
 use super::filter::ArchFilter;
@@ -50,7 +51,7 @@ pub(super) struct Spill {
     /// Fat binaries whose bytes the write stage reads again (code objects
     /// of uncompressed bundles, CCOBs left for it), as the scan found them:
     /// [`Spill::check_inputs`].
-    inputs: Mutex<Vec<(PathBuf, Stamp)>>,
+    inputs: Mutex<Vec<(PathBuf, FileIdent)>>,
     /// Memory the CCOB walks under way may hold (estimated: decoder window
     /// and largest buffer), over every walk; see [`WALK_BUDGET`].
     walking: (Mutex<u64>, Condvar),
@@ -108,7 +109,7 @@ impl Spill {
     /// Records what fat binary `path` (open as `file`) is as the scan reads
     /// it.
     fn note_input(&self, path: &Path, file: &File) -> Result<(), SplitError> {
-        let stamp = Stamp::of(&file.metadata().ctx(path, "stat")?);
+        let stamp = FileIdent::of(&file.metadata().ctx(path, "stat")?);
         if let Ok(mut v) = self.inputs.lock() {
             v.push((path.to_path_buf(), stamp));
         }
@@ -126,13 +127,13 @@ impl Spill {
             .lock()
             .map_err(|_| SplitError::Usage("internal: input list poisoned".into()))?;
         for (path, was) in inputs.iter() {
-            let now = std::fs::metadata(path).map(|m| Stamp::of(&m));
+            let now = std::fs::metadata(path).map(|m| FileIdent::of(&m));
             if now.as_ref().ok() != Some(was) {
                 return Err(SplitError::Usage(format!(
                     "{}: changed while it was being split ({}); nothing was written",
                     path.display(),
                     match now {
-                        Ok(now) => was.difference(&now),
+                        Ok(now) => difference(was, &now),
                         Err(e) => format!("now: {e}"),
                     }
                 )));
@@ -366,34 +367,14 @@ pub(super) struct DeferredCcob {
     pub index: rocpack_bundle::BundleIndex,
 }
 
-/// What a file is, as far as telling a rewrite goes.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct Stamp {
-    len: u64,
-    mtime: (i64, i64),
-    ctime: (i64, i64),
-    ino: (u64, u64),
-}
-
-impl Stamp {
-    fn of(m: &std::fs::Metadata) -> Stamp {
-        use std::os::unix::fs::MetadataExt;
-        Stamp {
-            len: m.len(),
-            mtime: (m.mtime(), m.mtime_nsec()),
-            ctime: (m.ctime(), m.ctime_nsec()),
-            ino: (m.dev(), m.ino()),
-        }
-    }
-
-    fn difference(&self, now: &Stamp) -> String {
-        if self.ino != now.ino {
-            "replaced by another file".into()
-        } else if self.len != now.len {
-            format!("{} bytes, now {}", self.len, now.len)
-        } else {
-            "rewritten in place".into()
-        }
+/// How a fat binary changed since the scan read it, in words.
+fn difference(was: &FileIdent, now: &FileIdent) -> String {
+    if !was.same_file(now) {
+        "replaced by another file".into()
+    } else if was.size != now.size {
+        format!("{} bytes, now {}", was.size, now.size)
+    } else {
+        "rewritten in place".into()
     }
 }
 
@@ -1090,11 +1071,13 @@ fn classify_file(
         }
     }
     if let FileType::Coff { .. } = kind {
-        let (_file, map) = map_file(path)?;
-        if let Ok(info) = rocpack_image::pe::analyze(&map) {
+        // Headers and tables only (a 512 MiB object: about 10 MiB, whatever
+        // the address-space limit).
+        let image = rocpack_image::ImageFile::open(path).ctx(path, "open")?;
+        if let Ok(info) = image.analyze().ctx(path, "read")? {
             if info.has_device_code() {
                 return Ok(Class::FatObject {
-                    bundles: info.bundles.len(),
+                    bundles: info.bundles().len(),
                 });
             }
         }
