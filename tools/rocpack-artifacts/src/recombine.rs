@@ -352,7 +352,7 @@ fn artifact_tree(a: &Artifact) -> Result<Tree, RecombineError> {
             tree.insert(
                 format!("{prefix}/{}", e.rel),
                 TreeEntry {
-                    path: e.path,
+                    path: e.path(&root),
                     kind: e.kind,
                 },
             );

@@ -549,7 +549,8 @@ pub fn verify(
                             ));
                         }
                     }
-                    files.push((e.rel, e.path, e.kind));
+                    let at = e.path(&path);
+                    files.push((e.rel, at, e.kind));
                 }
             }
             Err(e) => vio.push(v(&name, "", "bad_tree", e.to_string())),

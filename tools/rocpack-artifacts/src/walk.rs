@@ -17,6 +17,7 @@
 
 use std::fs;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use crate::fsutil::{self, FsError, IoContext};
 
@@ -39,15 +40,37 @@ pub enum EntryKind {
     },
 }
 
-/// One entry below a prefix root.
+/// One entry below a prefix root. Its path on disk is not stored (a tree
+/// of many small files would hold every path twice): it is the walked root
+/// joined with `rel` ([`Entry::path`]), except below a build system's
+/// staging link, where the directory the entry is read from is kept (once
+/// per directory, shared).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Entry {
     /// `/`-separated path relative to the prefix root.
     pub rel: String,
-    /// Path on disk.
-    pub path: PathBuf,
+    /// The directory on disk holding the entry, when it is not the walked
+    /// root joined with `rel`'s parent (staged inputs).
+    dir: Option<Arc<Path>>,
     /// Its kind.
     pub kind: EntryKind,
+}
+
+impl Entry {
+    /// Path on disk of the entry of the tree walked at `root` (the root
+    /// the walk was given): `root/rel`, or for a staged input the input
+    /// itself.
+    pub fn path(&self, root: &Path) -> PathBuf {
+        match &self.dir {
+            Some(d) => d.join(self.name()),
+            None => root.join(&self.rel),
+        }
+    }
+
+    /// The entry's own name (the last component of `rel`).
+    pub fn name(&self) -> &str {
+        self.rel.rsplit_once('/').map_or(&self.rel, |(_, n)| n)
+    }
 }
 
 /// Why a walk failed.
@@ -107,8 +130,10 @@ pub fn walk_staged(root: &Path, staging_roots: &[PathBuf]) -> Result<Vec<Entry>,
         })
         .collect::<Result<Vec<_>, FsError>>()?;
     let mut out = Vec::new();
-    walk_into(root, root, "", &roots, &mut out)?;
-    out.sort_by(|a, b| a.rel.cmp(&b.rel));
+    walk_into(root, root, None, "", &roots, &mut out)?;
+    out.sort_unstable_by(|a, b| a.rel.cmp(&b.rel));
+    // The vector grew by doubling: up to half of it is spare.
+    out.shrink_to_fit();
     Ok(out)
 }
 
@@ -161,9 +186,13 @@ fn resolve_staged(link: &Path, rel: &str, roots: &[PathBuf]) -> Option<Staged> {
     None
 }
 
+/// Walks `dir` (`rel_dir` below the walked root) into `out`. `root` is the
+/// tree whose containment rules apply; `at` is `dir` when it is not the
+/// walked root joined with `rel_dir` (below a staging link).
 fn walk_into(
     root: &Path,
     dir: &Path,
+    at: Option<&Arc<Path>>,
     rel_dir: &str,
     staging: &[PathBuf],
     out: &mut Vec<Entry>,
@@ -174,16 +203,22 @@ fn walk_into(
         let Some(name) = name.to_str() else {
             return Err(WalkError::NonUtf8Name { path });
         };
+        // Exactly as long as it must be: one is kept per entry.
         let rel = if rel_dir.is_empty() {
             name.to_string()
         } else {
-            format!("{rel_dir}/{name}")
+            let mut r = String::with_capacity(rel_dir.len() + 1 + name.len());
+            r.push_str(rel_dir);
+            r.push('/');
+            r.push_str(name);
+            r
         };
         let mut meta = fs::symlink_metadata(&path).ctx(&path, "stat")?;
         // The tree whose containment rules apply (the staged input's own
         // tree once a staging link is followed), and where the entry is.
         let mut origin = root.to_path_buf();
         let mut path = path;
+        let mut at = at.cloned();
         if meta.file_type().is_symlink() {
             let target = fs::read_link(&path).ctx(&path, "read symlink")?;
             // Both: the text stays inside (relocatable), and the chain it
@@ -194,7 +229,7 @@ fn walk_into(
             {
                 out.push(Entry {
                     rel,
-                    path,
+                    dir: at,
                     kind: EntryKind::Symlink { target },
                 });
                 continue;
@@ -222,26 +257,30 @@ fn walk_into(
                 }
                 out.push(Entry {
                     rel,
-                    path,
+                    dir: at,
                     kind: EntryKind::Symlink { target },
                 });
                 continue;
             }
             origin = staged.origin;
             path = staged.input;
+            at = path.parent().map(Arc::from);
         }
         let ft = meta.file_type();
         if ft.is_dir() {
+            // Its entries are read at `path`: say so when that is not
+            // below the walked root.
+            let inner = at.is_some().then(|| Arc::from(path.as_path()));
             out.push(Entry {
                 rel: rel.clone(),
-                path: path.clone(),
+                dir: at,
                 kind: EntryKind::Dir,
             });
-            walk_into(&origin, &path, &rel, staging, out)?;
+            walk_into(&origin, &path, inner.as_ref(), &rel, staging, out)?;
         } else if ft.is_file() {
             out.push(Entry {
                 rel,
-                path,
+                dir: at,
                 kind: EntryKind::File {
                     size: meta.len(),
                     mode: meta.permissions().mode(),
@@ -315,12 +354,17 @@ mod tests {
         assert_eq!(kinds(&got), kinds(&want));
         // Files are read from the inputs themselves.
         let a = got.iter().find(|e| e.rel == "lib/a").unwrap();
-        assert_eq!(a.path, fs::canonicalize(src.join("lib/a")).unwrap());
+        assert_eq!(a.path(&stage), fs::canonicalize(src.join("lib/a")).unwrap());
         // A staged directory is walked as the input directory.
         fs::remove_dir_all(stage.join("lib/sub")).unwrap();
         std::os::unix::fs::symlink(src.join("lib/sub"), stage.join("lib/sub")).unwrap();
         let got = walk_staged(&stage, std::slice::from_ref(&src)).unwrap();
         assert_eq!(kinds(&got), kinds(&want));
+        // ...and what it holds is read there too.
+        let c = got.iter().find(|e| e.rel == "lib/sub/c").unwrap();
+        assert_eq!(c.path(&stage), src.join("lib/sub/c"));
+        let a = got.iter().find(|e| e.rel == "lib/a").unwrap();
+        assert_eq!(a.path(&stage), fs::canonicalize(src.join("lib/a")).unwrap());
     }
 
     #[test]

@@ -61,14 +61,15 @@ pub fn verify_installed(root: &Path, target: &str) -> Result<InstalledReport, Wh
             r.kpack_files += 1;
             continue;
         }
+        let path = e.path(root);
         // Only headers, tables, wrappers and the marker are read (a 1 GiB
         // library costs a few MiB), never a mapping of the file.
         let io = |er| WheelError::Io {
-            path: e.path.clone(),
+            path: path.clone(),
             what: "read",
             error: er,
         };
-        let image = rocpack_image::ImageFile::open(&e.path).map_err(io)?;
+        let image = rocpack_image::ImageFile::open(&path).map_err(io)?;
         if !matches!(
             image.file_type(),
             rocpack_image::FileType::Elf { .. } | rocpack_image::FileType::Pe { .. }
@@ -90,7 +91,7 @@ pub fn verify_installed(root: &Path, target: &str) -> Result<InstalledReport, Wh
                         .push(format!("{}: HIPK wrappers but no marker", e.rel));
                     continue;
                 };
-                let dir = e.path.parent().unwrap_or(root);
+                let dir = path.parent().unwrap_or(root);
                 let indices: BTreeSet<u64> = info
                     .wrapper_markers()
                     .iter()

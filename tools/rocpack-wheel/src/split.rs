@@ -420,7 +420,7 @@ fn load_input(
                 EntryKind::Symlink { .. } => {
                     return Err(usage(format!(
                         "{}: symlinks cannot be installed from a wheel",
-                        e.path.display()
+                        e.path(&opts.input).display()
                     )))
                 }
                 EntryKind::File { size, mode } => {
@@ -428,7 +428,7 @@ fn load_input(
                     if let Some(p) = dst.parent() {
                         fs::create_dir_all(p).map_err(|er| ioerr(p, "create directory", er))?;
                     }
-                    fsutil::copy_file(&e.path, &dst)?;
+                    fsutil::copy_file(&e.path(&opts.input), &dst)?;
                     zipio::set_mode(&dst, mode)?;
                     total += size;
                     files
@@ -881,7 +881,7 @@ fn split_inner(
                 }
                 let content = match (is_kpack, &loaded.input, files.find(&rel)) {
                     (false, Some(_), Some(i)) => Content::Input(i),
-                    _ => Content::Disk(e.path.clone()),
+                    _ => Content::Disk(e.path(&proot)),
                 };
                 let entry = OutEntry {
                     name: rel.clone(),

@@ -4,6 +4,7 @@
 //! written here.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
 
 use super::filter::{drops, wanted};
 use super::scan::{Class, KernelRef, Scan};
@@ -65,12 +66,28 @@ pub(super) fn no_op_warnings(
 pub(super) struct PrefixPlan {
     /// The manifest prefix.
     pub prefix: String,
+    /// Where it was walked (entries' paths are relative to it).
+    pub root: PathBuf,
     /// Its entries, sorted.
     pub entries: Vec<walk::Entry>,
-    /// Per entry: copied into the generic artifact as it is (files that
-    /// are neither fat binaries nor database files, and every symlink).
-    /// Host-only rewrites of fat binaries were written by the scan.
-    pub to_generic: Vec<bool>,
+    /// The regular files not copied into the generic artifact as they are
+    /// (fat binaries, whose host-only rewrites the scan wrote, and database
+    /// files), by index into `entries`, ascending. Every other file and
+    /// every symlink is copied.
+    pub held: Vec<usize>,
+}
+
+impl PrefixPlan {
+    /// The entries copied into the generic artifact as they are, in order.
+    pub fn to_generic(&self) -> impl Iterator<Item = &walk::Entry> + '_ {
+        let mut held = self.held.iter().copied().peekable();
+        self.entries.iter().enumerate().filter_map(move |(i, e)| {
+            if held.next_if_eq(&i).is_some() {
+                return None;
+            }
+            (!matches!(e.kind, EntryKind::Dir)).then_some(e)
+        })
+    }
 }
 
 /// Turns a scan into a plan; fails when `--gpu-targets` leaves no code
@@ -83,7 +100,7 @@ pub(super) fn plan(opts: &SplitOptions, scan: Scan) -> Result<Plan, SplitError> 
     let mut discovered = BTreeSet::new();
     let mut claimed: BTreeMap<DatabaseKind, usize> = BTreeMap::new();
     for p in &prefixes {
-        for c in p.classes.iter().flatten() {
+        for (_, c) in &p.classes {
             match c {
                 Class::Database(kind, a) => {
                     discovered.insert(a.clone());
@@ -113,7 +130,7 @@ pub(super) fn plan(opts: &SplitOptions, scan: Scan) -> Result<Plan, SplitError> 
     let mut unmatched_targets = Vec::new();
     let fats = || {
         prefixes.iter().flat_map(|p| {
-            p.classes.iter().flatten().filter_map(|c| match c {
+            p.classes.iter().filter_map(|(_, c)| match c {
                 Class::Fat(f) => Some(f),
                 _ => None,
             })
@@ -175,27 +192,27 @@ pub(super) fn plan(opts: &SplitOptions, scan: Scan) -> Result<Plan, SplitError> 
     let mut fat_summaries = Vec::new();
     let mut out = Vec::with_capacity(prefixes.len());
     for (pi, p) in prefixes.into_iter().enumerate() {
-        let mut to_generic = Vec::with_capacity(p.entries.len());
-        for (e, class) in p.entries.iter().zip(p.classes) {
-            let generic = match (&e.kind, class) {
-                (EntryKind::Dir, _) => false,
-                (EntryKind::Symlink { .. }, _) => true,
-                (EntryKind::File { .. }, Some(Class::Generic) | None) => true,
-                (EntryKind::File { .. }, Some(Class::FatObject { bundles })) => {
+        // Only classified files are looked at: every other file is generic.
+        let mut held = Vec::new();
+        for (i, class) in p.classes {
+            let e = &p.entries[i];
+            let generic = match class {
+                Class::Generic => true,
+                Class::FatObject { bundles } => {
                     warnings.push(format!(
                         "{}/{}: COFF object with HIP device code ({bundles} bundle(s)) copied fat into the generic artifact: COFF objects are not split (split the DLL/EXE they are linked into)",
                         p.prefix, e.rel
                     ));
                     true
                 }
-                (EntryKind::File { .. }, Some(Class::Database(_, arch))) => {
+                Class::Database(_, arch) => {
                     if kept.contains(&arch) {
                         let slot = per_arch.entry(arch).or_default().entry(pi).or_default();
                         slot.0.push(e.rel.clone());
                     }
                     false
                 }
-                (EntryKind::File { .. }, Some(Class::Fat(fat))) => {
+                Class::Fat(fat) => {
                     let fat = *fat;
                     for mut k in fat.kernels {
                         if kept.contains(&k.arch) {
@@ -208,12 +225,15 @@ pub(super) fn plan(opts: &SplitOptions, scan: Scan) -> Result<Plan, SplitError> 
                     false
                 }
             };
-            to_generic.push(generic);
+            if !generic {
+                held.push(i);
+            }
         }
         out.push(PrefixPlan {
             prefix: p.prefix,
+            root: p.root,
             entries: p.entries,
-            to_generic,
+            held,
         });
     }
     Ok(Plan {

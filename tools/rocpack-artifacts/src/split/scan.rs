@@ -630,10 +630,14 @@ pub(super) struct FatOutcome {
 pub(super) struct PrefixScan {
     /// The manifest prefix.
     pub prefix: String,
+    /// Where it was walked (entries' paths are relative to it).
+    pub root: PathBuf,
     /// Its entries, sorted (directories before what they hold).
     pub entries: Vec<walk::Entry>,
-    /// The class of each entry (`None` for directories and symlinks).
-    pub classes: Vec<Option<Class>>,
+    /// The regular files that are not [`Class::Generic`], by index into
+    /// `entries`, ascending, with their classes: nothing is kept for the
+    /// many files a split copies as they are.
+    pub classes: Vec<(usize, Class)>,
 }
 
 /// The scanned input.
@@ -671,6 +675,7 @@ pub(super) fn scan(
         let entries = walk::walk_staged(&root, &opts.staging_roots)?;
         scans.push(PrefixScan {
             prefix: prefix.clone(),
+            root,
             classes: Vec::new(),
             entries,
         });
@@ -701,17 +706,23 @@ pub(super) fn scan(
     for scan in &mut scans {
         let prefix = scan.prefix.clone();
         let groot = fsutil::join_rel(generic_root, &scan.prefix);
-        let classes: Result<Vec<Option<Class>>, SplitError> = scan
+        let root = &scan.root;
+        let classes: Result<Vec<(usize, Class)>, SplitError> = scan
             .entries
             .par_iter()
-            .map(|e| match e.kind {
+            .enumerate()
+            .filter_map(|(i, e)| match e.kind {
                 EntryKind::File { size, mode } => {
                     let dst = fsutil::join_rel(&groot, &e.rel);
-                    let c = classify_file(&cx, &prefix, &e.rel, &e.path, size, &dst, mode);
+                    let path = e.path(root);
+                    let c = classify_file(&cx, &prefix, &e.rel, &path, size, &dst, mode);
                     progress.advance(1);
-                    c.map(Some)
+                    match c {
+                        Ok(Class::Generic) => None,
+                        c => Some(c.map(|c| (i, c))),
+                    }
                 }
-                _ => Ok(None),
+                _ => None,
             })
             .collect();
         scan.classes = classes?;

@@ -2,7 +2,6 @@
 //! per-architecture artifacts (database files and `.kpack` archives,
 //! written by `rocpack-kpack`'s [`KpackStreamWriter`]), as the plan says.
 
-use std::collections::BTreeSet;
 use std::fs::{self, File};
 use std::io::BufWriter;
 use std::path::{Path, PathBuf};
@@ -50,7 +49,7 @@ pub(super) fn write_generic(
     for p in &plan.prefixes {
         manifest.push(&p.prefix)?;
         let groot = fsutil::join_rel(generic_root, &p.prefix);
-        for (e, _) in p.entries.iter().zip(&p.to_generic).filter(|(_, g)| **g) {
+        for e in p.to_generic() {
             let dst = fsutil::join_rel(&groot, &e.rel);
             match &e.kind {
                 EntryKind::Symlink { target } => {
@@ -58,7 +57,7 @@ pub(super) fn write_generic(
                     symlinks += 1;
                 }
                 EntryKind::File { .. } => {
-                    fsutil::copy_file(&e.path, &dst)?;
+                    fsutil::copy_file(&e.path(&p.root), &dst)?;
                     files += 1;
                 }
                 EntryKind::Dir => {}
@@ -68,22 +67,17 @@ pub(super) fn write_generic(
     manifest.write_dir(generic_root)?;
     for p in &plan.prefixes {
         let groot = fsutil::join_rel(generic_root, &p.prefix);
-        let had_content: BTreeSet<&str> = p
-            .entries
-            .iter()
-            .flat_map(|e| {
-                let mut parents = Vec::new();
-                let mut r = e.rel.as_str();
-                while let Some((parent, _)) = r.rsplit_once('/') {
-                    parents.push(parent);
-                    r = parent;
-                }
-                parents
-            })
-            .collect();
+        // Whether the input directory `rel` held anything: entries are
+        // sorted bytewise, so its contents (`rel/…`) are one run, found by
+        // a binary search (no set of every parent of every entry).
+        let had_content = |rel: &str| {
+            let inside = format!("{rel}/");
+            let i = p.entries.partition_point(|e| e.rel < inside);
+            p.entries.get(i).is_some_and(|e| e.rel.starts_with(&inside))
+        };
         // Deepest first, so a parent is looked at after its children.
         for e in p.entries.iter().rev() {
-            if e.kind == EntryKind::Dir && had_content.contains(e.rel.as_str()) {
+            if e.kind == EntryKind::Dir && had_content(&e.rel) {
                 let d = fsutil::join_rel(&groot, &e.rel);
                 if fs::read_dir(&d).ctx(&d, "read directory")?.next().is_none() {
                     fs::remove_dir(&d).ctx(&d, "remove empty directory")?;

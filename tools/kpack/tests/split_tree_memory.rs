@@ -1,0 +1,142 @@
+//! `kpack split-wheel` of an exploded wheel directory holds little per file
+//! of the tree. It copies the directory, splits the copy with the artifact
+//! splitter (`kpack split`: walk, scan, plan, generic copy) and zips the
+//! result, so every per-file structure of both is measured. Two directories
+//! that differ only in their count of tiny files ([`SIZES`], plus one fat
+//! binary) are split by the CLI as child processes, three times each; the
+//! median peak RSS of each (`wait4`) may differ by at most
+//! [`MAX_BYTES_PER_FILE`] per added file.
+//!
+//! Before, every walked entry kept its relative path and its full path on
+//! disk, every file a 32-byte class, the plan a flag per entry, and the
+//! generic writer a set of every parent: 641 bytes per file here (the
+//! median of three at 5,000 and 35,000 files). Now an entry is its relative
+//! path and kind (a staged input also shares its directory's path), and
+//! only the files not copied as they are get a class: 124 bytes per file,
+//! about 40 of them the wheel's own file table. (`kpack split` alone: 285
+//! before, 119 after, read with `/usr/bin/time`; its peak at a few thousand
+//! files is below the Python parent's `run_measured` tells apart.)
+//!
+//! `KPACK_UNDER_TEST=/path/to/kpack` runs another binary (to show the test
+//! fails on an older build).
+
+mod common;
+
+use std::fs;
+use std::path::Path;
+
+use common::*;
+use sha2::{Digest, Sha256};
+
+/// Allowed growth of the peak RSS per added file: the split's walk entry
+/// (relative path and kind, about 72 bytes and its name), the wheel's
+/// table record and name, and slack for allocator rounding.
+const MAX_BYTES_PER_FILE: u64 = 200;
+
+/// The counts of tiny files of the two directories: a 24,000-file spread
+/// keeps a 1.3 MB shift of one reading (seen between machines) under 55
+/// bytes per file.
+const SIZES: [usize; 2] = [4_000, 28_000];
+
+/// Writes `n` tiny files below `dir` in 100-file directories (names as long
+/// as a typical package's); returns their (relative path, bytes).
+fn tiny_files(dir: &Path, rel: &str, n: usize) -> Vec<(String, Vec<u8>)> {
+    let mut out = Vec::with_capacity(n);
+    for i in 0..n {
+        let r = format!("{rel}/d{:03}/f{i:06}.py", i / 100);
+        let b = format!("v = {i}\n").into_bytes();
+        let p = dir.join(&r);
+        if i % 100 == 0 {
+            fs::create_dir_all(p.parent().unwrap()).unwrap();
+        }
+        fs::write(&p, &b).unwrap();
+        out.push((r, b));
+    }
+    out
+}
+
+/// Median of three peak RSS readings (KiB) of `run`, which returns one.
+fn median_peak(mut run: impl FnMut(usize) -> u64) -> u64 {
+    let mut peaks: Vec<u64> = (0..3).map(&mut run).collect();
+    peaks.sort_unstable();
+    peaks[1]
+}
+
+/// Asserts the growth between the medians of the two sizes.
+fn assert_flat(what: &str, runs: &[(u64, u64)]) {
+    let ((n0, p0), (n1, p1)) = (runs[0], runs[1]);
+    let per_file = (p1.saturating_sub(p0) * 1024) / (n1 - n0);
+    eprintln!("{what}: peak RSS growth (medians): {per_file} bytes per file");
+    assert!(
+        per_file <= MAX_BYTES_PER_FILE,
+        "{what}: peak RSS grows {per_file} bytes per file (medians {p0} KiB at {n0} files, {p1} KiB at {n1}); at most {MAX_BYTES_PER_FILE} allowed"
+    );
+}
+
+/// One worker and no zstd contexts: less noise in the peak.
+const QUIET: [&str; 4] = ["-j", "1", "--compression", "none"];
+
+#[test]
+fn split_wheel_of_an_exploded_directory_holds_little_per_file() {
+    require_fixtures();
+    let t = tempdir();
+    let mut runs = Vec::new();
+    for n in SIZES {
+        let dir = t.path().join(format!("wheel{n}"));
+        let fat = fs::read(fatbins().join("libfx_multi.so")).unwrap();
+        let mut files = tiny_files(&dir, "fxpkg/data", n);
+        files.push(("fxpkg/__init__.py".into(), b"x = 1\n".to_vec()));
+        files.push(("fxpkg/lib/libfx_multi.so".into(), fat));
+        files.push((
+            "fxpkg-1.0.dist-info/METADATA".into(),
+            b"Metadata-Version: 2.1\nName: fxpkg\nVersion: 1.0\n".to_vec(),
+        ));
+        files.push((
+            "fxpkg-1.0.dist-info/WHEEL".into(),
+            b"Wheel-Version: 1.0\nRoot-Is-Purelib: false\nTag: py3-none-linux_x86_64\n".to_vec(),
+        ));
+        let mut record = String::new();
+        for (name, b) in &files {
+            let p = dir.join(name);
+            if !p.exists() {
+                fs::create_dir_all(p.parent().unwrap()).unwrap();
+                fs::write(&p, b).unwrap();
+            }
+            record.push_str(&format!(
+                "{name},sha256={},{}\n",
+                rocpack_wheel::meta::b64url(&Sha256::digest(b)),
+                b.len()
+            ));
+        }
+        drop(files);
+        record.push_str("fxpkg-1.0.dist-info/RECORD,,\n");
+        fs::write(dir.join("fxpkg-1.0.dist-info/RECORD"), record).unwrap();
+        let peak = median_peak(|round| {
+            let out = t.path().join(format!("out{n}-{round}"));
+            let mut args = vec![
+                "split-wheel",
+                s(&dir),
+                "-o",
+                s(&out),
+                "--overlay-root",
+                "fxpkg",
+            ];
+            args.extend_from_slice(&QUIET);
+            let (o, u) = run_measured(kpack_under_test(), &args);
+            assert_ok(&o);
+            let host = out.join("fxpkg-1.0-py3-none-linux_x86_64.whl");
+            let a = zip::ZipArchive::new(fs::File::open(host).unwrap()).unwrap();
+            // Every tiny file, __init__.py, the host-only binary, METADATA, WHEEL, RECORD.
+            assert_eq!(a.len(), n + 5, "host wheel of the {n}-file directory");
+            eprintln!(
+                "split-wheel of a directory, {n} tiny files: peak RSS {} KiB, wall {:.2} s",
+                u.max_rss_kib, u.wall
+            );
+            fs::remove_dir_all(&out).unwrap();
+            u.max_rss_kib
+        });
+        fs::remove_dir_all(&dir).unwrap();
+        runs.push((n as u64, peak));
+    }
+    assert_flat("split-wheel of a directory", &runs);
+}
