@@ -140,3 +140,38 @@ fn split_wheel_of_an_exploded_directory_holds_little_per_file() {
     }
     assert_flat("split-wheel of a directory", &runs);
 }
+
+/// A file split cannot take apart (ELFCLASS32, big-endian, PE32) is searched
+/// for device code in bounded pieces, not mapped: a 512 MiB 32-bit ELF
+/// (sparse) whose only `.hip_fatbin` is near its end is refused, naming
+/// why, under a 256 MiB address-space limit. Before, split mapped it whole
+/// and failed to map it ("cannot mmap": the limit is below the file size).
+#[test]
+fn split_searches_an_unsplittable_elf_in_pieces() {
+    require_fixtures();
+    let t = tempdir();
+    let art = t.path().join("art");
+    fs::create_dir_all(art.join("pkg/lib")).unwrap();
+    fs::write(art.join("artifact_manifest.txt"), "pkg\n").unwrap();
+    let mut head = fs::read(fatbins().join("libfx_hostonly.so")).unwrap();
+    head.truncate(64);
+    head[4] = 1; // ELFCLASS32
+    let big = art.join("pkg/lib/libodd.so");
+    let f = fs::File::create(&big).unwrap();
+    use std::os::unix::fs::FileExt;
+    f.write_all_at(&head, 0).unwrap();
+    let len = 512u64 << 20;
+    f.write_all_at(b".hip_fatbin", len - 100).unwrap();
+    f.set_len(len).unwrap();
+    drop(f);
+    let out = t.path().join("out");
+    let mut cmd = under_vmem_limit(kpack_under_test(), 256 << 10);
+    cmd.args(split_args(&art, "x", &out))
+        .env("MALLOC_ARENA_MAX", "1");
+    let o = output_within(cmd, std::time::Duration::from_secs(60), "kpack split");
+    fails_cleanly(
+        &o,
+        &out,
+        &["libodd.so", "ELFCLASS32", "carrying HIP device code"],
+    );
+}

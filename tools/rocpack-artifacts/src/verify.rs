@@ -351,20 +351,19 @@ fn check_generic_file(pkg: &Package, rel: &str, path: &Path) -> Vec<GenericFindi
 
 /// Whether `path` (or the `(offset, len)` range of it) holds HIP device
 /// code by its magics (`inspect::carries_device_code`), for files the
-/// analysis refused: the only place verify reads a file whole.
+/// analysis refused: read in bounded pieces, never mapped.
 fn carries_device_code_in(path: &Path, range: Option<(u64, u64)>) -> bool {
-    let Ok(m) = fsutil::Mapped::open(path) else {
+    let Ok(file) = fs::File::open(path) else {
         return false;
     };
-    let data = m.bytes();
-    let part = match range {
-        None => Some(data),
-        Some((at, n)) => usize::try_from(at)
-            .ok()
-            .zip(usize::try_from(n).ok())
-            .and_then(|(a, n)| data.get(a..a.checked_add(n)?)),
+    let (at, n) = match range {
+        Some(r) => r,
+        None => match file.metadata() {
+            Ok(m) => (0, m.len()),
+            Err(_) => return false,
+        },
     };
-    part.is_some_and(crate::inspect::carries_device_code)
+    crate::inspect::file_carries_device_code(&file, at, n).unwrap_or(false)
 }
 
 /// Judges one ELF file or PE image (a file, or an archive member labelled

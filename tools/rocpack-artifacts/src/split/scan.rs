@@ -1068,8 +1068,9 @@ fn classify_file(
         // ELFCLASS32, big-endian or PE32: HIP binaries are neither, so one
         // with device code cannot be split; copying it as a generic file
         // would ship a fat binary nobody checks.
-        let (_file, map) = map_file(path)?;
-        if crate::inspect::carries_device_code(&map) {
+        // Read in pieces, never mapped: a file of any size costs a piece.
+        let file = File::open(path).ctx(path, "open")?;
+        if crate::inspect::file_carries_device_code(&file, 0, size).ctx(path, "read")? {
             let flavour = if kind == (FileType::Pe { pe32_plus: false }) {
                 "PE32 (32-bit)".to_string()
             } else {
