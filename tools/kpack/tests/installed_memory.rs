@@ -37,7 +37,7 @@ const MAX_AS_KIB: u64 = 192 * 1024;
 /// The kpack under test, under the address-space limit (one malloc arena:
 /// each thread arena reserves 64 MiB of address space).
 fn kpack_under_limit() -> Command {
-    let bin = std::env::var("KPACK_UNDER_TEST").unwrap_or_else(|_| KPACK.to_string());
+    let bin = kpack_under_test();
     let mut c = under_vmem_limit(bin, MAX_AS_KIB);
     c.env("MALLOC_ARENA_MAX", "1");
     c

@@ -39,7 +39,7 @@ fn pack_killed_while_writing_leaves_nothing() {
     if !Path::new("/proc/self/fd").is_dir() {
         return;
     }
-    let kpack = std::env::var("KPACK_UNDER_TEST").unwrap_or_else(|_| KPACK.to_string());
+    let kpack = kpack_under_test();
     let tmp = tempdir();
     let root = fs::canonicalize(tmp.path()).unwrap();
     let mut args = vec![
