@@ -35,8 +35,9 @@ pub enum EntryKind {
     },
     /// A symlink (not followed).
     Symlink {
-        /// The link's target text.
-        target: PathBuf,
+        /// The link's target text (boxed: the kind is kept per entry, and
+        /// most entries are files).
+        target: Box<Path>,
     },
 }
 
@@ -230,7 +231,9 @@ fn walk_into(
                 out.push(Entry {
                     rel,
                     dir: at,
-                    kind: EntryKind::Symlink { target },
+                    kind: EntryKind::Symlink {
+                        target: target.into_boxed_path(),
+                    },
                 });
                 continue;
             }
@@ -258,7 +261,9 @@ fn walk_into(
                 out.push(Entry {
                     rel,
                     dir: at,
-                    kind: EntryKind::Symlink { target },
+                    kind: EntryKind::Symlink {
+                        target: target.into_boxed_path(),
+                    },
                 });
                 continue;
             }
