@@ -24,10 +24,6 @@ const HOST_MIB: u64 = 32;
 /// Allowed peak RSS growth from 2 to 8 members (one member is 48 MiB).
 const MAX_GROWTH_KIB: u64 = 32 * 1024;
 
-fn kpack_under_test() -> String {
-    std::env::var("KPACK_UNDER_TEST").unwrap_or_else(|_| KPACK.to_string())
-}
-
 fn tool(mut c: Command, what: &str) {
     let o = c.output().unwrap();
     assert!(o.status.success(), "{what}: {}", stderr(&o));

@@ -423,3 +423,58 @@ fn reassembly_of_a_256mib_ccob_streams() {
     );
     assert_eq!(head.hash, want_head.hash, "stored hash");
 }
+
+/// Issue 22: `split --compression none` of a CCOB writes each code object
+/// once, decompressed straight into its archive (before: into a spill file,
+/// then copied into the archive, twice the bytes). A library whose CCOB v3
+/// holds 16 x 4 MiB of code objects is split; the bytes the child passed to
+/// write-like system calls (`wchar`, copies included) may exceed the code
+/// objects plus the input file's size (a bound on the host rewrite) by at
+/// most 1 MiB (TOCs, manifests). Each archive holds its code object's
+/// bytes.
+#[test]
+fn split_none_writes_each_ccob_code_object_once() {
+    if !have_tool("objcopy") || !have_tool("gcc") {
+        return;
+    }
+    const CO: u64 = 4 << 20;
+    let tmp = tempdir();
+    let art = rocpack_testsupport::big_fat_library_from(tmp.path(), 0, |blob| {
+        write_ccob_bundle(blob, &TARGETS, CO)
+    });
+    let lib = art.join("big/lib/libbig.so");
+    let out = tmp.path().join("out");
+    let mut cmd = Command::new(kpack_under_test());
+    cmd.args(["split", "--compression", "none", "--artifact-dir"])
+        .arg(art.join("big"))
+        .args(["--artifact-prefix", "big", "--output-dir"])
+        .arg(&out);
+    let (o, u) = run_measured_peak_cmd(&cmd);
+    assert!(o.status.success(), "kpack split: {}", stderr(&o));
+    let code = TARGETS.len() as u64 * CO;
+    let input = std::fs::metadata(&lib).unwrap().len();
+    eprintln!(
+        "split --compression none of {code} bytes of CCOB code objects ({input}-byte input): {} bytes written",
+        u.written
+    );
+    assert!(
+        u.written <= code + input + (1 << 20),
+        "split --compression none wrote {} bytes for {code} bytes of code objects and a {input}-byte input",
+        u.written
+    );
+    // Each archive holds its target's code object (write_big_bundle_to:
+    // a 1 MiB block stamped with the entry's number, repeated).
+    let block = rocpack_testsupport::pseudo_random(22, 1 << 20);
+    for (n, t) in TARGETS.iter().enumerate() {
+        let p = out.join(format!("big_{t}/lib/.kpack/big_{t}.kpack"));
+        let r = rocpack_kpack::KpackReader::open(&p).unwrap();
+        let got = r.get("lib/libbig.so#0", t).unwrap();
+        let mut b = block.clone();
+        b[..8].copy_from_slice(&(n as u64 + 1).to_le_bytes());
+        assert_eq!(got.len() as u64, CO, "{t}");
+        assert!(
+            got.chunks(1 << 20).all(|c| c == b.as_slice()),
+            "{t}: code object bytes"
+        );
+    }
+}

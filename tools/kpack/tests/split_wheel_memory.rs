@@ -80,10 +80,6 @@ fn make_wheel(path: &Path, n: usize) {
     z.finish().unwrap();
 }
 
-fn kpack_under_test() -> String {
-    std::env::var("KPACK_UNDER_TEST").unwrap_or_else(|_| KPACK.to_string())
-}
-
 /// Splits `wheel` into `out`; returns the usage and the host wheel's entry count.
 fn split(wheel: &Path, out: &Path) -> (Usage, usize) {
     let (o, u) = run_measured(

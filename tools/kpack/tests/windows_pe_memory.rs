@@ -7,6 +7,15 @@
 //! host part for the split, the whole image and its bundle section for the
 //! reassembly) does not. The reassembled DLL must be the input.
 //!
+//! The 512 MiB COFF object the DLL is linked from (`fat.obj`) is then put
+//! in the split's generic artifact and `kpack verify --artifacts-dir`
+//! reports it (a fat COFF object, 1 bundle) under an address-space limit
+//! of 192 MiB (`ulimit -v`): the object's analysis holds only the tables
+//! it reads, never the object (before: a buffer the object's size, refused
+//! with ENOMEM under the limit: "cannot read file"). `kpack split` of that
+//! artifact classifies the object the same way under the same limit and
+//! copies it to the generic artifact (before: the object was mapped).
+//!
 //! `KPACK_UNDER_TEST=/path/to/kpack` runs another binary (to show the test
 //! fails on an older build).
 
@@ -27,18 +36,17 @@ const CO_SIZE: u64 = 16 << 20;
 const HOST_MIB: u64 = 256;
 /// Peak RSS allowed to split and reassembly.
 const MAX_RSS_KIB: u64 = 64 * 1024;
+/// Address space allowed to the verification of the COFF object.
+const MAX_AS_KIB: u64 = 192 * 1024;
 const CLANG: &str = "/usr/lib/llvm-19/bin/clang";
-
-fn kpack_under_test() -> String {
-    std::env::var("KPACK_UNDER_TEST").unwrap_or_else(|_| KPACK.to_string())
-}
 
 fn tool(mut c: Command, what: &str) {
     let o = c.output().unwrap();
     assert!(o.status.success(), "{what}: {}", stderr(&o));
 }
 
-/// Builds `dir/art/big/bin/fx_big.dll`; returns the artifact directory.
+/// Builds `dir/art/big/bin/fx_big.dll` (and leaves the object it is linked
+/// from, `dir/fat.obj`); returns the artifact directory.
 fn build_dll(dir: &Path) -> std::path::PathBuf {
     write_big_bundle(&dir.join("blob.bin"), &TARGETS, CO_SIZE);
     let mut f = std::io::BufWriter::new(std::fs::File::create(dir.join("host.bin")).unwrap());
@@ -90,7 +98,6 @@ fn build_dll(dir: &Path) -> std::path::PathBuf {
         ])
         .arg(bin.join("fx_big.dll"));
     tool(c, "link");
-    std::fs::remove_file(dir.join("fat.obj")).unwrap();
     art
 }
 
@@ -157,5 +164,68 @@ fn pe_split_and_reassembly_memory_do_not_grow_with_the_image() {
     assert!(
         rss <= MAX_RSS_KIB,
         "reassembly of a {size}-byte DLL: peak RSS {rss} KiB"
+    );
+    std::fs::remove_file(&back).unwrap();
+
+    // The fat COFF object in a generic artifact, verified under the
+    // address-space limit.
+    let tree = tmp.path().join("objtree");
+    std::fs::create_dir_all(tree.join("big_generic/bin")).unwrap();
+    std::fs::write(tree.join("big_generic/artifact_manifest.txt"), "bin\n").unwrap();
+    let obj = tree.join("big_generic/bin/fat.obj");
+    std::fs::rename(tmp.path().join("fat.obj"), &obj).unwrap();
+    let obj_len = std::fs::metadata(&obj).unwrap().len();
+    assert!(obj_len >= 512 << 20, "object is only {obj_len} bytes");
+    let mut cmd = under_vmem_limit(kpack_under_test(), MAX_AS_KIB);
+    cmd.args(["verify", "--artifacts-dir"])
+        .arg(&tree)
+        .env("MALLOC_ARENA_MAX", "1");
+    let t0 = Instant::now();
+    let (o, rss) = run_peak(&cmd);
+    eprintln!(
+        "verify of a {obj_len}-byte COFF object under ulimit -v {MAX_AS_KIB}: peak RSS {rss} KiB, wall {:.2} s",
+        t0.elapsed().as_secs_f64()
+    );
+    let text = format!("{}{}", stdout(&o), stderr(&o));
+    assert!(
+        o.status.success()
+            && text.contains(
+                "bin/fat.obj: fat COFF object (1 bundle(s) of HIP device code) in a generic package"
+            ),
+        "verify --artifacts-dir with a {obj_len}-byte fat COFF object: {text}"
+    );
+    assert!(
+        rss <= MAX_RSS_KIB,
+        "verify of a {obj_len}-byte COFF object: peak RSS {rss} KiB"
+    );
+
+    // And split, which classifies the object the same way (headers and
+    // tables only) and copies it to the generic artifact with a warning.
+    let out = tmp.path().join("objsplit");
+    let mut cmd = under_vmem_limit(kpack_under_test(), MAX_AS_KIB);
+    cmd.args(["split", "--artifact-dir"])
+        .arg(tree.join("big_generic"))
+        .args(["--artifact-prefix", "o", "--output-dir"])
+        .arg(&out)
+        .env("MALLOC_ARENA_MAX", "1");
+    let (o, rss) = run_peak(&cmd);
+    eprintln!(
+        "split of a {obj_len}-byte COFF object under ulimit -v {MAX_AS_KIB}: peak RSS {rss} KiB"
+    );
+    assert!(
+        o.status.success(),
+        "split with a {obj_len}-byte fat COFF object: {}{}",
+        stdout(&o),
+        stderr(&o)
+    );
+    assert_eq!(
+        std::fs::metadata(out.join("o_generic/bin/fat.obj"))
+            .unwrap()
+            .len(),
+        obj_len
+    );
+    assert!(
+        rss <= MAX_RSS_KIB,
+        "split of a {obj_len}-byte COFF object: peak RSS {rss} KiB"
     );
 }

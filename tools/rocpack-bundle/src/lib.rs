@@ -16,6 +16,8 @@
 //!   [`copy_payload`] spills a payload to a writer.
 //! * Writers whose output clang-offload-bundler unbundles to identical bytes:
 //!   [`write_uncompressed`], [`write_ccob`].
+//! * [`FileIdent`]: the identity of a file (device, inode, size, times) that
+//!   every reader compares to refuse a file rewritten while it is read.
 //!
 //! Every parser is total: any input yields a value or an [`Error`] naming the
 //! byte offset, never a panic, and allocations are bounded by the input size.
@@ -23,6 +25,7 @@
 
 mod bundle;
 mod error;
+mod ident;
 mod layout;
 mod source;
 mod spelling;
@@ -36,6 +39,7 @@ pub use bundle::{
     Method, ParseOptions, BUNDLE_MAGIC, CCOB_MAGIC, MAX_CCOB_RATIO,
 };
 pub use error::{Error, Result};
+pub use ident::FileIdent;
 pub use layout::{BundleLayout, LayoutEntry};
 pub use source::{bundle_extent_in, find_bundles_in, FileRange, ReadAt, Window};
 pub use spelling::{arch_from_file_name, base_arch, miopen_arch, parse_target_exact};

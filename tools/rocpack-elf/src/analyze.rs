@@ -5,7 +5,7 @@ use std::collections::HashMap;
 
 use object::elf;
 
-use crate::elf::{get, u32_at, u64_at, Elf, Shdr, SHT_RELR};
+use crate::elf::{get, u32_at, u64_at, within, Elf, Shdr, SHT_RELR};
 use crate::error::{Error, Result};
 
 /// Section holding the offload bundles.
@@ -259,13 +259,19 @@ pub fn analyze(data: &[u8]) -> Result<FatBinaryInfo> {
 /// [`analyze`], finding the bundles of `.hip_fatbin` through `src`, a
 /// source of the same bytes as `data` (for a mapped file: positioned reads
 /// of the file, so the device code is never faulted into the mapping).
-pub fn analyze_in(data: &[u8], src: &dyn rocpack_bundle::ReadAt) -> Result<FatBinaryInfo> {
+///
+/// `data` is a slice of the whole file, or a [`crate::SparseView`] of the
+/// parts [`crate::Sparse::load_elf`] loaded.
+pub fn analyze_in<'a, D: object::ReadRef<'a>>(
+    data: D,
+    src: &dyn rocpack_bundle::ReadAt,
+) -> Result<FatBinaryInfo> {
     let elf = Elf::parse(data)?;
     analyze_elf(&elf, src)
 }
 
-pub(crate) fn analyze_elf(
-    elf: &Elf<'_>,
+pub(crate) fn analyze_elf<'a, D: object::ReadRef<'a>>(
+    elf: &Elf<'a, D>,
     src: &dyn rocpack_bundle::ReadAt,
 ) -> Result<FatBinaryInfo> {
     let data = elf.data;
@@ -304,7 +310,7 @@ pub(crate) fn analyze_elf(
     let mut bundles = Vec::new();
     if let Some(fb) = fatbin {
         if !fb.nobits {
-            get(data, fb.file_offset, fb.size, ".hip_fatbin")?;
+            within(data, fb.file_offset, fb.size, ".hip_fatbin")?;
             let section = rocpack_bundle::Window::new(src, fb.file_offset, fb.size);
             let spans = rocpack_bundle::find_bundles_in(&section).map_err(|e| {
                 let off = fb.file_offset + e.offset().unwrap_or(0);
@@ -506,7 +512,11 @@ struct Resolver {
 impl Resolver {
     /// `fields`: the range of `r_offset`s (addresses; section offsets in
     /// relocatable objects) the wrapper table covers.
-    fn new(elf: &Elf<'_>, wrapper_index: usize, fields: std::ops::Range<u64>) -> Result<Self> {
+    fn new<'a, D: object::ReadRef<'a>>(
+        elf: &Elf<'a, D>,
+        wrapper_index: usize,
+        fields: std::ops::Range<u64>,
+    ) -> Result<Self> {
         let object = elf.ehdr.e_type == elf::ET_REL;
         let mut by_offset = HashMap::new();
         let mut relr = HashMap::new();
@@ -537,9 +547,9 @@ impl Resolver {
         })
     }
 
-    fn resolve(
+    fn resolve<'a, D: object::ReadRef<'a>>(
         &self,
-        elf: &Elf<'_>,
+        elf: &Elf<'a, D>,
         field_addr: u64,
         value: u64,
     ) -> std::result::Result<(PointerModel, u64), String> {

@@ -15,15 +15,17 @@ use crate::{BundlesFn, MarkerFn};
 const MAGIC: &[u8] = b"!<arch>\n";
 const HDR: usize = 60;
 
-/// One archive member.
+/// One archive member (its bytes: a slice of the archive, or a
+/// [`crate::SparseView`] of the parts of a file that were loaded).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ArchiveMember<'a> {
+pub struct ArchiveMember<'a, D = &'a [u8]> {
     /// Member name (long names resolved, trailing `/` removed).
     pub name: String,
     /// Offset of the member's 60-byte header.
     pub header_offset: u64,
     /// The member's bytes.
-    pub data: &'a [u8],
+    pub data: D,
+    _bytes: std::marker::PhantomData<&'a [u8]>,
 }
 
 /// Whether `data` starts with the `!<arch>\n` magic.
@@ -43,12 +45,25 @@ struct Raw<'a> {
     kind: Kind,
     header_offset: usize,
     header: &'a [u8],
-    data: &'a [u8],
+    /// Size of the body (after the header).
+    size: usize,
     name: String,
 }
 
-fn parse(data: &[u8]) -> Result<Vec<Raw<'_>>> {
-    if !is_archive(data) {
+impl Raw<'_> {
+    fn body(&self) -> std::ops::Range<usize> {
+        self.header_offset + HDR..self.header_offset + HDR + self.size
+    }
+}
+
+/// The entries of an archive: `data` is the whole archive, or a
+/// [`crate::SparseView`] with its headers and long-name table loaded.
+fn parse<'a, D: object::ReadRef<'a>>(data: D) -> Result<Vec<Raw<'a>>> {
+    let total = usize::try_from(data.len().unwrap_or(0)).unwrap_or(usize::MAX);
+    if !data
+        .read_bytes_at(0, MAGIC.len() as u64)
+        .is_ok_and(is_archive)
+    {
         return Err(Error::Archive {
             offset: 0,
             what: "missing !<arch> magic".into(),
@@ -57,11 +72,13 @@ fn parse(data: &[u8]) -> Result<Vec<Raw<'_>>> {
     let mut out = Vec::new();
     let mut pos = MAGIC.len();
     let mut long_names: &[u8] = &[];
-    while pos < data.len() {
-        let header = data.get(pos..pos + HDR).ok_or_else(|| Error::Archive {
-            offset: pos as u64,
-            what: "truncated member header (60 bytes expected)".into(),
-        })?;
+    while pos < total {
+        let header = data
+            .read_bytes_at(pos as u64, HDR as u64)
+            .map_err(|()| Error::Archive {
+                offset: pos as u64,
+                what: "truncated member header (60 bytes expected)".into(),
+            })?;
         if &header[58..60] != b"`\n" {
             return Err(Error::Archive {
                 offset: pos as u64 + 58,
@@ -74,13 +91,12 @@ fn parse(data: &[u8]) -> Result<Vec<Raw<'_>>> {
             what: format!("bad member size {size_txt:?}"),
         })?;
         let start = pos + HDR;
-        let body = start
-            .checked_add(size)
-            .and_then(|end| data.get(start..end))
-            .ok_or_else(|| Error::Archive {
+        if start.checked_add(size).is_none_or(|end| end > total) {
+            return Err(Error::Archive {
                 offset: pos as u64 + 48,
                 what: format!("member of {size} bytes runs past the end of the archive"),
-            })?;
+            });
+        }
         let raw_name = &header[..16];
         let name_txt = String::from_utf8_lossy(raw_name).trim_end().to_string();
         let (kind, name) = if name_txt == "/" {
@@ -88,7 +104,12 @@ fn parse(data: &[u8]) -> Result<Vec<Raw<'_>>> {
         } else if name_txt == "/SYM64/" {
             (Kind::SymTab64, name_txt)
         } else if name_txt == "//" {
-            long_names = body;
+            long_names = data
+                .read_bytes_at(start as u64, size as u64)
+                .map_err(|()| Error::Archive {
+                    offset: start as u64,
+                    what: "long-name table not loaded".into(),
+                })?;
             (Kind::LongNames, name_txt)
         } else if let Some(num) = name_txt.strip_prefix('/') {
             let off: usize = num.parse().map_err(|_| Error::Archive {
@@ -114,7 +135,7 @@ fn parse(data: &[u8]) -> Result<Vec<Raw<'_>>> {
             kind,
             header_offset: pos,
             header,
-            data: body,
+            size,
             name,
         });
         pos = start + size + (size & 1);
@@ -128,9 +149,28 @@ pub fn archive_members(data: &[u8]) -> Result<Vec<ArchiveMember<'_>>> {
         .into_iter()
         .filter(|r| r.kind == Kind::Member)
         .map(|r| ArchiveMember {
+            data: &data[r.body()],
             name: r.name,
             header_offset: r.header_offset as u64,
-            data: r.data,
+            _bytes: std::marker::PhantomData,
+        })
+        .collect())
+}
+
+/// [`archive_members`] of an archive read through a [`crate::SparseView`]
+/// ([`crate::Sparse::load_archive`] loaded its headers and long-name
+/// table): each member's bytes are a view of its range.
+pub fn archive_members_in(
+    data: crate::SparseView<'_>,
+) -> Result<Vec<ArchiveMember<'_, crate::SparseView<'_>>>> {
+    Ok(parse(data)?
+        .into_iter()
+        .filter(|r| r.kind == Kind::Member)
+        .map(|r| ArchiveMember {
+            data: data.sub(r.body().start as u64, r.size as u64),
+            name: r.name,
+            header_offset: r.header_offset as u64,
+            _bytes: std::marker::PhantomData,
         })
         .collect())
 }
@@ -162,7 +202,7 @@ fn rewrite_plan(
     for r in &raws {
         let body_at = (r.header_offset + HDR) as u64;
         let body: Option<Vec<u8>> = if r.kind == Kind::Member {
-            let mut bytes = vec![0u8; r.data.len()];
+            let mut bytes = vec![0u8; r.size];
             read_exact_at(src, body_at, &mut bytes)?;
             new_body(r, &bytes).map_err(|e| Error::Member {
                 name: r.name.clone(),
@@ -172,7 +212,7 @@ fn rewrite_plan(
         } else {
             None
         };
-        let len = body.as_ref().map_or(r.data.len(), Vec::len);
+        let len = body.as_ref().map_or(r.size, Vec::len);
         offsets.push((r.header_offset as u64, out.len()));
         let mut header = r.header.to_vec();
         let size = len.to_string();

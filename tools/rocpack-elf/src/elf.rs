@@ -6,7 +6,7 @@
 
 use object::elf;
 use object::read::elf::{FileHeader as _, ProgramHeader as _, SectionHeader as _};
-use object::{LittleEndian as LE, U32, U64};
+use object::{LittleEndian as LE, ReadRef, U32, U64};
 
 use crate::error::{Error, Result};
 
@@ -19,30 +19,60 @@ pub(crate) const REL_SIZE: u64 = 16;
 /// `SHT_RELR` (not in every `object` release under this name).
 pub(crate) const SHT_RELR: u32 = 19;
 
-pub(crate) fn get<'a>(
-    data: &'a [u8],
+/// `[offset, offset + len)` of `data` (a slice, or a `SparseView` of the
+/// loaded parts of a file): past the end is [`Error::Truncated`], inside
+/// the file but not loaded is [`Error::NotLoaded`].
+pub(crate) fn get<'a, D: ReadRef<'a>>(
+    data: D,
     offset: u64,
     len: u64,
     what: &'static str,
 ) -> Result<&'a [u8]> {
-    let end = offset.checked_add(len);
-    match end {
-        Some(end) if end <= data.len() as u64 => Ok(&data[offset as usize..end as usize]),
+    let size = data.len().unwrap_or(0);
+    match offset.checked_add(len) {
+        Some(end) if end <= size => {
+            data.read_bytes_at(offset, len)
+                .map_err(|()| Error::NotLoaded {
+                    what,
+                    offset,
+                    needed: len,
+                })
+        }
         _ => Err(Error::Truncated {
             what,
             offset,
             needed: len,
-            len: data.len() as u64,
+            len: size,
         }),
     }
 }
 
-pub(crate) fn u32_at(data: &[u8], offset: u64, what: &'static str) -> Result<u32> {
+/// Errors like [`get`] when `[offset, offset + len)` is not inside `data`
+/// (without reading it: bytes found through positioned reads).
+pub(crate) fn within<'a, D: ReadRef<'a>>(
+    data: D,
+    offset: u64,
+    len: u64,
+    what: &'static str,
+) -> Result<()> {
+    let size = data.len().unwrap_or(0);
+    match offset.checked_add(len) {
+        Some(end) if end <= size => Ok(()),
+        _ => Err(Error::Truncated {
+            what,
+            offset,
+            needed: len,
+            len: size,
+        }),
+    }
+}
+
+pub(crate) fn u32_at<'a, D: ReadRef<'a>>(data: D, offset: u64, what: &'static str) -> Result<u32> {
     let b = get(data, offset, 4, what)?;
     Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
 }
 
-pub(crate) fn u64_at(data: &[u8], offset: u64, what: &'static str) -> Result<u64> {
+pub(crate) fn u64_at<'a, D: ReadRef<'a>>(data: D, offset: u64, what: &'static str) -> Result<u64> {
     let b = get(data, offset, 8, what)?;
     let mut a = [0u8; 8];
     a.copy_from_slice(b);
@@ -175,7 +205,7 @@ impl Shdr {
         self.sh_type != elf::SHT_NOBITS && self.sh_type != elf::SHT_NULL
     }
     /// File bytes of the section (empty for NOBITS).
-    pub fn data<'a>(&self, data: &'a [u8]) -> Result<&'a [u8]> {
+    pub fn data<'a, D: ReadRef<'a>>(&self, data: D) -> Result<&'a [u8]> {
         if !self.has_file_data() {
             return Ok(&[]);
         }
@@ -186,10 +216,12 @@ impl Shdr {
     }
 }
 
-/// A parsed ELF64 little-endian file (borrowing the input).
+/// A parsed ELF64 little-endian file (borrowing the input: a slice, or a
+/// `SparseView` of the loaded parts of a file).
 #[derive(Debug, Clone)]
-pub(crate) struct Elf<'a> {
-    pub data: &'a [u8],
+pub(crate) struct Elf<'a, D: ReadRef<'a> = &'a [u8]> {
+    pub data: D,
+    _bytes: std::marker::PhantomData<&'a [u8]>,
     pub ehdr: Ehdr,
     pub phdrs: Vec<Phdr>,
     pub shdrs: Vec<Shdr>,
@@ -216,27 +248,27 @@ pub(crate) struct Reloc {
     pub r_addend: Option<i64>,
 }
 
-pub(crate) fn is_elf(data: &[u8]) -> bool {
-    data.starts_with(&elf::ELFMAG)
+pub(crate) fn is_elf<'a, D: ReadRef<'a>>(data: D) -> bool {
+    data.read_bytes_at(0, 4).is_ok_and(|m| m == elf::ELFMAG)
 }
 
-impl<'a> Elf<'a> {
+impl<'a, D: ReadRef<'a>> Elf<'a, D> {
     /// Parses the headers with `object::read::elf`, after the checks that
     /// give this crate's own errors (not ELF, 32-bit, big-endian, a
     /// truncated table, PN_XNUM): every table is bounds-checked against the
     /// input before `object` reads it.
-    pub fn parse(data: &'a [u8]) -> Result<Self> {
+    pub fn parse(data: D) -> Result<Self> {
         if !is_elf(data) {
             return Err(Error::NotElf);
         }
-        get(data, 0, EHDR_SIZE, "ELF header")?;
-        if data[4usize] != elf::ELFCLASS64 {
+        let head = get(data, 0, EHDR_SIZE, "ELF header")?;
+        if head[4] != elf::ELFCLASS64 {
             return Err(Error::unsupported(
-                4usize as u64,
-                format!("ELF class {} (only ELFCLASS64 is handled)", data[4usize]),
+                4,
+                format!("ELF class {} (only ELFCLASS64 is handled)", head[4]),
             ));
         }
-        if data[5usize] != elf::ELFDATA2LSB {
+        if head[5] != elf::ELFDATA2LSB {
             return Err(Error::unsupported(
                 5usize as u64,
                 "big-endian ELF (only little-endian is handled)",
@@ -381,6 +413,7 @@ impl<'a> Elf<'a> {
         }
         Ok(Elf {
             data,
+            _bytes: std::marker::PhantomData,
             ehdr,
             phdrs,
             shdrs,

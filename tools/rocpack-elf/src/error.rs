@@ -15,6 +15,15 @@ pub enum Error {
         needed: u64,
         len: u64,
     },
+    /// Bytes inside the input that were not loaded (a file analysed from
+    /// the parts its loader read: the loader skipped what the analysis
+    /// reads).
+    #[error("{what} at offset {offset:#x} ({needed} bytes) was not loaded from the file")]
+    NotLoaded {
+        what: &'static str,
+        offset: u64,
+        needed: u64,
+    },
     /// Not an ELF file / not an archive.
     #[error("not an ELF file or ar archive: bad magic at offset 0")]
     NotElf,
@@ -66,6 +75,7 @@ impl Error {
     pub fn offset(&self) -> Option<u64> {
         match self {
             Error::Truncated { offset, .. }
+            | Error::NotLoaded { offset, .. }
             | Error::Malformed { offset, .. }
             | Error::Unsupported { offset, .. }
             | Error::Wrapper { offset, .. }

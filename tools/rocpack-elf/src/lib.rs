@@ -69,8 +69,8 @@ pub use analyze::{
     HIPK_MAGIC, MARKER_SECTION, WRAPPER_SECTION, WRAPPER_SIZE,
 };
 pub use archive::{
-    archive_members, is_archive, reassemble_archive, reassemble_archive_to, split_archive,
-    split_archive_to, ArchiveMember,
+    archive_members, archive_members_in, is_archive, reassemble_archive, reassemble_archive_to,
+    split_archive, split_archive_to, ArchiveMember,
 };
 pub use error::{Error, Result};
 pub use out::Out;
@@ -78,7 +78,7 @@ pub use rewrite::{
     parse_bundles, reassemble, reassemble_placed, reassemble_to, reassembly_fits, split_host,
     split_host_in, split_host_to, Bundles,
 };
-pub use sparse::Sparse;
+pub use sparse::{Sparse, SparseView};
 
 /// Raw bytes of bundle `index` of an analysed fat binary.
 pub fn bundle_bytes<'a>(data: &'a [u8], info: &FatBinaryInfo, index: usize) -> Result<&'a [u8]> {

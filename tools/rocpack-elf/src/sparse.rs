@@ -1,74 +1,121 @@
-//! Analysing a file without reading it whole. A [`Sparse`] buffer has the
-//! size of the file and reads as zeros (an anonymous mapping: pages never
-//! written cost no memory); [`Sparse::load_elf`] and
-//! [`Sparse::load_archive`] fill in, with positioned reads of the file,
-//! exactly the bytes [`crate::analyze_in`] looks at: the ELF header, the
-//! program and section header tables, the section names, the wrapper and
-//! marker sections, and the relocation sections the wrapper resolver
-//! indexes with their symbol and string tables (for an archive: member
-//! headers, the long-name table and that much of each ELF member). Host
-//! code, data and debug sections are never read; `analyze_in(bytes,
-//! &file)` finds the bundles through the file. A 1 GiB library is analysed
-//! with a few MiB resident, and since the file is never mapped, a file
-//! truncated under us is a read error, never `SIGBUS`.
+//! Analysing a file without reading it whole. A [`Sparse`] holds only the
+//! ranges of a file loaded into it (a small ordered map of pieces; ranges
+//! that touch are merged into one piece), so the memory and the address
+//! space it takes follow what is loaded, never the file's size.
+//! [`Sparse::load_elf`] and [`Sparse::load_archive`] fill it, with
+//! positioned reads of the file, with exactly the bytes
+//! [`crate::analyze_in`] looks at: the ELF header, the program and section
+//! header tables, the section names, the wrapper and marker sections, and
+//! the relocation sections the wrapper resolver indexes with their symbol
+//! and string tables (for an archive: member headers, the long-name table
+//! and that much of each ELF member). Host code, data and debug sections
+//! are never read; `analyze_in(sparse.bytes(), &file)` finds the bundles
+//! through the file. A 1 GiB library is analysed with a few MiB resident
+//! and a few MiB of address space, and since the file is never mapped, a
+//! file truncated under us is a read error, never `SIGBUS`.
+//!
+//! The parsers read a [`Sparse`] through [`SparseView`], an
+//! `object::ReadRef` over the file's offsets: a read inside one loaded
+//! piece gives its bytes, any other read fails (the parser reports it as
+//! missing bytes, so a loader that skips a table shows in the tests).
 //!
 //! Keep [`Sparse::load_elf`] in step with `analyze_elf` (the test
 //! `sparse_analysis_equals_whole` compares both on every fixture).
 
-use std::collections::BTreeSet;
+use std::collections::BTreeMap;
 use std::io;
+use std::ops::Range;
 
 use object::elf;
+use object::ReadRef;
 use rocpack_bundle::ReadAt;
 
 use crate::analyze::{MARKER_SECTION, WRAPPER_SECTION};
 use crate::elf::{Elf, EHDR_SIZE, PHDR_SIZE, SHDR_SIZE, SHT_RELR};
 
-/// A file-sized buffer holding only the bytes loaded into it.
+/// The loaded ranges of a file of a known size.
 pub struct Sparse {
-    map: Option<memmap2::MmapMut>,
+    /// The file's size.
+    len: u64,
+    /// Loaded pieces by file offset; no two overlap or touch.
+    pieces: BTreeMap<u64, Vec<u8>>,
     /// Bytes read from the file so far.
     loaded: u64,
 }
 
+fn oom(n: u64) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::OutOfMemory,
+        format!("cannot allocate {n} bytes for the analysed tables"),
+    )
+}
+
 impl Sparse {
-    /// A zero buffer of `len` bytes (nothing is allocated for pages never
-    /// written).
+    /// Nothing loaded of a file of `len` bytes (nothing is allocated).
     pub fn new(len: u64) -> io::Result<Sparse> {
-        let n = usize::try_from(len)
-            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "file too large to map"))?;
-        let map = if n == 0 {
-            None
-        } else {
-            Some(memmap2::MmapMut::map_anon(n)?)
-        };
-        Ok(Sparse { map, loaded: 0 })
+        Ok(Sparse {
+            len,
+            pieces: BTreeMap::new(),
+            loaded: 0,
+        })
     }
 
-    /// The buffer: loaded bytes where loaded, zeros elsewhere.
-    pub fn bytes(&self) -> &[u8] {
-        self.map.as_deref().unwrap_or_default()
+    /// The whole file as the parsers read it (loaded pieces only).
+    pub fn bytes(&self) -> SparseView<'_> {
+        SparseView {
+            sp: self,
+            base: 0,
+            len: self.len,
+        }
     }
 
-    /// Bytes read from the source so far (a page may be read twice).
+    /// Bytes read from the source so far (a range may be read twice).
     pub fn loaded(&self) -> u64 {
         self.loaded
     }
 
-    /// Reads `[offset, offset + len)` of `src` (clamped to the buffer)
-    /// into the same place of the buffer. A source shorter than the buffer
-    /// (a file truncated under us) is an error.
+    /// Reads `[offset, offset + len)` of `src` (clamped to the file) into
+    /// the map, merged with the pieces it overlaps or touches. A source
+    /// shorter than the file (truncated under us) is an error; so is a
+    /// piece that cannot be allocated (never an abort).
     pub fn load(&mut self, src: &dyn ReadAt, offset: u64, len: u64) -> io::Result<()> {
-        let size = self.bytes().len() as u64;
-        let start = offset.min(size);
-        let end = offset.saturating_add(len).min(size);
-        let Some(map) = self.map.as_deref_mut() else {
+        let start = offset.min(self.len);
+        let end = offset.saturating_add(len).min(self.len);
+        if start >= end {
             return Ok(());
-        };
+        }
+        // Pieces that overlap or touch [start, end).
+        let touching: Vec<u64> = self
+            .pieces
+            .range(..=end)
+            .rev()
+            .take_while(|(&at, p)| at + p.len() as u64 >= start)
+            .map(|(&at, _)| at)
+            .collect();
+        let lo = touching
+            .iter()
+            .copied()
+            .min()
+            .map_or(start, |a| a.min(start));
+        let hi = touching
+            .iter()
+            .map(|a| a + self.pieces[a].len() as u64)
+            .max()
+            .map_or(end, |e| e.max(end));
+        let size = hi - lo;
+        let mut buf = Vec::new();
+        buf.try_reserve_exact(usize::try_from(size).map_err(|_| oom(size))?)
+            .map_err(|_| oom(size))?;
+        buf.resize(size as usize, 0);
+        for at in touching {
+            let p = self.pieces.remove(&at).expect("listed piece");
+            let from = (at - lo) as usize;
+            buf[from..from + p.len()].copy_from_slice(&p);
+        }
         let mut at = start;
         while at < end {
-            let buf = &mut map[at as usize..end as usize];
-            let n = src.read_at(at, buf)?;
+            let dst = &mut buf[(at - lo) as usize..(end - lo) as usize];
+            let n = src.read_at(at, dst)?;
             if n == 0 {
                 return Err(io::Error::new(
                     io::ErrorKind::UnexpectedEof,
@@ -77,14 +124,15 @@ impl Sparse {
             }
             at += n as u64;
         }
+        self.pieces.insert(lo, buf);
         self.loaded += end - start;
         Ok(())
     }
 
     /// Loads what analysing the ELF file at `[base, base + len)` of the
-    /// buffer reads (`src` reads the whole buffer's source). Stops, without
-    /// error, where the file is not an ELF64 little-endian file or its
-    /// headers are malformed: the analysis refuses it the same way.
+    /// file reads (`src` reads the whole file). Stops, without error, where
+    /// the file is not an ELF64 little-endian file or its headers are
+    /// malformed: the analysis refuses it the same way.
     pub fn load_elf(&mut self, src: &dyn ReadAt, base: u64, len: u64) -> io::Result<()> {
         let mut sub = Sub {
             sp: self,
@@ -93,12 +141,10 @@ impl Sparse {
             len,
         };
         sub.load(0, EHDR_SIZE)?;
-        let h = sub.bytes();
-        if h.len() < EHDR_SIZE as usize
-            || !h.starts_with(&elf::ELFMAG)
-            || h[4] != elf::ELFCLASS64
-            || h[5] != elf::ELFDATA2LSB
-        {
+        let Some(h) = sub.view().get(0, EHDR_SIZE) else {
+            return Ok(());
+        };
+        if !h.starts_with(&elf::ELFMAG) || h[4] != elf::ELFCLASS64 || h[5] != elf::ELFDATA2LSB {
             return Ok(());
         }
         let (phoff, shoff) = (le64(h, 0x20), le64(h, 0x28));
@@ -107,27 +153,28 @@ impl Sparse {
         if shoff != 0 {
             sub.load(shoff, SHDR_SIZE)?;
             let count = match shnum {
-                0 => sub.u64_at(shoff + 32),
+                0 => sub.view().u64_at(shoff + 32),
                 n => u64::from(n),
             };
             sub.load(shoff, count.saturating_mul(SHDR_SIZE))?;
             let names = match shstrndx {
-                0xffff => u64::from(sub.u32_at(shoff + 40)),
+                0xffff => u64::from(sub.view().u32_at(shoff + 40)),
                 n => u64::from(n),
             };
             if names != 0 && names < count {
                 let at = shoff.saturating_add(names * SHDR_SIZE);
-                let (off, size) = (sub.u64_at(at + 24), sub.u64_at(at + 32));
+                let (off, size) = (sub.view().u64_at(at + 24), sub.view().u64_at(at + 32));
                 sub.load(off, size)?;
             }
         }
-        let Ok(e) = Elf::parse(sub.bytes()) else {
+        let view = sub.view();
+        let Ok(e) = Elf::parse(view) else {
             return Ok(());
         };
         let object = e.ehdr.e_type == elf::ET_REL;
         let wrapper = e.section_by_name(WRAPPER_SECTION).map(|(i, _)| i);
-        let mut want = BTreeSet::new();
-        let tables = |i: usize, want: &mut BTreeSet<usize>| {
+        let mut want = std::collections::BTreeSet::new();
+        let tables = |i: usize, want: &mut std::collections::BTreeSet<usize>| {
             want.insert(i);
             // The symbol table of a relocation section and its names.
             if let Some(t) = e.shdrs.get(i).map(|s| s.sh_link as usize) {
@@ -168,15 +215,15 @@ impl Sparse {
     /// the members refuses it the same way).
     pub fn load_archive(&mut self, src: &dyn ReadAt) -> io::Result<()> {
         const HDR: u64 = 60;
-        let size = self.bytes().len() as u64;
+        let size = self.len;
         self.load(src, 0, 8)?;
-        if !crate::is_archive(self.bytes()) {
+        if !self.bytes().get(0, 8).is_some_and(crate::is_archive) {
             return Ok(());
         }
         let mut pos = 8u64;
         while pos < size {
             self.load(src, pos, HDR)?;
-            let Some(h) = self.bytes().get(pos as usize..(pos + HDR) as usize) else {
+            let Some(h) = self.bytes().get(pos, HDR) else {
                 return Ok(());
             };
             if &h[58..60] != b"`\n" {
@@ -189,9 +236,9 @@ impl Sparse {
             else {
                 return Ok(());
             };
-            let name = h[..16].to_vec();
+            let long_names = h[..16].trim_ascii_end() == b"//";
             let body = pos + HDR;
-            if name.trim_ascii_end() == b"//" {
+            if long_names {
                 self.load(src, body, n)?;
             } else {
                 // Symbol tables and non-ELF members: their first 64 bytes.
@@ -203,8 +250,102 @@ impl Sparse {
     }
 }
 
-/// `[base, base + len)` of a [`Sparse`] buffer, loaded from the same
-/// range of its source.
+/// `[base, base + len)` of a [`Sparse`] file as the parsers read it: an
+/// `object::ReadRef` whose offset 0 is `base`. A read inside one loaded
+/// piece gives its bytes; a read of anything not loaded, or past `len`,
+/// fails.
+#[derive(Clone, Copy)]
+pub struct SparseView<'a> {
+    sp: &'a Sparse,
+    base: u64,
+    len: u64,
+}
+
+impl<'a> SparseView<'a> {
+    /// Size of the viewed range (loaded or not), as `<[u8]>::len` gives it
+    /// for a slice (an archive member's `data.len()` is the same whichever
+    /// it is).
+    #[allow(clippy::len_without_is_empty)]
+    pub fn len(&self) -> usize {
+        usize::try_from(self.len).unwrap_or(usize::MAX)
+    }
+
+    /// `[offset, offset + len)` of the view (clamped to it).
+    pub fn sub(&self, offset: u64, len: u64) -> SparseView<'a> {
+        let offset = offset.min(self.len);
+        SparseView {
+            sp: self.sp,
+            base: self.base + offset,
+            len: len.min(self.len - offset),
+        }
+    }
+
+    /// `[offset, offset + len)` when it lies inside the view and inside one
+    /// loaded piece.
+    pub fn get(&self, offset: u64, len: u64) -> Option<&'a [u8]> {
+        let end = offset.checked_add(len)?;
+        if end > self.len {
+            return None;
+        }
+        if len == 0 {
+            return Some(&[]);
+        }
+        let at = self.base + offset;
+        let (&start, piece) = self.sp.pieces.range(..=at).next_back()?;
+        let from = usize::try_from(at - start).ok()?;
+        piece.get(from..from.checked_add(usize::try_from(len).ok()?)?)
+    }
+
+    /// The first `n` bytes (fewer when the view is shorter), if loaded.
+    pub fn head(&self, n: u64) -> Option<&'a [u8]> {
+        self.get(0, n.min(self.len))
+    }
+
+    fn u32_at(&self, at: u64) -> u32 {
+        self.get(at, 4)
+            .map_or(0, |b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+    }
+
+    fn u64_at(&self, at: u64) -> u64 {
+        self.get(at, 8).map_or(0, |b| le64(b, 0))
+    }
+}
+
+impl std::fmt::Debug for SparseView<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SparseView")
+            .field("base", &self.base)
+            .field("len", &self.len)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<'a> ReadRef<'a> for SparseView<'a> {
+    fn len(self) -> Result<u64, ()> {
+        Ok(self.len)
+    }
+
+    fn read_bytes_at(self, offset: u64, size: u64) -> Result<&'a [u8], ()> {
+        self.get(offset, size).ok_or(())
+    }
+
+    fn read_bytes_at_until(self, range: Range<u64>, delimiter: u8) -> Result<&'a [u8], ()> {
+        if range.start > range.end || range.end > self.len {
+            return Err(());
+        }
+        let at = self.base + range.start;
+        let (&start, piece) = self.sp.pieces.range(..=at).next_back().ok_or(())?;
+        let from = usize::try_from(at - start).map_err(|_| ())?;
+        let n = usize::try_from(range.end - range.start).map_err(|_| ())?;
+        let bytes = piece.get(from..).ok_or(())?;
+        let bytes = &bytes[..n.min(bytes.len())];
+        let end = bytes.iter().position(|&c| c == delimiter).ok_or(())?;
+        Ok(&bytes[..end])
+    }
+}
+
+/// `[base, base + len)` of a [`Sparse`] file, loaded from the same range
+/// of its source.
 struct Sub<'a> {
     sp: &'a mut Sparse,
     src: &'a dyn ReadAt,
@@ -221,17 +362,8 @@ impl Sub<'_> {
         self.sp
             .load(self.src, self.base.saturating_add(offset), end - offset)
     }
-    fn bytes(&self) -> &[u8] {
-        let b = self.sp.bytes();
-        let start = (self.base as usize).min(b.len());
-        let end = (self.base.saturating_add(self.len) as usize).min(b.len());
-        &b[start..end]
-    }
-    fn u64_at(&self, at: u64) -> u64 {
-        crate::elf::u64_at(self.bytes(), at, "").unwrap_or(0)
-    }
-    fn u32_at(&self, at: u64) -> u32 {
-        crate::elf::u32_at(self.bytes(), at, "").unwrap_or(0)
+    fn view(&self) -> SparseView<'_> {
+        self.sp.bytes().sub(self.base, self.len)
     }
 }
 

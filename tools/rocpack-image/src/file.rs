@@ -1,18 +1,22 @@
 //! Analysing a file without reading it whole: [`ImageFile`] is the one
 //! entry point for file-backed analysis (`kpack verify --installed-tree`,
 //! `kpack split-wheel --overlay-root`). The bytes an analysis reads are
-//! loaded with positioned reads into a [`rocpack_elf::Sparse`] buffer (ELF
-//! files, `ar` members, PE images, COFF objects); bundles are found through
-//! the file. The file is never mapped, so one truncated under us is a read
-//! error (or a changed-size error from [`ImageFile::check_unchanged`]),
-//! never `SIGBUS`.
+//! loaded with positioned reads into a [`rocpack_elf::Sparse`] map of
+//! pieces (ELF files, `ar` members, PE images, COFF objects), which the
+//! parsers read through a [`SparseView`]; bundles are found through the
+//! file. Memory and address space follow the tables loaded, never the
+//! file's size (`installed_memory.rs` analyses a 1 GiB library under a
+//! 192 MiB `ulimit -v`).
+//! The file is never mapped, so one truncated under us is a read error (or
+//! a changed-size error from [`ImageFile::check_unchanged`]), never
+//! `SIGBUS`.
 
 use std::fs::File;
 use std::io;
 use std::path::Path;
 
-use rocpack_bundle::{FileRange, Window};
-use rocpack_elf::{ArchiveMember, FatBinaryInfo, Sparse};
+use rocpack_bundle::{FileIdent, FileRange, Window};
+use rocpack_elf::{ArchiveMember, FatBinaryInfo, Sparse, SparseView};
 
 use crate::{detect, Analysis, Error, FileType, Result, HEAD_LEN};
 
@@ -20,7 +24,8 @@ use crate::{detect, Analysis, Error, FileType, Result, HEAD_LEN};
 pub struct ImageFile {
     file: File,
     len: u64,
-    mtime: Option<std::time::SystemTime>,
+    /// The file's identity when opened.
+    ident: FileIdent,
     kind: FileType,
     sparse: Sparse,
 }
@@ -59,8 +64,8 @@ impl ImageFile {
         }
         let len = meta.len();
         let src = FileRange::new(&file, 0, len);
-        // The head is read apart: the buffer holds only what the loaders
-        // load (so a loader that misses a table shows in the tests).
+        // The head is read apart: the map holds only what the loaders load
+        // (so a loader that misses a table shows in the tests).
         let mut head = vec![0u8; HEAD_LEN.min(usize::try_from(len).unwrap_or(HEAD_LEN))];
         let n = rocpack_bundle::ReadAt::read_at(&src, 0, &mut head)?;
         head.truncate(n);
@@ -78,7 +83,7 @@ impl ImageFile {
         let f = ImageFile {
             file,
             len,
-            mtime: meta.modified().ok(),
+            ident: FileIdent::of(&meta),
             kind,
             sparse,
         };
@@ -112,15 +117,15 @@ impl ImageFile {
         FileRange::new(&self.file, 0, self.len)
     }
 
-    /// Errors when the file's size or modification time differs from when
-    /// it was opened (rewritten while read: its analysis may mix versions).
+    /// Errors when the open file's size or times differ from when it was
+    /// opened ([`FileIdent`]: rewritten while read, its analysis may mix
+    /// versions).
     pub fn check_unchanged(&self) -> io::Result<()> {
-        let m = self.file.metadata()?;
-        if m.len() != self.len || m.modified().ok() != self.mtime {
+        let now = FileIdent::of(&self.file.metadata()?);
+        if !now.same_content(&self.ident) {
             return Err(changed(format!(
                 "file changed while it was read ({} bytes when opened, {} now)",
-                self.len,
-                m.len()
+                self.len, now.size
             )));
         }
         Ok(())
@@ -137,7 +142,7 @@ impl ImageFile {
                 .map(Analysis::Elf)
                 .map_err(Error::from),
             FileType::Pe { .. } | FileType::Coff { .. } => {
-                crate::pe::analyze_in(data, &src).map(Analysis::Pe)
+                crate::pe::analyze_as(data, &src, self.kind).map(Analysis::Pe)
             }
             t => Err(Error::NotAnImage(t.name())),
         };
@@ -147,18 +152,31 @@ impl ImageFile {
 
     /// The ELF members of an `ar` archive, each with its analysis (the
     /// inner result: the member list, as `rocpack_elf::archive_members` of
-    /// the whole file gives it). The outer error: the file changed while
-    /// it was analysed.
+    /// the whole file gives it; each member's `data` is a view of its range,
+    /// `data.len()` its size). The outer error: the file changed while it
+    /// was analysed.
     #[allow(clippy::type_complexity)]
     pub fn members(
         &self,
-    ) -> io::Result<rocpack_elf::Result<Vec<(ArchiveMember<'_>, rocpack_elf::Result<FatBinaryInfo>)>>>
-    {
+    ) -> io::Result<
+        rocpack_elf::Result<
+            Vec<(
+                ArchiveMember<'_, SparseView<'_>>,
+                rocpack_elf::Result<FatBinaryInfo>,
+            )>,
+        >,
+    > {
         let data = self.sparse.bytes();
         let src = self.source();
-        let list = rocpack_elf::archive_members(data).map(|ms| {
+        let list = rocpack_elf::archive_members_in(data).map(|ms| {
             ms.into_iter()
-                .filter(|m| matches!(detect(m.data), FileType::Elf { .. }))
+                // The loader loaded the first 64 bytes of every member:
+                // enough to tell an ELF member.
+                .filter(|m| {
+                    m.data
+                        .head(64)
+                        .is_some_and(|h| matches!(detect(h), FileType::Elf { .. }))
+                })
                 .map(|m| {
                     let body = Window::new(&src, m.header_offset + 60, m.data.len() as u64);
                     let info = rocpack_elf::analyze_in(m.data, &body);

@@ -1,4 +1,13 @@
-//! All-or-nothing commits of output directories (split, recombine, unpack).
+//! All-or-nothing commits of output files ([`PendingFile`]: `pack`'s
+//! archive) and output directories (split, recombine, unpack).
+//!
+//! A [`PendingFile`] is written where nobody sees it and appears at its
+//! destination complete, in one step, at [`PendingFile::commit`]. On Linux
+//! it is an unnamed `O_TMPFILE` in the destination's directory, linked into
+//! place (`linkat`) at the commit: a process killed while writing, even by
+//! `SIGKILL`, leaves nothing behind. Where `O_TMPFILE` is refused (some
+//! filesystems, other systems) it is a named `.kpack-tmp-XXXXXX` file
+//! renamed into place, removed on drop (a `SIGKILL` leaves it).
 //!
 //! Everything is built in a staging directory beside the destination,
 //! `.<dest name>.partial-XXXXXX`, and then committed:
@@ -135,6 +144,162 @@ fn read_list(path: &Path) -> io::Result<Vec<u8>> {
     let mut v = Vec::new();
     f.take(16 << 20).read_to_end(&mut v)?;
     Ok(v)
+}
+
+/// Prefix of the temporary names of [`PendingFile`]s in the output
+/// directory.
+pub const TMP_PREFIX: &str = ".kpack-tmp-";
+
+/// An output file being written: invisible until [`PendingFile::commit`]
+/// puts it at its destination (atomically replacing what is there), gone
+/// if dropped uncommitted. Written and seeked like the [`File`] it is.
+#[derive(Debug)]
+pub struct PendingFile {
+    file: File,
+    /// The fallback's name (`None`: an unnamed `O_TMPFILE`).
+    named: Option<tempfile::TempPath>,
+    /// The destination's directory.
+    dir: PathBuf,
+}
+
+/// Whether opening an `O_TMPFILE` failed because the filesystem or kernel
+/// does not offer it (not because of the directory).
+#[cfg(target_os = "linux")]
+fn tmpfile_refused(e: &io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::EOPNOTSUPP | libc::EISDIR | libc::EINVAL | libc::ENOSYS)
+    )
+}
+
+impl PendingFile {
+    /// A new empty file that [`PendingFile::commit`] will put at `dest`,
+    /// created in `dest`'s directory (so the commit never copies).
+    pub fn new(dest: &Path) -> io::Result<PendingFile> {
+        Self::create(dest, true)
+    }
+
+    fn create(dest: &Path, unnamed: bool) -> io::Result<PendingFile> {
+        let dir = match dest.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+            _ => PathBuf::from("."),
+        };
+        // The link at the commit goes through /proc/self/fd (linkat with
+        // AT_EMPTY_PATH needs CAP_DAC_READ_SEARCH).
+        #[cfg(target_os = "linux")]
+        if unnamed && Path::new("/proc/self/fd").is_dir() {
+            use std::os::unix::fs::OpenOptionsExt;
+            match fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .mode(0o644)
+                .custom_flags(libc::O_TMPFILE)
+                .open(&dir)
+            {
+                Ok(file) => {
+                    return Ok(PendingFile {
+                        file,
+                        named: None,
+                        dir,
+                    })
+                }
+                Err(e) if tmpfile_refused(&e) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        #[cfg(not(target_os = "linux"))]
+        let _ = unnamed;
+        let (file, path) = tempfile::Builder::new()
+            .prefix(TMP_PREFIX)
+            .tempfile_in(&dir)?
+            .into_parts();
+        Ok(PendingFile {
+            file,
+            named: Some(path),
+            dir,
+        })
+    }
+
+    /// The file.
+    pub fn file(&self) -> &File {
+        &self.file
+    }
+
+    /// The file, to write.
+    pub fn file_mut(&mut self) -> &mut File {
+        &mut self.file
+    }
+
+    /// Whether the file has no name until its commit (`O_TMPFILE`).
+    pub fn is_unnamed(&self) -> bool {
+        self.named.is_none()
+    }
+
+    /// Makes the file readable by all (`0644`, like any output), syncs it
+    /// and puts it at `dest`, replacing what is there in one step.
+    pub fn commit(self, dest: &Path) -> io::Result<()> {
+        use std::os::unix::fs::PermissionsExt;
+        self.file
+            .set_permissions(fs::Permissions::from_mode(0o644))?;
+        self.file.sync_all()?;
+        match self.named {
+            Some(p) => p.persist(dest).map_err(|e| e.error),
+            None => link_into_place(&self.file, &self.dir, dest),
+        }
+    }
+}
+
+impl Write for PendingFile {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.file.write(buf)
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        self.file.flush()
+    }
+}
+
+impl io::Seek for PendingFile {
+    fn seek(&mut self, pos: io::SeekFrom) -> io::Result<u64> {
+        self.file.seek(pos)
+    }
+}
+
+/// Gives the unnamed `file` the name `dest`: linked there directly when
+/// `dest` does not exist, else linked under a fresh temporary name in `dir`
+/// and renamed over `dest` (`linkat` never replaces). `std::fs::hard_link`
+/// does not follow the `/proc/self/fd` link, hence `libc::linkat`.
+#[allow(unsafe_code)]
+fn link_into_place(file: &File, dir: &Path, dest: &Path) -> io::Result<()> {
+    use std::ffi::CString;
+    use std::os::fd::AsRawFd;
+    use std::os::unix::ffi::OsStrExt;
+    let from = CString::new(format!("/proc/self/fd/{}", file.as_raw_fd()))?;
+    let link = |to: &Path| -> io::Result<()> {
+        let to = CString::new(to.as_os_str().as_bytes())?;
+        // SAFETY: both paths are NUL-terminated strings that outlive the call.
+        let r = unsafe {
+            libc::linkat(
+                libc::AT_FDCWD,
+                from.as_ptr(),
+                libc::AT_FDCWD,
+                to.as_ptr(),
+                libc::AT_SYMLINK_FOLLOW,
+            )
+        };
+        if r == 0 {
+            Ok(())
+        } else {
+            Err(io::Error::last_os_error())
+        }
+    };
+    match link(dest) {
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+        done => return done,
+    }
+    let named = tempfile::Builder::new()
+        .prefix(TMP_PREFIX)
+        .make_in(dir, |p| link(p))?;
+    named.persist(dest).map(drop).map_err(|e| e.error)
 }
 
 /// Name of the list of names a staging directory is committing.
@@ -464,6 +629,57 @@ mod tests {
             .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
             .filter(|n| n.contains(".partial-"))
             .collect()
+    }
+
+    fn names(dir: &Path) -> Vec<String> {
+        let mut v: Vec<String> = fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        v.sort();
+        v
+    }
+
+    /// Written, the file has no name; committed, it is at its destination
+    /// (0644, replacing an older file); dropped, nothing is left. The
+    /// named fallback ends the same, through a `.kpack-tmp-` name.
+    #[test]
+    fn pending_file_appears_only_at_commit() {
+        use std::io::{Seek, SeekFrom};
+        use std::os::unix::fs::PermissionsExt;
+        for unnamed in [true, false] {
+            let root = tempfile::tempdir().unwrap();
+            let dest = root.path().join("a.kpack");
+            let mut f = PendingFile::create(&dest, unnamed).unwrap();
+            assert_eq!(f.is_unnamed(), unnamed && cfg!(target_os = "linux"));
+            f.write_all(b"hello world").unwrap();
+            f.seek(SeekFrom::Start(0)).unwrap();
+            f.write_all(b"HELLO").unwrap();
+            let seen = names(root.path());
+            if f.is_unnamed() {
+                assert!(seen.is_empty(), "{seen:?}");
+            } else {
+                assert!(
+                    seen.len() == 1 && seen[0].starts_with(TMP_PREFIX),
+                    "{seen:?}"
+                );
+            }
+            f.commit(&dest).unwrap();
+            assert_eq!(fs::read(&dest).unwrap(), b"HELLO world");
+            let mode = fs::metadata(&dest).unwrap().permissions().mode() & 0o777;
+            assert_eq!(mode, 0o644);
+            // Replacing an existing output.
+            let mut f = PendingFile::create(&dest, unnamed).unwrap();
+            f.write_all(b"new").unwrap();
+            f.commit(&dest).unwrap();
+            assert_eq!(fs::read(&dest).unwrap(), b"new");
+            assert_eq!(names(root.path()), ["a.kpack"]);
+            // Dropped uncommitted.
+            let mut f = PendingFile::create(&root.path().join("b.kpack"), unnamed).unwrap();
+            f.write_all(b"lost").unwrap();
+            drop(f);
+            assert_eq!(names(root.path()), ["a.kpack"]);
+        }
     }
 
     #[test]

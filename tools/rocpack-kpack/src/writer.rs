@@ -16,6 +16,7 @@ use std::path::Path;
 
 use rayon::prelude::*;
 
+use crate::commit::PendingFile;
 use crate::error::{Error, ErrorKind, Result};
 use crate::format::{
     normalize_key, Compression, BLOB_ALIGNMENT, HEADER_SIZE, KERNEL_TYPE_HSACO, MAGIC, SCHEME_NONE,
@@ -61,9 +62,9 @@ pub const STREAM_IN_CHUNK: usize = 1 << 20;
 /// level 3 gives a frame 1 byte shorter, at level 19 1 byte longer). So
 /// code objects up to this size keep exactly the frames earlier releases
 /// wrote, larger ones get the streamed frame, which is as deterministic
-/// (independent of thread count and of how the input is read). It equals
-/// the split scan's in-memory limit for CCOB payloads, so a code object
-/// gets the same frame whichever path compressed it.
+/// (independent of thread count and of how the input is read). The split
+/// scan's in-memory limit for CCOB payloads is this constant, so a code
+/// object gets the same frame whichever path compressed it.
 pub const STREAM_THRESHOLD: u64 = 32 << 20;
 
 /// Compress exactly `len` bytes read from `src` into `dst` as one zstd
@@ -256,6 +257,8 @@ struct TocBuilder {
     index: HashMap<String, usize>,
     targets_seen: Vec<String>,
     count: u32,
+    /// Per ordinal, where its entry is: (binary, arch) positions.
+    slots: Vec<(usize, usize)>,
 }
 
 impl TocBuilder {
@@ -298,15 +301,22 @@ impl TocBuilder {
         match self.index.get(&key) {
             Some(&i) => {
                 if let Some((_, arches)) = self.binaries.get_mut(i) {
+                    self.slots.push((i, arches.len()));
                     arches.push((target.to_owned(), meta));
                 }
             }
             None => {
+                self.slots.push((self.binaries.len(), 0));
                 self.index.insert(key.clone(), self.binaries.len());
                 self.binaries.push((key, vec![(target.to_owned(), meta)]));
             }
         }
         ordinal
+    }
+
+    fn entry_mut(&mut self, ordinal: u32) -> Option<&mut EntryMeta> {
+        let &(b, a) = self.slots.get(ordinal as usize)?;
+        Some(&mut self.binaries.get_mut(b)?.1.get_mut(a)?.1)
     }
 }
 
@@ -517,6 +527,19 @@ impl<W: Write + Seek> KpackStreamWriter<W> {
         stored_key(self.normalize, key)
     }
 
+    /// For a kernel of `len` bytes added with the `none` scheme: its stored
+    /// key (checked against the TOC) and where the blob region ends after
+    /// it.
+    fn next_plain(&self, key: &str, target: &str, len: u64) -> Result<(String, u64)> {
+        let key = self.key(key);
+        self.toc.check(&key, target)?;
+        let end = self
+            .pos
+            .checked_add(len)
+            .ok_or_else(|| Error::new(ErrorKind::Limit("archive larger than 2^64".into())))?;
+        Ok((key, end))
+    }
+
     /// Number of kernels added so far.
     pub fn len(&self) -> u32 {
         self.toc.count
@@ -542,14 +565,10 @@ impl<W: Write + Seek> KpackStreamWriter<W> {
     ) -> Result<u32> {
         match self.compression {
             Compression::None => {
-                let key = self.key(key);
-                self.toc.check(&key, target)?;
+                let (key, end) = self.next_plain(key, target, data.len() as u64)?;
                 self.w.write_all(data)?;
-                let offset = self.pos;
-                self.pos = self.pos.checked_add(data.len() as u64).ok_or_else(|| {
-                    Error::new(ErrorKind::Limit("archive larger than 2^64".into()))
-                })?;
-                self.blobs.push((offset, data.len() as u64));
+                self.blobs.push((self.pos, data.len() as u64));
+                self.pos = end;
                 Ok(self.toc.push(key, target, data.len() as u64, metadata))
             }
             Compression::Zstd { level } => {
@@ -603,12 +622,7 @@ impl<W: Write + Seek> KpackStreamWriter<W> {
             let data = read(src)?;
             return self.add_with_metadata(key, target, &data, metadata);
         }
-        let key = self.key(key);
-        self.toc.check(&key, target)?;
-        let end = self
-            .pos
-            .checked_add(len)
-            .ok_or_else(|| Error::new(ErrorKind::Limit("archive larger than 2^64".into())))?;
+        let (key, end) = self.next_plain(key, target, len)?;
         let mut r = src;
         r.seek(SeekFrom::Start(offset))?;
         let copied = std::io::copy(&mut Read::take(r, len), &mut self.w)?;
@@ -638,13 +652,9 @@ impl<W: Write + Seek> KpackStreamWriter<W> {
         len: u64,
         metadata: Option<rmpv::Value>,
     ) -> Result<u32> {
-        let key = self.key(key);
-        self.toc.check(&key, target)?;
         let level = match self.compression {
             Compression::None => {
-                let end = self.pos.checked_add(len).ok_or_else(|| {
-                    Error::new(ErrorKind::Limit("archive larger than 2^64".into()))
-                })?;
+                let (key, end) = self.next_plain(key, target, len)?;
                 let copied = std::io::copy(&mut Read::take(src, len), &mut self.w)?;
                 if copied != len {
                     return Err(Error::from(std::io::Error::new(
@@ -658,6 +668,8 @@ impl<W: Write + Seek> KpackStreamWriter<W> {
             }
             Compression::Zstd { level } => level,
         };
+        let key = self.key(key);
+        self.toc.check(&key, target)?;
         if u64::from(self.toc.count) >= ZSTD_MAX_KERNELS {
             return Err(Error::new(ErrorKind::Limit(format!(
                 "zstd-per-kernel archives hold at most {ZSTD_MAX_KERNELS} kernels (runtime limit)"
@@ -680,6 +692,48 @@ impl<W: Write + Seek> KpackStreamWriter<W> {
             .checked_add(4 + n)
             .ok_or_else(|| Error::new(ErrorKind::Limit("archive larger than 2^64".into())))?;
         Ok(self.toc.push(key, target, len, metadata))
+    }
+
+    /// Reserve the place of one kernel of `len` bytes (`none` scheme only)
+    /// without writing it: the archive's next `len` bytes are left for the
+    /// caller to fill, e.g. from several threads at once with positioned
+    /// writes while code objects are decoded. Returns the ordinal and the
+    /// absolute offset in `W` where the kernel's bytes go. The caller must
+    /// write all `len` bytes before the archive is used (the place reads as
+    /// zeros until then); the writer moves past it.
+    pub fn add_placed(
+        &mut self,
+        key: &str,
+        target: &str,
+        len: u64,
+        metadata: Option<rmpv::Value>,
+    ) -> Result<(u32, u64)> {
+        if !matches!(self.compression, Compression::None) {
+            return Err(Error::new(ErrorKind::Limit(
+                "add_placed needs the uncompressed scheme".into(),
+            )));
+        }
+        let (key, end) = self.next_plain(key, target, len)?;
+        let at = self.start + self.pos;
+        let step = i64::try_from(len)
+            .map_err(|_| Error::new(ErrorKind::Limit(format!("{len}-byte code object"))))?;
+        self.w.seek(SeekFrom::Current(step))?;
+        self.blobs.push((self.pos, len));
+        self.pos = end;
+        Ok((self.toc.push(key, target, len, metadata), at))
+    }
+
+    /// Replace the `metadata` of the kernel with ordinal `ordinal` (added
+    /// earlier), e.g. once the bytes of an [`KpackStreamWriter::add_placed`]
+    /// kernel have been decoded and what they say is known.
+    pub fn set_metadata(&mut self, ordinal: u32, metadata: Option<rmpv::Value>) -> Result<()> {
+        let entry = self.toc.entry_mut(ordinal).ok_or_else(|| {
+            Error::new(ErrorKind::Limit(format!(
+                "no kernel with ordinal {ordinal}"
+            )))
+        })?;
+        entry.metadata = metadata;
+        Ok(())
     }
 
     /// Add a kernel that is already one zstd frame of `original_size` bytes
@@ -1038,85 +1092,52 @@ impl<'a> KpackWriter<'a> {
     }
 }
 
-/// Create `path` through a temp file in its directory + rename.
+/// Create `path` through a [`PendingFile`] in its directory, committed
+/// into place when `body` succeeds.
 pub(crate) fn write_atomically<T>(
     path: &Path,
     body: impl FnOnce(&mut fs::File) -> Result<T>,
 ) -> Result<T> {
-    let dir = match path.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p,
-        _ => Path::new("."),
-    };
-    let mut tmp = tempfile::Builder::new()
-        .prefix(".kpack-tmp-")
-        .tempfile_in(dir)
-        .map_err(|e| Error::from(e).with_path(dir))?;
-    let out = body(tmp.as_file_mut()).map_err(|e| e.with_path(path))?;
-    #[cfg(unix)]
-    {
-        // tempfile creates 0600; archives are ordinary readable outputs.
-        use std::os::unix::fs::PermissionsExt;
-        tmp.as_file()
-            .set_permissions(fs::Permissions::from_mode(0o644))
-            .map_err(|e| Error::from(e).with_path(path))?;
-    }
-    tmp.as_file()
-        .sync_all()
+    let mut tmp = PendingFile::new(path).map_err(|e| Error::from(e).with_path(path))?;
+    let out = body(tmp.file_mut()).map_err(|e| e.with_path(path))?;
+    tmp.commit(path)
         .map_err(|e| Error::from(e).with_path(path))?;
-    tmp.persist(path)
-        .map_err(|e| Error::from(e.error).with_path(path))?;
     Ok(out)
 }
 
-/// A [`KpackStreamWriter`] onto a temporary file next to `path`, renamed
-/// to `path` by [`KpackFileWriter::finish`]; dropped unfinished, it leaves
-/// nothing behind. Use it to write big archives without holding them.
+/// A [`KpackStreamWriter`] onto a [`PendingFile`] for `path` (on Linux an
+/// unnamed `O_TMPFILE`), put at `path` by [`KpackFileWriter::finish`];
+/// dropped unfinished, or killed, it leaves nothing behind. Use it to write
+/// big archives without holding them.
 pub struct KpackFileWriter {
     path: std::path::PathBuf,
-    inner: KpackStreamWriter<BufWriter<tempfile::NamedTempFile>>,
+    inner: KpackStreamWriter<BufWriter<PendingFile>>,
 }
 
 impl KpackFileWriter {
     /// Start writing the archive that will appear at `path`.
     pub fn create(path: impl AsRef<Path>, compression: Compression) -> Result<Self> {
         let path = path.as_ref().to_path_buf();
-        let dir = match path.parent() {
-            Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-            _ => std::path::PathBuf::from("."),
-        };
-        let tmp = tempfile::Builder::new()
-            .prefix(".kpack-tmp-")
-            .tempfile_in(&dir)
-            .map_err(|e| Error::from(e).with_path(&dir))?;
+        let tmp = PendingFile::new(&path).map_err(|e| Error::from(e).with_path(&path))?;
         let inner = KpackStreamWriter::new(BufWriter::with_capacity(1 << 20, tmp), compression)
             .map_err(|e| e.with_path(&path))?;
         Ok(KpackFileWriter { path, inner })
     }
 
     /// The underlying stream writer (set group/family/arches, add kernels).
-    pub fn writer(&mut self) -> &mut KpackStreamWriter<BufWriter<tempfile::NamedTempFile>> {
+    pub fn writer(&mut self) -> &mut KpackStreamWriter<BufWriter<PendingFile>> {
         &mut self.inner
     }
 
-    /// Write the TOC, sync, and rename into place.
+    /// Write the TOC, sync, and put the archive at its path.
     pub fn finish(self) -> Result<WriteSummary> {
         let path = self.path;
         let (buf, summary) = self.inner.finish().map_err(|e| e.with_path(&path))?;
         let tmp = buf
             .into_inner()
             .map_err(|e| Error::from(e.into_error()).with_path(&path))?;
-        #[cfg(unix)]
-        {
-            use std::os::unix::fs::PermissionsExt;
-            tmp.as_file()
-                .set_permissions(fs::Permissions::from_mode(0o644))
-                .map_err(|e| Error::from(e).with_path(&path))?;
-        }
-        tmp.as_file()
-            .sync_all()
+        tmp.commit(&path)
             .map_err(|e| Error::from(e).with_path(&path))?;
-        tmp.persist(&path)
-            .map_err(|e| Error::from(e.error).with_path(&path))?;
         Ok(summary)
     }
 }

@@ -97,6 +97,58 @@ fn metadata_round_trips_exactly() {
     }
 }
 
+/// Kernels placed and filled later (positioned writes, out of order) with
+/// their metadata set afterwards give the bytes of adding them in order.
+#[test]
+fn placed_kernels_filled_later_equal_kernels_added_in_order() {
+    use std::os::unix::fs::FileExt;
+    let meta = rmpv::Value::Map(vec![("bundle".into(), rmpv::Value::from(7))]);
+    let data: Vec<Vec<u8>> = (0..4u64)
+        .map(|i| pseudo_random(i, 5000 + i as usize * 97))
+        .collect();
+    let mut w = KpackWriter::new(Compression::None);
+    w.group_name("g").arch_family("gfx900").arches(["gfx900"]);
+    for (i, d) in data.iter().enumerate() {
+        let m = (i == 1).then(|| meta.clone());
+        w.add_with_metadata(&format!("k#{i}"), "gfx900", d.as_slice(), m)
+            .unwrap();
+    }
+    let want = w.to_vec().unwrap();
+
+    let dir = rocpack_testsupport::tempdir();
+    let path = dir.path().join("placed.kpack");
+    let file = std::fs::File::create(&path).unwrap();
+    let fill = file.try_clone().unwrap();
+    let mut sw = KpackStreamWriter::new(std::io::BufWriter::new(file), Compression::None).unwrap();
+    sw.group_name("g").arch_family("gfx900").arches(["gfx900"]);
+    let mut places = Vec::new();
+    for (i, d) in data.iter().enumerate() {
+        if i % 2 == 0 {
+            places.push((
+                i,
+                sw.add_placed(&format!("k#{i}"), "gfx900", d.len() as u64, None)
+                    .unwrap(),
+            ));
+        } else {
+            sw.add(&format!("k#{i}"), "gfx900", d).unwrap();
+        }
+    }
+    sw.set_metadata(1, Some(meta.clone())).unwrap();
+    assert!(sw.set_metadata(9, None).is_err(), "no kernel 9");
+    for &(i, (ordinal, at)) in places.iter().rev() {
+        assert_eq!(ordinal as usize, i);
+        fill.write_all_at(&data[i], at).unwrap();
+    }
+    sw.finish().unwrap();
+    assert_eq!(std::fs::read(&path).unwrap(), want);
+
+    let mut z = KpackStreamWriter::new(Cursor::new(Vec::new()), Compression::zstd()).unwrap();
+    assert!(
+        z.add_placed("k#0", "gfx900", 3, None).is_err(),
+        "placed needs none"
+    );
+}
+
 #[test]
 fn zstd_output_is_independent_of_thread_count() {
     let objs: Vec<Vec<u8>> = (0..40)

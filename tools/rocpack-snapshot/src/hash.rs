@@ -7,6 +7,8 @@ use std::fs::File;
 use std::io::Read;
 use std::path::Path;
 
+use rocpack_bundle::FileIdent;
+
 const CHUNK: usize = 1 << 20;
 
 /// Digests and size of a file.
@@ -20,51 +22,24 @@ pub struct FileDigest {
 /// Kept here too: the file readers of this module open their input with it.
 pub use crate::fsutil::open_regular;
 
-/// What identifies a file and its content version: a file that was
-/// replaced (device, inode), resized or written to (size, mtime, ctime)
-/// while it was read no longer has the same state.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct FileState {
-    dev: u64,
-    ino: u64,
-    size: u64,
-    mtime: (i64, i64),
-    ctime: (i64, i64),
-}
-
-impl FileState {
-    fn of(m: &std::fs::Metadata) -> FileState {
-        use std::os::unix::fs::MetadataExt;
-        FileState {
-            dev: m.dev(),
-            ino: m.ino(),
-            size: m.size(),
-            mtime: (m.mtime(), m.mtime_nsec()),
-            ctime: (m.ctime(), m.ctime_nsec()),
-        }
-    }
-}
-
 /// A regular file read once from start to end, whose state is compared
 /// before and after: [`StableRead::finish`] fails unless the bytes read are
 /// exactly the size it had when it was opened and nothing about it changed
 /// meanwhile (a file truncated, appended to, rewritten or replaced while it
 /// was copied is refused, never published torn).
 ///
-/// Timestamps have the file system's granularity: a write in place that
-/// keeps the size and lands in the same clock tick as the first `fstat`
-/// cannot be seen; every other change can.
+/// Timestamps have the file system's granularity (see [`FileIdent`]).
 struct StableRead<'a> {
     path: &'a Path,
     file: File,
-    before: FileState,
+    before: FileIdent,
     read: u64,
 }
 
 impl<'a> StableRead<'a> {
     fn open(path: &'a Path) -> Result<StableRead<'a>> {
         let file = open_regular(path)?;
-        let before = FileState::of(&file.metadata().map_err(io_at(path))?);
+        let before = FileIdent::of(&file.metadata().map_err(io_at(path))?);
         Ok(StableRead {
             path,
             file,
@@ -82,9 +57,9 @@ impl<'a> StableRead<'a> {
 
     /// Bytes read, when the file was read whole and did not change.
     fn finish(self) -> Result<u64> {
-        let after = FileState::of(&self.file.metadata().map_err(io_at(self.path))?);
+        let after = FileIdent::of(&self.file.metadata().map_err(io_at(self.path))?);
         // The name may now point at another file (replaced by a rename).
-        let now = std::fs::metadata(self.path).ok().map(|m| FileState::of(&m));
+        let now = std::fs::metadata(self.path).ok().map(|m| FileIdent::of(&m));
         let b = self.before;
         let mut what = Vec::new();
         if self.read != b.size {
@@ -101,7 +76,7 @@ impl<'a> StableRead<'a> {
         }
         match now {
             None => what.push("removed or renamed".to_string()),
-            Some(n) if (n.dev, n.ino) != (b.dev, b.ino) => {
+            Some(n) if !n.same_file(&b) => {
                 what.push("replaced by another file (inode changed)".to_string())
             }
             Some(_) => {}

@@ -829,6 +829,10 @@ pub struct Usage {
     pub sys: f64,
     /// Wall-clock seconds.
     pub wall: f64,
+    /// Bytes the child passed to write-like system calls (`write`,
+    /// `pwrite`, `copy_file_range`…: `wchar` of `/proc/<pid>/io`, read
+    /// once it has exited and before it is reaped).
+    pub written: u64,
 }
 
 /// Runs `program args…` to completion and returns its output and its own
@@ -891,8 +895,10 @@ me = int([l for l in open("/proc/self/status") if l.startswith("VmHWM:")][0].spl
 pid = os.fork()
 if pid == 0:
     os.execvp(sys.argv[2], sys.argv[2:])
+os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)
+io = dict(l.split(": ") for l in open(f"/proc/{pid}/io").read().splitlines())
 _, st, ru = os.wait4(pid, 0)
-json.dump([ru.ru_maxrss, ru.ru_utime, ru.ru_stime, me], open(sys.argv[1], "w"))
+json.dump([ru.ru_maxrss, ru.ru_utime, ru.ru_stime, me, int(io["wchar"])], open(sys.argv[1], "w"))
 sys.exit(os.waitstatus_to_exitcode(st) % 256)
 "#;
     let report = tempfile::NamedTempFile::new().unwrap();
@@ -913,7 +919,7 @@ sys.exit(os.waitstatus_to_exitcode(st) % 256)
         .split(',')
         .map(|x| x.trim().parse().unwrap())
         .collect();
-    let (rss, user, sys, parent) = (v[0] as u64, v[1], v[2], v[3] as u64);
+    let (rss, user, sys, parent, written) = (v[0] as u64, v[1], v[2], v[3] as u64, v[4] as u64);
     assert!(
         !distinct || rss > parent,
         "the child's peak RSS ({rss} KiB) is not above its Python parent's ({parent} KiB): it cannot be told apart"
@@ -925,6 +931,7 @@ sys.exit(os.waitstatus_to_exitcode(st) % 256)
             user,
             sys,
             wall,
+            written,
         },
     )
 }

@@ -20,6 +20,7 @@ use std::os::unix::fs::FileExt;
 use std::path::{Component, Path, PathBuf};
 
 use rayon::prelude::*;
+use rocpack_bundle::FileIdent;
 use sha2::{Digest, Sha256};
 
 use crate::central::{self, flag, CdEntry, Directory, FileRange, Table};
@@ -79,36 +80,13 @@ pub fn is_plain_rel(name: &str) -> bool {
             .all(|c| matches!(c, Component::Normal(_)))
 }
 
-/// Identity of a file, to notice a rewrite while it is read.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Ident {
-    dev: u64,
-    ino: u64,
-    len: u64,
-    mtime: (i64, i64),
-    ctime: (i64, i64),
-}
-
-impl Ident {
-    fn of(m: &fs::Metadata) -> Ident {
-        use std::os::unix::fs::MetadataExt;
-        Ident {
-            dev: m.dev(),
-            ino: m.ino(),
-            len: m.len(),
-            mtime: (m.mtime(), m.mtime_nsec()),
-            ctime: (m.ctime(), m.ctime_nsec()),
-        }
-    }
-}
-
 /// An opened input wheel: its files (directory entries left out) sorted by
 /// name in a compact [`Table`].
 pub struct InputWheel {
     path: PathBuf,
     file: File,
     dir: Directory,
-    ident: Ident,
+    ident: FileIdent,
     /// Its files, sorted by name.
     pub table: Table,
     /// Sum of the declared sizes of its entries.
@@ -161,7 +139,7 @@ impl InputWheel {
             path: path.to_path_buf(),
             file,
             dir,
-            ident: Ident::of(&meta),
+            ident: FileIdent::of(&meta),
             table,
             expanded: summary.expanded,
         })
@@ -222,7 +200,7 @@ impl InputWheel {
             .file
             .metadata()
             .map_err(|e| ioerr(&self.path, "stat", e))?;
-        if Ident::of(&now) != self.ident || Ident::of(&fd) != self.ident {
+        if FileIdent::of(&now) != self.ident || FileIdent::of(&fd) != self.ident {
             return Err(WheelError::Usage(format!(
                 "{}: changed while it was read (size, time or inode differ): nothing was written",
                 self.path.display()

@@ -179,6 +179,12 @@ pub fn json_items(v: &serde_json::Value) -> &[serde_json::Value] {
         .unwrap_or_else(|| panic!("not a JSON array: {v}"))
 }
 
+/// The kpack binary a memory or I/O test measures: `$KPACK_UNDER_TEST`
+/// (e.g. an older build, to show the test fails on it), else this build's.
+pub fn kpack_under_test() -> String {
+    std::env::var("KPACK_UNDER_TEST").unwrap_or_else(|_| KPACK.to_string())
+}
+
 /// Output and peak RSS in KiB (an upper bound: `run_measured_peak_cmd`) of `cmd`.
 pub fn run_peak(cmd: &std::process::Command) -> (std::process::Output, u64) {
     let (o, u) = run_measured_peak_cmd(cmd);

@@ -324,7 +324,8 @@ fn split_into(
     let scanned = scan::scan(opts, &manifest, &generic_root, &spill, progress)?;
     let mut plan = plan::plan(opts, scanned)?;
     let generic = write::write_generic(&plan, &generic_root)?;
-    let arch_artifacts = write::write_arch_artifacts(opts, stage, &mut plan, progress)?;
+    let arch_artifacts = write::write_arch_artifacts(opts, stage, &mut plan, &spill, progress)?;
+    spill.check_inputs()?;
     Ok(SplitReport {
         artifact_prefix: name.clone(),
         prefixes: generic.manifest.prefixes().to_vec(),

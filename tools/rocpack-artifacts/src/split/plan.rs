@@ -196,6 +196,7 @@ pub(super) fn plan(opts: &SplitOptions, scan: Scan) -> Result<Plan, SplitError> 
                     false
                 }
                 (EntryKind::File { .. }, Some(Class::Fat(fat))) => {
+                    let fat = *fat;
                     for mut k in fat.kernels {
                         if kept.contains(&k.arch) {
                             k.prefix.clone_from(&p.prefix);

@@ -2,7 +2,9 @@
 //! (generic, database file of one arch, fat binary) and, for fat binaries,
 //! write the host-only rewrite and record where every code object lives
 //! (the input itself, the spill file of its decompressed CCOB, or, with
-//! zstd archives, its frame, compressed while the CCOB decompressed).
+//! zstd archives, its frame, compressed while the CCOB decompressed). With
+//! uncompressed archives a CCOB is not decompressed here: the write stage
+//! decompresses it once, straight into the archives ([`DeferredCcob`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::File;
@@ -12,6 +14,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 
 use rayon::prelude::*;
+use rocpack_bundle::FileIdent;
 use rocpack_kpack::{Compression, Marker};
 
 use super::filter::ArchFilter;
@@ -40,9 +43,15 @@ pub(super) struct Spill {
     /// Code objects queued for compression, over every bundle being
     /// walked (the bound on their buffers).
     in_flight: AtomicUsize,
+    /// Their bytes; see [`QUEUE_BUDGET`].
+    queued: AtomicU64,
     /// Code-object buffers for reuse, over every walk: at most one per
     /// walking thread plus one per queued code object exist.
     pool: Mutex<Vec<Vec<u8>>>,
+    /// Fat binaries whose bytes the write stage reads again (code objects
+    /// of uncompressed bundles, CCOBs left for it), as the scan found them:
+    /// [`Spill::check_inputs`].
+    inputs: Mutex<Vec<(PathBuf, FileIdent)>>,
     /// Memory the CCOB walks under way may hold (estimated: decoder window
     /// and largest buffer), over every walk; see [`WALK_BUDGET`].
     walking: (Mutex<u64>, Condvar),
@@ -54,6 +63,12 @@ pub(super) struct Spill {
 /// `--jobs` (a CCOB's decoder keeps a window as large as its payload, up to
 /// the decoder's 128 MiB limit). A walk larger than the budget runs alone.
 const WALK_BUDGET: u64 = 96 << 20;
+
+/// Code-object bytes the CCOB walks may queue for the other workers to
+/// compress, over every walk; beyond it (unless the queue is empty) the
+/// walking thread compresses the code object itself. With the walk budget
+/// this keeps peak memory from growing with `--jobs`.
+const QUEUE_BUDGET: u64 = 64 << 20;
 
 /// Largest window a zstd decoder accepts by default (2^27), the most a
 /// walk's decoder holds.
@@ -84,9 +99,47 @@ impl Spill {
             dir,
             next: AtomicU64::new(0),
             in_flight: AtomicUsize::new(0),
+            queued: AtomicU64::new(0),
+            inputs: Mutex::new(Vec::new()),
             pool: Mutex::new(Vec::new()),
             walking: (Mutex::new(0), Condvar::new()),
         })
+    }
+
+    /// Records what fat binary `path` (open as `file`) is as the scan reads
+    /// it.
+    fn note_input(&self, path: &Path, file: &File) -> Result<(), SplitError> {
+        let stamp = FileIdent::of(&file.metadata().ctx(path, "stat")?);
+        if let Ok(mut v) = self.inputs.lock() {
+            v.push((path.to_path_buf(), stamp));
+        }
+        Ok(())
+    }
+
+    /// Fails if a fat binary changed (size, modification time, inode) since
+    /// the scan read it: its host rewrite and its code objects, copied or
+    /// decompressed by the write stage, could come from different bytes.
+    /// Called once every output is written, before the outputs are
+    /// published.
+    pub(super) fn check_inputs(&self) -> Result<(), SplitError> {
+        let inputs = self
+            .inputs
+            .lock()
+            .map_err(|_| SplitError::Usage("internal: input list poisoned".into()))?;
+        for (path, was) in inputs.iter() {
+            let now = std::fs::metadata(path).map(|m| FileIdent::of(&m));
+            if now.as_ref().ok() != Some(was) {
+                return Err(SplitError::Usage(format!(
+                    "{}: changed while it was being split ({}); nothing was written",
+                    path.display(),
+                    match now {
+                        Ok(now) => difference(was, &now),
+                        Err(e) => format!("now: {e}"),
+                    }
+                )));
+            }
+        }
+        Ok(())
     }
 
     /// Waits until a walk costing `cost` bytes fits [`WALK_BUDGET`] (or no
@@ -260,6 +313,114 @@ impl Spill {
     }
 }
 
+impl Spill {
+    /// Decompresses the CCOB `d` once, streaming (positioned reads, as
+    /// [`Spill::walk_ccob`]), and writes each code object that has a place
+    /// in `places` (per bundle entry: a file and the absolute offset where
+    /// its bytes go) straight there with positioned writes; the others are
+    /// decoded and dropped. Memory: the decoder and a chunk, admitted like
+    /// the scan's walks. Returns what the pass found.
+    pub(super) fn walk_ccob_into(
+        &self,
+        d: &DeferredCcob,
+        places: &[Option<(&File, u64)>],
+    ) -> Result<rocpack_bundle::WalkSummary, SplitError> {
+        let input = File::open(&d.file).ctx(&d.file, "open")?;
+        let src = rocpack_bundle::FileRange::new(&input, d.offset, d.len);
+        let mut target = PlaceTarget { places };
+        let _admitted = self.admit(d.index.payload_len.min(WINDOW_MAX));
+        rocpack_bundle::walk_entries::<rocpack_bundle::CopyError>(
+            &src,
+            &d.index,
+            &rocpack_bundle::ParseOptions {
+                walk_hash: false,
+                ..Default::default()
+            },
+            &mut target,
+        )
+        .map_err(|e| match e {
+            rocpack_bundle::CopyError::Bundle(error) => SplitError::Bundle {
+                path: d.file.clone(),
+                offset: d.offset + error.offset().unwrap_or(0),
+                error,
+            },
+            rocpack_bundle::CopyError::Io(e) => {
+                FsError::new(&d.file, "write a decompressed code object", e).into()
+            }
+        })
+    }
+}
+
+/// A CCOB whose code objects go to uncompressed archives: the scan reads
+/// its entry table only; the write stage, once every archive's layout is
+/// known, decompresses it once straight into them
+/// ([`Spill::walk_ccob_into`]), so each code object is written once.
+#[derive(Debug)]
+pub(super) struct DeferredCcob {
+    /// The input file.
+    pub file: PathBuf,
+    /// Byte offset of the bundle in it.
+    pub offset: u64,
+    /// The bundle's length.
+    pub len: u64,
+    /// Its entry table.
+    pub index: rocpack_bundle::BundleIndex,
+}
+
+/// How a fat binary changed since the scan read it, in words.
+fn difference(was: &FileIdent, now: &FileIdent) -> String {
+    if !was.same_file(now) {
+        "replaced by another file".into()
+    } else if was.size != now.size {
+        format!("{} bytes, now {}", was.size, now.size)
+    } else {
+        "rewritten in place".into()
+    }
+}
+
+/// Where [`Spill::walk_ccob_into`] puts each code object.
+struct PlaceTarget<'a> {
+    places: &'a [Option<(&'a File, u64)>],
+}
+
+impl rocpack_bundle::EntryTarget<rocpack_bundle::CopyError> for PlaceTarget<'_> {
+    fn dest(&mut self, i: usize) -> Result<rocpack_bundle::EntryDest, rocpack_bundle::CopyError> {
+        Ok(match self.places.get(i) {
+            Some(Some(_)) => rocpack_bundle::EntryDest::Chunks,
+            _ => rocpack_bundle::EntryDest::Skip,
+        })
+    }
+
+    fn filled(&mut self, _: usize, _: Vec<u8>) -> Result<(), rocpack_bundle::CopyError> {
+        // Never asked for: every kept entry comes in chunks.
+        Ok(())
+    }
+
+    fn chunk(&mut self, i: usize, off: u64, chunk: &[u8]) -> Result<(), rocpack_bundle::CopyError> {
+        use std::os::unix::fs::FileExt;
+        match self.places.get(i) {
+            Some(Some((f, at))) => f
+                .write_all_at(chunk, at + off)
+                .map_err(rocpack_bundle::CopyError::Io),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// `metadata.bundle` of entry `position` of a bundle (its place, when the
+/// bundle can be rebuilt exactly: `layout`).
+pub(super) fn entry_place(
+    layout: Option<&rocpack_bundle::BundleLayout>,
+    index: &rocpack_bundle::BundleIndex,
+    position: usize,
+) -> Option<rocpack_kpack::rmpv::Value> {
+    layout.and_then(|l| {
+        rocpack_kpack::bundle_meta::encode(l, position, |i| {
+            index.entries.get(i).is_some_and(|e| !e.id.is_host())
+        })
+    })
+}
+
 /// Where [`Spill::walk_ccob`] puts each code object of one CCOB.
 struct CcobTarget<'a, 's, 'scope> {
     index: &'a rocpack_bundle::BundleIndex,
@@ -290,17 +451,24 @@ impl rocpack_bundle::EntryTarget<rocpack_bundle::CopyError> for CcobTarget<'_, '
 
     fn filled(&mut self, i: usize, buf: Vec<u8>) -> Result<(), rocpack_bundle::CopyError> {
         let shared = self.shared;
-        let in_flight = &shared.spill.in_flight;
+        let (in_flight, queued) = (&shared.spill.in_flight, &shared.spill.queued);
         // A worker compresses it while this thread goes on decompressing;
-        // when every worker is busy, this thread does it (never waits, so
-        // never deadlocks).
-        if in_flight.fetch_add(1, Ordering::AcqRel) < self.workers {
+        // when every worker is busy or the queue holds QUEUE_BUDGET bytes,
+        // this thread does it (never waits, so never deadlocks).
+        let len = buf.len() as u64;
+        let before = queued.fetch_add(len, Ordering::AcqRel);
+        let fits = before == 0 || before + len <= QUEUE_BUDGET;
+        if fits && in_flight.fetch_add(1, Ordering::AcqRel) < self.workers {
             self.scope.spawn(move |_| {
                 shared.compress(i, buf);
                 shared.spill.in_flight.fetch_sub(1, Ordering::AcqRel);
+                shared.spill.queued.fetch_sub(len, Ordering::AcqRel);
             });
         } else {
-            in_flight.fetch_sub(1, Ordering::AcqRel);
+            if fits {
+                in_flight.fetch_sub(1, Ordering::AcqRel);
+            }
+            queued.fetch_sub(len, Ordering::AcqRel);
             shared.compress(i, buf);
         }
         Ok(())
@@ -318,8 +486,10 @@ impl rocpack_bundle::EntryTarget<rocpack_bundle::CopyError> for CcobTarget<'_, '
 }
 
 /// Largest code object [`Spill::walk_ccob`] holds in memory to compress
-/// during the scan.
-const INMEM_MAX: u64 = 32 << 20;
+/// during the scan: the writer's own limit for compressing whole (above it
+/// frames are streamed), so a code object gets the same frame whichever
+/// path compressed it.
+const INMEM_MAX: u64 = rocpack_kpack::STREAM_THRESHOLD;
 
 /// What [`Spill::walk_ccob`] made of one CCOB.
 struct Precompressed {
@@ -424,6 +594,10 @@ pub(super) struct KernelRef {
     /// Its zstd frame, when the scan compressed it already (then `file`
     /// and `offset` are not read).
     pub frame: Option<Frame>,
+    /// With uncompressed archives, the CCOB it comes from and its entry
+    /// there: the write stage decompresses it into the archive (then `file`
+    /// and `offset` are not read, and `place` is known after that walk).
+    pub ccob: Option<(Arc<DeferredCcob>, usize)>,
 }
 
 /// Classification of one regular file.
@@ -432,8 +606,9 @@ pub(super) enum Class {
     Generic,
     /// A database file of this architecture, claimed by this handler.
     Database(databases::DatabaseKind, String),
-    /// A fat binary (its host-only rewrite is already written).
-    Fat(FatOutcome),
+    /// A fat binary (its host-only rewrite is already written). Boxed:
+    /// one class is kept per file of the tree, most of them generic.
+    Fat(Box<FatOutcome>),
     /// A COFF object (`.obj`) with device code: copied to the generic
     /// artifact as it is (COFF objects are not split; the image they are
     /// linked into is), with a warning; `kpack verify` reports it too.
@@ -584,9 +759,11 @@ fn map_file(path: &Path) -> Result<(File, memmap2::Mmap), SplitError> {
     let file = File::open(path).ctx(path, "open")?;
     // SAFETY: the mapping is read-only and private to this process; inputs
     // are artifact trees nobody modifies while a split runs (the same
-    // assumption every build action makes about its inputs). A concurrent
-    // truncation could raise SIGBUS, never memory unsafety in safe code
-    // beyond that documented mmap caveat.
+    // assumption every build action makes about its inputs; a rewrite is
+    // caught by `Spill::check_inputs` before anything is published). A
+    // concurrent truncation could raise SIGBUS (the CLI reports it as an
+    // error), never memory unsafety in safe code beyond that documented
+    // mmap caveat.
     let map = unsafe { memmap2::Mmap::map(&file) }.ctx(path, "mmap")?;
     Ok((file, map))
 }
@@ -626,13 +803,18 @@ struct Indexed<'b> {
     stored: Arc<[String]>,
 }
 
-/// What the walk of one bundle left: the spill file of a CCOB's code
-/// objects, the walk summary and, per entry, its frame.
-type Walked = (
-    Option<PathBuf>,
-    rocpack_bundle::WalkSummary,
-    Vec<Option<Frame>>,
-);
+/// What the walk of one bundle left.
+enum Walked {
+    /// Walked by the scan: the spill file of a CCOB's code objects, the
+    /// walk summary and, per entry, its frame.
+    Now(
+        Option<PathBuf>,
+        rocpack_bundle::WalkSummary,
+        Vec<Option<Frame>>,
+    ),
+    /// A CCOB left for the write stage (uncompressed archives).
+    Later(Arc<DeferredCcob>),
+}
 
 impl Collector<'_> {
     fn bundle_err(&self, offset: u64) -> impl Fn(rocpack_bundle::Error) -> SplitError + '_ {
@@ -722,7 +904,16 @@ impl Collector<'_> {
             .map(|x| {
                 let src = rocpack_bundle::FileRange::new(self.file, x.offset, x.info.len);
                 let bundle_err = self.bundle_err(x.offset);
-                if x.index.ccob.is_some() {
+                if x.index.ccob.is_some() && self.opts.compression == Compression::None {
+                    // Decompressed once by the write stage, straight into
+                    // the archives (their layout is not known yet).
+                    Ok(Walked::Later(Arc::new(DeferredCcob {
+                        file: path.to_path_buf(),
+                        offset: x.offset,
+                        len: x.info.len,
+                        index: x.index.clone(),
+                    })))
+                } else if x.index.ccob.is_some() {
                     // Decompression and compression overlap; only frames
                     // (and code objects too large to hold) are spilled.
                     let p = spill.walk_ccob(
@@ -733,7 +924,7 @@ impl Collector<'_> {
                         &keep,
                         &bundle_err,
                     )?;
-                    Ok((Some(p.raw), p.walk, p.frames))
+                    Ok(Walked::Now(Some(p.raw), p.walk, p.frames))
                 } else {
                     // Gaps and header only: code objects are read from
                     // their file range by the write stage.
@@ -744,24 +935,27 @@ impl Collector<'_> {
                         &mut SkipAll,
                     )
                     .map_err(bundle_err)?;
-                    Ok((None, walk, Vec::new()))
+                    Ok(Walked::Now(None, walk, Vec::new()))
                 }
             })
             .collect();
         for (x, w) in indexed.iter().zip(walked) {
-            let (spilled, walk, frames) = w?;
             let index = &x.index;
+            let (spilled, layout, frames, deferred) = match w? {
+                Walked::Now(spilled, walk, frames) => (
+                    spilled,
+                    rocpack_bundle::BundleLayout::of_index(index, &walk),
+                    frames,
+                    None,
+                ),
+                Walked::Later(d) => (None, None, Vec::new(), Some(d)),
+            };
             let key = rocpack_kpack::toc_key(kernel_name, x.info.index as u64);
-            let layout = rocpack_bundle::BundleLayout::of_index(index, &walk);
             for (position, entry) in index.entries.iter().enumerate() {
                 if entry.id.is_host() {
                     continue;
                 }
-                let place = layout.as_ref().and_then(|l| {
-                    rocpack_kpack::bundle_meta::encode(l, position, |i| {
-                        index.entries.get(i).is_some_and(|e| !e.id.is_host())
-                    })
-                });
+                let place = entry_place(layout.as_ref(), index, position);
                 let arch = entry.id.target_id().to_string();
                 self.counts.1 += 1;
                 self.archs.insert(arch.clone());
@@ -782,6 +976,7 @@ impl Collector<'_> {
                     place,
                     bundle_targets: x.stored.clone(),
                     frame: frames.get(position).cloned().flatten(),
+                    ccob: deferred.clone().map(|d| (d, position)),
                 });
             }
         }
@@ -853,7 +1048,7 @@ fn classify_file(
         FileType::Elf { elf64_le: true } | FileType::Archive | FileType::Pe { pe32_plus: true }
     ) {
         if let Some(fat) = split_fat(cx, prefix, rel, path, host_dst, mode)? {
-            return Ok(Class::Fat(fat));
+            return Ok(Class::Fat(Box::new(fat)));
         }
     } else if matches!(
         kind,
@@ -876,11 +1071,13 @@ fn classify_file(
         }
     }
     if let FileType::Coff { .. } = kind {
-        let (_file, map) = map_file(path)?;
-        if let Ok(info) = rocpack_image::pe::analyze(&map) {
+        // Headers and tables only (a 512 MiB object: about 10 MiB, whatever
+        // the address-space limit).
+        let image = rocpack_image::ImageFile::open(path).ctx(path, "open")?;
+        if let Ok(info) = image.analyze().ctx(path, "read")? {
             if info.has_device_code() {
                 return Ok(Class::FatObject {
-                    bundles: info.bundles.len(),
+                    bundles: info.bundles().len(),
                 });
             }
         }
@@ -929,6 +1126,7 @@ fn split_fat(
 ) -> Result<Option<FatOutcome>, SplitError> {
     let (opts, spill) = (cx.opts, cx.spill);
     let (file, map) = map_file(path)?;
+    spill.note_input(path, &file)?;
     let data: &[u8] = &map;
     // Bundle headers are read through positioned reads of the file, not
     // the mapping: only the host part of a large input is ever faulted in.

@@ -6,12 +6,13 @@ use std::collections::BTreeSet;
 use std::fs::{self, File};
 use std::io::BufWriter;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use rayon::prelude::*;
 use rocpack_kpack::{Compression, KpackStreamWriter, StoredFrame};
 
 use super::plan::Plan;
-use super::scan::KernelRef;
+use super::scan::{entry_place, DeferredCcob, KernelRef, Spill};
 use super::{mkdir_p, ArchArtifact, KpackSummary, Progress, SplitError, SplitOptions};
 use crate::fsutil::{self, FsError, IoContext};
 use crate::manifest::ArtifactManifest;
@@ -118,6 +119,7 @@ pub(super) fn write_arch_artifacts(
     opts: &SplitOptions,
     stage: &Path,
     plan: &mut Plan,
+    spill: &Spill,
     progress: &dyn Progress,
 ) -> Result<Vec<ArchArtifact>, SplitError> {
     let name = &opts.artifact_prefix;
@@ -202,20 +204,14 @@ pub(super) fn write_arch_artifacts(
     // pipeline (every worker compressing, one writer, bounded bytes in
     // flight), archive after archive without a pause between them.
     let written: Result<Vec<Vec<(String, KpackSummary)>>, SplitError> = match opts.compression {
-        Compression::None => jobs
-            .par_iter()
-            .map(|j| {
-                let s = write_archive(
-                    &j.path,
-                    name,
-                    &j.arch,
-                    opts.compression,
-                    &j.kernels,
-                    progress,
-                )?;
-                place(j, s)
+        Compression::None => {
+            write_plain_archives(&jobs, name, spill, progress).and_then(|summaries| {
+                jobs.iter()
+                    .zip(summaries)
+                    .map(|(j, s)| place(j, s))
+                    .collect()
             })
-            .collect(),
+        }
         Compression::Zstd { level } => {
             write_zstd_archives(&jobs, name, level, progress).and_then(|summaries| {
                 jobs.iter()
@@ -284,49 +280,150 @@ impl Sources {
     }
 }
 
-/// Writes one uncompressed archive from `kernels` (sorted by key),
-/// streaming: every code object is copied from its source file range by the
-/// kernel ([`KpackStreamWriter::add_file_range`]).
-fn write_archive(
-    path: &Path,
+/// An uncompressed archive whose header and copied code objects are
+/// written, its CCOB code objects placed but not yet decoded, and its TOC
+/// not yet written.
+struct OpenArchive {
+    w: KpackStreamWriter<BufWriter<File>>,
+    /// A second handle for the positioned writes of decoded code objects.
+    fill: File,
+    code_bytes: u64,
+}
+
+/// One code object of a CCOB, placed in an archive: (job, kernel in the
+/// job, ordinal in the archive, absolute offset).
+type Placed = (usize, usize, u32, u64);
+
+/// Writes every uncompressed archive of `jobs` (kernels sorted by key) so
+/// each code object is written once, in three passes:
+/// 1. per archive, in parallel: the header; code objects of uncompressed
+///    bundles copied file to file (`copy_file_range`,
+///    [`KpackStreamWriter::add_file_range`]); the place of every CCOB code
+///    object reserved ([`KpackStreamWriter::add_placed`]);
+/// 2. every CCOB with a kept code object decompressed once, in parallel
+///    (bundle by bundle, memory admitted as the scan's walks), its code
+///    objects written straight into their places
+///    ([`Spill::walk_ccob_into`]);
+/// 3. each archive's TOC, with what the walks learned of each bundle
+///    (`metadata.bundle`).
+///
+/// The archives are byte for byte what writing the code objects one after
+/// another would give (the layout depends only on the sorted kernels).
+fn write_plain_archives(
+    jobs: &[ArchiveJob],
     group: &str,
-    arch: &str,
-    compression: Compression,
-    kernels: &[KernelRef],
+    spill: &Spill,
     progress: &dyn Progress,
-) -> Result<KpackSummary, SplitError> {
-    let file = File::create(path).ctx(path, "create")?;
-    let mut w = KpackStreamWriter::new(BufWriter::with_capacity(1 << 20, file), compression)
-        .map_err(|e| kpack_err(path, e))?;
-    w.group_name(group).arch_family(arch).arches([arch]);
-    let mut code_bytes = 0u64;
-    match compression {
-        Compression::None => {
-            let mut sources = Sources::default();
-            for k in kernels {
-                let src = sources.get(&k.file)?;
-                w.add_file_range(&k.key, &k.arch, src, k.offset, k.size, entry_metadata(k))
+) -> Result<Vec<KpackSummary>, SplitError> {
+    // Pass 1.
+    let opened: Vec<(OpenArchive, Vec<Placed>)> = jobs
+        .par_iter()
+        .enumerate()
+        .map(|(ji, j)| -> Result<_, SplitError> {
+            let path = &j.path;
+            let file = File::create(path).ctx(path, "create")?;
+            let fill = file.try_clone().ctx(path, "reopen")?;
+            let mut w =
+                KpackStreamWriter::new(BufWriter::with_capacity(1 << 20, file), Compression::None)
                     .map_err(|e| kpack_err(path, e))?;
+            w.group_name(group).arch_family(&j.arch).arches([&j.arch]);
+            let mut sources = Sources::default();
+            let mut placed = Vec::new();
+            let mut code_bytes = 0u64;
+            for (ki, k) in j.kernels.iter().enumerate() {
+                if k.ccob.is_some() {
+                    // Its metadata is known once its bundle is walked.
+                    let (ordinal, at) = w
+                        .add_placed(&k.key, &k.arch, k.size, None)
+                        .map_err(|e| kpack_err(path, e))?;
+                    placed.push((ji, ki, ordinal, at));
+                } else {
+                    let src = sources.get(&k.file)?;
+                    w.add_file_range(&k.key, &k.arch, src, k.offset, k.size, entry_metadata(k))
+                        .map_err(|e| kpack_err(path, e))?;
+                    progress.advance(1);
+                }
                 code_bytes += k.size;
-                progress.advance(1);
             }
-        }
-        Compression::Zstd { .. } => {
-            return Err(SplitError::Usage(
-                "internal: zstd archives are written by write_zstd_archives".into(),
+            Ok((
+                OpenArchive {
+                    w,
+                    fill,
+                    code_bytes,
+                },
+                placed,
             ))
+        })
+        .collect::<Result<_, _>>()?;
+    // Pass 2: the placed code objects grouped by bundle, bundles in the
+    // order their first code object appears.
+    let mut bundles: Vec<(&DeferredCcob, Vec<(usize, Placed)>)> = Vec::new();
+    let mut seen: std::collections::HashMap<*const DeferredCcob, usize> = Default::default();
+    for &(ji, ki, ordinal, at) in opened.iter().flat_map(|(_, p)| p) {
+        if let Some((d, position)) = &jobs[ji].kernels[ki].ccob {
+            let b = *seen.entry(Arc::as_ptr(d)).or_insert_with(|| {
+                bundles.push((d, Vec::new()));
+                bundles.len() - 1
+            });
+            bundles[b].1.push((*position, (ji, ki, ordinal, at)));
         }
     }
-    let (bw, summary) = w.finish().map_err(|e| kpack_err(path, e))?;
-    // Flush; no fsync: split outputs are build products, staged and renamed.
-    bw.into_inner()
-        .map_err(|e| FsError::new(path, "write", e.into_error()))?;
-    Ok(KpackSummary {
-        path: String::new(),
-        kernels: kernels.len() as u64,
-        code_bytes,
-        file_bytes: summary.total_size,
-    })
+    let metadata: Vec<Vec<(usize, u32, Option<rocpack_kpack::rmpv::Value>)>> = bundles
+        .par_iter()
+        .map(|(d, placed)| -> Result<_, SplitError> {
+            let mut places: Vec<Option<(&File, u64)>> = vec![None; d.index.entries.len()];
+            for &(position, (ji, _, _, at)) in placed {
+                match places.get_mut(position) {
+                    Some(slot @ None) => *slot = Some((&opened[ji].0.fill, at)),
+                    _ => {
+                        return Err(SplitError::Usage(format!(
+                            "{}: internal: bundle entry {position} placed twice",
+                            d.file.display()
+                        )))
+                    }
+                }
+            }
+            let walk = spill.walk_ccob_into(d, &places)?;
+            let layout = rocpack_bundle::BundleLayout::of_index(&d.index, &walk);
+            Ok(placed
+                .iter()
+                .map(|&(position, (ji, ki, ordinal, _))| {
+                    let mut k = jobs[ji].kernels[ki].clone();
+                    k.place = entry_place(layout.as_ref(), &d.index, position);
+                    progress.advance(1);
+                    (ji, ordinal, entry_metadata(&k))
+                })
+                .collect())
+        })
+        .collect::<Result<_, _>>()?;
+    // The walks' decoders hold windows as large as the largest payloads.
+    rocpack_bundle::release_decoders();
+    // Pass 3.
+    let mut opened: Vec<OpenArchive> = opened.into_iter().map(|(a, _)| a).collect();
+    for (ji, ordinal, m) in metadata.into_iter().flatten() {
+        opened[ji]
+            .w
+            .set_metadata(ordinal, m)
+            .map_err(|e| kpack_err(&jobs[ji].path, e))?;
+    }
+    opened
+        .into_par_iter()
+        .zip(jobs)
+        .map(|(a, j)| {
+            let path = &j.path;
+            let (bw, summary) = a.w.finish().map_err(|e| kpack_err(path, e))?;
+            // Flush; no fsync: split outputs are build products, staged and
+            // renamed.
+            bw.into_inner()
+                .map_err(|e| FsError::new(path, "write", e.into_error()))?;
+            Ok(KpackSummary {
+                path: String::new(),
+                kernels: j.kernels.len() as u64,
+                code_bytes: a.code_bytes,
+                file_bytes: summary.total_size,
+            })
+        })
+        .collect()
 }
 
 /// The zstd frame of one code object: its place in the scan's spill file

@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use object::pe;
 use object::read::coff::{CoffHeader, ImageSymbol, SymbolTable};
 use object::read::pe::{ImageNtHeaders, ImageOptionalHeader};
-use object::LittleEndian as LE;
+use object::{LittleEndian as LE, ReadRef};
 
 use rocpack_elf::{BundleInfo, MarkerInfo, SectionRange, State, HIPF_MAGIC, HIPK_MAGIC};
 
@@ -238,20 +238,29 @@ impl PeInfo {
     }
 }
 
-pub(crate) fn get<'a>(data: &'a [u8], off: u64, len: u64, what: &str) -> Result<&'a [u8]> {
-    usize::try_from(off)
-        .ok()
-        .zip(usize::try_from(len).ok())
-        .and_then(|(a, n)| data.get(a..a.checked_add(n)?))
-        .ok_or_else(|| {
-            Error::malformed(
-                off,
-                format!(
-                    "{what}: {len} bytes at {off:#x} are outside the file ({} bytes)",
-                    data.len()
-                ),
-            )
-        })
+/// `[off, off + len)` of `data` (a slice, or a `SparseView` of the loaded
+/// parts of a file).
+pub(crate) fn get<'a, R: ReadRef<'a>>(data: R, off: u64, len: u64, what: &str) -> Result<&'a [u8]> {
+    within(data, off, len, what)?;
+    data.read_bytes_at(off, len).map_err(|()| {
+        Error::malformed(
+            off,
+            format!("{what}: {len} bytes at {off:#x} were not loaded from the file"),
+        )
+    })
+}
+
+/// Errors like [`get`] when `[off, off + len)` is outside `data`, without
+/// reading it (bytes found through positioned reads).
+fn within<'a, R: ReadRef<'a>>(data: R, off: u64, len: u64, what: &str) -> Result<()> {
+    let size = data.len().unwrap_or(0);
+    match off.checked_add(len) {
+        Some(end) if end <= size => Ok(()),
+        _ => Err(Error::malformed(
+            off,
+            format!("{what}: {len} bytes at {off:#x} are outside the file ({size} bytes)"),
+        )),
+    }
 }
 
 pub(crate) fn u32_at(data: &[u8], off: u64, what: &str) -> Result<u32> {
@@ -264,11 +273,10 @@ fn obj_err(offset: u64) -> impl Fn(object::Error) -> Error {
 }
 
 /// Decode the section table; long names need the string table.
-pub(super) fn decode_sections<'d>(
-    data: &'d [u8],
+pub(super) fn decode_sections<'d, R: ReadRef<'d>>(
     table: &object::read::coff::SectionTable<'d>,
     table_offset: u64,
-    strings: Option<object::read::StringTable<'d>>,
+    strings: Option<object::read::StringTable<'d, R>>,
 ) -> Result<Vec<PeSection>> {
     let mut out = Vec::with_capacity(table.len());
     for (i, s) in table.iter().enumerate() {
@@ -281,7 +289,6 @@ pub(super) fn decode_sections<'d>(
                 .to_vec(),
             (Ok(Some(_)), None) | (Err(_), _) => s.raw_name().to_vec(),
         };
-        let _ = data;
         out.push(PeSection {
             index: i,
             name: String::from_utf8_lossy(&name).into_owned(),
@@ -305,21 +312,34 @@ pub fn analyze(data: &[u8]) -> Result<PeInfo> {
 /// source of the same bytes as `data` (for a mapped file: positioned reads
 /// of the file, so device code is never faulted into the mapping).
 pub fn analyze_in(data: &[u8], src: &dyn rocpack_bundle::ReadAt) -> Result<PeInfo> {
-    match crate::detect::detect(data) {
+    analyze_as(data, src, crate::detect::detect(data))
+}
+
+/// [`analyze_in`] of a file of type `kind` ([`crate::detect`] of its
+/// head), read through `data`: a slice of the whole file, or a
+/// [`rocpack_elf::SparseView`] of the parts `pe::sparse::load` loaded.
+pub(crate) fn analyze_as<'d, R: ReadRef<'d>>(
+    data: R,
+    src: &dyn rocpack_bundle::ReadAt,
+    kind: crate::FileType,
+) -> Result<PeInfo> {
+    match kind {
         crate::FileType::Pe { pe32_plus: true } => analyze_image(data, src),
         crate::FileType::Pe { pe32_plus: false } => Err(Error::unsupported(
             0,
             "PE32 (32-bit) image: HIP device code is only handled in PE32+ images",
         )),
-        crate::FileType::Coff { bigobj: false } => analyze_object::<pe::ImageFileHeader>(data, src),
+        crate::FileType::Coff { bigobj: false } => {
+            analyze_object::<pe::ImageFileHeader, R>(data, src)
+        }
         crate::FileType::Coff { bigobj: true } => {
-            analyze_object::<pe::AnonObjectHeaderBigobj>(data, src)
+            analyze_object::<pe::AnonObjectHeaderBigobj, R>(data, src)
         }
         _ => Err(Error::NotAnImage("no PE or COFF header")),
     }
 }
 
-fn analyze_image(data: &[u8], src: &dyn rocpack_bundle::ReadAt) -> Result<PeInfo> {
+fn analyze_image<'d, R: ReadRef<'d>>(data: R, src: &dyn rocpack_bundle::ReadAt) -> Result<PeInfo> {
     let dos = pe::ImageDosHeader::parse(data).map_err(obj_err(0))?;
     let nt_offset = u64::from(dos.nt_headers_offset());
     let mut off = nt_offset;
@@ -331,8 +351,11 @@ fn analyze_image(data: &[u8], src: &dyn rocpack_bundle::ReadAt) -> Result<PeInfo
     let table = nt.sections(data, off).map_err(obj_err(off))?;
     // The string table is only needed for long section names; a stripped
     // image may carry a stale pointer.
-    let strings = nt.symbols(data).ok().map(|s: SymbolTable<'_>| s.strings());
-    let sections = decode_sections(data, &table, table_offset, strings)?;
+    let strings = nt
+        .symbols(data)
+        .ok()
+        .map(|s: SymbolTable<'_, R>| s.strings());
+    let sections = decode_sections(&table, table_offset, strings)?;
     let characteristics = fh.characteristics.get(LE);
     let data_directories: Vec<(u32, u32)> = dirs
         .iter()
@@ -360,7 +383,7 @@ fn analyze_image(data: &[u8], src: &dyn rocpack_bundle::ReadAt) -> Result<PeInfo
     };
     for s in &sections {
         if s.raw_size > 0 {
-            get(
+            within(
                 data,
                 u64::from(s.raw_offset),
                 u64::from(s.raw_size),
@@ -375,7 +398,7 @@ fn analyze_image(data: &[u8], src: &dyn rocpack_bundle::ReadAt) -> Result<PeInfo
         .max()
         .unwrap_or(u64::from(headers.size_of_headers))
         .max(u64::from(headers.size_of_headers))
-        .min(data.len() as u64);
+        .min(data.len().unwrap_or(0));
     let signed = headers
         .data_directories
         .get(pe::IMAGE_DIRECTORY_ENTRY_SECURITY)
@@ -414,7 +437,7 @@ fn analyze_image(data: &[u8], src: &dyn rocpack_bundle::ReadAt) -> Result<PeInfo
         wrappers: Vec::new(),
         marker: None,
         symbol_table: fh.pointer_to_symbol_table.get(LE),
-        trailing: data.len() as u64 - sections_end,
+        trailing: data.len().unwrap_or(0) - sections_end,
         sections_end,
         signed,
         headers: Some(headers),
@@ -463,15 +486,18 @@ fn analyze_image(data: &[u8], src: &dyn rocpack_bundle::ReadAt) -> Result<PeInfo
     Ok(info)
 }
 
-fn analyze_object<C: CoffHeader>(data: &[u8], src: &dyn rocpack_bundle::ReadAt) -> Result<PeInfo> {
+fn analyze_object<'d, C: CoffHeader, R: ReadRef<'d>>(
+    data: R,
+    src: &dyn rocpack_bundle::ReadAt,
+) -> Result<PeInfo> {
     let mut off = 0u64;
     let header = C::parse(data, &mut off).map_err(obj_err(0))?;
     let table_offset = off;
     let table = header.sections(data, off).map_err(obj_err(off))?;
-    let symbols: SymbolTable<'_, &[u8], C> = header
+    let symbols: SymbolTable<'_, R, C> = header
         .symbols(data)
         .map_err(obj_err(u64::from(header.pointer_to_symbol_table())))?;
-    let sections = decode_sections(data, &table, table_offset, Some(symbols.strings()))?;
+    let sections = decode_sections(&table, table_offset, Some(symbols.strings()))?;
     let mut info = PeInfo {
         kind: PeKind::Object,
         machine: header.machine(),
@@ -554,8 +580,8 @@ fn analyze_object<C: CoffHeader>(data: &[u8], src: &dyn rocpack_bundle::ReadAt) 
 }
 
 /// Locate the bundle, wrapper and marker sections and the bundles.
-fn find_sections(
-    data: &[u8],
+fn find_sections<'d, R: ReadRef<'d>>(
+    data: R,
     src: &dyn rocpack_bundle::ReadAt,
     info: &mut PeInfo,
     object: bool,
@@ -596,7 +622,7 @@ fn find_sections(
         info.fatbin = Some(range);
         let len = u64::from(f.file_len(object));
         if len > 0 {
-            get(data, u64::from(f.raw_offset), len, &f.name)?;
+            within(data, u64::from(f.raw_offset), len, &f.name)?;
             let section = rocpack_bundle::Window::new(src, u64::from(f.raw_offset), len);
             let spans = rocpack_bundle::find_bundles_in(&section)
                 .map_err(|e| Error::bundle(u64::from(f.raw_offset) + e.offset().unwrap_or(0), e))?;
@@ -623,8 +649,8 @@ type ResolveFn<'a> = dyn FnMut(u64, u64, usize, u64) -> Result<Resolved> + 'a;
 
 /// Read every wrapper; `resolve(field_rva, value, index, file_offset)`
 /// gives its pointer model and target.
-fn read_wrappers(
-    data: &[u8],
+fn read_wrappers<'d, R: ReadRef<'d>>(
+    data: R,
     info: &mut PeInfo,
     object: bool,
     resolve: &mut ResolveFn<'_>,

@@ -4,6 +4,8 @@ mod analyze;
 mod rewrite;
 pub(crate) mod sparse;
 
+pub(crate) use analyze::analyze_as;
+
 pub use analyze::{
     analyze, analyze_in, bundle_bytes, ImageHeaders, PeInfo, PeKind, PePointer, PeSection,
     PeWrapper, FATBIN_SECTIONS, MARKER_CHARACTERISTICS, MARKER_SECTION, WRAPPER_SECTIONS,

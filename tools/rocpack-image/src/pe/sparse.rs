@@ -1,5 +1,5 @@
 //! What analysing a PE32+ image or COFF object reads, loaded into a
-//! [`Sparse`] buffer with positioned reads (the counterpart of
+//! [`Sparse`] map of pieces with positioned reads (the counterpart of
 //! `Sparse::load_elf`): the headers, the section table, the COFF symbol
 //! and string tables, the wrapper and marker sections, the base relocation
 //! directory (images) or the wrapper section's relocations (objects).
@@ -17,7 +17,7 @@ use object::read::coff::CoffHeader;
 use object::read::pe::ImageNtHeaders;
 use object::LittleEndian as LE;
 use rocpack_bundle::ReadAt;
-use rocpack_elf::Sparse;
+use rocpack_elf::{Sparse, SparseView};
 
 use super::analyze::decode_sections;
 use super::{MARKER_SECTION, WRAPPER_SECTIONS};
@@ -34,20 +34,15 @@ pub(crate) fn load(sp: &mut Sparse, src: &dyn ReadAt, kind: FileType) -> io::Res
     }
 }
 
-fn u16_at(b: &[u8], at: u64) -> u64 {
-    usize::try_from(at)
-        .ok()
-        .and_then(|a| b.get(a..a.checked_add(2)?))
+fn u16_at(b: SparseView<'_>, at: u64) -> u64 {
+    b.get(at, 2)
         .map_or(0, |x| u64::from(u16::from_le_bytes([x[0], x[1]])))
 }
 
-fn u32_at(b: &[u8], at: u64) -> u64 {
-    usize::try_from(at)
-        .ok()
-        .and_then(|a| b.get(a..a.checked_add(4)?))
-        .map_or(0, |x| {
-            u64::from(u32::from_le_bytes([x[0], x[1], x[2], x[3]]))
-        })
+fn u32_at(b: SparseView<'_>, at: u64) -> u64 {
+    b.get(at, 4).map_or(0, |x| {
+        u64::from(u32::from_le_bytes([x[0], x[1], x[2], x[3]]))
+    })
 }
 
 /// The symbol table (`n` records of `size` bytes at `at`) and the string
@@ -91,7 +86,7 @@ fn load_image(sp: &mut Sparse, src: &dyn ReadAt) -> io::Result<()> {
         return Ok(());
     };
     let strings = h.symbols(data).ok().map(|s| s.strings());
-    let Ok(sections) = decode_sections(data, &table, off, strings) else {
+    let Ok(sections) = decode_sections(&table, off, strings) else {
         return Ok(());
     };
     let mut ranges: Vec<(u64, u64)> = sections
@@ -134,7 +129,7 @@ fn load_object<C: CoffHeader>(sp: &mut Sparse, src: &dyn ReadAt) -> io::Result<(
         return Ok(());
     };
     let strings = h.symbols(data).ok().map(|s| s.strings());
-    let Ok(sections) = decode_sections(data, &table, off, strings) else {
+    let Ok(sections) = decode_sections(&table, off, strings) else {
         return Ok(());
     };
     let mut ranges = Vec::new();
