@@ -21,15 +21,19 @@ load("//rules/bazel/private:release_binaries.bzl", "rocpack_release_binaries")
 load("//rules/bazel/private:toolchain.bzl", "rocpack_toolchains_repo")
 load("//rules/common:snapshot.bzl", "PREBUILT_CHANNELS", "parse_checksums_bzl", "rocm_config_name", "store_blob_path")
 
+# The attributes of a release (rocpack_release_binaries) in the tags that name one.
+_RELEASE_ATTRS = {
+    "version": attr.string(mandatory = True, doc = "Release version."),
+    "base_urls": attr.string_list(mandatory = True, doc = "Base URLs holding rocpack-<version>-<platform>.tar.gz; file:// works."),
+    "sha256": attr.string_dict(mandatory = True, doc = "Platform (Rust target triple) -> archive sha256."),
+    "platform": attr.string(doc = "Force a platform instead of detecting the host's."),
+}
+
 _release = tag_class(
     doc = "One set of release binaries.",
-    attrs = {
+    attrs = dict({
         "repo": attr.string(default = "rocpack_bin", doc = "Repository name (its targets: :kpack, :snapctl)."),
-        "version": attr.string(mandatory = True, doc = "Release version."),
-        "base_urls": attr.string_list(mandatory = True, doc = "Base URLs holding rocpack-<version>-<platform>.tar.gz; file:// works."),
-        "sha256": attr.string_dict(mandatory = True, doc = "Platform -> archive sha256."),
-        "platform": attr.string(doc = "Force a platform."),
-    },
+    }, **_RELEASE_ATTRS),
 )
 
 def _binaries_impl(mctx):
@@ -74,12 +78,7 @@ rocpack_snapshots = module_extension(
 
 _prebuilt = tag_class(
     doc = "Use prebuilt release binaries for the kpack/snapctl toolchain instead of building them from source. Only the root module's tag counts.",
-    attrs = {
-        "version": attr.string(mandatory = True, doc = "Release version."),
-        "base_urls": attr.string_list(mandatory = True, doc = "Base URLs holding rocpack-<version>-<platform>.tar.gz; file:// works."),
-        "sha256": attr.string_dict(mandatory = True, doc = "Platform (Rust target triple) -> archive sha256."),
-        "platform": attr.string(doc = "Force a platform instead of detecting the host's."),
-    },
+    attrs = _RELEASE_ATTRS,
 )
 
 def _toolchains_impl(mctx):

@@ -105,21 +105,8 @@ def rocm_kpack_targets(srcs, profile, target_dir, headers = "tools/rocpack-runti
         shared = ":rocm_kpack_prebuilt_so"
         static = ":rocm_kpack_prebuilt_a"
     hdrs = {h[len(headers) + 1:]: h for h in native.glob([headers + "/rocm_kpack/*.h"])}
-    native.prebuilt_cxx_library(
-        name = "rocm_kpack",
-        exported_headers = hdrs,
-        header_namespace = "",
-        shared_lib = shared,
-        soname = SONAME,
-        preferred_linkage = "shared",
-        visibility = visibility,
-    )
-    native.prebuilt_cxx_library(
-        name = "rocm_kpack_static",
-        exported_headers = hdrs,
-        header_namespace = "",
-        static_lib = static,
-        exported_linker_flags = STATIC_LINKER_FLAGS,
-        preferred_linkage = "static",
-        visibility = visibility,
-    )
+    for lib, linkage in [
+        ("rocm_kpack", {"preferred_linkage": "shared", "shared_lib": shared, "soname": SONAME}),
+        ("rocm_kpack_static", {"exported_linker_flags": STATIC_LINKER_FLAGS, "preferred_linkage": "static", "static_lib": static}),
+    ]:
+        native.prebuilt_cxx_library(name = lib, exported_headers = hdrs, header_namespace = "", visibility = visibility, **linkage)

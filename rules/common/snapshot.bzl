@@ -238,41 +238,118 @@ def lookup_snapshot(checksums_by_channel, library, channel, version, snapshots_r
         fail(missing_snapshot_message(library, channel, version, available_versions(checksums), snapshots_root, store, artifact))
     return checksum_sha256(checksums[version])
 
-def check_abi_inputs(abi_inputs, snapshot_artifacts):
-    """Fails when an ABI guard is asked for without the recorded digests.
+def package_path(pkg, path):
+    """A package-relative path as a path from the workspace/project root.
 
     Args:
-      abi_inputs: the rule's `abi_inputs` (None: no guard).
-      snapshot_artifacts: the rule's `snapshot_artifacts`.
+      pkg: the package ("" at the root).
+      path: a path relative to the package.
+
+    Returns:
+      "<pkg>/<path>", or `path` in the root package.
     """
-    if abi_inputs != None and snapshot_artifacts == None:
-        fail("prebuilt_snapshot: abi_inputs needs snapshot_artifacts (<PREFIX>_SNAPSHOT_ARTIFACTS)")
+    return (pkg + "/" + path) if pkg else path
 
-def abi_guard_expect(snapshot_artifacts, channel, version):
-    """The ABI inputs' digests recorded when a snapshot was cut.
+def under_snapshots_root(pairs, root, what = ""):
+    """Files by their paths below the snapshots root.
 
     Args:
-      snapshot_artifacts: the checksums file's <PREFIX>_SNAPSHOT_ARTIFACTS.
+      pairs: [(path, file)]: each file with its path (Bazel: File.path; Buck2:
+        short_path), the file an opaque value.
+      root: the snapshots root, a prefix of every path.
+      what: prefix of the error message (e.g. "stable_checksums: ").
+
+    Returns:
+      {path below root: file}, in the order given. Fails on a path outside root.
+    """
+    out = {}
+    for path, f in pairs:
+        if not path.startswith(root + "/"):
+            fail("%s%s is not under the snapshots root %s" % (what, path, root))
+        out[path[len(root) + 1:]] = f
+    return out
+
+def snapshot_dir(snapshots_root, channel, version):
+    """Directory of one prebuilt snapshot (its metadata.txt and headers).
+
+    Args:
+      snapshots_root: the snapshots root (relative to whatever the caller needs).
       channel: "stable" or "last_stable".
       version: ROCm version.
 
     Returns:
-      {recorded path: sha256}, empty for a snapshot cut without --abi-input.
+      "<snapshots_root>/<stable|last-stable>/<version>".
     """
-    return snapshot_artifacts.get(channel, {}).get(version, {}).get("abi_inputs", {})
+    return snapshots_root + "/" + channel_dir(channel) + "/" + version
 
-def abi_guard_recut(snapshots_root, version, artifact):
-    """The command an ABI-drift failure names first: re-cut the snapshot.
+def prebuilt_snapshot_plan(name, pkg, snapshots_root, stable_checksums, last_stable_checksums, library = None, artifact = None, local_store = None, store_url = None, remote_repo_prefix = None, abi_inputs = None, snapshot_artifacts = None):
+    """The values the Bazel and the Buck2 prebuilt_snapshot macros derive alike.
+
+    Fails when an ABI guard is asked for without the recorded digests.
 
     Args:
-      snapshots_root: the snapshots root, relative to the workspace/project root.
-      version: ROCm version.
-      artifact: the snapshot's artifact file name.
+      name: the macro's `name`.
+      pkg: the package being evaluated ("" at the root).
+      snapshots_root: the macro's `snapshots_root` (package-relative).
+      stable_checksums: <PREFIX>_STABLE_CHECKSUMS (version -> sha256).
+      last_stable_checksums: <PREFIX>_LAST_STABLE_CHECKSUMS (version -> sha256).
+      library: the macro's `library` (None: `name`).
+      artifact: the macro's `artifact` (None: default_artifact(library)).
+      local_store: the macro's `local_store` (package-relative), or None.
+      store_url: the macro's `store_url`, or None.
+      remote_repo_prefix: Bazel's `remote_repo_prefix`, or None.
+      abi_inputs: the macro's `abi_inputs` (None: no ABI guard).
+      snapshot_artifacts: the macro's `snapshot_artifacts`.
 
     Returns:
-      A shell command line (the user adds --abi-input FILE... as printed).
+      struct(library, artifact, root_path (the snapshots root from the
+      workspace/project root), store (the store the missing-snapshot message
+      names), by_channel ({"stable": ..., "last_stable": ...}), abi_inputs,
+      snapshot_artifacts).
     """
-    return "snapctl create --snapshots-root %s --version %s --artifact %s" % (snapshots_root, version, artifact)
+    if abi_inputs != None and snapshot_artifacts == None:
+        fail("prebuilt_snapshot: abi_inputs needs snapshot_artifacts (<PREFIX>_SNAPSHOT_ARTIFACTS)")
+    library = library or name
+    return struct(
+        library = library,
+        artifact = artifact or default_artifact(library),
+        root_path = package_path(pkg, snapshots_root),
+        store = store_url or (package_path(pkg, local_store) if local_store else remote_repo_prefix),
+        by_channel = {"stable": stable_checksums, "last_stable": last_stable_checksums},
+        abi_inputs = abi_inputs,
+        snapshot_artifacts = snapshot_artifacts,
+    )
+
+def abi_guard_args(plan, target, archive, channel, version, dev):
+    """Attributes of the abi_guard target `<target>_abi` of one prebuilt snapshot.
+
+    Args:
+      plan: prebuilt_snapshot_plan's struct (with abi_inputs set).
+      target: the snapshot's target name (snapshot_target_name).
+      archive: label of the verified archive the guard passes on.
+      channel: "stable" or "last_stable".
+      version: ROCm version.
+      dev: how the failure message tells to build from source instead (the
+        build system's spelling of the library's dev channel).
+
+    Returns:
+      Keyword arguments of abi_guard: name, archive, inputs, expect (the
+      digests recorded when the snapshot was cut, empty for one cut without
+      --abi-input), library, channel, version, recut (the `snapctl create`
+      command that re-cuts the snapshot, without its --abi-input
+      arguments), dev.
+    """
+    return {
+        "name": target + "_abi",
+        "archive": archive,
+        "inputs": plan.abi_inputs,
+        "expect": plan.snapshot_artifacts.get(channel, {}).get(version, {}).get("abi_inputs", {}),
+        "library": plan.library,
+        "channel": channel,
+        "version": version,
+        "recut": "snapctl create --snapshots-root %s --version %s --artifact %s" % (plan.root_path, version, plan.artifact),
+        "dev": dev,
+    }
 
 def store_blob_path(sha256):
     """Path of a blob inside a content-addressed store: "cas/sha256/<hex>".

@@ -5,7 +5,7 @@ script that prints the failures and exits 1 when any check failed.
 """
 
 load("//rules/common:kpack.bzl", "kpack_groups_from_config", "kpack_manifest_root", "kpack_missing_package_format", "kpack_package_dir_name", "kpack_package_target_names", "kpack_relative_path", "kpack_split_arg_list")
-load("//rules/common:snapshot.bzl", "available_versions", "channel_config_name", "channel_dir", "checksum_sha256", "checksums_dict_name", "default_artifact", "default_checksums_prefix", "missing_snapshot_message", "parse_checksums_bzl", "rocm_config_name", "snapshot_target_name", "store_blob_path", "version_key")
+load("//rules/common:snapshot.bzl", "abi_guard_args", "available_versions", "channel_config_name", "channel_dir", "checksum_sha256", "checksums_dict_name", "default_artifact", "default_checksums_prefix", "missing_snapshot_message", "package_path", "parse_checksums_bzl", "prebuilt_snapshot_plan", "rocm_config_name", "snapshot_dir", "snapshot_target_name", "store_blob_path", "under_snapshots_root", "version_key")
 
 _SHA_A = "a" * 64
 _SHA_B = "0123456789abcdef" * 4
@@ -38,9 +38,42 @@ RCCLX_LAST_STABLE_CHECKSUMS = {
 }
 """ % (_SHA_B, _SHA_A)
 
+_PLAN = prebuilt_snapshot_plan(
+    "fooccl",
+    "libs/fooccl",
+    "snapshots",
+    {"6.4": _SHA_A},
+    {},
+    local_store = "store",
+    abi_inputs = ["//dep:dep.h"],
+    snapshot_artifacts = {"stable": {"6.4": {"abi_inputs": {"libs/dep/dep.h": _SHA_B}}}},
+)
+
 def _checks():
     # (description, actual, expected)
     return [
+        ("package path", [package_path("libs/a", "snapshots"), package_path("", "snapshots")], ["libs/a/snapshots", "snapshots"]),
+        ("snapshot dir", snapshot_dir("r", "last_stable", "7.0"), "r/last-stable/7.0"),
+        ("under root", under_snapshots_root([("a/r/stable/6.4/metadata.txt", 1), ("a/r/x.h", 2)], "a/r"), {"stable/6.4/metadata.txt": 1, "x.h": 2}),
+        ("plan", [_PLAN.library, _PLAN.artifact, _PLAN.root_path, _PLAN.store, _PLAN.by_channel], ["fooccl", "libfooccl.a", "libs/fooccl/snapshots", "libs/fooccl/store", {"stable": {"6.4": _SHA_A}, "last_stable": {}}]),
+        ("plan: remote store, root package", [
+            prebuilt_snapshot_plan("x", "", "s", {}, {}, library = "lib", artifact = "a.a", remote_repo_prefix = "p").store,
+            prebuilt_snapshot_plan("x", "pkg", "s", {}, {}, store_url = "https://s/", local_store = "ignored").store,
+            prebuilt_snapshot_plan("x", "", "s", {}, {}, local_store = "st").store,
+            prebuilt_snapshot_plan("x", "", "s", {}, {}, library = "lib", artifact = "a.a").artifact,
+        ], ["p", "https://s/", "st", "a.a"]),
+        ("abi guard args", abi_guard_args(_PLAN, "fooccl_stable_rocm64", ":fooccl_stable_rocm64_blob", "stable", "6.4", "--//libs/fooccl:fooccl_channel=dev"), {
+            "name": "fooccl_stable_rocm64_abi",
+            "archive": ":fooccl_stable_rocm64_blob",
+            "inputs": ["//dep:dep.h"],
+            "expect": {"libs/dep/dep.h": _SHA_B},
+            "library": "fooccl",
+            "channel": "stable",
+            "version": "6.4",
+            "recut": "snapctl create --snapshots-root libs/fooccl/snapshots --version 6.4 --artifact libfooccl.a",
+            "dev": "--//libs/fooccl:fooccl_channel=dev",
+        }),
+        ("abi guard args: a snapshot cut without --abi-input", abi_guard_args(_PLAN, "t", ":b", "last_stable", "6.4", "")["expect"], {}),
         ("package dir", kpack_package_dir_name("blas_lib", "gfx110X"), "blas_lib_gfx110X"),
         ("target names", kpack_package_target_names("blas_lib", ["gfx110X", "gfx120X"]), [("blas_lib_generic", "generic"), ("blas_lib_gfx110X", "gfx110X"), ("blas_lib_gfx120X", "gfx120X")]),
         ("groups from config", kpack_groups_from_config(json.decode('{"primary_shard": "s", "architecture_groups": {"gfx120X": {"architectures": ["gfx1200"]}, "gfx110X": {"architectures": ["gfx1100"]}}}')), ["gfx120X", "gfx110X"]),

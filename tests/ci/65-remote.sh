@@ -3,7 +3,7 @@
 # Remote Execution API engine, NativeLink (../shared/tools/nativelink), run
 # here as a server (CAS, action cache, scheduler) plus one worker process,
 # both on 127.0.0.1 with ports and directories of this run only
-# (tests/remote/nativelink.sh). docs/remote-execution.md explains the setup.
+# (tests/remote/lib.sh). docs/remote-execution.md explains the setup.
 #
 # Bazel 4.2.3, helpers = release binaries pinned by sha256 (a
 # rocpack_release_binaries repository over a file:// tarball built here):
@@ -75,12 +75,23 @@ STEP_T0=0
 step() { STEP_NAME="$*"; log "$*"; STEP_T0=$(date +%s.%N); }
 done_step() { printf '    [%s: %.1f s]\n' "$STEP_NAME" "$(echo "$(date +%s.%N) - $STEP_T0" | bc)" >&2; }
 STAGE_T0=$(date +%s.%N)
-execlog() { python3 "$ROOT/tests/remote/execlog.py" "$@"; }
-# sha256 of every regular file under bazel-bin/examples, runfiles trees and
-# manifests left out (they name the output base by design).
-outputs_sums() { # BIN
-    (cd "$1" && find -L examples -type f ! -path '*.runfiles/*' ! -name '*.runfiles_manifest' \
-        ! -name 'MANIFEST' ! -name '*.repo_mapping' -print0 | sort -z | xargs -0 sha256sum)
+# Bazel 4.2.3 in a workspace copy, one output base (server) per client.
+rb_bazel() { local ws="$1" ob="$2"; shift 2; (cd "$ws" && bazel --output_base="$ob" "$@"); }
+rb_bin() { echo "$1/execroot/rocpack/bazel-out/k8-fastbuild/bin"; }
+RB_LOG="$T"
+# add_split_undeclared BUILD_FILE: appends (Bazel and Buck2 alike) a second
+# split of the example's gfx1151 shard that does not declare its symlink.
+add_split_undeclared() {
+    cat >> "$1" <<'EOB'
+
+# Added by tests/ci/65-remote.sh: the same shard, its link not declared.
+kpack_split(
+    name = "split_undeclared",
+    srcs = glob(["shards/gfx1151-build/blas_lib_gfx1151/**"]),
+    artifact_prefix = "blas_lib",
+    split_databases = ["rocblas"],
+)
+EOB
 }
 
 # ---------------------------------------------------------------------------
@@ -93,6 +104,7 @@ echo "    tarball $REL_SHA; kpack $KPACK_SHA; snapctl $SNAPCTL_SHA" >&2
 done_step
 
 HELPERS=("${REMOTE_HELPERS[@]}")
+RB_FLAGS=("${HELPERS[@]}")
 WS_A="$T/a/rocpack"
 WS_B="$T/elsewhere/clone-b/rocpack"
 remote_copy_ws "$ROOT" "$WS_A" "$REL"
@@ -110,6 +122,7 @@ nl_start_server
 nl_start_worker
 echo "    $NL_ADDR (instance $NL_INSTANCE), worker API 127.0.0.1:$NL_WORKER_PORT, work dir $NL_WORK_DIR" >&2
 REMOTE=(--config=remote --remote_executor="$NL_ADDR" --remote_instance_name="$NL_INSTANCE")
+RB_REMOTE=("${REMOTE[@]}")
 done_step
 
 # ROCPACK_REMOTE_ONLY=buck2 runs only the Buck2 part (with the local Bazel
@@ -119,54 +132,22 @@ only="${ROCPACK_REMOTE_ONLY:-}"
 # ---------------------------------------------------------------------------
 if [ "$only" != bazel7 ]; then
 step "Bazel: local reference build of //examples/... (the oracle)"
-(cd "$WS_A" && bazel --output_base="$OB_LOCAL" build "${HELPERS[@]}" \
-    --execution_log_json_file="$T/local.json" //examples/... 2>"$T/local.err") \
-    || { tail -30 "$T/local.err" >&2; die "local build"; }
-execlog "$T/local.json" summary | tail -1 >&2
-outputs_sums "$OB_LOCAL/execroot/rocpack/bazel-out/k8-fastbuild/bin" > "$T/sums.local"
-(cd "$WS_A" && bazel --output_base="$OB_LOCAL" shutdown)
-[ "$(wc -l < "$T/sums.local")" -gt 20 ] || die "local build: only $(wc -l < "$T/sums.local") output files"
+rb_local_reference "$WS_A" "$OB_LOCAL"
 done_step
 fi
 
 if [ "$only" != buck2 ] && [ "$only" != bazel7 ]; then
-# Spawns that run locally by design (tagged local), with the reason.
-LOCAL_OK=(--local-ok "TestRunner:_check_test=source_snapshot's check test is tagged local: it reads the snapshot trees, which are not declared inputs")
 step "Bazel: cold remote build of //examples/... (every spawn on the worker)"
-(cd "$WS_A" && bazel --output_base="$OB_R1" build "${HELPERS[@]}" "${REMOTE[@]}" \
-    --execution_log_json_file="$T/cold.json" //examples/... 2>"$T/cold.err") \
-    || { tail -30 "$T/cold.err" >&2; die "remote build"; }
-grep -E '^INFO: [0-9]+ processes' "$T/cold.err" >&2 || true
-execlog "$T/cold.json" summary >&2
-execlog "$T/cold.json" remote || die "cold remote build: spawns ran locally"
-BIN_R1="$OB_R1/execroot/rocpack/bazel-out/k8-fastbuild/bin"
-outputs_sums "$BIN_R1" > "$T/sums.r1"
-diff -u "$T/sums.local" "$T/sums.r1" >&2 || die "remote outputs differ from the local build"
-echo "    $(wc -l < "$T/sums.r1") output files byte-identical to the local build" >&2
+rb_cold_remote "$WS_A" "$OB_R1"
+BIN_R1="$(rb_bin "$OB_R1")"
 done_step
 
 step "Bazel: bazel test //examples/... remotely"
-(cd "$WS_A" && bazel --output_base="$OB_R1" test "${HELPERS[@]}" "${REMOTE[@]}" \
-    --execution_log_json_file="$T/test.json" //examples/... 2>"$T/test.err") \
-    || { tail -30 "$T/test.err" >&2; die "remote bazel test"; }
-execlog "$T/test.json" summary >&2
-execlog "$T/test.json" remote "${LOCAL_OK[@]}" \
-    || die "remote test: spawns ran locally"
-ntests="$(execlog "$T/test.json" summary | awk '$2 == "TestRunner" && $3 == "remote" {print $1}')"
-[ "${ntests:-0}" -gt 0 ] || die "no TestRunner spawn ran remotely"
-grep -E 'Executed [0-9]+ out of' "$T/test.err" >&2 || true
-echo "    $ntests test actions ran on the worker" >&2
+rb_remote_test "$WS_A" "$OB_R1"
 done_step
 
 step "Bazel: second client (another directory, fresh output base): 100 % remote cache hits"
-(cd "$WS_B" && bazel --output_base="$OB_R2" test "${HELPERS[@]}" "${REMOTE[@]}" \
-    --execution_log_json_file="$T/second.json" //examples/... 2>"$T/second.err") \
-    || { tail -30 "$T/second.err" >&2; die "second client"; }
-execlog "$T/second.json" summary >&2
-execlog "$T/second.json" hits "${LOCAL_OK[@]}" || die "second client: not every spawn was a remote cache hit"
-outputs_sums "$OB_R2/execroot/rocpack/bazel-out/k8-fastbuild/bin" > "$T/sums.r2"
-diff -u "$T/sums.local" "$T/sums.r2" >&2 || die "second client's outputs differ from the local build"
-(cd "$WS_B" && bazel --output_base="$OB_R2" shutdown)
+rb_second_client "$WS_B" "$OB_R2"
 done_step
 
 # ---------------------------------------------------------------------------
@@ -218,16 +199,7 @@ WS_S="$T/symlinks/rocpack"; OB_S="$T/ob-symlinks"; BASES+=("$OB_S")
 remote_copy_ws "$ROOT" "$WS_S" "$REL" keep-symlinks
 [ -L "$WS_S/examples/kpack/shards/gfx1151-build/blas_lib_gfx1151/math-libs/BLAS/rocBLAS/stage/lib/librocblas.so.5" ] \
     || die "the copy lost the example's symlink"
-cat >> "$WS_S/examples/kpack/BUILD.bazel" <<'EOB'
-
-# Added by tests/ci/65-remote.sh: the same shard, its link not declared.
-kpack_split(
-    name = "split_undeclared",
-    srcs = glob(["shards/gfx1151-build/blas_lib_gfx1151/**"]),
-    artifact_prefix = "blas_lib",
-    split_databases = ["rocblas"],
-)
-EOB
+add_split_undeclared "$WS_S/examples/kpack/BUILD.bazel"
 link_targets=(//examples/kpack:split_gfx1151-build //examples/kpack:split_undeclared)
 (cd "$WS_S" && bazel --output_base="$OB_S" build "${HELPERS[@]}" "${LOCAL[@]}" "${link_targets[@]}" 2>"$T/links.err" \
     && bazel --output_base="$OB_S" build "${HELPERS[@]}" "${REMOTE[@]}" --execution_log_json_file="$T/links.json" \
@@ -282,7 +254,7 @@ else
 fi
 (cd "$WS_A" && bazel --output_base="$OB_R1" build "${HELPERS[@]}" "${REMOTE[@]}" //examples/... //tests/remote:probe_slow 2>"$T/after.err") \
     || { tail -20 "$T/after.err" >&2; die "the build after the worker restart failed"; }
-outputs_sums "$BIN_R1" > "$T/sums.after"
+rb_outputs_sums "$BIN_R1" > "$T/sums.after"
 diff -u "$T/sums.local" "$T/sums.after" >&2 || die "outputs after the worker crash differ"
 [ "$(cat "$BIN_R1/tests/remote/probe_slow.txt")" = done ] || die "probe_slow output wrong"
 echo "    next build: outputs identical to the local build" >&2
@@ -319,7 +291,7 @@ else
 fi
 # Whatever exists in the third client's output tree must be correct bytes.
 if [ -d "$BIN_R3/examples" ]; then
-    outputs_sums "$BIN_R3" > "$T/sums.r3"
+    rb_outputs_sums "$BIN_R3" > "$T/sums.r3"
     bad="$(join -1 2 -2 2 <(sort -k2 "$T/sums.local") <(sort -k2 "$T/sums.r3") | awk '$2 != $3 {print $1}')"
     [ -z "$bad" ] || die "corrupted bytes became outputs: $bad"
     ! grep -q " $victim_path\$" "$T/sums.r3" || grep -q "^$victim_sha  $victim_path\$" "$T/sums.r3" \
@@ -338,7 +310,7 @@ E2E_WS="$WS_A/e2e/bazel-workspace"
     --execution_log_json_file="$T/e2e.json" //... 2>"$T/e2e.err") \
     || { tail -30 "$T/e2e.err" >&2; die "e2e/bazel-workspace remotely"; }
 execlog "$T/e2e.json" summary >&2
-execlog "$T/e2e.json" remote "${LOCAL_OK[@]}" --local-ok "CargoBuild=cargo needs the host's ~/.cargo registry and toolchain (no-remote by design)" \
+execlog "$T/e2e.json" remote "${RB_LOCAL_OK[@]}" --local-ok "CargoBuild=cargo needs the host's ~/.cargo registry and toolchain (no-remote by design)" \
     || die "e2e/bazel-workspace: spawns other than CargoBuild ran locally"
 (cd "$E2E_WS" && bazel shutdown)
 done_step
@@ -356,10 +328,8 @@ step "Bazel 7.x remotely (tests/remote/bazel7.sh: sid chroot, its own worker)"
 # The chroot gets a worker of its own (the remote image = the client's, as
 # for the local reference build); the host worker pauses meanwhile.
 nl_kill_worker
-NL_REAL="${ROCPACK_NATIVELINK_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/rocpack-nativelink-1.6.6}/nativelink"
-[ -x "$NL_REAL" ] || die "no unpacked nativelink at $NL_REAL"
-ROOT="$ROOT" CHROOT="$SID_CHROOT" T="$T" NL_DIR="$NL_DIR" NL_ADDR="$NL_ADDR" NL_INSTANCE="$NL_INSTANCE" \
-    NL_REAL="$NL_REAL" REL="$REL" REL_SHA="$REL_SHA" KPACK_SHA="$KPACK_SHA" SNAPCTL_SHA="$SNAPCTL_SHA" \
+ROOT="$ROOT" CHROOT="$SID_CHROOT" T="$T" NL_DIR="$NL_DIR" NL_PORT="$NL_PORT" NL_WORKER_PORT="$NL_WORKER_PORT" \
+    NL_ADDR="$NL_ADDR" NL_INSTANCE="$NL_INSTANCE" REL="$REL" REL_SHA="$REL_SHA" KPACK_SHA="$KPACK_SHA" SNAPCTL_SHA="$SNAPCTL_SHA" \
     unshare --mount --propagation private bash "$ROOT/tests/remote/bazel7.sh" || die "Bazel 7 remote part"
 nl_start_worker
 done_step
@@ -376,7 +346,7 @@ step "Buck2: cold remote build of //examples/... (helpers by http_file, sha256-p
 HTTP_PORT="$(_nl_pick_port)"
 python3 -m http.server --bind 127.0.0.1 --directory "$REL/stage" "$HTTP_PORT" >"$T/http.log" 2>&1 &
 HTTP_PID=$!
-for _ in $(seq 100); do _nl_port_free "$HTTP_PORT" || break; sleep 0.05; done
+_nl_wait_port "$HTTP_PORT" "$HTTP_PID" "$T/http.log" || die "the loopback HTTP server did not start"
 b2_config() { # WS
     cp "$1/tests/remote/buck2-probes.BUCK" "$1/tests/remote/BUCK"
     # Appended to the copy's .buckconfig: the RE client is set up when the
@@ -438,14 +408,21 @@ for line in open(sys.argv[1]):
         print("      " + r + ": " + o.get("reason", "") + " " + o.get("identity", ""), file=sys.stderr)
     c[r] = c.get(r, 0) + 1
 print(" ".join(f"{k}={v}" for k, v in sorted(c.items())))' "$1"; }
+# b2_ran NAME WHAT ARGS...: `b2c ARGS...`, its stdout and stderr in
+# $T/NAME.out and .err (dies with WHAT when it fails); then ex = the
+# executor counts of what it ran.
+b2_ran() {
+    local name="$1" what="$2"
+    shift 2
+    b2c "$@" >"$T/$name.out" 2>"$T/$name.err" || { tail -30 "$T/$name.err" >&2; die "$what"; }
+    what_ran "$T/$name.ran" || die "buck2 log what-ran ($what)"
+    ex="$(executors "$T/$name.ran")"
+}
 b2_config "$WS_A"
 b2_config "$WS_B"
 cd "$WS_A"
-b2c build //examples/... >"$T/b2-cold.out" 2>"$T/b2-cold.err" \
-    || { tail -30 "$T/b2-cold.err" >&2; die "buck2 remote build"; }
+b2_ran b2-cold "buck2 remote build" build //examples/...
 grep -E '^(\[.*\] )?(Commands|Cache hits):' "$T/b2-cold.err" >&2 || true
-what_ran "$T/b2-cold.ran" || die "buck2 log what-ran"
-ex="$(executors "$T/b2-cold.ran")"
 echo "    executors: $ex" >&2
 case " $ex " in *" re="*) ;; *) die "no action ran remotely: $ex" ;; esac
 case " $ex " in *" local="*) die "actions ran locally: $ex" ;; esac
@@ -476,14 +453,10 @@ step "Buck2: buck2 test //examples/... remotely"
 # examples/rcclx_source:rcl_check_test (source_snapshot's check test) reads
 # the snapshot trees, which are not inputs (the snapshots root is ignored,
 # each channel a cell): its executor is local only, as Bazel tags it local.
-b2c test //examples/kpack:packages_test //examples/rcclx:stable_checksums_test //examples/rcclx_source:rcl_check_test \
-    --unstable-allow-all-tests-on-re \
-    >"$T/b2-test.out" 2>"$T/b2-test.err" \
-    || { tail -30 "$T/b2-test.err" >&2; die "buck2 test remotely"; }
+b2_ran b2-test "buck2 test remotely" test //examples/kpack:packages_test //examples/rcclx:stable_checksums_test \
+    //examples/rcclx_source:rcl_check_test --unstable-allow-all-tests-on-re
 grep -E 'Pass [0-9]+|Tests finished' "$T/b2-test.err" >&2 || true
 grep -q 'Fail 0' "$T/b2-test.err" || die "buck2 test reported failures"
-what_ran "$T/b2-test.ran" || die "buck2 log what-ran (test)"
-ex="$(executors "$T/b2-test.ran")"
 echo "    executors: $ex" >&2
 case " $ex " in *" local="*) die "test actions ran locally: $ex" ;; esac
 case " $ex " in *" re="*) ;; *) die "no test ran remotely: $ex" ;; esac
@@ -491,18 +464,12 @@ done_step
 
 step "Buck2: buck2 clean, then a second copy: everything from the cache"
 b2 clean >/dev/null 2>&1
-b2c build //examples/... >"$T/b2-warm.out" 2>"$T/b2-warm.err" \
-    || { tail -30 "$T/b2-warm.err" >&2; die "buck2 build after clean"; }
-what_ran "$T/b2-warm.ran" || die "buck2 log what-ran (after clean)"
-ex="$(executors "$T/b2-warm.ran")"
+b2_ran b2-warm "buck2 build after clean" build //examples/...
 echo "    after buck2 clean: $ex (local-ok: the prelude's links, never sent to RE nor cached)" >&2
 case " $ex " in *" re="*|*" local="*) die "after buck2 clean, actions executed: $ex" ;; esac
 b2 kill >/dev/null 2>&1 || true
 cd "$WS_B"
-b2c build //examples/... >"$T/b2-b.out" 2>"$T/b2-b.err" \
-    || { tail -30 "$T/b2-b.err" >&2; die "buck2 build in the second copy"; }
-what_ran "$T/b2-b.ran" || die "buck2 log what-ran (second copy)"
-ex="$(executors "$T/b2-b.ran")"
+b2_ran b2-b "buck2 build in the second copy" build //examples/...
 echo "    second copy ($WS_B): $ex" >&2
 case " $ex " in *" re="*|*" local="*) die "second copy: actions executed: $ex" ;; esac
 done_step
@@ -531,16 +498,7 @@ step "Buck2: source symlinks on the real tree, declared and undeclared, local an
 WS_S2="$T/symlinks-b2/rocpack"
 remote_copy_ws "$ROOT" "$WS_S2" "$REL" keep-symlinks
 b2_config "$WS_S2"
-cat >> "$WS_S2/examples/kpack/BUCK" <<'EOB'
-
-# Added by tests/ci/65-remote.sh: the same shard, its link not declared.
-kpack_split(
-    name = "split_undeclared",
-    srcs = glob(["shards/gfx1151-build/blas_lib_gfx1151/**"]),
-    artifact_prefix = "blas_lib",
-    split_databases = ["rocblas"],
-)
-EOB
+add_split_undeclared "$WS_S2/examples/kpack/BUCK"
 cd "$WS_S2"
 B2TOOLS=("${B2CFG[@]:2}")
 link_targets=(//examples/kpack:split_gfx1151-build //examples/kpack:split_undeclared)

@@ -23,8 +23,8 @@
 #     remotely: build + test //... (e2e/bazel-workspace, the WORKSPACE
 #     consumer, runs remotely under Bazel 4.2.3 in the stage; under 7.x in
 #     WORKSPACE mode it lacks its cc rules offline, see stage 55).
-# Environment in: ROOT CHROOT T NL_DIR NL_ADDR NL_INSTANCE NL_REAL (the
-# unpacked nativelink binary) REL REL_SHA KPACK_SHA SNAPCTL_SHA.
+# Environment in: ROOT CHROOT T NL_DIR NL_PORT NL_WORKER_PORT NL_ADDR
+# NL_INSTANCE REL REL_SHA KPACK_SHA SNAPCTL_SHA.
 set -euo pipefail
 . "$ROOT/tests/remote/lib.sh"
 log() { printf '\n==> [bazel 7] %s\n' "$*" >&2; }
@@ -32,21 +32,19 @@ die() { printf 'FAILED: [bazel 7] %s\n' "$*" >&2; exit 1; }
 STEP_T0=0
 step() { log "$*"; STEP_T0=$SECONDS; }
 done_step() { printf '    [%ds]\n' $((SECONDS - STEP_T0)) >&2; }
-execlog() { python3 "$ROOT/tests/remote/execlog.py" "$@"; }
 
 B7="$T/b7"
 WS_A="$B7/a/rocpack"
 WS_B="$B7/elsewhere/clone-b/rocpack"
 OB_LOCAL="$B7/ob-local" OB_R1="$B7/ob-remote-1" OB_R2="$B7/ob-remote-2" OB_E2E="$B7/ob-e2e"
 W7="$NL_DIR/worker7"
-W7_PID=""
 cleanup() {
     local rc=$?
     for ob in "$OB_LOCAL" "$OB_R1" "$OB_R2" "$OB_E2E"; do
         [ -d "$ob" ] || continue
         chroot "$CHROOT" env -i PATH=/usr/bin:/bin HOME=/root bazel --output_base="$ob" shutdown >/dev/null 2>&1 || true
     done
-    if [ -n "$W7_PID" ]; then kill -9 "$W7_PID" 2>/dev/null || true; wait "$W7_PID" 2>/dev/null || true; fi
+    nl_kill_worker
     if [ $rc -ne 0 ] && [ -f "$W7.log" ]; then
         echo "--- chroot worker log (tail) ---" >&2
         sed 's/\x1b\[[0-9;]*m//g' "$W7.log" | grep -E 'ERROR|WARN' | tail -10 >&2 || true
@@ -61,18 +59,13 @@ mount --rbind /dev "$CHROOT/dev"
 mount --rbind /sys "$CHROOT/sys"
 mkdir -p "$CHROOT$T"
 mount --bind "$T" "$CHROOT$T"
-mkdir -p "$B7" "$W7/work"
-cp "$NL_REAL" "$B7/nativelink"
-sed "s|$NL_DIR/worker/|$W7/|g" "$NL_DIR/worker.json5" > "$NL_DIR/worker7.json5"
-chroot "$CHROOT" env -i PATH=/usr/bin:/bin HOME="$W7" ROCPACK_WORKER_ENV_MARKER=leaked \
-    "$B7/nativelink" "$NL_DIR/worker7.json5" >>"$W7.log" 2>&1 &
-W7_PID=$!
-for _ in $(seq 200); do
-    kill -0 "$W7_PID" 2>/dev/null || { tail -20 "$W7.log" >&2; die "the chroot worker exited"; }
-    grep -q 'Worker registered with scheduler' "$W7.log" 2>/dev/null && break
-    sleep 0.05
-done
-grep -q 'Worker registered with scheduler' "$W7.log" || die "the chroot worker did not register in 10 s"
+mkdir -p "$B7"
+# The real binary (the wrapper $NL_BIN unpacked it), inside the chroot's view.
+[ -x "$NL_CACHE/nativelink" ] || die "no unpacked nativelink at $NL_CACHE/nativelink"
+cp "$NL_CACHE/nativelink" "$B7/nativelink"
+nl_worker_config "$NL_DIR/worker7.json5" "$W7"
+nl_spawn_worker "$W7.log" chroot "$CHROOT" env -i PATH=/usr/bin:/bin HOME="$W7" ROCPACK_WORKER_ENV_MARKER=leaked \
+    "$B7/nativelink" "$NL_DIR/worker7.json5" || die "the chroot worker did not start"
 in_chroot() { chroot "$CHROOT" env -i PATH=/usr/bin:/bin HOME=/root LC_ALL=C "$@"; }
 in_chroot bazel --version >&2
 done_step
@@ -85,60 +78,35 @@ for ws in "$WS_A" "$WS_B"; do
 done
 done_step
 
-# bazel WS OUTPUT_BASE ARGS...: Bazel 7 in the chroot, in WS.
-bz() { local ws="$1" ob="$2"; shift 2; in_chroot bash -c 'cd "$0" && exec bazel --output_base="$1" "${@:2}"' "$ws" "$ob" "$@"; }
-F=(--config=debian7 --config=prebuilt)
+# rb_bazel WS OUTPUT_BASE ARGS...: Bazel 7 in the chroot, in WS.
+rb_bazel() { local ws="$1" ob="$2"; shift 2; in_chroot bash -c 'cd "$0" && exec bazel --output_base="$1" "${@:2}"' "$ws" "$ob" "$@"; }
+rb_bin() { echo "$1/execroot/_main/bazel-out/k8-fastbuild/bin"; }
+RB_LOG="$B7"
+RB_FLAGS=(--config=debian7 --config=prebuilt)
 # Bazel 7 downloads only top-level outputs by default (build without the
 # bytes); all of them, to compare every output with the local build.
-REMOTE=(--config=remote --remote_executor="$NL_ADDR" --remote_instance_name="$NL_INSTANCE" --remote_download_outputs=all)
-LOCAL_OK=(--local-ok "TestRunner:_check_test=source_snapshot's check test is tagged local: it reads the snapshot trees, which are not declared inputs")
+RB_REMOTE=(--config=remote --remote_executor="$NL_ADDR" --remote_instance_name="$NL_INSTANCE" --remote_download_outputs=all)
 # Compiles' .d files are left out: Bazel 7 keeps those of remote actions in
 # memory only (--experimental_inmemory_dotd_files, on by default).
-outputs_sums() { # BIN
-    (cd "$1" && find -L examples -type f ! -path '*.runfiles/*' ! -name '*.runfiles_manifest' \
-        ! -name 'MANIFEST' ! -name '*.repo_mapping' ! -name '*.d' -print0 | sort -z | xargs -0 sha256sum)
-}
-bin_of() { echo "$1/execroot/_main/bazel-out/k8-fastbuild/bin"; }
+RB_SUMS_EXCLUDE=(! -name '*.d')
 
 step "local reference build of //examples/... (the oracle)"
-bz "$WS_A" "$OB_LOCAL" build "${F[@]}" --execution_log_json_file="$B7/local.json" //examples/... 2>"$B7/local.err" \
-    || { tail -30 "$B7/local.err" >&2; die "local build"; }
-execlog "$B7/local.json" summary | tail -1 >&2
-outputs_sums "$(bin_of "$OB_LOCAL")" > "$B7/sums.local"
-bz "$WS_A" "$OB_LOCAL" shutdown
-[ "$(wc -l < "$B7/sums.local")" -gt 20 ] || die "local build: only $(wc -l < "$B7/sums.local") output files"
+rb_local_reference "$WS_A" "$OB_LOCAL"
 done_step
 
 step "cold remote build of //examples/... (every spawn on the worker)"
-bz "$WS_A" "$OB_R1" build "${F[@]}" "${REMOTE[@]}" --execution_log_json_file="$B7/cold.json" //examples/... 2>"$B7/cold.err" \
-    || { tail -30 "$B7/cold.err" >&2; die "remote build"; }
-execlog "$B7/cold.json" summary >&2
-execlog "$B7/cold.json" remote || die "cold remote build: spawns ran locally"
+rb_cold_remote "$WS_A" "$OB_R1"
 execlog "$B7/cold.json" helper-inputs "kpack=$KPACK_SHA" "snapctl=$SNAPCTL_SHA" >&2 \
     || die "a helper action lacks the helper's digest among its inputs"
-outputs_sums "$(bin_of "$OB_R1")" > "$B7/sums.r1"
-diff -u "$B7/sums.local" "$B7/sums.r1" >&2 || die "remote outputs differ from the local Bazel 7 build"
-echo "    $(wc -l < "$B7/sums.r1") output files byte-identical to the local Bazel 7 build" >&2
 done_step
 
 step "bazel test //examples/... remotely"
-bz "$WS_A" "$OB_R1" test "${F[@]}" "${REMOTE[@]}" --execution_log_json_file="$B7/test.json" //examples/... 2>"$B7/test.err" \
-    || { tail -30 "$B7/test.err" >&2; die "remote bazel test"; }
-execlog "$B7/test.json" summary >&2
-execlog "$B7/test.json" remote "${LOCAL_OK[@]}" || die "remote test: spawns ran locally"
-ntests="$(execlog "$B7/test.json" summary | awk '$2 == "TestRunner" && $3 == "remote" {print $1}')"
-[ "${ntests:-0}" -gt 0 ] || die "no TestRunner spawn ran remotely"
-bz "$WS_A" "$OB_R1" shutdown
+rb_remote_test "$WS_A" "$OB_R1"
+rb_bazel "$WS_A" "$OB_R1" shutdown
 done_step
 
 step "second client (another directory, fresh output base): 100 % remote cache hits"
-bz "$WS_B" "$OB_R2" test "${F[@]}" "${REMOTE[@]}" --execution_log_json_file="$B7/second.json" //examples/... 2>"$B7/second.err" \
-    || { tail -30 "$B7/second.err" >&2; die "second client"; }
-execlog "$B7/second.json" summary >&2
-execlog "$B7/second.json" hits "${LOCAL_OK[@]}" || die "second client: not every spawn was a remote cache hit"
-outputs_sums "$(bin_of "$OB_R2")" > "$B7/sums.r2"
-diff -u "$B7/sums.local" "$B7/sums.r2" >&2 || die "second client's outputs differ from the local build"
-bz "$WS_B" "$OB_R2" shutdown
+rb_second_client "$WS_B" "$OB_R2"
 done_step
 
 # The consumers' .bazelrc has no `remote` config: its two lines, spelled out.
@@ -147,11 +115,9 @@ E2E_REMOTE=(--spawn_strategy=remote,local --remote_local_fallback=false
 HF=(--@rocpack//rules/bazel:kpack=@rocpack//rules/bazel/prebuilt:kpack
     --@rocpack//rules/bazel:snapctl=@rocpack//rules/bazel/prebuilt:snapctl)
 step "consumer e2e/bazel-bzlmod (bazel_dep + local_path_override) remotely: build + test //..."
-bz "$WS_A/e2e/bazel-bzlmod" "$OB_E2E" test --config=debian7 "${HF[@]}" "${E2E_REMOTE[@]}" \
-    --execution_log_json_file="$B7/e2e-bzlmod.json" //... 2>"$B7/e2e-bzlmod.err" \
-    || { tail -30 "$B7/e2e-bzlmod.err" >&2; die "e2e/bazel-bzlmod remotely"; }
+rb_run e2e-bzlmod "e2e/bazel-bzlmod remotely" "$WS_A/e2e/bazel-bzlmod" "$OB_E2E" test --config=debian7 "${HF[@]}" "${E2E_REMOTE[@]}" //...
 execlog "$B7/e2e-bzlmod.json" summary >&2
-execlog "$B7/e2e-bzlmod.json" remote "${LOCAL_OK[@]}" || die "e2e/bazel-bzlmod: spawns ran locally"
-bz "$WS_A/e2e/bazel-bzlmod" "$OB_E2E" shutdown
+execlog "$B7/e2e-bzlmod.json" remote "${RB_LOCAL_OK[@]}" || die "e2e/bazel-bzlmod: spawns ran locally"
+rb_bazel "$WS_A/e2e/bazel-bzlmod" "$OB_E2E" shutdown
 done_step
 

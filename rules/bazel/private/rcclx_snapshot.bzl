@@ -2,7 +2,7 @@
 last-stable snapshot, selected per library by its own channel flag (default:
 the global channel flag) and the ROCm version flag."""
 
-load("//rules/common:snapshot.bzl", "PREBUILT_CHANNELS", "SNAPSHOT_CHANNELS", "abi_guard_expect", "abi_guard_recut", "available_versions", "channel_dir", "check_abi_inputs", "checksum_sha256", "default_artifact", "default_checksums_prefix", "missing_snapshot_message", "rocm_config_name", "snapshot_target_name", "store_blob_path")
+load("//rules/common:snapshot.bzl", "PREBUILT_CHANNELS", "SNAPSHOT_CHANNELS", "abi_guard_args", "available_versions", "checksum_sha256", "default_checksums_prefix", "missing_snapshot_message", "prebuilt_snapshot_plan", "rocm_config_name", "snapshot_dir", "snapshot_target_name", "store_blob_path", "under_snapshots_root")
 load(":abi_guard.bzl", "abi_guard")
 load(":providers.bzl", "FlagValueInfo", "SnapshotBlobInfo")
 load(":string_flag.bzl", "string_flag")
@@ -86,13 +86,8 @@ def _blob_impl(ctx):
     out = ctx.actions.declare_file(ctx.label.name + "/" + ctx.attr.out)
     fetch = None
     if ctx.attr.metadata:
-        root = ctx.attr.snapshots_root_path
-        files = []
-        for f in ctx.files.metadata:
-            if not f.path.startswith(root + "/"):
-                fail("%s is not under the snapshots root %s" % (f.path, root))
-            files.append((f.path[len(root) + 1:], f))
-        fetch = struct(root_files = files, channel = ctx.attr.channel, version = ctx.attr.version)
+        files = under_snapshots_root([(f.path, f) for f in ctx.files.metadata], ctx.attr.snapshots_root_path)
+        fetch = struct(root_files = files.items(), channel = ctx.attr.channel, version = ctx.attr.version)
         if not ctx.attr.snapctl:
             fail("snapshot_blob: `metadata` needs `snapctl`")
     snapshot_blob_action(ctx, ctx.executable._stage, ctx.executable.snapctl if ctx.attr.snapctl else None, ctx.file.blob, sha, out, fetch)
@@ -260,13 +255,8 @@ def prebuilt_snapshot(
     """
     if (local_store == None) == (remote_repo_prefix == None):
         fail("prebuilt_snapshot: set exactly one of local_store and remote_repo_prefix")
-    check_abi_inputs(abi_inputs, snapshot_artifacts)
-    library = library or name
-    artifact = artifact or default_artifact(library)
     pkg = native.package_name()
-    root_path = (pkg + "/" + snapshots_root) if pkg else snapshots_root
-    store_shown = store_url or ((pkg + "/" + local_store) if (pkg and local_store) else (local_store or remote_repo_prefix))
-    by_channel = {"stable": stable_checksums, "last_stable": last_stable_checksums}
+    plan = prebuilt_snapshot_plan(name, pkg, snapshots_root, stable_checksums, last_stable_checksums, library = library, artifact = artifact, local_store = local_store, store_url = store_url, remote_repo_prefix = remote_repo_prefix, abi_inputs = abi_inputs, snapshot_artifacts = snapshot_artifacts)
     if checksums_target and checksums_target.startswith(":"):
         checksums_target = _own_label(pkg, checksums_target[1:])
 
@@ -283,10 +273,10 @@ def prebuilt_snapshot(
     branches = {s: ":" + name + "_dev" for s in _settings(own_flag, name + "_dev_config", "dev", {})}
 
     for channel in PREBUILT_CHANNELS:
-        for version in available_versions(by_channel[channel]):
-            sha = checksum_sha256(by_channel[channel][version])
+        for version in available_versions(plan.by_channel[channel]):
+            sha = checksum_sha256(plan.by_channel[channel][version])
             target = snapshot_target_name(name, channel, version)
-            snap_dir = snapshots_root + "/" + channel_dir(channel) + "/" + version
+            snap_dir = snapshot_dir(snapshots_root, channel, version)
             if local_store != None:
                 blob = local_store + "/" + store_blob_path(sha)
             else:
@@ -298,28 +288,17 @@ def prebuilt_snapshot(
                 name = target + "_blob",
                 blob = blob,
                 sha256 = sha,
-                out = artifact,
+                out = plan.artifact,
                 channel = channel,
                 version = version,
                 metadata = metadata,
-                snapshots_root_path = root_path if verify_with_snapctl else "",
+                snapshots_root_path = plan.root_path if verify_with_snapctl else "",
                 snapctl = _flag("snapctl") if verify_with_snapctl else None,
                 **kwargs
             )
             archive = ":" + target + "_blob"
             if abi_inputs != None:
-                abi_guard(
-                    name = target + "_abi",
-                    archive = archive,
-                    inputs = abi_inputs,
-                    expect = abi_guard_expect(snapshot_artifacts, channel, version),
-                    library = library,
-                    channel = channel,
-                    version = version,
-                    recut = abi_guard_recut(root_path, version, artifact),
-                    dev = "--%s=dev" % _own_label(pkg, own_flag),
-                    **kwargs
-                )
+                abi_guard(**dict(abi_guard_args(plan, target, archive, channel, version, "--%s=dev" % _own_label(pkg, own_flag)), **kwargs))
                 archive = ":" + target + "_abi"
             native.cc_import(name = target + "_import", static_library = archive, **kwargs)
             native.cc_library(
@@ -335,13 +314,13 @@ def prebuilt_snapshot(
 
     _missing_snapshot(
         name = name + "_missing",
-        library = library,
-        available = {c: available_versions(by_channel[c]) for c in PREBUILT_CHANNELS},
-        snapshots_root = root_path,
-        store = store_shown,
-        artifact = artifact,
+        library = plan.library,
+        available = {c: available_versions(plan.by_channel[c]) for c in PREBUILT_CHANNELS},
+        snapshots_root = plan.root_path,
+        store = plan.store,
+        artifact = plan.artifact,
         update_command = ("bazel run %s.update" % checksums_target) if checksums_target else "",
-        checksums_prefix = checksums_prefix or default_checksums_prefix(library),
+        checksums_prefix = checksums_prefix or default_checksums_prefix(plan.library),
         channel_setting = ":" + own_flag,
         channel_flag_spelling = _own_label(pkg, own_flag),
         global_channel_spelling = _rocpack_flag_spelling("snapshot_channel"),

@@ -4,6 +4,7 @@ Plus `<name>.update` (bazel run: writes the file into the source tree) and
 `<name>_test` (fails with a diff when the checked-in copy is stale).
 """
 
+load("//rules/common:snapshot.bzl", "package_path", "under_snapshots_root")
 load(":tools.bzl", "ACTION_ENV", "stage_list", "tool_attrs")
 
 def stable_checksums_action(ctx, snapctl, stage, metadata, root, prefix, out):
@@ -18,12 +19,8 @@ def stable_checksums_action(ctx, snapctl, stage, metadata, root, prefix, out):
       prefix: dict name prefix (--prefix).
       out: declared output File.
     """
-    pairs = []
-    for f in metadata:
-        if not f.path.startswith(root + "/"):
-            fail("stable_checksums: %s is not under the snapshots root %s" % (f.path, root))
-        pairs.append(("root/" + f.path[len(root) + 1:], f))
-    lst = stage_list(ctx, "stage.txt", pairs)
+    files = under_snapshots_root([(f.path, f) for f in metadata], root, "stable_checksums: ")
+    lst = stage_list(ctx, "stage.txt", [("root/" + rel, f) for rel, f in files.items()])
     args = ctx.actions.args()
     args.add("--stage", lst)
     args.add("--")
@@ -44,9 +41,7 @@ def stable_checksums_action(ctx, snapctl, stage, metadata, root, prefix, out):
     )
 
 def _root(ctx):
-    pkg = ctx.label.package
-    r = ctx.attr.snapshots_root
-    root = (pkg + "/" + r) if pkg else r
+    root = package_path(ctx.label.package, ctx.attr.snapshots_root)
     if ctx.label.workspace_root:
         root = ctx.label.workspace_root + "/" + root
     return root
@@ -154,7 +149,7 @@ def stable_checksums(name, srcs, prefix = None, snapshots_root = "snapshots", ou
     test_size = kwargs.pop("size", "small")
     _stable_checksums_gen(name = name, srcs = srcs, snapshots_root = snapshots_root, prefix = prefix, out = out, **kwargs)
     pkg = native.package_name()
-    dest = (pkg + "/" + out) if pkg else out
+    dest = package_path(pkg, out)
     update = name + ".update"
     _stable_checksums_update(name = update, generated = ":" + name, dest = dest, **kwargs)
     _stable_checksums_test(

@@ -22,22 +22,15 @@ def tool_attrs(kpack = False, snapctl = False):
             doc = "Input staging wrapper.",
         ),
     }
-    if kpack:
-        attrs["_kpack"] = attr.label(
-            default = Label("//rules/bazel:kpack"),
-            executable = True,
-            allow_files = True,
-            cfg = "exec",
-            doc = "The kpack helper (label_flag //rules/bazel:kpack).",
-        )
-    if snapctl:
-        attrs["_snapctl"] = attr.label(
-            default = Label("//rules/bazel:snapctl"),
-            executable = True,
-            allow_files = True,
-            cfg = "exec",
-            doc = "The snapctl helper (label_flag //rules/bazel:snapctl).",
-        )
+    for helper, wanted in [("kpack", kpack), ("snapctl", snapctl)]:
+        if wanted:
+            attrs["_" + helper] = attr.label(
+                default = Label("//rules/bazel:" + helper),
+                executable = True,
+                allow_files = True,
+                cfg = "exec",
+                doc = "The %s helper (label_flag //rules/bazel:%s)." % (helper, helper),
+            )
     return attrs
 
 # Environment of every helper action: explicit, never the user's shell env.

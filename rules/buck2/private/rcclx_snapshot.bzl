@@ -4,7 +4,7 @@ global `snapshot_channel` (`-m snapshot_stable`; default dev), and the
 `rocm_version` constraint (`-m rocm64`)."""
 
 load(":abi_guard.bzl", "abi_guard")
-load("//rules/common:snapshot.bzl", "PREBUILT_CHANNELS", "SNAPSHOT_CHANNELS", "abi_guard_expect", "abi_guard_recut", "available_versions", "channel_dir", "check_abi_inputs", "checksum_sha256", "default_artifact", "missing_snapshot_message", "snapshot_target_name", "store_blob_path")
+load("//rules/common:snapshot.bzl", "PREBUILT_CHANNELS", "SNAPSHOT_CHANNELS", "abi_guard_args", "available_versions", "channel_dir", "checksum_sha256", "missing_snapshot_message", "package_path", "prebuilt_snapshot_plan", "snapshot_dir", "snapshot_target_name", "store_blob_path", "under_snapshots_root")
 load(":config.bzl", "channel_constraint", "library_channel_constraints", "library_channel_value", "rocm_constraint", "rocm_versions")
 load(":providers.bzl", "RocpackToolchainInfo", "SnapshotBlobInfo")
 load(":toolchain.bzl", "toolchain_attr")
@@ -69,12 +69,7 @@ def snapshot_blob_action(actions: AnalysisActions, snapctl: RunInfo, blob: Artif
 def _blob_impl(ctx: AnalysisContext) -> list[Provider]:
     toolchain = ctx.attrs._rocpack_toolchain[RocpackToolchainInfo]
     sha = checksum_sha256(ctx.attrs.sha256)
-    root = ctx.attrs.snapshots_root_path
-    metadata = {}
-    for f in ctx.attrs.metadata_files:
-        if not f.short_path.startswith(root + "/"):
-            fail("%s is not under the snapshots root %s" % (f.short_path, root))
-        metadata[f.short_path[len(root) + 1:]] = f
+    metadata = under_snapshots_root([(f.short_path, f) for f in ctx.attrs.metadata_files], ctx.attrs.snapshots_root_path)
     verified = snapshot_blob_action(ctx.actions, toolchain.snapctl, ctx.attrs.blob, sha, metadata, ctx.attrs.channel, ctx.attrs.version, ctx.attrs.out)
     return [
         DefaultInfo(default_output = verified),
@@ -238,13 +233,8 @@ def prebuilt_snapshot(
         fail("prebuilt_snapshot: set exactly one of local_store and store_url")
     if not verify_with_snapctl:
         fail("prebuilt_snapshot: on Buck2 blobs are always verified by snapctl fetch; leave verify_with_snapctl at True")
-    check_abi_inputs(abi_inputs, snapshot_artifacts)
-    library = library or name
-    artifact = artifact or default_artifact(library)
     pkg = native.package_name()
-    root_path = (pkg + "/" + snapshots_root) if pkg else snapshots_root
-    store_shown = store_url or ((pkg + "/" + local_store) if pkg else local_store)
-    by_channel = {"stable": stable_checksums, "last_stable": last_stable_checksums}
+    plan = prebuilt_snapshot_plan(name, pkg, snapshots_root, stable_checksums, last_stable_checksums, library = library, artifact = artifact, local_store = local_store, store_url = store_url, abi_inputs = abi_inputs, snapshot_artifacts = snapshot_artifacts)
     versions = rocm_versions()
     checksums_target = _absolute_target(checksums_target)
     update_command = ("buck2 run %s.update" % checksums_target) if checksums_target else ""
@@ -286,7 +276,7 @@ def prebuilt_snapshot(
     by_version = {}
 
     for channel in PREBUILT_CHANNELS:
-        checksums = by_channel[channel]
+        checksums = plan.by_channel[channel]
         by_version[channel] = {}
         for version in versions:
             target = snapshot_target_name(name, channel, version)
@@ -294,27 +284,27 @@ def prebuilt_snapshot(
             if version not in checksums:
                 _missing_snapshot(
                     name = target,
-                    library = library,
+                    library = plan.library,
                     channel = channel,
                     version = version,
                     available = _available(checksums),
-                    snapshots_root = root_path,
-                    store = store_shown,
-                    artifact = artifact,
+                    snapshots_root = plan.root_path,
+                    store = plan.store,
+                    artifact = plan.artifact,
                     update_command = update_command,
-                    checksums_prefix = checksums_prefix or ("" if library == "rcclx" else library.upper()),
+                    checksums_prefix = checksums_prefix or ("" if plan.library == "rcclx" else plan.library.upper()),
                     target_compatible_with = _compatible(channel, version),
                     **kwargs
                 )
                 continue
             sha = checksum_sha256(checksums[version])
-            snap_dir = snapshots_root + "/" + channel_dir(channel) + "/" + version
+            snap_dir = snapshot_dir(snapshots_root, channel, version)
             if local_store != None:
                 blob = local_store + "/" + store_blob_path(sha)
                 if not native.glob([blob]):
                     _broken_snapshot(
                         name = target,
-                        message = _missing_blob_message(library, channel, version, sha, ((pkg + "/") if pkg else "") + blob, update_command),
+                        message = _missing_blob_message(plan.library, channel, version, sha, package_path(pkg, blob), update_command),
                         target_compatible_with = _compatible(channel, version),
                         **kwargs
                     )
@@ -325,24 +315,13 @@ def prebuilt_snapshot(
                     name = target + "_download",
                     urls = [store_url.rstrip("/") + "/" + store_blob_path(sha)],
                     sha256 = sha,
-                    out = artifact,
+                    out = plan.artifact,
                 )
             files = native.glob([snap_dir + "/**"])
-            snapshot_blob(name = target + "_blob", blob = blob, sha256 = sha, channel = channel, version = version, out = artifact, metadata_files = files, snapshots_root_path = snapshots_root, **kwargs)
+            snapshot_blob(name = target + "_blob", blob = blob, sha256 = sha, channel = channel, version = version, out = plan.artifact, metadata_files = files, snapshots_root_path = snapshots_root, **kwargs)
             archive = ":" + target + "_blob"
             if abi_inputs != None:
-                abi_guard(
-                    name = target + "_abi",
-                    archive = archive,
-                    inputs = abi_inputs,
-                    expect = abi_guard_expect(snapshot_artifacts, channel, version),
-                    library = library,
-                    channel = channel,
-                    version = version,
-                    recut = abi_guard_recut(root_path, version, artifact),
-                    dev = "-m //%s:%s" % (pkg, library_channel_value(name, "dev")),
-                    **kwargs
-                )
+                abi_guard(**dict(abi_guard_args(plan, target, archive, channel, version, "-m //%s:%s" % (pkg, library_channel_value(name, "dev"))), **kwargs))
                 archive = ":" + target + "_abi"
             headers = native.glob([snap_dir + "/" + p for p in header_patterns])
             native.prebuilt_cxx_library(

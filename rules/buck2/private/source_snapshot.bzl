@@ -6,8 +6,9 @@ channel directory is a cell of its own (`[cells] rcl_snapshot_stable =
 `//<subtree>/...` labels and `load()`s inside the snapshot resolve to the
 snapshot itself: its BUCK files are never rewritten (reference §5.5)."""
 
-load("//rules/common:snapshot.bzl", "SNAPSHOT_CHANNELS")
+load("//rules/common:snapshot.bzl", "SNAPSHOT_CHANNELS", "package_path")
 load(":config.bzl", "channel_constraint", "library_channel_constraints", "library_channel_value")
+load(":project_test.bzl", "project_root_test_providers")
 load(":providers.bzl", "RocpackToolchainInfo")
 load(":toolchain.bzl", "toolchain_attr")
 
@@ -19,18 +20,7 @@ def _check_test_impl(ctx: AnalysisContext) -> list[Provider]:
     # its own), so the test is local only, as Bazel's is tagged `local`: on a
     # remote worker the trees do not exist (docs/remote-execution.md).
     cmd = cmd_args(toolchain.snapctl, "check", "--snapshots-root", ctx.attrs.snapshots_root_path)
-    return [
-        DefaultInfo(),
-        RunInfo(args = cmd),
-        ExternalRunnerTestInfo(
-            type = "custom",
-            command = [cmd],
-            labels = ctx.attrs.labels,
-            run_from_project_root = True,
-            use_project_relative_paths = True,
-            default_executor = CommandExecutorConfig(local_enabled = True, remote_enabled = False),
-        ),
-    ]
+    return project_root_test_providers(cmd, ctx.attrs.labels, local_only = True)
 
 source_snapshot_check_test = rule(
     impl = _check_test_impl,
@@ -71,8 +61,7 @@ def source_snapshot(name: str, dev: str, target: str, repositories: dict[str, st
     branches = _flavours(_own)
     branches["DEFAULT"] = select(_flavours(channel_constraint))
     native.alias(name = name, actual = select(branches), visibility = visibility, **kwargs)
-    pkg = native.package_name()
     source_snapshot_check_test(
         name = name + "_check_test",
-        snapshots_root_path = (pkg + "/" + snapshots_root) if pkg else snapshots_root,
+        snapshots_root_path = package_path(native.package_name(), snapshots_root),
     )

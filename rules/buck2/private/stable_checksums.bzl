@@ -4,6 +4,8 @@ Plus `<name>.update` (`buck2 run`: regenerates the checked-in file in place)
 and `<name>_test` (`buck2 test`: fails when the checked-in copy is stale).
 """
 
+load("//rules/common:snapshot.bzl", "under_snapshots_root")
+load(":project_test.bzl", "project_root_test_providers")
 load(":providers.bzl", "RocpackToolchainInfo")
 load(":toolchain.bzl", "toolchain_attr")
 
@@ -31,12 +33,7 @@ def stage_snapshots_root(actions: AnalysisActions, name: str, srcs: list[Artifac
     Returns:
       The staged directory.
     """
-    files = {}
-    for f in srcs:
-        if not f.short_path.startswith(root + "/"):
-            fail("stable_checksums: %s is not under the snapshots root %s" % (f.short_path, root))
-        files[f.short_path[len(root) + 1:]] = f
-    return actions.copied_dir(name, files)
+    return actions.copied_dir(name, under_snapshots_root([(f.short_path, f) for f in srcs], root, "stable_checksums: "))
 
 def stable_checksums_action(actions: AnalysisActions, snapctl: RunInfo, root: Artifact, prefix: str, out: str) -> Artifact:
     """Registers `snapctl gen-checksums` on a staged snapshots root.
@@ -117,17 +114,7 @@ exit 1
 def _test_impl(ctx: AnalysisContext) -> list[Provider]:
     generated = ctx.attrs.generated[_StableChecksumsInfo].generated
     cmd = cmd_args("/bin/sh", "-c", _TEST, "stable_checksums_test", ctx.attrs.checked_in, generated, ctx.attrs.update_target)
-    return [
-        DefaultInfo(),
-        RunInfo(args = cmd),
-        ExternalRunnerTestInfo(
-            type = "custom",
-            command = [cmd],
-            labels = ctx.attrs.labels,
-            run_from_project_root = True,
-            use_project_relative_paths = True,
-        ),
-    ]
+    return project_root_test_providers(cmd, ctx.attrs.labels)
 
 _stable_checksums_test = rule(
     impl = _test_impl,
