@@ -19,7 +19,22 @@ if [ ! -x "$VENV/bin/moto_server" ]; then
     "$VENV/bin/pip" install -q --disable-pip-version-check 'moto[server]>=5,<6'
 fi
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+# A port for moto's server, below the kernel's ephemeral range: a port
+# bound and released there could be handed to an outgoing connection
+# before moto binds it.
+free_port() {
+    python3 -c 'import random, socket
+lo = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
+for _ in range(200):
+    p = random.randrange(10000, max(lo, 12000))
+    s = socket.socket()
+    try:
+        s.bind(("127.0.0.1", p))
+    except OSError:
+        continue
+    print(p)
+    break'
+}
 
 PIDS=()
 WORK="$(mktemp -d)"
@@ -72,10 +87,9 @@ mkdir -p "$WORK/h/root"
 head -c 300000 /dev/urandom >"$WORK/h/lib.a"
 printf '/* rccl.h */\n' >"$WORK/h/rccl.h"
 "$SNAPCTL" create --snapshots-root "$WORK/h/root" --version 6.4 --artifact "$WORK/h/lib.a" --header "$WORK/h/rccl.h" >/dev/null
-HTTP_PORT="$(free_port)"
-log "python3 -m http.server on 127.0.0.1:$HTTP_PORT serving the store"
-python3 -m http.server --bind 127.0.0.1 --directory "$WORK/h/root/store" "$HTTP_PORT" >"$WORK/http.log" 2>&1 &
-PIDS+=($!)
+http_serve "$WORK/h/root/store" "$WORK/http.log" || die "the store's HTTP server did not start"
+PIDS+=("$HTTP_PID")
+log "HTTP server on 127.0.0.1:$HTTP_PORT serving the store"
 wait_http "http://127.0.0.1:$HTTP_PORT/"
 URL="http://127.0.0.1:$HTTP_PORT/"
 "$SNAPCTL" verify --snapshots-root "$WORK/h/root" --store "$URL"

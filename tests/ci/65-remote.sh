@@ -343,10 +343,7 @@ elif [ ! -x "$BUCK2_BIN" ]; then
     log "SKIPPED Buck2 part: no ../shared/tools/buck2"
 else
 step "Buck2: cold remote build of //examples/... (helpers by http_file, sha256-pinned, from a loopback server)"
-HTTP_PORT="$(_nl_pick_port)"
-python3 -m http.server --bind 127.0.0.1 --directory "$REL/stage" "$HTTP_PORT" >"$T/http.log" 2>&1 &
-HTTP_PID=$!
-_nl_wait_port "$HTTP_PORT" "$HTTP_PID" "$T/http.log" || die "the loopback HTTP server did not start"
+http_serve "$REL/stage" "$T/http.log" || die "the loopback HTTP server did not start"
 b2_config() { # WS
     cp "$1/tests/remote/buck2-probes.BUCK" "$1/tests/remote/BUCK"
     # Appended to the copy's .buckconfig: the RE client is set up when the

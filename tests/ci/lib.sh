@@ -16,6 +16,32 @@ export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
 log() { printf '\n==> %s\n' "$*" >&2; }
 die() { printf 'FAILED: %s\n' "$*" >&2; exit 1; }
 
+# http_serve DIR LOG: serves DIR over HTTP on 127.0.0.1, on a port the
+# kernel picks when the server binds (a port probed free and bound later
+# can be taken in between, e.g. as another connection's ephemeral port:
+# "Address already in use"); sets HTTP_PORT and HTTP_PID. Returns 1, with
+# the server's last log lines on stderr, if it does not come up in 10 s.
+http_serve() {
+    local pf _
+    pf="$(mktemp)"
+    rm -f "$pf"
+    python3 -c 'import functools, http.server, os, sys
+h = functools.partial(http.server.SimpleHTTPRequestHandler, directory=sys.argv[1])
+s = http.server.ThreadingHTTPServer(("127.0.0.1", 0), h)
+open(sys.argv[2] + ".tmp", "w").write(str(s.server_address[1]))
+os.rename(sys.argv[2] + ".tmp", sys.argv[2])
+s.serve_forever()' "$1" "$pf" >"$2" 2>&1 &
+    HTTP_PID=$!
+    for _ in $(seq 200); do
+        [ -s "$pf" ] && break
+        kill -0 "$HTTP_PID" 2>/dev/null || break
+        sleep 0.05
+    done
+    HTTP_PORT="$(cat "$pf" 2>/dev/null || true)"
+    rm -f "$pf"
+    [ -n "$HTTP_PORT" ] || { tail -5 "$2" >&2; return 1; }
+}
+
 # need_pkgs PKG... : install Debian packages that are missing (root only).
 need_pkgs() {
     local missing=()

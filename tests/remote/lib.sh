@@ -31,10 +31,15 @@ NL_CACHE="${ROCPACK_NATIVELINK_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/rocpack-na
 NL_SERVER_PID="" NL_WORKER_PID=""
 
 _nl_port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+# A port pair below the kernel's ephemeral range (NativeLink's ports are
+# fixed in its config, so the kernel cannot pick them): a port there is
+# never handed to an outgoing connection between the probe and the bind.
 _nl_pick_port() {
-    local p
+    local p lo=32768
+    read -r lo _ </proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || lo=32768
+    [ "$lo" -gt 12000 ] || lo=32768
     for _ in $(seq 100); do
-        p=$(( 20000 + RANDOM % 30000 ))
+        p=$(( 10000 + RANDOM % (lo - 10002) ))
         _nl_port_free "$p" && _nl_port_free $((p + 1)) && { echo "$p"; return 0; }
     done
     return 1
