@@ -31,6 +31,7 @@ mod source;
 mod spelling;
 mod stream;
 mod target;
+mod unnamed;
 mod write;
 
 pub use bundle::{
@@ -52,6 +53,7 @@ pub use target::{
     runtime_compatible_targets, strip_target_prefix, targets_overlap, Feature, TargetId,
     AMDHSA_PREFIX, MAX_FEATURES, RUNTIME_MAX_FEATURES,
 };
+pub use unnamed::link_unnamed;
 pub use write::{
     ccob_header_len, write_ccob, write_ccob_level, write_ccob_long, write_ccob_params,
     write_uncompressed, write_uncompressed_aligned, CcobEncoder, CcobParams, DEFAULT_ALIGN,

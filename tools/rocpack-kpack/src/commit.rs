@@ -266,32 +266,9 @@ impl io::Seek for PendingFile {
 
 /// Gives the unnamed `file` the name `dest`: linked there directly when
 /// `dest` does not exist, else linked under a fresh temporary name in `dir`
-/// and renamed over `dest` (`linkat` never replaces). `std::fs::hard_link`
-/// does not follow the `/proc/self/fd` link, hence `libc::linkat`.
-#[allow(unsafe_code)]
+/// and renamed over `dest` (`linkat` never replaces).
 fn link_into_place(file: &File, dir: &Path, dest: &Path) -> io::Result<()> {
-    use std::ffi::CString;
-    use std::os::fd::AsRawFd;
-    use std::os::unix::ffi::OsStrExt;
-    let from = CString::new(format!("/proc/self/fd/{}", file.as_raw_fd()))?;
-    let link = |to: &Path| -> io::Result<()> {
-        let to = CString::new(to.as_os_str().as_bytes())?;
-        // SAFETY: both paths are NUL-terminated strings that outlive the call.
-        let r = unsafe {
-            libc::linkat(
-                libc::AT_FDCWD,
-                from.as_ptr(),
-                libc::AT_FDCWD,
-                to.as_ptr(),
-                libc::AT_SYMLINK_FOLLOW,
-            )
-        };
-        if r == 0 {
-            Ok(())
-        } else {
-            Err(io::Error::last_os_error())
-        }
-    };
+    let link = |to: &Path| rocpack_bundle::link_unnamed(file, to);
     match link(dest) {
         Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
         done => return done,

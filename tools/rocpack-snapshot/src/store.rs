@@ -216,34 +216,6 @@ fn unnamed_in(dir: &Path) -> Option<fs::File> {
         .ok()
 }
 
-/// Gives the unnamed file `f` the name `dst`; fails with `AlreadyExists`
-/// when `dst` exists (never replaces it).
-fn link_unnamed(f: &fs::File, dst: &Path) -> std::io::Result<()> {
-    use std::ffi::CString;
-    use std::os::unix::ffi::OsStrExt;
-    use std::os::unix::io::AsRawFd;
-    let from =
-        CString::new(format!("/proc/self/fd/{}", f.as_raw_fd())).map_err(std::io::Error::other)?;
-    let to = CString::new(dst.as_os_str().as_bytes()).map_err(std::io::Error::other)?;
-    // SAFETY: both arguments are valid NUL-terminated strings that outlive the call;
-    // linkat only reads them.
-    #[allow(unsafe_code)]
-    let r = unsafe {
-        libc::linkat(
-            libc::AT_FDCWD,
-            from.as_ptr(),
-            libc::AT_FDCWD,
-            to.as_ptr(),
-            libc::AT_SYMLINK_FOLLOW,
-        )
-    };
-    if r == 0 {
-        Ok(())
-    } else {
-        Err(std::io::Error::last_os_error())
-    }
-}
-
 /// Removes named temp files (`.tmp-<pid>-<n>`) of uploads killed before they
 /// could clean up: their pid is gone and they have not been written to for
 /// ten minutes (a store shared over NFS may hold another host's running
@@ -350,7 +322,7 @@ impl LocalStore {
         let blob = cas.join(&digest.sha256);
         step("upload: link blob into place (put-if-absent)");
         let linked = match &tmp {
-            Temp::Unnamed(f) => link_unnamed(f, &blob),
+            Temp::Unnamed(f) => rocpack_bundle::link_unnamed(f, &blob),
             Temp::Named(p, _) => fs::hard_link(p, &blob),
         };
         let already_present = match linked {
@@ -397,7 +369,7 @@ impl LocalStore {
             TEMP_COUNTER.fetch_add(1, Ordering::SeqCst)
         ));
         match tmp {
-            Temp::Unnamed(f) => link_unnamed(f, &side).map_err(io_at(&side))?,
+            Temp::Unnamed(f) => rocpack_bundle::link_unnamed(f, &side).map_err(io_at(&side))?,
             Temp::Named(p, _) => fs::hard_link(p, &side).map_err(io_at(&side))?,
         }
         let guard = RemoveOnDrop(Some(side.clone()));
