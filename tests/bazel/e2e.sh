@@ -158,7 +158,9 @@ if command -v nginx >/dev/null; then
     # As root, nginx workers run as an unprivileged user: let them in.
     chmod 755 "$T" "$T/nginx"
     chmod 777 "$T/nginx/store" "$T/nginx/tmp"
-    port=$(( 20000 + RANDOM % 20000 ))
+    # Below the kernel's ephemeral range (32768 and up by default): a port
+    # there is never handed to an outgoing connection before nginx binds it.
+    port=$(( 10000 + RANDOM % 20000 ))
     cat > "$T/nginx/nginx.conf" <<EOF
 worker_processes 1;
 daemon off;
