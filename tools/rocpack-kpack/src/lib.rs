@@ -42,7 +42,7 @@ pub use loader::{
     candidate_paths, compatible_targets, expand_search_path, fall_through, match_order,
     strip_target_prefix, weakly_canonical, Candidate, LoadError, Loader, LoaderEnv, Lookup,
     Resolved, AMDHSA_PREFIX, ENV_KPACK_PATH, ENV_KPACK_PATH_PREFIX, ENV_PATH_SEPARATOR,
-    MAX_CANDIDATES, MAX_SEARCH_PATHS,
+    MAX_SEARCH_PATHS,
 };
 pub use marker::{Marker, MARKER_MAX_LEN, MARKER_SECTION, MARKER_SECTION_PE};
 pub use reader::KpackReader;

@@ -26,11 +26,16 @@
 //!    `ARCH_NOT_FOUND`.
 //!
 //! Limits: at most [`MAX_SEARCH_PATHS`] marker paths (more → invalid
-//! metadata); candidates are deduplicated (first occurrence kept, so the
-//! order and the result are unchanged) and at most [`MAX_CANDIDATES`] are
-//! considered per lookup (ROCm has no limit: an ISA with 16 features and
-//! 32 `@GFXARCH@` paths makes it try 2,097,152 paths). Every valid archive
-//! among them is searched (ROCm's current loader; no per-lookup archive cap).
+//! metadata). Candidates are never listed: they are generated one at a
+//! time in the runtime's order (most specific target first) and each is
+//! looked at once, so memory does not grow with their number (an ISA with
+//! 16 features and 32 `@GFXARCH@` paths makes 2,097,152 of them; ROCm
+//! builds that list, 251 MB). Every valid archive among them is searched
+//! (ROCm's current loader; no per-lookup archive cap). The walk stops early
+//! only where that cannot change the answer: at the first archive that
+//! lists the first arch's most specific target and holds the key (the
+//! first pair step 4 tries; no later candidate can come before it). If
+//! that archive's kernel then fails to read, the lookup walks the rest.
 //!
 //! Cache identity (one rule for both schemes): an archive is cached under
 //! the candidate path it was opened from (marker paths weakly canonical,
@@ -48,7 +53,9 @@
 //! reader, so an archive the C++ reader would half-accept (unknown scheme,
 //! missing `original_size`) is reported among the rejected candidates.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
+use std::ffi::OsString;
+use std::ops::ControlFlow;
 use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
 
@@ -64,8 +71,9 @@ pub const ENV_KPACK_PATH_PREFIX: &str = "ROCM_KPACK_PATH_PREFIX";
 pub use rocpack_bundle::AMDHSA_PREFIX;
 /// Most marker search paths a lookup accepts.
 pub const MAX_SEARCH_PATHS: usize = 32;
-/// Most candidate archive paths one lookup considers (after deduplication).
-pub const MAX_CANDIDATES: usize = 1024;
+/// Most rejected candidates (exist, do not open) an `ArchiveNotFound`
+/// error names; the rest are counted.
+const MAX_REJECTED_LISTED: usize = 16;
 /// Separator of the environment path lists on this platform.
 pub const ENV_PATH_SEPARATOR: char = if cfg!(windows) { ';' } else { ':' };
 
@@ -204,8 +212,111 @@ pub fn match_order(arch_list: &[&str], archives: &[&KpackReader]) -> Vec<(usize,
     out
 }
 
-/// Candidate archive paths, in the runtime's order (step 2 above),
-/// deduplicated (first occurrence kept) and capped at [`MAX_CANDIDATES`].
+/// [`compatible_targets`] of `isa`, one at a time, in the same order,
+/// without building the list (16 features make 65,536 targets).
+fn for_each_target(isa: &str, f: &mut dyn FnMut(&str) -> ControlFlow<()>) -> ControlFlow<()> {
+    let t = strip_target_prefix(isa);
+    let mut parts = t.split(':');
+    let processor = parts.next().unwrap_or("");
+    let features: Vec<&str> = parts
+        .filter(|f| !f.is_empty())
+        .take(rocpack_bundle::RUNTIME_MAX_FEATURES)
+        .collect();
+    let n = features.len();
+    let mut s = String::new();
+    for mask in (0..(1u32 << n)).rev() {
+        s.clear();
+        s.push_str(processor);
+        for (i, feat) in features.iter().enumerate() {
+            if mask & (1 << (n - 1 - i)) != 0 {
+                s.push(':');
+                s.push_str(feat);
+            }
+        }
+        f(&s)?;
+    }
+    ControlFlow::Continue(())
+}
+
+/// `path` split around its first `@GFXARCH@` (ROCm looks for it in the
+/// resolved path, after joining and normalising).
+fn split_placeholder(path: &Path) -> Option<(OsString, OsString)> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::ffi::{OsStrExt, OsStringExt};
+        let b = path.as_os_str().as_bytes();
+        let ph = GFXARCH_PLACEHOLDER.as_bytes();
+        let at = b.windows(ph.len()).position(|w| w == ph)?;
+        Some((
+            OsString::from_vec(b[..at].to_vec()),
+            OsString::from_vec(b[at + ph.len()..].to_vec()),
+        ))
+    }
+    #[cfg(not(unix))]
+    {
+        let s = path.to_str()?;
+        let (head, tail) = s.split_once(GFXARCH_PLACEHOLDER)?;
+        Some((head.into(), tail.into()))
+    }
+}
+
+/// Step 2: hand every candidate archive path to `visit`, one at a time, in
+/// the runtime's order (ROCm's `kpack_load_code_object`): the
+/// `ROCM_KPACK_PATH` entries when set; else the `ROCM_KPACK_PATH_PREFIX`
+/// entries, then each marker path joined to `binary_dir` and resolved by
+/// `canon`, its first `@GFXARCH@` replaced by each compatible target of
+/// each requested arch (most specific first). Nothing is collected, so
+/// memory does not depend on the number of candidates. An arch repeated
+/// in `arch_list` is expanded once (the same paths again cannot change a
+/// result). Stops when `visit` breaks.
+fn walk_candidates(
+    marker: &Marker,
+    binary_dir: &Path,
+    arch_list: &[&str],
+    env: &LoaderEnv,
+    canon: &mut dyn FnMut(&Path) -> PathBuf,
+    visit: &mut dyn FnMut(&Path) -> ControlFlow<()>,
+) -> ControlFlow<()> {
+    if let Some(list) = &env.kpack_path {
+        for p in list {
+            visit(p)?;
+        }
+        return ControlFlow::Continue(());
+    }
+    for p in &env.kpack_path_prefix {
+        visit(p)?;
+    }
+    let mut buf = OsString::new();
+    for rel in &marker.kpack_search_paths {
+        let p = Path::new(rel);
+        let resolved = if p.is_absolute() {
+            canon(p)
+        } else {
+            canon(&binary_dir.join(p))
+        };
+        let Some((head, tail)) = split_placeholder(&resolved) else {
+            visit(&resolved)?;
+            continue;
+        };
+        for (ai, arch) in arch_list.iter().enumerate() {
+            if arch_list[..ai].contains(arch) {
+                continue;
+            }
+            for_each_target(arch, &mut |t| {
+                buf.clear();
+                buf.push(&head);
+                buf.push(t);
+                buf.push(&tail);
+                visit(Path::new(&buf))
+            })?;
+        }
+    }
+    ControlFlow::Continue(())
+}
+
+/// Candidate archive paths, in the runtime's order (step 2 above), with
+/// repeats removed (first occurrence kept). This builds the whole list: for
+/// diagnostics and tests; a lookup walks the candidates without it.
 /// `arch_list` holds agent ISA names (with or without the
 /// `amdgcn-amd-amdhsa--` prefix), highest priority first.
 pub fn candidate_paths(
@@ -214,81 +325,21 @@ pub fn candidate_paths(
     arch_list: &[&str],
     env: &LoaderEnv,
 ) -> Vec<PathBuf> {
-    candidate_paths_with(marker, binary_dir, arch_list, env, &mut |p| {
-        weakly_canonical(p)
-    })
-}
-
-/// [`candidate_paths`] with `canon` resolving a joined marker path (the
-/// [`Loader`] remembers these resolutions).
-fn candidate_paths_with(
-    marker: &Marker,
-    binary_dir: &Path,
-    arch_list: &[&str],
-    env: &LoaderEnv,
-    canon: &mut dyn FnMut(&Path) -> PathBuf,
-) -> Vec<PathBuf> {
     let mut out = Vec::new();
-    let mut seen = std::collections::HashSet::new();
-    let mut push = |p: PathBuf, out: &mut Vec<PathBuf>| {
-        if out.len() < MAX_CANDIDATES && seen.insert(p.clone()) {
-            out.push(p);
-        }
-        out.len() < MAX_CANDIDATES
-    };
-    if let Some(list) = &env.kpack_path {
-        for p in list {
-            if !push(p.clone(), &mut out) {
-                break;
+    let mut seen = HashSet::new();
+    let _ = walk_candidates(
+        marker,
+        binary_dir,
+        arch_list,
+        env,
+        &mut weakly_canonical,
+        &mut |p| {
+            if seen.insert(p.to_path_buf()) {
+                out.push(p.to_path_buf());
             }
-        }
-        return out;
-    }
-    for p in &env.kpack_path_prefix {
-        if !push(p.clone(), &mut out) {
-            return out;
-        }
-    }
-    // The compatible targets of every requested arch, in order, each once:
-    // within one search path a target names one candidate, so this is the
-    // runtime's expansion order with repeats dropped, computed once.
-    let mut targets: Vec<String> = Vec::new();
-    if marker
-        .kpack_search_paths
-        .iter()
-        .any(|p| p.contains(GFXARCH_PLACEHOLDER))
-    {
-        let mut tseen = std::collections::HashSet::new();
-        'arches: for a in arch_list {
-            for t in compatible_targets(a) {
-                if targets.len() == MAX_CANDIDATES {
-                    break 'arches;
-                }
-                if tseen.insert(t.clone()) {
-                    targets.push(t);
-                }
-            }
-        }
-    }
-    let mut resolve = |e: &str| {
-        let p = Path::new(e);
-        if p.is_absolute() {
-            canon(p)
-        } else {
-            canon(&binary_dir.join(p))
-        }
-    };
-    for rel in &marker.kpack_search_paths {
-        if rel.contains(GFXARCH_PLACEHOLDER) {
-            for t in &targets {
-                if !push(resolve(&rel.replacen(GFXARCH_PLACEHOLDER, t, 1)), &mut out) {
-                    return out;
-                }
-            }
-        } else if !push(resolve(rel), &mut out) {
-            return out;
-        }
-    }
+            ControlFlow::Continue(())
+        },
+    );
     out
 }
 
@@ -327,6 +378,11 @@ pub struct Lookup {
     pub candidates: Vec<Candidate>,
     /// The valid archives, in candidate order.
     pub archives: Vec<PathBuf>,
+    /// False when the candidate walk stopped early, at the first archive
+    /// that lists the first arch's most specific target and holds the key
+    /// (the first candidate then holds it). Should every candidate fail,
+    /// ask [`Loader::lookup_all`] for the rest before reporting an error.
+    pub complete: bool,
 }
 
 /// Step 5 of the runtime's lookup, the one fall-through loop of the
@@ -363,11 +419,15 @@ pub enum LoadError {
     #[error("invalid marker: {0}")]
     InvalidMetadata(crate::Error),
     /// No candidate archive exists/opens (`KPACK_ERROR_ARCHIVE_NOT_FOUND` = 13).
-    #[error("no archive found among {} candidates{}", candidates.len(), fmt_rejected(rejected))]
+    #[error(
+        "no archive found among {candidates} candidates{}",
+        fmt_rejected(rejected)
+    )]
     ArchiveNotFound {
-        /// Every candidate path tried, in order.
-        candidates: Vec<PathBuf>,
-        /// Candidates that exist but did not open, with the reason.
+        /// How many candidate paths were tried.
+        candidates: usize,
+        /// Candidates that exist but did not open, with the reason (the
+        /// first 16).
         rejected: Vec<(PathBuf, String)>,
     },
     /// No valid archive lists a compatible target (`KPACK_ERROR_ARCH_NOT_FOUND` = 14).
@@ -425,10 +485,9 @@ impl LoadError {
 pub struct Loader {
     env: LoaderEnv,
     /// Open archives by the candidate path they were opened from (a hit
-    /// costs no system call).
-    by_path: HashMap<PathBuf, Arc<KpackReader>>,
-    /// The same archives by file, so two paths to one file share a reader.
-    by_file: HashMap<FileKey, Arc<KpackReader>>,
+    /// costs no system call) and by file, so two paths to one file share
+    /// a reader.
+    opened: Opened,
     /// Marker paths (joined to the binary's directory) already made weakly
     /// canonical: resolved once per cache, so a steady-state lookup makes
     /// no `readlink`. Cleared when it holds [`MAX_RESOLVED`] paths.
@@ -437,6 +496,41 @@ pub struct Loader {
 
 /// Most remembered path resolutions per [`Loader`].
 const MAX_RESOLVED: usize = 1 << 16;
+
+/// The open archives of a [`Loader`], by candidate path and by file.
+#[derive(Default)]
+struct Opened {
+    by_path: HashMap<PathBuf, Arc<KpackReader>>,
+    by_file: HashMap<FileKey, Arc<KpackReader>>,
+}
+
+impl Opened {
+    /// The archive at `p`: cached (no system call), or opened now when `p`
+    /// is a regular file (`Ok(None)` when it is not there; a failure is
+    /// not remembered, so the next lookup looks again, as in ROCm).
+    fn open(&mut self, p: &Path) -> Result<Option<Arc<KpackReader>>, String> {
+        if let Some(r) = self.by_path.get(p) {
+            return Ok(Some(Arc::clone(r)));
+        }
+        let Ok(meta) = std::fs::metadata(p) else {
+            return Ok(None);
+        };
+        if !meta.is_file() {
+            return Ok(None);
+        }
+        let key = file_key(p, &meta);
+        let r = match self.by_file.get(&key) {
+            Some(r) => Arc::clone(r),
+            None => {
+                let r = Arc::new(KpackReader::open_file(p).map_err(|e| e.to_string())?);
+                self.by_file.insert(key, Arc::clone(&r));
+                r
+            }
+        };
+        self.by_path.insert(p.to_path_buf(), Arc::clone(&r));
+        Ok(Some(r))
+    }
+}
 
 /// Which file an archive is: on Unix its device and inode (one `stat`, the
 /// same file through any path, symlink or `..`, with none of the `readlink`
@@ -465,8 +559,7 @@ impl Loader {
     pub fn new(env: LoaderEnv) -> Self {
         Loader {
             env,
-            by_path: HashMap::new(),
-            by_file: HashMap::new(),
+            opened: Opened::default(),
             resolved: HashMap::new(),
         }
     }
@@ -474,29 +567,6 @@ impl Loader {
     /// The environment in use.
     pub fn env(&self) -> &LoaderEnv {
         &self.env
-    }
-
-    fn open(&mut self, p: &Path) -> Result<Option<Arc<KpackReader>>, String> {
-        if let Some(r) = self.by_path.get(p) {
-            return Ok(Some(Arc::clone(r)));
-        }
-        let Ok(meta) = std::fs::metadata(p) else {
-            return Ok(None);
-        };
-        if !meta.is_file() {
-            return Ok(None);
-        }
-        let key = file_key(p, &meta);
-        let r = match self.by_file.get(&key) {
-            Some(r) => Arc::clone(r),
-            None => {
-                let r = Arc::new(KpackReader::open_file(p).map_err(|e| e.to_string())?);
-                self.by_file.insert(key, Arc::clone(&r));
-                r
-            }
-        };
-        self.by_path.insert(p.to_path_buf(), Arc::clone(&r));
-        Ok(Some(r))
     }
 
     /// Which archive, target and key the runtime would use for wrapper
@@ -542,7 +612,8 @@ impl Loader {
     }
 
     /// Steps 1–5: [`Loader::lookup`], then [`fall_through`] the candidates
-    /// with `fetch` (called only on archives holding the key).
+    /// with `fetch` (called only on archives holding the key); when they all
+    /// fail after a walk that stopped early, again over every candidate.
     fn resolve_inner<T>(
         &mut self,
         marker: &Marker,
@@ -551,20 +622,13 @@ impl Loader {
         arch_list: &[&str],
         fetch: impl Fn(&KpackReader, &str, &str) -> Result<T, LoadError>,
     ) -> Result<(Resolved, T), LoadError> {
-        let lookup = self.lookup(marker, binary_dir, co_index, arch_list)?;
+        let mut lookup = self.lookup(marker, binary_dir, co_index, arch_list)?;
+        if !lookup.complete && Self::try_all(&lookup, &fetch).is_err() {
+            lookup = self.lookup_all(marker, binary_dir, co_index, arch_list)?;
+        }
         let key = lookup.key.clone();
-        let (c, v) = fall_through(&lookup.candidates, |c| {
-            if c.reader.entry(&key, &c.target).is_none() {
-                return Err(LoadError::KernelNotFound {
-                    archive: c.archive.clone(),
-                    key: key.clone(),
-                    target: c.target.clone(),
-                });
-            }
-            fetch(&c.reader, &key, &c.target)
-        })
-        .map_err(|e| match e {
-            Some((_, e)) => e,
+        let (c, v) = Self::try_all(&lookup, &fetch).map_err(|e| match e {
+            Some(e) => e,
             None => LoadError::ArchNotFound {
                 requested: arch_list.iter().map(|s| (*s).to_owned()).collect(),
                 archives: lookup.archives.clone(),
@@ -581,11 +645,34 @@ impl Loader {
         ))
     }
 
+    /// [`fall_through`] `lookup`'s candidates with `fetch` (a missing key is
+    /// `KernelNotFound`); `Err(None)` when there is no candidate.
+    fn try_all<'a, T>(
+        lookup: &'a Lookup,
+        fetch: &impl Fn(&KpackReader, &str, &str) -> Result<T, LoadError>,
+    ) -> Result<(&'a Candidate, T), Option<LoadError>> {
+        let key = &lookup.key;
+        fall_through(&lookup.candidates, |c| {
+            if c.reader.entry(key, &c.target).is_none() {
+                return Err(LoadError::KernelNotFound {
+                    archive: c.archive.clone(),
+                    key: key.clone(),
+                    target: c.target.clone(),
+                });
+            }
+            fetch(&c.reader, key, &c.target)
+        })
+        .map_err(|e| e.map(|(_, e)| e))
+    }
+
     /// Steps 1–4 without fetching: the lookup key and every (archive,
     /// target) pair the runtime tries for it, in its order (each requested
     /// arch, each compatible target, each valid archive listing the target).
     /// The caller tries them in turn and moves on after any per-archive
     /// failure; `candidates` is never empty (`ARCH_NOT_FOUND` otherwise).
+    /// The candidate walk stops at the first archive that lists the first
+    /// arch's most specific target and holds the key (`complete` false):
+    /// should every pair fail then, [`Loader::lookup_all`] gives the rest.
     /// [`Loader::resolve`] is this plus "the first archive holding the key".
     pub fn lookup(
         &mut self,
@@ -593,6 +680,28 @@ impl Loader {
         binary_dir: &Path,
         co_index: u64,
         arch_list: &[&str],
+    ) -> Result<Lookup, LoadError> {
+        self.lookup_walk(marker, binary_dir, co_index, arch_list, true)
+    }
+
+    /// [`Loader::lookup`] over every candidate (never stops early).
+    pub fn lookup_all(
+        &mut self,
+        marker: &Marker,
+        binary_dir: &Path,
+        co_index: u64,
+        arch_list: &[&str],
+    ) -> Result<Lookup, LoadError> {
+        self.lookup_walk(marker, binary_dir, co_index, arch_list, false)
+    }
+
+    fn lookup_walk(
+        &mut self,
+        marker: &Marker,
+        binary_dir: &Path,
+        co_index: u64,
+        arch_list: &[&str],
+        stop_early: bool,
     ) -> Result<Lookup, LoadError> {
         // An empty arch list is not an error here (ROCm skips NULL arch
         // entries, so a list of only NULLs searches the paths without
@@ -610,8 +719,20 @@ impl Loader {
             )));
         }
         let key = marker.lookup_key(co_index);
-        let resolved = &mut self.resolved;
-        let candidates = candidate_paths_with(marker, binary_dir, arch_list, &self.env, &mut |p| {
+        // The pair step 4 tries first: the first arch's most specific target.
+        let mut first = None;
+        if let (true, Some(a)) = (stop_early, arch_list.first()) {
+            let _ = for_each_target(a, &mut |t| {
+                first = Some(t.to_owned());
+                ControlFlow::Break(())
+            });
+        }
+        let Loader {
+            env,
+            opened,
+            resolved,
+        } = self;
+        let mut canon = |p: &Path| {
             if let Some(c) = resolved.get(p) {
                 return c.clone();
             }
@@ -621,19 +742,35 @@ impl Loader {
             let c = weakly_canonical(p);
             resolved.insert(p.to_path_buf(), c.clone());
             c
-        });
+        };
         let mut valid: Vec<(PathBuf, Arc<KpackReader>)> = Vec::new();
+        let mut seen: HashSet<*const KpackReader> = HashSet::new();
         let mut rejected = Vec::new();
-        for c in &candidates {
-            match self.open(c) {
-                Ok(Some(r)) => valid.push((c.clone(), r)),
-                Ok(None) => {}
-                Err(e) => rejected.push((c.clone(), e)),
+        let mut tried = 0usize;
+        let flow = walk_candidates(marker, binary_dir, arch_list, env, &mut canon, &mut |c| {
+            tried += 1;
+            match opened.open(c) {
+                // The same file through another path adds nothing.
+                Ok(Some(r)) if seen.insert(Arc::as_ptr(&r)) => {
+                    let hit = first.as_deref().is_some_and(|t| {
+                        r.gfx_arches().iter().any(|a| a == t) && r.entry(&key, t).is_some()
+                    });
+                    valid.push((c.to_path_buf(), r));
+                    if hit {
+                        return ControlFlow::Break(());
+                    }
+                }
+                Ok(_) => {}
+                Err(e) if rejected.len() < MAX_REJECTED_LISTED => {
+                    rejected.push((c.to_path_buf(), e));
+                }
+                Err(_) => {}
             }
-        }
+            ControlFlow::Continue(())
+        });
         if valid.is_empty() {
             return Err(LoadError::ArchiveNotFound {
-                candidates,
+                candidates: tried,
                 rejected,
             });
         }
@@ -657,6 +794,7 @@ impl Loader {
             key,
             candidates: out,
             archives: valid.into_iter().map(|(p, _)| p).collect(),
+            complete: flow.is_continue(),
         })
     }
 }

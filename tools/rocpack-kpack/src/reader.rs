@@ -1163,12 +1163,19 @@ fn parse(src: Src<'_>) -> Result<Parsed> {
     // Entries: ordinals must be a permutation of the blob list.
     // The TOC bounds the work: more zstd frames than entries cannot be a
     // permutation (checked before allocating per-frame state).
+    // (ROCm walks the frames at open and answers INVALID_FORMAT when the
+    // count promises more than the blob holds; the same field name gives
+    // the runtime that code.)
     if let (Some(z), true) = (zstd_region, n_blobs > raw_toc.len()) {
         return Err(Error::at(
             z.offset,
             ErrorKind::Invalid {
-                field: format!("blob {}", raw_toc.len()),
-                message: "not referenced by any TOC entry".into(),
+                field: "zstd blob frame count".into(),
+                message: format!(
+                    "{n_blobs} frames, but the TOC has {} entries (blob {} is not referenced by any TOC entry)",
+                    raw_toc.len(),
+                    raw_toc.len()
+                ),
             },
         ));
     }

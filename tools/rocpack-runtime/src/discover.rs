@@ -7,11 +7,6 @@ use std::path::PathBuf;
 const MAX_LINE: usize = 8192;
 
 /// Parse one `/proc/self/maps` line: `start-end perms offset dev inode path`.
-fn parse_line(line: &str) -> Option<(usize, usize, usize, &str)> {
-    parse_line_perms(line).map(|(s, e, o, _, p)| (s, e, o, p))
-}
-
-/// [`parse_line`] with the permission string.
 fn parse_line_perms(line: &str) -> Option<(usize, usize, usize, &str, &str)> {
     let mut it = line.splitn(6, ' ');
     let range = it.next()?;
@@ -57,30 +52,61 @@ pub fn readable_len(addr: usize, want: usize) -> usize {
     end_ok.map_or(0, |e| (e - addr).min(want))
 }
 
-/// The file mapped at `addr` and the address's offset in that file.
+/// The file mapped at `addr` and the address's offset in that file, as
+/// ROCm's `kpack_discover_binary_path` reports them: the path is the rest
+/// of the `/proc/self/maps` line, byte for byte (not necessarily UTF-8),
+/// including the ` (deleted)` the kernel appends to a file deleted since it
+/// was mapped. Its directory (all a HIP runtime uses it for, to resolve
+/// the marker's relative search paths) is the same either way. Anonymous
+/// memory and pseudo mappings (`[heap]`, `[stack]`) name no file.
 pub fn mapped_file(addr: usize) -> Option<(PathBuf, usize)> {
+    use std::os::unix::ffi::OsStrExt;
     let f = std::fs::File::open("/proc/self/maps").ok()?;
     let mut r = BufReader::new(f);
-    let mut line = String::new();
+    let mut line = Vec::new();
     loop {
         line.clear();
-        let n = (&mut r).take(MAX_LINE as u64).read_line(&mut line).ok()?;
+        let n = (&mut r)
+            .take(MAX_LINE as u64)
+            .read_until(b'\n', &mut line)
+            .ok()?;
         if n == 0 {
             return None;
         }
-        let Some((start, end, offset, path)) = parse_line(line.trim_end_matches('\n')) else {
+        let text = line.strip_suffix(b"\n").unwrap_or(&line);
+        // The fields before the path are ASCII; the path is taken as bytes.
+        let Some((start, end, offset, path)) = parse_line_bytes(text) else {
             continue;
         };
         if addr < start || addr >= end {
             continue;
         }
-        // Anonymous and pseudo mappings (`[heap]`, `[stack]`) name no file.
-        if !path.starts_with('/') {
+        if path.is_empty() || path.starts_with(b"[") {
             return None;
         }
-        let path = path.strip_suffix(" (deleted)").unwrap_or(path);
-        return Some((PathBuf::from(path), addr - start + offset));
+        let path = PathBuf::from(std::ffi::OsStr::from_bytes(path));
+        return Some((path, addr - start + offset));
     }
+}
+
+/// One `/proc/self/maps` line as bytes: `start-end perms offset dev inode
+/// path`, the path being the rest of the line (any bytes, spaces kept;
+/// empty for anonymous memory).
+fn parse_line_bytes(line: &[u8]) -> Option<(usize, usize, usize, &[u8])> {
+    let mut fields: [&[u8]; 5] = [&[]; 5];
+    let mut rest = line;
+    for f in &mut fields {
+        let end = rest.iter().position(|&b| b == b' ')?;
+        *f = &rest[..end];
+        rest = &rest[end..];
+        while let [b' ', tail @ ..] = rest {
+            rest = tail;
+        }
+    }
+    let hex = |b: &[u8]| usize::from_str_radix(std::str::from_utf8(b).ok()?, 16).ok();
+    let (s, e) = std::str::from_utf8(fields[0]).ok()?.split_once('-')?;
+    let (start, end) = (hex(s.as_bytes())?, hex(e.as_bytes())?);
+    Some((start, end, hex(fields[2])?, rest))
 }
 
 #[cfg(test)]
@@ -91,10 +117,22 @@ mod tests {
     fn parses_maps_lines() {
         let l = "7f00a000-7f00b000 r-xp 00002000 08:01 1234   /usr/lib/libx.so";
         assert_eq!(
-            parse_line(l),
-            Some((0x7f00a000, 0x7f00b000, 0x2000, "/usr/lib/libx.so"))
+            parse_line_bytes(l.as_bytes()),
+            Some((0x7f00a000, 0x7f00b000, 0x2000, &b"/usr/lib/libx.so"[..]))
         );
-        assert!(parse_line("garbage").is_none());
+        assert!(parse_line_bytes(b"garbage").is_none());
+        let b = b"7f00a000-7f00b000 r-xp 00002000 08:01 1234   /tmp/a\xff b.so (deleted)";
+        assert_eq!(
+            parse_line_bytes(b),
+            Some((
+                0x7f00a000,
+                0x7f00b000,
+                0x2000,
+                &b"/tmp/a\xff b.so (deleted)"[..]
+            ))
+        );
+        let anon = b"7f00a000-7f00b000 rw-p 00000000 00:00 0 ";
+        assert_eq!(parse_line_bytes(anon).map(|t| t.3), Some(&b""[..]));
     }
 
     #[test]

@@ -217,23 +217,21 @@ fn fetch(
                 return Err(KPACK_ERROR_INVALID_FORMAT);
             }
             let len = usize::try_from(e.original_size).map_err(|_| KPACK_ERROR_OUT_OF_MEMORY)?;
-            let mut buf = MallocBuf::new(len).ok_or(KPACK_ERROR_OUT_OF_MEMORY)?;
-            SCRATCH.with(|cell| {
+            let buf = SCRATCH.with(|cell| {
                 let mut frame = cell
                     .try_borrow_mut()
                     .map_err(|_| KPACK_ERROR_OUT_OF_MEMORY)?;
+                // The frame is read and checked against the entry (content
+                // size, ratio) before anything is allocated for its output.
                 reader
                     .read_frame_into(e.ordinal, &mut frame)
                     .map_err(code)?;
                 reader.check_unchanged().map_err(|_| KPACK_ERROR_IO_ERROR)?;
-                let got = decompress_into(&frame, buf.as_mut_slice());
+                let got = decode_frame(&frame, len);
                 if frame.capacity() > SCRATCH_KEEP {
                     *frame = Vec::new();
                 }
-                match got {
-                    Some(n) if n == len => Ok(()),
-                    _ => Err(KPACK_ERROR_DECOMPRESSION_FAILED),
-                }
+                got
             })?;
             (buf, len)
         }
@@ -251,6 +249,41 @@ thread_local! {
         const { std::cell::RefCell::new(None) };
     /// This thread's buffer for the compressed frame being decoded.
     static SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// The code object of one checked zstd frame that must decode to `len`
+/// bytes, in a `malloc` block of exactly `len` bytes. No allocation is
+/// larger than what the frame holds: a frame that declares its content size
+/// (the reader checked it equals `len`) is decoded straight into the
+/// block; one that does not is decoded by streaming, its output growing
+/// with what the frame really yields and stopping one byte past `len`.
+fn decode_frame(frame: &[u8], len: usize) -> Result<MallocBuf, kpack_error_t> {
+    let declared = zstd::zstd_safe::get_frame_content_size(frame)
+        .map_err(|_| KPACK_ERROR_DECOMPRESSION_FAILED)?;
+    let mut buf;
+    match declared {
+        Some(n) if n == len as u64 => {
+            buf = MallocBuf::new(len).ok_or(KPACK_ERROR_OUT_OF_MEMORY)?;
+            if decompress_into(frame, buf.as_mut_slice()) != Some(len) {
+                return Err(KPACK_ERROR_DECOMPRESSION_FAILED);
+            }
+        }
+        Some(_) => return Err(KPACK_ERROR_DECOMPRESSION_FAILED),
+        None => {
+            let mut out = Vec::new();
+            let decoder = zstd::stream::read::Decoder::with_buffer(frame)
+                .map_err(|_| KPACK_ERROR_OUT_OF_MEMORY)?
+                .single_frame();
+            std::io::Read::read_to_end(&mut std::io::Read::take(decoder, len as u64 + 1), &mut out)
+                .map_err(|_| KPACK_ERROR_DECOMPRESSION_FAILED)?;
+            if out.len() != len {
+                return Err(KPACK_ERROR_DECOMPRESSION_FAILED);
+            }
+            buf = MallocBuf::new(len).ok_or(KPACK_ERROR_OUT_OF_MEMORY)?;
+            buf.as_mut_slice().copy_from_slice(&out);
+        }
+    }
+    Ok(buf)
 }
 
 /// Decode one zstd frame into `out` with this thread's context; the
@@ -723,22 +756,46 @@ pub unsafe extern "C" fn kpack_load_code_object(
         let dir = binary
             .parent()
             .map_or_else(|| PathBuf::from("."), Path::to_path_buf);
-        let lookup = match cache.loader.lock() {
-            Ok(mut l) => l.lookup(&marker, &dir, u64::from(co_index), &archs),
-            Err(_) => return KPACK_ERROR_OUT_OF_MEMORY,
-        };
-        let lookup = match lookup {
-            Ok(l) => l,
-            Err(e) => {
-                if cache.env.debug {
-                    eprintln!("kpack: {}#{co_index}: {e}", marker.kernel_name);
-                }
-                return load_error_code(&e);
+        match find_code_object(cache, &marker, &dir, co_index, &archs) {
+            Ok((p, n)) => {
+                *code_object_out = p;
+                *code_object_size_out = n;
+                KPACK_SUCCESS
+            }
+            Err(code) => code,
+        }
+    })
+}
+
+/// Steps 3–6 of the lookup (docs/runtime.md): the candidates under the
+/// cache lock, then the fetches outside it, falling through (the shared
+/// `rocpack_kpack::fall_through`). A walk that stopped early at the archive
+/// holding the key is completed when that archive's kernel does not read.
+fn find_code_object(
+    cache: &KpackCache,
+    marker: &Marker,
+    dir: &Path,
+    co_index: u32,
+    archs: &[&str],
+) -> Result<(*mut c_void, usize), kpack_error_t> {
+    let name = &marker.kernel_name;
+    let mut all = false;
+    loop {
+        let lookup = {
+            let mut l = cache.loader.lock().map_err(|_| KPACK_ERROR_OUT_OF_MEMORY)?;
+            let co = u64::from(co_index);
+            if all {
+                l.lookup_all(marker, dir, co, archs)
+            } else {
+                l.lookup(marker, dir, co, archs)
             }
         };
-        // Fall-through (rocpack_kpack::fall_through, shared with `kpack
-        // verify`): every (archive, target) candidate in order; any
-        // per-archive failure moves on, the last one is returned.
+        let lookup = lookup.map_err(|e| {
+            if cache.env.debug {
+                eprintln!("kpack: {name}#{co_index}: {e}");
+            }
+            load_error_code(&e)
+        })?;
         let got = rocpack_kpack::fall_through(&lookup.candidates, |c| {
             let got = fetch(&c.reader, &lookup.key, &c.target);
             if let (Err(code), true) = (&got, cache.env.debug) {
@@ -761,14 +818,13 @@ pub unsafe extern "C" fn kpack_load_code_object(
                         c.target
                     );
                 }
-                *code_object_out = p;
-                *code_object_size_out = n;
-                KPACK_SUCCESS
+                return Ok((p, n));
             }
-            Err(Some((_, code))) => code,
-            Err(None) => KPACK_ERROR_ARCH_NOT_FOUND,
+            Err(_) if !lookup.complete => all = true,
+            Err(Some((_, code))) => return Err(code),
+            Err(None) => return Err(KPACK_ERROR_ARCH_NOT_FOUND),
         }
-    })
+    }
 }
 
 /// Free a code object from `kpack_load_code_object`; NULL is a no-op.
