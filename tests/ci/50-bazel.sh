@@ -46,6 +46,7 @@ echo "    (abi_guard: $((SECONDS - T))s)" >&2
 T=$SECONDS
 log "C consumer of librocm_kpack: examples/runtime on //:rocm_kpack{,_static} (prebuilt libraries); a consumer workspace on @rocpack//:rocm_kpack{,_static} (built from source)"
 bash tests/ci/runtime-consumer.sh bazel --config=prebuilt
+bash tests/ci/runtime-consumer.sh readme  # README's runtime recipe as written (debug build above)
 bash tests/ci/runtime-consumer.sh bazel-workspace \
     --@rocpack//rules/bazel:cargo_target_dir="$ROOT/target" --@rocpack//rules/bazel:cargo_profile=dev
 echo "    (runtime consumer: $((SECONDS - T))s)" >&2

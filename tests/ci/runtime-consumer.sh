@@ -19,6 +19,15 @@
 #       -c rocpack.cargo_profile=dev), then the same checks; then again with
 #       [rocpack] tools = prebuilt (libraries and helpers by http_file from a
 #       127.0.0.1 server), and a wrong sha256 must be refused.
+#   tests/ci/runtime-consumer.sh readme
+#       README's runtime recipe, taken from README.md (the fenced blocks after
+#       `<!-- ci: run -->` and `<!-- ci: file NAME -->`), run as written in a
+#       fresh directory with HOME there and ~/src/rocpack -> this checkout
+#       (shared, static, pkg-config shared and --static, CMake both targets;
+#       every program must start); then the linkage of each program is
+#       checked. RECIPE_PROFILE=debug (the default) swaps the one profile
+#       (`--release` -> none, target/release -> target/debug) to reuse CI's
+#       debug build; RECIPE_PROFILE=release runs it unchanged (a release build).
 #
 # Prints each step's time. Exit 0 ok, 1 a check failed, 2 usage error.
 set -euo pipefail
@@ -26,7 +35,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$ROOT"
 TARGETS=(//examples/runtime:kpack_consumer_test //examples/runtime:kpack_consumer_static_test)
 die() { printf 'FAILED: %s\n' "$*" >&2; exit 1; }
-usage() { sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '2,32p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 T0=$SECONDS
 
 # needs EXE: its NEEDED entries, one per line.
@@ -155,6 +164,39 @@ s.serve_forever()' "$srv" 2>/dev/null &
         fi
         grep -q "Invalid sha256 digest" "$log" || { tail -20 "$log" >&2; die "tools = prebuilt: failed, but not on the digest"; }
         echo "    tools = prebuilt: both tests pass on http_file libraries; a wrong sha256 is refused" >&2
+        ;;
+    readme)
+        command -v cmake >/dev/null && command -v pkg-config >/dev/null \
+            || die "readme: cmake and pkg-config are needed (tests/ci/10-rust.sh installs them)"
+        w="$(mktemp -d /tmp/rocpack-readme.XXXXXX)"; trap 'rm -rf "$w"' EXIT
+        mkdir -p "$w/src" "$w/app"; ln -s "$ROOT" "$w/src/rocpack"
+        # Blocks after the markers: run -> recipe.sh, file NAME -> app/NAME.
+        python3 - "$ROOT/README.md" "$w" <<'PY'
+import re, sys
+text, out = open(sys.argv[1]).read(), sys.argv[2]
+blocks = re.findall(r"<!-- ci: (run|file [^ ]+) -->\n```[a-z]*\n(.*?)```\n", text, re.S)
+assert any(k == "run" for k, _ in blocks) and len(blocks) >= 3, "README: no ci-marked recipe blocks"
+for kind, body in blocks:
+    path = out + "/recipe.sh" if kind == "run" else out + "/app/" + kind.split(" ", 1)[1]
+    open(path, "a").write(body)
+PY
+        if [ "${RECIPE_PROFILE:-debug}" = debug ]; then
+            sed -i 's/cargo build --release /cargo build /; s|target/release|target/debug|g' "$w/recipe.sh"
+        fi
+        echo "    README recipe (RECIPE_PROFILE=${RECIPE_PROFILE:-debug}):" >&2; sed 's/^/      /' "$w/recipe.sh" >&2
+        ch="${CARGO_HOME:-$HOME/.cargo}" rh="${RUSTUP_HOME:-$HOME/.rustup}"
+        (cd "$w/app" && HOME="$w" CARGO_HOME="$ch" RUSTUP_HOME="$rh" bash -euo pipefail "$w/recipe.sh") >"$w/log" 2>&1 || { tail -40 "$w/log" >&2; die "README's runtime recipe failed"; }
+        n="$(grep -c '^kpack_open(missing.kpack) = 2$' "$w/log" || true)"
+        [ "$n" = 6 ] || { cat "$w/log" >&2; die "expected 6 programs to start and print their line, got $n"; }
+        a="$w/app"
+        for exe in app-shared app-pc build/app-cmake-shared; do
+            needs "$a/$exe" | grep -qx 'librocm_kpack.so.0' || die "$exe does not need librocm_kpack.so.0"
+            env -u LD_LIBRARY_PATH "$a/$exe" >/dev/null || die "$exe does not start without LD_LIBRARY_PATH"
+        done
+        for exe in app-static app-pc-static build/app-cmake-static; do
+            ! needs "$a/$exe" | grep -q librocm_kpack || die "$exe (static) needs a librocm_kpack shared library"
+        done
+        echo "    README recipe: 6 programs built and started; shared ones need librocm_kpack.so.0 (found by rpath), static ones none" >&2
         ;;
     *) usage ;;
 esac

@@ -4,7 +4,7 @@
 #   PREFIX/lib/librocm_kpack.so.0 -> .so.0.MINOR.PATCH, librocm_kpack.so -> .so.0
 #   PREFIX/lib/librocm_kpack.a
 #   PREFIX/include/rocm_kpack/{kpack.h,kpack_types.h,kpack_export.h}
-#   PREFIX/lib/pkgconfig/rocm_kpack.pc
+#   PREFIX/lib/pkgconfig/rocm_kpack.pc (+ rocm_kpack-shared.pc, which it requires)
 #   PREFIX/lib/cmake/rocm_kpack/rocm_kpack-config{,-version}.cmake  (find_package(rocm_kpack))
 #   PREFIX/lib/cmake/rocm-kpack/rocm-kpack-config{,-version}.cmake  (ROCm's package name)
 # Imported targets: rocm::rocm_kpack (shared, ROCm's name) and
@@ -59,6 +59,7 @@ install -m 0644 "$here"/include/rocm_kpack/*.h "$inc/"
 
 subst() { sed -e "s|@VERSION@|$version|g" -e "s|@REAL@|$real|g" "$1" > "$2"; }
 subst "$here/cmake/rocm_kpack.pc.in" "$lib/pkgconfig/rocm_kpack.pc"
+subst "$here/cmake/rocm_kpack-shared.pc.in" "$lib/pkgconfig/rocm_kpack-shared.pc"
 subst "$here/cmake/rocm_kpack-config.cmake.in" "$lib/cmake/rocm_kpack/rocm_kpack-config.cmake"
 subst "$here/cmake/rocm_kpack-config-version.cmake.in" "$lib/cmake/rocm_kpack/rocm_kpack-config-version.cmake"
 # ROCm's package name (find_package(rocm-kpack)): the same targets.

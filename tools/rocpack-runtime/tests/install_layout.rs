@@ -123,6 +123,7 @@ fn install_lays_out_rocms_tree() {
     }
     for f in [
         "pkgconfig/rocm_kpack.pc",
+        "pkgconfig/rocm_kpack-shared.pc",
         "cmake/rocm_kpack/rocm_kpack-config.cmake",
         "cmake/rocm_kpack/rocm_kpack-config-version.cmake",
         "cmake/rocm-kpack/rocm-kpack-config.cmake",
@@ -160,20 +161,21 @@ fn install_lays_out_rocms_tree() {
         "{}",
         stdout(&ldd)
     );
+    // `--static`, used as is (no library passed by path): the program
+    // takes everything from librocm_kpack.a and needs no librocm_kpack.so.0
+    // (the .pc of old linked the shared library here too).
     let flags = pc(&["--static", "--cflags", "--libs"]);
     let exe = tmp.path().join("pc_consumer_static");
     let mut cmd = Command::new("cc");
     cmd.arg(consumer_src()).arg("-o").arg(&exe);
-    cmd.arg("-static-libgcc")
-        .arg(format!("-I{}", moved.join("include").display()));
-    cmd.arg(lib.join("librocm_kpack.a"));
-    cmd.args(
-        flags
-            .split_whitespace()
-            .filter(|f| f.starts_with("-l") && *f != "-lrocm_kpack"),
-    );
+    cmd.args(flags.split_whitespace());
     assert!(cmd.status().unwrap().success(), "{cmd:?}");
     run_consumer(&exe, None);
+    let needed = stdout(&run("readelf", &["-d", s(&exe)]));
+    assert!(
+        !needed.contains("librocm_kpack"),
+        "pkg-config --static linked the shared library ({flags}):\n{needed}"
+    );
 
     cmake_consumer(tmp.path(), &moved);
 }
