@@ -3,18 +3,27 @@
 # a consumer pastes to use it (docs/rules/consumers.md, docs/buck2.md).
 #
 #   tools/release/make-prebuilt.sh --out DIR [--version V] [--base-url URL]
-#                                  [--bin-dir DIR | --profile PROFILE]
+#                                  [--bin-dir DIR | --profile PROFILE] [--lib-dir DIR]
 #
 # Writes into DIR (created; must be empty or absent):
 #   rocpack-<V>-<platform>.tar.gz   kpack and snapctl at the top level, no
 #                                   directory prefix: what Bazel's
 #                                   rocpack_toolchains.prebuilt /
 #                                   rocpack_register_toolchains(prebuilt = ...)
-#                                   download (rocpack_release_binaries);
+#                                   download (rocpack_release_binaries); beside
+#                                   them librocm_kpack as install.sh lays it
+#                                   out (the extracted directory is a prefix):
+#                                   lib/librocm_kpack.so.0.<minor>.<patch> with
+#                                   its .so.0 (SONAME) and .so links,
+#                                   lib/librocm_kpack.a, include/rocm_kpack/,
+#                                   lib/pkgconfig/, lib/cmake/ (relocatable);
 #   kpack-<V>-<platform>, snapctl-<V>-<platform>
 #                                   the same two binaries as single files, for
 #                                   Buck2's `[rocpack] tools = prebuilt`
 #                                   (http_file per binary);
+#   librocm_kpack-<V>-<platform>.so, librocm_kpack-<V>-<platform>.a
+#                                   the libraries as single files, for Buck2's
+#                                   rocm_kpack_so_url / rocm_kpack_a_url;
 #   SHA256SUMS                      sha256sum format, one line per file;
 #   snippets.txt                    what this script prints on stdout.
 # Upload DIR's files to URL (default: the GitHub release of V). `file://DIR`
@@ -23,22 +32,26 @@
 # on 127.0.0.1); with a file:// URL the Buck2 lines say so.
 #
 # Binaries: built by `cargo build --locked --profile PROFILE -p kpack -p
-# snapctl` (default release; CARGO_TARGET_DIR is honoured), or taken from
-# --bin-dir (CI reuses its own build). Debug info is stripped. The archive is
-# deterministic: sorted names, mtime 0, owner 0, gzip -n.
+# snapctl -p rocpack-runtime` (default release; CARGO_TARGET_DIR is
+# honoured), or taken from --bin-dir (CI reuses its own build); the
+# libraries (librocm_kpack.so, librocm_kpack.a) from --lib-dir, else from
+# the binaries' directory. A --bin-dir without them and no --lib-dir makes
+# a helpers-only release, with a warning. Debug info is stripped. The
+# archive is deterministic: sorted names, mtime 0, owner 0, gzip -n.
 #
 # stdout: the lines for MODULE.bazel (bzlmod), WORKSPACE and .buckconfig,
 # with the sha256s filled in. stderr: progress. Exit 0 ok, 2 usage error.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//' >&2; exit 2; }
-OUT="" VERSION="" BASE_URL="" BIN_DIR="" PROFILE=release
+OUT="" VERSION="" BASE_URL="" BIN_DIR="" LIB_DIR="" PROFILE=release
 while [ $# -gt 0 ]; do
     case "$1" in
         --out) OUT="${2:?}"; shift 2 ;;
         --version) VERSION="${2:?}"; shift 2 ;;
         --base-url) BASE_URL="${2:?}"; shift 2 ;;
         --bin-dir) BIN_DIR="${2:?}"; shift 2 ;;
+        --lib-dir) LIB_DIR="${2:?}"; shift 2 ;;
         --profile) PROFILE="${2:?}"; shift 2 ;;
         -h|--help) usage ;;
         *) echo "make-prebuilt.sh: unknown argument $1" >&2; usage ;;
@@ -64,14 +77,25 @@ if [ -e "$OUT" ] && [ -n "$(ls -A "$OUT")" ]; then
 fi
 
 if [ -z "$BIN_DIR" ]; then
-    echo "make-prebuilt.sh: cargo build --locked --profile $PROFILE -p kpack -p snapctl" >&2
-    (cd "$ROOT" && cargo build --locked --quiet --profile "$PROFILE" -p kpack -p snapctl)
+    echo "make-prebuilt.sh: cargo build --locked --profile $PROFILE -p kpack -p snapctl -p rocpack-runtime" >&2
+    (cd "$ROOT" && cargo build --locked --quiet --profile "$PROFILE" -p kpack -p snapctl -p rocpack-runtime)
     pdir="$PROFILE"; [ "$PROFILE" = dev ] && pdir=debug
     BIN_DIR="${CARGO_TARGET_DIR:-$ROOT/target}/$pdir"
 fi
 for b in kpack snapctl; do
     [ -f "$BIN_DIR/$b" ] && [ -x "$BIN_DIR/$b" ] || { echo "make-prebuilt.sh: no executable $BIN_DIR/$b" >&2; exit 2; }
 done
+LIBS=1
+if [ -n "$LIB_DIR" ]; then
+    for f in librocm_kpack.so librocm_kpack.a; do
+        [ -f "$LIB_DIR/$f" ] || { echo "make-prebuilt.sh: no $LIB_DIR/$f" >&2; exit 2; }
+    done
+elif [ -f "$BIN_DIR/librocm_kpack.so" ] && [ -f "$BIN_DIR/librocm_kpack.a" ]; then
+    LIB_DIR="$BIN_DIR"
+else
+    LIBS=0
+    echo "make-prebuilt.sh: WARNING: no librocm_kpack.so/.a in $BIN_DIR and no --lib-dir: the release carries only kpack and snapctl" >&2
+fi
 
 mkdir -p "$OUT"
 OUT="$(cd "$OUT" && pwd)"
@@ -82,12 +106,33 @@ for b in kpack snapctl; do
     chmod 0755 "$stage/$b"
     cp "$stage/$b" "$OUT/$b-$VERSION-$PLATFORM"
 done
+members=(kpack snapctl) files=("kpack-$VERSION-$PLATFORM" "snapctl-$VERSION-$PLATFORM")
+if [ "$LIBS" = 1 ]; then
+    # librocm_kpack in ROCm's install layout, the staging directory as prefix.
+    libs="$stage/.libs"; mkdir -p "$libs"
+    for f in librocm_kpack.so librocm_kpack.a; do
+        strip --strip-debug -o "$libs/$f" "$LIB_DIR/$f" 2>/dev/null || cp "$LIB_DIR/$f" "$libs/$f"
+    done
+    bash "$ROOT/tools/rocpack-runtime/install.sh" --no-build --build-dir "$libs" --prefix "$stage" >/dev/null
+    cp "$libs/librocm_kpack.so" "$OUT/librocm_kpack-$VERSION-$PLATFORM.so"
+    cp "$libs/librocm_kpack.a" "$OUT/librocm_kpack-$VERSION-$PLATFORM.a"
+    rm -rf "$libs"
+    members+=(include lib) files+=("librocm_kpack-$VERSION-$PLATFORM.so" "librocm_kpack-$VERSION-$PLATFORM.a")
+fi
 archive="rocpack-$VERSION-$PLATFORM.tar.gz"
-tar --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner -C "$stage" -cf - kpack snapctl \
+tar --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner -C "$stage" -cf - "${members[@]}" \
     | gzip -n > "$OUT/$archive"
-(cd "$OUT" && sha256sum "$archive" "kpack-$VERSION-$PLATFORM" "snapctl-$VERSION-$PLATFORM" > SHA256SUMS)
+(cd "$OUT" && sha256sum "$archive" "${files[@]}" > SHA256SUMS)
 sha_of() { awk -v f="$1" '$2 == f {print $1}' "$OUT/SHA256SUMS"; }
 A="$(sha_of "$archive")" K="$(sha_of "kpack-$VERSION-$PLATFORM")" S="$(sha_of "snapctl-$VERSION-$PLATFORM")"
+BUCK2_LIBS=""
+if [ "$LIBS" = 1 ]; then
+    BUCK2_LIBS="  rocm_kpack_so_url = $BASE_URL/librocm_kpack-$VERSION-$PLATFORM.so
+  rocm_kpack_so_sha256 = $(sha_of "librocm_kpack-$VERSION-$PLATFORM.so")
+  rocm_kpack_a_url = $BASE_URL/librocm_kpack-$VERSION-$PLATFORM.a
+  rocm_kpack_a_sha256 = $(sha_of "librocm_kpack-$VERSION-$PLATFORM.a")
+"
+fi
 
 BUCK2_NOTE=""
 case "$BASE_URL" in
@@ -120,5 +165,7 @@ ${BUCK2_NOTE}[rocpack]
   snapctl_url = $BASE_URL/snapctl-$VERSION-$PLATFORM
   snapctl_sha256 = $S
 SNIP
+# (the [rocpack] section is the file's last: the library keys follow it)
+printf '%s' "$BUCK2_LIBS" >> "$OUT/snippets.txt"
 cat "$OUT/snippets.txt"
 echo "make-prebuilt.sh: wrote $(ls "$OUT" | tr '\n' ' ')into $OUT" >&2

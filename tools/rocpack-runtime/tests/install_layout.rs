@@ -216,3 +216,98 @@ fn cmake_consumer(tmp: &Path, prefix: &Path) {
         "static consumer links the .so"
     );
 }
+
+/// tools/release/make-prebuilt.sh's archive carries librocm_kpack in
+/// ROCm's layout (SONAME link, static library, headers, pkg-config and
+/// CMake files) beside kpack and snapctl, and the single files and digests
+/// for Buck2; a program builds against the extracted archive through
+/// pkg-config (shared and --static) and starts.
+#[test]
+fn prebuilt_release_carries_the_library() {
+    let tmp = tempdir();
+    let bin = tmp.path().join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    for b in ["kpack", "snapctl"] {
+        // Stand-ins: this test is about the library part of the release.
+        rocpack_testsupport::write(&bin.join(b), b"#!/bin/sh\nexit 0\n");
+        assert_ok(&run("chmod", &["+x", s(&bin.join(b))]));
+    }
+    let out = tmp.path().join("release");
+    let script = rocpack_testsupport::repo_root().join("tools/release/make-prebuilt.sh");
+    let o = Command::new("bash")
+        .arg(&script)
+        .args(["--out", s(&out), "--bin-dir", s(&bin), "--lib-dir"])
+        .arg(build_dir())
+        .args(["--version", "9.8.7", "--base-url", "http://127.0.0.1:1/r"])
+        .output()
+        .unwrap();
+    assert_ok(&o);
+    let plat = "x86_64-unknown-linux-gnu";
+    let snippets = stdout(&o);
+    let sums = std::fs::read_to_string(out.join("SHA256SUMS")).unwrap();
+    for f in [
+        format!("librocm_kpack-9.8.7-{plat}.so"),
+        format!("librocm_kpack-9.8.7-{plat}.a"),
+    ] {
+        let sha = rocpack_testsupport::sha256_file(&out.join(&f));
+        assert!(
+            sums.contains(&format!("{sha}  {f}")),
+            "{f} not in SHA256SUMS"
+        );
+        assert!(
+            snippets.contains(&sha),
+            "{f}'s sha256 not in the Buck2 lines"
+        );
+    }
+    assert!(snippets.contains(&format!(
+        "rocm_kpack_so_url = http://127.0.0.1:1/r/librocm_kpack-9.8.7-{plat}.so"
+    )));
+    let x = tmp.path().join("x");
+    std::fs::create_dir_all(&x).unwrap();
+    let tarball = out.join(format!("rocpack-9.8.7-{plat}.tar.gz"));
+    assert_ok(&run("tar", &["-xzf", s(&tarball), "-C", s(&x)]));
+    let lib = x.join("lib");
+    // The library's own version (Cargo.toml), whatever the release is called.
+    let version = env!("CARGO_PKG_VERSION");
+    let real = format!("librocm_kpack.so.0.{}", version.split_once('.').unwrap().1);
+    assert_eq!(
+        std::fs::read_link(lib.join("librocm_kpack.so.0")).unwrap(),
+        Path::new(&real)
+    );
+    for f in [
+        "kpack",
+        "snapctl",
+        "lib/librocm_kpack.a",
+        "include/rocm_kpack/kpack.h",
+        "lib/pkgconfig/rocm_kpack.pc",
+        "lib/cmake/rocm_kpack/rocm_kpack-config.cmake",
+    ] {
+        assert!(x.join(f).is_file(), "{f} missing from the release archive");
+    }
+    for (static_link, name) in [(false, "rel_shared"), (true, "rel_static")] {
+        let mut args = vec!["--cflags", "--libs"];
+        if static_link {
+            args.push("--static");
+        }
+        let o = Command::new("pkg-config")
+            .args(&args)
+            .arg("rocm_kpack")
+            .env("PKG_CONFIG_PATH", lib.join("pkgconfig"))
+            .output()
+            .expect("pkg-config");
+        assert_ok(&o);
+        let exe = tmp.path().join(name);
+        let mut cmd = Command::new("cc");
+        cmd.arg(consumer_src()).arg("-o").arg(&exe);
+        cmd.args(stdout(&o).split_whitespace());
+        cmd.arg(format!("-Wl,-rpath,{}", lib.display()));
+        assert!(cmd.status().unwrap().success(), "{cmd:?}");
+        run_consumer(&exe, None);
+        let needed = stdout(&run("readelf", &["-d", s(&exe)]));
+        assert_eq!(
+            needed.contains("librocm_kpack.so.0"),
+            !static_link,
+            "{name}: {needed}"
+        );
+    }
+}
