@@ -2,7 +2,7 @@
 # rocpack as a Python package (docs/python.md):
 #  1. `pip wheel .` at the repository root (in-tree PEP 517 backend; cargo's
 #     release profile into target/, shared with other release builds):
-#     twice, byte-identical; `auditwheel show` agrees with the wheel's tag
+#     twice, byte-identical, and from its sdist the same; `auditwheel show` agrees with the wheel's tag
 #     (manylinux_2_N computed from the binaries' glibc symbol versions);
 #  2. `pip install` into a fresh venv with no cargo/rustc on PATH; from it:
 #     `kpack --version`, `snapctl --version`, a split + verify of the example
@@ -41,6 +41,15 @@ cmp "$WHL" "$W/w2/$(basename "$WHL")" || die "two builds of the wheel differ"
 tag="$(basename "$WHL" .whl)"; tag="${tag##*-}"
 echo "wheel: $(basename "$WHL"), $(du -k "$WHL" | cut -f1) KiB" >&2
 $PY "$ROOT/tests/wheel/record_check.py" "$WHL" >/dev/null || die "the wheel fails the RECORD check"
+
+stage "sdist (git ls-files): its wheel is the same wheel"
+mkdir -p "$W/sd"
+$PY -c 'import sys; sys.path.insert(0, "python/build_backend"); import rocpack_backend as b; print(b.build_sdist(sys.argv[1]))' "$W/sd" >/dev/null
+tar -xzf "$W"/sd/rocpack-*.tar.gz -C "$W/sd"
+[ -f "$W/sd/rocpack-$(basename "$WHL" | cut -d- -f2)/PKG-INFO" ] || die "sdist without PKG-INFO"
+ROCPACK_PREBUILT_DIR="$CARGO_TARGET_DIR/release" $PY -m pip wheel --disable-pip-version-check -q --no-deps \
+    --no-index --no-cache-dir -w "$W/sd/w" "$W"/sd/rocpack-*/
+cmp "$WHL" "$W/sd/w/$(basename "$WHL")" || die "the wheel built from the sdist differs"
 
 stage "auditwheel show"
 $PY -m venv "$W/tools"
