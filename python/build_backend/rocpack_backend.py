@@ -19,7 +19,7 @@ The platform tag is computed from the binaries: ``manylinux_2_N_<arch>``
 with N the newest glibc symbol version any of them references.
 
 Environment: ``ROCPACK_PREBUILT_DIR=DIR`` packs ``DIR/{kpack,snapctl,
-librocm_kpack.so}`` instead of running cargo; ``ROCPACK_CARGO_PROFILE``
+librocm_kpack.so}`` instead of running cargo; ``ROCPACK_WHEEL_CARGO_PROFILE``
 (default ``release``); ``SOURCE_DATE_EPOCH`` sets the entries' timestamps
 (default 1980-01-01). The same inputs give a byte-identical wheel.
 """
@@ -93,7 +93,7 @@ def _build_dir() -> Path:
     prebuilt = os.environ.get("ROCPACK_PREBUILT_DIR")
     if prebuilt:
         return Path(prebuilt)
-    profile = os.environ.get("ROCPACK_CARGO_PROFILE", "release")
+    profile = os.environ.get("ROCPACK_WHEEL_CARGO_PROFILE", "release")
     target = Path(os.environ.get("CARGO_TARGET_DIR") or ROOT / "target")
     cmd = ["cargo", "build", "--locked", "--profile", profile,
            "-p", "kpack", "-p", "snapctl", "-p", "rocpack-runtime"]

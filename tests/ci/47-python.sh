@@ -33,6 +33,7 @@ pipq() { "$1/bin/python" -m pip --disable-pip-version-check -q "${@:2}"; }
 
 stage "pip wheel . (cargo build --release into target/)"
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
+unset ROCPACK_PREBUILT_DIR ROCPACK_WHEEL_CARGO_PROFILE   # the real build: cargo, release profile
 $PY -m pip wheel --disable-pip-version-check -q --no-deps --no-index --no-cache-dir -w "$W/w1" .
 $PY -m pip wheel --disable-pip-version-check -q --no-deps --no-index --no-cache-dir -w "$W/w2" .
 WHL="$(ls "$W"/w1/rocpack-*.whl)"
