@@ -11,7 +11,8 @@
 #     installed headers and library through pkg-config and through CMake
 #     (rocm_kpack_DIR from `python -m rocpack --cmakedir`, and
 #     CMAKE_PREFIX_PATH + find_package(rocm-kpack)), run; the pkg-config file
-#     still right after the package directory is moved;
+#     still right after the package directory is moved; README's kpack and
+#     snapctl examples (tests/python/readme_examples.sh);
 #  3. rocm-kpack's command lines through `python -m rocpack.tools.*` on the
 #     example shards: same files, same bytes as `kpack split`/`recombine`,
 #     `kpack verify` OK, unknown flags refused naming them
@@ -140,6 +141,9 @@ cc -o "$W/consumer_moved" examples/runtime/kpack_consumer.c \
     $(PKG_CONFIG_PATH="$W/moved/rocpack/lib/pkgconfig" pkg-config --cflags --libs rocm_kpack) \
     -Wl,-rpath,"$W/moved/rocpack/lib"
 "$W/consumer_moved" "$KP" "$HOST" "$FAT" gfx1100 >/dev/null
+
+stage "README's kpack and snapctl examples from the venv"
+bash "$ROOT/tests/python/readme_examples.sh" "$W/readme"
 
 stage "rocm-kpack command lines: python -m rocpack.tools.*"
 (cd "$W" && "$V/bin/python" "$ROOT/tests/python/compat_check.py" "$V/bin/kpack" \
