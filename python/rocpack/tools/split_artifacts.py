@@ -25,7 +25,7 @@ def build_parser():
     ap.add_argument("--artifact-prefix", "--component-name", dest="artifact_prefix", metavar="NAME",
                     help="output names NAME_generic and NAME_<arch> (with --artifact-dir)")
     ap.add_argument("--output-dir", required=True, metavar="DIR")
-    ap.add_argument("--split-databases", nargs="+", default=[], metavar="HANDLER",
+    ap.add_argument("--split-databases", nargs="*", default=[], metavar="HANDLER",
                     help="database handlers: rocblas hipblaslt aotriton miopen (and rocpack's others)")
     ap.add_argument("--tmp-dir", metavar="DIR", help="exported as TMPDIR")
     ap.add_argument("--verbose", action="store_true")
