@@ -32,8 +32,8 @@ use crate::elf::{
 use crate::error::{Error, Result};
 use crate::out::Out;
 use crate::sections::{
-    end_loaded, fatbin_layout, marker_shdr, shstrtab_bytes, shstrtab_without_marker,
-    split_sections, write_hipf, write_hipk, OrigPlaces,
+    end_loaded, fatbin_layout, marker_shdr, push_trail, restore_trail, shstrtab_bytes,
+    shstrtab_without_marker, split_sections, write_hipf, write_hipk, OrigPlaces,
 };
 
 /// Dynamic tags whose value is an address.
@@ -1146,6 +1146,7 @@ fn split_linked(elf: &Elf<'_>, info: &FatBinaryInfo, marker: &[u8]) -> Result<Ou
 
     let shoff = write_shdrs(&shdrs, &mut out, None)?;
     write_ehdr(&mut out, new_n, shoff, shdrs.len() as u64)?;
+    push_trail(elf, &mut out);
 
     // The caller checks the result: it must analyse as split, every
     // wrapper on the marker.
@@ -1258,6 +1259,7 @@ fn split_in_place(
     }
     let shoff = write_shdrs(&shdrs, &mut out, None)?;
     write_ehdr(&mut out, elf.phdrs.len() as u64, shoff, shdrs.len() as u64)?;
+    push_trail(elf, &mut out);
     Ok(out)
 }
 
@@ -1356,6 +1358,7 @@ fn reassemble_in_place(elf: &Elf<'_>, info: &FatBinaryInfo, bundles: &Bundles<'_
     remove_section(elf, &mut out, &map, &mut shdrs, mk.section.index, fb.index)?;
     let shoff = write_shdrs(&shdrs, &mut out, places.shoff)?;
     write_ehdr(&mut out, elf.phdrs.len() as u64, shoff, shdrs.len() as u64)?;
+    restore_trail(elf, places, &mut out);
     Ok(out)
 }
 
@@ -1672,6 +1675,7 @@ fn reassemble_linked(elf: &Elf<'_>, info: &FatBinaryInfo, bundles: &Bundles<'_>)
     remove_section(elf, &mut out, &map, &mut shdrs, mk.section.index, fb.index)?;
     let shoff = write_shdrs(&shdrs, &mut out, places.shoff)?;
     write_ehdr(&mut out, new_n, shoff, shdrs.len() as u64)?;
+    restore_trail(elf, places, &mut out);
     Ok(out)
 }
 
