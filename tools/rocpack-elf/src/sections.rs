@@ -61,20 +61,25 @@ pub(crate) fn end_described(elf: &Elf<'_>) -> u64 {
 /// `rocpack-layout shstrtab=<hex> shoff=<hex>[ trail=<hex>]` + NUL (0 = was
 /// in the tail; `trail` only when there are trailing bytes). Reassembly puts
 /// the tables back and the trailing bytes after them, so the result is
-/// byte-identical (docs/formats/split-elf.md §2.3).
+/// byte-identical (docs/formats/split-elf.md §2.3). `fatpad`: zero bytes
+/// `.hip_fatbin` held after the end of its last bundle laid out as clang
+/// does (an older clang left one), restored in its size.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct OrigPlaces {
     pub shstrtab: Option<u64>,
     pub shoff: Option<u64>,
     /// Bytes after [`end_described`] of the input of split.
     pub trail: u64,
+    /// Zero bytes of `.hip_fatbin` after its last bundle ([`fatbin_pad`]).
+    pub fatpad: u64,
 }
 
 const PLACES_TAG: &str = "rocpack-layout ";
 
 impl OrigPlaces {
-    /// The places of `elf` (the input of split) that lie before `end`.
-    pub(crate) fn of(elf: &Elf<'_>, end: u64) -> Self {
+    /// The places of `elf` (the input of split, analysed as `info`) that
+    /// lie before `end`.
+    pub(crate) fn of(elf: &Elf<'_>, info: &FatBinaryInfo, end: u64) -> Self {
         let shstrtab = elf
             .shdrs
             .get(elf.shstrndx)
@@ -86,6 +91,7 @@ impl OrigPlaces {
             shstrtab,
             shoff,
             trail,
+            fatpad: fatbin_pad(elf, info),
         }
     }
 
@@ -102,6 +108,9 @@ impl OrigPlaces {
         if self.trail != 0 {
             r.extend_from_slice(format!(" trail={:x}", self.trail).as_bytes());
         }
+        if self.fatpad != 0 {
+            r.extend_from_slice(format!(" fatpad={:x}", self.fatpad).as_bytes());
+        }
         r.push(0);
         Some(r)
     }
@@ -117,6 +126,7 @@ impl OrigPlaces {
                 "shstrtab" => places.shstrtab = Some(v).filter(|&v| v != 0),
                 "shoff" => places.shoff = Some(v).filter(|&v| v != 0),
                 "trail" => places.trail = v,
+                "fatpad" if v < BUNDLE_ALIGN => places.fatpad = v,
                 _ => return None,
             }
         }
@@ -166,7 +176,7 @@ impl OrigPlaces {
         OrigPlaces {
             shstrtab,
             shoff,
-            trail: self.trail,
+            ..self
         }
     }
 
@@ -196,6 +206,29 @@ pub(crate) fn push_trail(elf: &Elf<'_>, out: &mut crate::out::Out) {
 pub(crate) fn restore_trail(elf: &Elf<'_>, places: OrigPlaces, out: &mut crate::out::Out) {
     if let Some(at) = places.trail_in(elf) {
         out.push_src(at, places.trail);
+    }
+}
+
+/// Zero bytes `.hip_fatbin` holds after the end of its last bundle, when its
+/// bundles are laid out as [`fatbin_layout`] lays them (the layout
+/// reassembly writes) and fewer than [`BUNDLE_ALIGN`] such bytes follow;
+/// 0 otherwise.
+pub(crate) fn fatbin_pad(elf: &Elf<'_>, info: &FatBinaryInfo) -> u64 {
+    let Some(fb) = info.fatbin else { return 0 };
+    let lens: Vec<u64> = info.bundles.iter().map(|b| b.len).collect();
+    let (end, offsets) = fatbin_layout(&lens);
+    let placed = info
+        .bundles
+        .iter()
+        .zip(&offsets)
+        .all(|(b, &o)| b.section_offset == o);
+    let pad = fb.size.saturating_sub(end);
+    if !placed || pad == 0 || pad >= BUNDLE_ALIGN || fb.nobits {
+        return 0;
+    }
+    match crate::elf::get(elf.data, fb.file_offset + end, pad, ".hip_fatbin") {
+        Ok(b) if b.iter().all(|&x| x == 0) => pad,
+        _ => 0,
     }
 }
 
