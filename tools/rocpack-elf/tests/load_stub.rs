@@ -833,7 +833,10 @@ fn trailing_bytes_reassemble_byte_identical() {
         let p = tmp.path().join(format!("{name}.trail"));
         std::fs::write(&p, &data).unwrap();
         let split = split_host(&data, format!("marker:{name}").as_bytes()).unwrap();
-        assert!(split.ends_with(trail), "{name}: the split dropped the trailing bytes");
+        assert!(
+            split.ends_with(trail),
+            "{name}: the split dropped the trailing bytes"
+        );
         let f = tmp.path().join(format!("{name}.split"));
         std::fs::write(&f, &split).unwrap();
         assert_no_new_elflint_messages(&p, &f);
@@ -845,7 +848,11 @@ fn trailing_bytes_reassemble_byte_identical() {
         let mut more = split.clone();
         more.extend_from_slice(b"xyz");
         let back = rocpack_elf::reassemble(&more, &bundles_of(&data)).unwrap();
-        assert_eq!(back.len(), data.len() - trail.len(), "{name}: appended split");
+        assert_eq!(
+            back.len(),
+            data.len() - trail.len(),
+            "{name}: appended split"
+        );
         assert!(data.starts_with(&back), "{name}: appended split");
     }
 }

@@ -438,7 +438,12 @@ fn layouts_reassembly_cannot_give_back_are_refused() {
     let opt = h.optional_offset as usize;
     let vsize = section_field(&fat, ".hip_fat", 8);
     let cases: [(&str, usize, u32, &str); 4] = [
-        ("SectionAlignment 0", opt + 32, 0, "SectionAlignment 0x0 is not"),
+        (
+            "SectionAlignment 0",
+            opt + 32,
+            0,
+            "SectionAlignment 0x0 is not",
+        ),
         (
             "SectionAlignment below FileAlignment",
             opt + 32,

@@ -593,8 +593,7 @@ pub fn scan(f: &File, len: u64, limits: &Limits) -> Result<(Table, Directory, Su
 /// record (no ZIP64 record) of more than 65,535 entries, whose 16-bit
 /// count holds the low bits or is saturated, as zip writers leave it.
 fn check_count(found: u64, declared: u64, zip64: bool) -> Result<(), String> {
-    let wrapped =
-        !zip64 && found > 0xffff && (declared == found & 0xffff || declared == 0xffff);
+    let wrapped = !zip64 && found > 0xffff && (declared == found & 0xffff || declared == 0xffff);
     if found == declared || wrapped {
         return Ok(());
     }

@@ -638,11 +638,7 @@ fn refuse_taken_extras(
         let Some((_, marker)) = r.split_once(';') else {
             continue;
         };
-        let quoted = marker
-            .split(['"', '\''])
-            .skip(1)
-            .step_by(2)
-            .find_map(ours);
+        let quoted = marker.split(['"', '\'']).skip(1).step_by(2).find_map(ours);
         if let Some(x) = quoted {
             return taken("has a requirement for", x);
         }

@@ -499,7 +499,9 @@ fn exact_layout(info: &PeInfo, h: &ImageHeaders, fsec: &PeSection, fa: u64) -> R
     if !sa.is_power_of_two() || sa < fa {
         return Err(Error::unsupported(
             h.optional_offset + 32,
-            format!("SectionAlignment {sa:#x} is not a power of two of at least FileAlignment {fa:#x}"),
+            format!(
+                "SectionAlignment {sa:#x} is not a power of two of at least FileAlignment {fa:#x}"
+            ),
         ));
     }
     let lens: Vec<u64> = info.bundles.iter().map(|b| b.len).collect();
