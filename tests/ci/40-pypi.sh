@@ -6,7 +6,8 @@
 # reassembled and must give back each bundle in its original format, version,
 # method, entry IDs, order and bytes, and the file itself byte for byte
 # (`cmp`; a binary with compressed bundles, which reassembly recompresses,
-# must match everywhere but in its bundle section); `kpack verify` checks both
+# must match everywhere but in its bundle section, its size fields and the
+# pointers into it); `kpack verify` checks both
 # install models. Downloads are pinned by version and sha256 and cached in
 # target/rocpack-pypi-cache; the stage is skipped, loudly, only when PyPI is
 # unreachable. The fixture fat binaries go through the same checks first.
