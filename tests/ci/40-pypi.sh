@@ -4,8 +4,11 @@
 # checked against an independent decoder written for the test
 # (tests/pypi/fatbin_decode.py, not our library); every split binary is
 # reassembled and must give back each bundle in its original format, version,
-# method, entry IDs, order and bytes; `kpack verify` checks both install
-# models. Downloads are pinned by version and sha256 and cached in
+# method, entry IDs, order and bytes, and the file itself byte for byte
+# (`cmp`; a binary with compressed bundles, which reassembly recompresses,
+# must match everywhere but in its bundle section, its size fields and the
+# pointers into it); `kpack verify` checks both
+# install models. Downloads are pinned by version and sha256 and cached in
 # target/rocpack-pypi-cache; the stage is skipped, loudly, only when PyPI is
 # unreachable. The fixture fat binaries go through the same checks first.
 . "$(dirname "$0")/lib.sh"
@@ -49,11 +52,17 @@ WHEELS=(
   # Windows (issue #21): a win_amd64 wheel whose .pyd (45 MB, 32 bundles)
   # and two DLLs are PE32+ images with .hip_fat/.hipFatB, 9 targets.
   "hip-quant==2.2.4.post215 3.12 hip_quant-2.2.4.post215-cp312-cp312-win_amd64.whl d9d6a20a940e814b34d60cd35dce01de2dc2fc59033c047834a1f3ac2c5f29f9"
+  # auditwheel-repaired (patchelf'd) torch extensions: `.shstrtab` and the
+  # section header table among the loaded segments, and one 0x00 after the
+  # last PT_LOAD (7 fat binaries, 7 MB wheels).
+  "torch-scatter-rocm==2.1.2.post7 3.12 torch_scatter_rocm-2.1.2.post7-cp312-cp312-manylinux_2_32_x86_64.whl 6d7d09c22eac2b6e5dd798cca3803595cbcfa967e41873271c923f24fbe7b718"
+  "torch-sparse-rocm==0.6.18.post7 3.12 torch_sparse_rocm-0.6.18.post7-cp312-cp312-manylinux_2_32_x86_64.whl b1870c8462f5a2e6491830ddc19fdde9f4b0fa6010ab822c4951466de7cecb34"
 )
+# ROCPACK_PYPI_ONLY=<regex>: only the wheels whose requirement matches (by hand).
 for line in "${WHEELS[@]}"; do
     read -r req pyver whl want <<<"$line"
-    platform=manylinux_2_28_x86_64
-    case "$whl" in *-win_amd64.whl) platform=win_amd64 ;; esac
+    [[ -z "${ROCPACK_PYPI_ONLY:-}" || "$req" =~ $ROCPACK_PYPI_ONLY ]] || continue
+    platform="${whl%.whl}"; platform="${platform##*-}"
     if [ ! -f "$CACHE/$whl" ]; then
         if ! $PY -m pip download --disable-pip-version-check -q --no-deps --only-binary=:all: \
                 --python-version "$pyver" --platform "$platform" -d "$CACHE" "$req" >"$W/dl.log" 2>&1; then

@@ -155,6 +155,53 @@ ls -A "$W" | grep 'partial\|kpack-split-wheel' >/dev/null && die "temporary dire
 expect_fail "$KPACK" split-wheel "$FAT" --overlay-root nosuchdir -o "$W/bad"
 [ ! -e "$W/bad" ] || die "failed split left $W/bad"
 
+stage "inputs pip would read otherwise or the device wheels would clash with: refused"
+# Each variant of the fat wheel is written by Python's zipfile (RECORD kept
+# right), and Python's zipfile, as pip, reads every record of it.
+$PY - "$FAT" "$W/variants" <<'PYEOF'
+import base64, hashlib, os, struct, sys, zipfile
+src, out = sys.argv[1:3]
+z = zipfile.ZipFile(src)
+files = {i.filename: z.read(i) for i in z.infolist()}
+rec = "fxpkg-1.0.dist-info/RECORD"
+def write(label, files):
+    rows = []
+    for n, b in files.items():
+        if n != rec:
+            h = base64.urlsafe_b64encode(hashlib.sha256(b).digest()).rstrip(b"=").decode()
+            rows.append("%s,sha256=%s,%d" % (n, h, len(b)))
+    files = dict(files, **{rec: ("\n".join(rows + [rec + ",,"]) + "\n").encode()})
+    os.makedirs(os.path.join(out, label))
+    p = os.path.join(out, label, os.path.basename(src))
+    with zipfile.ZipFile(p, "w", zipfile.ZIP_DEFLATED) as w:
+        for n, b in files.items():
+            w.writestr(n, b)
+    return p
+meta = "fxpkg-1.0.dist-info/METADATA"
+m = files[meta].decode()
+write("extra", dict(files, **{meta: (m.rstrip("\n").split("\n\n")[0] +
+    '\nProvides-Extra: device-gfx1100\nRequires-Dist: fxpkg-device-gfx1100==0.9; extra == "device-gfx1100"\n\n').encode()}))
+write("owned", dict(files, **{"fxpkg/.kpack/fxpkg_gfx1100.kpack": b"stale"}))
+p = write("eocd", files)
+d = bytearray(open(p, "rb").read())
+i = d.rfind(b"PK\x05\x06")
+n, = struct.unpack_from("<H", d, i + 10)
+struct.pack_into("<HH", d, i + 8, n - 1, n - 1)
+open(p, "wb").write(d)
+assert len(zipfile.ZipFile(p).infolist()) == n, "zipfile reads every record"
+PYEOF
+for v in extra:"already provides the \`device-gfx1100\` extra" \
+         owned:"fxpkg/.kpack/fxpkg_gfx1100.kpack: the input already holds the path" \
+         eocd:"declares [0-9]* entries but the central directory holds"; do
+    label="${v%%:*}"; want="${v#*:}"
+    $RC "$W/variants/$label/fxpkg-1.0-py3-none-linux_x86_64.whl" >/dev/null || [ "$label" = eocd ] \
+        || die "$label: the variant fails the RECORD check"
+    expect_fail "$KPACK" split-wheel "$W/variants/$label/fxpkg-1.0-py3-none-linux_x86_64.whl" \
+        --overlay-root fxpkg -o "$W/variants/$label/out"
+    grep -q "$want" "$W/last.log" || { cat "$W/last.log"; die "$label: not refused for the expected reason"; }
+    [ ! -e "$W/variants/$label/out" ] || die "$label: output left"
+done
+
 stage "--output-format directory, --gpu-targets, --device-requires-dist"
 split -o "$W/dirs" --output-format directory --gpu-targets gfx942 gfx90a:xnack- \
     --device-requires-dist 'rocm-sdk-device-@GFXARCH@>=6' 'rocm-sdk-core>=6' >/dev/null

@@ -60,7 +60,7 @@ def sections(data):
     stroff = hdrs[shstrndx][2]
     out = {}
     for name, typ, off, size in hdrs:
-        end = data.index(b"\0", stroff + name)
+        end = data.find(b"\0", stroff + name)
         out[data[stroff + name:end].decode()] = (typ, off, size)
     return out
 

@@ -32,8 +32,8 @@ use crate::elf::{
 use crate::error::{Error, Result};
 use crate::out::Out;
 use crate::sections::{
-    end_loaded, fatbin_layout, marker_shdr, shstrtab_bytes, shstrtab_without_marker,
-    split_sections, write_hipf, write_hipk, OrigPlaces,
+    end_loaded, fatbin_layout, marker_shdr, push_trail, restore_trail, shstrtab_bytes,
+    shstrtab_without_marker, split_sections, write_hipf, write_hipk, OrigPlaces,
 };
 
 /// Dynamic tags whose value is an address.
@@ -1075,7 +1075,7 @@ fn split_linked(elf: &Elf<'_>, info: &FatBinaryInfo, marker: &[u8]) -> Result<Ou
             }
         }
     }
-    let shstrtab = add_marker_section(elf, &mut shdrs, m, o2 + (m - w), mlen)?;
+    let shstrtab = add_marker_section(elf, info, &mut shdrs, m, o2 + (m - w), mlen)?;
 
     // Program headers.
     let mut phdrs: Vec<Phdr> = Vec::with_capacity(new_n as usize);
@@ -1146,6 +1146,7 @@ fn split_linked(elf: &Elf<'_>, info: &FatBinaryInfo, marker: &[u8]) -> Result<Ou
 
     let shoff = write_shdrs(&shdrs, &mut out, None)?;
     write_ehdr(&mut out, new_n, shoff, shdrs.len() as u64)?;
+    push_trail(elf, &mut out);
 
     // The caller checks the result: it must analyse as split, every
     // wrapper on the marker.
@@ -1248,7 +1249,7 @@ fn split_in_place(
     if let Some(sh) = shdrs.get_mut(fb.index) {
         sh.sh_size = 0;
     }
-    let shstrtab = add_marker_section(elf, &mut shdrs, v, fb.file_offset, mlen)?;
+    let shstrtab = add_marker_section(elf, info, &mut shdrs, v, fb.file_offset, mlen)?;
     layout_tail(
         elf, end, &mut shdrs, &shstrtab, None, &mut map, &mut out, limit,
     )?;
@@ -1258,6 +1259,7 @@ fn split_in_place(
     }
     let shoff = write_shdrs(&shdrs, &mut out, None)?;
     write_ehdr(&mut out, elf.phdrs.len() as u64, shoff, shdrs.len() as u64)?;
+    push_trail(elf, &mut out);
     Ok(out)
 }
 
@@ -1318,14 +1320,14 @@ fn reassemble_in_place(elf: &Elf<'_>, info: &FatBinaryInfo, bundles: &Bundles<'_
     }
     let mut map = OffMap::default();
     map.add(0, end, 0);
+    let (shstrtab, places) = shstrtab_without_marker(elf, mk)?;
     let mut shdrs = elf.shdrs.clone();
-    shdrs[fb.index].sh_size = fat_len;
+    shdrs[fb.index].sh_size = fatbin_size(fat_len, places, cap);
     if elf.ehdr.e_shnum == 0 {
         if let Some(s0) = shdrs.first_mut() {
             s0.sh_size = s0.sh_size.saturating_sub(1);
         }
     }
-    let (shstrtab, places) = shstrtab_without_marker(elf, mk)?;
     let places = places.checked(
         elf,
         &shdrs,
@@ -1356,13 +1358,24 @@ fn reassemble_in_place(elf: &Elf<'_>, info: &FatBinaryInfo, bundles: &Bundles<'_
     remove_section(elf, &mut out, &map, &mut shdrs, mk.section.index, fb.index)?;
     let shoff = write_shdrs(&shdrs, &mut out, places.shoff)?;
     write_ehdr(&mut out, elf.phdrs.len() as u64, shoff, shdrs.len() as u64)?;
+    restore_trail(elf, places, &mut out);
     Ok(out)
+}
+
+/// Size of the rebuilt `.hip_fatbin` of `fat_len` bytes: with the zero
+/// bytes the original had after its last bundle (`places.fatpad`) when they
+/// fit in the `cap` bytes free there (they are zero in the output).
+fn fatbin_size(fat_len: u64, places: OrigPlaces, cap: u64) -> u64 {
+    Some(fat_len + places.fatpad)
+        .filter(|&n| n <= cap)
+        .unwrap_or(fat_len)
 }
 
 /// Append the marker section (`size` bytes at `addr`, file offset
 /// `offset`) to `shdrs`; returns `.shstrtab` with its name appended.
 fn add_marker_section(
     elf: &Elf<'_>,
+    info: &FatBinaryInfo,
     shdrs: &mut Vec<Shdr>,
     addr: u64,
     offset: u64,
@@ -1372,7 +1385,7 @@ fn add_marker_section(
     let mut shstrtab = shstrtab_bytes(elf)?;
     shstrtab.extend_from_slice(MARKER_SECTION.as_bytes());
     shstrtab.push(0);
-    if let Some(rec) = OrigPlaces::of(elf, end_loaded(elf)).encode() {
+    if let Some(rec) = OrigPlaces::of(elf, info, end_loaded(elf)).encode() {
         shstrtab.extend_from_slice(&rec);
     }
     let name = u32::try_from(name_off).map_err(|_| Error::layout(0, ".shstrtab too large"))?;
@@ -1594,6 +1607,7 @@ fn reassemble_linked(elf: &Elf<'_>, info: &FatBinaryInfo, bundles: &Bundles<'_>)
     out.fill_zero(ph_new_end, b0_off + blocklen)?;
     out.put(b0_off, get(data, l2.p_offset, blocklen, "moved headers")?)?;
 
+    let (shstrtab, places) = shstrtab_without_marker(elf, mk)?;
     let mut shdrs = elf.shdrs.clone();
     // The marker section is removed at the end (after the tail layout, which
     // indexes sections by their input index).
@@ -1603,7 +1617,7 @@ fn reassemble_linked(elf: &Elf<'_>, info: &FatBinaryInfo, bundles: &Bundles<'_>)
         }
         if i == fb.index {
             sh.sh_type = elf::SHT_PROGBITS;
-            sh.sh_size = fat_len;
+            sh.sh_size = fatbin_size(fat_len, places, cap);
             sh.sh_offset = lo(v);
         } else if moved.contains(&i) {
             sh.sh_addr = sh.sh_addr.wrapping_add(delta);
@@ -1621,7 +1635,6 @@ fn reassemble_linked(elf: &Elf<'_>, info: &FatBinaryInfo, bundles: &Bundles<'_>)
             s0.sh_size = s0.sh_size.saturating_sub(1);
         }
     }
-    let (shstrtab, places) = shstrtab_without_marker(elf, mk)?;
     let places = places.checked(
         elf,
         &shdrs,
@@ -1672,6 +1685,7 @@ fn reassemble_linked(elf: &Elf<'_>, info: &FatBinaryInfo, bundles: &Bundles<'_>)
     remove_section(elf, &mut out, &map, &mut shdrs, mk.section.index, fb.index)?;
     let shoff = write_shdrs(&shdrs, &mut out, places.shoff)?;
     write_ehdr(&mut out, new_n, shoff, shdrs.len() as u64)?;
+    restore_trail(elf, places, &mut out);
     Ok(out)
 }
 

@@ -33,32 +33,66 @@ pub(crate) fn end_loaded(elf: &Elf<'_>) -> u64 {
     end.min(elf.data.len() as u64)
 }
 
+/// End of everything the headers describe: the loaded content, every
+/// section's file bytes and the section header table. Bytes after it
+/// (patchelf leaves one behind the last segment it appends; other tools
+/// append signatures or padding) are described by nothing.
+pub(crate) fn end_described(elf: &Elf<'_>) -> u64 {
+    let mut end = end_loaded(elf);
+    for s in &elf.shdrs {
+        if s.has_file_data() {
+            end = end.max(s.sh_offset.saturating_add(s.sh_size));
+        }
+    }
+    if elf.ehdr.e_shoff != 0 {
+        let table = (elf.shdrs.len() as u64).saturating_mul(64);
+        end = end.max(elf.ehdr.e_shoff.saturating_add(table));
+    }
+    end.min(elf.data.len() as u64)
+}
+
 /// Where the original file had its `.shstrtab` and section header table
 /// when they lay among the loaded content (patchelf / auditwheel moves
-/// segments behind them). Split cannot keep them there (`.shstrtab` gains
-/// the marker's name, the table one entry), so it writes both after the
-/// tail and records the original offsets in `.shstrtab`, after the marker's
-/// name: `rocpack-layout shstrtab=<hex> shoff=<hex>` + NUL (0 = was in the
-/// tail). Reassembly puts them back, so the result is byte-identical
-/// (docs/formats/split-elf.md §2.3).
+/// segments behind them), and how many bytes it had after everything its
+/// headers describe ([`end_described`]). Split cannot keep the first two
+/// there (`.shstrtab` gains the marker's name, the table one entry), so it
+/// writes both after the tail; it copies the trailing bytes to the end of
+/// its output. The record sits in `.shstrtab`, after the marker's name:
+/// `rocpack-layout shstrtab=<hex> shoff=<hex>[ trail=<hex>]` + NUL (0 = was
+/// in the tail; `trail` only when there are trailing bytes). Reassembly puts
+/// the tables back and the trailing bytes after them, so the result is
+/// byte-identical (docs/formats/split-elf.md §2.3). `fatpad`: zero bytes
+/// `.hip_fatbin` held after the end of its last bundle laid out as clang
+/// does (an older clang left one), restored in its size.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct OrigPlaces {
     pub shstrtab: Option<u64>,
     pub shoff: Option<u64>,
+    /// Bytes after [`end_described`] of the input of split.
+    pub trail: u64,
+    /// Zero bytes of `.hip_fatbin` after its last bundle ([`fatbin_pad`]).
+    pub fatpad: u64,
 }
 
 const PLACES_TAG: &str = "rocpack-layout ";
 
 impl OrigPlaces {
-    /// The places of `elf` (the input of split) that lie before `end`.
-    pub(crate) fn of(elf: &Elf<'_>, end: u64) -> Self {
+    /// The places of `elf` (the input of split, analysed as `info`) that
+    /// lie before `end`.
+    pub(crate) fn of(elf: &Elf<'_>, info: &FatBinaryInfo, end: u64) -> Self {
         let shstrtab = elf
             .shdrs
             .get(elf.shstrndx)
             .filter(|s| elf.shstrndx != 0 && s.sh_offset < end)
             .map(|s| s.sh_offset);
         let shoff = Some(elf.ehdr.e_shoff).filter(|&o| o != 0 && o < end);
-        OrigPlaces { shstrtab, shoff }
+        let trail = (elf.data.len() as u64).saturating_sub(end_described(elf));
+        OrigPlaces {
+            shstrtab,
+            shoff,
+            trail,
+            fatpad: fatbin_pad(elf, info),
+        }
     }
 
     pub(crate) fn encode(self) -> Option<Vec<u8>> {
@@ -71,6 +105,12 @@ impl OrigPlaces {
             self.shoff.unwrap_or(0)
         )
         .into_bytes();
+        if self.trail != 0 {
+            r.extend_from_slice(format!(" trail={:x}", self.trail).as_bytes());
+        }
+        if self.fatpad != 0 {
+            r.extend_from_slice(format!(" fatpad={:x}", self.fatpad).as_bytes());
+        }
         r.push(0);
         Some(r)
     }
@@ -82,10 +122,11 @@ impl OrigPlaces {
         for field in text.split(' ') {
             let (k, v) = field.split_once('=')?;
             let v = u64::from_str_radix(v, 16).ok()?;
-            let v = Some(v).filter(|&v| v != 0);
             match k {
-                "shstrtab" => places.shstrtab = v,
-                "shoff" => places.shoff = v,
+                "shstrtab" => places.shstrtab = Some(v).filter(|&v| v != 0),
+                "shoff" => places.shoff = Some(v).filter(|&v| v != 0),
+                "trail" => places.trail = v,
+                "fatpad" if v < BUNDLE_ALIGN => places.fatpad = v,
                 _ => return None,
             }
         }
@@ -132,7 +173,62 @@ impl OrigPlaces {
                 && free(p, table_len)
                 && shstrtab.is_none_or(|s| s + shstrtab_len <= p || s >= p + table_len)
         });
-        OrigPlaces { shstrtab, shoff }
+        OrigPlaces {
+            shstrtab,
+            shoff,
+            ..self
+        }
+    }
+
+    /// Where the trailing bytes the record counts are in `elf` (the split
+    /// file): right after everything its headers describe, and the file
+    /// ends with them. `None` when there are none, or when a tool rewrote
+    /// the split file (they are gone, or other bytes follow them).
+    pub(crate) fn trail_in(self, elf: &Elf<'_>) -> Option<u64> {
+        let at = end_described(elf);
+        (self.trail != 0 && (elf.data.len() as u64).checked_sub(at) == Some(self.trail))
+            .then_some(at)
+    }
+}
+
+/// Copy the bytes of the input of split after everything its headers
+/// describe ([`OrigPlaces::trail`]) to the end of `out`.
+pub(crate) fn push_trail(elf: &Elf<'_>, out: &mut crate::out::Out) {
+    let at = end_described(elf);
+    let n = (elf.data.len() as u64).saturating_sub(at);
+    if n != 0 {
+        out.push_src(at, n);
+    }
+}
+
+/// Put the trailing bytes of the original (see [`OrigPlaces::trail_in`])
+/// back at the end of the reassembled `out`.
+pub(crate) fn restore_trail(elf: &Elf<'_>, places: OrigPlaces, out: &mut crate::out::Out) {
+    if let Some(at) = places.trail_in(elf) {
+        out.push_src(at, places.trail);
+    }
+}
+
+/// Zero bytes `.hip_fatbin` holds after the end of its last bundle, when its
+/// bundles are laid out as [`fatbin_layout`] lays them (the layout
+/// reassembly writes) and fewer than [`BUNDLE_ALIGN`] such bytes follow;
+/// 0 otherwise.
+pub(crate) fn fatbin_pad(elf: &Elf<'_>, info: &FatBinaryInfo) -> u64 {
+    let Some(fb) = info.fatbin else { return 0 };
+    let lens: Vec<u64> = info.bundles.iter().map(|b| b.len).collect();
+    let (end, offsets) = fatbin_layout(&lens);
+    let placed = info
+        .bundles
+        .iter()
+        .zip(&offsets)
+        .all(|(b, &o)| b.section_offset == o);
+    let pad = fb.size.saturating_sub(end);
+    if !placed || pad == 0 || pad >= BUNDLE_ALIGN || fb.nobits {
+        return 0;
+    }
+    match crate::elf::get(elf.data, fb.file_offset + end, pad, ".hip_fatbin") {
+        Ok(b) if b.iter().all(|&x| x == 0) => pad,
+        _ => 0,
     }
 }
 

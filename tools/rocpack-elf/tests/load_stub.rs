@@ -804,3 +804,55 @@ fn patchelf_libraries_reassemble_byte_identical() {
         );
     }
 }
+
+/// Bytes after everything the headers describe (the last segment, section
+/// and the section header table) are not device code and come back after
+/// reassembly: patchelf'd libraries as auditwheel repairs them (a `0x00`
+/// behind the last PT_LOAD, as in torch-scatter-rocm), a library with
+/// appended bytes behind its section header table, and a split in place.
+/// A split file something appended to afterwards still reassembles (then
+/// without the trailing bytes: they can no longer be told apart).
+#[test]
+fn trailing_bytes_reassemble_byte_identical() {
+    assert!(have_fixtures(), "fixtures missing (set ROCPACK_SHARED)");
+    assert!(have_tool("patchelf"), "patchelf is needed");
+    assert!(have_tool("eu-elflint"), "eu-elflint is needed");
+    let tmp = tempfile::tempdir().unwrap();
+    let mut inputs: Vec<(PathBuf, &[u8])> = Vec::new();
+    for p in patchelf_copies(tmp.path()) {
+        inputs.push((p, b"\0"));
+    }
+    let plain = tmp.path().join("libfx_multi.so.signed");
+    std::fs::copy(fixtures().join("fatbins/libfx_multi.so"), &plain).unwrap();
+    inputs.push((plain, b"\0\0\0appended signature block\n"));
+    inputs.push((in_place_copy(tmp.path()), b"\x01"));
+    for (p, trail) in inputs {
+        let name = p.file_name().unwrap().to_string_lossy().into_owned();
+        let mut data = std::fs::read(&p).unwrap();
+        data.extend_from_slice(trail);
+        let p = tmp.path().join(format!("{name}.trail"));
+        std::fs::write(&p, &data).unwrap();
+        let split = split_host(&data, format!("marker:{name}").as_bytes()).unwrap();
+        assert!(
+            split.ends_with(trail),
+            "{name}: the split dropped the trailing bytes"
+        );
+        let f = tmp.path().join(format!("{name}.split"));
+        std::fs::write(&f, &split).unwrap();
+        assert_no_new_elflint_messages(&p, &f);
+        let back = rocpack_elf::reassemble(&split, &bundles_of(&data)).unwrap();
+        assert_eq!(back.len(), data.len(), "{name}: reassembled size");
+        assert!(back == data, "{name}: reassembly is not byte-identical");
+        // Bytes appended to the split file: the record no longer matches
+        // its end; reassembly neither fails nor takes the wrong bytes.
+        let mut more = split.clone();
+        more.extend_from_slice(b"xyz");
+        let back = rocpack_elf::reassemble(&more, &bundles_of(&data)).unwrap();
+        assert_eq!(
+            back.len(),
+            data.len() - trail.len(),
+            "{name}: appended split"
+        );
+        assert!(data.starts_with(&back), "{name}: appended split");
+    }
+}

@@ -118,6 +118,13 @@ pub fn detect(head: &[u8]) -> FileType {
                     pe32_plus: magic == 0x20b,
                 };
             }
+            if at.saturating_add(4) > head.len() {
+                // `e_lfanew` past what was read (past the end of the file,
+                // or beyond the first HEAD_LEN bytes): an image to analyse,
+                // which finds its headers or says why not, never a file
+                // passed on unexamined.
+                return FileType::Pe { pe32_plus: true };
+            }
         }
         return FileType::Unknown;
     }
@@ -203,7 +210,12 @@ mod tests {
         pe[0x98] = 0x0b;
         pe[0x99] = 0x01;
         assert_eq!(detect(&pe), FileType::Pe { pe32_plus: false });
-        pe[0x3c] = 0xfe; // e_lfanew past the head
+        // e_lfanew past the head (here: past the end of the file): an image
+        // whose analysis must say why it is not one, never a plain file.
+        pe[0x3c] = 0xfe;
+        assert_eq!(detect(&pe), FileType::Pe { pe32_plus: true });
+        // Inside the head but not at `PE\0\0`: a DOS program.
+        pe[0x3c] = 0x40;
         assert_eq!(detect(&pe), FileType::Unknown);
         // A plain DOS/MZ file is not a PE image.
         assert_eq!(detect(b"MZ\x90\0"), FileType::Unknown);

@@ -423,3 +423,68 @@ fn a_bad_wrapper_magic_reads_the_same_in_elf_pe_and_coff() {
     }
     assert!(beyond_first, "no fixture with a second wrapper");
 }
+
+/// Images whose layout reassembly cannot give back are refused by the
+/// split, not split into something that reassembles differently or not
+/// at all: `SectionAlignment` 0 (reassembly would recompute `SizeOfImage`
+/// unaligned), a `SizeOfImage` that is not what the sections make it, a
+/// bundle section with `VirtualSize` 0 (the loader reads `SizeOfRawData`;
+/// reassembly would find no room for the bundles).
+#[test]
+fn layouts_reassembly_cannot_give_back_are_refused() {
+    let fat = std::fs::read(ts::win_fatbin("fx_win_lld.dll")).unwrap();
+    let fi = pe::analyze(&fat).unwrap();
+    let h = fi.headers.clone().unwrap();
+    let opt = h.optional_offset as usize;
+    let vsize = section_field(&fat, ".hip_fat", 8);
+    let cases: [(&str, usize, u32, &str); 4] = [
+        (
+            "SectionAlignment 0",
+            opt + 32,
+            0,
+            "SectionAlignment 0x0 is not",
+        ),
+        (
+            "SectionAlignment below FileAlignment",
+            opt + 32,
+            h.file_alignment / 2,
+            "is not a power of two of at least FileAlignment",
+        ),
+        (
+            "SizeOfImage",
+            opt + 56,
+            h.size_of_image + 0x1000,
+            "reassembly could not give it back",
+        ),
+        ("VirtualSize 0", vsize, 0, "has VirtualSize 0x0"),
+    ];
+    for (label, at, v, want) in cases {
+        let mut m = fat.clone();
+        m[at..at + 4].copy_from_slice(&v.to_le_bytes());
+        let e = pe::split_host(&m, MARKER).unwrap_err().to_string();
+        assert!(e.contains(want), "{label}: {e}");
+    }
+}
+
+/// A fat DLL whose headers cannot be found (`e_lfanew` past the end of the
+/// file) or that has no sections is not a host-only file: it is detected as
+/// an image and its analysis fails, so `kpack split` refuses it and
+/// `kpack verify` flags the device code it carries.
+#[test]
+fn images_without_findable_headers_or_sections_do_not_read_as_host_only() {
+    let fat = std::fs::read(ts::win_fatbin("fx_win_lld.dll")).unwrap();
+    let mut past = fat.clone();
+    let beyond = (fat.len() as u32 + 16).to_le_bytes();
+    past[0x3c..0x40].copy_from_slice(&beyond);
+    assert_eq!(detect(&past[..4096]), FileType::Pe { pe32_plus: true });
+    assert!(rocpack_image::analyze(&past).is_err());
+    assert!(pe::split_host(&past, MARKER).is_err());
+
+    let fi = pe::analyze(&fat).unwrap();
+    let nt = fi.headers.as_ref().unwrap().nt_offset as usize;
+    let mut none = fat.clone();
+    none[nt + 6..nt + 8].copy_from_slice(&0u16.to_le_bytes());
+    let e = pe::analyze(&none).unwrap_err().to_string();
+    assert!(e.contains("NumberOfSections 0"), "{e}");
+    assert!(pe::split_host(&none, MARKER).is_err());
+}

@@ -308,9 +308,9 @@ fn read_at(f: &File, at: u64, len: usize) -> Result<Vec<u8>, String> {
     Ok(b)
 }
 
-/// Where the central directory is: (start, size, entry count, bytes
-/// prepended to the archive).
-fn locate(f: &File, len: u64) -> Result<(u64, u64, u64, u64), String> {
+/// Where the central directory is: (start, size, declared entry count,
+/// whether a ZIP64 end record declared it, bytes prepended to the archive).
+fn locate(f: &File, len: u64) -> Result<(u64, u64, u64, bool, u64), String> {
     if len < EOCD_LEN {
         return Err(format!("{len} bytes: too short to be a zip archive"));
     }
@@ -335,6 +335,7 @@ fn locate(f: &File, len: u64) -> Result<(u64, u64, u64, u64), String> {
         u64::from(u32_at(e, 16)),
     );
     let mut record = eocd;
+    let mut zip64 = false;
     if eocd >= LOCATOR_LEN && u32_at(&read_at(f, eocd - LOCATOR_LEN, 4)?, 0) == EOCD64_LOCATOR_SIG {
         // ZIP64: the standard 56-byte record right before the locator.
         let at = eocd
@@ -351,6 +352,7 @@ fn locate(f: &File, len: u64) -> Result<(u64, u64, u64, u64), String> {
         size = u64_at(&z, 40);
         offset = u64_at(&z, 48);
         record = at;
+        zip64 = true;
     }
     // Bytes prepended to the archive shift every offset (as Python's zipfile).
     let start = record
@@ -361,7 +363,7 @@ fn locate(f: &File, len: u64) -> Result<(u64, u64, u64, u64), String> {
                 "central directory of {size} bytes at offset {offset} does not fit before its end record at {record}"
             )
         })?;
-    Ok((start, size, count, start - offset))
+    Ok((start, size, count, zip64, start - offset))
 }
 
 /// Parses one record from `r` into `e` (its buffers reused); `i` and the
@@ -502,18 +504,11 @@ impl Read for FileRange<'_> {
 /// module documentation) and returns its entries, sorted by name, with
 /// where the directory is. Errors are messages without the file name.
 pub fn scan(f: &File, len: u64, limits: &Limits) -> Result<(Table, Directory, Summary), String> {
-    let (start, size, count, prefix) = locate(f, len)?;
-    if count > limits.max_entries {
-        return Err(format!(
-            "{count} entries; at most {} are accepted",
-            limits.max_entries
-        ));
-    }
-    if count.saturating_mul(CDH_LEN as u64) > size {
-        return Err(format!(
-            "the end record declares {count} entries, the central directory ({size} bytes) cannot hold them"
-        ));
-    }
+    let (start, size, declared, zip64, prefix) = locate(f, len)?;
+    // Records are read until the directory's size is used up, as Python's
+    // `zipfile` (and so pip) reads them: the declared count is checked
+    // afterwards, not trusted to stop early.
+    let cap = (size / CDH_LEN as u64).min(limits.max_entries.saturating_add(1));
     let dir = Directory {
         start,
         size,
@@ -524,13 +519,14 @@ pub fn scan(f: &File, len: u64, limits: &Limits) -> Result<(Table, Directory, Su
         .map_err(|e| format!("seek: {e}"))?;
     let mut r = BufReader::with_capacity(1 << 16, file.take(size));
     let mut table = Table::new();
-    table.recs.reserve_exact(count as usize);
+    table.recs.reserve_exact(declared.min(cap) as usize);
     // Names (with extra fields and comments) fill the directory beyond its
     // fixed-size parts: one allocation, not copied while it grows (up to
     // 64 MiB reserved; a larger table grows as usual).
-    table
-        .names
-        .reserve_exact((size - count * CDH_LEN as u64).min(64 << 20) as usize);
+    table.names.reserve_exact(
+        size.saturating_sub(declared.min(cap) * CDH_LEN as u64)
+            .min(64 << 20) as usize,
+    );
     let mut e = CdEntry::default();
     let mut total = 0u64;
     // Data spans in directory order: when local headers come in file order
@@ -538,8 +534,15 @@ pub fn scan(f: &File, len: u64, limits: &Limits) -> Result<(Table, Directory, Su
     // one ends; otherwise they are sorted below.
     let (mut prev_end, mut ordered) = (0u64, true);
     let mut at = start;
-    for i in 0..count {
-        read_record(&mut r, &mut e, i, prefix)?;
+    let mut count = 0u64;
+    while at < start + size {
+        if count == limits.max_entries {
+            return Err(format!(
+                "the central directory holds more than the {count} entries accepted"
+            ));
+        }
+        read_record(&mut r, &mut e, count, prefix)?;
+        count += 1;
         let cd = at;
         at = start + (size - r.get_ref().limit() - r.buffer().len() as u64);
         total = total.saturating_add(check_sizes(&e, limits)?);
@@ -563,6 +566,7 @@ pub fn scan(f: &File, len: u64, limits: &Limits) -> Result<(Table, Directory, Su
         table.push(&name, cd, bits)?;
     }
     drop(r);
+    check_count(count, declared, zip64)?;
     if total > limits.max_total_bytes {
         return Err(format!(
             "expands to {total} bytes; at most {} are accepted",
@@ -580,6 +584,21 @@ pub fn scan(f: &File, len: u64, limits: &Limits) -> Result<(Table, Directory, Su
             entries: count,
             expanded: total,
         },
+    ))
+}
+
+/// The entry count of the end record(s) must be the number of records the
+/// directory holds: a reader that trusts the count (many do) would see
+/// other files than pip. The one disagreement accepted is a classic end
+/// record (no ZIP64 record) of more than 65,535 entries, whose 16-bit
+/// count holds the low bits or is saturated, as zip writers leave it.
+fn check_count(found: u64, declared: u64, zip64: bool) -> Result<(), String> {
+    let wrapped = !zip64 && found > 0xffff && (declared == found & 0xffff || declared == 0xffff);
+    if found == declared || wrapped {
+        return Ok(());
+    }
+    Err(format!(
+        "the end record declares {declared} entries but the central directory holds {found} records (readers disagree on such a wheel)"
     ))
 }
 
@@ -734,6 +753,108 @@ mod tests {
         }
     }
 
+    /// Writes the 16-bit entry counts of the classic end record of `t`.
+    fn set_eocd_count(t: &tempfile::NamedTempFile, n: u16) {
+        let mut b = std::fs::read(t.path()).unwrap();
+        let at = b.len() - EOCD_LEN as usize;
+        assert_eq!(u32_at(&b, at), EOCD_SIG);
+        b[at + 8..at + 10].copy_from_slice(&n.to_le_bytes());
+        b[at + 10..at + 12].copy_from_slice(&n.to_le_bytes());
+        std::fs::write(t.path(), b).unwrap();
+    }
+
+    /// Python's `zipfile` (so pip) reads records until the directory's size
+    /// is used up, whatever the count says; a count that disagrees would
+    /// make a reader that trusts it see other files: refused.
+    #[test]
+    fn an_end_record_count_that_disagrees_is_refused() {
+        let t = zip_file(b"", &[("a", vec![1u8; 5]), ("b", vec![2u8; 6])]);
+        for n in [0u16, 1, 3, 0xffff] {
+            set_eocd_count(&t, n);
+            let e = scan_file(&t, &WIDE).unwrap_err();
+            assert!(
+                e.contains(&format!(
+                    "declares {n} entries but the central directory holds 2 records"
+                )),
+                "{e}"
+            );
+        }
+        set_eocd_count(&t, 2);
+        assert_eq!(scan_file(&t, &WIDE).unwrap().0.len(), 2);
+    }
+
+    /// A stored, empty-file zip of `names` with a classic end record only
+    /// (no ZIP64 record), its count `names.len()` truncated to 16 bits as
+    /// zip writers without ZIP64 support leave it.
+    fn classic_zip(names: &[String]) -> tempfile::NamedTempFile {
+        let mut b = Vec::new();
+        let mut cd = Vec::new();
+        for n in names {
+            let off = b.len() as u32;
+            let nl = n.len() as u16;
+            b.extend_from_slice(&LFH_SIG.to_le_bytes());
+            b.extend_from_slice(&[20, 0, 0, 0, 0, 0, 0, 0, 0x21, 0]);
+            b.extend_from_slice(&[0; 12]);
+            b.extend_from_slice(&nl.to_le_bytes());
+            b.extend_from_slice(&[0, 0]);
+            b.extend_from_slice(n.as_bytes());
+            cd.extend_from_slice(&CDH_SIG.to_le_bytes());
+            cd.extend_from_slice(&[20, 3, 20, 0, 0, 0, 0, 0, 0, 0, 0x21, 0]);
+            cd.extend_from_slice(&[0; 12]);
+            cd.extend_from_slice(&nl.to_le_bytes());
+            cd.extend_from_slice(&[0; 8]);
+            cd.extend_from_slice(&(0o100_644u32 << 16).to_le_bytes());
+            cd.extend_from_slice(&off.to_le_bytes());
+            cd.extend_from_slice(n.as_bytes());
+        }
+        let (cd_off, cd_len) = (b.len() as u32, cd.len() as u32);
+        b.extend_from_slice(&cd);
+        let count = (names.len() & 0xffff) as u16;
+        b.extend_from_slice(&EOCD_SIG.to_le_bytes());
+        b.extend_from_slice(&[0; 4]);
+        b.extend_from_slice(&count.to_le_bytes());
+        b.extend_from_slice(&count.to_le_bytes());
+        b.extend_from_slice(&cd_len.to_le_bytes());
+        b.extend_from_slice(&cd_off.to_le_bytes());
+        b.extend_from_slice(&[0, 0]);
+        let mut t = tempfile::NamedTempFile::new().unwrap();
+        t.write_all(&b).unwrap();
+        t
+    }
+
+    /// More than 65,535 entries behind a classic end record (its count
+    /// holds the low 16 bits, or 0xffff): every record is read, as pip
+    /// reads them, the `.dist-info` sorting last included.
+    #[test]
+    fn more_than_65535_entries_without_zip64_are_all_read() {
+        let mut names: Vec<String> = (0..65_537).map(|i| format!("p/f{i:05}")).collect();
+        names.push("p-1.0.dist-info/RECORD".into());
+        let t = classic_zip(&names);
+        let many = Limits {
+            max_entries: 100_000,
+            ..WIDE
+        };
+        let f = File::open(t.path()).unwrap();
+        let len = f.metadata().unwrap().len();
+        let (table, _, s) = scan(&f, len, &many).unwrap();
+        assert_eq!(s.entries, 65_538);
+        assert!(table.find("p-1.0.dist-info/RECORD").is_some());
+        set_eocd_count(&t, 0xffff);
+        assert_eq!(scan(&f, len, &many).unwrap().2.entries, 65_538);
+        // A count that is not what 16 bits make of 65,538 is refused.
+        set_eocd_count(&t, 1);
+        let e = scan(&f, len, &many).unwrap_err();
+        assert!(e.contains("declares 1 entries"), "{e}");
+        // The cap counts records, not the declared count.
+        let few = Limits {
+            max_entries: 65_537,
+            ..WIDE
+        };
+        set_eocd_count(&t, 2);
+        let e = scan(&f, len, &few).unwrap_err();
+        assert!(e.contains("more than the 65537 entries accepted"), "{e}");
+    }
+
     #[test]
     fn caps_are_enforced() {
         let t = zip_file(b"", &[("a", vec![1u8; 50]), ("b", vec![2u8; 60])]);
@@ -743,7 +864,7 @@ mod tests {
             max_total_bytes: t,
         };
         let e = scan_file(&t, &l(1, 1000, 1000)).unwrap_err();
-        assert!(e.contains("2 entries; at most 1"), "{e}");
+        assert!(e.contains("more than the 1 entries accepted"), "{e}");
         let e = scan_file(&t, &l(10, 55, 1000)).unwrap_err();
         assert!(
             e.contains("entry `b` expands to 60 bytes; at most 55"),

@@ -596,6 +596,56 @@ fn bytes_entry(name: String, text: String) -> OutEntry {
     }
 }
 
+/// An input file at (or below) `rel`, the path of a `.kpack` the device
+/// wheel of `target` installs: two installed wheels would own one path (the
+/// host's bytes win, and uninstalling the host deletes the device wheel's
+/// archive).
+fn refuse_owned_path(files: &Table, rel: &str, target: &str) -> Result<(), WheelError> {
+    if files.find(rel).is_some() || !files.range_with_prefix(&format!("{rel}/")).is_empty() {
+        return Err(usage(format!(
+            "{rel}: the input already holds the path the device wheel of {target} installs (is this a split host wheel?)"
+        )));
+    }
+    Ok(())
+}
+
+/// METADATA that already names one of the `extras` the host wheel gains
+/// (`device-<target>`, `device-<group>`, `device-all`), as a
+/// `Provides-Extra` or in a `Requires-Dist` marker: its own requirements
+/// would stay next to the new pin, and `pip install 'pkg[device-<target>]'`
+/// would resolve both. Names compare normalized (PEP 685), as pip compares
+/// them; a marker is matched by its quoted strings.
+fn refuse_taken_extras(
+    metadata: &Headers,
+    meta_path: &str,
+    extras: &[String],
+) -> Result<(), WheelError> {
+    let ours = |v: &str| {
+        let n = names::normalize(v.trim());
+        extras.iter().find(|e| **e == n).cloned()
+    };
+    let taken = |what: &str, extra: String| {
+        Err(usage(format!(
+            "{meta_path}: already {what} the `{extra}` extra the host wheel gains (is this a split host wheel?)"
+        )))
+    };
+    for e in metadata.all("Provides-Extra") {
+        if let Some(x) = ours(e) {
+            return taken("provides", x);
+        }
+    }
+    for r in metadata.all("Requires-Dist") {
+        let Some((_, marker)) = r.split_once(';') else {
+            continue;
+        };
+        let quoted = marker.split(['"', '\'']).skip(1).step_by(2).find_map(ours);
+        if let Some(x) = quoted {
+            return taken("has a requirement for", x);
+        }
+    }
+    Ok(())
+}
+
 /// Each `--device-requires-dist` becomes one `Requires-Dist:` line of a
 /// METADATA file: it must be one line (a newline would add headers of its
 /// own) and start with a distribution name.
@@ -875,6 +925,7 @@ fn split_inner(
                 let is_kpack = e.rel.starts_with(&format!("{}/", rocpack_kpack::KPACK_DIR))
                     && e.rel.ends_with(".kpack");
                 if is_kpack {
+                    refuse_owned_path(files, &rel, target)?;
                     kpacks.push(rel.clone());
                 } else {
                     dbs.push(rel.clone());
@@ -988,6 +1039,13 @@ fn split_inner(
     }
 
     // 8. Host wheel.
+    let mut extras: Vec<String> = by_target
+        .keys()
+        .chain(family_wheels.iter().map(|f| &f.group))
+        .map(|n| format!("device-{}", names::normalize(n)))
+        .collect();
+    extras.push("device-all".into());
+    refuse_taken_extras(&metadata, &meta_path, &extras)?;
     let mut host_requires = Vec::new();
     let mut extra = |metadata: &mut Headers, extra: &str, dists: &[String]| {
         metadata.push("Provides-Extra", extra);

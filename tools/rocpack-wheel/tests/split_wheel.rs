@@ -837,3 +837,88 @@ fn device_requires_dist_cannot_inject_headers() {
         );
     }
 }
+
+/// An input that already holds the path of a device wheel's `.kpack` (or a
+/// directory there): two installed wheels would own one path. Refused.
+#[test]
+fn paths_the_device_wheels_own_are_refused() {
+    let t = tempdir();
+    for (label, name) in [
+        ("file", "fx/.kpack/fx_pkg_gfx942.kpack"),
+        ("dir", "fx/.kpack/fx_pkg_gfx90a:xnack-.kpack/x"),
+    ] {
+        let input = t.path().join(label).join(WHEEL);
+        fs::create_dir_all(input.parent().unwrap()).unwrap();
+        let mut files = base_files();
+        files.push((name, b"KPAK stale".to_vec(), Some(0o644)));
+        make_wheel(&input, &files);
+        let e = refused(&input, None);
+        let rel = name.trim_end_matches("/x");
+        assert!(
+            e.contains(&format!(
+                "{rel}: the input already holds the path the device wheel of"
+            )),
+            "{label}: {e}"
+        );
+    }
+    // Another stem below `.kpack/` is no device wheel's path.
+    let input = t.path().join("other").join(WHEEL);
+    fs::create_dir_all(input.parent().unwrap()).unwrap();
+    let mut files = base_files();
+    files.push(("fx/.kpack/other_gfx942.kpack", b"x".to_vec(), Some(0o644)));
+    make_wheel(&input, &files);
+    split_wheel(&opts(&input, &t.path().join("other/out")), &NoProgress).unwrap();
+}
+
+/// METADATA already naming an extra the host wheel gains (PEP 685
+/// normalised, as pip compares extras), as `Provides-Extra` or in a
+/// `Requires-Dist` marker: its own pin would stay beside the new one and
+/// `pip install 'fx-pkg[device-gfx942]'` would resolve both. Refused.
+#[test]
+fn extras_the_host_wheel_gains_are_refused() {
+    let t = tempdir();
+    let meta = "fx_pkg-2.0.dist-info/METADATA";
+    let head = "Metadata-Version: 2.1\nName: fx-pkg\nVersion: 2.0\n";
+    for (label, extra, want) in [
+        (
+            "provides",
+            "Provides-Extra: device-gfx942\nRequires-Dist: fx-pkg-device-gfx942==1.0; extra == \"device-gfx942\"\n",
+            "already provides the `device-gfx942` extra",
+        ),
+        (
+            "normalised",
+            "Provides-Extra: Device_GFX90A\n",
+            "already provides the `device-gfx90a` extra",
+        ),
+        (
+            "marker-only",
+            "Requires-Dist: somepkg>=1; extra == 'device.gfx942'\n",
+            "already has a requirement for the `device-gfx942` extra",
+        ),
+    ] {
+        let input = t.path().join(label).join(WHEEL);
+        fs::create_dir_all(input.parent().unwrap()).unwrap();
+        let mut files = base_files();
+        for f in files.iter_mut().filter(|f| f.0 == meta) {
+            f.1 = format!("{head}{extra}\nLong description.\n").into_bytes();
+        }
+        make_wheel(&input, &files);
+        let e = refused(&input, None);
+        assert!(e.contains(want), "{label}: {e}");
+    }
+    // Other extras stay, with their requirements.
+    let input = t.path().join("keep").join(WHEEL);
+    fs::create_dir_all(input.parent().unwrap()).unwrap();
+    let mut files = base_files();
+    for f in files.iter_mut().filter(|f| f.0 == meta) {
+        f.1 = format!("{head}Provides-Extra: device-tools\nRequires-Dist: tool>=1; extra == \"device-tools\"\n\nd\n").into_bytes();
+    }
+    make_wheel(&input, &files);
+    let out = t.path().join("keep/out");
+    split_wheel(&opts(&input, &out), &NoProgress).unwrap();
+    let m = text(&read_zip(&out.join(WHEEL))[meta].0);
+    assert!(
+        m.contains("Requires-Dist: tool>=1; extra == \"device-tools\""),
+        "{m}"
+    );
+}

@@ -356,6 +356,15 @@ fn analyze_image<'d, R: ReadRef<'d>>(data: R, src: &dyn rocpack_bundle::ReadAt) 
         .ok()
         .map(|s: SymbolTable<'_, R>| s.strings());
     let sections = decode_sections(&table, table_offset, strings)?;
+    if sections.is_empty() {
+        // The loader then maps the file as it is (with a small
+        // SectionAlignment): device code anywhere in it would be loaded,
+        // and there is no bundle section to find it by.
+        return Err(Error::unsupported(
+            nt_offset + 6,
+            "PE image without sections (NumberOfSections 0): its content cannot be told apart",
+        ));
+    }
     let characteristics = fh.characteristics.get(LE);
     let data_directories: Vec<(u32, u32)> = dirs
         .iter()

@@ -325,7 +325,7 @@ fn split_plan(data: &[u8], info: &PeInfo, marker: &[u8]) -> Result<Option<Plan>>
         }
     }
     let fa = file_alignment(h)?;
-    let sa = u64::from(h.section_alignment.max(1));
+    let sa = exact_layout(info, h, fsec, fa)?;
     let (ps, rs) = (u64::from(fsec.raw_offset), u64::from(fsec.raw_size));
     let fb_va = u64::from(fsec.virtual_address);
     let fb_vend = fb_va + u64::from(fsec.virtual_size.max(fsec.raw_size));
@@ -483,6 +483,69 @@ fn split_plan(data: &[u8], info: &PeInfo, marker: &[u8]) -> Result<Option<Plan>>
     }
     let checksum = (h.check_sum != 0).then_some(h.optional_offset + 64);
     Ok(Some(Plan { out, checksum }))
+}
+
+/// What reassembly recomputes must be what the image has, or the split is
+/// refused (reassembly would give back another image, or refuse its own
+/// input): `SectionAlignment` a power of two not below `FileAlignment`
+/// (the PE rule; 0 would make `SizeOfImage` come back unaligned),
+/// `SizeOfImage` = the end of the last section rounded up to it, and a
+/// bundle section whose `VirtualSize` holds its bundles laid out 4096-aligned
+/// and ends less than one such block after them (a `VirtualSize` of 0, which
+/// the loader reads as `SizeOfRawData`, cannot be told from the split's).
+/// Returns `SectionAlignment`.
+fn exact_layout(info: &PeInfo, h: &ImageHeaders, fsec: &PeSection, fa: u64) -> Result<u64> {
+    let sa = u64::from(h.section_alignment);
+    if !sa.is_power_of_two() || sa < fa {
+        return Err(Error::unsupported(
+            h.optional_offset + 32,
+            format!(
+                "SectionAlignment {sa:#x} is not a power of two of at least FileAlignment {fa:#x}"
+            ),
+        ));
+    }
+    let lens: Vec<u64> = info.bundles.iter().map(|b| b.len).collect();
+    let end = bundles_layout(&lens).0;
+    let vsize = u64::from(fsec.virtual_size);
+    if end > vsize || vsize > round_up(end, BUNDLE_ALIGN) {
+        return Err(Error::unsupported(
+            fsec.header_offset + 8,
+            format!(
+                "the bundle section `{}` has VirtualSize {vsize:#x}; its bundles laid out {BUNDLE_ALIGN}-aligned end at {end:#x}: reassembly could not give it back",
+                fsec.name
+            ),
+        ));
+    }
+    let max_end = info
+        .sections
+        .iter()
+        .map(|s| u64::from(s.virtual_address) + u64::from(s.virtual_size.max(s.raw_size)))
+        .max()
+        .unwrap_or(0);
+    let want = round_up(max_end, sa);
+    if u64::from(h.size_of_image) != want {
+        return Err(Error::unsupported(
+            h.optional_offset + 56,
+            format!(
+                "SizeOfImage {:#x} is not the end of the last section rounded up to SectionAlignment ({want:#x}): reassembly could not give it back",
+                h.size_of_image
+            ),
+        ));
+    }
+    Ok(sa)
+}
+
+/// Offsets of bundles of sizes `lens` laid out [`BUNDLE_ALIGN`]-aligned
+/// from 0 (clang's layout) and where the last one ends.
+fn bundles_layout(lens: &[u64]) -> (u64, Vec<u64>) {
+    let mut offsets = Vec::with_capacity(lens.len());
+    let mut end = 0u64;
+    for &n in lens {
+        let at = round_up(end, BUNDLE_ALIGN);
+        offsets.push(at);
+        end = at + n;
+    }
+    (end, offsets)
 }
 
 /// How many bytes (a multiple of `FileAlignment`) the header area must grow
@@ -645,25 +708,16 @@ fn reassemble_plan(host: &[u8], info: &PeInfo, bundles: &Bundles<'_>) -> Result<
     // the last one: a VirtualSize beyond that is not a section this module
     // split, and would only cost memory (up to 4 GiB of zeros).
     let lens = bundles.lens();
-    let bundles_end = lens
-        .iter()
-        .fold(0u64, |end, &n| round_up(end, BUNDLE_ALIGN) + n);
-    if vsize > round_up(bundles_end, BUNDLE_ALIGN) {
+    let (end, offsets) = bundles_layout(&lens);
+    if vsize > round_up(end, BUNDLE_ALIGN) {
         return Err(Error::layout(
             fsec.header_offset,
             format!(
                 "the bundle section `{}` has VirtualSize {vsize:#x}, more than one {BUNDLE_ALIGN}-byte \
-                 block after the end of the bundles given ({bundles_end:#x}); not reassembled",
+                 block after the end of the bundles given ({end:#x}); not reassembled",
                 fsec.name
             ),
         ));
-    }
-    let mut offsets = Vec::with_capacity(lens.len());
-    let mut end = 0u64;
-    for &n in &lens {
-        let at = round_up(end, BUNDLE_ALIGN);
-        offsets.push(at);
-        end = at + n;
     }
     if end > vsize {
         return Err(Error::layout(
