@@ -164,6 +164,86 @@ pub fn create(root: &RootOpts, a: CreateArgs, out: Out<'_>) -> Result<u8> {
     Ok(0)
 }
 
+/// Arguments of [`recut`].
+#[derive(Clone, Debug)]
+pub struct RecutArgs {
+    pub store: Option<String>,
+    /// `stable`, `last-stable` or `last_stable`.
+    pub channel: String,
+    pub version: String,
+    pub artifact: PathBuf,
+    /// `--abi-input` values: `FILE` (recorded relative to `abi_base`) or `PATH=FILE`.
+    pub abi_inputs: Vec<PathBuf>,
+    /// Where the recorded ABI inputs are now (default: the working directory).
+    pub abi_base: Option<PathBuf>,
+    pub checksums: Option<PathBuf>,
+    pub prefix: Option<String>,
+}
+
+/// `snapctl recut`: a snapshot of any channel gets a rebuilt archive and
+/// fresh ABI-input digests, keeping its headers and commits.
+pub fn recut(root: &RootOpts, a: RecutArgs, out: Out<'_>) -> Result<u8> {
+    let repo = Repo::open(&root.root)?;
+    let st = repo.store(a.store.as_deref())?;
+    let cwd = std::env::current_dir().map_err(|e| Error::io(".", e))?;
+    let abi_base = a.abi_base.as_ref().map_or(cwd.clone(), |b| cwd.join(b));
+    let req = txn::RecutRequest {
+        channel: Channel::parse(&a.channel)?,
+        version: a.version,
+        artifact: a.artifact,
+        abi_inputs: crate::abi::resolve_inputs(&a.abi_inputs, Some(&abi_base))?,
+        abi_base,
+        checksums: a.checksums,
+        prefix: a.prefix,
+        lock_timeout: root.lock_timeout,
+    };
+    let o = txn::recut(&repo, &st, &req)?;
+    note_recovery(&o.recovered);
+    let dir = format!("{}/{}", req.channel.dir(), o.meta.version);
+    let Some(put) = o.put else {
+        say!(
+            out,
+            "{dir} already has this archive (sha256 {}) and these ABI inputs; nothing to do",
+            o.meta.sha256
+        );
+        return Ok(0);
+    };
+    say!(
+        out,
+        "{} {} ({} bytes) in {}",
+        if put.already_present {
+            "reused"
+        } else {
+            "uploaded"
+        },
+        put.key,
+        put.digest.size,
+        st.describe(),
+    );
+    for a in &o.archived {
+        say!(out, "archived {a}");
+    }
+    say!(
+        out,
+        "{dir} <- sha256 {} ({}), was {}; kept {} header(s), {} commit(s)",
+        o.meta.sha256,
+        o.meta.created,
+        o.old.sha256,
+        o.meta.headers.len(),
+        o.meta.commits.len()
+    );
+    for (p, d) in &o.meta.abi_inputs {
+        let was =
+            o.old
+                .abi_inputs
+                .get(p)
+                .map_or("new", |w| if w == d { "unchanged" } else { "changed" });
+        say!(out, "  ABI input {p}: {d} ({was})");
+    }
+    say!(out, "wrote {}", o.checksums.display());
+    Ok(0)
+}
+
 /// `snapctl rollback`.
 pub fn rollback(
     root: &RootOpts,
