@@ -164,6 +164,56 @@ pub fn create(root: &RootOpts, a: CreateArgs, out: Out<'_>) -> Result<u8> {
     Ok(0)
 }
 
+/// `snapctl create --kind source`: cuts `req` into the root (made when
+/// missing; its parent must exist) and prints what changed.
+pub fn create_source(
+    root: &RootOpts,
+    req: &crate::source::SourceCreate,
+    out: Out<'_>,
+) -> Result<u8> {
+    fsutil::create_dir_all_durable(&root.root)?;
+    let repo = Repo::open(&root.root)?;
+    let o = crate::source::create(&repo, req)?;
+    crate::source::report(&o, out)?;
+    Ok(0)
+}
+
+/// `snapctl check`, either kind of root: a source root (no `checksums`
+/// given) has its trees checked (and, with `git_repo`, its recorded
+/// commits re-cut); a prebuilt root has its checksums file compared with
+/// the one its metadata generates (`checksums`, default from snapctl.conf).
+pub fn check_any(
+    root: &RootOpts,
+    checksums: Option<&Path>,
+    prefix: Option<&str>,
+    git_repo: Option<&Path>,
+    out: Out<'_>,
+) -> Result<u8> {
+    if checksums.is_none() && crate::source::is_source_root(&root.root) {
+        return crate::source::check(&root.root, git_repo, root.lock_timeout, out);
+    }
+    if let Some(g) = git_repo {
+        return Err(Error::Usage(format!(
+            "--repo {}: only source snapshot roots are re-cut from a repository; {} is a prebuilt root",
+            g.display(),
+            root.root.display()
+        )));
+    }
+    let file = match checksums {
+        Some(f) => f.to_path_buf(),
+        None => Repo::open(&root.root)?.checksums_path(None),
+    };
+    check(root, &file, prefix, out)
+}
+
+/// `snapctl status`, either kind of root.
+pub fn status_any(root: &RootOpts, as_json: bool, out: Out<'_>) -> Result<u8> {
+    if crate::source::is_source_root(&root.root) {
+        return crate::source::status(&root.root, as_json, out);
+    }
+    status(root, as_json, out)
+}
+
 /// Arguments of [`recut`].
 #[derive(Clone, Debug)]
 pub struct RecutArgs {

@@ -347,12 +347,7 @@ fn run(cli: Cli) -> rocpack_snapshot::Result<u8> {
                 no_archive: source.no_archive,
                 lock_timeout: root.opts().lock_timeout,
             };
-            // A new snapshots root is created (its parent must exist).
-            rocpack_snapshot::fsutil::create_dir_all_durable(&root.snapshots_root)?;
-            let repo = Repo::open(&root.snapshots_root)?;
-            let o = rocpack_snapshot::source::create(&repo, &req)?;
-            rocpack_snapshot::source::report(&o, out)?;
-            Ok(0)
+            ops::create_source(&root.opts(), &req, out)
         }
         Cmd::Create {
             root,
@@ -467,18 +462,13 @@ fn run(cli: Cli) -> rocpack_snapshot::Result<u8> {
             checksums,
             prefix,
             repo,
-        } => {
-            let o = root.opts();
-            if checksums.is_none() && source::is_source_root(&o.root) {
-                source::check(&o.root, repo.as_deref(), o.lock_timeout, out)
-            } else {
-                let file = match checksums {
-                    Some(f) => f,
-                    None => Repo::open(&o.root)?.checksums_path(None),
-                };
-                ops::check(&o, &file, prefix.as_deref(), out)
-            }
-        }
+        } => ops::check_any(
+            &root.opts(),
+            checksums.as_deref(),
+            prefix.as_deref(),
+            repo.as_deref(),
+            out,
+        ),
         Cmd::Rotate { root, no_archive } => {
             let o = root.opts();
             let r = source::rotate(&Repo::open(&o.root)?, no_archive, o.lock_timeout)?;
@@ -532,10 +522,7 @@ fn run(cli: Cli) -> rocpack_snapshot::Result<u8> {
             store,
             dry_run,
         } => ops::gc(&root.opts(), store.as_deref(), dry_run, out),
-        Cmd::Status { root, json } if source::is_source_root(&root.snapshots_root) => {
-            source::status(&root.snapshots_root, json, out)
-        }
-        Cmd::Status { root, json } => ops::status(&root.opts(), json, out),
+        Cmd::Status { root, json } => ops::status_any(&root.opts(), json, out),
         Cmd::Recover { root } => ops::recover(&root.opts(), out),
     }
 }
