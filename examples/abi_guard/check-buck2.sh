@@ -2,8 +2,11 @@
 # The ABI-drift guard with a real break, built by Buck2 (run by tests/ci/60-buck2.sh):
 #   1. layout 1: the guarded program links and prints 2 + 3 = 5;
 #   2. layout 2 without the guard: it links and prints a wrong sum;
-#   3. layout 2 with the guard: the build fails naming dep/point.h and both
-#      ways out, the check ran and no link action did (`buck2 log what-ran`).
+#   3. layout 2 with the guard: the build fails naming dep/point.h and the
+#      ways out, the check ran and no link action did (`buck2 log what-ran`);
+#   4. layout 2, stable not selected: `buck2 build //examples/abi_guard/...`
+#      works, and the stable snapshot's _abi_test fails naming channel, file
+#      and fix.
 #
 #   examples/abi_guard/check-buck2.sh BUCK2 [buck2 flags before the subcommand…] -- [flags after it…]
 # e.g. check-buck2.sh buck2 --isolation-dir ci -- -c rocpack.cargo_profile=dev
@@ -30,8 +33,8 @@ echo "  layout 2, without the guard:  $got   (silently wrong)"
 if b2 build "${M[@]}" -c abi_guard.point_layout=v2 //examples/abi_guard:app >"$out/3.out" 2>&1; then
     fail "the guarded program built against layout 2"
 fi
-for want in "ABI drift" "changed: examples/abi_guard/dep/point.h" "Two ways out" "re-cut the snapshot" \
-    "--abi-input examples/abi_guard/dep/point.h" "-m //examples/abi_guard:lib_channel_dev"; do
+for want in "ABI drift" "changed: examples/abi_guard/dep/point.h" "Ways out" "re-cut this snapshot" \
+    "--abi-input examples/abi_guard/dep/point.h=" "-m //examples/abi_guard:lib_channel_dev"; do
     grep -qF -- "$want" "$out/3.out" || { cat "$out/3.out" >&2; fail "message lacks '$want'"; }
 done
 # What ran in that build: the guard did, no link did (links run as cxx_link:
@@ -46,3 +49,13 @@ got="$(b2 run "${M[@]}" -c abi_guard.point_layout=v2 -m //examples/abi_guard:lib
     || { tail -30 "$out/4.err" >&2; fail "the dev way out did not build"; }
 echo "  layout 2, -m …:lib_channel_dev: $got"
 [ "$got" = "2 + 3 = 5" ] || fail "the dev way out printed '$got'"
+
+# Nobody selects stable: the package builds; its drift is a red test.
+b2 build -c abi_guard.point_layout=v2 //examples/abi_guard/... >"$out/5.out" 2>&1 || { tail -30 "$out/5.out" >&2; fail "//examples/abi_guard/... failed on an unselected drifted channel"; }
+if b2 test -c abi_guard.point_layout=v2 //examples/abi_guard:lib_stable_rocm70_abi_test >"$out/6.out" 2>&1; then
+    fail "the stable snapshot's _abi_test passed against layout 2"
+fi
+for want in "ABI drift: the lib stable snapshot of ROCm 7.0" "changed: examples/abi_guard/dep/point.h" "recut --snapshots-root"; do
+    grep -qF -- "$want" "$out/6.out" || { cat "$out/6.out" >&2; fail "the _abi_test output lacks '$want'"; }
+done
+echo "  layout 2, stable not selected: //examples/abi_guard/... builds; lib_stable_rocm70_abi_test is red"

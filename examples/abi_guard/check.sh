@@ -2,8 +2,11 @@
 # The ABI-drift guard with a real break, built by Bazel (run by tests/ci/50-bazel.sh):
 #   1. layout 1: the guarded program links and prints 2 + 3 = 5;
 #   2. layout 2 without the guard: it links and prints a wrong sum;
-#   3. layout 2 with the guard: the build fails naming dep/point.h and both
-#      ways out, and no link action runs.
+#   3. layout 2 with the guard: the build fails naming dep/point.h and the
+#      ways out, and no link action runs;
+#   4. layout 2, stable not selected: `bazel build //examples/abi_guard/...`
+#      works, and the stable snapshot's _abi_test fails naming channel, file
+#      and fix.
 # Extra arguments go to every bazel command (e.g. --config=prebuilt).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -25,8 +28,8 @@ if bazel build "${F[@]}" --define=point_layout=v2 --execution_log_json_file="$ou
     //examples/abi_guard:app >"$out/3.out" 2>&1; then
     fail "the guarded program built against layout 2"
 fi
-for want in "ABI drift" "changed: examples/abi_guard/dep/point.h" "Two ways out" \
-    "re-cut the snapshot" "--abi-input examples/abi_guard/dep/point.h" "--//examples/abi_guard:lib_channel=dev"; do
+for want in "ABI drift" "changed: examples/abi_guard/dep/point.h" "Ways out" \
+    "re-cut this snapshot" "--abi-input examples/abi_guard/dep/point.h=" "--//examples/abi_guard:lib_channel=dev"; do
     grep -qF -- "$want" "$out/3.out" || { cat "$out/3.out" >&2; fail "message lacks '$want'"; }
 done
 # The log names each spawn's mnemonic: the guard ran, no link did.
@@ -34,3 +37,14 @@ grep -q '"mnemonic": "SnapshotAbiCheck"' "$out/exec.json" || fail "no SnapshotAb
 if grep -q '"mnemonic": "CppLink"' "$out/exec.json"; then fail "a link action ran"; fi
 echo "  layout 2, with the guard:     build stopped before linking:"
 sed -n '/ABI drift/,/from source/p' "$out/3.out" | sed 's/^/    /'
+
+# Nobody selects stable: the package builds; its drift is a red test.
+D=("$@" --define=point_layout=v2)
+bazel build "${D[@]}" //examples/abi_guard/... >"$out/4.out" 2>&1 || { tail -30 "$out/4.out" >&2; fail "//examples/abi_guard/... failed on an unselected drifted channel"; }
+if bazel test "${D[@]}" --test_output=errors //examples/abi_guard:lib_stable_rocm70_abi_test >"$out/5.out" 2>&1; then
+    fail "the stable snapshot's _abi_test passed against layout 2"
+fi
+for want in "ABI drift: the lib stable snapshot of ROCm 7.0" "changed: examples/abi_guard/dep/point.h" "recut --snapshots-root"; do
+    grep -qF -- "$want" "$out/5.out" || { cat "$out/5.out" >&2; fail "the _abi_test output lacks '$want'"; }
+done
+echo "  layout 2, stable not selected: //examples/abi_guard/... builds; lib_stable_rocm70_abi_test is red"

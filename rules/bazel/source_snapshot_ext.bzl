@@ -5,7 +5,8 @@
     use_repo(ss, "rcl_snapshot_stable")
 
 WORKSPACE mode (Bazel 4.2.3): load source_snapshot_repository from
-//rules/bazel:source_snapshot_repository.bzl instead.
+@rocpack//rules/bazel:source_snapshot_repository.bzl instead (a consumer's
+complete steps: docs/rules/consumers.md, "Source snapshots").
 """
 
 load("//rules/bazel/private:source_snapshot_repo.bzl", "source_snapshot_repository")

@@ -320,36 +320,66 @@ def prebuilt_snapshot_plan(name, pkg, snapshots_root, stable_checksums, last_sta
         snapshot_artifacts = snapshot_artifacts,
     )
 
-def abi_guard_args(plan, target, archive, channel, version, dev):
+def abi_guard_args(plan, target, archive, channel, version, dev, fix):
     """Attributes of the abi_guard target `<target>_abi` of one prebuilt snapshot.
 
     Args:
       plan: prebuilt_snapshot_plan's struct (with abi_inputs set).
       target: the snapshot's target name (snapshot_target_name).
-      archive: label of the verified archive the guard passes on.
+      archive: label of the verified archive the guard passes on (None for
+        the test, which passes nothing on).
       channel: "stable" or "last_stable".
       version: ROCm version.
       dev: how the failure message tells to build from source instead (the
         build system's spelling of the library's dev channel).
+      fix: the build system's spellings of the fix: struct(snapctl (how to
+        run snapctl, e.g. "bazel run <label> --"), workspace (a shell word
+        that expands to the workspace root from any directory in it),
+        artifact (a shell word naming the archive `rebuild` makes), rebuild
+        (the command that rebuilds the archive), docs (where the recovery is
+        documented), metadata (label of the snapshot's metadata.txt)).
 
     Returns:
       Keyword arguments of abi_guard: name, archive, inputs, expect (the
       digests recorded when the snapshot was cut, empty for one cut without
-      --abi-input), library, channel, version, recut (the `snapctl create`
-      command that re-cuts the snapshot, without its --abi-input
-      arguments), dev.
+      --abi-input), snapshot_metadata, library, channel, version, recut (the
+      `snapctl recut` command that re-cuts this snapshot in place, with
+      absolute paths, without its --abi-input arguments: the rule adds one
+      per input, see abi_recut_input), rebuild, rollback (stable: the
+      `snapctl rollback` command; last_stable: ""), dev, docs.
     """
-    return {
+    root = "%s/%s" % (fix.workspace, plan.root_path)
+    args = {
         "name": target + "_abi",
-        "archive": archive,
         "inputs": plan.abi_inputs,
         "expect": plan.snapshot_artifacts.get(channel, {}).get(version, {}).get("abi_inputs", {}),
+        "snapshot_metadata": fix.metadata,
         "library": plan.library,
         "channel": channel,
         "version": version,
-        "recut": "snapctl create --snapshots-root %s --version %s --artifact %s" % (plan.root_path, version, plan.artifact),
+        "recut": "%s recut --snapshots-root %s --channel %s --version %s --artifact %s --abi-base %s" % (fix.snapctl, root, channel_dir(channel), version, fix.artifact, fix.workspace),
+        "rebuild": fix.rebuild,
+        "rollback": ("%s rollback --snapshots-root %s --version %s" % (fix.snapctl, root, version)) if channel == "stable" else "",
         "dev": dev,
+        "docs": fix.docs,
     }
+    if archive != None:
+        args["archive"] = archive
+    return args
+
+def abi_recut_input(path, location):
+    """One `--abi-input PATH=FILE` argument of the printed re-cut command.
+
+    Args:
+      path: the input's workspace-relative path (as recorded).
+      location: a shell word expanding to the directory the file is under
+        now (the workspace root for a source file, the output tree for a
+        generated one).
+
+    Returns:
+      "--abi-input <path>=<location>/<path>".
+    """
+    return "--abi-input %s=%s/%s" % (path, location, path)
 
 def store_blob_path(sha256):
     """Path of a blob inside a content-addressed store: "cas/sha256/<hex>".

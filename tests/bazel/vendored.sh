@@ -10,6 +10,8 @@
 #     stable 7.2 snapshot of fooccl is linked;
 #   * kpack verify (through @rocpack//rules/bazel/toolchain:resolved_kpack)
 #     of the kpack_packages outputs, given as symlinked package dirs;
+#   * a guarded snapshot library from the page, a dependency header changed
+#     under it, and the printed fix run (tests/bazel/abi-recovery.sh);
 #   * a group missing from the packaging config fails with rocpack's message;
 #   * with FROM_SOURCE_SEED=TARGET_DIR (a cargo target dir holding a dev
 #     `cargo build -p kpack -p snapctl`): the helpers from source with the
@@ -148,6 +150,11 @@ bazel run "${F[@]}" @rocpack//rules/bazel/toolchain:resolved_kpack -- verify --a
     || { cat "$T/verify.out" "$T/verify.err" >&2; die "kpack verify of symlinked package dirs"; }
 grep -Eq 'OK: [1-9][0-9]* packages?' "$T/verify.out" || { cat "$T/verify.out" >&2; die "kpack verify checked no package"; }
 echo "    $(grep -E 'OK: ' "$T/verify.out" | head -1)" >&2
+
+step "ABI drift under a guarded snapshot, recovered as the page says (tests/bazel/abi-recovery.sh)"
+# The page's commands take no flags: its `common:debian7` lines as `common` lines (the page allows both).
+grep '^common:debian7 ' .bazelrc | sed 's/^common:debian7 /common /' >> .bazelrc || true
+bash "$ROOT/tests/bazel/abi-recovery.sh" "$C" || die "abi-recovery"
 [ -n "${FROM_SOURCE_SEED:-}" ] || { step "vendored consumer ($MODE) passed"; exit 0; }
 
 step "helpers from source with the defaults, interrupted by kill -9 of cargo, then rebuilt"

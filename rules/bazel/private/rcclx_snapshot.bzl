@@ -3,7 +3,7 @@ last-stable snapshot, selected per library by its own channel flag (default:
 the global channel flag) and the ROCm version flag."""
 
 load("//rules/common:snapshot.bzl", "PREBUILT_CHANNELS", "SNAPSHOT_CHANNELS", "abi_guard_args", "available_versions", "checksum_sha256", "default_checksums_prefix", "missing_snapshot_message", "prebuilt_snapshot_plan", "rocm_config_name", "snapshot_dir", "snapshot_target_name", "store_blob_path", "under_snapshots_root")
-load(":abi_guard.bzl", "abi_guard")
+load(":abi_guard.bzl", "abi_guard", "abi_guard_test")
 load(":providers.bzl", "FlagValueInfo", "SnapshotBlobInfo")
 load(":string_flag.bzl", "string_flag")
 load(":tools.bzl", "ACTION_ENV", "stage_list", "tool_attrs")
@@ -12,13 +12,28 @@ def _flag(name):
     # Resolved against this repository, so the macro works from other repos too.
     return str(Label("//rules/bazel:" + name))
 
-def _rocpack_flag_spelling(name):
-    # How a user types a flag of //rules/bazel on the command line: inside
+def _rocpack_flag_spelling(name, pkg = "rules/bazel"):
+    # How a user types a target of rocpack on the command line: inside
     # rocpack itself "//rules/bazel:<name>", elsewhere "@rocpack//rules/bazel:<name>"
     # (the repository name docs/rules/consumers.md tells users to use).
     if Label("//rules/bazel:BUILD.bazel").workspace_name == "":
-        return "//rules/bazel:" + name
-    return "@rocpack//rules/bazel:" + name
+        return "//%s:%s" % (pkg, name)
+    return "@rocpack//%s:%s" % (pkg, name)
+
+def _dev_fix(pkg, dev):
+    # The command rebuilding the dev library, and the shell word naming the
+    # archive it makes (bazel-bin/<pkg>/lib<name>.a for a cc_library of this
+    # workspace).
+    label = _own_label(pkg, dev[1:]) if dev.startswith(":") else dev
+    archive = "<the static archive of %s>" % label
+    if label.startswith("//") and ":" in label:
+        dpkg, dname = label[2:].split(":")
+        archive = '"$(bazel info bazel-bin)"/%slib%s.a' % (dpkg + "/" if dpkg else "", dname)
+    return "bazel build " + label, archive
+
+def _with_manual(kwargs):
+    # kwargs with "manual" added to its tags: left out of `//...`.
+    return dict(kwargs, tags = kwargs.get("tags", []) + ["manual"])
 
 def _own_label(pkg, name):
     # The spelling of a target of the package being evaluated, as typed on the
@@ -207,6 +222,15 @@ def prebuilt_snapshot(
       <name>_<channel>_rocm<key>: cc_library of a prebuilt snapshot (static
         library verified by digest + the snapshot's own headers), one per
         entry of the checksums dicts.
+      <name>_<channel>_rocm<key>_abi: with abi_inputs, the archive once
+        `snapctl abi-check` passed (what the cc_library links). With
+        abi_inputs, these three targets are tagged "manual": `bazel build
+        //...` builds a snapshot (and its guard) only through <name>, i.e.
+        when the configuration selects it, so a drifted channel nobody
+        selects does not fail it.
+      <name>_<channel>_rocm<key>_abi_test: with abi_inputs, the same check
+        as a test (`bazel test //...`): red naming the library, channel,
+        version, each changed file and the ways out.
       <name>_missing: selected when no snapshot matches; fails at analysis
         time naming channel, version, the available versions and the
         `snapctl create` command (with this library's store, artifact and
@@ -247,7 +271,10 @@ def prebuilt_snapshot(
         the prebuilt archives were compiled against (`snapctl create
         --abi-input`). Before an archive can be linked, `snapctl abi-check`
         compares them with the digests recorded for that snapshot and fails
-        naming each changed file and the two ways out. Needs `snapshot_artifacts`.
+        naming each changed file and the ways out (re-cut with `snapctl
+        recut`, after rebuilding `dev`'s archive; the dev channel; for
+        stable, `snapctl rollback`), with absolute paths. Needs
+        `snapshot_artifacts`.
       snapshot_artifacts: the checksums file's <PREFIX>_SNAPSHOT_ARTIFACTS
         dict (its `abi_inputs` entries are the recorded digests).
       visibility: visibility of <name> and <name>_channel.
@@ -297,17 +324,34 @@ def prebuilt_snapshot(
                 **kwargs
             )
             archive = ":" + target + "_blob"
+            linked_kwargs = kwargs
             if abi_inputs != None:
-                abi_guard(**dict(abi_guard_args(plan, target, archive, channel, version, "--%s=dev" % _own_label(pkg, own_flag)), **kwargs))
+                # What links the archive is left out of `//...` (the alias
+                # `name` still builds it, guard first, when selected); the
+                # test reports a drift of every channel in `bazel test //...`.
+                linked_kwargs = _with_manual(kwargs)
+                rebuild, dev_archive = _dev_fix(pkg, dev)
+                fix = struct(
+                    snapctl = "bazel run %s --" % _rocpack_flag_spelling("resolved_snapctl", "rules/bazel/toolchain"),
+                    workspace = '"$(bazel info workspace)"',
+                    artifact = dev_archive,
+                    rebuild = rebuild,
+                    docs = "docs/rules/consumers.md, \"When the ABI guard fires\"",
+                    metadata = (native.glob([snap_dir + "/metadata.txt"]) or [None])[0],
+                )
+                guard = abi_guard_args(plan, target, archive, channel, version, "--%s=dev" % _own_label(pkg, own_flag), fix)
+                abi_guard(**dict(guard, **linked_kwargs))
+                guard.pop("archive")
+                abi_guard_test(**dict(dict(guard, name = target + "_abi_test", size = "small"), **kwargs))
                 archive = ":" + target + "_abi"
-            native.cc_import(name = target + "_import", static_library = archive, **kwargs)
+            native.cc_import(name = target + "_import", static_library = archive, **linked_kwargs)
             native.cc_library(
                 name = target,
                 hdrs = native.glob([snap_dir + "/" + p for p in header_patterns]),
                 strip_include_prefix = snap_dir,
                 deps = [":" + target + "_import"],
                 defines = _defines(channel_define, channel),
-                **kwargs
+                **linked_kwargs
             )
             for s in _settings(own_flag, target + "_config", channel, {_flag("rocm_version"): version}):
                 branches[s] = ":" + target

@@ -3,7 +3,7 @@ snapshot, selected by the library's own channel (`-m rcclx_stable`), else the
 global `snapshot_channel` (`-m snapshot_stable`; default dev), and the
 `rocm_version` constraint (`-m rocm64`)."""
 
-load(":abi_guard.bzl", "abi_guard")
+load(":abi_guard.bzl", "abi_guard", "abi_guard_test")
 load("//rules/common:snapshot.bzl", "PREBUILT_CHANNELS", "SNAPSHOT_CHANNELS", "abi_guard_args", "available_versions", "channel_dir", "checksum_sha256", "missing_snapshot_message", "package_path", "prebuilt_snapshot_plan", "snapshot_dir", "snapshot_target_name", "store_blob_path", "under_snapshots_root")
 load(":config.bzl", "channel_constraint", "library_channel_constraints", "library_channel_value", "rocm_constraint", "rocm_versions")
 load(":providers.bzl", "RocpackToolchainInfo", "SnapshotBlobInfo")
@@ -141,6 +141,11 @@ _missing_snapshot = rule(
     },
 )
 
+def _dev_static(pkg: str, dev: str) -> str:
+    # The dev library's static archive (cxx_library's [static] sub-target).
+    label = ("//%s%s" % (pkg, dev)) if dev.startswith(":") else dev
+    return label + "[static]"
+
 def prebuilt_snapshot(
         name: str,
         dev: str,
@@ -186,6 +191,13 @@ def prebuilt_snapshot(
       <name>_<channel>_rocm<key>_blob: the verified static library.
       <name>_<channel>_rocm<key>_abi: with abi_inputs, that library once
         `snapctl abi-check` passed (what the prebuilt_cxx_library links).
+        With abi_inputs, it and the prebuilt_cxx_library are compatible with
+        their own channel and version only: `buck2 build //...` skips them
+        unless the configuration selects them, so a drifted channel nobody
+        selects does not fail it.
+      <name>_<channel>_rocm<key>_abi_test: with abi_inputs, the same check
+        as a test (`buck2 test //...`): red naming the library, channel,
+        version, each changed file and the ways out.
 
     Args:
       name: the alias users depend on, e.g. "rcclx".
@@ -320,8 +332,25 @@ def prebuilt_snapshot(
             files = native.glob([snap_dir + "/**"])
             snapshot_blob(name = target + "_blob", blob = blob, sha256 = sha, channel = channel, version = version, out = plan.artifact, metadata_files = files, snapshots_root_path = snapshots_root, **kwargs)
             archive = ":" + target + "_blob"
+            linked = {}
             if abi_inputs != None:
-                abi_guard(**dict(abi_guard_args(plan, target, archive, channel, version, "-m //%s:%s" % (pkg, library_channel_value(name, "dev"))), **kwargs))
+                # What links the archive is compatible with its own channel
+                # and version only, so `buck2 build //...` skips it unless
+                # selected (then the guard runs first); the test reports a
+                # drift of every channel in `buck2 test //...`.
+                linked = {"target_compatible_with": _compatible(channel, version)}
+                fix = struct(
+                    snapctl = "buck2 run toolchains//:rocpack_snapctl --",
+                    workspace = '"$(buck2 root --kind project)"',
+                    artifact = '"$(buck2 build --show-full-simple-output %s)"' % _dev_static(pkg, dev),
+                    rebuild = "buck2 build " + _dev_static(pkg, dev),
+                    docs = "docs/buck2.md, \"When the ABI guard fires\"",
+                    metadata = (native.glob([snap_dir + "/metadata.txt"]) or [None])[0],
+                )
+                guard = abi_guard_args(plan, target, archive, channel, version, "-m //%s:%s" % (pkg, library_channel_value(name, "dev")), fix)
+                abi_guard(**dict(dict(guard, **linked), **kwargs))
+                guard.pop("archive")
+                abi_guard_test(**dict(dict(guard, name = target + "_abi_test"), **kwargs))
                 archive = ":" + target + "_abi"
             headers = native.glob([snap_dir + "/" + p for p in header_patterns])
             native.prebuilt_cxx_library(
@@ -331,7 +360,7 @@ def prebuilt_snapshot(
                 header_namespace = "",
                 exported_preprocessor_flags = _flags(channel),
                 preferred_linkage = "static",
-                **kwargs
+                **dict(linked, **kwargs)
             )
 
     # Own channel first; DEFAULT (own channel unset): the global channel.

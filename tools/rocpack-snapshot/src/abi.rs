@@ -44,6 +44,9 @@ pub fn normalize_path(p: &str) -> std::result::Result<String, String> {
 /// `--abi-input FILE` values → (recorded path, file to hash). The recorded
 /// path is `FILE` relative to `base` (the workspace root; default: the
 /// working directory), which is how the rules name the dependency's files.
+/// `PATH=FILE` (when no file is named like the whole value) records `FILE`
+/// as `PATH`: a generated header lives in the build's output tree, not at
+/// its path under the workspace.
 pub fn resolve_inputs(files: &[PathBuf], base: Option<&Path>) -> Result<Vec<(String, PathBuf)>> {
     let cwd = std::env::current_dir().map_err(|e| Error::io(".", e))?;
     let base = base.map_or(cwd.clone(), |b| {
@@ -55,6 +58,19 @@ pub fn resolve_inputs(files: &[PathBuf], base: Option<&Path>) -> Result<Vec<(Str
     });
     let mut out: Vec<(String, PathBuf)> = Vec::new();
     for f in files {
+        if let Some((path, file)) = f
+            .to_str()
+            .filter(|_| std::fs::symlink_metadata(f).is_err())
+            .and_then(|v| v.split_once('='))
+            .filter(|(a, b)| !a.is_empty() && !b.is_empty())
+        {
+            let name = normalize_path(path).map_err(Error::Usage)?;
+            if out.iter().any(|(n, _)| *n == name) {
+                return Err(Error::Usage(format!("--abi-input {name} is given twice")));
+            }
+            out.push((name, cwd.join(file)));
+            continue;
+        }
         let abs = if f.is_absolute() {
             f.clone()
         } else {
@@ -103,8 +119,82 @@ pub struct Context {
     pub version: String,
     /// Command that re-cuts the snapshot.
     pub recut: String,
+    /// What to rebuild before the re-cut (e.g. `bazel build //libs:mylib_source`).
+    pub rebuild: String,
+    /// Command going back to the previous snapshot (stable only), or empty.
+    pub rollback: String,
     /// How to build from source instead (e.g. `--//libs:mylib_channel=dev`).
     pub dev: String,
+    /// The commits the snapshot records (its metadata's `Commit Hashes:`).
+    pub commits: Vec<(String, String)>,
+    /// Where the recovery is documented, or empty.
+    pub docs: String,
+}
+
+impl Context {
+    /// The ways out of a drift, numbered, one per line.
+    fn ways_out(&self) -> String {
+        let lib = if self.library.is_empty() {
+            "the library"
+        } else {
+            &self.library
+        };
+        let mut w = vec![
+            "re-cut this snapshot against the current dependencies (its headers and commits are kept):"
+                .to_string(),
+        ];
+        let from = if self.commits.is_empty() {
+            "the source it was built from".to_string()
+        } else {
+            format!(
+                "the source of the commits it records ({})",
+                self.commits
+                    .iter()
+                    .map(|(n, h)| format!("{n}={h}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        };
+        w[0].push_str(&format!(
+            "\n       first rebuild {lib} from {from}, against the current dependencies{}",
+            if self.rebuild.is_empty() {
+                String::new()
+            } else {
+                format!(": {}", self.rebuild)
+            }
+        ));
+        w[0].push_str(&format!(
+            "\n       then: {}",
+            if self.recut.is_empty() {
+                "snapctl recut --snapshots-root ROOT --channel CHANNEL --version VERSION --artifact REBUILT_ARCHIVE --abi-base WORKSPACE_ROOT"
+            } else {
+                &self.recut
+            }
+        ));
+        w.push(format!(
+            "build {lib} from source: {}",
+            if self.dev.is_empty() {
+                "select the dev channel"
+            } else {
+                &self.dev
+            }
+        ));
+        if !self.rollback.is_empty() {
+            w.push(format!(
+                "go back to the last-stable snapshot: {}",
+                self.rollback
+            ));
+        }
+        let mut out = String::from("Ways out");
+        if !self.docs.is_empty() {
+            out.push_str(&format!(" (documented in {})", self.docs));
+        }
+        out.push(':');
+        for (i, l) in w.iter().enumerate() {
+            out.push_str(&format!("\n  {}. {l}", i + 1));
+        }
+        out
+    }
 }
 
 /// Compares the recorded digests with the files the build uses now. `Ok(None)`:
@@ -138,15 +228,21 @@ pub fn check(
     if lines.is_empty() {
         return Ok(None);
     }
+    let what = [ctx.library.as_str(), ctx.channel.as_str()]
+        .iter()
+        .filter(|s| !s.is_empty())
+        .copied()
+        .collect::<Vec<_>>()
+        .join(" ");
     Ok(Some(format!(
-        "ABI drift: the {} {} snapshot{} was compiled against dependency files that have changed since; linking it could silently compute wrong results:\n{}\nTwo ways out:\n  1. re-cut the snapshot against the current dependencies: {}\n  2. build {} from source: {}",
-        ctx.library,
-        ctx.channel,
-        if ctx.version.is_empty() { String::new() } else { format!(" of ROCm {}", ctx.version) },
+        "ABI drift: the {what} snapshot{} was compiled against dependency files that have changed since; linking it could silently compute wrong results:\n{}\n{}",
+        if ctx.version.is_empty() {
+            String::new()
+        } else {
+            format!(" of ROCm {}", ctx.version)
+        },
         lines.join("\n"),
-        if ctx.recut.is_empty() { "snapctl create … --abi-input FILE…".to_string() } else { ctx.recut.clone() },
-        ctx.library,
-        if ctx.dev.is_empty() { "select the dev channel".to_string() } else { ctx.dev.clone() },
+        ctx.ways_out(),
     )))
 }
 
@@ -156,14 +252,24 @@ fn pair<'a>(flag: &str, v: &'a str) -> Result<(&'a str, &'a str)> {
         .ok_or_else(|| Error::Usage(format!("{flag} {v:?}: expected PATH=VALUE")))
 }
 
+/// A path given twice is refused: which value would count is not the
+/// caller's to guess (and the answer must not depend on argument order).
+fn twice(flag: &str, name: &str) -> Error {
+    Error::Usage(format!(
+        "{flag} {name} is given twice (paths are compared after normalisation); give each path once"
+    ))
+}
+
 /// `snapctl abi-check`: parses `--expect PATH=SHA256` / `--input PATH=FILE`,
 /// prints the drift message on stderr and returns 1 when anything differs;
-/// writes `stamp` (empty) when nothing does.
+/// writes `stamp` when nothing does. With `report`, the verdict (`OK …` or
+/// the message) goes to that file and the exit is 0 either way.
 pub fn run_check(
     expect: &[String],
     inputs: &[String],
     ctx: &Context,
     stamp: Option<&Path>,
+    report: Option<&Path>,
 ) -> Result<u8> {
     let mut expected = BTreeMap::new();
     for e in expect {
@@ -173,10 +279,13 @@ pub fn run_check(
                 "--expect {e:?}: expected PATH=<64 hex sha256>"
             )));
         }
-        expected.insert(
-            normalize_path(p).map_err(Error::Usage)?,
-            d.to_ascii_lowercase(),
-        );
+        let name = normalize_path(p).map_err(Error::Usage)?;
+        if expected
+            .insert(name.clone(), d.to_ascii_lowercase())
+            .is_some()
+        {
+            return Err(twice("--expect", &name));
+        }
     }
     let mut actual = Vec::new();
     for i in inputs {
@@ -185,9 +294,22 @@ pub fn run_check(
             .split_once('=')
             .filter(|(a, b)| !a.is_empty() && !b.is_empty())
             .ok_or_else(|| Error::Usage(format!("--input {i:?}: expected PATH=FILE")))?;
-        actual.push((normalize_path(p).map_err(Error::Usage)?, PathBuf::from(f)));
+        let name = normalize_path(p).map_err(Error::Usage)?;
+        if actual.iter().any(|(n, _)| *n == name) {
+            return Err(twice("--input", &name));
+        }
+        actual.push((name, PathBuf::from(f)));
     }
-    if let Some(msg) = check(&expected, &actual, ctx)? {
+    let verdict = check(&expected, &actual, ctx)?;
+    if let Some(r) = report {
+        let text = match &verdict {
+            Some(msg) => format!("{msg}\n"),
+            None => format!("OK {} ABI inputs unchanged\n", expected.len()),
+        };
+        crate::fsutil::atomic_write(r, text.as_bytes(), "abi report")?;
+        return Ok(0);
+    }
+    if let Some(msg) = verdict {
         eprintln!("snapctl: error: {msg}");
         return Ok(1);
     }

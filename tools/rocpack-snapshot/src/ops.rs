@@ -164,6 +164,136 @@ pub fn create(root: &RootOpts, a: CreateArgs, out: Out<'_>) -> Result<u8> {
     Ok(0)
 }
 
+/// `snapctl create --kind source`: cuts `req` into the root (made when
+/// missing; its parent must exist) and prints what changed.
+pub fn create_source(
+    root: &RootOpts,
+    req: &crate::source::SourceCreate,
+    out: Out<'_>,
+) -> Result<u8> {
+    fsutil::create_dir_all_durable(&root.root)?;
+    let repo = Repo::open(&root.root)?;
+    let o = crate::source::create(&repo, req)?;
+    crate::source::report(&o, out)?;
+    Ok(0)
+}
+
+/// `snapctl check`, either kind of root: a source root (no `checksums`
+/// given) has its trees checked (and, with `git_repo`, its recorded
+/// commits re-cut); a prebuilt root has its checksums file compared with
+/// the one its metadata generates (`checksums`, default from snapctl.conf).
+pub fn check_any(
+    root: &RootOpts,
+    checksums: Option<&Path>,
+    prefix: Option<&str>,
+    git_repo: Option<&Path>,
+    out: Out<'_>,
+) -> Result<u8> {
+    if checksums.is_none() && crate::source::is_source_root(&root.root) {
+        return crate::source::check(&root.root, git_repo, root.lock_timeout, out);
+    }
+    if let Some(g) = git_repo {
+        return Err(Error::Usage(format!(
+            "--repo {}: only source snapshot roots are re-cut from a repository; {} is a prebuilt root",
+            g.display(),
+            root.root.display()
+        )));
+    }
+    let file = match checksums {
+        Some(f) => f.to_path_buf(),
+        None => Repo::open(&root.root)?.checksums_path(None),
+    };
+    check(root, &file, prefix, out)
+}
+
+/// `snapctl status`, either kind of root.
+pub fn status_any(root: &RootOpts, as_json: bool, out: Out<'_>) -> Result<u8> {
+    if crate::source::is_source_root(&root.root) {
+        return crate::source::status(&root.root, as_json, out);
+    }
+    status(root, as_json, out)
+}
+
+/// Arguments of [`recut`].
+#[derive(Clone, Debug)]
+pub struct RecutArgs {
+    pub store: Option<String>,
+    /// `stable`, `last-stable` or `last_stable`.
+    pub channel: String,
+    pub version: String,
+    pub artifact: PathBuf,
+    /// `--abi-input` values: `FILE` (recorded relative to `abi_base`) or `PATH=FILE`.
+    pub abi_inputs: Vec<PathBuf>,
+    /// Where the recorded ABI inputs are now (default: the working directory).
+    pub abi_base: Option<PathBuf>,
+    pub checksums: Option<PathBuf>,
+    pub prefix: Option<String>,
+}
+
+/// `snapctl recut`: a snapshot of any channel gets a rebuilt archive and
+/// fresh ABI-input digests, keeping its headers and commits.
+pub fn recut(root: &RootOpts, a: RecutArgs, out: Out<'_>) -> Result<u8> {
+    let repo = Repo::open(&root.root)?;
+    let st = repo.store(a.store.as_deref())?;
+    let cwd = std::env::current_dir().map_err(|e| Error::io(".", e))?;
+    let abi_base = a.abi_base.as_ref().map_or(cwd.clone(), |b| cwd.join(b));
+    let req = txn::RecutRequest {
+        channel: Channel::parse(&a.channel)?,
+        version: a.version,
+        artifact: a.artifact,
+        abi_inputs: crate::abi::resolve_inputs(&a.abi_inputs, Some(&abi_base))?,
+        abi_base,
+        checksums: a.checksums,
+        prefix: a.prefix,
+        lock_timeout: root.lock_timeout,
+    };
+    let o = txn::recut(&repo, &st, &req)?;
+    note_recovery(&o.recovered);
+    let dir = format!("{}/{}", req.channel.dir(), o.meta.version);
+    let Some(put) = o.put else {
+        say!(
+            out,
+            "{dir} already has this archive (sha256 {}) and these ABI inputs; nothing to do",
+            o.meta.sha256
+        );
+        return Ok(0);
+    };
+    say!(
+        out,
+        "{} {} ({} bytes) in {}",
+        if put.already_present {
+            "reused"
+        } else {
+            "uploaded"
+        },
+        put.key,
+        put.digest.size,
+        st.describe(),
+    );
+    for a in &o.archived {
+        say!(out, "archived {a}");
+    }
+    say!(
+        out,
+        "{dir} <- sha256 {} ({}), was {}; kept {} header(s), {} commit(s)",
+        o.meta.sha256,
+        o.meta.created,
+        o.old.sha256,
+        o.meta.headers.len(),
+        o.meta.commits.len()
+    );
+    for (p, d) in &o.meta.abi_inputs {
+        let was =
+            o.old
+                .abi_inputs
+                .get(p)
+                .map_or("new", |w| if w == d { "unchanged" } else { "changed" });
+        say!(out, "  ABI input {p}: {d} ({was})");
+    }
+    say!(out, "wrote {}", o.checksums.display());
+    Ok(0)
+}
+
 /// `snapctl rollback`.
 pub fn rollback(
     root: &RootOpts,

@@ -431,6 +431,11 @@ pub fn archive_into(
         .wait()
         .map_err(|e| Error::Usage(format!("git: {e}")))?;
     let err = err_thread.join().unwrap_or_default();
+    // Killed because the extraction refused the tree: that refusal is the answer.
+    if res.is_err() && std::os::unix::process::ExitStatusExt::signal(&status) == Some(libc::SIGKILL)
+    {
+        return res;
+    }
     if !status.success() {
         return Err(Error::input(
             repo,

@@ -292,14 +292,12 @@ fn write_file(dst: &Path, mut from: impl Read, exec: bool, label: &Path) -> Resu
         .open(dst)
         .map_err(io_at(dst))?;
     std::io::copy(&mut from, &mut to).map_err(io_at(label))?;
+    // The umask may have dropped bits: set them exactly, on the descriptor
+    // (a path could be swapped meanwhile).
+    to.set_permissions(fs::Permissions::from_mode(if exec { 0o755 } else { 0o644 }))
+        .map_err(io_at(dst))?;
     to.flush().map_err(io_at(dst))?;
-    to.sync_all().map_err(io_at(dst))?;
-    // The umask may have dropped bits: set them exactly.
-    fs::set_permissions(
-        dst,
-        fs::Permissions::from_mode(if exec { 0o755 } else { 0o644 }),
-    )
-    .map_err(io_at(dst))
+    to.sync_all().map_err(io_at(dst))
 }
 
 /// fsync every directory of the tree under `dir` (files are synced when written).
@@ -348,14 +346,102 @@ fn safe_rel(p: &Path) -> Option<PathBuf> {
     (!out.as_os_str().is_empty()).then_some(out)
 }
 
+/// What [`extract_tar`] made at one relative path.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Made {
+    /// A directory: named by its own tar entry (`explicit`) or made as a parent.
+    Dir {
+        explicit: bool,
+    },
+    Link,
+    File,
+}
+
+/// Every path the extraction made, so that no entry lands under a symlink
+/// (or a file) the extraction itself created and no name is made twice.
+/// A git tree can hold two entries of one name (a symlink `a` to a
+/// directory outside the root and a directory `a/`; git writes no such tree,
+/// but `git fetch` accepts one while `transfer.fsckObjects` is off): without
+/// this, `a/<file>` would be written through the symlink, outside `dst`.
+struct Extraction {
+    dst: PathBuf,
+    made: std::collections::HashMap<PathBuf, Made>,
+}
+
+impl Extraction {
+    fn refuse(rel: &Path, msg: String) -> Error {
+        Error::input(
+            Path::new("<git archive>"),
+            None,
+            format!("{}: {msg}; refusing the tree", rel.display()),
+        )
+    }
+
+    /// Makes the missing parents of `rel` (each a new directory, never
+    /// through an existing link); refuses a parent that is a link or a file.
+    fn parents(&mut self, rel: &Path) -> Result<()> {
+        let mut prefix = PathBuf::new();
+        let comps: Vec<_> = rel.components().collect();
+        for c in &comps[..comps.len().saturating_sub(1)] {
+            prefix.push(c);
+            match self.made.get(&prefix) {
+                Some(Made::Dir { .. }) => {}
+                Some(k) => {
+                    return Err(Self::refuse(
+                        rel,
+                        format!(
+                            "its parent {} is a {} in the same tree (two entries with one name)",
+                            prefix.display(),
+                            if *k == Made::Link { "symlink" } else { "file" }
+                        ),
+                    ))
+                }
+                None => {
+                    let d = self.dst.join(&prefix);
+                    fs::create_dir(&d).map_err(io_at(&d))?;
+                    self.made
+                        .insert(prefix.clone(), Made::Dir { explicit: false });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Records `rel` as `kind`; `Ok(false)` when it is a directory already
+    /// made as a parent (nothing to create), an error for any other repeat.
+    fn claim(&mut self, rel: &Path, kind: Made) -> Result<bool> {
+        match self.made.get(rel).copied() {
+            None => {
+                self.made.insert(rel.to_path_buf(), kind);
+                Ok(true)
+            }
+            Some(Made::Dir { explicit: false }) if kind == (Made::Dir { explicit: true }) => {
+                self.made.insert(rel.to_path_buf(), kind);
+                Ok(false)
+            }
+            Some(_) => Err(Self::refuse(
+                rel,
+                "the tree holds two entries with this name".into(),
+            )),
+        }
+    }
+}
+
 /// Extracts a `git archive --format=tar` stream into the new directory `dst`:
 /// regular files (x bit kept), directories and symlinks (kept as links, with
 /// their target as written). pax headers are skipped; hard links, devices and
-/// FIFOs, absolute paths and `..` are refused. Returns the number of entries.
+/// FIFOs, absolute paths and `..` are refused, and so are a name given twice
+/// and an entry under a symlink or file of the same tree (see [`Extraction`]):
+/// nothing is ever created, opened or written through a link this extraction
+/// made. Returns the number of entries.
 pub fn extract_tar(stream: impl Read, dst: &Path) -> Result<usize> {
     fs::create_dir(dst).map_err(io_at(dst))?;
     let mut ar = tar::Archive::new(stream);
     let label = PathBuf::from("<git archive>");
+    let mut made = Extraction {
+        dst: dst.to_path_buf(),
+        made: Default::default(),
+    };
     let mut n = 0usize;
     for ent in ar.entries().map_err(io_at(&label))? {
         let ent = ent.map_err(io_at(&label))?;
@@ -384,21 +470,23 @@ pub fn extract_tar(stream: impl Read, dst: &Path) -> Result<usize> {
                 format!("more than {MAX_ENTRIES} entries"),
             ));
         }
+        made.parents(&rel)?;
         let d = dst.join(&rel);
-        if let Some(parent) = d.parent() {
-            fs::create_dir_all(parent).map_err(io_at(parent))?;
-        }
         if kind.is_dir() {
-            fs::create_dir_all(&d).map_err(io_at(&d))?;
+            if made.claim(&rel, Made::Dir { explicit: true })? {
+                fs::create_dir(&d).map_err(io_at(&d))?;
+            }
         } else if kind.is_symlink() {
             let t = ent
                 .link_name()
                 .map_err(io_at(&label))?
                 .ok_or_else(|| Error::input(&d, None, "symlink without a target"))?
                 .into_owned();
+            made.claim(&rel, Made::Link)?;
             std::os::unix::fs::symlink(&t, &d).map_err(io_at(&d))?;
         } else if kind.is_file() {
             let exec = ent.header().mode().map_err(io_at(&label))? & 0o111 != 0;
+            made.claim(&rel, Made::File)?;
             write_file(&d, ent, exec, &label)?;
         } else {
             return Err(Error::input(

@@ -533,6 +533,15 @@ fn archive_stamp(repo: &Repo, ver: &str, now: &chrono::DateTime<chrono::Utc>) ->
 /// A snapshot about to become stable must be whole: every header its
 /// metadata lists present, a regular file, with the recorded sha256.
 fn check_complete(snap: &Snapshot) -> Result<()> {
+    check_whole(
+        snap,
+        "of the last-stable snapshot",
+        "refusing to make an incomplete snapshot stable",
+    )
+}
+
+/// Every header `snap`'s metadata lists is present with its recorded sha256.
+fn check_whole(snap: &Snapshot, whose: &str, refusing: &str) -> Result<()> {
     for (h, want) in &snap.meta.headers {
         let p = snap.dir.join(h);
         let problem = match hash::sha256_file_limited(&p, Some(crate::metadata::MAX_HEADER_BYTES)) {
@@ -544,9 +553,7 @@ fn check_complete(snap: &Snapshot) -> Result<()> {
         return Err(Error::input(
             &p,
             None,
-            format!(
-                "header {h} of the last-stable snapshot: {problem}; refusing to make an incomplete snapshot stable"
-            ),
+            format!("header {h} {whose}: {problem}; {refusing}"),
         ));
     }
     Ok(())
@@ -885,6 +892,177 @@ pub fn rollback(
     plan.run(repo)?;
     Ok(RollbackOutcome {
         restored,
+        archived,
+        checksums: checksums_path,
+        recovered,
+    })
+}
+
+/// Inputs of [`recut`].
+#[derive(Clone, Debug)]
+pub struct RecutRequest {
+    pub channel: Channel,
+    pub version: String,
+    /// The rebuilt archive (any file name: the recorded one is kept).
+    pub artifact: PathBuf,
+    /// Where recorded ABI-input paths not in `abi_inputs` are found now (the workspace root).
+    pub abi_base: PathBuf,
+    /// ABI inputs given (recorded path, file): recorded ones and new ones.
+    pub abi_inputs: Vec<(String, PathBuf)>,
+    pub checksums: Option<PathBuf>,
+    pub prefix: Option<String>,
+    pub lock_timeout: Option<Duration>,
+}
+
+/// Result of [`recut`].
+#[derive(Clone, Debug)]
+pub struct RecutOutcome {
+    /// The snapshot as it was.
+    pub old: Metadata,
+    /// The snapshot now (the same as `old` when nothing changed).
+    pub meta: Metadata,
+    /// `None`: nothing to do (same archive, same ABI inputs).
+    pub put: Option<PutOutcome>,
+    pub archived: Vec<String>,
+    pub checksums: PathBuf,
+    pub recovered: Recovery,
+}
+
+/// The ABI inputs of a re-cut: the files given (`--abi-input`), and every
+/// other path the snapshot recorded, found again under `base`. A recorded
+/// path that is neither is an error naming it.
+fn recut_abi_inputs(
+    recorded: &BTreeMap<String, String>,
+    base: &Path,
+    given: &[(String, PathBuf)],
+) -> Result<BTreeMap<String, String>> {
+    let mut inputs = given.to_vec();
+    for path in recorded.keys() {
+        if given.iter().any(|(n, _)| n == path) {
+            continue;
+        }
+        let f = base.join(path);
+        if fs::symlink_metadata(&f).is_err() {
+            return Err(Error::input(
+                &f,
+                None,
+                format!(
+                    "ABI input {path}, recorded by the snapshot, is neither given (--abi-input {path}=FILE) nor under the ABI base {} (--abi-base WORKSPACE_ROOT); a file the dependency no longer has: re-cut with `snapctl create` instead",
+                    base.display()
+                ),
+            ));
+        }
+        inputs.push((path.clone(), f));
+    }
+    crate::abi::digests(&inputs)
+}
+
+/// `snapctl recut`: replaces the archive of one snapshot of any channel in
+/// place (no rotation), keeping everything else it records: headers (the
+/// files beside its metadata, checked against their digests), commits and
+/// artifact name; its ABI inputs are hashed again (see [`recut_abi_inputs`]).
+/// The old metadata goes to `archives/<ver>/`; the checksums file is
+/// regenerated. For a snapshot whose dependencies changed under it: rebuild
+/// the archive from the recorded commits against the new dependencies, then
+/// recut.
+pub fn recut(repo: &Repo, store: &Store, req: &RecutRequest) -> Result<RecutOutcome> {
+    validate_version(&req.version).map_err(Error::Usage)?;
+    let amd = fs::metadata(&req.artifact)
+        .map_err(|e| Error::input(&req.artifact, None, format!("artifact: {e}")))?;
+    if !amd.is_file() {
+        return Err(Error::input(
+            &req.artifact,
+            None,
+            "artifact is not a regular file",
+        ));
+    }
+    let prefix = repo.checked_prefix(req.prefix.as_deref())?;
+    checksums::validate_prefix(&prefix).map_err(Error::Usage)?;
+    let checksums_path = repo.checksums_path(req.checksums.as_deref());
+    let ver = req.version.clone();
+    let _lock = repo.lock(true, req.lock_timeout)?;
+    let recovered = recover_locked(repo)?;
+    let (mut stable, mut last) = read_state(repo)?;
+    let snaps = match req.channel {
+        Channel::Stable => &mut stable,
+        Channel::LastStable => &mut last,
+    };
+    let Some(cur) = snaps.get(&ver).cloned() else {
+        return Err(Error::Usage(format!(
+            "no {} snapshot of ROCm {ver} to re-cut ({} has: {})",
+            req.channel.dir(),
+            req.channel.dir(),
+            if snaps.is_empty() {
+                "none".to_string()
+            } else {
+                snaps.keys().cloned().collect::<Vec<_>>().join(", ")
+            }
+        )));
+    };
+    let whose = format!("of the {} snapshot", req.channel.dir());
+    check_whole(&cur, &whose, "refusing to re-cut an incomplete snapshot")?;
+    let abi_inputs = recut_abi_inputs(&cur.meta.abi_inputs, &req.abi_base, &req.abi_inputs)?;
+    let (sha256, _) = hash::sha256_file(&req.artifact)?;
+    if sha256 == cur.meta.sha256 && abi_inputs == cur.meta.abi_inputs {
+        return Ok(RecutOutcome {
+            old: cur.meta.clone(),
+            meta: cur.meta,
+            put: None,
+            archived: Vec::new(),
+            checksums: checksums_path,
+            recovered,
+        });
+    }
+    let now = now_utc()?;
+    let put = store.put_file(&req.artifact)?;
+    let meta = Metadata {
+        created: now.format("%Y-%m-%d %H:%M:%S").to_string(),
+        version: ver.clone(),
+        sha1: Some(put.digest.sha1.clone()),
+        sha256: put.digest.sha256.clone(),
+        artifact: Some(Artifact {
+            name: cur.meta.artifact_name().to_string(),
+            size: put.digest.size,
+            store_key: put.key.clone(),
+        }),
+        headers: cur.meta.headers.clone(),
+        commits: cur.meta.commits.clone(),
+        abi_inputs,
+    };
+    let mut plan = Plan::new("recut", &ver, &now);
+    let stamp = archive_stamp(repo, &ver, &now)?;
+    let old_meta = cur.dir.join("metadata.txt");
+    // The name every archived metadata file has (gc and verify read them).
+    let archived = vec![format!("archives/{ver}/{stamp}_metadata.txt")];
+    plan.installs
+        .push((Source::File(old_meta.clone()), archived[0].clone()));
+    plan.installs.push((
+        Source::Bytes(meta.render().into_bytes()),
+        rel(&repo.root, &old_meta),
+    ));
+    snaps.insert(
+        ver.clone(),
+        Snapshot {
+            meta: meta.clone(),
+            ..cur.clone()
+        },
+    );
+    let text = checksums::generate(&prefix, &channels_of(&stable, &last))?;
+    plan.installs.push((
+        Source::Bytes(text.into_bytes()),
+        checksums_dest(repo, &checksums_path),
+    ));
+    if let Some(conf) = repo.config_update(None, req.checksums.as_deref(), req.prefix.as_deref()) {
+        plan.installs.push((
+            Source::Bytes(conf.into_bytes()),
+            crate::repo::CONFIG_FILE.to_string(),
+        ));
+    }
+    plan.run(repo)?;
+    Ok(RecutOutcome {
+        old: cur.meta,
+        meta,
+        put: Some(put),
         archived,
         checksums: checksums_path,
         recovered,

@@ -86,6 +86,35 @@ enum Cmd {
         #[arg(long, value_name = "DIR")]
         abi_base: Option<PathBuf>,
     },
+    /// Prebuilt: give one snapshot of any channel a rebuilt archive (e.g. after its
+    /// dependencies changed), keeping its headers, commits and artifact name; its ABI
+    /// inputs are hashed again under --abi-base. No rotation; the old metadata → archives.
+    Recut {
+        #[command(flatten)]
+        root: Root,
+        /// stable or last-stable.
+        #[arg(long, default_value = "stable")]
+        channel: String,
+        #[arg(long)]
+        version: String,
+        /// The rebuilt archive (any file name: the snapshot's recorded name is kept).
+        #[arg(long)]
+        artifact: PathBuf,
+        /// Store URL (default: snapctl.conf, else <root>/store).
+        #[arg(long)]
+        store: Option<String>,
+        /// Directory the recorded ABI-input paths are relative to (the workspace root; default: cwd).
+        #[arg(long, value_name = "DIR")]
+        abi_base: Option<PathBuf>,
+        /// An ABI input now, FILE (recorded relative to --abi-base) or PATH=FILE (repeatable;
+        /// recorded paths not given are looked up under --abi-base).
+        #[arg(long = "abi-input", value_name = "FILE", num_args = 1..)]
+        abi_inputs: Vec<PathBuf>,
+        #[arg(long)]
+        checksums: Option<PathBuf>,
+        #[arg(long)]
+        prefix: Option<String>,
+    },
     /// Swap last-stable back into stable for one version (old stable → archives).
     Rollback {
         #[command(flatten)]
@@ -134,7 +163,8 @@ enum Cmd {
         /// systems that pass FILE as its own argument, e.g. Buck2).
         #[arg(long = "input-pair", num_args = 2, value_names = ["PATH", "FILE"])]
         input_pairs: Vec<String>,
-        #[arg(long, default_value = "the library")]
+        /// The library's name, for the message (default: none, "the library").
+        #[arg(long, default_value = "")]
         library: String,
         #[arg(long, default_value = "prebuilt")]
         channel: String,
@@ -143,12 +173,28 @@ enum Cmd {
         /// Command that re-cuts the snapshot (for the message).
         #[arg(long, default_value = "")]
         recut: String,
+        /// What to rebuild before the re-cut (for the message).
+        #[arg(long, default_value = "")]
+        rebuild: String,
+        /// Command going back to the previous snapshot (for the message; stable only).
+        #[arg(long, default_value = "")]
+        rollback: String,
         /// How to build from source instead (for the message).
         #[arg(long, default_value = "")]
         dev: String,
-        /// Written (empty) when the check passes: the rules' action output.
+        /// Where the recovery is documented (for the message).
+        #[arg(long, default_value = "")]
+        docs: String,
+        /// The snapshot's metadata.txt: the message names the commits it records.
+        #[arg(long, value_name = "FILE")]
+        metadata: Option<PathBuf>,
+        /// Written when the check passes: the rules' action output.
         #[arg(long, value_name = "FILE")]
         stamp: Option<PathBuf>,
+        /// Write the verdict ("OK …" or the drift message) to FILE and exit 0 either way
+        /// (the rules' test of a channel the configuration does not select).
+        #[arg(long, value_name = "FILE", conflicts_with = "stamp")]
+        report: Option<PathBuf>,
     },
     /// Source snapshots: last-stable ← copy of stable (stable untouched).
     Rotate {
@@ -252,6 +298,17 @@ struct SourceArgs {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // `bazel run` starts a tool in its runfiles tree and names the directory the
+    // user ran it from in BUILD_WORKING_DIRECTORY: relative paths mean what was typed.
+    if let Some(d) = std::env::var_os("BUILD_WORKING_DIRECTORY").filter(|d| !d.is_empty()) {
+        if let Err(e) = std::env::set_current_dir(&d) {
+            eprintln!(
+                "snapctl: error: BUILD_WORKING_DIRECTORY {}: {e}",
+                std::path::Path::new(&d).display()
+            );
+            return ExitCode::from(2);
+        }
+    }
     match run(cli) {
         Ok(code) => ExitCode::from(code),
         Err(e) => {
@@ -290,12 +347,7 @@ fn run(cli: Cli) -> rocpack_snapshot::Result<u8> {
                 no_archive: source.no_archive,
                 lock_timeout: root.opts().lock_timeout,
             };
-            // A new snapshots root is created (its parent must exist).
-            rocpack_snapshot::fsutil::create_dir_all_durable(&root.snapshots_root)?;
-            let repo = Repo::open(&root.snapshots_root)?;
-            let o = rocpack_snapshot::source::create(&repo, &req)?;
-            rocpack_snapshot::source::report(&o, out)?;
-            Ok(0)
+            ops::create_source(&root.opts(), &req, out)
         }
         Cmd::Create {
             root,
@@ -333,10 +385,19 @@ fn run(cli: Cli) -> rocpack_snapshot::Result<u8> {
             channel,
             version,
             recut,
+            rebuild,
+            rollback,
             dev,
+            docs,
+            metadata,
             stamp,
+            report,
         } => {
             inputs.extend(input_pairs.chunks(2).map(|p| p.join("=")));
+            let commits = match metadata {
+                Some(m) => rocpack_snapshot::metadata::Metadata::read(&m)?.commits,
+                None => Vec::new(),
+            };
             rocpack_snapshot::abi::run_check(
                 &expect,
                 &inputs,
@@ -345,9 +406,14 @@ fn run(cli: Cli) -> rocpack_snapshot::Result<u8> {
                     channel,
                     version,
                     recut,
+                    rebuild,
+                    rollback,
                     dev,
+                    commits,
+                    docs,
                 },
                 stamp.as_deref(),
+                report.as_deref(),
             )
         }
         Cmd::Rollback {
@@ -362,6 +428,30 @@ fn run(cli: Cli) -> rocpack_snapshot::Result<u8> {
             prefix.as_deref(),
             out,
         ),
+        Cmd::Recut {
+            root,
+            channel,
+            version,
+            artifact,
+            store,
+            abi_base,
+            abi_inputs,
+            checksums,
+            prefix,
+        } => ops::recut(
+            &root.opts(),
+            ops::RecutArgs {
+                store,
+                channel,
+                version,
+                artifact,
+                abi_inputs,
+                abi_base,
+                checksums,
+                prefix,
+            },
+            out,
+        ),
         Cmd::GenChecksums {
             root,
             output,
@@ -372,18 +462,13 @@ fn run(cli: Cli) -> rocpack_snapshot::Result<u8> {
             checksums,
             prefix,
             repo,
-        } => {
-            let o = root.opts();
-            if checksums.is_none() && source::is_source_root(&o.root) {
-                source::check(&o.root, repo.as_deref(), o.lock_timeout, out)
-            } else {
-                let file = match checksums {
-                    Some(f) => f,
-                    None => Repo::open(&o.root)?.checksums_path(None),
-                };
-                ops::check(&o, &file, prefix.as_deref(), out)
-            }
-        }
+        } => ops::check_any(
+            &root.opts(),
+            checksums.as_deref(),
+            prefix.as_deref(),
+            repo.as_deref(),
+            out,
+        ),
         Cmd::Rotate { root, no_archive } => {
             let o = root.opts();
             let r = source::rotate(&Repo::open(&o.root)?, no_archive, o.lock_timeout)?;
@@ -437,10 +522,7 @@ fn run(cli: Cli) -> rocpack_snapshot::Result<u8> {
             store,
             dry_run,
         } => ops::gc(&root.opts(), store.as_deref(), dry_run, out),
-        Cmd::Status { root, json } if source::is_source_root(&root.snapshots_root) => {
-            source::status(&root.snapshots_root, json, out)
-        }
-        Cmd::Status { root, json } => ops::status(&root.opts(), json, out),
+        Cmd::Status { root, json } => ops::status_any(&root.opts(), json, out),
         Cmd::Recover { root } => ops::recover(&root.opts(), out),
     }
 }

@@ -5,7 +5,7 @@
 mod common;
 
 use common::*;
-use rocpack_testsupport::{git, git_blob_sha256, git_commit_all, git_init, snapshot, Node};
+use rocpack_testsupport::{git, git_blob_sha256, git_commit_all, git_init, s, snapshot, Node};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
@@ -695,4 +695,127 @@ fn concurrent_rotations_lose_nothing() {
     assert_eq!(set, want, "lost cuts");
     ok(&check(d));
     let _ = Duration::from_secs(0);
+}
+
+/// A tree object written from raw entries (`git hash-object --literally`,
+/// so git's own tree checks do not refuse it): `(mode, name, object id)`.
+fn raw_tree(repo: &Path, entries: &[(&str, &str, &str)]) -> String {
+    let mut bytes = Vec::new();
+    for (mode, name, id) in entries {
+        bytes.extend_from_slice(format!("{mode} {name}\0").as_bytes());
+        bytes.extend_from_slice(&hex::decode(id).unwrap());
+    }
+    let f = repo.join(".git/raw-tree");
+    fs::write(&f, bytes).unwrap();
+    git(
+        repo,
+        &["hash-object", "-t", "tree", "-w", "--literally", s(&f)],
+    )
+}
+
+/// A blob object holding `data`.
+fn blob(repo: &Path, data: &str) -> String {
+    let f = repo.join(".git/raw-blob");
+    fs::write(&f, data).unwrap();
+    git(repo, &["hash-object", "-w", s(&f)])
+}
+
+/// The escape through a tree holding two entries named `a` (a symlink to a
+/// directory outside the snapshot root, then a directory `a/` with a file):
+/// git never writes such a tree, but `git fetch` takes one with git's default
+/// configuration (`transfer.fsckObjects` off). Neither `create --kind source`
+/// nor the read-only `check --repo` may write through the link; both refuse
+/// the tree, in the crafting repository and in one that fetched it.
+#[test]
+fn a_tree_with_two_entries_of_one_name_is_refused_and_nothing_escapes() {
+    let t = rocpack_testsupport::tempdir();
+    let d = t.path();
+    let outside = d.join("outside");
+    fs::create_dir(&outside).unwrap();
+    let src = d.join("src");
+    git_init(&src);
+    fs::create_dir_all(src.join("lib")).unwrap();
+    fs::write(src.join("lib/x.h"), "int x;\n").unwrap();
+    let clean = git_commit_all(&src, "clean");
+    let file = blob(&src, "written through the link\n");
+    let sub = raw_tree(&src, &[("100644", "pwned", &file)]);
+    let link = blob(&src, s(&outside));
+    let lib = raw_tree(&src, &[("120000", "a", &link), ("40000", "a", &sub)]);
+    let top = raw_tree(&src, &[("40000", "lib", &lib)]);
+    let crafted = git(&src, &["commit-tree", "-p", &clean, "-m", "crafted", &top]);
+    git(&src, &["update-ref", "refs/heads/main", &crafted]);
+    // git archive really emits the link, then the directory and its file.
+    let ls = git(&src, &["ls-tree", "-r", "-t", "--name-only", &crafted]);
+    assert_eq!(ls, "lib\nlib/a\nlib/a\nlib/a/pwned", "{ls}");
+    let second = d.join("second");
+    git_init(&second);
+    git(
+        &second,
+        &["fetch", "-q", s(&src), "main:refs/heads/crafted"],
+    );
+    assert_eq!(git(&second, &["rev-parse", "crafted"]), crafted);
+
+    let untouched = |when: &str| {
+        let left = rocpack_testsupport::dir_names(&outside);
+        assert!(
+            left.is_empty(),
+            "{when}: written outside the root: {left:?}"
+        );
+    };
+    for repo in ["src", "second"] {
+        let o = snapctl_now(
+            d,
+            &[
+                "create",
+                "--kind",
+                "source",
+                "--snapshots-root",
+                "root",
+                "--repo",
+                repo,
+                "--rev",
+                &crafted,
+                "--subtree",
+                "lib",
+            ],
+        );
+        untouched(&format!("create from {repo}"));
+        assert_ne!(code(&o), 0, "create from {repo} took the crafted tree");
+        assert!(
+            stderr(&o).contains("two entries with this name"),
+            "{}",
+            stderr(&o)
+        );
+        assert!(!d.join("root/stable").exists());
+    }
+    // A good cut whose recorded commit is then pointed at the crafted one:
+    // `check --repo` re-cuts that commit (in a scratch directory) and must
+    // report it, not follow the link.
+    let cut = [
+        "create",
+        "--kind",
+        "source",
+        "--snapshots-root",
+        "root",
+        "--repo",
+        "src",
+        "--rev",
+        &clean,
+        "--subtree",
+        "lib",
+    ];
+    ok(&snapctl_now(d, &cut));
+    let mp = d.join("root/stable/metadata.txt");
+    let text = fs::read_to_string(&mp).unwrap();
+    fs::write(&mp, text.replace(&clean, &crafted)).unwrap();
+    for repo in ["src", "second"] {
+        let o = snapctl_now(d, &["check", "--snapshots-root", "root", "--repo", repo]);
+        untouched(&format!("check --repo {repo}"));
+        assert_eq!(code(&o), 1, "{}{}", stdout(&o), stderr(&o));
+        assert!(
+            stdout(&o).contains("two entries with this name"),
+            "{}",
+            stdout(&o)
+        );
+    }
 }
