@@ -39,11 +39,7 @@ impl ImageFile {
     /// it: a FIFO is opened non-blocking and refused) and loads what its
     /// analysis reads.
     pub fn open(path: &Path) -> io::Result<ImageFile> {
-        use std::os::unix::fs::OpenOptionsExt;
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_NONBLOCK)
-            .open(path)?;
+        let file = rocpack_bundle::fsutil::open_nonblocking(path, 0)?;
         Self::of(file).map_err(|e| {
             if e.kind() == io::ErrorKind::InvalidInput {
                 io::Error::new(e.kind(), format!("{}: {e}", path.display()))
