@@ -302,26 +302,29 @@ fn check_generic_file(pkg: &Package, rel: &str, path: &Path) -> Vec<GenericFindi
                 pkg.name
             )));
         }
-        FileType::Archive => match image.members() {
-            Err(e) => out.push(unreadable(format!("cannot read file: {e}"))),
-            Ok(Ok(members)) => {
-                for (m, info) in members {
-                    let label = format!("{rel}({})", m.name);
-                    let body = (m.header_offset + 60, m.data.len() as u64);
-                    out.extend(judge_image(
-                        pkg,
-                        rel,
-                        &label,
-                        info.map(rocpack_image::Analysis::Elf).map_err(Into::into),
-                        &|| carries_device_code_in(path, Some(body)),
-                    ));
+        FileType::Archive => {
+            fat_coff_members(&image, pkg, rel, path, &mut out);
+            match image.members() {
+                Err(e) => out.push(unreadable(format!("cannot read file: {e}"))),
+                Ok(Ok(members)) => {
+                    for (m, info) in members {
+                        let label = format!("{rel}({})", m.name);
+                        let body = (m.header_offset + 60, m.data.len() as u64);
+                        out.extend(judge_image(
+                            pkg,
+                            rel,
+                            &label,
+                            info.map(rocpack_image::Analysis::Elf).map_err(Into::into),
+                            &|| carries_device_code_in(path, Some(body)),
+                        ));
+                    }
                 }
+                Ok(Err(e)) => out.push(GenericFinding::Warning(format!(
+                    "{}/{rel}: static archive could not be read: {e}",
+                    pkg.name
+                ))),
             }
-            Ok(Err(e)) => out.push(GenericFinding::Warning(format!(
-                "{}/{rel}: static archive could not be read: {e}",
-                pkg.name
-            ))),
-        },
+        }
         // Device code objects without an arch in the name stay generic in
         // split (nothing names their arch); they are not judged.
         FileType::Elf { .. } | FileType::Pe { .. } => match image.analyze() {
@@ -347,6 +350,33 @@ fn check_generic_file(pkg: &Package, rel: &str, path: &Path) -> Vec<GenericFindi
         _ => {}
     }
     out
+}
+
+/// The COFF object members of an `ar` archive (a Windows `.lib`) with
+/// HIP device code: a fat binary in a generic package (split refuses such
+/// a library: it splits no COFF object).
+fn fat_coff_members(
+    image: &rocpack_image::ImageFile,
+    pkg: &Package,
+    rel: &str,
+    path: &Path,
+    out: &mut Vec<GenericFinding>,
+) {
+    let Ok(Ok(members)) = image.coff_members() else {
+        return;
+    };
+    for (name, at, len) in members {
+        if carries_device_code_in(path, Some((at, len))) {
+            out.push(GenericFinding::Violation(v(
+                &pkg.name,
+                &format!("{rel}({name})"),
+                "fat_binary",
+                "COFF object with HIP device code in a static library left in a generic package: \
+                 `kpack split` refuses such a library (COFF objects are not split; split the DLL/EXE \
+                 they are linked into)",
+            )));
+        }
+    }
 }
 
 /// Whether `path` (or the `(offset, len)` range of it) holds HIP device
