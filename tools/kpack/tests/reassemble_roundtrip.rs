@@ -135,3 +135,74 @@ fn reassemble_cli_fails_with_exit_2_on_missing_kpack() {
     assert_eq!(o.status.code(), Some(2));
     assert!(!out.exists(), "no partial output");
 }
+
+/// `kpack split` of the fixture `name` (as `lib/<name>` of an artifact)
+/// under `dir`: the split host file and the split output directory.
+fn cli_split(name: &str, dir: &Path) -> (PathBuf, PathBuf) {
+    let fat = std::fs::read(fixtures().join("fatbins").join(name)).unwrap();
+    let art = common::artifact_with(dir, name, &fat);
+    let out = dir.join("split");
+    let o = common::split(&art, "x", &out, &[]);
+    assert!(o.status.success(), "{}", common::stderr(&o));
+    (out.join("x_generic/lib").join(name), out)
+}
+
+/// `kpack reassemble --host host --kpack-dir kpacks -o out`.
+fn cli_reassemble(host: &Path, kpacks: &Path, out: &Path) -> std::process::Output {
+    common::kpack(&[
+        "reassemble",
+        "--host",
+        common::s(host),
+        "--kpack-dir",
+        common::s(kpacks),
+        "-o",
+        common::s(out),
+    ])
+}
+
+#[test]
+fn reassemble_says_which_compressed_bundles_were_recompressed() {
+    if !fixtures().join("fatbins").is_dir() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    // Bundle 0 uncompressed, bundle 1 a CCOB.
+    let (host, kpacks) = cli_split("libfx_mixed.so", tmp.path());
+    let out = tmp.path().join("back.so");
+    let o = cli_reassemble(&host, &kpacks, &out);
+    let err = common::stderr(&o);
+    assert!(o.status.success(), "{err}");
+    assert!(err.contains("differs from the original"), "{err}");
+    assert!(
+        err.contains("1 compressed bundle(s) recompressed (bundle 1)"),
+        "{err}"
+    );
+    // An all-uncompressed file comes back byte for byte and says nothing.
+    let (host, kpacks) = cli_split("libfx_multi.so", &tmp.path().join("m"));
+    let out = tmp.path().join("multi.so");
+    let o = cli_reassemble(&host, &kpacks, &out);
+    let err = common::stderr(&o);
+    assert!(o.status.success() && !err.contains("note:"), "{err}");
+    assert_eq!(
+        std::fs::read(&out).unwrap(),
+        std::fs::read(fixtures().join("fatbins/libfx_multi.so")).unwrap()
+    );
+}
+
+#[test]
+fn a_missing_archive_member_code_object_is_not_reported_as_a_layout_error() {
+    if !fixtures().join("fatbins").is_dir() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let (host, _) = cli_split("libfx_static.a", &tmp.path().join("a"));
+    // Archives of another binary: none holds the members' code objects.
+    let (_, other) = cli_split("libfx_multi.so", &tmp.path().join("b"));
+    let out = tmp.path().join("back.a");
+    let o = cli_reassemble(&host, &other, &out);
+    let err = common::stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("no code objects for"), "{err}");
+    assert!(!err.contains("layout"), "{err}");
+    assert!(!out.exists());
+}

@@ -9,6 +9,8 @@ use std::fs;
 use std::io;
 use std::path::{Component, Path, PathBuf};
 
+pub use rocpack_bundle::fsutil::{absolute_lexical, open_regular, read_bounded};
+
 /// An I/O error with the path it happened on.
 #[derive(Debug, thiserror::Error)]
 #[error("{path}: {what}: {error}")]
@@ -105,29 +107,6 @@ pub(crate) fn commit_outputs<T, E: From<FsError>>(
         return Err(exists(&c));
     }
     staging.commit().map_err(FsError::from)?;
-    Ok(out)
-}
-
-/// Makes `p` absolute (relative to the current directory) without touching
-/// the file system and without resolving symlinks; `.`/`..` are folded.
-pub fn absolute_lexical(p: &Path) -> io::Result<PathBuf> {
-    let base = if p.is_absolute() {
-        PathBuf::new()
-    } else {
-        std::env::current_dir()?
-    };
-    let mut out = base;
-    for c in p.components() {
-        match c {
-            Component::Prefix(x) => out.push(x.as_os_str()),
-            Component::RootDir => out.push("/"),
-            Component::CurDir => {}
-            Component::ParentDir => {
-                out.pop();
-            }
-            Component::Normal(n) => out.push(n),
-        }
-    }
     Ok(out)
 }
 
@@ -244,30 +223,6 @@ pub fn real_dir_below(base: &Path, rel: &str) -> Result<Option<PathBuf>, String>
     Ok(Some(p))
 }
 
-/// Reads a whole regular file of at most `limit` bytes. Input trees and
-/// configs are repository content: a symlink to `/dev/zero` must not be read
-/// forever, and a FIFO must not hang (the file is opened non-blocking and
-/// checked with `fstat` on the open descriptor).
-pub fn read_bounded(path: &Path, limit: u64) -> io::Result<Vec<u8>> {
-    use std::io::Read;
-    let (f, meta) = open_regular(path)?;
-    if meta.len() > limit {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidData,
-            format!("file is {} bytes; at most {limit} are accepted", meta.len()),
-        ));
-    }
-    let mut bytes = Vec::with_capacity(meta.len() as usize);
-    f.take(limit + 1).read_to_end(&mut bytes)?;
-    if bytes.len() as u64 > limit {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidData,
-            format!("file grew past {limit} bytes while being read"),
-        ));
-    }
-    Ok(bytes)
-}
-
 /// A regular file mapped read-only (an empty file has no mapping), with
 /// the open file for positioned reads ([`Mapped::source`]).
 pub struct Mapped {
@@ -342,34 +297,6 @@ pub fn files_equal(a: &Path, b: &Path) -> io::Result<bool> {
             return Ok(true);
         }
     }
-}
-
-/// Opens `path` for reading without blocking on a FIFO and refuses what is
-/// not a regular file, naming what it is.
-pub fn open_regular(path: &Path) -> io::Result<(fs::File, fs::Metadata)> {
-    use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
-    let f = fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK)
-        .open(path)?;
-    let meta = f.metadata()?;
-    if !meta.is_file() {
-        let t = meta.file_type();
-        let kind = if t.is_dir() {
-            "a directory"
-        } else if t.is_fifo() {
-            "a FIFO"
-        } else if t.is_char_device() || t.is_block_device() {
-            "a device"
-        } else {
-            "not a regular file"
-        };
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            format!("not a regular file ({kind})"),
-        ));
-    }
-    Ok((f, meta))
 }
 
 /// Joins a `/`-separated relative path (already validated) onto `base`.

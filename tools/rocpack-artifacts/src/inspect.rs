@@ -77,28 +77,13 @@ impl Input {
     /// Open `path` (a regular file; a FIFO, directory or device is refused
     /// at once with what it is).
     pub fn open(path: &Path) -> Result<Self> {
-        let file = {
-            use std::os::unix::fs::OpenOptionsExt;
-            std::fs::OpenOptions::new()
-                .read(true)
-                .custom_flags(libc::O_NONBLOCK)
-                .open(path)
-                .map_err(|e| fail(format!("{}: cannot open: {e}", path.display())))?
-        };
-        let meta = file
-            .metadata()
-            .map_err(|e| fail(format!("{}: cannot stat: {e}", path.display())))?;
-        if !meta.is_file() {
-            return Err(fail(format!(
-                "{}: not a regular file ({})",
-                path.display(),
-                if meta.is_dir() {
-                    "a directory"
-                } else {
-                    "a FIFO, socket or device"
-                }
-            )));
-        }
+        let (file, meta) = rocpack_bundle::fsutil::open_regular(path).map_err(|e| {
+            if e.kind() == std::io::ErrorKind::InvalidInput {
+                fail(format!("{}: {e}", path.display()))
+            } else {
+                fail(format!("{}: cannot open: {e}", path.display()))
+            }
+        })?;
         let map = if meta.len() == 0 {
             None
         } else {

@@ -1,5 +1,5 @@
 //! TheRock artifact directories: manifests, database handlers, split,
-//! recombine, verify, packaging configs and family selection.
+//! recombine, reassembly, verify, packaging configs and family selection.
 
 pub mod config;
 pub mod databases;
@@ -7,6 +7,7 @@ pub mod fsutil;
 pub mod inspect;
 pub mod jobs;
 pub mod manifest;
+pub mod reassemble;
 pub mod recombine;
 pub mod select;
 pub mod split;

@@ -588,166 +588,265 @@ fn write_package(
     Ok(())
 }
 
+/// What a recombine collects while it plans: warnings (also logged) and
+/// validation violations (reported together at the end).
+struct Planner<'o, 'l> {
+    opts: &'o RecombineOptions,
+    log: &'l mut (dyn FnMut(&str) + Send),
+    warnings: Vec<String>,
+    violations: Vec<Violation>,
+}
+
+/// An arch's device code chosen for a component: target, merged tree,
+/// shards used and merged manifest.
+type ChosenArch = (Target, Tree, Vec<String>, ArtifactManifest);
+
+/// What one component contributes to the plan.
+#[derive(Default)]
+struct ComponentPlan {
+    duplicates: Vec<DuplicateArch>,
+    packages: Vec<PackagePlan>,
+    reports: Vec<PackageReport>,
+    generic_only: bool,
+}
+
 fn plan(
     opts: &RecombineOptions,
     log: &mut (dyn FnMut(&str) + Send),
 ) -> Result<Plan, RecombineError> {
-    let cfg = &opts.config;
-    let input = &opts.input_shards_dir;
-    match fs::metadata(input) {
-        Ok(m) if m.is_dir() => {}
-        Ok(_) => {
-            return Err(RecombineError::InputDir {
-                path: input.clone(),
-                problem: "is not a directory".into(),
-            })
-        }
-        Err(e) => {
-            return Err(RecombineError::InputDir {
-                path: input.clone(),
-                problem: format!("cannot be read: {e}"),
-            })
-        }
-    }
-    let staging = opts
-        .staging_roots
-        .iter()
-        .map(|r| fs::canonicalize(r).ctx(r, "resolve staging root"))
-        .collect::<Result<Vec<_>, FsError>>()?;
-    let shards = list_dirs(input, input, &staging)?;
-    if !shards.contains(&cfg.primary_shard) {
-        return Err(RecombineError::MissingPrimaryShard {
-            shard: cfg.primary_shard.clone(),
-            dir: input.clone(),
-            present: if shards.is_empty() {
-                "none".into()
-            } else {
-                shards.join(", ")
-            },
-        });
-    }
-    let mut warnings: Vec<String> = Vec::new();
-    let mut warn = |msg: String, log: &mut (dyn FnMut(&str) + Send)| {
-        log(&format!("warning: {msg}"));
-        warnings.push(msg);
+    let mut p = Planner {
+        opts,
+        log,
+        warnings: Vec::new(),
+        violations: Vec::new(),
     };
-
+    let (shards, staging) = p.shards()?;
     // 1. Collect artifacts.
-    let mut artifacts: Vec<Artifact> = Vec::new();
-    for shard in &shards {
-        let sdir = input.join(shard);
-        for name in list_dirs(&sdir, input, &staging)? {
-            let path = sdir.join(&name);
-            if !path.join(MANIFEST_FILE).is_file() {
-                warn(
-                    format!("{}: skipped, no {MANIFEST_FILE}", path.display()),
-                    log,
-                );
-                continue;
-            }
-            let Some((component, kind)) = parse_artifact_name(&name) else {
-                warn(
-                    format!(
-                        "{}: skipped, name is neither <component>_generic nor <component>_<gfx arch>",
-                        path.display()
-                    ),
-                    log,
-                );
-                continue;
-            };
-            if opts.component.as_ref().is_some_and(|c| *c != component) {
-                continue;
-            }
-            let manifest = ArtifactManifest::read_dir(&path)?;
-            artifacts.push(Artifact {
-                shard: shard.clone(),
-                name,
-                path,
-                component,
-                kind,
-                manifest,
-            });
-        }
-    }
-    if let Some(c) = &opts.component {
-        if artifacts.is_empty() {
-            return Err(RecombineError::UnknownComponent(c.clone()));
-        }
-    }
+    let artifacts = p.collect_artifacts(&shards, &staging)?;
     let components: BTreeSet<String> = artifacts.iter().map(|a| a.component.clone()).collect();
-    let mut violations: Vec<Violation> = Vec::new();
-
     // 2. Arch → groups; excluded and missing archs.
-    let mut arch_names: BTreeMap<String, (Target, BTreeSet<String>, BTreeSet<String>)> =
-        BTreeMap::new();
-    for a in &artifacts {
-        if let ArtifactKind::Arch(t) = &a.kind {
-            let e = arch_names
-                .entry(t.to_string())
-                .or_insert_with(|| (t.clone(), BTreeSet::new(), BTreeSet::new()));
-            e.1.insert(a.shard.clone());
-            e.2.insert(a.component.clone());
-        }
-    }
-    let mut excluded = Vec::new();
-    for (name, (t, sh, comps)) in &arch_names {
-        if cfg.groups_for_arch(t).is_empty() {
-            excluded.push(ExcludedArch {
-                architecture: name.clone(),
-                shards: sh.iter().cloned().collect(),
-                components: comps.iter().cloned().collect(),
-            });
-        }
-    }
-    if !excluded.is_empty() {
-        log(&format!(
-            "excluded (in no architecture group): {}",
-            excluded
-                .iter()
-                .map(|e| format!("{} (shards {})", e.architecture, e.shards.join(", ")))
-                .collect::<Vec<_>>()
-                .join("; ")
-        ));
-    }
-    let mut missing = Vec::new();
-    for g in &cfg.architecture_groups {
-        for arch in &g.architectures {
-            let Ok(t) = Target::parse(arch) else { continue };
-            if !arch_names
-                .values()
-                .any(|(found, _, _)| found.compatible_with(&t))
-            {
-                missing.push(MissingArch {
-                    architecture: arch.clone(),
-                    group: g.name.clone(),
-                });
-            }
-        }
-    }
-    for m in &missing {
-        let msg = format!(
-            "architecture {} of group {} was found in no shard ({})",
-            m.architecture,
-            m.group,
-            shards.join(", ")
-        );
-        if cfg.validation.error_on_missing_architecture {
-            violations.push(Violation {
-                kind: "missing_architecture",
-                message: format!("{msg} (error_on_missing_architecture)"),
-            });
-        } else {
-            warn(msg, log);
-        }
-    }
-
+    let (excluded, missing) = p.arch_coverage(&artifacts, &shards);
     // 3. Per component: generic source, arch sources, duplicate checks.
     let mut duplicates = Vec::new();
     let mut packages: Vec<PackagePlan> = Vec::new();
     let mut reports: Vec<PackageReport> = Vec::new();
     let mut generic_only = Vec::new();
     for comp in &components {
-        let mine: Vec<&Artifact> = artifacts.iter().filter(|a| a.component == *comp).collect();
+        let Some(c) = p.component(comp, &artifacts)? else {
+            continue;
+        };
+        duplicates.extend(c.duplicates);
+        packages.extend(c.packages);
+        reports.extend(c.reports);
+        if c.generic_only {
+            generic_only.push(comp.clone());
+        }
+    }
+    if !p.violations.is_empty() {
+        return Err(RecombineError::Validation(p.violations));
+    }
+    reports.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok(Plan {
+        report: RecombineReport {
+            primary_shard: opts.config.primary_shard.clone(),
+            shards,
+            packages: reports,
+            generic_only_components: generic_only,
+            excluded_architectures: excluded,
+            missing_architectures: missing,
+            duplicate_architectures: duplicates,
+            warnings: p.warnings,
+        },
+        packages,
+    })
+}
+
+impl Planner<'_, '_> {
+    fn warn(&mut self, msg: String) {
+        (self.log)(&format!("warning: {msg}"));
+        self.warnings.push(msg);
+    }
+
+    fn violation(&mut self, kind: &'static str, message: String) {
+        self.violations.push(Violation { kind, message });
+    }
+
+    /// The shards of the input directory (the primary one among them) and
+    /// the resolved staging roots.
+    fn shards(&mut self) -> Result<(Vec<String>, Vec<PathBuf>), RecombineError> {
+        let cfg = &self.opts.config;
+        let input = &self.opts.input_shards_dir;
+        match fs::metadata(input) {
+            Ok(m) if m.is_dir() => {}
+            Ok(_) => {
+                return Err(RecombineError::InputDir {
+                    path: input.clone(),
+                    problem: "is not a directory".into(),
+                })
+            }
+            Err(e) => {
+                return Err(RecombineError::InputDir {
+                    path: input.clone(),
+                    problem: format!("cannot be read: {e}"),
+                })
+            }
+        }
+        let staging = self
+            .opts
+            .staging_roots
+            .iter()
+            .map(|r| fs::canonicalize(r).ctx(r, "resolve staging root"))
+            .collect::<Result<Vec<_>, FsError>>()?;
+        let shards = list_dirs(input, input, &staging)?;
+        if !shards.contains(&cfg.primary_shard) {
+            return Err(RecombineError::MissingPrimaryShard {
+                shard: cfg.primary_shard.clone(),
+                dir: input.clone(),
+                present: if shards.is_empty() {
+                    "none".into()
+                } else {
+                    shards.join(", ")
+                },
+            });
+        }
+        Ok((shards, staging))
+    }
+
+    /// Every artifact of every shard (of the selected component), by shard
+    /// and name; directories that are no artifact are skipped with a warning.
+    fn collect_artifacts(
+        &mut self,
+        shards: &[String],
+        staging: &[PathBuf],
+    ) -> Result<Vec<Artifact>, RecombineError> {
+        let input = &self.opts.input_shards_dir;
+        let mut artifacts: Vec<Artifact> = Vec::new();
+        for shard in shards {
+            let sdir = input.join(shard);
+            for name in list_dirs(&sdir, input, staging)? {
+                let path = sdir.join(&name);
+                if !path.join(MANIFEST_FILE).is_file() {
+                    self.warn(format!("{}: skipped, no {MANIFEST_FILE}", path.display()));
+                    continue;
+                }
+                let Some((component, kind)) = parse_artifact_name(&name) else {
+                    self.warn(format!(
+                        "{}: skipped, name is neither <component>_generic nor <component>_<gfx arch>",
+                        path.display()
+                    ));
+                    continue;
+                };
+                if self
+                    .opts
+                    .component
+                    .as_ref()
+                    .is_some_and(|c| *c != component)
+                {
+                    continue;
+                }
+                let manifest = ArtifactManifest::read_dir(&path)?;
+                artifacts.push(Artifact {
+                    shard: shard.clone(),
+                    name,
+                    path,
+                    component,
+                    kind,
+                    manifest,
+                });
+            }
+        }
+        if let Some(c) = &self.opts.component {
+            if artifacts.is_empty() {
+                return Err(RecombineError::UnknownComponent(c.clone()));
+            }
+        }
+        Ok(artifacts)
+    }
+
+    /// The archs found in no group (excluded) and the group archs found in
+    /// no shard (missing: a warning, or a violation when configured).
+    fn arch_coverage(
+        &mut self,
+        artifacts: &[Artifact],
+        shards: &[String],
+    ) -> (Vec<ExcludedArch>, Vec<MissingArch>) {
+        let cfg = &self.opts.config;
+        let mut arch_names: BTreeMap<String, (Target, BTreeSet<String>, BTreeSet<String>)> =
+            BTreeMap::new();
+        for a in artifacts {
+            if let ArtifactKind::Arch(t) = &a.kind {
+                let e = arch_names
+                    .entry(t.to_string())
+                    .or_insert_with(|| (t.clone(), BTreeSet::new(), BTreeSet::new()));
+                e.1.insert(a.shard.clone());
+                e.2.insert(a.component.clone());
+            }
+        }
+        let mut excluded = Vec::new();
+        for (name, (t, sh, comps)) in &arch_names {
+            if cfg.groups_for_arch(t).is_empty() {
+                excluded.push(ExcludedArch {
+                    architecture: name.clone(),
+                    shards: sh.iter().cloned().collect(),
+                    components: comps.iter().cloned().collect(),
+                });
+            }
+        }
+        if !excluded.is_empty() {
+            (self.log)(&format!(
+                "excluded (in no architecture group): {}",
+                excluded
+                    .iter()
+                    .map(|e| format!("{} (shards {})", e.architecture, e.shards.join(", ")))
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            ));
+        }
+        let mut missing = Vec::new();
+        for g in &cfg.architecture_groups {
+            for arch in &g.architectures {
+                let Ok(t) = Target::parse(arch) else { continue };
+                if !arch_names
+                    .values()
+                    .any(|(found, _, _)| found.compatible_with(&t))
+                {
+                    missing.push(MissingArch {
+                        architecture: arch.clone(),
+                        group: g.name.clone(),
+                    });
+                }
+            }
+        }
+        for m in &missing {
+            let msg = format!(
+                "architecture {} of group {} was found in no shard ({})",
+                m.architecture,
+                m.group,
+                shards.join(", ")
+            );
+            if cfg.validation.error_on_missing_architecture {
+                self.violation(
+                    "missing_architecture",
+                    format!("{msg} (error_on_missing_architecture)"),
+                );
+            } else {
+                self.warn(msg);
+            }
+        }
+        (excluded, missing)
+    }
+
+    /// One component: its generic package (from the primary shard), its
+    /// arch trees (duplicates across shards checked) and its group
+    /// packages. `None` when it has no generic artifact in the primary
+    /// shard (a violation).
+    fn component(
+        &mut self,
+        comp: &str,
+        artifacts: &[Artifact],
+    ) -> Result<Option<ComponentPlan>, RecombineError> {
+        let cfg = &self.opts.config;
+        let mine: Vec<&Artifact> = artifacts.iter().filter(|a| a.component == comp).collect();
         let generics: Vec<&Artifact> = mine
             .iter()
             .copied()
@@ -758,9 +857,9 @@ fn plan(
             .copied()
             .find(|a| a.shard == cfg.primary_shard)
         else {
-            violations.push(Violation {
-                kind: "missing_generic",
-                message: format!(
+            self.violation(
+                "missing_generic",
+                format!(
                     "component {comp}: no {comp}_generic in primary shard {} (found in: {})",
                     cfg.primary_shard,
                     if generics.is_empty() {
@@ -773,24 +872,40 @@ fn plan(
                             .join(", ")
                     }
                 ),
-            });
-            continue;
+            );
+            return Ok(None);
         };
-        let primary_tree = artifact_tree(primary)?;
+        let mut out = ComponentPlan::default();
+        self.generic_package(comp, primary, &generics, &mut out)?;
+        let chosen = self.choose_arch_trees(comp, &mine, &mut out.duplicates)?;
+        let wrote_any = self.group_packages(comp, &chosen, &mut out)?;
+        if !wrote_any {
+            (self.log)(&format!(
+                "component {comp}: generic-only (no device code for any configured group), wrote {comp}_generic only"
+            ));
+            out.generic_only = true;
+        }
+        Ok(Some(out))
+    }
 
-        if cfg.validation.verify_generic_artifacts_match {
+    /// The generic package: the primary's tree, minus any `.kpack` dirs;
+    /// the other shards' generic artifacts compared with it when configured.
+    fn generic_package(
+        &mut self,
+        comp: &str,
+        primary: &Artifact,
+        generics: &[&Artifact],
+        out: &mut ComponentPlan,
+    ) -> Result<(), RecombineError> {
+        let primary_tree = artifact_tree(primary)?;
+        if self.opts.config.validation.verify_generic_artifacts_match {
             for other in generics.iter().filter(|a| a.shard != primary.shard) {
                 let tree = artifact_tree(other)?;
                 for v in compare_generic(primary, &primary_tree, other, &tree) {
-                    violations.push(Violation {
-                        kind: "generic_mismatch",
-                        message: v,
-                    });
+                    self.violation("generic_mismatch", v);
                 }
             }
         }
-
-        // Generic package: the primary's tree, minus any `.kpack` dirs.
         let mut gen_entries = Vec::new();
         for (rel, e) in &primary_tree {
             if is_kpack_path(rel) {
@@ -799,16 +914,13 @@ fn plan(
             gen_entries.push((rel.clone(), e.clone()));
         }
         if primary_tree.keys().any(|r| is_kpack_path(r)) {
-            warn(
-                format!(
-                    "{}: `.kpack` directory in a generic artifact ignored",
-                    primary.path.display()
-                ),
-                log,
-            );
+            self.warn(format!(
+                "{}: `.kpack` directory in a generic artifact ignored",
+                primary.path.display()
+            ));
         }
         let gname = format!("{comp}_generic");
-        reports.push(package_report(
+        out.reports.push(package_report(
             &gname,
             comp,
             None,
@@ -817,18 +929,29 @@ fn plan(
             &primary.manifest,
             &gen_entries,
         ));
-        packages.push((gname, primary.manifest.clone(), gen_entries));
+        out.packages
+            .push((gname, primary.manifest.clone(), gen_entries));
+        Ok(())
+    }
 
-        // Arch artifacts of this component, grouped by arch.
+    /// The component's arch artifacts, grouped by arch: the primary
+    /// shard's (else the first shard's) tree, with files only other shards
+    /// have added; device code that differs between shards is a warning or
+    /// a violation. Returns arch → chosen tree.
+    fn choose_arch_trees(
+        &mut self,
+        comp: &str,
+        mine: &[&Artifact],
+        duplicates: &mut Vec<DuplicateArch>,
+    ) -> Result<BTreeMap<String, ChosenArch>, RecombineError> {
+        let cfg = &self.opts.config;
         let mut by_arch: BTreeMap<String, Vec<&Artifact>> = BTreeMap::new();
-        for a in &mine {
+        for a in mine {
             if let ArtifactKind::Arch(t) = &a.kind {
                 by_arch.entry(t.to_string()).or_default().push(a);
             }
         }
-        // arch → (chosen tree, shards used)
-        let mut chosen: BTreeMap<String, (Target, Tree, Vec<String>, ArtifactManifest)> =
-            BTreeMap::new();
+        let mut chosen: BTreeMap<String, ChosenArch> = BTreeMap::new();
         for (arch, mut list) in by_arch {
             list.sort_by(|a, b| {
                 (a.shard != cfg.primary_shard, &a.shard)
@@ -860,27 +983,7 @@ fn plan(
                     .collect();
                 if !diffs.is_empty() {
                     identical = false;
-                    let msg = format!(
-                        "device code for {arch} of component {comp} differs between shards {} and {}: {}",
-                        first.shard,
-                        other.shard,
-                        diffs
-                            .iter()
-                            .map(|(rel, d)| format!(
-                                "{}/{}/{rel} vs {}/{}/{rel}: {d}",
-                                first.shard, first.name, other.shard, other.name
-                            ))
-                            .collect::<Vec<_>>()
-                            .join("; ")
-                    );
-                    if cfg.validation.error_on_duplicate_device_code {
-                        violations.push(Violation {
-                            kind: "duplicate_device_code",
-                            message: format!("{msg} (error_on_duplicate_device_code)"),
-                        });
-                    } else {
-                        warn(format!("{msg}; using shard {}", first.shard), log);
-                    }
+                    self.differing_device_code(comp, &arch, first, other, &diffs);
                 }
                 // Files only the other shard has are added.
                 for (rel, oe) in otree {
@@ -892,7 +995,7 @@ fn plan(
             }
             if list.len() > 1 {
                 duplicates.push(DuplicateArch {
-                    component: comp.clone(),
+                    component: comp.to_string(),
                     architecture: arch.clone(),
                     shards: {
                         let mut s: Vec<String> = list.iter().map(|a| a.shard.clone()).collect();
@@ -907,8 +1010,52 @@ fn plan(
             shards_used.extend(trees.iter().map(|(a, _)| a.shard.clone()));
             chosen.insert(arch, (target.clone(), tree, shards_used, manifest));
         }
+        Ok(chosen)
+    }
 
-        // Group packages.
+    /// Device code of `arch` differing between shards: a violation when
+    /// configured, else a warning that `first`'s is used.
+    fn differing_device_code(
+        &mut self,
+        comp: &str,
+        arch: &str,
+        first: &Artifact,
+        other: &Artifact,
+        diffs: &[(String, String)],
+    ) {
+        let msg = format!(
+            "device code for {arch} of component {comp} differs between shards {} and {}: {}",
+            first.shard,
+            other.shard,
+            diffs
+                .iter()
+                .map(|(rel, d)| format!(
+                    "{}/{}/{rel} vs {}/{}/{rel}: {d}",
+                    first.shard, first.name, other.shard, other.name
+                ))
+                .collect::<Vec<_>>()
+                .join("; ")
+        );
+        if self.opts.config.validation.error_on_duplicate_device_code {
+            self.violation(
+                "duplicate_device_code",
+                format!("{msg} (error_on_duplicate_device_code)"),
+            );
+        } else {
+            self.warn(format!("{msg}; using shard {}", first.shard));
+        }
+    }
+
+    /// One package per architecture group with device code: the chosen
+    /// trees of its archs merged (a path two archs provide differently is
+    /// a violation). Returns whether any was planned.
+    fn group_packages(
+        &mut self,
+        comp: &str,
+        chosen: &BTreeMap<String, ChosenArch>,
+        out: &mut ComponentPlan,
+    ) -> Result<bool, RecombineError> {
+        let cfg = &self.opts.config;
         let mut wrote_any = false;
         for g in &cfg.architecture_groups {
             let gtargets: Vec<Target> = g
@@ -920,7 +1067,7 @@ fn plan(
             let mut prefixes = BTreeSet::new();
             let mut archs = Vec::new();
             let mut srcs = BTreeSet::new();
-            for (arch, (t, tree, shards_used, manifest)) in &chosen {
+            for (arch, (t, tree, shards_used, manifest)) in chosen {
                 if !gtargets.iter().any(|gt| gt.compatible_with(t)) {
                     continue;
                 }
@@ -934,13 +1081,13 @@ fn plan(
                         }
                         Some((prev, parch)) => {
                             if let Err(d) = same_device_content(rel, prev, e) {
-                                violations.push(Violation {
-                                    kind: "group_conflict",
-                                    message: format!(
+                                self.violation(
+                                    "group_conflict",
+                                    format!(
                                         "component {comp}, group {}: {rel} is provided by both {parch} and {arch} with different content ({d})",
                                         g.name
                                     ),
-                                });
+                                );
                             }
                         }
                     }
@@ -957,7 +1104,7 @@ fn plan(
             wrote_any = true;
             let manifest = ArtifactManifest::from_prefixes(prefixes.iter())?;
             let name = format!("{comp}_{}", g.name);
-            reports.push(package_report(
+            out.reports.push(package_report(
                 &name,
                 comp,
                 Some(g.name.clone()),
@@ -966,33 +1113,10 @@ fn plan(
                 &manifest,
                 &entries,
             ));
-            packages.push((name, manifest, entries));
+            out.packages.push((name, manifest, entries));
         }
-        if !wrote_any {
-            log(&format!(
-                "component {comp}: generic-only (no device code for any configured group), wrote {comp}_generic only"
-            ));
-            generic_only.push(comp.clone());
-        }
+        Ok(wrote_any)
     }
-
-    if !violations.is_empty() {
-        return Err(RecombineError::Validation(violations));
-    }
-    reports.sort_by(|a, b| a.name.cmp(&b.name));
-    Ok(Plan {
-        report: RecombineReport {
-            primary_shard: cfg.primary_shard.clone(),
-            shards,
-            packages: reports,
-            generic_only_components: generic_only,
-            excluded_architectures: excluded,
-            missing_architectures: missing,
-            duplicate_architectures: duplicates,
-            warnings,
-        },
-        packages,
-    })
 }
 
 fn package_report(

@@ -16,6 +16,8 @@
 //!   [`copy_payload`] spills a payload to a writer.
 //! * Writers whose output clang-offload-bundler unbundles to identical bytes:
 //!   [`write_uncompressed`], [`write_ccob`].
+//! * [`fsutil`]: inputs opened without blocking on a FIFO and refused
+//!   unless regular, read with a size bound; lexical absolute paths.
 //! * [`FileIdent`]: the identity of a file (device, inode, size, times) that
 //!   every reader compares to refuse a file rewritten while it is read.
 //!
@@ -25,6 +27,7 @@
 
 mod bundle;
 mod error;
+pub mod fsutil;
 mod ident;
 mod layout;
 mod source;

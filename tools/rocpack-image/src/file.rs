@@ -39,11 +39,7 @@ impl ImageFile {
     /// it: a FIFO is opened non-blocking and refused) and loads what its
     /// analysis reads.
     pub fn open(path: &Path) -> io::Result<ImageFile> {
-        use std::os::unix::fs::OpenOptionsExt;
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_NONBLOCK)
-            .open(path)?;
+        let file = rocpack_bundle::fsutil::open_nonblocking(path, 0)?;
         Self::of(file).map_err(|e| {
             if e.kind() == io::ErrorKind::InvalidInput {
                 io::Error::new(e.kind(), format!("{}: {e}", path.display()))
@@ -112,6 +108,11 @@ impl ImageFile {
         self.sparse.loaded()
     }
 
+    /// The open file.
+    pub fn file(&self) -> &File {
+        &self.file
+    }
+
     /// The file through positioned reads.
     pub fn source(&self) -> FileRange<'_> {
         FileRange::new(&self.file, 0, self.len)
@@ -148,6 +149,32 @@ impl ImageFile {
         };
         self.check_unchanged()?;
         Ok(a)
+    }
+
+    /// The COFF object members of an `ar` archive (a Windows `.lib`):
+    /// `(name, offset of the body in the file, body size)`, in archive
+    /// order. Their analysis is not loaded: a caller judges them by their
+    /// bytes (`rocpack_image` splits no COFF object). The outer error: the
+    /// file changed while it was read.
+    pub fn coff_members(&self) -> io::Result<rocpack_elf::Result<Vec<(String, u64, u64)>>> {
+        let members = match rocpack_elf::archive_members_in(self.sparse.bytes()) {
+            Ok(ms) => ms,
+            Err(e) => return Ok(Err(e)),
+        };
+        let src = self.source();
+        let mut list = Vec::new();
+        for m in members {
+            // A member's head, read apart (the loader loaded 64 bytes of
+            // each: too few to tell a COFF object's section table).
+            let (at, len) = (m.header_offset + 60, m.data.len() as u64);
+            let mut head = vec![0u8; HEAD_LEN.min(usize::try_from(len).unwrap_or(HEAD_LEN))];
+            let n = rocpack_bundle::ReadAt::read_at(&Window::new(&src, at, len), 0, &mut head)?;
+            if matches!(detect(&head[..n]), FileType::Coff { .. }) {
+                list.push((m.name, at, len));
+            }
+        }
+        self.check_unchanged()?;
+        Ok(Ok(list))
     }
 
     /// The ELF members of an `ar` archive, each with its analysis (the

@@ -11,6 +11,10 @@
 //! * [`split_file`] / [`reassemble_file`] — detect → analyse → rewrite →
 //!   reassemble for ELF files, `ar` archives and PE32+ images alike; the
 //!   callbacks get the [`Analysis`] of each file (or archive member).
+//! * [`Reassembly`] — the same reassembly streamed: detect and analyse a
+//!   split host once, ask whether bundles of given sizes [`Fit`], write the
+//!   file from bundles in a spill file (or place them straight into it),
+//!   one dispatch for ELF files, `ar` archives and PE32+ images.
 //!
 //! The ELF and PE/COFF analyzers walk wrappers with one helper
 //! (`rocpack_elf::wrapper_table`), and faults that mean the same on both
@@ -24,10 +28,12 @@ mod detect;
 mod error;
 mod file;
 pub mod pe;
+mod reassembly;
 
 pub use detect::{detect, detect_file, FileType, HEAD_LEN};
 pub use error::{Error, Result};
 pub use file::ImageFile;
+pub use reassembly::{ArchiveError, Fit, Form, MemberBundlesFn, Reassembly};
 
 use rocpack_elf::{BundleInfo, FatBinaryInfo, MarkerInfo, State};
 

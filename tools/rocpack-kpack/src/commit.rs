@@ -100,29 +100,6 @@ impl<T> IoContext<T> for io::Result<T> {
     }
 }
 
-/// `p` made absolute against the current directory, `.`/`..` folded
-/// lexically (symlinks are not resolved).
-fn absolute_lexical(p: &Path) -> io::Result<PathBuf> {
-    use std::path::Component;
-    let mut out = if p.is_absolute() {
-        PathBuf::new()
-    } else {
-        std::env::current_dir()?
-    };
-    for c in p.components() {
-        match c {
-            Component::Prefix(x) => out.push(x.as_os_str()),
-            Component::RootDir => out.push("/"),
-            Component::CurDir => {}
-            Component::ParentDir => {
-                out.pop();
-            }
-            Component::Normal(n) => out.push(n),
-        }
-    }
-    Ok(out)
-}
-
 fn sorted_names(dir: &Path) -> io::Result<Vec<OsString>> {
     let mut names = fs::read_dir(dir)?
         .map(|e| e.map(|e| e.file_name()))
@@ -337,7 +314,8 @@ impl StagingDir {
     /// directory, creating that parent if needed. Interrupted commits into
     /// `dest` are rolled forward first (see [`complete_interrupted`]).
     pub fn new(dest: &Path) -> Result<Self, FsError> {
-        let dest = absolute_lexical(dest).ctx(dest, "resolve output directory")?;
+        let dest =
+            rocpack_bundle::fsutil::absolute_lexical(dest).ctx(dest, "resolve output directory")?;
         let parent = parent_of(&dest);
         fs::create_dir_all(&parent).ctx(&parent, "create directory")?;
         complete_interrupted(&dest)?;
@@ -523,7 +501,8 @@ fn move_listed(staged: &Path, dest: &Path, names: &[OsString]) -> Result<(), FsE
 /// directories it completed. Staging directories of live processes are
 /// left alone.
 pub fn complete_interrupted(dest: &Path) -> Result<Vec<PathBuf>, FsError> {
-    let dest = absolute_lexical(dest).ctx(dest, "resolve output directory")?;
+    let dest =
+        rocpack_bundle::fsutil::absolute_lexical(dest).ctx(dest, "resolve output directory")?;
     let parent = parent_of(&dest);
     let prefix = partial_prefix(&dest);
     let names = match sorted_names(&parent) {

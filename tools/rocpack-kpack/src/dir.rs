@@ -253,16 +253,61 @@ impl UnpackManifest {
     /// the manifest's group, family, arches and metadata.
     pub fn to_writer(&self, dir: &Path, compression: Compression) -> Result<KpackWriter<'static>> {
         let mut w = KpackWriter::new(compression);
-        w.normalize_keys(false);
-        w.content_checksum(self.content_checksum());
-        w.group_name(self.group_name.clone())
-            .arch_family(self.gfx_arch_family.clone())
-            .arches(self.gfx_arches.iter().cloned());
+        w.like_unpacked(self);
         for k in self.load_kernels(dir)? {
             w.add_with_metadata(&k.key, &k.target, k.data, k.metadata)?;
         }
         Ok(w)
     }
+}
+
+/// What `kpack pack --input-dir` takes from a directory.
+#[derive(Clone, Debug, PartialEq)]
+pub enum PackDir {
+    /// A directory written by [`unpack_to_dir`] (it has [`UNPACK_MANIFEST`]):
+    /// its manifest and its code objects in ordinal order, rebuilt exactly
+    /// (a writer's `like_unpacked` takes the rest from the manifest).
+    Unpacked(UnpackManifest, Vec<KernelFile>),
+    /// Any other directory: its regular files in natural name order
+    /// ([`natural_key`]), each with the target its name gives
+    /// ([`target_from_file_name`]); the caller gives them keys.
+    Plain(Vec<(String, std::path::PathBuf)>),
+}
+
+/// Reads what `dir` gives `kpack pack` (the inverse of [`unpack_to_dir`]
+/// for an unpacked directory).
+pub fn read_pack_dir(dir: &Path) -> Result<PackDir> {
+    if dir.join(UNPACK_MANIFEST).is_file() {
+        let m = UnpackManifest::read(dir)?;
+        let files = m.kernel_files(dir)?;
+        return Ok(PackDir::Unpacked(m, files));
+    }
+    let invalid = |message: String| {
+        Error::new(ErrorKind::Invalid {
+            field: "input directory".into(),
+            message,
+        })
+        .with_path(dir)
+    };
+    let mut files: Vec<std::path::PathBuf> = fs::read_dir(dir)
+        .and_then(|rd| rd.map(|e| e.map(|e| e.path())).collect())
+        .map_err(|e| invalid(format!("cannot list directory: {e}")))?;
+    files.retain(|p| p.is_file());
+    files.sort_by_key(|p| natural_key(p));
+    if files.is_empty() {
+        return Err(invalid("no code object files".into()));
+    }
+    files
+        .into_iter()
+        .map(|f| match target_from_file_name(&f) {
+            Some(t) => Ok((t, f)),
+            None => Err(invalid(format!(
+                "{}: cannot tell the target from the file name (expected …--gfxNNN.hsaco or gfxNNN.hsaco)",
+                f.display()
+            ))),
+        })
+        .collect::<Result<Vec<_>>>()
+        .map(PackDir::Plain)
 }
 
 /// A code object of an unpacked directory, by file.
@@ -412,5 +457,40 @@ mod tests {
         let mut v = vec!["b10-e0", "b2-e1", "b2-e0", "a"];
         v.sort_by_key(|n| natural_key(Path::new(n)));
         assert_eq!(v, ["a", "b2-e0", "b2-e1", "b10-e0"]);
+    }
+
+    #[test]
+    fn a_pack_dir_is_an_unpacked_archive_or_plain_files() {
+        let tmp = tempfile::tempdir().unwrap();
+        // Unpacked: the archive's code objects come back in ordinal order.
+        let mut w = KpackWriter::new(Compression::None);
+        w.group_name("g");
+        w.add("lib/a#0", "gfx1100", vec![1, 2]).unwrap();
+        w.add("lib/a#1", "gfx1100", vec![3]).unwrap();
+        let archive = tmp.path().join("a.kpack");
+        w.write_to_path(&archive).unwrap();
+        let unpacked = tmp.path().join("u");
+        unpack_to_dir(&KpackReader::open_file(&archive).unwrap(), &unpacked).unwrap();
+        let PackDir::Unpacked(m, files) = read_pack_dir(&unpacked).unwrap() else {
+            panic!("not read as unpacked");
+        };
+        assert_eq!(m.group_name, "g");
+        let keys: Vec<&str> = files.iter().map(|f| f.key.as_str()).collect();
+        assert_eq!(keys, ["lib/a#0", "lib/a#1"]);
+        // Plain: regular files in natural order with their targets.
+        let plain = tmp.path().join("p");
+        fs::create_dir_all(plain.join("sub")).unwrap();
+        for n in ["b10-e0--gfx906.hsaco", "b2-e0--gfx1100.hsaco"] {
+            fs::write(plain.join(n), b"x").unwrap();
+        }
+        let PackDir::Plain(files) = read_pack_dir(&plain).unwrap() else {
+            panic!("not read as plain");
+        };
+        let targets: Vec<&str> = files.iter().map(|f| f.0.as_str()).collect();
+        assert_eq!(targets, ["gfx1100", "gfx906"]);
+        fs::write(plain.join("readme.txt"), b"x").unwrap();
+        let e = read_pack_dir(&plain).unwrap_err().to_string();
+        assert!(e.contains("readme.txt: cannot tell the target"), "{e}");
+        assert!(read_pack_dir(&plain.join("sub")).is_err());
     }
 }

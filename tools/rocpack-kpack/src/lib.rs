@@ -27,8 +27,8 @@ mod reader;
 mod writer;
 
 pub use dir::{
-    natural_key, target_from_file_name, unpack_file_name, unpack_to_dir, KernelFile, LoadedKernel,
-    UnpackManifest, UnpackedKernel, UNPACK_FORMAT, UNPACK_MANIFEST,
+    natural_key, read_pack_dir, target_from_file_name, unpack_file_name, unpack_to_dir, KernelFile,
+    LoadedKernel, PackDir, UnpackManifest, UnpackedKernel, UNPACK_FORMAT, UNPACK_MANIFEST,
 };
 pub use error::{Error, ErrorKind, Result};
 pub use format::{

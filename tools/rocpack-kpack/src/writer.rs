@@ -353,6 +353,17 @@ macro_rules! header_setters {
             self.header.gfx_arches = Some(arches.into_iter().map(Into::into).collect());
             self
         }
+
+        /// Keys kept verbatim, checksums, group, family and arches as the
+        /// archive an unpacked directory came from had them (rebuilding
+        /// it: `kpack pack --input-dir`).
+        pub fn like_unpacked(&mut self, m: &crate::UnpackManifest) -> &mut Self {
+            self.normalize_keys(false);
+            self.content_checksum(m.content_checksum());
+            self.group_name(m.group_name.clone())
+                .arch_family(m.gfx_arch_family.clone())
+                .arches(m.gfx_arches.iter().cloned())
+        }
     };
 }
 

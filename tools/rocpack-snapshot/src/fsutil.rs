@@ -197,76 +197,38 @@ pub fn write_durable(dst: &Path, bytes: &[u8]) -> Result<()> {
     f.sync_all().map_err(io_at(dst))
 }
 
+/// An error of `rocpack_bundle::fsutil` about `path`: what the file is
+/// (not regular, too large) is the input's fault, the rest is I/O.
+fn input_or_io(path: &Path) -> impl Fn(std::io::Error) -> Error + '_ {
+    move |e| match e.kind() {
+        std::io::ErrorKind::InvalidInput | std::io::ErrorKind::InvalidData => {
+            Error::input(path, None, e.to_string())
+        }
+        _ => io_at(path)(e),
+    }
+}
+
 /// Opens `path` for reading without blocking on a FIFO and refuses anything
-/// but a regular file (checked with `fstat` on the open descriptor, so a
-/// symlink to `/dev/zero` or a device is refused, not read forever).
+/// but a regular file (`rocpack_bundle::fsutil::open_regular_with`, with
+/// `extra` open flags such as `libc::O_NOFOLLOW`).
+pub fn open_regular_with(path: &Path, extra: libc::c_int) -> Result<File> {
+    rocpack_bundle::fsutil::open_regular_with(path, extra)
+        .map(|(f, _)| f)
+        .map_err(input_or_io(path))
+}
+
+/// [`open_regular_with`] without extra flags.
 pub fn open_regular(path: &Path) -> Result<File> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let file = fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK)
-        .open(path)
-        .map_err(io_at(path))?;
-    let meta = file.metadata().map_err(io_at(path))?;
-    if !meta.is_file() {
-        return Err(Error::input(
-            path,
-            None,
-            format!("not a regular file ({})", file_kind(&meta)),
-        ));
-    }
-    Ok(file)
+    open_regular_with(path, 0)
 }
 
-/// Read a whole regular file of at most `limit` bytes.
-///
-/// Snapshot trees are repository content, so a pull request controls them:
-/// a symlink to `/dev/zero` must not be read forever and a FIFO must not
-/// hang. The file is opened non-blocking, checked with `fstat` on the open
-/// descriptor (no race with a rename), and read through `take(limit + 1)`.
+/// Read a whole regular file of at most `limit` bytes
+/// (`rocpack_bundle::fsutil::read_bounded`).
 pub fn read_bounded(path: &Path, limit: u64) -> Result<Vec<u8>> {
-    use std::io::Read;
-    let f = open_regular(path)?;
-    let meta = f.metadata().map_err(io_at(path))?;
-    if meta.len() > limit {
-        return Err(Error::input(
-            path,
-            None,
-            format!("file is {} bytes; expected at most {limit}", meta.len()),
-        ));
-    }
-    let mut bytes = Vec::with_capacity(meta.len() as usize);
-    f.take(limit + 1)
-        .read_to_end(&mut bytes)
-        .map_err(io_at(path))?;
-    if bytes.len() as u64 > limit {
-        return Err(Error::input(
-            path,
-            None,
-            format!("file grew past {limit} bytes while being read"),
-        ));
-    }
-    Ok(bytes)
+    rocpack_bundle::fsutil::read_bounded(path, limit).map_err(input_or_io(path))
 }
 
-/// What kind of non-regular file `meta` describes, for messages.
-pub fn file_kind(meta: &fs::Metadata) -> &'static str {
-    use std::os::unix::fs::FileTypeExt;
-    let t = meta.file_type();
-    if t.is_dir() {
-        "a directory"
-    } else if t.is_fifo() {
-        "a FIFO"
-    } else if t.is_char_device() {
-        "a character device"
-    } else if t.is_block_device() {
-        "a block device"
-    } else if t.is_socket() {
-        "a socket"
-    } else {
-        "not a regular file"
-    }
-}
+pub use rocpack_bundle::fsutil::file_kind;
 
 /// Read a whole text file of at most `limit` bytes (see [`read_bounded`]).
 pub fn read_text_bounded(path: &Path, limit: u64) -> Result<String> {

@@ -436,12 +436,7 @@ impl Repo {
         } else {
             // Readers never create anything (the root may be read-only, e.g. in a build sandbox).
             // Non-blocking: a FIFO planted there must not hang the reader.
-            use std::os::unix::fs::OpenOptionsExt;
-            match OpenOptions::new()
-                .read(true)
-                .custom_flags(libc::O_NONBLOCK)
-                .open(&path)
-            {
+            match rocpack_bundle::fsutil::open_nonblocking(&path, 0) {
                 Ok(f) => f,
                 Err(_) => return Ok(None),
             }

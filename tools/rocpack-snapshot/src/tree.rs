@@ -53,20 +53,7 @@ pub enum Entry {
 /// blocking on a FIFO; anything but a regular file is refused on the open
 /// descriptor (so a file swapped for a FIFO or a link meanwhile is an error).
 fn open_no_follow(path: &Path) -> Result<File> {
-    let f = OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW)
-        .open(path)
-        .map_err(io_at(path))?;
-    let m = f.metadata().map_err(io_at(path))?;
-    if !m.is_file() {
-        return Err(Error::input(
-            path,
-            None,
-            format!("not a regular file ({})", fsutil::file_kind(&m)),
-        ));
-    }
-    Ok(f)
+    fsutil::open_regular_with(path, libc::O_NOFOLLOW)
 }
 
 /// Every entry under `dir` (relative paths, sorted by bytes), the top-level

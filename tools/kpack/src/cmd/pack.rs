@@ -19,7 +19,7 @@ use std::process::ExitCode;
 
 use anyhow::{bail, Context};
 use rocpack_kpack::{
-    normalize_key, toc_key, Compression, KpackFileWriter, UnpackManifest, UNPACK_MANIFEST,
+    normalize_key, read_pack_dir, toc_key, Compression, KpackFileWriter, PackDir, UnpackManifest,
 };
 
 #[derive(Debug, clap::Args)]
@@ -97,48 +97,30 @@ pub fn run(args: PackArgs) -> anyhow::Result<ExitCode> {
         };
 
     for dir in &args.input_dirs {
-        if dir.join(UNPACK_MANIFEST).is_file() {
-            let m = UnpackManifest::read(dir)?;
-            for k in m.kernel_files(dir)? {
-                items.push(Item {
+        match read_pack_dir(dir)? {
+            PackDir::Unpacked(m, files) => {
+                items.extend(files.into_iter().map(|k| Item {
                     key: k.key,
                     target: k.target,
                     path: k.path,
                     metadata: k.metadata,
-                });
+                }));
+                manifest_defaults.get_or_insert(m);
             }
-            if manifest_defaults.is_none() {
-                manifest_defaults = Some(m);
-            }
-        } else {
-            let mut files: Vec<PathBuf> = fs::read_dir(dir)
-                .with_context(|| format!("{}: cannot list directory", dir.display()))?
-                .map(|e| e.map(|e| e.path()))
-                .collect::<Result<_, _>>()
-                .with_context(|| format!("{}: cannot list directory", dir.display()))?;
-            files.retain(|p| p.is_file());
-            files.sort_by_key(|p| rocpack_kpack::natural_key(p));
-            if files.is_empty() {
-                bail!("{}: no code object files", dir.display());
-            }
-            for f in files {
-                let target = rocpack_kpack::target_from_file_name(&f).with_context(|| {
-                    format!(
-                        "{}: cannot tell the target from the file name (expected …--gfxNNN.hsaco or gfxNNN.hsaco)",
-                        f.display()
-                    )
-                })?;
-                let key = next_key(
-                    &target,
-                    &args.kernel_name,
-                    "--input-dir without kpack-unpack.json",
-                )?;
-                items.push(Item {
-                    key,
-                    target,
-                    path: f,
-                    metadata: None,
-                });
+            PackDir::Plain(files) => {
+                for (target, path) in files {
+                    let key = next_key(
+                        &target,
+                        &args.kernel_name,
+                        "--input-dir without kpack-unpack.json",
+                    )?;
+                    items.push(Item {
+                        key,
+                        target,
+                        path,
+                        metadata: None,
+                    });
+                }
             }
         }
     }
@@ -186,16 +168,12 @@ pub fn run(args: PackArgs) -> anyhow::Result<ExitCode> {
     let w = fw.writer();
     // Keys are final here: `\` was normalised for command-line keys, and
     // keys from an unpacked manifest are kept verbatim.
-    w.normalize_keys(false);
-    let checksum = !args.no_zstd_checksum
-        && manifest_defaults
-            .as_ref()
-            .is_none_or(rocpack_kpack::UnpackManifest::content_checksum);
-    w.content_checksum(checksum);
+    w.normalize_keys(false).content_checksum(true);
     if let Some(m) = &manifest_defaults {
-        w.group_name(m.group_name.clone())
-            .arch_family(m.gfx_arch_family.clone())
-            .arches(m.gfx_arches.iter().cloned());
+        w.like_unpacked(m);
+    }
+    if args.no_zstd_checksum {
+        w.content_checksum(false);
     }
     if let Some(g) = &args.group_name {
         w.group_name(g.clone());

@@ -1100,6 +1100,17 @@ fn classify_file(
     Ok(Class::Generic)
 }
 
+/// What a non-ELF archive member carrying device code is, for messages.
+fn non_elf_member(data: &[u8]) -> &'static str {
+    match rocpack_image::detect(data) {
+        _ if rocpack_elf::is_archive(data) => "a nested `ar` archive",
+        rocpack_image::FileType::Coff { .. } => {
+            "a COFF object, as in a Windows `.lib`: split the DLL/EXE it is linked into"
+        }
+        _ => "`.hip_fatbin` or an offload bundle",
+    }
+}
+
 /// `ELFCLASS32 little-endian`, `ELFCLASS64 big-endian`, … from `e_ident`.
 fn elf_flavour(magic: &[u8]) -> String {
     let class = match magic.get(4) {
@@ -1188,11 +1199,11 @@ fn split_fat(
                 Err(rocpack_elf::Error::NotElf) => {
                     if crate::inspect::carries_device_code(m.data) {
                         return Err(SplitError::Usage(format!(
-                            "{}: archive member `{}` (header at byte offset {}) is not an ELF object but carries HIP device code ({}); nested archives and raw bundles inside archives cannot be split; refusing to copy it into the generic artifact",
+                            "{}: archive member `{}` (header at byte offset {}) is not an ELF object but carries HIP device code ({}); only ELF members are split (nested archives, COFF objects and raw bundles are not); refusing to copy it into the generic artifact",
                             path.display(),
                             m.name,
                             m.header_offset,
-                            if rocpack_elf::is_archive(m.data) { "a nested `ar` archive" } else { "`.hip_fatbin` or an offload bundle" }
+                            non_elf_member(m.data),
                         )));
                     }
                     continue;

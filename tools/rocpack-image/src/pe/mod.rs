@@ -12,5 +12,6 @@ pub use analyze::{
     WRAPPER_SIZE,
 };
 pub use rewrite::{
-    pe_checksum, pe_checksum_in, reassemble, reassemble_to, split_analyzed, split_host, split_to,
+    pe_checksum, pe_checksum_in, reassemble, reassemble_analyzed_to, reassemble_to,
+    reassembly_fits, split_analyzed, split_host, split_to,
 };

@@ -674,6 +674,29 @@ pub fn reassemble_to(
     reassemble_plan(host, &info, bundles)?.write(host_src, bundles.aux(), dst)
 }
 
+/// [`reassemble_to`] of an image analysed already (`info`: its
+/// [`super::analyze_in`]).
+pub fn reassemble_analyzed_to(
+    host: &[u8],
+    host_src: &dyn ReadAt,
+    info: &PeInfo,
+    bundles: &Bundles<'_>,
+    dst: &File,
+) -> Result<u64> {
+    reassemble_plan(host, info, bundles)?.write(host_src, bundles.aux(), dst)
+}
+
+/// Whether bundles of sizes `lens` (by `co_index`) fit the bundle section
+/// of a split image analysed already (`info`): `Ok(false)` where
+/// [`reassemble_to`] would fail to place them, without building anything.
+pub fn reassembly_fits(host: &[u8], info: &PeInfo, lens: &[u64]) -> Result<bool> {
+    match reassemble_plan(host, info, &Bundles::Sizes(lens)) {
+        Ok(_) => Ok(true),
+        Err(Error::Layout { .. }) => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
 fn reassemble_plan(host: &[u8], info: &PeInfo, bundles: &Bundles<'_>) -> Result<Plan> {
     let h = header(info)?;
     if info.kind == PeKind::Object || info.state != State::Split {

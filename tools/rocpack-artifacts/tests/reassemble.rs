@@ -1,0 +1,93 @@
+//! Library-level reassembly (`rocpack_artifacts::reassemble`): fixtures split
+//! with `rocpack_artifacts::split`, then rebuilt from their `.kpack` files.
+//! Uncompressed bundles come back byte for byte; compressed ones are
+//! recompressed and say so; missing code objects are an input error, never
+//! a layout error.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use rocpack_artifacts::reassemble::{reassemble, ReassembleError};
+use rocpack_artifacts::split::{split_artifact, NoProgress, SplitOptions};
+use rocpack_testsupport::{fatbins, have_fixtures, win_fatbin};
+
+/// Splits `fat` (as `lib/<name>` of an artifact) into `dir/split`; returns
+/// the split host file and the directory holding its `.kpack` files.
+fn split_one(fat: &Path, dir: &Path) -> (PathBuf, PathBuf) {
+    let name = fat.file_name().unwrap().to_str().unwrap();
+    let art = dir.join("x_lib");
+    fs::create_dir_all(art.join("lib")).unwrap();
+    fs::copy(fat, art.join("lib").join(name)).unwrap();
+    fs::write(art.join("artifact_manifest.txt"), "lib\n").unwrap();
+    let out = dir.join("split");
+    let opts = SplitOptions {
+        jobs: Some(2),
+        ..SplitOptions::new(&art, "x", &out)
+    };
+    split_artifact(&opts, &NoProgress).unwrap();
+    (out.join("x_generic/lib").join(name), out)
+}
+
+#[test]
+fn uncompressed_bundles_come_back_byte_for_byte() {
+    if !have_fixtures() {
+        return;
+    }
+    let mut fats: Vec<PathBuf> = ["libfx_multi.so", "fx_app", "libfx_static.a"]
+        .iter()
+        .map(|n| fatbins().join(n))
+        .collect();
+    let pe = win_fatbin("fx_win_msvc.dll");
+    if pe.exists() {
+        fats.push(pe);
+    }
+    for fat in fats {
+        let tmp = tempfile::tempdir().unwrap();
+        let (host, kpacks) = split_one(&fat, tmp.path());
+        let out = tmp.path().join("back");
+        let report = reassemble(&host, &kpacks, &out).unwrap();
+        let original = fs::read(&fat).unwrap();
+        assert_eq!(report.bytes, original.len() as u64, "{}", fat.display());
+        assert!(fs::read(&out).unwrap() == original, "{}", fat.display());
+        assert!(
+            report.notes.is_exact(),
+            "{}: {:?}",
+            fat.display(),
+            report.notes
+        );
+    }
+}
+
+#[test]
+fn recompressed_bundles_are_named() {
+    if !have_fixtures() {
+        return;
+    }
+    let fat = fatbins().join("libfx_mixed.so");
+    let tmp = tempfile::tempdir().unwrap();
+    let (host, kpacks) = split_one(&fat, tmp.path());
+    let out = tmp.path().join("back");
+    let report = reassemble(&host, &kpacks, &out).unwrap();
+    // Bundle 0 is uncompressed, bundle 1 a CCOB: only it is recompressed,
+    // and the file is not the original byte for byte.
+    assert_eq!(report.notes.recompressed(), ["bundle 1"]);
+    assert!(report.notes.canonical().is_empty());
+    assert_ne!(fs::read(&out).unwrap(), fs::read(&fat).unwrap());
+}
+
+#[test]
+fn a_missing_code_object_is_an_input_error_not_a_layout_retry() {
+    if !have_fixtures() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let (host, _) = split_one(&fatbins().join("libfx_static.a"), &tmp.path().join("a"));
+    // The archives of another binary: no code object of the host's keys.
+    let (_, other) = split_one(&fatbins().join("libfx_multi.so"), &tmp.path().join("b"));
+    let out = tmp.path().join("back");
+    let err = reassemble(&host, &other, &out).unwrap_err();
+    let msg = err.to_string();
+    assert!(matches!(err, ReassembleError::Input(_)), "{msg}: {err:?}");
+    assert!(msg.contains("no code objects for"), "{msg}");
+    assert!(!out.exists());
+}
