@@ -13,7 +13,9 @@
 #   * each channel's printed fix is run exactly, from a subdirectory, with
 #     the sources of the commit it names (stable r2, last-stable r1);
 #   * every channel builds and runs again, `bazel test //...` is green, and
-#     each snapshot still holds its headers and commits.
+#     each snapshot still holds its headers and commits;
+#   * stable's printed way out 3 (`snapctl rollback`) run exactly from libs/:
+#     stable is then r1, links, and the checksums test is green.
 #
 #   tests/bazel/abi-recovery.sh CONSUMER_DIR
 # CONSUMER_DIR: a workspace assembled by tests/bazel/vendored.sh (its Bazel
@@ -175,4 +177,13 @@ for d in stable last-stable; do
     grep -q "libs/dep/dep.h: $new" "libs/mylib/snapshots/$d/6.4/metadata.txt" || die "$d does not record the new dep.h"
 done
 ls libs/mylib/snapshots/archives/6.4/ | grep -q '_metadata.txt$' || die "no archived metadata"
+
+step "way out 3 of stable's message, exactly, from libs/: snapctl rollback"
+rollback="$(sed -n '/ABI drift: the mylib stable snapshot/,/go back/p' "$T/b2.out" | sed -n 's/^.*go back to the last-stable snapshot: //p' | head -1)"
+[ -n "$rollback" ] || die "stable's message prints no rollback"
+echo "    $rollback" >&2
+(cd "$C/libs" && bash -c "$rollback") >"$T/rollback.out" 2>&1 || { tail -20 "$T/rollback.out" >&2; die "the printed rollback failed"; }
+grep -q "mylib: $R1" libs/mylib/snapshots/stable/6.4/metadata.txt || die "after rollback stable does not record $R1"
+[ "$(demo stable)" = "stable r1 sum=5" ] || die "after rollback stable prints '$(demo stable || true)'"
+bazel test //libs/mylib:stable_checksums_test >"$T/t4.out" 2>&1 || { tail -20 "$T/t4.out" >&2; die "the checksums file is stale after rollback"; }
 step "ABI drift recovered as documented"
