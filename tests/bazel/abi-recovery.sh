@@ -34,15 +34,17 @@ die() { printf 'FAILED: [abi-recovery] %s\n' "$*" >&2; exit 1; }
 TS=$SECONDS
 step() { printf '    (%ds)\n==> [abi-recovery] %s\n' $((SECONDS - TS)) "$*" >&2; TS=$SECONDS; }
 
-# The page's blocks, in order: N.kind (file, file-top, run, printed), N.path, N.body.
+# The page's abi-step blocks, in order (tests/snapshot/doc-blocks.sh cuts
+# the page): N.kind (file, file-top, run, printed), N.path, N.body.
 mkdir "$T/steps"
-awk -v d="$T/steps" '
-    /^[ ]*<!-- abi-step: / { kind = $3; path = ($4 == "-->") ? "" : $4; pending = 1; next }
-    pending && /^[ ]*```/ { match($0, /^ */); ind = RLENGTH; n++; inb = 1; pending = 0
-        print kind > (d "/" n ".kind"); print path > (d "/" n ".path"); printf "" > (d "/" n ".body"); next }
-    inb && /^[ ]*```/ { inb = 0; next }
-    inb { print substr($0, ind + 1) >> (d "/" n ".body") }
-' "$DOC"
+"$ROOT/tests/snapshot/doc-blocks.sh" "$T/blocks" "$DOC"
+k=0
+for i in $(seq 1 "$(find "$T/blocks" -name '*.where' | wc -l)"); do
+    [ "$(cat "$T/blocks/$i.marker")" = abi-step ] || continue
+    k=$((k + 1))
+    read -r kind path _ < "$T/blocks/$i.args" || true
+    echo "$kind" > "$T/steps/$k.kind"; echo "${path:-}" > "$T/steps/$k.path"; cp "$T/blocks/$i.body" "$T/steps/$k.body"
+done
 nsteps="$(ls "$T/steps" | grep -c '\.kind$' || true)"
 [ "$nsteps" -ge 5 ] || die "docs/rules/consumers.md has $nsteps abi-step blocks"
 kind() { cat "$T/steps/$1.kind"; }
