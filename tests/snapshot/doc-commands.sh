@@ -37,7 +37,9 @@ for i in $(seq 1 "$n"); do
     m="$(cat "$B/$i.marker")" a="$(cat "$B/$i.args")" w="$(cat "$B/$i.where")"
     w="${w#"$ROOT"/}"
     case "$m" in
-        abi-step|consumer-file|consumer-run|source-step) ;;
+        abi-step|consumer-file|source-step) ;;
+        consumer-run) grep -q "^doc_run $a\$" "$ROOT/tests/bazel/vendored.sh" \
+            || bad+="  $w: consumer-run: $a, but tests/bazel/vendored.sh has no 'doc_run $a'"$'\n' ;;
         doc-run) [ "$a" = snapctl ] || bad+="  $w: doc-run of '$a' (only snapctl)"$'\n'; runs+=("$i") ;;
         not-run) [ -n "$a" ] || bad+="  $w: not-run without a reason"$'\n' ;;
         *) bad+="  $w: no marker (abi-step, consumer-file, consumer-run, source-step, doc-run or not-run: REASON)"$'\n' ;;
