@@ -20,6 +20,9 @@ ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)),
 if not os.path.isdir(os.path.join(ROOT, "rules")):  # in Bazel runfiles: cwd is the root
     ROOT = os.getcwd()
 OUT = os.path.join(ROOT, "docs", "rules")
+# Before each signature block: tests/snapshot/doc-commands.sh accounts for
+# every block of these pages, and a signature is not a command to run.
+SIGNATURE_MARKER = "<!-- not-run: a signature (placeholders), not a command -->"
 
 PAGES = [
     ("kpack.md", "kpack rules", ["rules/bazel/private/kpack_split.bzl", "rules/bazel/private/kpack_recombine.bzl", "rules/bazel/private/kpack_packages.bzl"]),
@@ -238,7 +241,7 @@ def render_file(path):
                             continue
                         if kw(t, "doc") is not None:
                             lines += [str(lit(kw(t, "doc"))).strip(), ""]
-                        lines += ["```python", "%s.%s(%s)" % (name, tag, ", ".join(n + " = ..." for n, _ in attrs_of(kw(t, "attrs")))), "```", ""]
+                        lines += [SIGNATURE_MARKER, "```python", "%s.%s(%s)" % (name, tag, ", ".join(n + " = ..." for n, _ in attrs_of(kw(t, "attrs")))), "```", ""]
                         lines += attr_table(kw(t, "attrs"))
             table = attr_table(attrs_node)
             if not table and kind == "rule":
@@ -254,7 +257,7 @@ def render_file(path):
                 sig.append(a if j < 0 else "%s = %s" % (a, ast.unparse(defaults[j])))
             if node.args.kwarg:
                 sig.append("**" + node.args.kwarg.arg)
-            lines += ["### `%s`" % node.name, "", "```python", "%s(%s)" % (node.name, ", ".join(sig)), "```", ""]
+            lines += ["### `%s`" % node.name, "", SIGNATURE_MARKER, "```python", "%s(%s)" % (node.name, ", ".join(sig)), "```", ""]
             lines += [(doc or "(undocumented)").strip(), ""]
     return lines
 

@@ -17,6 +17,9 @@
 # linked; a rebuild with another PATH runs nothing; `kpack verify` checks the
 # packages given as symlinked package dirs; no target/ appears in the tree.
 #
+# Then ABI drift under a guarded snapshot of the project's own, recovered by
+# running the guard's printed fixes (tests/buck2/abi-recovery.sh).
+#
 # FROM_SOURCE_SEED=TARGET_DIR (a dev `cargo build -p kpack -p snapctl`): then
 # the helpers are built from source with the default cargo target dir,
 # interrupted by kill -9 of cargo and rebuilt (e2e/interrupted-build.sh);
@@ -190,6 +193,7 @@ if [ -n "${HELPERS_DIR:-}" ]; then
     listing() { (cd "$1" && find -L . -type f -print0 | LC_ALL=C sort -z | xargs -0 sha256sum); }
     listing "$(awk '$1 == "root//app:mathlib_gfx115X" {print $2}' "$DIR/pk.out")" > "$DIR/gfx115X.prebuilt"
 fi
+bash "$repo/tests/buck2/abi-recovery.sh" "$BUCK2" "$DIR" "$ISO" "${CFG[@]}" || fail "ABI drift recovery (tests/buck2/abi-recovery.sh)"
 if [ -n "${FROM_SOURCE_SEED:-}" ]; then
     # The helpers from source with the defaults (docs/buck2.md): cargo builds
     # in ${XDG_CACHE_HOME:-~/.cache}/rocpack/cargo-target/<first 16 hex

@@ -13,7 +13,9 @@
 #   * each channel's printed fix is run exactly, from a subdirectory, with
 #     the sources of the commit it names (stable r2, last-stable r1);
 #   * every channel builds and runs again, `bazel test //...` is green, and
-#     each snapshot still holds its headers and commits.
+#     each snapshot still holds its headers and commits;
+#   * stable's printed way out 3 (`snapctl rollback`) run exactly from libs/:
+#     stable is then r1, links, and the checksums test is green.
 #
 #   tests/bazel/abi-recovery.sh CONSUMER_DIR
 # CONSUMER_DIR: a workspace assembled by tests/bazel/vendored.sh (its Bazel
@@ -32,15 +34,17 @@ die() { printf 'FAILED: [abi-recovery] %s\n' "$*" >&2; exit 1; }
 TS=$SECONDS
 step() { printf '    (%ds)\n==> [abi-recovery] %s\n' $((SECONDS - TS)) "$*" >&2; TS=$SECONDS; }
 
-# The page's blocks, in order: N.kind (file, file-top, run, printed), N.path, N.body.
+# The page's abi-step blocks, in order (tests/snapshot/doc-blocks.sh cuts
+# the page): N.kind (file, file-top, run, printed), N.path, N.body.
 mkdir "$T/steps"
-awk -v d="$T/steps" '
-    /^[ ]*<!-- abi-step: / { kind = $3; path = ($4 == "-->") ? "" : $4; pending = 1; next }
-    pending && /^[ ]*```/ { match($0, /^ */); ind = RLENGTH; n++; inb = 1; pending = 0
-        print kind > (d "/" n ".kind"); print path > (d "/" n ".path"); printf "" > (d "/" n ".body"); next }
-    inb && /^[ ]*```/ { inb = 0; next }
-    inb { print substr($0, ind + 1) >> (d "/" n ".body") }
-' "$DOC"
+"$ROOT/tests/snapshot/doc-blocks.sh" "$T/blocks" "$DOC"
+k=0
+for i in $(seq 1 "$(find "$T/blocks" -name '*.where' | wc -l)"); do
+    [ "$(cat "$T/blocks/$i.marker")" = abi-step ] || continue
+    k=$((k + 1))
+    read -r kind path _ < "$T/blocks/$i.args" || true
+    echo "$kind" > "$T/steps/$k.kind"; echo "${path:-}" > "$T/steps/$k.path"; cp "$T/blocks/$i.body" "$T/steps/$k.body"
+done
 nsteps="$(ls "$T/steps" | grep -c '\.kind$' || true)"
 [ "$nsteps" -ge 5 ] || die "docs/rules/consumers.md has $nsteps abi-step blocks"
 kind() { cat "$T/steps/$1.kind"; }
@@ -175,4 +179,13 @@ for d in stable last-stable; do
     grep -q "libs/dep/dep.h: $new" "libs/mylib/snapshots/$d/6.4/metadata.txt" || die "$d does not record the new dep.h"
 done
 ls libs/mylib/snapshots/archives/6.4/ | grep -q '_metadata.txt$' || die "no archived metadata"
+
+step "way out 3 of stable's message, exactly, from libs/: snapctl rollback"
+rollback="$(sed -n '/ABI drift: the mylib stable snapshot/,/go back/p' "$T/b2.out" | sed -n 's/^.*go back to the last-stable snapshot: //p' | head -1)"
+[ -n "$rollback" ] || die "stable's message prints no rollback"
+echo "    $rollback" >&2
+(cd "$C/libs" && bash -c "$rollback") >"$T/rollback.out" 2>&1 || { tail -20 "$T/rollback.out" >&2; die "the printed rollback failed"; }
+grep -q "mylib: $R1" libs/mylib/snapshots/stable/6.4/metadata.txt || die "after rollback stable does not record $R1"
+[ "$(demo stable)" = "stable r1 sum=5" ] || die "after rollback stable prints '$(demo stable || true)'"
+bazel test //libs/mylib:stable_checksums_test >"$T/t4.out" 2>&1 || { tail -20 "$T/t4.out" >&2; die "the checksums file is stale after rollback"; }
 step "ABI drift recovered as documented"

@@ -12,6 +12,9 @@
 #     of the kpack_packages outputs, given as symlinked package dirs;
 #   * a guarded snapshot library from the page, a dependency header changed
 #     under it, and the printed fix run (tests/bazel/abi-recovery.sh);
+#   * the page's `consumer-run` blocks as written (kpack verify of symlinked
+#     packages, per-library channels), and, in WORKSPACE mode with git, its
+#     source-snapshot section (tests/bazel/source-consumer.sh);
 #   * a group missing from the packaging config fails with rocpack's message;
 #   * with FROM_SOURCE_SEED=TARGET_DIR (a cargo target dir holding a dev
 #     `cargo build -p kpack -p snapctl`): the helpers from source with the
@@ -55,12 +58,30 @@ else
     tar -C "$ROOT" --exclude='./bazel-*' --exclude='./e2e/*/bazel-*' --exclude=./target --exclude=./.git \
         --exclude=./buck-out --exclude=./user.bazelrc -cf - .
 fi | tar -C "$C/third_party/rocpack" -xf -
-# Every block marked `<!-- consumer-file: MODE|all PATH -->`, appended to PATH.
-awk -v mode="$MODE" -v dir="$C" '
-    /^<!-- consumer-file: / { m = $3; f = $4; want = (m == mode || m == "all"); next }
-    want && /^```/ { if (inblock) { inblock = 0; want = 0 } else { inblock = 1 }; next }
-    inblock { print >> (dir "/" f) }
-' "$ROOT/docs/rules/consumers.md"
+# The page cut into blocks (tests/snapshot/doc-blocks.sh); every block marked
+# `<!-- consumer-file: MODE|all PATH -->` appended to PATH.
+"$ROOT/tests/snapshot/doc-blocks.sh" "$T/doc" "$ROOT/docs/rules/consumers.md"
+doc_blocks() { # MARKER: the numbers of the page's blocks with that marker, in page order
+    local i
+    for i in $(seq 1 "$(find "$T/doc" -name '*.where' | wc -l)"); do
+        [ "$(cat "$T/doc/$i.marker")" != "$1" ] || echo "$i"
+    done
+}
+for i in $(doc_blocks consumer-file); do
+    read -r m f < "$T/doc/$i.args"
+    [ "$m" = "$MODE" ] || [ "$m" = all ] || continue
+    mkdir -p "$(dirname "$C/$f")"; cat "$T/doc/$i.body" >> "$C/$f"
+done
+doc_run() { # NAME: the page's `<!-- consumer-run: NAME -->` block, as written, from the workspace root
+    local i
+    for i in $(doc_blocks consumer-run); do
+        [ "$(cat "$T/doc/$i.args")" = "$1" ] || continue
+        (cd "$C" && bash -euo pipefail "$T/doc/$i.body") >"$T/run.$1.out" 2>&1 \
+            || { tail -30 "$T/run.$1.out" >&2; die "the page's block $(cat "$T/doc/$i.where") failed"; }
+        return 0
+    done
+    die "docs/rules/consumers.md has no consumer-run: $1 block"
+}
 for f in .bazelignore .bazelrc $([ "$MODE" = bzlmod ] && echo MODULE.bazel WORKSPACE.bzlmod || echo WORKSPACE); do
     [ -f "$C/$f" ] || die "docs/rules/consumers.md gives no $f for $MODE mode"
 done
@@ -155,6 +176,15 @@ step "ABI drift under a guarded snapshot, recovered as the page says (tests/baze
 # The page's commands take no flags: its `common:debian7` lines as `common` lines (the page allows both).
 grep '^common:debian7 ' .bazelrc | sed 's/^common:debian7 /common /' >> .bazelrc || true
 bash "$ROOT/tests/bazel/abi-recovery.sh" "$C" || die "abi-recovery"
+
+step "the page's consumer-run blocks as written: Verifying rule outputs, per-library channels"
+doc_run verify
+grep -Eq 'OK: [1-9][0-9]* packages?' "$T/run.verify.out" || { cat "$T/run.verify.out" >&2; die "the page's kpack verify checked no package"; }
+doc_run channels
+if [ "$MODE" = workspace ] && command -v git >/dev/null; then
+    step "a source snapshot as the page says (tests/bazel/source-consumer.sh)"
+    bash "$ROOT/tests/bazel/source-consumer.sh" "$C" || die "source-consumer"
+fi
 [ -n "${FROM_SOURCE_SEED:-}" ] || { step "vendored consumer ($MODE) passed"; exit 0; }
 
 step "helpers from source with the defaults, interrupted by kill -9 of cargo, then rebuilt"

@@ -83,6 +83,7 @@ grep -q "test result: ok. 3 passed" "$WORK/s3-test.log" || die "s3 tests did not
 # --- http:// (python3 -m http.server) ---------------------------------------
 cargo build -q -p snapctl --locked
 SNAPCTL="$ROOT/target/debug/snapctl"
+bash tests/snapshot/doc-commands.sh "$SNAPCTL" || die "the snapshot docs' commands (tests/snapshot/doc-commands.sh)"
 mkdir -p "$WORK/h/root"
 head -c 300000 /dev/urandom >"$WORK/h/lib.a"
 printf '/* rccl.h */\n' >"$WORK/h/rccl.h"
