@@ -406,7 +406,9 @@ pub fn read_selector(path: &Path) -> Result<SelectorData, WheelError> {
                 break;
             }
         }
-        found.ok_or_else(|| bad("no <name>-<version>/selector.json: not a rocpack selector".into()))?
+        found.ok_or_else(|| {
+            bad("no <name>-<version>/selector.json: not a rocpack selector".into())
+        })?
     } else {
         if meta.len() > MAX_DATA {
             return Err(bad(format!("larger than {MAX_DATA} bytes")));
@@ -416,7 +418,10 @@ pub fn read_selector(path: &Path) -> Result<SelectorData, WheelError> {
     let data: SelectorData =
         serde_json::from_str(&text).map_err(|e| bad(format!("selector.json: {e}")))?;
     if data.selector != 1 {
-        return Err(bad(format!("selector format {} (this kpack reads 1)", data.selector)));
+        return Err(bad(format!(
+            "selector format {} (this kpack reads 1)",
+            data.selector
+        )));
     }
     Ok(data)
 }

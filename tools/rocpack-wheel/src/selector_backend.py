@@ -257,7 +257,7 @@ def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
     data = _data()
     d = _dist_info(data)
     if metadata_directory is not None:
-        with open(os.path.join(metadata_directory, d, "METADATA"), encoding="utf-8") as f:
+        with open(os.path.join(metadata_directory, "METADATA"), encoding="utf-8") as f:
             meta = f.read()
     else:
         meta = _metadata(data)

@@ -1075,7 +1075,9 @@ fn split_inner(
             }
             let targets = by_target.keys().map(|t| (t.clone(), dev_name(t))).collect();
             extras.push("device".into());
-            Some(selector::selector_data(&sname, &version, &host_norm, targets, so)?)
+            Some(selector::selector_data(
+                &sname, &version, &host_norm, targets, so,
+            )?)
         }
         None => None,
     };

@@ -13,7 +13,12 @@ use rocpack_wheel::selector;
 #[derive(Debug, clap::Args)]
 pub struct SelectFamilyArgs {
     /// Device ISA, e.g. `gfx90a:xnack+` or `amdgcn-amd-amdhsa--gfx942:sramecc+:xnack-`.
-    #[arg(long, value_name = "ISA", required_unless_present = "detect", conflicts_with = "detect")]
+    #[arg(
+        long,
+        value_name = "ISA",
+        required_unless_present = "detect",
+        conflicts_with = "detect"
+    )]
     pub arch: Option<String>,
     /// Packaging configuration.
     #[arg(long, value_name = "FILE", required_unless_present = "detect")]
@@ -46,8 +51,7 @@ pub fn run(args: SelectFamilyArgs) -> anyhow::Result<ExitCode> {
         Ok(s) => s,
         Err(e @ SelectError::NoGroup { .. }) => {
             if args.json {
-                let v =
-                    serde_json::json!({"ok": false, "agent": arch, "error": e.to_string()});
+                let v = serde_json::json!({"ok": false, "agent": arch, "error": e.to_string()});
                 println!("{}", serde_json::to_string_pretty(&v)?);
             }
             eprintln!("kpack select-family: {e}");
@@ -168,7 +172,11 @@ fn run_detect(args: &SelectFamilyArgs) -> anyhow::Result<ExitCode> {
             selector::ENV_TARGETS,
             std::env::var(selector::ENV_SYSFS_ROOT).unwrap_or_else(|_| "/sys".into()),
             selector::NODES_DIR,
-            if data.is_some() { ", and the selector has no default" } else { "" }
+            if data.is_some() {
+                ", and the selector has no default"
+            } else {
+                ""
+            }
         );
     } else if !e.missing.is_empty() {
         eprintln!(
@@ -177,7 +185,11 @@ fn run_detect(args: &SelectFamilyArgs) -> anyhow::Result<ExitCode> {
             e.available.join(", ")
         );
     }
-    Ok(if e.ok { ExitCode::SUCCESS } else { ExitCode::from(1) })
+    Ok(if e.ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
 }
 
 fn source_name(s: selector::Source) -> &'static str {
