@@ -95,6 +95,30 @@ for label, nodes, env_targets, source, targets, packages, missing in CASES:
         failures += 1
         print("     rust (exit %d): %s\n     python (exit %d): %s" % (rc_rust, rust, rc_py, py))
 
+# Generic fallback (a selector with a gfx11-generic wheel and no gfx1103 one,
+# as `kpack split-wheel` writes it): gfx1103 gets the generic wheel.
+gsrc = src + "-generic"
+os.makedirs(gsrc, exist_ok=True)
+for n in os.listdir(src):
+    with open(os.path.join(src, n), "rb") as f, open(os.path.join(gsrc, n), "wb") as g:
+        g.write(f.read())
+with open(os.path.join(gsrc, "selector.json")) as f:
+    data = json.load(f)
+data["targets"]["gfx11-generic"] = "fxpkg-device-gfx11-generic"
+data["generic"] = {t: "gfx11-generic" for t in ("gfx1103", "gfx1150", "gfx1152", "gfx1153")}
+with open(os.path.join(gsrc, "selector.json"), "w") as f:
+    json.dump(data, f)
+env = dict(os.environ, ROCPACK_SYSFS_ROOT=tree("generic", {"1": gpu(110003), "2": gpu(110000), "3": gpu(110500)}))
+env.pop("ROCPACK_GPU_TARGETS", None)
+rc_rust, rust = run([kpack, "select-family", "--detect", "--selector", gsrc, "--json"], env)
+rc_py, py = run([sys.executable, os.path.join(gsrc, "rocpack_selector.py"), "--detect", "--json"], env)
+want = ["fxpkg-device-gfx11-generic", "fxpkg-device-gfx1100"]
+if rust != py or rc_rust != 0 or rust["packages"] != want:
+    failures += 1
+    print("FAIL generic fallback: rust %s python %s" % (rust, py))
+else:
+    print("ok   generic fallback  %s" % json.dumps(rust["packages"]))
+
 # A bad spelling in ROCPACK_GPU_TARGETS is an error in both (exit 2 python, nonzero kpack).
 env = dict(os.environ, ROCPACK_GPU_TARGETS="gfx1100,GFX942")
 for cmd in ([kpack, "select-family", "--detect", "--selector", sdist], [sys.executable, backend, "--detect"]):
@@ -102,5 +126,5 @@ for cmd in ([kpack, "select-family", "--detect", "--selector", sdist], [sys.exec
     if p.returncode == 0 or "`GFX942` is not a GPU target" not in p.stderr:
         failures += 1
         print("FAIL bad spelling accepted by %s: %s %s" % (cmd[0], p.stdout, p.stderr))
-print("selector agreement: %d cases, %d failures" % (len(CASES) + 2, failures))
+print("selector agreement: %d cases, %d failures" % (len(CASES) + 3, failures))
 sys.exit(1 if failures else 0)
