@@ -441,6 +441,34 @@ mod tests {
     }
 
     #[test]
+    fn sysfs_nodes_in_numeric_order_cpu_and_bad_nodes_skipped() {
+        let t = tempfile::tempdir().unwrap();
+        let nodes = t.path().join(NODES_DIR);
+        let node = |n: &str, text: Option<&str>| {
+            fs::create_dir_all(nodes.join(n)).unwrap();
+            if let Some(text) = text {
+                fs::write(nodes.join(n).join("properties"), text).unwrap();
+            }
+        };
+        node("10", Some("gfx_target_version 110000\n"));
+        node("9", Some("gfx_target_version 90010\n"));
+        node("0", Some("cpu_cores_count 8\ngfx_target_version 0\n"));
+        node("1", None);
+        node("2", Some("gfx_target_version 9x\n"));
+        node("3", Some("gfx_target_version 90010\n"));
+        let (targets, notes) = sysfs_targets(t.path());
+        assert_eq!(targets, ["gfx90a", "gfx1100"]);
+        assert_eq!(
+            notes,
+            [
+                "node 1: cannot read properties",
+                "node 2: gfx_target_version 9x is not a target"
+            ]
+        );
+        assert_eq!(sysfs_targets(&t.path().join("absent")), (vec![], vec![]));
+    }
+
+    #[test]
     fn pytorch_extra_names_are_bare() {
         assert_eq!(ExtraNames::Rocm.extra("gfx1100"), "device-gfx1100");
         assert_eq!(ExtraNames::Pytorch.extra("gfx1100"), "gfx1100");

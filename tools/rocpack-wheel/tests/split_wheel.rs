@@ -1002,5 +1002,18 @@ fn selector_sdist_and_extra_names() {
     assert!(
         e.contains("selector distribution `fx-pkg` collides with the host"),
         "{e}"
-    );
+    ); // A wheel that already has a `device` extra keeps it only without --selector.
+    let t2 = tempdir();
+    let input2 = t2.path().join(WHEEL);
+    let mut files = base_files();
+    for f in files.iter_mut().filter(|f| f.0.ends_with("/METADATA")) {
+        f.1 = b"Metadata-Version: 2.1\nName: fx-pkg\nVersion: 2.0\nProvides-Extra: Device\n\n"
+            .to_vec();
+    }
+    make_wheel(&input2, &files);
+    let mut o = opts(&input2, &t2.path().join("out"));
+    o.selector = Some(SelectorOptions::default());
+    let e = refused(&input2, Some(o));
+    assert!(e.contains("already provides the `device` extra"), "{e}");
+    split_wheel(&opts(&input2, &t2.path().join("plain")), &NoProgress).unwrap();
 }
