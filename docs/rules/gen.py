@@ -168,7 +168,7 @@ def attr_table(attrs_node):
 
 # Defaults of the shared attribute tables' kinds (rules/common/*.bzl: name ->
 # (kind, doc), turned into attr.* by each build system's wrapper).
-_SHARED_KIND_DEFAULTS = {"label": "optional", "string": '`""`', "string_list": "`[]`"}
+_SHARED_KIND_DEFAULTS = {"label": "optional", "string": '`""`', "string_list": "`[]`", "bool": "`False`"}
 
 
 def shared_attr_table(attrs_node):

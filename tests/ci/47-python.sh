@@ -16,7 +16,12 @@
 #  3. rocm-kpack's command lines through `python -m rocpack.tools.*` on the
 #     example shards: same files, same bytes as `kpack split`/`recombine`,
 #     `kpack verify` OK, unknown flags refused naming them
-#     (tests/python/compat_check.py).
+#     (tests/python/compat_check.py);
+#  4. the device selector (`kpack split-wheel --selector`): pip installs the
+#     device wheels of a fake sysfs's GPUs (gfx1100; gfx942 + gfx1100), of
+#     ROCPACK_GPU_TARGETS, an explicit extra on a GPU-less machine, and fails
+#     naming the targets that exist; kpack and the selector's backend agree
+#     (tests/python/selector_install.sh).
 . "$(dirname "$0")/lib.sh"
 cd "$ROOT"
 need_pkgs cmake pkg-config
@@ -148,5 +153,8 @@ bash "$ROOT/tests/python/readme_examples.sh" "$W/readme"
 stage "rocm-kpack command lines: python -m rocpack.tools.*"
 (cd "$W" && "$V/bin/python" "$ROOT/tests/python/compat_check.py" "$V/bin/kpack" \
     "$ROOT/examples/kpack/shards" "$ROOT/examples/kpack/packaging-config.json" "$W/compat")
+
+stage "device selector: pip install through it from a local index (tests/python/selector_install.sh)"
+PY="$PY" bash "$ROOT/tests/python/selector_install.sh" "$V/bin/kpack" "$W/selector"
 
 stage "done"

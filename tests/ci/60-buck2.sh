@@ -209,12 +209,14 @@ cmp "$WORK/checksums.orig" "$CHECKSUMS" || die ".update did not restore the file
 run_logged fresh b2c test //examples/rcclx:stable_checksums_test || die "stable_checksums_test on the restored file"
 done_step
 
-step "kpack_wheel_split: --show-output names the wheel directory; [wheels] and [report] sub-targets"
+step "kpack_wheel_split: --show-output names the wheel directory; [wheels] and [report] sub-targets; the selector sdist"
 run_logged wheels b2c build //examples/wheel:fxpkg_wheels "//examples/wheel:fxpkg_wheels[report]" --show-full-output || die "buck2 build of the wheel split"
 wdir="$(awk '$1 == "rocpack//examples/wheel:fxpkg_wheels" {print $2}' "$WORK/wheels.out")"
 wrep="$(awk '$1 == "rocpack//examples/wheel:fxpkg_wheels[report]" {print $2}' "$WORK/wheels.out")"
 [ -n "$wdir" ] && [ -d "$wdir" ] && ls "$wdir"/*.whl >/dev/null 2>&1 || { cat "$WORK/wheels.out" >&2; die "--show-output of fxpkg_wheels is not the wheel directory: '$wdir'"; }
 [ -f "$wrep" ] || die "[report] is not the JSON report: '$wrep'"
+[ -f "$wdir/fxpkg_device-1.0.tar.gz" ] || die "selector = True wrote no selector sdist: $(ls "$wdir")"
+grep -q '"file": "fxpkg_device-1.0.tar.gz"' "$wrep" || die "the report does not name the selector"
 done_step
 
 step "kpack_packages: one kpack recombine for every package"

@@ -5,7 +5,7 @@ load(":tools.bzl", "ACTION_ENV", "tool_attrs")
 
 def _impl(ctx):
     a = ctx.attr
-    kpack_wheel_split_check(a.compression, a.gpu_targets, a.expect_targets, a.device_requires_dist)
+    kpack_wheel_split_check(a.compression, a.gpu_targets, a.expect_targets, a.device_requires_dist, a.selector, a.selector_default, a.device_extra_names)
     wheel = ctx.file.wheel
     out_dir = ctx.actions.declare_directory(ctx.label.name + ".wheels")
     report = ctx.actions.declare_file(ctx.label.name + ".json")
@@ -13,7 +13,7 @@ def _impl(ctx):
     args.add_all([ctx.executable._kpack, report, kpack_wheel_split_expect(a.expect_targets)])
     args.add(wheel)
     args.add("--output-dir", out_dir.path)
-    args.add_all(kpack_wheel_split_arg_list(a.overlay_root, a.device_package_prefix, a.device_requires_dist, a.split_databases, a.gpu_targets, a.compression))
+    args.add_all(kpack_wheel_split_arg_list(a.overlay_root, a.device_package_prefix, a.device_requires_dist, a.split_databases, a.gpu_targets, a.compression, a.selector, a.selector_default, a.device_extra_names))
     inputs = [wheel]
     if ctx.file.config:
         args.add("--config", ctx.file.config)
@@ -38,6 +38,8 @@ def _attr(kind, doc):
         return attr.label(allow_single_file = True, doc = doc)
     if kind == "string_list":
         return attr.string_list(doc = doc)
+    if kind == "bool":
+        return attr.bool(doc = doc)
     return attr.string(doc = doc)
 
 def _attrs():

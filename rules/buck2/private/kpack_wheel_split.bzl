@@ -6,7 +6,7 @@ load(":toolchain.bzl", "toolchain_attr")
 
 def _impl(ctx: AnalysisContext) -> list[Provider]:
     a = ctx.attrs
-    kpack_wheel_split_check(a.compression, a.gpu_targets, a.expect_targets, a.device_requires_dist)
+    kpack_wheel_split_check(a.compression, a.gpu_targets, a.expect_targets, a.device_requires_dist, a.selector, a.selector_default, a.device_extra_names)
     kpack = ctx.attrs._rocpack_toolchain[RocpackToolchainInfo].kpack
     out_dir = ctx.actions.declare_output(ctx.label.name + ".wheels", dir = True)
     report = ctx.actions.declare_output(ctx.label.name + ".json")
@@ -23,7 +23,7 @@ def _impl(ctx: AnalysisContext) -> list[Provider]:
             a.wheel,
             "--output-dir",
             out_dir.as_output(),
-            kpack_wheel_split_arg_list(a.overlay_root, a.device_package_prefix, a.device_requires_dist, a.split_databases, a.gpu_targets, a.compression),
+            kpack_wheel_split_arg_list(a.overlay_root, a.device_package_prefix, a.device_requires_dist, a.split_databases, a.gpu_targets, a.compression, a.selector, a.selector_default, a.device_extra_names),
             config,
         ),
         category = "kpack_wheel_split",
@@ -46,6 +46,8 @@ def _attr(kind, doc):
         return attrs.option(attrs.source(), default = None, doc = doc)
     if kind == "string_list":
         return attrs.list(attrs.string(), default = [], doc = doc)
+    if kind == "bool":
+        return attrs.bool(default = False, doc = doc)
     return attrs.string(default = "", doc = doc)
 
 def _attrs():

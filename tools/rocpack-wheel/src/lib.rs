@@ -8,8 +8,9 @@
 //! rewrite, database handlers, `--gpu-targets` filter and `.kpack` writer as
 //! `kpack split`. This crate adds the wheel side: reading and checking the
 //! input ([`central`], [`zipio`]), names ([`names`]), METADATA/WHEEL/RECORD ([`meta`]),
-//! assembling host, device and family wheels ([`split`]) and the
-//! installed-tree lookup check ([`installed`]).
+//! assembling host, device and family wheels ([`split`]), the device
+//! selector sdist and GPU detection ([`selector`]) and the installed-tree
+//! lookup check ([`installed`]).
 
 use std::path::PathBuf;
 
@@ -17,6 +18,7 @@ pub mod central;
 pub mod installed;
 pub mod meta;
 pub mod names;
+pub mod selector;
 pub mod split;
 pub mod zipio;
 

@@ -49,6 +49,7 @@ use serde::Serialize;
 use crate::central::Table;
 use crate::meta::{FileHasher, HashAlgo, Headers};
 use crate::names::{self, WheelName};
+use crate::selector::{self, ExtraNames, SelectorData, SelectorOptions};
 use crate::zipio::{self, Content, InputWheel, OutEntry, WriteOptions};
 use crate::WheelError;
 
@@ -101,6 +102,10 @@ pub struct WheelSplitOptions {
     pub zip_level: i64,
     /// `SOURCE_DATE_EPOCH`: timestamp of every entry (default 1980-01-01).
     pub source_date_epoch: Option<u64>,
+    /// Also write the device selector sdist (and the host's `device` extra).
+    pub selector: Option<SelectorOptions>,
+    /// Names of the host's per-target and per-group extras.
+    pub extra_names: ExtraNames,
 }
 
 impl WheelSplitOptions {
@@ -120,6 +125,8 @@ impl WheelSplitOptions {
             config: None,
             zip_level: 6,
             source_date_epoch: None,
+            selector: None,
+            extra_names: ExtraNames::Rocm,
         }
     }
 }
@@ -211,6 +218,19 @@ pub struct WheelSplitReport {
     pub compression: String,
     /// Output format (`wheel` or `directory`).
     pub output_format: String,
+    /// The selector sdist (`--selector`).
+    pub selector: Option<SelectorFile>,
+}
+
+/// The written selector sdist.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct SelectorFile {
+    /// File name in the output directory.
+    pub file: String,
+    /// Size in bytes.
+    pub bytes: u64,
+    /// What its backend chooses from.
+    pub data: SelectorData,
 }
 
 /// The loaded input.
@@ -1042,9 +1062,25 @@ fn split_inner(
     let mut extras: Vec<String> = by_target
         .keys()
         .chain(family_wheels.iter().map(|f| &f.group))
-        .map(|n| format!("device-{}", names::normalize(n)))
+        .map(|n| opts.extra_names.extra(&names::normalize(n)))
         .collect();
     extras.push("device-all".into());
+    let selector_data = match &opts.selector {
+        Some(so) => {
+            let sname = names::normalize(&dev_prefix);
+            if let Some(other) = seen_names.get(&sname) {
+                return Err(usage(format!(
+                    "selector distribution `{sname}` collides with {other}"
+                )));
+            }
+            let targets = by_target.keys().map(|t| (t.clone(), dev_name(t))).collect();
+            extras.push("device".into());
+            Some(selector::selector_data(
+                &sname, &version, &host_norm, targets, so,
+            )?)
+        }
+        None => None,
+    };
     refuse_taken_extras(&metadata, &meta_path, &extras)?;
     let mut host_requires = Vec::new();
     let mut extra = |metadata: &mut Headers, extra: &str, dists: &[String]| {
@@ -1058,19 +1094,22 @@ fn split_inner(
     for t in by_target.keys() {
         extra(
             &mut metadata,
-            &format!("device-{}", names::normalize(t)),
+            &opts.extra_names.extra(&names::normalize(t)),
             &[dev_name(t)],
         );
     }
     for f in &family_wheels {
         extra(
             &mut metadata,
-            &format!("device-{}", names::normalize(&f.group)),
+            &opts.extra_names.extra(&names::normalize(&f.group)),
             std::slice::from_ref(&f.wheel.distribution),
         );
     }
     let all: Vec<String> = by_target.keys().map(|t| dev_name(t)).collect();
     extra(&mut metadata, "device-all", &all);
+    if let Some(d) = &selector_data {
+        extra(&mut metadata, "device", std::slice::from_ref(&d.name));
+    }
     let host_file = host_name.file_name();
 
     // 9. Write every wheel into the staging directory, then commit. The
@@ -1176,6 +1215,15 @@ fn split_inner(
         out_names.push(std::ffi::OsString::from(&n));
         written.push((n, w));
     }
+    let selector = match selector_data {
+        Some(data) => {
+            let mtime = opts.source_date_epoch.unwrap_or(315_532_800);
+            let (file, bytes) = selector::write_sdist(&data, staging.path(), mtime)?;
+            out_names.push(std::ffi::OsString::from(&file));
+            Some(SelectorFile { file, bytes, data })
+        }
+        None => None,
+    };
     if let Some(w) = &loaded.input {
         w.check_unchanged()?;
     }
@@ -1226,6 +1274,7 @@ fn split_inner(
             OutputFormat::Wheel => "wheel".into(),
             OutputFormat::Directory => "directory".into(),
         },
+        selector,
     })
 }
 

@@ -922,3 +922,98 @@ fn extras_the_host_wheel_gains_are_refused() {
         "{m}"
     );
 }
+
+/// `--selector`: the host gains a `device` extra requiring the selector
+/// sdist, which holds the backend and the data it chooses from (read back
+/// by `read_selector`, deterministic); a default must have a device wheel;
+/// PyTorch-style extras are the bare target names; a selector name taken
+/// by the host is refused.
+#[test]
+fn selector_sdist_and_extra_names() {
+    use rocpack_wheel::selector::{self, ExtraNames, SelectorOptions, Source};
+    let t = tempdir();
+    let input = t.path().join(WHEEL);
+    make_wheel(&input, &base_files());
+    let with = |out: &str, default: &[&str], names: ExtraNames| {
+        let mut o = opts(&input, &t.path().join(out));
+        o.selector = Some(SelectorOptions {
+            default_targets: default.iter().map(|s| s.to_string()).collect(),
+        });
+        o.extra_names = names;
+        o
+    };
+    let r = split_wheel(
+        &with("a", &["gfx942:sramecc+"], ExtraNames::Rocm),
+        &NoProgress,
+    )
+    .unwrap();
+    let s = r.selector.as_ref().unwrap();
+    assert_eq!(s.file, "fx_pkg_device-2.0.tar.gz");
+    let meta = text(&read_zip(&t.path().join("a").join(WHEEL))["fx_pkg-2.0.dist-info/METADATA"].0);
+    assert!(
+        meta.contains(
+            "Provides-Extra: device\nRequires-Dist: fx-pkg-device==2.0; extra == \"device\"\n"
+        ),
+        "{meta}"
+    );
+    let data = selector::read_selector(&t.path().join("a").join(&s.file)).unwrap();
+    assert_eq!(data, s.data);
+    assert_eq!(data.default, ["gfx942"]);
+    assert_eq!(data.targets["gfx90a"], "fx-pkg-device-gfx90a");
+    // GPU-less: the default; the order of choice otherwise.
+    let none = t.path().join("no-sysfs");
+    let e = selector::explain(&data, selector::detect(None, &none, &data.default).unwrap());
+    assert_eq!(
+        (e.source, e.packages.clone()),
+        (Source::Default, vec!["fx-pkg-device-gfx942".to_string()])
+    );
+    let e = selector::explain(
+        &data,
+        selector::detect(Some("gfx90a-xnack+"), &none, &data.default).unwrap(),
+    );
+    assert_eq!(
+        (e.source, e.packages),
+        (Source::Env, vec!["fx-pkg-device-gfx90a".to_string()])
+    );
+    // Deterministic: a second split writes the same sdist bytes.
+    split_wheel(&with("b", &["gfx942"], ExtraNames::Rocm), &NoProgress).unwrap();
+    assert_eq!(
+        fs::read(t.path().join("a").join(&s.file)).unwrap(),
+        fs::read(t.path().join("b").join(&s.file)).unwrap()
+    );
+    // A default without a device wheel is refused before anything is written.
+    let e = refused(&input, Some(with("c", &["gfx1030"], ExtraNames::Rocm)));
+    assert!(
+        e.contains("--selector-default: no device wheel for gfx1030"),
+        "{e}"
+    );
+    // PyTorch's extra names.
+    split_wheel(&with("d", &[], ExtraNames::Pytorch), &NoProgress).unwrap();
+    let meta = text(&read_zip(&t.path().join("d").join(WHEEL))["fx_pkg-2.0.dist-info/METADATA"].0);
+    assert!(
+        meta.contains("Provides-Extra: gfx942\nRequires-Dist: fx-pkg-device-gfx942==2.0; extra == \"gfx942\"\n"),
+        "{meta}"
+    );
+    assert!(!meta.contains("Provides-Extra: device-gfx"), "{meta}");
+    // The selector takes the device prefix's name: the host's is refused.
+    let mut o = with("e", &[], ExtraNames::Rocm);
+    o.device_package_prefix = Some("FX_pkg".into());
+    let e = refused(&input, Some(o));
+    assert!(
+        e.contains("selector distribution `fx-pkg` collides with the host"),
+        "{e}"
+    ); // A wheel that already has a `device` extra keeps it only without --selector.
+    let t2 = tempdir();
+    let input2 = t2.path().join(WHEEL);
+    let mut files = base_files();
+    for f in files.iter_mut().filter(|f| f.0.ends_with("/METADATA")) {
+        f.1 = b"Metadata-Version: 2.1\nName: fx-pkg\nVersion: 2.0\nProvides-Extra: Device\n\n"
+            .to_vec();
+    }
+    make_wheel(&input2, &files);
+    let mut o = opts(&input2, &t2.path().join("out"));
+    o.selector = Some(SelectorOptions::default());
+    let e = refused(&input2, Some(o));
+    assert!(e.contains("already provides the `device` extra"), "{e}");
+    split_wheel(&opts(&input2, &t2.path().join("plain")), &NoProgress).unwrap();
+}

@@ -1,21 +1,39 @@
 //! `kpack select-family`: which architecture group (and packages) a device
 //! needs, with the runtime's ISA feature matching.
 
+use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use rocpack_artifacts::config::PackagingConfig;
 use rocpack_artifacts::select::{select_family, MatchKind, SelectError};
+use rocpack_wheel::selector;
 
 #[derive(Debug, clap::Args)]
 pub struct SelectFamilyArgs {
     /// Device ISA, e.g. `gfx90a:xnack+` or `amdgcn-amd-amdhsa--gfx942:sramecc+:xnack-`.
-    #[arg(long, value_name = "ISA")]
-    pub arch: String,
+    #[arg(
+        long,
+        value_name = "ISA",
+        required_unless_present = "detect",
+        conflicts_with = "detect"
+    )]
+    pub arch: Option<String>,
     /// Packaging configuration.
-    #[arg(long, value_name = "FILE")]
-    pub config: PathBuf,
+    #[arg(long, value_name = "FILE", required_unless_present = "detect")]
+    pub config: Option<PathBuf>,
+    /// Print the GPU targets of this machine as a device selector finds them
+    /// (`ROCPACK_GPU_TARGETS`, else the kernel driver's topology under
+    /// `ROCPACK_SYSFS_ROOT` or /sys, else the selector's default) and, with
+    /// `--selector`, the device packages it would install; with `--config`,
+    /// each target's group.
+    #[arg(long)]
+    pub detect: bool,
+    /// A selector written by `kpack split-wheel --selector` (the `.tar.gz`,
+    /// it unpacked, or its `selector.json`).
+    #[arg(long, value_name = "SDIST", requires = "detect")]
+    pub selector: Option<PathBuf>,
     /// A recombined output directory: list the packages in it this device needs.
     #[arg(long, value_name = "DIR")]
     pub packages_dir: Option<PathBuf>,
@@ -25,13 +43,15 @@ pub struct SelectFamilyArgs {
 }
 
 pub fn run(args: SelectFamilyArgs) -> anyhow::Result<ExitCode> {
-    let config = PackagingConfig::load(&args.config)?;
-    let sel = match select_family(&config, &args.arch) {
+    let (Some(arch), Some(config)) = (&args.arch, &args.config) else {
+        return run_detect(&args);
+    };
+    let config = PackagingConfig::load(config)?;
+    let sel = match select_family(&config, arch) {
         Ok(s) => s,
         Err(e @ SelectError::NoGroup { .. }) => {
             if args.json {
-                let v =
-                    serde_json::json!({"ok": false, "agent": args.arch, "error": e.to_string()});
+                let v = serde_json::json!({"ok": false, "agent": arch, "error": e.to_string()});
                 println!("{}", serde_json::to_string_pretty(&v)?);
             }
             eprintln!("kpack select-family: {e}");
@@ -89,4 +109,93 @@ pub fn run(args: SelectFamilyArgs) -> anyhow::Result<ExitCode> {
         writeln!(out, "packages: {}", packages.join(" "))?;
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `kpack select-family --detect [--selector SDIST] [--config FILE]`: the
+/// selector's detection (`rocpack_wheel::selector`, the same rules as its
+/// Python backend). Exit 1 when no target is found or one has no device
+/// wheel in the selector.
+fn run_detect(args: &SelectFamilyArgs) -> anyhow::Result<ExitCode> {
+    let data = match &args.selector {
+        Some(p) => Some(selector::read_selector(p)?),
+        None => None,
+    };
+    let default = data.as_ref().map(|d| d.default.clone()).unwrap_or_default();
+    let found = selector::detect_env(&default).map_err(|e| anyhow::anyhow!(e))?;
+    let config = match &args.config {
+        Some(p) => Some(PackagingConfig::load(p)?),
+        None => None,
+    };
+    let groups: BTreeMap<String, Option<String>> = found
+        .1
+        .iter()
+        .filter_map(|t| {
+            let c = config.as_ref()?;
+            Some((t.clone(), select_family(c, t).ok().map(|s| s.group)))
+        })
+        .collect();
+    let e = match &data {
+        Some(d) => selector::explain(d, found),
+        None => selector::Explanation {
+            ok: !found.1.is_empty(),
+            source: found.0,
+            targets: found.1,
+            notes: found.2,
+            packages: Vec::new(),
+            missing: Vec::new(),
+            available: Vec::new(),
+        },
+    };
+    let mut out = std::io::stdout().lock();
+    if args.json {
+        let mut v = serde_json::to_value(&e)?;
+        if let (Some(o), true) = (v.as_object_mut(), config.is_some()) {
+            o.insert("groups".into(), serde_json::to_value(&groups)?);
+        }
+        writeln!(out, "{}", serde_json::to_string_pretty(&v)?)?;
+    } else {
+        for n in &e.notes {
+            eprintln!("kpack select-family: note: {n}");
+        }
+        writeln!(out, "source: {}", source_name(e.source))?;
+        writeln!(out, "targets: {}", e.targets.join(" "))?;
+        for (t, g) in &groups {
+            writeln!(out, "group {t}: {}", g.as_deref().unwrap_or("(none)"))?;
+        }
+        if data.is_some() {
+            writeln!(out, "packages: {}", e.packages.join(" "))?;
+        }
+    }
+    if e.targets.is_empty() {
+        eprintln!(
+            "kpack select-family: no GPU target: {} is unset and no GPU node under {}/{}{}",
+            selector::ENV_TARGETS,
+            std::env::var(selector::ENV_SYSFS_ROOT).unwrap_or_else(|_| "/sys".into()),
+            selector::NODES_DIR,
+            if data.is_some() {
+                ", and the selector has no default"
+            } else {
+                ""
+            }
+        );
+    } else if !e.missing.is_empty() {
+        eprintln!(
+            "kpack select-family: no device wheel for {}; device wheels exist for: {}",
+            e.missing.join(", "),
+            e.available.join(", ")
+        );
+    }
+    Ok(if e.ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
+fn source_name(s: selector::Source) -> &'static str {
+    match s {
+        selector::Source::Env => selector::ENV_TARGETS,
+        selector::Source::Sysfs => "sysfs",
+        selector::Source::Default => "default",
+    }
 }

@@ -9,6 +9,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 use rocpack_artifacts::config::PackagingConfig;
 use rocpack_artifacts::databases::DatabaseKind;
+use rocpack_wheel::selector::{ExtraNames, SelectorOptions};
 use rocpack_wheel::split::{OutputFormat, WheelSplitOptions, WheelSplitReport};
 
 /// `--output-format` values.
@@ -78,9 +79,33 @@ pub struct SplitWheelArgs {
     #[arg(long, short = 'j', value_name = "N")]
     jobs: Option<usize>,
 
+    /// Also write the device selector: a source distribution named like the
+    /// device prefix whose backend requires, at install time, the device
+    /// wheels of the machine's GPUs; the host gains a `device` extra for it.
+    #[arg(long)]
+    selector: bool,
+
+    /// Targets the selector picks when neither `ROCPACK_GPU_TARGETS` nor the
+    /// kernel driver names any GPU (default: none, such an install fails).
+    #[arg(long, value_name = "TARGET", num_args = 1.., requires = "selector", value_parser = parse_gpu_target)]
+    selector_default: Vec<String>,
+
+    /// Per-target extras of the host: `rocm` (`device-gfx1100`) or `pytorch` (`gfx1100`).
+    #[arg(long, value_enum, default_value = "rocm")]
+    device_extra_names: ExtraNamesArg,
+
     /// Print the report as JSON on stdout.
     #[arg(long)]
     json: bool,
+}
+
+/// `--device-extra-names` values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ExtraNamesArg {
+    /// `device-gfx1100`.
+    Rocm,
+    /// `gfx1100`.
+    Pytorch,
 }
 
 #[derive(Debug, Clone)]
@@ -135,6 +160,9 @@ fn print_text(r: &WheelSplitReport, out: &Path) {
     for f in &r.family_wheels {
         println!("{}", out.join(&f.wheel.file).display());
     }
+    if let Some(s) = &r.selector {
+        println!("{}", out.join(&s.file).display());
+    }
     for g in &r.skipped_groups {
         eprintln!("kpack split-wheel: group {g}: no target in this wheel; no family wheel");
     }
@@ -172,6 +200,13 @@ pub fn run(args: SplitWheelArgs) -> anyhow::Result<ExitCode> {
         config,
         zip_level: args.zip_level,
         source_date_epoch: source_date_epoch()?,
+        selector: args.selector.then(|| SelectorOptions {
+            default_targets: args.selector_default.clone(),
+        }),
+        extra_names: match args.device_extra_names {
+            ExtraNamesArg::Rocm => ExtraNames::Rocm,
+            ExtraNamesArg::Pytorch => ExtraNames::Pytorch,
+        },
         ..WheelSplitOptions::new(&args.input, &args.output_dir)
     };
     let report = rocpack_wheel::split_wheel(&opts, &rocpack_artifacts::split::NoProgress)
