@@ -46,7 +46,9 @@ pub use error::{Error, Result};
 pub use ident::FileIdent;
 pub use layout::{BundleLayout, LayoutEntry};
 pub use source::{bundle_extent_in, find_bundles_in, FileRange, ReadAt, Window};
-pub use spelling::{arch_from_file_name, base_arch, miopen_arch, parse_target_exact};
+pub use spelling::{
+    arch_from_file_name, base_arch, miopen_arch, parse_gpu_target, parse_target_exact,
+};
 pub use stream::{
     copy_payload, index_bundle, index_bundle_in, release_decoders, walk_bundle, walk_entries,
     BundleIndex, CopyError, EntryDest, EntrySink, EntryTarget, IndexEntry, WalkSummary, CHUNK,

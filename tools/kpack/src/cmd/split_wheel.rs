@@ -50,7 +50,7 @@ pub struct SplitWheelArgs {
     split_databases: Vec<Handlers>,
 
     /// Keep only these GPU targets (base-arch match, any spelling).
-    #[arg(long, value_name = "TARGET", num_args = 1.., value_parser = parse_gpu_target)]
+    #[arg(long, value_name = "TARGET", num_args = 1.., value_parser = rocpack_bundle::parse_gpu_target)]
     gpu_targets: Vec<String>,
 
     /// `.kpack` compression: `zstd` (default, level 3), `zstd:LEVEL` or `none`.
@@ -90,12 +90,6 @@ fn parse_db(s: &str) -> Result<Handlers, String> {
     rocpack_artifacts::databases::expand(s)
         .map(Handlers)
         .map_err(|e| e.to_string())
-}
-
-fn parse_gpu_target(s: &str) -> Result<String, String> {
-    rocpack_bundle::base_arch(s)
-        .map(|_| s.to_string())
-        .ok_or_else(|| format!("`{s}` is not a GPU target (e.g. gfx90a, gfx942:sramecc+)"))
 }
 
 fn parse_compression(s: &str) -> Result<rocpack_kpack::Compression, String> {
