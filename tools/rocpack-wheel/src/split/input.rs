@@ -41,7 +41,12 @@ impl Loaded {
     }
 
     /// A small text file of the input (METADATA, WHEEL).
-    pub(super) fn read_text(&self, root: &Path, name: &str, limit: u64) -> Result<String, WheelError> {
+    pub(super) fn read_text(
+        &self,
+        root: &Path,
+        name: &str,
+        limit: u64,
+    ) -> Result<String, WheelError> {
         let b = match &self.input {
             Some(w) => w
                 .read_entry(name, limit)?
@@ -56,7 +61,9 @@ impl Loaded {
 }
 
 /// The one `.dist-info` directory of a wheel with these file names.
-pub(super) fn find_dist_info<'a>(names: impl Iterator<Item = &'a str>) -> Result<String, WheelError> {
+pub(super) fn find_dist_info<'a>(
+    names: impl Iterator<Item = &'a str>,
+) -> Result<String, WheelError> {
     let dist_infos: BTreeSet<&str> = names
         .filter_map(|k| k.split('/').next())
         .filter(|c| c.ends_with(".dist-info"))

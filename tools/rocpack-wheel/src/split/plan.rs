@@ -37,7 +37,12 @@ pub(super) fn wheel_file_text(host_wheel: &Headers) -> String {
     h.render()
 }
 
-pub(super) fn metadata_text(name: &str, version: &str, summary: &str, requires: &[String]) -> String {
+pub(super) fn metadata_text(
+    name: &str,
+    version: &str,
+    summary: &str,
+    requires: &[String],
+) -> String {
     let mut h = Headers::new();
     h.push("Metadata-Version", "2.1");
     h.push("Name", name);

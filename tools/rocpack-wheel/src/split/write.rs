@@ -26,7 +26,11 @@ impl WriteCtx<'_> {
     }
 
     /// A sink writing `n` into the staging directory.
-    pub(super) fn sink(&self, n: &str, dist_info: &str) -> Result<Box<dyn zip::Sink + '_>, WheelError> {
+    pub(super) fn sink(
+        &self,
+        n: &str,
+        dist_info: &str,
+    ) -> Result<Box<dyn zip::Sink + '_>, WheelError> {
         let wopts = WriteOptions {
             time: zip::zip_time(self.opts.source_date_epoch),
             level: self.opts.zip_level.clamp(0, 9),
