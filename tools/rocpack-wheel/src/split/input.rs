@@ -1,7 +1,20 @@
 //! Phases 1–3 of a wheel split: the input loaded and checked against its
 //! RECORD, its METADATA and WHEEL read, the overlay root checked.
 
-use super::*;
+use std::collections::BTreeSet;
+use std::fs;
+use std::path::Path;
+use std::str::FromStr;
+
+use rocpack_artifacts::fsutil;
+use rocpack_artifacts::walk::{self, EntryKind};
+
+use super::{ioerr, usage, WheelSplitOptions, MAX_META};
+use crate::meta::{FileHasher, HashAlgo, Headers};
+use crate::names::{self, WheelName};
+use crate::zip::central::Table;
+use crate::zip::{self, Content, InputWheel};
+use crate::WheelError;
 
 /// The loaded input.
 pub(super) struct Loaded {
@@ -41,12 +54,7 @@ impl Loaded {
     }
 
     /// A small text file of the input (METADATA, WHEEL).
-    pub(super) fn read_text(
-        &self,
-        root: &Path,
-        name: &str,
-        limit: u64,
-    ) -> Result<String, WheelError> {
+    fn read_text(&self, root: &Path, name: &str, limit: u64) -> Result<String, WheelError> {
         let b = match &self.input {
             Some(w) => w
                 .read_entry(name, limit)?
@@ -61,9 +69,7 @@ impl Loaded {
 }
 
 /// The one `.dist-info` directory of a wheel with these file names.
-pub(super) fn find_dist_info<'a>(
-    names: impl Iterator<Item = &'a str>,
-) -> Result<String, WheelError> {
+fn find_dist_info<'a>(names: impl Iterator<Item = &'a str>) -> Result<String, WheelError> {
     let dist_infos: BTreeSet<&str> = names
         .filter_map(|k| k.split('/').next())
         .filter(|c| c.ends_with(".dist-info"))
@@ -80,7 +86,7 @@ pub(super) fn find_dist_info<'a>(
 }
 
 /// Bytes free for an unprivileged user on the file system of `dir`.
-pub(super) fn free_bytes(dir: &Path) -> Option<u64> {
+fn free_bytes(dir: &Path) -> Option<u64> {
     use std::os::unix::ffi::OsStrExt;
     let c = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
     let mut st = std::mem::MaybeUninit::<libc::statvfs>::uninit();
@@ -100,7 +106,7 @@ pub(super) fn free_bytes(dir: &Path) -> Option<u64> {
 }
 
 /// Hashes a file with `algo` for the RECORD check: (digest, size).
-pub(super) fn hash_file(path: &Path, algo: HashAlgo) -> Result<(String, u64), WheelError> {
+fn hash_file(path: &Path, algo: HashAlgo) -> Result<(String, u64), WheelError> {
     use std::io::Read;
     let mut f = fs::File::open(path).map_err(|e| ioerr(path, "open", e))?;
     let mut h = FileHasher::new(algo);
@@ -119,7 +125,7 @@ pub(super) fn hash_file(path: &Path, algo: HashAlgo) -> Result<(String, u64), Wh
 
 /// The overlay root of `opts` as a wheel path (`""`: the wheel root);
 /// checked against the wheel's files later.
-pub(super) fn overlay_of(opts: &WheelSplitOptions) -> String {
+fn overlay_of(opts: &WheelSplitOptions) -> String {
     let overlay = opts
         .overlay_root
         .as_deref()
@@ -275,7 +281,7 @@ pub(super) fn load_input(
 /// Whether the file holds HIP device code (ELF, PE32+ image or archive
 /// members). Only headers, tables and wrappers are read, never the whole
 /// file or a mapping of it.
-pub(super) fn has_device_code(path: &Path) -> Result<bool, WheelError> {
+fn has_device_code(path: &Path) -> Result<bool, WheelError> {
     use rocpack_image::FileType;
     let f = rocpack_image::ImageFile::open(path).map_err(|e| ioerr(path, "read", e))?;
     match f.file_type() {
@@ -388,7 +394,7 @@ pub(super) fn read_meta(loaded: &Loaded, root: &Path) -> Result<InputMeta, Wheel
 }
 
 /// The wheel file name's version must equal METADATA's (PEP 440).
-pub(super) fn check_file_version(
+fn check_file_version(
     host_name: &WheelName,
     parsed_version: &pep440_rs::Version,
     meta_path: &str,

@@ -31,34 +31,31 @@
 //! Everything is written into a staging directory and moved into the
 //! output directory only when every wheel was written: never a partial set.
 
-use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::str::FromStr;
 
 use rocpack_artifacts::config::PackagingConfig;
 use rocpack_artifacts::databases::DatabaseKind;
 use rocpack_artifacts::fsutil::{self, FsError};
-use rocpack_artifacts::manifest::ArtifactManifest;
-use rocpack_artifacts::split::{self as asplit, FatBinarySummary, Progress, SplitOptions};
-use rocpack_artifacts::walk::{self, EntryKind};
+use rocpack_artifacts::split::Progress;
 use rocpack_kpack::commit::StagingDir;
 use rocpack_kpack::Compression;
 use serde::Serialize;
 
-use crate::meta::{FileHasher, HashAlgo, Headers};
-use crate::names::{self, WheelName};
-use crate::zip::central::Table;
-use crate::zip::{self, Content, InputWheel, OutEntry, WriteOptions};
+use crate::names;
+use crate::zip;
 use crate::WheelError;
 
 mod input;
 mod plan;
 mod write;
 
-use input::*;
-use plan::*;
-use write::*;
+use input::{check_overlay, load_input, read_meta};
+use plan::{
+    add_extras, find_targets, plan_device_wheel, plan_family_wheels, split_overlay, Planned,
+    WheelInfo,
+};
+use write::{write_wheels, WriteCtx};
 
 /// Directory name the wheel's files are extracted into, below the private
 /// artifact directory (it becomes the first component of TOC keys).

@@ -2,7 +2,24 @@
 //! splitter, the targets and distribution names, the device and family
 //! wheels planned, the host METADATA given its extras.
 
-use super::*;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use rocpack_artifacts::fsutil;
+use rocpack_artifacts::manifest::ArtifactManifest;
+use rocpack_artifacts::split::{self as asplit, FatBinarySummary, Progress, SplitOptions};
+use rocpack_artifacts::walk::{self, EntryKind};
+use rocpack_kpack::Compression;
+
+use super::input::{InputMeta, Loaded};
+use super::{
+    usage, DeviceWheel, FamilyWheel, FatBinary, WheelFile, WheelSplitOptions, GFXARCH, ROOT_NAME,
+};
+use crate::meta::Headers;
+use crate::names::{self, WheelName};
+use crate::zip::central::Table;
+use crate::zip::{Content, OutEntry};
+use crate::WheelError;
 
 /// One wheel to write.
 pub(super) struct Planned {
@@ -19,11 +36,11 @@ pub(super) fn wheel_rel(prefix_rel: &str, overlay: &str) -> String {
     }
 }
 
-pub(super) fn generator() -> String {
+fn generator() -> String {
     format!("kpack split-wheel (rocpack {})", env!("CARGO_PKG_VERSION"))
 }
 
-pub(super) fn wheel_file_text(host_wheel: &Headers) -> String {
+fn wheel_file_text(host_wheel: &Headers) -> String {
     let mut h = Headers::new();
     h.push("Wheel-Version", "1.0");
     h.push("Generator", generator());
@@ -37,12 +54,7 @@ pub(super) fn wheel_file_text(host_wheel: &Headers) -> String {
     h.render()
 }
 
-pub(super) fn metadata_text(
-    name: &str,
-    version: &str,
-    summary: &str,
-    requires: &[String],
-) -> String {
+fn metadata_text(name: &str, version: &str, summary: &str, requires: &[String]) -> String {
     let mut h = Headers::new();
     h.push("Metadata-Version", "2.1");
     h.push("Name", name);
@@ -67,7 +79,7 @@ pub(super) fn bytes_entry(name: String, text: String) -> OutEntry {
 /// wheel of `target` installs: two installed wheels would own one path (the
 /// host's bytes win, and uninstalling the host deletes the device wheel's
 /// archive).
-pub(super) fn refuse_owned_path(files: &Table, rel: &str, target: &str) -> Result<(), WheelError> {
+fn refuse_owned_path(files: &Table, rel: &str, target: &str) -> Result<(), WheelError> {
     if files.find(rel).is_some() || !files.range_with_prefix(&format!("{rel}/")).is_empty() {
         return Err(usage(format!(
             "{rel}: the input already holds the path the device wheel of {target} installs (is this a split host wheel?)"
@@ -82,7 +94,7 @@ pub(super) fn refuse_owned_path(files: &Table, rel: &str, target: &str) -> Resul
 /// would stay next to the new pin, and `pip install 'pkg[device-<target>]'`
 /// would resolve both. Names compare normalized (PEP 685), as pip compares
 /// them; a marker is matched by its quoted strings.
-pub(super) fn refuse_taken_extras(
+fn refuse_taken_extras(
     metadata: &Headers,
     meta_path: &str,
     extras: &[String],
@@ -141,12 +153,12 @@ pub(super) struct Targets<'r> {
 
 impl Targets<'_> {
     /// The normalized device distribution `<prefix>-<suffix>`.
-    pub(super) fn dev_name(&self, suffix: &str) -> String {
+    fn dev_name(&self, suffix: &str) -> String {
         names::normalize(&format!("{}-{suffix}", self.dev_prefix))
     }
 
     /// `dist==version`.
-    pub(super) fn pin(&self, dist: &str) -> String {
+    fn pin(&self, dist: &str) -> String {
         format!("{dist}=={}", self.version)
     }
 }
@@ -486,7 +498,7 @@ pub(super) struct WheelInfo<'a> {
 
 impl WheelInfo<'_> {
     /// A generated wheel: its files plus METADATA and WHEEL.
-    pub(super) fn plan(
+    fn plan(
         &self,
         dist: &str,
         summary: &str,

@@ -1,7 +1,19 @@
 //! Phase 9 of a wheel split: every wheel written into the staging
 //! directory.
 
-use super::*;
+use std::collections::BTreeSet;
+use std::fs;
+use std::path::Path;
+
+use rocpack_artifacts::fsutil;
+use rocpack_artifacts::walk::{self, EntryKind};
+use rocpack_kpack::commit::StagingDir;
+
+use super::input::{below_overlay, InputMeta, Loaded};
+use super::plan::{bytes_entry, wheel_rel, OverlaySplit, Planned};
+use super::{ioerr, usage, OutputFormat, WheelSplitOptions};
+use crate::zip::{self, Content, OutEntry, WriteOptions};
+use crate::WheelError;
 
 /// Where phase 9 writes: the staging directory, the input and the scratch
 /// space.
@@ -18,7 +30,7 @@ pub(super) struct WriteCtx<'a> {
 
 impl WriteCtx<'_> {
     /// The output's name of wheel `file`.
-    pub(super) fn out_name(&self, file: &str) -> String {
+    fn out_name(&self, file: &str) -> String {
         match self.opts.output_format {
             OutputFormat::Wheel => file.to_string(),
             OutputFormat::Directory => file.trim_end_matches(".whl").to_string(),
@@ -26,11 +38,7 @@ impl WriteCtx<'_> {
     }
 
     /// A sink writing `n` into the staging directory.
-    pub(super) fn sink(
-        &self,
-        n: &str,
-        dist_info: &str,
-    ) -> Result<Box<dyn zip::Sink + '_>, WheelError> {
+    fn sink(&self, n: &str, dist_info: &str) -> Result<Box<dyn zip::Sink + '_>, WheelError> {
         let wopts = WriteOptions {
             time: zip::zip_time(self.opts.source_date_epoch),
             level: self.opts.zip_level.clamp(0, 9),
@@ -87,7 +95,7 @@ pub(super) fn write_wheels(
 /// the overlay and unchanged files are copied compressed from the input;
 /// rewritten binaries come from the split; database files moved to device
 /// wheels are left out; METADATA is the one with the extras.
-pub(super) fn write_host(
+fn write_host(
     cx: &WriteCtx<'_>,
     n: &str,
     meta: &InputMeta,
