@@ -6,7 +6,7 @@ use std::fs::{self, File};
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
-use rocpack_bundle::FileIdent;
+use rocpack_bundle::{fsutil, FileIdent};
 
 use super::central::{self, flag, CdEntry, Directory, FileRange, Table};
 use super::{ioerr, is_plain_rel, zipmsg, LIMITS};
@@ -31,12 +31,14 @@ impl InputWheel {
     /// overlapping entries, possible sizes, caps), every entry a plain
     /// relative path, no symlinks.
     pub fn open(path: &Path) -> Result<InputWheel, WheelError> {
-        let file = File::open(path).map_err(|e| ioerr(path, "open", e))?;
+        // Non-blocking: a FIFO named like a wheel is refused, not waited on.
+        let file = fsutil::open_nonblocking(path, 0).map_err(|e| ioerr(path, "open", e))?;
         let meta = file.metadata().map_err(|e| ioerr(path, "stat", e))?;
         if !meta.is_file() {
             return Err(WheelError::Usage(format!(
-                "{}: not a regular file",
-                path.display()
+                "{}: not a regular file ({})",
+                path.display(),
+                fsutil::file_kind(&meta)
             )));
         }
         let (mut table, dir, summary) = central::scan(&file, meta.len(), &LIMITS)
