@@ -8,7 +8,10 @@
 //!   so headers are found without mapping device code: [`find_bundles_in`].
 //! * Target IDs (`hipv4-amdgcn-amd-amdhsa--gfx90a:xnack+`, `gfx11-generic`,
 //!   host entries) and ISA compatibility as the ROCm runtime decides it:
-//!   [`TargetId`], [`isa_matches`], [`compatible_targets`].
+//!   [`TargetId`], [`isa_matches`], [`compatible_targets`]; every spelling
+//!   ROCm's trees use for a GPU target, normalised to one identity
+//!   ([`base_arch`], [`parse_target_exact`], [`miopen_arch`]), and the one
+//!   check of a user-given target ([`parse_gpu_target`]).
 //! * Bounded memory for any payload: [`index_bundle`] reads the entry table
 //!   alone (a CCOB's prefix), [`walk_bundle`] streams every code object to
 //!   a sink in chunks, decompressing a CCOB once; [`walk_entries`] decodes
@@ -31,7 +34,6 @@ pub mod fsutil;
 mod ident;
 mod layout;
 mod source;
-mod spelling;
 mod stream;
 mod target;
 mod unnamed;
@@ -46,10 +48,12 @@ pub use error::{Error, Result};
 pub use ident::FileIdent;
 pub use layout::{BundleLayout, LayoutEntry};
 pub use source::{bundle_extent_in, find_bundles_in, FileRange, ReadAt, Window};
-pub use spelling::{arch_from_file_name, base_arch, miopen_arch, parse_target_exact};
 pub use stream::{
     copy_payload, index_bundle, index_bundle_in, release_decoders, walk_bundle, walk_entries,
     BundleIndex, CopyError, EntryDest, EntrySink, EntryTarget, IndexEntry, WalkSummary, CHUNK,
+};
+pub use target::spelling::{
+    arch_from_file_name, base_arch, miopen_arch, parse_gpu_target, parse_target_exact,
 };
 pub use target::{
     compatible_targets, generic_covers, generic_for, is_gfx_processor, isa_matches,

@@ -38,9 +38,7 @@ pub struct InstalledReport {
 /// Checks `root` for `target` (a device arch, e.g. `gfx1100` or
 /// `gfx90a:xnack-`).
 pub fn verify_installed(root: &Path, target: &str) -> Result<InstalledReport, WheelError> {
-    if rocpack_bundle::base_arch(target).is_none() {
-        return Err(WheelError::Usage(format!("`{target}` is not a GPU target")));
-    }
+    rocpack_bundle::parse_gpu_target(target).map_err(WheelError::Usage)?;
     let mut r = InstalledReport {
         ok: false,
         target: target.to_string(),

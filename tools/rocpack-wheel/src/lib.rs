@@ -7,20 +7,24 @@
 //! rest is copied from the input wheel compressed as it is): the same ELF host-only
 //! rewrite, database handlers, `--gpu-targets` filter and `.kpack` writer as
 //! `kpack split`. This crate adds the wheel side: reading and checking the
-//! input ([`central`], [`zipio`]), names ([`names`]), METADATA/WHEEL/RECORD ([`meta`]),
+//! input and writing the outputs ([`zip`]), names ([`names`]), METADATA/WHEEL/RECORD ([`meta`]),
 //! assembling host, device and family wheels ([`split`]), the device
 //! selector sdist and GPU detection ([`selector`]) and the installed-tree
 //! lookup check ([`installed`]).
 
 use std::path::PathBuf;
 
-pub mod central;
 pub mod installed;
 pub mod meta;
 pub mod names;
 pub mod selector;
 pub mod split;
-pub mod zipio;
+pub mod zip;
+
+/// The zip layer at its former path ([`zip`]).
+pub use zip as zipio;
+/// The central-directory reader at its former path ([`zip::central`]).
+pub use zip::central;
 
 pub use split::{split_wheel, OutputFormat, WheelSplitOptions, WheelSplitReport};
 

@@ -287,6 +287,34 @@ fn failures_leave_nothing() {
     assert!(left.is_empty(), "{left:?}");
 }
 
+/// A FIFO named like a wheel is refused at once (opening it blocking would
+/// wait forever for a writer).
+#[test]
+fn a_fifo_named_like_a_wheel_is_refused_not_waited_on() {
+    let t = tempdir();
+    let input = t.path().join(WHEEL);
+    let made = std::process::Command::new("mkfifo")
+        .arg(&input)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let (tx, rx) = std::sync::mpsc::channel();
+    let o = opts(&input, &t.path().join("out"));
+    std::thread::spawn(move || {
+        let _ = tx.send(
+            split_wheel(&o, &NoProgress)
+                .map(|_| ())
+                .map_err(|e| e.to_string()),
+        );
+    });
+    let r = rx
+        .recv_timeout(std::time::Duration::from_secs(60))
+        .expect("split_wheel still waits on the FIFO after 60 s");
+    let e = r.unwrap_err();
+    assert!(e.contains("not a regular file (a FIFO)"), "{e}");
+    assert!(!t.path().join("out").exists());
+}
+
 #[test]
 fn refuses_unsafe_or_inconsistent_wheels() {
     let t = tempdir();

@@ -44,13 +44,13 @@ pub struct SplitArgs {
 
     /// Drop these architectures (`gfx906` also drops `gfx906:xnack-`; a
     /// target with features drops only itself).
-    #[arg(long, value_name = "ARCH", num_args = 1.., value_parser = parse_gpu_target)]
+    #[arg(long, value_name = "ARCH", num_args = 1.., value_parser = rocpack_bundle::parse_gpu_target)]
     exclude_arch: Vec<String>,
 
     /// Keep only these GPU targets, by base arch in any spelling (`gfx90a`
     /// keeps `gfx90a:xnack-` code and `…_gfx90a-xnack-.hsaco` files);
     /// everything else is dropped. Fails when nothing is left.
-    #[arg(long, value_name = "TARGET", num_args = 1.., value_parser = parse_gpu_target)]
+    #[arg(long, value_name = "TARGET", num_args = 1.., value_parser = rocpack_bundle::parse_gpu_target)]
     gpu_targets: Vec<String>,
 
     /// Worker threads (default: one per CPU; at most 4 per CPU and 256,
@@ -90,14 +90,6 @@ fn parse_db(s: &str) -> Result<Handlers, String> {
     rocpack_artifacts::databases::expand(s)
         .map(Handlers)
         .map_err(|e| e.to_string())
-}
-
-fn parse_gpu_target(s: &str) -> Result<String, String> {
-    rocpack_bundle::base_arch(s)
-        .map(|_| s.to_string())
-        .ok_or_else(|| {
-            format!("`{s}` is not a GPU target (e.g. gfx90a, gfx942:sramecc+, gfx1250-strict)")
-        })
 }
 
 fn parse_compression(s: &str) -> Result<rocpack_kpack::Compression, String> {

@@ -51,7 +51,7 @@ pub struct SplitWheelArgs {
     split_databases: Vec<Handlers>,
 
     /// Keep only these GPU targets (base-arch match, any spelling).
-    #[arg(long, value_name = "TARGET", num_args = 1.., value_parser = parse_gpu_target)]
+    #[arg(long, value_name = "TARGET", num_args = 1.., value_parser = rocpack_bundle::parse_gpu_target)]
     gpu_targets: Vec<String>,
 
     /// `.kpack` compression: `zstd` (default, level 3), `zstd:LEVEL` or `none`.
@@ -87,7 +87,7 @@ pub struct SplitWheelArgs {
 
     /// Targets the selector picks when neither `ROCPACK_GPU_TARGETS` nor the
     /// kernel driver names any GPU (default: none, such an install fails).
-    #[arg(long, value_name = "TARGET", num_args = 1.., requires = "selector", value_parser = parse_gpu_target)]
+    #[arg(long, value_name = "TARGET", num_args = 1.., requires = "selector", value_parser = rocpack_bundle::parse_gpu_target)]
     selector_default: Vec<String>,
 
     /// Per-target extras of the host: `rocm` (`device-gfx1100`) or `pytorch` (`gfx1100`).
@@ -115,12 +115,6 @@ fn parse_db(s: &str) -> Result<Handlers, String> {
     rocpack_artifacts::databases::expand(s)
         .map(Handlers)
         .map_err(|e| e.to_string())
-}
-
-fn parse_gpu_target(s: &str) -> Result<String, String> {
-    rocpack_bundle::base_arch(s)
-        .map(|_| s.to_string())
-        .ok_or_else(|| format!("`{s}` is not a GPU target (e.g. gfx90a, gfx942:sramecc+)"))
 }
 
 fn parse_compression(s: &str) -> Result<rocpack_kpack::Compression, String> {

@@ -127,6 +127,18 @@ pub fn base_arch(s: &str) -> Option<String> {
     Some(t.split(':').next().unwrap_or(&t).to_string())
 }
 
+/// Checks a GPU target given by a user (a command-line value, a
+/// configuration entry) in any spelling [`base_arch`] reads, and returns it
+/// unchanged; the error is the one message every tool prints for it.
+pub fn parse_gpu_target(s: &str) -> Result<String, String> {
+    match base_arch(s) {
+        Some(_) => Ok(s.to_string()),
+        None => Err(format!(
+            "`{s}` is not a GPU target (e.g. gfx90a, gfx942:sramecc+, gfx1250-strict)"
+        )),
+    }
+}
+
 /// Processors MIOpen glues a CU count to (`gfx90878` = gfx908 + 78 CUs).
 const MIOPEN_PROCESSORS: &[&str] = &[
     "gfx803", "gfx900", "gfx906", "gfx908", "gfx90a", "gfx940", "gfx941", "gfx942", "gfx950",
@@ -164,6 +176,24 @@ pub fn miopen_arch(s: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_user_target_is_kept_as_given_or_refused_with_one_message() {
+        assert_eq!(
+            parse_gpu_target("gfx90a-xnack-").as_deref(),
+            Ok("gfx90a-xnack-")
+        );
+        assert_eq!(
+            parse_gpu_target("gfx1250_strict").as_deref(),
+            Ok("gfx1250_strict")
+        );
+        assert_eq!(
+            parse_gpu_target("sm_90"),
+            Err(
+                "`sm_90` is not a GPU target (e.g. gfx90a, gfx942:sramecc+, gfx1250-strict)".into()
+            )
+        );
+    }
 
     #[test]
     fn every_spelling_has_one_identity() {

@@ -8,7 +8,10 @@
 //! (clang 15), `host-x86_64-pc-linux-gnu-` (RDC objects). [`TargetId`]
 //! also accepts an HSA ISA name (`amdgcn-amd-amdhsa--gfx942:sramecc+:xnack-`)
 //! and a bare target ID (`gfx11-generic`, `gfx90a:xnack-`), so the same type
-//! describes code objects and devices.
+//! describes code objects and devices. The spellings of a target in file
+//! and directory names are read by [`spelling`].
+
+pub(crate) mod spelling;
 
 use std::fmt;
 

@@ -693,8 +693,8 @@ fn check_overlaps(f: &File, t: &Table, dir: &Directory, len: u64) -> Result<(), 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use ::zip::write::SimpleFileOptions;
     use std::io::Write;
-    use zip::write::SimpleFileOptions;
 
     const WIDE: Limits = Limits {
         max_entries: 1000,
@@ -705,7 +705,7 @@ mod tests {
     /// A zip of `files` (deflated), with `prefix` bytes before it.
     fn zip_file(prefix: &[u8], files: &[(&str, Vec<u8>)]) -> tempfile::NamedTempFile {
         let mut buf = std::io::Cursor::new(Vec::new());
-        let mut z = zip::ZipWriter::new(&mut buf);
+        let mut z = ::zip::ZipWriter::new(&mut buf);
         for (n, b) in files {
             z.start_file(*n, SimpleFileOptions::default()).unwrap();
             z.write_all(b).unwrap();
