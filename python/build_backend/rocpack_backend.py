@@ -130,7 +130,12 @@ def _dev_files() -> dict[str, bytes]:
     for h in sorted((RUNTIME / "include" / "rocm_kpack").glob("*.h")):
         files[f"rocpack/include/rocm_kpack/{h.name}"] = h.read_bytes()
     cm = RUNTIME / "cmake"
-    files["rocpack/lib/pkgconfig/rocm_kpack.pc"] = _subst(cm / "rocm_kpack.pc.in")
+    # rocm_kpack.pc takes the shared library from rocm_kpack-shared.pc. The
+    # wheel carries no librocm_kpack.a, so its rocm_kpack.pc names none:
+    # `pkg-config --static` links the shared library here.
+    pc = _subst(cm / "rocm_kpack.pc.in").replace(b" -l:librocm_kpack.a", b"")
+    files["rocpack/lib/pkgconfig/rocm_kpack.pc"] = pc
+    files["rocpack/lib/pkgconfig/rocm_kpack-shared.pc"] = _subst(cm / "rocm_kpack-shared.pc.in")
     for n in ("rocm_kpack-config", "rocm_kpack-config-version"):
         files[f"rocpack/lib/cmake/rocm_kpack/{n}.cmake"] = _subst(cm / f"{n}.cmake.in")
         alias = n.replace("rocm_kpack", "rocm-kpack")
