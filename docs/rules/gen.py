@@ -27,9 +27,9 @@ SIGNATURE_MARKER = "<!-- not-run: a signature (placeholders), not a command -->"
 PAGES = [
     ("kpack.md", "kpack rules", ["rules/bazel/private/kpack_split.bzl", "rules/bazel/private/kpack_recombine.bzl", "rules/bazel/private/kpack_packages.bzl"]),
     ("wheels.md", "Wheel rules", ["rules/bazel/private/kpack_wheel_split.bzl"]),
-    ("snapshots.md", "Snapshot rules", ["rules/bazel/private/rcclx_snapshot.bzl", "rules/bazel/private/abi_guard.bzl", "rules/bazel/private/stable_checksums.bzl", "rules/bazel/private/source_snapshot.bzl", "rules/bazel/private/source_snapshot_repo.bzl", "rules/bazel/source_snapshot_ext.bzl"]),
+    ("snapshots.md", "Snapshot rules", ["rules/bazel/private/prebuilt_snapshot.bzl", "rules/bazel/private/snapshot_blob.bzl", "rules/bazel/private/abi_guard.bzl", "rules/bazel/private/stable_checksums.bzl", "rules/bazel/private/source_snapshot.bzl", "rules/bazel/private/source_snapshot_repo.bzl", "rules/bazel/source_snapshot_ext.bzl"]),
     ("helpers.md", "Helper binaries, flags and tests", ["rules/bazel/private/cargo_binary.bzl", "rules/bazel/private/toolchain.bzl", "rules/bazel/private/string_flag.bzl", "rules/bazel/private/script_test.bzl", "rules/bazel/private/release_binaries.bzl", "rules/bazel/repositories.bzl", "rules/bazel/extensions.bzl", "rules/bazel/private/providers.bzl"]),
-    ("common.md", "Shared Starlark (rules/common, loaded by Bazel and Buck2)", ["rules/common/kpack.bzl", "rules/common/snapshot.bzl", "rules/common/wheel.bzl"]),
+    ("common.md", "Shared Starlark (rules/common, loaded by Bazel and Buck2)", ["rules/common/kpack.bzl", "rules/common/snapshot.bzl", "rules/common/stable_checksums.bzl", "rules/common/wheel.bzl", "rules/common/env.bzl"]),
 ]
 
 KINDS = ("rule", "repository_rule", "module_extension", "tag_class", "provider")

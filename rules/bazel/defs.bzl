@@ -16,9 +16,10 @@ load("//rules/bazel/private:kpack_recombine.bzl", _kpack_recombine = "kpack_reco
 load("//rules/bazel/private:kpack_split.bzl", _kpack_split = "kpack_split")
 load("//rules/bazel/private:kpack_wheel_split.bzl", _kpack_wheel_split = "kpack_wheel_split")
 load("//rules/bazel/private:providers.bzl", _FlagValueInfo = "FlagValueInfo", _KpackPackageInfo = "KpackPackageInfo", _KpackSplitInfo = "KpackSplitInfo", _SnapshotBlobInfo = "SnapshotBlobInfo")
-load("//rules/bazel/private:rcclx_snapshot.bzl", _prebuilt_snapshot = "prebuilt_snapshot", _rcclx_snapshot = "rcclx_snapshot", _snapshot_blob = "snapshot_blob")
+load("//rules/bazel/private:prebuilt_snapshot.bzl", _prebuilt_snapshot = "prebuilt_snapshot")
 load("//rules/bazel/private:source_snapshot.bzl", _source_snapshot = "source_snapshot")
 load("//rules/bazel/private:script_test.bzl", _rocpack_script_test = "rocpack_script_test")
+load("//rules/bazel/private:snapshot_blob.bzl", _snapshot_blob = "snapshot_blob")
 load("//rules/bazel/private:stable_checksums.bzl", _stable_checksums = "stable_checksums")
 load("//rules/bazel/private:string_flag.bzl", _string_flag = "string_flag")
 
@@ -28,7 +29,7 @@ kpack_packages = _kpack_packages
 kpack_wheel_split = _kpack_wheel_split
 stable_checksums = _stable_checksums
 prebuilt_snapshot = _prebuilt_snapshot
-rcclx_snapshot = _rcclx_snapshot
+rcclx_snapshot = _prebuilt_snapshot  # the former name: the same macro
 source_snapshot = _source_snapshot
 snapshot_blob = _snapshot_blob
 cargo_binary = _cargo_binary

@@ -11,12 +11,14 @@ channel; `-m snapshot_stable` for every library; aliases in the root PACKAGE). R
 
 load("//rules/buck2/private:cargo_build.bzl", _rocpack_cargo_build = "rocpack_cargo_build")
 load("//rules/buck2/private:config.bzl", _default_modifiers = "default_modifiers", _library_channel_constraints = "library_channel_constraints", _rocpack_cfg_constructor = "rocpack_cfg_constructor", _snapshot_constraints = "snapshot_constraints", _snapshot_modifier_aliases = "snapshot_modifier_aliases")
-load("//rules/buck2/private:kpack_recombine.bzl", _kpack_packages = "kpack_packages", _kpack_recombine = "kpack_recombine")
+load("//rules/buck2/private:kpack_packages.bzl", _kpack_packages = "kpack_packages")
+load("//rules/buck2/private:kpack_recombine.bzl", _kpack_recombine = "kpack_recombine")
 load("//rules/buck2/private:kpack_split.bzl", _kpack_split = "kpack_split")
 load("//rules/buck2/private:kpack_wheel_split.bzl", _kpack_wheel_split = "kpack_wheel_split")
 load("//rules/buck2/private:providers.bzl", _KpackPackageInfo = "KpackPackageInfo", _KpackSplitInfo = "KpackSplitInfo", _RocpackToolchainInfo = "RocpackToolchainInfo", _SnapshotBlobInfo = "SnapshotBlobInfo")
-load("//rules/buck2/private:rcclx_snapshot.bzl", _prebuilt_snapshot = "prebuilt_snapshot", _rcclx_snapshot = "rcclx_snapshot", _snapshot_blob = "snapshot_blob")
+load("//rules/buck2/private:prebuilt_snapshot.bzl", _prebuilt_snapshot = "prebuilt_snapshot")
 load("//rules/buck2/private:source_snapshot.bzl", _source_snapshot = "source_snapshot")
+load("//rules/buck2/private:snapshot_blob.bzl", _snapshot_blob = "snapshot_blob")
 load("//rules/buck2/private:stable_checksums.bzl", _stable_checksums = "stable_checksums")
 load("//rules/buck2/private:toolchain.bzl", _rocpack_helper_tools = "rocpack_helper_tools", _rocpack_toolchain = "rocpack_toolchain")
 
@@ -27,7 +29,7 @@ kpack_split, kpack_recombine, kpack_packages = _kpack_split, _kpack_recombine, _
 kpack_wheel_split = _kpack_wheel_split
 
 # Prebuilt snapshots: dev / stable / last-stable selection and the checksums file.
-prebuilt_snapshot, rcclx_snapshot, snapshot_blob, stable_checksums = _prebuilt_snapshot, _rcclx_snapshot, _snapshot_blob, _stable_checksums
+prebuilt_snapshot, rcclx_snapshot, snapshot_blob, stable_checksums = _prebuilt_snapshot, _prebuilt_snapshot, _snapshot_blob, _stable_checksums  # rcclx_snapshot: the former name
 
 # Source snapshots: each channel directory is a cell; dev = HEAD.
 source_snapshot = _source_snapshot

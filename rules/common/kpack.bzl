@@ -13,6 +13,57 @@ KPACK_GENERIC_GROUP = "generic"
 KPACK_SPLIT_MNEMONIC = "KpackSplit"
 KPACK_RECOMBINE_MNEMONIC = "KpackRecombine"
 
+# The directory chores around `kpack split`, one POSIX sh script for both
+# build systems (Bazel: stage.sh --kpack-dirs; Buck2: `/bin/sh -c` actions).
+# Everything arrives as arguments: nothing is interpolated into the text.
+#
+#   archs DIR PREFIX EXPECT OUT
+#       Writes to OUT the archs of the split in DIR: the names of its
+#       <PREFIX>_<arch> subdirectories, sorted bytewise, one per line,
+#       <PREFIX>_generic left out. When EXPECT (space-separated archs) is
+#       not empty, fails unless DIR's subdirectories are exactly
+#       <PREFIX>_generic and <PREFIX>_<arch> for each of them.
+#   links DIR PATH TARGET [PATH TARGET]...
+#       Makes each DIR/PATH a symlink whose text is TARGET (kpack_split's
+#       declared `symlinks`), creating parent directories.
+KPACK_DIRS_SCRIPT = """set -eu
+cmd=$1; shift
+case "$cmd" in
+archs)
+    dir=$1; prefix=$2; expect=$3; out=$4
+    dirs=""
+    if [ -d "$dir" ]; then
+        dirs=$(cd "$dir" && find . -mindepth 1 -maxdepth 1 -type d | sed 's|^\\./||' | LC_ALL=C sort)
+    fi
+    printf '%s\\n' "$dirs" | while IFS= read -r d; do
+        case "$d" in
+            "$prefix"_*) [ "${d#"$prefix"_}" = generic ] || printf '%s\\n' "${d#"$prefix"_}" ;;
+        esac
+    done > "$out"
+    if [ -n "$expect" ]; then
+        want=$(for a in generic $expect; do printf '%s_%s\\n' "$prefix" "$a"; done | LC_ALL=C sort)
+        if [ "$want" != "$dirs" ]; then
+            echo "kpack_split: expected archs [$expect], the split produced [$(tr '\\n' ' ' < "$out" | sed 's/ $//')] (directories: [$(echo $dirs)], expected exactly [$(echo $want)])" >&2
+            exit 1
+        fi
+    fi
+    ;;
+links)
+    dir=$1; shift
+    mkdir -p "$dir"
+    while [ $# -gt 0 ]; do
+        mkdir -p "$dir/$(dirname "$1")"
+        ln -s "$2" "$dir/$1"
+        shift 2
+    done
+    ;;
+*)
+    echo "kpack_dirs: unknown command $cmd" >&2
+    exit 2
+    ;;
+esac
+"""
+
 def kpack_package_dir_name(component, group):
     """Name of one package directory, as `kpack split`/`recombine` write it.
 
@@ -98,6 +149,30 @@ def kpack_missing_package_format(owner, config, attr):
         "  kpack recombine wrote: %s\n",
         "  fix: name in `%s` only keys of \"architecture_groups\" in %s (or \"%s\" for the host code), or add the group to that config.\n" % (attr, c, KPACK_GENERIC_GROUP),
     ])
+
+def kpack_check_shards(component, shards):
+    """Checks the shards given to one recombine; fails naming the culprits.
+
+    Two shards may not share a name (each is staged as
+    `<input-shards-dir>/<shard>/`), and every shard must split `component`.
+
+    Args:
+      component: the recombine's component name.
+      shards: list of (shard name, artifact prefix, target label text or
+        None), one per kpack_split target.
+
+    Returns:
+      The shard names, in the order given.
+    """
+    seen = {}
+    for shard, prefix, label in shards:
+        if shard in seen:
+            both = " (%s and %s)" % (seen[shard], label) if label else ""
+            fail("kpack_recombine: two shards are named '%s'%s; set `shard` on kpack_split" % (shard, both))
+        seen[shard] = label
+        if prefix != component:
+            fail("kpack_recombine: shard '%s'%s splits component '%s', not '%s'" % (shard, " (%s)" % label if label else "", prefix, component))
+    return [shard for shard, _, _ in shards]
 
 def kpack_groups_from_config(config):
     """Architecture group names of a decoded packaging-config JSON.

@@ -367,6 +367,45 @@ def abi_guard_args(plan, target, archive, channel, version, dev, fix):
         args["archive"] = archive
     return args
 
+def abi_check_message_args(attrs, recut_inputs):
+    """The `snapctl abi-check` flags that only shape its failure message.
+
+    Both build systems' abi_guard and abi_guard_test pass them after the
+    `--expect` / `--input` pairs.
+
+    Args:
+      attrs: the abi_guard target's attributes (ctx.attr / ctx.attrs): library,
+        channel, version, recut, rebuild, rollback, dev, docs.
+      recut_inputs: one abi_recut_input per input, appended to `recut`.
+
+    Returns:
+      A list of "--flag=value" strings.
+    """
+    return [
+        "--library=" + attrs.library,
+        "--channel=" + attrs.channel,
+        "--version=" + attrs.version,
+        "--recut=" + " ".join([attrs.recut] + recut_inputs),
+        "--rebuild=" + attrs.rebuild,
+        "--rollback=" + attrs.rollback,
+        "--dev=" + attrs.dev,
+        "--docs=" + attrs.docs,
+    ]
+
+def abi_check_expect_args(expect):
+    """The `--expect PATH=SHA256` arguments of `snapctl abi-check`, sorted by path.
+
+    Args:
+      expect: dict, recorded path -> sha256.
+
+    Returns:
+      A flat list of strings.
+    """
+    args = []
+    for path in sorted(expect.keys()):
+        args += ["--expect", "%s=%s" % (path, expect[path])]
+    return args
+
 def abi_recut_input(path, location):
     """One `--abi-input PATH=FILE` argument of the printed re-cut command.
 

@@ -4,8 +4,10 @@ The test rule evaluates every check while Bazel analyses it and writes a
 script that prints the failures and exits 1 when any check failed.
 """
 
-load("//rules/common:kpack.bzl", "kpack_groups_from_config", "kpack_manifest_root", "kpack_missing_package_format", "kpack_package_dir_name", "kpack_package_target_names", "kpack_relative_path", "kpack_split_arg_list")
-load("//rules/common:snapshot.bzl", "abi_guard_args", "available_versions", "channel_config_name", "channel_dir", "checksum_sha256", "checksums_dict_name", "default_artifact", "default_checksums_prefix", "missing_snapshot_message", "package_path", "parse_checksums_bzl", "prebuilt_snapshot_plan", "rocm_config_name", "snapshot_dir", "snapshot_target_name", "store_blob_path", "under_snapshots_root", "version_key")
+load("//rules/common:env.bzl", "HELPER_ENV")
+load("//rules/common:kpack.bzl", "kpack_check_shards", "kpack_groups_from_config", "kpack_manifest_root", "kpack_missing_package_format", "kpack_package_dir_name", "kpack_package_target_names", "kpack_relative_path", "kpack_split_arg_list")
+load("//rules/common:snapshot.bzl", "abi_check_expect_args", "abi_check_message_args", "abi_guard_args", "available_versions", "channel_config_name", "channel_dir", "checksum_sha256", "checksums_dict_name", "default_artifact", "default_checksums_prefix", "missing_snapshot_message", "package_path", "parse_checksums_bzl", "prebuilt_snapshot_plan", "rocm_config_name", "snapshot_dir", "snapshot_target_name", "store_blob_path", "under_snapshots_root", "version_key")
+load("//rules/common:stable_checksums.bzl", "stable_checksums_check_prefix", "stable_checksums_test_script")
 
 _SHA_A = "a" * 64
 _SHA_B = "0123456789abcdef" * 4
@@ -118,9 +120,52 @@ def _checks():
         ("message with none available", "versions with a last-stable snapshot: none" in missing_snapshot_message("rcclx", "last_stable", "6.4", [], "r", "s", "a"), True),
     ]
 
+# The freshness test's script as both build systems wrote it before it was
+# shared (Buck2: arguments in variables; Bazel: paths filled in).
+_STALE_TEST_BUCK2 = """if diff -u "$checked_in" "$generated"; then
+    echo "$checked_in is up to date"
+    exit 0
+fi
+echo >&2
+echo "$checked_in is stale (diff above: checked-in vs generated). Fix with:" >&2
+echo "    buck2 run $update" >&2
+exit 1
+"""
+
+_STALE_TEST_BAZEL = """if diff -u "a/stable_checksums.bzl" "a/gen/stable_checksums.bzl"; then
+    echo "a/stable_checksums.bzl is up to date"
+    exit 0
+fi
+echo >&2
+echo "a/stable_checksums.bzl is stale (diff above: checked-in vs generated). Fix with:" >&2
+echo "    bazel run //a:stable_checksums.update" >&2
+exit 1
+"""
+
+def _shared_checks():
+    abi = struct(library = "rcclx", channel = "stable", version = "7.0", recut = "snapctl recut", rebuild = "bazel build //x", rollback = "", dev = "--config=rcclx_dev", docs = "docs/x.md")
+    return [
+        ("stale test, Buck2 form", stable_checksums_test_script("$checked_in", "$generated", "buck2 run $update"), _STALE_TEST_BUCK2),
+        ("stale test, Bazel form", stable_checksums_test_script("a/stable_checksums.bzl", "a/gen/stable_checksums.bzl", "bazel run //a:stable_checksums.update"), _STALE_TEST_BAZEL),
+        ("prefix kept", stable_checksums_check_prefix("x", "MYLIB"), "MYLIB"),
+        ("helper env", HELPER_ENV, {"LC_ALL": "C", "TZ": "UTC"}),
+        ("shards in order", kpack_check_shards("blas_lib", [("s2", "blas_lib", "//k:s2"), ("s1", "blas_lib", None)]), ["s2", "s1"]),
+        ("abi expect sorted", abi_check_expect_args({"b.h": _SHA_A, "a.h": _SHA_B}), ["--expect", "a.h=" + _SHA_B, "--expect", "b.h=" + _SHA_A]),
+        ("abi message flags", abi_check_message_args(abi, ["--abi-input a.h=/w/a.h"]), [
+            "--library=rcclx",
+            "--channel=stable",
+            "--version=7.0",
+            "--recut=snapctl recut --abi-input a.h=/w/a.h",
+            "--rebuild=bazel build //x",
+            "--rollback=",
+            "--dev=--config=rcclx_dev",
+            "--docs=docs/x.md",
+        ]),
+    ]
+
 def _impl(ctx):
     failures = []
-    checks = _checks()
+    checks = _checks() + _shared_checks()
     for desc, actual, expected in checks:
         if actual != expected:
             failures.append("%s: got %r, expected %r" % (desc, actual, expected))

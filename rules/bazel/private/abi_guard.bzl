@@ -8,47 +8,39 @@ archive. `abi_guard_test` runs the same check for `bazel test`: a channel the
 configuration does not select never fails `bazel build //...`, but its drift
 shows up as a failing test naming the channel, the changed file and the fix."""
 
-load("//rules/common:snapshot.bzl", "abi_recut_input")
+load("//rules/common:snapshot.bzl", "abi_check_expect_args", "abi_check_message_args", "abi_recut_input")
 load(":tools.bzl", "ACTION_ENV", "tool_attrs")
 
-def _check_args(ctx):
-    # Everything `snapctl abi-check` is told, but where its verdict goes.
+def _abi_check(ctx, verdict, out, mnemonic):
+    # One `snapctl abi-check` of the inputs; `verdict` (--stamp or --report)
+    # says where its verdict goes: `out`.
     args = ctx.actions.args()
     args.add("abi-check")
-    for path in sorted(ctx.attr.expect.keys()):
-        args.add("--expect", "%s=%s" % (path, ctx.attr.expect[path]))
-    recut = [ctx.attr.recut]
+    args.add_all(abi_check_expect_args(ctx.attr.expect))
+    recut = []
     for f in ctx.files.inputs:
         # Workspace-relative, as `snapctl create --abi-input` run from the workspace root records it.
         args.add("--input", "%s=%s" % (f.short_path, f.path))
         recut.append(abi_recut_input(f.short_path, '"$(bazel info workspace)"' if f.is_source else '"$(bazel info bazel-bin)"'))
-    args.add("--library=" + ctx.attr.library)
-    args.add("--channel=" + ctx.attr.channel)
-    args.add("--version=" + ctx.attr.version)
-    args.add("--recut=" + " ".join(recut))
-    args.add("--rebuild=" + ctx.attr.rebuild)
-    args.add("--rollback=" + ctx.attr.rollback)
-    args.add("--dev=" + ctx.attr.dev)
-    args.add("--docs=" + ctx.attr.docs)
+    args.add_all(abi_check_message_args(ctx.attr, recut))
     inputs = list(ctx.files.inputs)
     if ctx.file.snapshot_metadata:
         args.add("--metadata", ctx.file.snapshot_metadata)
         inputs.append(ctx.file.snapshot_metadata)
-    return args, inputs
-
-def _abi_guard_impl(ctx):
-    stamp = ctx.actions.declare_file(ctx.label.name + ".abi-ok")
-    args, inputs = _check_args(ctx)
-    args.add("--stamp", stamp)
+    args.add(verdict, out)
     ctx.actions.run(
         executable = ctx.executable._snapctl,
         arguments = [args],
         inputs = inputs,
-        outputs = [stamp],
-        mnemonic = "SnapshotAbiCheck",
+        outputs = [out],
+        mnemonic = mnemonic,
         progress_message = "checking the ABI inputs of %s" % ctx.label,
         env = ACTION_ENV,
     )
+
+def _abi_guard_impl(ctx):
+    stamp = ctx.actions.declare_file(ctx.label.name + ".abi-ok")
+    _abi_check(ctx, "--stamp", stamp, "SnapshotAbiCheck")
     out = ctx.actions.declare_file(ctx.label.name + "/" + ctx.file.archive.basename)
     ctx.actions.run_shell(
         inputs = [ctx.file.archive, stamp],
@@ -82,17 +74,7 @@ abi_guard = rule(
 
 def _abi_guard_test_impl(ctx):
     report = ctx.actions.declare_file(ctx.label.name + ".abi-report")
-    args, inputs = _check_args(ctx)
-    args.add("--report", report)
-    ctx.actions.run(
-        executable = ctx.executable._snapctl,
-        arguments = [args],
-        inputs = inputs,
-        outputs = [report],
-        mnemonic = "SnapshotAbiReport",
-        progress_message = "checking the ABI inputs of %s" % ctx.label,
-        env = ACTION_ENV,
-    )
+    _abi_check(ctx, "--report", report, "SnapshotAbiReport")
     script = ctx.actions.declare_file(ctx.label.name + ".sh")
     ctx.actions.write(script, """#!/bin/sh
 r="%s"

@@ -1,6 +1,6 @@
 """kpack_recombine: split shards + packaging config -> one group's package."""
 
-load("//rules/common:kpack.bzl", "KPACK_GENERIC_GROUP", "KPACK_RECOMBINE_MNEMONIC", "kpack_missing_package_format", "kpack_package_dir_name")
+load("//rules/common:kpack.bzl", "KPACK_GENERIC_GROUP", "KPACK_RECOMBINE_MNEMONIC", "kpack_check_shards", "kpack_missing_package_format", "kpack_package_dir_name")
 load(":providers.bzl", "KpackPackageInfo", "KpackSplitInfo")
 load(":tools.bzl", "ACTION_ENV", "stage_list", "tool_attrs")
 
@@ -54,17 +54,9 @@ def kpack_recombine_action(ctx, packages, attr):
 
 def _shards(ctx):
     # The (shard name, split tree) pairs of ctx.attr.shards, checked.
-    shards = []
-    seen = {}
-    for s in ctx.attr.shards:
-        info = s[KpackSplitInfo]
-        if info.shard in seen:
-            fail("kpack_recombine: two shards are named '%s' (%s and %s); set `shard` on kpack_split" % (info.shard, seen[info.shard], s.label))
-        seen[info.shard] = s.label
-        if info.artifact_prefix != ctx.attr.component:
-            fail("kpack_recombine: shard %s splits component '%s', not '%s'" % (s.label, info.artifact_prefix, ctx.attr.component))
-        shards.append((info.shard, info.dir))
-    return shards
+    infos = [(s[KpackSplitInfo], s.label) for s in ctx.attr.shards]
+    kpack_check_shards(ctx.attr.component, [(info.shard, info.artifact_prefix, str(label)) for info, label in infos])
+    return [(info.shard, info.dir) for info, _ in infos]
 
 def _kpack_recombine_impl(ctx):
     out_dir = ctx.actions.declare_directory(ctx.label.name)

@@ -1,6 +1,6 @@
 """kpack_split: one artifact directory in, one split tree out."""
 
-load("//rules/common:kpack.bzl", "KPACK_SPLIT_MNEMONIC", "kpack_declared_symlinks", "kpack_manifest_root", "kpack_package_dir_name", "kpack_relative_path", "kpack_split_arg_list")
+load("//rules/common:kpack.bzl", "KPACK_DIRS_SCRIPT", "KPACK_SPLIT_MNEMONIC", "kpack_declared_symlinks", "kpack_manifest_root", "kpack_relative_path", "kpack_split_arg_list")
 load(":providers.bzl", "KpackSplitInfo")
 load(":tools.bzl", "ACTION_ENV", "stage_list", "tool_attrs")
 
@@ -20,7 +20,7 @@ def kpack_split_action(ctx, kpack, stage, artifact_files, out_dir, archs_file, a
       split_databases: --split-databases handlers.
       compression: "zstd", "none" or "" (tool default).
       exclude_archs: --exclude-arch values.
-      expect_archs: when not None, the action fails unless exactly these archs come out.
+      expect_archs: when not None (nor empty), the action fails unless exactly these archs come out.
       symlinks: path below the artifact directory -> link target text: staged
         as links (see kpack_declared_symlinks); a file of artifact_files at
         such a path is left out.
@@ -30,6 +30,7 @@ def kpack_split_action(ctx, kpack, stage, artifact_files, out_dir, archs_file, a
     lst = stage_list(ctx, "stage.txt", [("a/" + rel if rel else "a", f) for rel, f in artifact_files])
     args = ctx.actions.args()
     args.add("--stage", lst)
+    args.add("--kpack-dirs", KPACK_DIRS_SCRIPT)
     if links:
         # The link list is an input (in the action key), the links are made
         # by the action: identical wherever it runs.
@@ -38,11 +39,9 @@ def kpack_split_action(ctx, kpack, stage, artifact_files, out_dir, archs_file, a
         args.add("--links", link_list)
     args.add("--link-inputs")
     args.add("--collect-all", out_dir.path)
-    args.add("--list-dirs", archs_file)
-    args.add(artifact_prefix + "_")
-    args.add("--list-skip", "generic")
-    if expect_archs != None:
-        args.add("--expect-dirs", " ".join([kpack_package_dir_name(artifact_prefix, a) for a in ["generic"] + expect_archs]))
+    args.add("--archs", archs_file)
+    args.add(artifact_prefix)
+    args.add(" ".join(expect_archs or []))
     args.add("--")
     args.add(kpack)
     args.add("split")

@@ -5,6 +5,7 @@ Plus `<name>.update` (bazel run: writes the file into the source tree) and
 """
 
 load("//rules/common:snapshot.bzl", "package_path", "under_snapshots_root")
+load("//rules/common:stable_checksums.bzl", "stable_checksums_check_prefix", "stable_checksums_test_script")
 load(":tools.bzl", "ACTION_ENV", "stage_list", "tool_attrs")
 
 def stable_checksums_action(ctx, snapctl, stage, metadata, root, prefix, out):
@@ -99,17 +100,8 @@ _stable_checksums_update = rule(
 
 def _test_impl(ctx):
     script = ctx.actions.declare_file(ctx.label.name + ".sh")
-    ctx.actions.write(script, """#!/bin/bash
-set -uo pipefail
-if diff -u "%s" "%s"; then
-    echo "%s is up to date"
-    exit 0
-fi
-echo >&2
-echo "%s is stale (diff above: checked-in vs generated). Fix with:" >&2
-echo "    bazel run %s" >&2
-exit 1
-""" % (ctx.file.checked_in.short_path, ctx.file.generated.short_path, ctx.file.checked_in.short_path, ctx.file.checked_in.short_path, ctx.attr.update_target), is_executable = True)
+    body = stable_checksums_test_script(ctx.file.checked_in.short_path, ctx.file.generated.short_path, "bazel run " + ctx.attr.update_target)
+    ctx.actions.write(script, "#!/bin/bash\nset -uo pipefail\n" + body, is_executable = True)
     return [DefaultInfo(executable = script, runfiles = ctx.runfiles(files = [ctx.file.checked_in, ctx.file.generated]))]
 
 _stable_checksums_test = rule(
@@ -142,8 +134,7 @@ def stable_checksums(name, srcs, prefix = None, snapshots_root = "snapshots", ou
       **kwargs: common attributes (visibility, tags) for all three targets;
         `size` goes to the test only (default "small").
     """
-    if not prefix:
-        fail("stable_checksums(name = \"%s\"): set `prefix`, the dict-name prefix of the generated file (e.g. prefix = \"MYLIB\" for MYLIB_STABLE_CHECKSUMS)" % name)
+    stable_checksums_check_prefix(name, prefix)
     # "small": a diff of two files; the default "medium" made every
     # `bazel test` warn that the size is too big.
     test_size = kwargs.pop("size", "small")

@@ -26,11 +26,13 @@
 #                         helper wrote (rules/common/kpack.bzl's
 #                         kpack_missing_package_format).
 #   --collect-all DEST    after TOOL: move @OUT@/* into directory DEST.
-#   --list-dirs FILE STRIP  write the sorted names of @OUT@'s subdirectories
-#                         to FILE, removing the prefix STRIP from each.
-#   --list-skip NAME      leave NAME (after stripping) out of that list.
-#   --expect-dirs NAMES   fail unless @OUT@'s subdirectories are exactly the
-#                         space-separated NAMES.
+#   --kpack-dirs SCRIPT   the text of rules/common/kpack.bzl's KPACK_DIRS_SCRIPT
+#                         (the Buck2 rules run the same text): --archs and
+#                         --links run it with /bin/sh.
+#   --archs FILE PREFIX EXPECT  after TOOL: write the archs of the split in
+#                         @OUT@ (its PREFIX_<arch> subdirectories) to FILE
+#                         and, when EXPECT is not empty, fail unless they
+#                         are exactly EXPECT (KPACK_DIRS_SCRIPT's `archs`).
 #   --sha256 HEX FILE     fail unless FILE's sha256 is HEX (before TOOL).
 #   --link-inputs         stage each input file as an absolute symlink to the
 #                         file it really is (no bytes copied), and replace the
@@ -45,8 +47,9 @@
 #                         path is copied.
 #   --links LIST          LIST holds "dest<TAB>target" lines: $STAGE/dest
 #                         becomes a symlink with exactly that target text
-#                         (kpack_split's `symlinks`; with --link-inputs it is
-#                         made in a directory of its own, one more root).
+#                         (kpack_split's `symlinks`, made by KPACK_DIRS_SCRIPT's
+#                         `links`; with --link-inputs in a directory of its
+#                         own, one more root).
 #
 # A listed file that is a relative symlink in the source tree (an artifact's
 # librocblas.so.5 -> librocblas.so.5.2) is staged as the file it points to:
@@ -57,9 +60,9 @@
 # note (only a local run can see it).
 set -euo pipefail
 export LC_ALL=C
-stage_list="" links_list="" tmp_out=0 collect_subs=() collect_dests=() collect_all="" list_file="" list_strip=""
+stage_list="" links_list="" tmp_out=0 collect_subs=() collect_dests=() collect_all="" archs_file="" archs_prefix="" archs_expect=""
 collect_message='rocpack: no package %s (check the `group` / `groups` attribute against the packaging config). The helper wrote: %s\n'
-expect_dirs="" have_expect=0 list_skip="" link_inputs=0
+kpack_dirs="" link_inputs=0
 roots=()
 sha_hex="" sha_file=""
 while [ $# -gt 0 ]; do
@@ -70,9 +73,8 @@ while [ $# -gt 0 ]; do
         --collect) collect_subs+=("$2"); collect_dests+=("$3"); tmp_out=1; shift 3 ;;
         --collect-message) collect_message="$2"; shift 2 ;;
         --collect-all) collect_all="$2"; tmp_out=1; shift 2 ;;
-        --list-dirs) list_file="$2"; list_strip="$3"; shift 3 ;;
-        --list-skip) list_skip="$2"; shift 2 ;;
-        --expect-dirs) expect_dirs="$2"; have_expect=1; shift 2 ;;
+        --kpack-dirs) kpack_dirs="$2"; shift 2 ;;
+        --archs) archs_file="$2"; archs_prefix="$3"; archs_expect="$4"; shift 4 ;;
         --sha256) sha_hex="$2"; sha_file="$3"; shift 3 ;;
         --link-inputs) link_inputs=1; shift ;;
         --) shift; break ;;
@@ -212,6 +214,7 @@ fi
 
 if [ -n "$links_list" ]; then
     links_root="$work/links"
+    links=()
     while IFS=$'\t' read -r dest target; do
         [ -n "$dest" ] || continue
         case "$dest" in */*) rel="${dest#*/}" ;; *) rel="$dest" ;; esac
@@ -223,14 +226,20 @@ if [ -n "$links_list" ]; then
         if [ "$link_inputs" = 1 ]; then
             # The link in a tree of its own (a staging root), the stage
             # pointing at it like at any other input: kpack judges it there.
-            mkdir -p "$(dirname "$links_root/$rel")"
-            ln -s "$target" "$links_root/$rel"
+            links+=("$rel" "$target")
             ln -s "$links_root/$rel" "$stage/$dest"
-            add_root "$links_root"
         else
-            ln -s "$target" "$stage/$dest"
+            links+=("$dest" "$target")
         fi
     done < "$links_list"
+    if [ ${#links[@]} -gt 0 ]; then
+        if [ "$link_inputs" = 1 ]; then
+            /bin/sh -c "$kpack_dirs" kpack_dirs links "$links_root" "${links[@]}"
+            add_root "$links_root"
+        else
+            /bin/sh -c "$kpack_dirs" kpack_dirs links "$stage" "${links[@]}"
+        fi
+    fi
 fi
 
 cmd=()
@@ -255,20 +264,8 @@ if [ ${#cmd[@]} -gt 0 ]; then
 fi
 
 subdirs() { [ -d "$out" ] || return 0; (cd "$out" && find . -mindepth 1 -maxdepth 1 -type d | sed 's|^\./||' | sort); }
-if [ "$have_expect" = 1 ]; then
-    want="$(printf '%s\n' $expect_dirs | sort)"
-    got="$(subdirs)"
-    if [ "$want" != "$got" ]; then
-        echo "rocpack: the helper produced directories [$(echo $got)], expected exactly [$(echo $want)]" >&2
-        exit 1
-    fi
-fi
-if [ -n "$list_file" ]; then
-    subdirs | while IFS= read -r d; do
-        case "$d" in "$list_strip"*) ;; *) continue ;; esac
-        name="${d#"$list_strip"}"
-        [ "$name" = "$list_skip" ] || printf '%s\n' "$name"
-    done > "$list_file"
+if [ -n "$archs_file" ]; then
+    /bin/sh -c "$kpack_dirs" kpack_dirs archs "$out" "$archs_prefix" "$archs_expect" "$archs_file"
 fi
 missing=()
 for sub in "${collect_subs[@]}"; do

@@ -1,5 +1,7 @@
 """The private attributes through which every rule reaches the helpers."""
 
+load("//rules/common:env.bzl", "HELPER_ENV")
+
 def tool_attrs(kpack = False, snapctl = False):
     """Private attributes reaching the helpers: `_stage`, plus `_kpack` / `_snapctl` on request.
 
@@ -34,7 +36,7 @@ def tool_attrs(kpack = False, snapctl = False):
     return attrs
 
 # Environment of every helper action: explicit, never the user's shell env.
-ACTION_ENV = {"PATH": "/usr/bin:/bin", "LC_ALL": "C", "TZ": "UTC"}
+ACTION_ENV = dict({"PATH": "/usr/bin:/bin"}, **HELPER_ENV)
 
 def stage_list(ctx, name, pairs):
     """Writes a staging list ("dest<TAB>src" per line) for stage.sh.

@@ -10,7 +10,8 @@ test`: a channel the configuration does not select never fails `buck2 build
 //...`, but its drift shows up as a failing test naming the channel, the
 changed file and the fix."""
 
-load("//rules/common:snapshot.bzl", "abi_recut_input")
+load("//rules/common:env.bzl", "HELPER_ENV")
+load("//rules/common:snapshot.bzl", "abi_check_expect_args", "abi_check_message_args", "abi_recut_input")
 load(":project_test.bzl", "project_root_test_providers")
 load(":providers.bzl", "RocpackToolchainInfo")
 load(":toolchain.bzl", "toolchain_attr")
@@ -24,12 +25,12 @@ def _recorded_path(ctx: AnalysisContext, f: Artifact) -> str:
         pkg = f.owner.package
     return (pkg + "/" + f.short_path) if pkg else f.short_path
 
-def _check_args(ctx: AnalysisContext) -> list[typing.Any]:
-    # Everything `snapctl abi-check` is told, but where its verdict goes.
-    args = ["abi-check"]
-    for path in sorted(ctx.attrs.expect.keys()):
-        args += ["--expect", "%s=%s" % (path, ctx.attrs.expect[path])]
-    recut = [ctx.attrs.recut]
+def _abi_check(ctx: AnalysisContext, verdict: str, out: Artifact, category: str):
+    # One `snapctl abi-check` of the inputs; `verdict` (--stamp or --report)
+    # says where its verdict goes: `out`.
+    toolchain = ctx.attrs._rocpack_toolchain[RocpackToolchainInfo]
+    args = ["abi-check"] + abi_check_expect_args(ctx.attrs.expect)
+    recut = []
     for f in ctx.attrs.inputs:
         path = _recorded_path(ctx, f)
         args += ["--input-pair", path, f]
@@ -37,30 +38,19 @@ def _check_args(ctx: AnalysisContext) -> list[typing.Any]:
             recut.append(abi_recut_input(path, '"$(buck2 root --kind project)"'))
         else:
             recut.append("--abi-input %s=\"$(buck2 build --show-full-simple-output %s)\"" % (path, f.owner.raw_target() if f.owner else "<its target>"))
-    args += [
-        "--library=" + ctx.attrs.library,
-        "--channel=" + ctx.attrs.channel,
-        "--version=" + ctx.attrs.version,
-        "--recut=" + " ".join(recut),
-        "--rebuild=" + ctx.attrs.rebuild,
-        "--rollback=" + ctx.attrs.rollback,
-        "--dev=" + ctx.attrs.dev,
-        "--docs=" + ctx.attrs.docs,
-    ]
+    args += abi_check_message_args(ctx.attrs, recut)
     if ctx.attrs.snapshot_metadata:
         args += ["--metadata", ctx.attrs.snapshot_metadata]
-    return args
+    ctx.actions.run(cmd_args(toolchain.snapctl, args, verdict, out.as_output()), category = category, env = HELPER_ENV)
 
 def _abi_guard_impl(ctx: AnalysisContext) -> list[Provider]:
-    toolchain = ctx.attrs._rocpack_toolchain[RocpackToolchainInfo]
     stamp = ctx.actions.declare_output(ctx.label.name + ".abi-ok")
-    cmd = cmd_args(toolchain.snapctl, _check_args(ctx), "--stamp", stamp.as_output())
-    ctx.actions.run(cmd, category = "snapshot_abi_check", env = {"LC_ALL": "C", "TZ": "UTC"})
+    _abi_check(ctx, "--stamp", stamp, "snapshot_abi_check")
     out = ctx.actions.declare_output(ctx.label.name + "/" + ctx.attrs.archive.basename)
     ctx.actions.run(
         cmd_args("cp", ctx.attrs.archive, out.as_output(), hidden = [stamp]),
         category = "snapshot_abi_guarded",
-        env = {"LC_ALL": "C"},
+        env = HELPER_ENV,
     )
     return [DefaultInfo(default_output = out)]
 
@@ -94,10 +84,8 @@ exit 1
 """
 
 def _abi_guard_test_impl(ctx: AnalysisContext) -> list[Provider]:
-    toolchain = ctx.attrs._rocpack_toolchain[RocpackToolchainInfo]
     report = ctx.actions.declare_output(ctx.label.name + ".abi-report")
-    cmd = cmd_args(toolchain.snapctl, _check_args(ctx), "--report", report.as_output())
-    ctx.actions.run(cmd, category = "snapshot_abi_report", env = {"LC_ALL": "C", "TZ": "UTC"})
+    _abi_check(ctx, "--report", report, "snapshot_abi_report")
     return project_root_test_providers(cmd_args("/bin/sh", "-c", _TEST, "abi_guard_test", report), ctx.attrs.labels)
 
 abi_guard_test = rule(

@@ -1,33 +1,9 @@
 """kpack_split: one artifact directory in, one split tree out (Buck2)."""
 
-load("//rules/common:kpack.bzl", "kpack_declared_symlinks", "kpack_manifest_root", "kpack_package_dir_name", "kpack_path_depth", "kpack_relative_path", "kpack_split_arg_list")
+load("//rules/common:env.bzl", "HELPER_ENV")
+load("//rules/common:kpack.bzl", "KPACK_DIRS_SCRIPT", "kpack_declared_symlinks", "kpack_manifest_root", "kpack_package_dir_name", "kpack_path_depth", "kpack_relative_path", "kpack_split_arg_list")
 load(":providers.bzl", "KpackSplitInfo", "RocpackToolchainInfo")
 load(":toolchain.bzl", "toolchain_attr")
-
-# Lists the <prefix>_<arch> directories a split produced (sorted, one per
-# line) and, when $4 is not empty, checks them against the expected list.
-# Paths arrive as arguments: nothing is interpolated into the script.
-_LIST_ARCHS = """set -eu
-dir=$1; out=$2; prefix=$3; expect=$4
-LC_ALL=C ls "$dir" | sed -n "s/^${prefix}_//p" | grep -vx generic > "$out" || true
-if [ -n "$expect" ] && [ "$(tr '\\n' ' ' < "$out")" != "$expect " ]; then
-    echo "kpack_split: expected archs [$expect], the split produced [$(tr '\\n' ' ' < "$out")]" >&2
-    exit 1
-fi
-"""
-
-# Makes the declared symlinks (pairs of path, target after the output
-# directory) in a tree of their own: an action, so they exist wherever it
-# runs (a source symlink reaches a remote worker as a regular file).
-_MAKE_LINKS = """set -eu
-out=$1; shift
-mkdir -p "$out"
-while [ $# -gt 0 ]; do
-    mkdir -p "$out/$(dirname "$1")"
-    ln -s "$2" "$out/$1"
-    shift 2
-done
-"""
 
 def kpack_split_action(actions: AnalysisActions, kpack: RunInfo, artifact_dir: Artifact, artifact_prefix: str, out_name: str, split_databases: list[str] = [], compression: str = "", exclude_archs: list[str] = [], expect_archs: list[str] | None = None, staging_roots: list = []) -> (Artifact, Artifact):
     """Registers one `kpack split` (and the arch listing); reusable by other rules.
@@ -41,7 +17,7 @@ def kpack_split_action(actions: AnalysisActions, kpack: RunInfo, artifact_dir: A
       split_databases: --split-databases handlers.
       compression: "zstd", "none" or "" (tool default).
       exclude_archs: --exclude-arch values.
-      expect_archs: when not None, the build fails unless exactly these archs come out.
+      expect_archs: when not None (nor empty), the build fails unless exactly these archs come out.
       staging_roots: directories `artifact_dir`'s symlinks were staged from
         (`--staging-root`), e.g. from `kpack_staging_roots`.
 
@@ -62,15 +38,15 @@ def kpack_split_action(actions: AnalysisActions, kpack: RunInfo, artifact_dir: A
         ),
         category = "kpack_split",
         identifier = artifact_prefix,
-        env = {"LC_ALL": "C", "TZ": "UTC"},
+        env = HELPER_ENV,
     )
     archs_file = actions.declare_output(out_name + ".archs")
     expect = " ".join(expect_archs) if expect_archs != None else ""
     actions.run(
-        cmd_args("/bin/sh", "-c", _LIST_ARCHS, "list_archs", out_dir, archs_file.as_output(), artifact_prefix, expect),
+        cmd_args("/bin/sh", "-c", KPACK_DIRS_SCRIPT, "kpack_dirs", "archs", out_dir, artifact_prefix, expect, archs_file.as_output()),
         category = "kpack_split_archs",
         identifier = artifact_prefix,
-        env = {"LC_ALL": "C"},
+        env = HELPER_ENV,
     )
     return out_dir, archs_file
 
@@ -112,9 +88,9 @@ def _kpack_split_impl(ctx: AnalysisContext) -> list[Provider]:
     if links:
         links_dir = ctx.actions.declare_output(ctx.label.name + ".links", dir = True)
         ctx.actions.run(
-            cmd_args("/bin/sh", "-c", _MAKE_LINKS, "make_links", links_dir.as_output(), [x for pair in links for x in pair]),
+            cmd_args("/bin/sh", "-c", KPACK_DIRS_SCRIPT, "kpack_dirs", "links", links_dir.as_output(), [x for pair in links for x in pair]),
             category = "kpack_split_links",
-            env = {"LC_ALL": "C"},
+            env = HELPER_ENV,
         )
         for path, _ in links:
             staged[path] = links_dir.project(path)

@@ -1,5 +1,6 @@
 """kpack_wheel_split (Buck2): one fat wheel in, the host + device wheel set out."""
 
+load("//rules/common:env.bzl", "HELPER_ENV")
 load("//rules/common:wheel.bzl", "KPACK_WHEEL_SPLIT_ATTRS", "KPACK_WHEEL_SPLIT_DOC", "KPACK_WHEEL_SPLIT_SCRIPT", "kpack_wheel_split_arg_list", "kpack_wheel_split_check", "kpack_wheel_split_expect")
 load(":providers.bzl", "RocpackToolchainInfo")
 load(":toolchain.bzl", "toolchain_attr")
@@ -27,7 +28,7 @@ def _impl(ctx: AnalysisContext) -> list[Provider]:
             config,
         ),
         category = "kpack_wheel_split",
-        env = {"LC_ALL": "C", "TZ": "UTC"},
+        env = HELPER_ENV,
     )
     # One default output, so `buck2 build --show-output` prints the wheel
     # directory (with two it printed an empty path); the report is built

@@ -4,7 +4,9 @@ Plus `<name>.update` (`buck2 run`: regenerates the checked-in file in place)
 and `<name>_test` (`buck2 test`: fails when the checked-in copy is stale).
 """
 
+load("//rules/common:env.bzl", "HELPER_ENV")
 load("//rules/common:snapshot.bzl", "under_snapshots_root")
+load("//rules/common:stable_checksums.bzl", "stable_checksums_check_prefix", "stable_checksums_test_script")
 load(":project_test.bzl", "project_root_test_providers")
 load(":providers.bzl", "RocpackToolchainInfo")
 load(":toolchain.bzl", "toolchain_attr")
@@ -52,7 +54,7 @@ def stable_checksums_action(actions: AnalysisActions, snapctl: RunInfo, root: Ar
     actions.run(
         cmd_args(snapctl, "gen-checksums", "--snapshots-root", root, "--output", generated.as_output(), "--prefix", prefix),
         category = "snapctl_gen_checksums",
-        env = {"LC_ALL": "C", "TZ": "UTC"},
+        env = HELPER_ENV,
     )
     return generated
 
@@ -100,16 +102,7 @@ _stable_checksums_update = rule(
 # The freshness test, as Bazel's: a diff of the checked-in file against the
 # generated one, and the `.update` target to run (not a snapctl command with
 # a buck-out path, which only works from inside buck-out).
-_TEST = """checked_in=$1; generated=$2; update=$3
-if diff -u "$checked_in" "$generated"; then
-    echo "$checked_in is up to date"
-    exit 0
-fi
-echo >&2
-echo "$checked_in is stale (diff above: checked-in vs generated). Fix with:" >&2
-echo "    buck2 run $update" >&2
-exit 1
-"""
+_TEST = "checked_in=$1; generated=$2; update=$3\n" + stable_checksums_test_script("$checked_in", "$generated", "buck2 run $update")
 
 def _test_impl(ctx: AnalysisContext) -> list[Provider]:
     generated = ctx.attrs.generated[_StableChecksumsInfo].generated
@@ -143,8 +136,7 @@ def stable_checksums(name: str, srcs: list[str], prefix: str | None = None, snap
       out: the checked-in file, in this package.
       **kwargs: attributes for the three targets (visibility, ...).
     """
-    if not prefix:
-        fail("stable_checksums(name = \"%s\"): set `prefix`, the dict-name prefix of the generated file (e.g. prefix = \"MYLIB\" for MYLIB_STABLE_CHECKSUMS)" % name)
+    stable_checksums_check_prefix(name, prefix)
     pkg = native.package_name()
     _stable_checksums_gen(name = name, srcs = srcs, snapshots_root = snapshots_root, prefix = prefix, out = out, **kwargs)
     _stable_checksums_update(name = name + ".update", generated = ":" + name, checked_in = out, **kwargs)

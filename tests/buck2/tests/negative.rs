@@ -124,7 +124,7 @@ fn bazel_only_apis_are_caught() {
 
     // native.cc_library (Bazel) in a macro.
     let e = broken(
-        "rules/buck2/private/rcclx_snapshot.bzl",
+        "rules/buck2/private/prebuilt_snapshot.bzl",
         "native.cxx_library(",
         "native.cc_library(",
     );
@@ -203,7 +203,7 @@ fn a_missing_alias_is_caught() {
 #[test]
 fn a_select_without_a_version_is_caught() {
     let e = broken(
-        "rules/buck2/private/rcclx_snapshot.bzl",
+        "rules/buck2/private/prebuilt_snapshot.bzl",
         "        for version in versions:",
         "        for version in versions[:-1]:",
     );
@@ -313,7 +313,7 @@ fn a_library_channel_that_does_not_override_the_global_one_is_caught() {
     // (-m rcclx_stable) and the global one (-m snapshot_stable) only when
     // the library's is unset.
     let e = broken(
-        "rules/buck2/private/rcclx_snapshot.bzl",
+        "rules/buck2/private/prebuilt_snapshot.bzl",
         "    branches = _flavours(_own)\n",
         "    branches = {}\n",
     );
@@ -326,7 +326,7 @@ fn a_missing_snapshot_compatible_outside_its_configuration_is_caught() {
     // A failing missing-snapshot target must be incompatible unless its
     // channel and version are selected (or `buck2 build //...` fails).
     let e = broken(
-        "rules/buck2/private/rcclx_snapshot.bzl",
+        "rules/buck2/private/prebuilt_snapshot.bzl",
         "target_compatible_with = _compatible(channel, version),",
         "target_compatible_with = [rocm_constraint(version)],",
     );

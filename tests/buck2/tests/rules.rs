@@ -577,7 +577,7 @@ fn rules_and_macros_have_the_bazel_names_and_attributes() {
         (
             "kpack_packages",
             "rules/bazel/private/kpack_packages.bzl",
-            "rules/buck2/private/kpack_recombine.bzl",
+            "rules/buck2/private/kpack_packages.bzl",
         ),
         (
             "stable_checksums",
@@ -586,8 +586,8 @@ fn rules_and_macros_have_the_bazel_names_and_attributes() {
         ),
         (
             "prebuilt_snapshot",
-            "rules/bazel/private/rcclx_snapshot.bzl",
-            "rules/buck2/private/rcclx_snapshot.bzl",
+            "rules/bazel/private/prebuilt_snapshot.bzl",
+            "rules/buck2/private/prebuilt_snapshot.bzl",
         ),
     ] {
         assert_eq!(

@@ -1,13 +1,13 @@
-"""prebuilt_snapshot (alias rcclx_snapshot): dev (source) or a pinned prebuilt stable / last-stable
+"""prebuilt_snapshot: dev (source) or a pinned prebuilt stable / last-stable
 snapshot, selected by the library's own channel (`-m rcclx_stable`), else the
 global `snapshot_channel` (`-m snapshot_stable`; default dev), and the
-`rocm_version` constraint (`-m rocm64`)."""
+`rocm_version` constraint (`-m rocm64`). Its original name, rcclx_snapshot
+(exported by defs.bzl), is the same macro."""
 
+load("//rules/common:snapshot.bzl", "PREBUILT_CHANNELS", "SNAPSHOT_CHANNELS", "abi_guard_args", "available_versions", "checksum_sha256", "missing_snapshot_message", "package_path", "prebuilt_snapshot_plan", "snapshot_dir", "snapshot_target_name", "store_blob_path")
 load(":abi_guard.bzl", "abi_guard", "abi_guard_test")
-load("//rules/common:snapshot.bzl", "PREBUILT_CHANNELS", "SNAPSHOT_CHANNELS", "abi_guard_args", "available_versions", "channel_dir", "checksum_sha256", "missing_snapshot_message", "package_path", "prebuilt_snapshot_plan", "snapshot_dir", "snapshot_target_name", "store_blob_path", "under_snapshots_root")
 load(":config.bzl", "channel_constraint", "library_channel_constraints", "library_channel_value", "rocm_constraint", "rocm_versions")
-load(":providers.bzl", "RocpackToolchainInfo", "SnapshotBlobInfo")
-load(":toolchain.bzl", "toolchain_attr")
+load(":snapshot_blob.bzl", "snapshot_blob")
 
 def buck2_spelling(message: str) -> str:
     """rules/common's message with Buck2's spelling of the commands it names.
@@ -22,74 +22,6 @@ def buck2_spelling(message: str) -> str:
       The message for Buck2 users.
     """
     return message.replace("--config=", "-m ").replace("bazel run", "buck2 run")
-
-def snapshot_blob_action(actions: AnalysisActions, snapctl: RunInfo, blob: Artifact, sha256: str, metadata: dict[str, Artifact], channel: str, version: str, out: str) -> Artifact:
-    """Registers `snapctl fetch`, which verifies `blob` and writes it as `out`.
-
-    The blob is staged as a one-blob store (`cas/sha256/<hex>`) next to the
-    snapshot's own metadata, so snapctl checks sha256 and size against
-    metadata.txt before writing the output.
-
-    Args:
-      actions: the rule's AnalysisActions.
-      snapctl: RunInfo of the snapctl helper.
-      blob: the downloaded or checked-in blob.
-      sha256: pinned sha256 (from stable_checksums.bzl).
-      metadata: path under the snapshots root -> file (that snapshot's metadata.txt, headers).
-      channel: "stable" or "last_stable".
-      version: ROCm version.
-      out: file name of the verified artifact.
-
-    Returns:
-      The verified artifact.
-    """
-    store = actions.copied_dir("store", {store_blob_path(sha256): blob})
-    root = actions.copied_dir("snapshots_root", metadata)
-    verified = actions.declare_output(out)
-    actions.run(
-        cmd_args(
-            snapctl,
-            "fetch",
-            "--snapshots-root",
-            root,
-            "--store",
-            store,
-            "--channel",
-            channel_dir(channel),
-            "--version",
-            version,
-            "-o",
-            verified.as_output(),
-        ),
-        category = "snapshot_verify",
-        env = {"LC_ALL": "C", "TZ": "UTC"},
-    )
-    return verified
-
-def _blob_impl(ctx: AnalysisContext) -> list[Provider]:
-    toolchain = ctx.attrs._rocpack_toolchain[RocpackToolchainInfo]
-    sha = checksum_sha256(ctx.attrs.sha256)
-    metadata = under_snapshots_root([(f.short_path, f) for f in ctx.attrs.metadata_files], ctx.attrs.snapshots_root_path)
-    verified = snapshot_blob_action(ctx.actions, toolchain.snapctl, ctx.attrs.blob, sha, metadata, ctx.attrs.channel, ctx.attrs.version, ctx.attrs.out)
-    return [
-        DefaultInfo(default_output = verified),
-        SnapshotBlobInfo(file = verified, sha256 = sha, channel = ctx.attrs.channel, version = ctx.attrs.version),
-    ]
-
-snapshot_blob = rule(
-    impl = _blob_impl,
-    doc = "Verifies one prebuilt snapshot artifact against its pinned sha256 and its metadata.txt (`snapctl fetch`) and exposes it under its real file name.",
-    attrs = dict({
-        "blob": attrs.source(doc = "The blob: a file of the local store (<store>/cas/sha256/<hex>) or an http_file target."),
-        "channel": attrs.enum(PREBUILT_CHANNELS, doc = "Channel the snapshot belongs to."),
-        # Bazel calls this `metadata`, a name Buck2 reserves for every target.
-        "metadata_files": attrs.list(attrs.source(), doc = "The snapshot's files under the snapshots root (metadata.txt, headers)."),
-        "out": attrs.string(doc = "File name of the verified artifact, e.g. \"librcclx-dev.a\"."),
-        "sha256": attrs.string(doc = "Pinned sha256 (from stable_checksums.bzl)."),
-        "snapshots_root_path": attrs.string(doc = "The snapshots root, relative to the package."),
-        "version": attrs.string(doc = "ROCm version of the snapshot."),
-    }, **toolchain_attr()),
-)
 
 _MESSAGE_ARGS = ["library", "channel", "version", "available", "snapshots_root", "store", "artifact", "update_command", "checksums_prefix"]
 
@@ -375,6 +307,3 @@ def prebuilt_snapshot(
     branches = _flavours(_own)
     branches["DEFAULT"] = select(_flavours(channel_constraint))
     native.alias(name = name, actual = select(branches), visibility = visibility, **kwargs)
-
-# The former name, kept so existing BUCK files keep working.
-rcclx_snapshot = prebuilt_snapshot
