@@ -228,6 +228,61 @@ pub fn detect_env(default: &[String]) -> Result<(Source, Vec<String>, Vec<String
     detect(env.as_deref(), &root, default)
 }
 
+impl Source {
+    /// How `kpack select-family --detect` names it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Source::Env => ENV_TARGETS,
+            Source::Sysfs => "sysfs",
+            Source::Default => "default",
+        }
+    }
+}
+
+/// What detection finds in this process's environment and, with selector
+/// data, what it picks (`kpack select-family --detect`).
+pub fn explain_detected(data: Option<&SelectorData>) -> Result<Explanation, String> {
+    let default = data.map(|d| d.default.clone()).unwrap_or_default();
+    let found = detect_env(&default)?;
+    Ok(match data {
+        Some(d) => explain(d, found),
+        None => Explanation {
+            ok: !found.1.is_empty(),
+            source: found.0,
+            targets: found.1,
+            notes: found.2,
+            packages: Vec::new(),
+            missing: Vec::new(),
+            available: Vec::new(),
+        },
+    })
+}
+
+impl Explanation {
+    /// Why this explanation is not `ok`, in one line (`None` when it is).
+    pub fn failure(&self, with_selector: bool) -> Option<String> {
+        if self.targets.is_empty() {
+            let root = std::env::var(ENV_SYSFS_ROOT).unwrap_or_else(|_| "/sys".into());
+            let default = if with_selector {
+                ", and the selector has no default"
+            } else {
+                ""
+            };
+            Some(format!(
+                "no GPU target: {ENV_TARGETS} is unset and no GPU node under {root}/{NODES_DIR}{default}"
+            ))
+        } else if !self.missing.is_empty() {
+            Some(format!(
+                "no device wheel for {}; device wheels exist for: {}",
+                self.missing.join(", "),
+                self.available.join(", ")
+            ))
+        } else {
+            None
+        }
+    }
+}
+
 /// The device wheels for `targets`: each target's own, else its generic
 /// target's; the rest are `missing`.
 pub fn explain(

@@ -120,31 +120,16 @@ fn run_detect(args: &SelectFamilyArgs) -> anyhow::Result<ExitCode> {
         Some(p) => Some(selector::read_selector(p)?),
         None => None,
     };
-    let default = data.as_ref().map(|d| d.default.clone()).unwrap_or_default();
-    let found = selector::detect_env(&default).map_err(|e| anyhow::anyhow!(e))?;
+    let e = selector::explain_detected(data.as_ref()).map_err(|e| anyhow::anyhow!(e))?;
     let config = match &args.config {
         Some(p) => Some(PackagingConfig::load(p)?),
         None => None,
     };
-    let groups: BTreeMap<String, Option<String>> = found
-        .1
-        .iter()
-        .filter_map(|t| {
-            let c = config.as_ref()?;
-            Some((t.clone(), select_family(c, t).ok().map(|s| s.group)))
-        })
-        .collect();
-    let e = match &data {
-        Some(d) => selector::explain(d, found),
-        None => selector::Explanation {
-            ok: !found.1.is_empty(),
-            source: found.0,
-            targets: found.1,
-            notes: found.2,
-            packages: Vec::new(),
-            missing: Vec::new(),
-            available: Vec::new(),
-        },
+    let groups: BTreeMap<&String, Option<String>> = match &config {
+        Some(c) => (e.targets.iter())
+            .map(|t| (t, select_family(c, t).ok().map(|s| s.group)))
+            .collect(),
+        None => BTreeMap::new(),
     };
     let mut out = std::io::stdout().lock();
     if args.json {
@@ -157,7 +142,7 @@ fn run_detect(args: &SelectFamilyArgs) -> anyhow::Result<ExitCode> {
         for n in &e.notes {
             eprintln!("kpack select-family: note: {n}");
         }
-        writeln!(out, "source: {}", source_name(e.source))?;
+        writeln!(out, "source: {}", e.source.name())?;
         writeln!(out, "targets: {}", e.targets.join(" "))?;
         for (t, g) in &groups {
             writeln!(out, "group {t}: {}", g.as_deref().unwrap_or("(none)"))?;
@@ -166,36 +151,12 @@ fn run_detect(args: &SelectFamilyArgs) -> anyhow::Result<ExitCode> {
             writeln!(out, "packages: {}", e.packages.join(" "))?;
         }
     }
-    if e.targets.is_empty() {
-        eprintln!(
-            "kpack select-family: no GPU target: {} is unset and no GPU node under {}/{}{}",
-            selector::ENV_TARGETS,
-            std::env::var(selector::ENV_SYSFS_ROOT).unwrap_or_else(|_| "/sys".into()),
-            selector::NODES_DIR,
-            if data.is_some() {
-                ", and the selector has no default"
-            } else {
-                ""
-            }
-        );
-    } else if !e.missing.is_empty() {
-        eprintln!(
-            "kpack select-family: no device wheel for {}; device wheels exist for: {}",
-            e.missing.join(", "),
-            e.available.join(", ")
-        );
+    if let Some(why) = e.failure(data.is_some()) {
+        eprintln!("kpack select-family: {why}");
     }
     Ok(if e.ok {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)
     })
-}
-
-fn source_name(s: selector::Source) -> &'static str {
-    match s {
-        selector::Source::Env => selector::ENV_TARGETS,
-        selector::Source::Sysfs => "sysfs",
-        selector::Source::Default => "default",
-    }
 }

@@ -59,6 +59,9 @@ impl WriteCtx<'_> {
     }
 }
 
+/// Each written wheel's output name and sizes, host first.
+pub(super) type WrittenWheels = Vec<(String, zip::Written)>;
+
 /// Phase 9: writes every wheel into the staging directory, host first,
 /// and checks the input did not change and no output exists. Returns each
 /// wheel's output name and sizes, in order.
@@ -70,7 +73,7 @@ pub(super) fn write_wheels(
     host_file: &str,
     planned: Vec<Planned>,
     selector: Option<SelectorData>,
-) -> Result<(Vec<(String, zip::Written)>, Option<SelectorFile>), WheelError> {
+) -> Result<(WrittenWheels, Option<SelectorFile>), WheelError> {
     let mut written = Vec::new();
     let mut out_names = Vec::new();
     let n = cx.out_name(host_file);
