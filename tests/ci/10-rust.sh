@@ -15,14 +15,19 @@ python3 -c 'import zstandard' 2>/dev/null || python3 -m pip install -q 'zstandar
 python3 -c 'import pefile' 2>/dev/null || python3 -m pip install -q 'pefile==2024.8.26'
 python3 -m pip --version >/dev/null 2>&1 || need_pkgs python3-pip  # split-wheel win_amd64 install test
 export PATH="/usr/lib/llvm-19/bin:$PATH"
-log "cargo fetch"
-cargo fetch --locked
-log "cargo fmt --check"
-cargo fmt --all --check
-log "cargo clippy"
-cargo clippy --workspace --all-targets --locked -- -D warnings
-log "cargo build (helpers used by the Buck2 harness)"
-cargo build --workspace --locked
+prefetch_wait crates
+timed "cargo fetch" cargo fetch --locked
+timed "cargo fmt --check" cargo fmt --all --check
+timed "cargo clippy" cargo clippy --workspace --all-targets --locked -- -D warnings
+timed "cargo build (helpers used by the Buck2 harness and every later stage)" cargo build --workspace --locked
 export ROCPACK_KPACK="$ROOT/target/debug/kpack" ROCPACK_SNAPCTL="$ROOT/target/debug/snapctl"
 log "cargo test"
+t=$SECONDS
 cargo test --workspace --locked 2>&1 | tee /tmp/rocpack-cargo-test.log
+# Tests run, per result line of the harness (unit, integration, doc tests).
+awk '/^test result:/ { p += $4; f += $6; i += $8 } END { printf "    cargo test: %d passed, %d failed, %d ignored\n", p, f, i }' \
+    /tmp/rocpack-cargo-test.log >&2
+printf '    (cargo test: %d s; the slowest test binaries:)\n' $((SECONDS - t)) >&2
+awk '/^ *(Running|Doc-tests) / { what = $0; sub(/^ *(Running|Doc-tests) /, "", what); sub(/\(target\/debug\/deps\//, "(", what) }
+     /^test result:/ { sub(/s$/, "", $NF); printf "%8.1f s  %s\n", $NF, what }' \
+    /tmp/rocpack-cargo-test.log | sort -rn | head -8 >&2

@@ -1,13 +1,18 @@
 #!/usr/bin/env bash
-# Fuzz targets: build every target of tools/fuzz (all parsers, every owner's),
-# then run every target for a bounded time (ROCPACK_FUZZ_SECONDS, default 20 s each),
-# seeded with real bundles, ELFs and archives from the fixtures. cargo-fuzz needs nightly
-# features; RUSTC_BOOTSTRAP=1 enables them on stable for this build only.
+# Fuzz targets: build every target of tools/fuzz (all parsers, every owner's)
+# with cargo-fuzz's flags (tools/fuzz/build.sh: SanitizerCoverage + ASan,
+# release, the build `cargo fuzz build -O` makes; cargo-fuzz itself is not
+# needed), then run every target for a bounded time (ROCPACK_FUZZ_SECONDS,
+# default 20 s each), seeded with real bundles, ELFs and archives from the
+# fixtures. Targets run ROCPACK_FUZZ_JOBS at a time (default: one per CPU,
+# at most 2), each a single-threaded libFuzzer on its own core, so each
+# still gets its full seconds.
 #
 # A target that fails (crash, panic, OOM, leak, timeout) does not stop the stage at
-# once: its input is printed (sha256, base64 of the gzipped bytes, `cargo fuzz fmt`)
-# so the log alone reproduces it, the other targets still run, and the stage fails
-# at the end naming every failed target.
+# once: its input is printed (sha256, base64 of the gzipped bytes, the input as
+# the target's Debug formatting, what `cargo fuzz fmt` prints) so the log alone
+# reproduces it, the other targets still run, and the stage fails at the end
+# naming every failed target.
 #
 # Knobs for long local runs: ROCPACK_FUZZ_TARGETS="elf kpack" runs only those;
 # ROCPACK_FUZZ_CORPUS=DIR keeps the corpora (seeds plus what libFuzzer finds) in
@@ -15,15 +20,12 @@
 . "$(dirname "$0")/lib.sh"
 cd "$ROOT"
 
-if ! command -v cargo-fuzz >/dev/null 2>&1; then
-    log "cargo install cargo-fuzz"
-    cargo install cargo-fuzz --locked
-fi
-
-export RUSTC_BOOTSTRAP=1
 FUZZ_DIR="$ROOT/tools/fuzz"
-log "cargo fuzz build -O (all targets)"
-cargo fuzz build -O --fuzz-dir "$FUZZ_DIR"
+prefetch_wait crates
+log "tools/fuzz/build.sh (all targets: cargo build --release, cargo fuzz build -O's flags)"
+BIN_DIR="$(bash "$FUZZ_DIR/build.sh")"
+# What `cargo fuzz run` adds to the target's environment.
+export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_odr_violation=0"
 
 RUNS="${ROCPACK_FUZZ_RUNS:-50000}"
 SECS="${ROCPACK_FUZZ_SECONDS:-20}"
@@ -97,7 +99,8 @@ show_input() {
         printf '\n===== fuzz %s failed: input %s, %s bytes, sha256 %s\n' \
             "$t" "${art#"$ROOT"/}" "$size" "$(sha256sum "$art" | cut -d' ' -f1)"
         printf '===== to reproduce: base64 -d <<'"'"'B64'"'"' | gunzip >input; then\n'
-        printf '=====   RUSTC_BOOTSTRAP=1 cargo fuzz run -O --fuzz-dir tools/fuzz %s input\n' "$t"
+        printf '=====   tools/fuzz/build.sh --bin %s && ASAN_OPTIONS=detect_odr_violation=0 \\\n' "$t"
+        printf '=====     tools/fuzz/target/*/release/%s input   (or: RUSTC_BOOTSTRAP=1 cargo fuzz run -O --fuzz-dir tools/fuzz %s input)\n' "$t" "$t"
         gzip -9 -n -c "$art" | base64 -w 76 >"$tmp/b64"
         b64="$(stat -c %s "$tmp/b64")"
         if [ "$b64" -le "$SHOW" ]; then
@@ -108,24 +111,57 @@ show_input() {
             printf '\nB64\n===== (cut at %s of %s base64 characters: ROCPACK_FUZZ_SHOW_CHARS)\n' \
                 "$SHOW" "$b64"
         fi
-        printf '===== cargo fuzz fmt (first 8 KiB):\n'
-        cargo fuzz fmt -O --fuzz-dir "$FUZZ_DIR" "$t" "$art" 2>&1 | head -c 8192 || true
+        # What `cargo fuzz fmt` prints: libfuzzer-sys writes the input's
+        # Debug formatting to RUST_LIBFUZZER_DEBUG_PATH instead of running it.
+        printf '===== the input as the target sees it (cargo fuzz fmt; first 8 KiB):\n'
+        RUST_LIBFUZZER_DEBUG_PATH="$tmp/$t.fmt" "$BIN_DIR/$t" "$art" >/dev/null 2>&1 </dev/null || true
+        head -c 8192 "$tmp/$t.fmt" 2>/dev/null || true
         printf '\n===== end of fuzz %s input\n' "$t"
     } >&2
 }
 
-failed=()
-for t in "${targets[@]}"; do
-    log "fuzz $t ($RUNS runs, at most $SECS s)"
-    touch "$tmp/stamp"
+# run_target T: one libFuzzer run of T (what `cargo fuzz run -O` runs), its
+# output into $tmp/T.log; on failure the input is appended there too.
+run_target() {
+    local t="$1" rc=0
+    mkdir -p "$tmp/$t.tmpdir" "$FUZZ_DIR/artifacts/$t"
+    touch "$tmp/$t.stamp"
     # rss_limit guards "no huge allocations"; max_len keeps inputs bundle-sized
     # TMPDIR: what a target leaves in the temporary directory goes with $tmp
-    if ! TMPDIR="$tmp" cargo fuzz run -O --fuzz-dir "$FUZZ_DIR" "$t" "$seeds/$t" -- -runs="$RUNS" -max_len=131072 \
-        -rss_limit_mb=1024 -malloc_limit_mb=512 -max_total_time="$SECS" -timeout="$TIMEOUT" \
-        -print_final_stats=1; then
-        show_input "$t" "$tmp/stamp"
-        failed+=("$t")
+    {
+        printf '\n==> fuzz %s (%s runs, at most %s s)\n' "$t" "$RUNS" "$SECS"
+        TMPDIR="$tmp/$t.tmpdir" "$BIN_DIR/$t" -artifact_prefix="$FUZZ_DIR/artifacts/$t/" \
+            -runs="$RUNS" -max_len=131072 -rss_limit_mb=1024 -malloc_limit_mb=512 \
+            -max_total_time="$SECS" -timeout="$TIMEOUT" -print_final_stats=1 "$seeds/$t" </dev/null || rc=$?
+        [ "$rc" -eq 0 ] || show_input "$t" "$tmp/$t.stamp"
+        printf '==> fuzz %s: %s\n' "$t" "$([ "$rc" -eq 0 ] && echo ok || echo "FAILED (exit $rc)")"
+    } >"$tmp/$t.log" 2>&1
+    return "$rc"
+}
+
+JOBS="${ROCPACK_FUZZ_JOBS:-$(nproc)}"
+[ "$JOBS" -ge 1 ] 2>/dev/null || JOBS=1
+[ -n "${ROCPACK_FUZZ_JOBS:-}" ] || [ "$JOBS" -le 2 ] || JOBS=2
+log "fuzz ${#targets[@]} targets, $JOBS at a time, $RUNS runs or $SECS s each"
+declare -A pid_of=()
+failed=()
+# Waits for the oldest running target, prints its log (in the targets'
+# order, so the log reads as if they had run one after another).
+reap() {
+    local t="$1"
+    wait "${pid_of[$t]}" || failed+=("$t")
+    cat "$tmp/$t.log" >&2
+}
+running=()
+for t in "${targets[@]}"; do
+    if [ ${#running[@]} -ge "$JOBS" ]; then
+        reap "${running[0]}"
+        running=("${running[@]:1}")
     fi
+    run_target "$t" &
+    pid_of[$t]=$!
+    running+=("$t")
 done
+for t in "${running[@]}"; do reap "$t"; done
 [ ${#failed[@]} -eq 0 ] || die "fuzz targets failed: ${failed[*]} (inputs printed above)"
-log "fuzz ok"
+log "fuzz ok: ${#targets[@]} targets"

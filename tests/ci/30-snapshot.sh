@@ -9,15 +9,9 @@
 . "$(dirname "$0")/lib.sh"
 cd "$ROOT"
 
-VENV="${ROCPACK_MOTO_VENV:-/tmp/rocpack-moto-venv}"
-if [ ! -x "$VENV/bin/moto_server" ]; then
-    log "installing moto[server] into $VENV (PyPI)"
-    if ! python3 -m venv "$VENV" 2>/dev/null; then
-        need_pkgs python3-venv python3-pip
-        /usr/bin/python3 -m venv "$VENV"
-    fi
-    "$VENV/bin/pip" install -q --disable-pip-version-check 'moto[server]>=5,<6'
-fi
+prefetch_wait moto
+ensure_moto_venv
+VENV="$MOTO_VENV"
 
 # A port for moto's server, below the kernel's ephemeral range: a port
 # bound and released there could be handed to an outgoing connection
@@ -81,8 +75,8 @@ SNAPCTL_TEST_S3_URL="s3://rocpack-snapshots/ci" \
 grep -q "test result: ok. 3 passed" "$WORK/s3-test.log" || die "s3 tests did not all run"
 
 # --- http:// (python3 -m http.server) ---------------------------------------
-cargo build -q -p snapctl --locked
-SNAPCTL="$ROOT/target/debug/snapctl"
+ci_helpers
+SNAPCTL="$SNAPCTL_BIN"
 bash tests/snapshot/doc-commands.sh "$SNAPCTL" || die "the snapshot docs' commands (tests/snapshot/doc-commands.sh)"
 mkdir -p "$WORK/h/root"
 head -c 300000 /dev/urandom >"$WORK/h/lib.a"

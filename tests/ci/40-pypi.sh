@@ -8,7 +8,7 @@
 # (`cmp`; a binary with compressed bundles, which reassembly recompresses,
 # must match everywhere but in its bundle section, its size fields and the
 # pointers into it); `kpack verify` checks both
-# install models. Downloads are pinned by version and sha256 and cached in
+# install models. Downloads (tests/pypi/wheels.txt) are pinned by version and sha256 and cached in
 # target/rocpack-pypi-cache; the stage is skipped, loudly, only when PyPI is
 # unreachable. The fixture fat binaries go through the same checks first.
 . "$(dirname "$0")/lib.sh"
@@ -18,12 +18,10 @@ command -v zstd >/dev/null || need_pkgs zstd
 command -v unzip >/dev/null || need_pkgs unzip
 PY=python3
 $PY -m pip --version >/dev/null 2>&1 || { need_pkgs python3-pip; PY=/usr/bin/python3; }
-cargo build --locked -q -p kpack
-KPACK="$ROOT/target/debug/kpack"
-CACHE="$ROOT/target/rocpack-pypi-cache"
+ci_helpers
+KPACK="$KPACK_BIN"
 W="$(mktemp -d /tmp/rocpack-pypi.XXXXXX)"
 trap 'rm -rf "$W"' EXIT
-mkdir -p "$CACHE"
 
 # The same checks on the fixture fat binaries first (offline): uncompressed,
 # CCOB v2, multi-TU, RDC, generic targets, lld/RELR, executables.
@@ -40,41 +38,20 @@ echo lib >"$W/fx/art/artifact_manifest.txt"
 $PY tests/pypi/check_split.py "$KPACK" "$W/fx/art" "$W/fx/out" fx || die "fixtures: split/reassembly check"
 rm -rf "$W/fx"
 
-# name==version  python  wheel file  sha256
-WHEELS=(
-  "jax-rocm60-plugin==0.5.0 3.11 jax_rocm60_plugin-0.5.0-cp311-cp311-manylinux_2_28_x86_64.whl 05414df017d473b77cae3b04e69d199cbdaa2ddb7cff0801edbae84f37a74308"
-  "jax-rocm7-plugin==0.10.0 3.12 jax_rocm7_plugin-0.10.0-cp312-cp312-manylinux_2_28_x86_64.whl f00e5664a380bef3657b412e4ea3895a5a29656155074e2667e68194eabb5329"
-  # The field case of issue #10: a 520 MB lld-linked XLA plugin whose first
-  # PT_LOAD has p_align 0x4000 and the others 0x1000, with 41 CCOB v3 (zstd,
-  # long-distance matched) bundles; reassembly must squeeze them back into
-  # the original .hip_fatbin.
-  "jax-rocm7-pjrt==0.10.0 3.12 jax_rocm7_pjrt-0.10.0-py3-none-manylinux_2_28_x86_64.whl fe0a40550c60e1b9f82eebfa6243ed6a7e3de7a07369142232bf8e331de03181"
-  # Windows (issue #21): a win_amd64 wheel whose .pyd (45 MB, 32 bundles)
-  # and two DLLs are PE32+ images with .hip_fat/.hipFatB, 9 targets.
-  "hip-quant==2.2.4.post215 3.12 hip_quant-2.2.4.post215-cp312-cp312-win_amd64.whl d9d6a20a940e814b34d60cd35dce01de2dc2fc59033c047834a1f3ac2c5f29f9"
-  # auditwheel-repaired (patchelf'd) torch extensions: `.shstrtab` and the
-  # section header table among the loaded segments, and one 0x00 after the
-  # last PT_LOAD (7 fat binaries, 7 MB wheels).
-  "torch-scatter-rocm==2.1.2.post7 3.12 torch_scatter_rocm-2.1.2.post7-cp312-cp312-manylinux_2_32_x86_64.whl 6d7d09c22eac2b6e5dd798cca3803595cbcfa967e41873271c923f24fbe7b718"
-  "torch-sparse-rocm==0.6.18.post7 3.12 torch_sparse_rocm-0.6.18.post7-cp312-cp312-manylinux_2_32_x86_64.whl b1870c8462f5a2e6491830ddc19fdde9f4b0fa6010ab822c4951466de7cecb34"
-)
-# ROCPACK_PYPI_ONLY=<regex>: only the wheels whose requirement matches (by hand).
+prefetch_wait pypi
+mapfile -t WHEELS < <(grep -v '^#' "$PYPI_WHEELS_FILE" | grep .)
 for line in "${WHEELS[@]}"; do
     read -r req pyver whl want <<<"$line"
+    # ROCPACK_PYPI_ONLY=<regex>: only the wheels whose requirement matches (by hand).
     [[ -z "${ROCPACK_PYPI_ONLY:-}" || "$req" =~ $ROCPACK_PYPI_ONLY ]] || continue
     platform="${whl%.whl}"; platform="${platform##*-}"
-    if [ ! -f "$CACHE/$whl" ]; then
-        if ! $PY -m pip download --disable-pip-version-check -q --no-deps --only-binary=:all: \
-                --python-version "$pyver" --platform "$platform" -d "$CACHE" "$req" >"$W/dl.log" 2>&1; then
-            if grep -qiE "connection|resolve|network|timed out|unreachable" "$W/dl.log"; then
-                printf '\n!!! SKIPPED: PyPI unreachable; the real-input stage did not run !!!\n\n' >&2
-                exit 0
-            fi
-            cat "$W/dl.log" >&2
-            die "pip download $req"
-        fi
+    rc=0; pypi_fetch "$PY" "$line" "$W/dl.log" || rc=$?
+    if [ "$rc" -eq 2 ]; then
+        printf '\n!!! SKIPPED: PyPI unreachable; the real-input stage did not run !!!\n\n' >&2
+        exit 0
     fi
-    echo "$want  $CACHE/$whl" | sha256sum -c --quiet - || die "sha256 of $whl (pinned $want)"
+    [ "$rc" -eq 0 ] || { cat "$W/dl.log" >&2; die "pip download $req (pinned sha256 $want)"; }
+    CACHE="$PYPI_CACHE"
     name="${req%%==*}"; name="${name//-/_}"
     art="$W/$name/art"; out="$W/$name/out"
     mkdir -p "$art"

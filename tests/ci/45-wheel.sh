@@ -24,9 +24,9 @@ fi
 t0=$(date +%s)
 stage() { log "$* ($(( $(date +%s) - t0 )) s so far)"; }
 
-stage "cargo build -p kpack"
-cargo build --locked -q -p kpack
-KPACK="$ROOT/target/debug/kpack"
+stage "helpers (stage 10's build: ci_helpers)"
+ci_helpers
+KPACK="$KPACK_BIN"
 W="$(mktemp -d /tmp/rocpack-wheel.XXXXXX)"
 trap 'rm -rf "$W"' EXIT
 RC="$PY $ROOT/tests/wheel/record_check.py"
@@ -230,25 +230,21 @@ pipq "$V" install --no-index --find-links "$W/renamed" 'fxpkg[device-gfx942]'
 expect_fail "$KPACK" verify --installed-tree "$(site "$V")" --gpu-target gfx1100
 
 stage "PyPI: a real ROCm wheel"
-PYPI_WHL=jax_rocm60_plugin-0.5.0-cp311-cp311-manylinux_2_28_x86_64.whl
-PYPI_SHA=05414df017d473b77cae3b04e69d199cbdaa2ddb7cff0801edbae84f37a74308
+# The first wheel of tests/pypi/wheels.txt (stage 40's, same cache).
+prefetch_wait pypi
+line="$(grep -m1 '^jax-rocm60-plugin==0.5.0 ' "$PYPI_WHEELS_FILE")"
+read -r _ _ PYPI_WHL PYPI_SHA <<<"$line"
 mkdir -p "$W/pypi"
-CACHE="$ROOT/target/rocpack-wheel-cache"
-mkdir -p "$CACHE"
-if [ ! -f "$CACHE/$PYPI_WHL" ]; then
-    if ! $PY -m pip download --disable-pip-version-check -q --no-deps --only-binary=:all: \
-        --python-version 3.11 --platform manylinux_2_28_x86_64 \
-        'jax-rocm60-plugin==0.5.0' -d "$CACHE" >"$W/dl.log" 2>&1; then
-        cat "$W/dl.log" >&2
-        if grep -qiE "connection|resolve|network|timed out|unreachable" "$W/dl.log"; then
-            printf '\n!!! SKIPPED: PyPI unreachable; the real-wheel stage did not run !!!\n\n' >&2
-            log "45-wheel: ok (PyPI stage SKIPPED) in $(( $(date +%s) - t0 )) s"
-            exit 0
-        fi
-        die "pip download jax-rocm60-plugin==0.5.0"
-    fi
+CACHE="$PYPI_CACHE"
+rc=0; pypi_fetch "$PY" "$line" "$W/dl.log" || rc=$?
+if [ "$rc" -eq 2 ]; then
+    cat "$W/dl.log" >&2
+    printf '\n!!! SKIPPED: PyPI unreachable; the real-wheel stage did not run !!!\n\n' >&2
+    log "45-wheel: ok (PyPI stage SKIPPED) in $(( $(date +%s) - t0 )) s"
+    exit 0
 fi
-echo "$PYPI_SHA  $CACHE/$PYPI_WHL" | sha256sum -c - || die "sha256 of $PYPI_WHL"
+[ "$rc" -eq 0 ] || { cat "$W/dl.log" >&2; die "pip download jax-rocm60-plugin==0.5.0 (pinned sha256 $PYPI_SHA)"; }
+echo "$PYPI_WHL: sha256 $PYPI_SHA OK"
 "$KPACK" split-wheel "$CACHE/$PYPI_WHL" --overlay-root jax_rocm60_plugin -o "$W/pypi/out" --json >"$W/pypi/report.json"
 $PY - "$W/pypi/report.json" <<'PYEOF'
 import json, sys

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # rocpack as a Python package (docs/python.md):
 #  1. `pip wheel .` at the repository root (in-tree PEP 517 backend, which
-#     runs cargo into target/; CI builds no other release profile, so here the
-#     backend takes cargo's dev profile and shares stage 10's build
-#     (ROCPACK_WHEEL_CARGO_PROFILE=dev; ROCPACK_CI_WHEEL_PROFILE=release runs
-#     the release build users get, several minutes more on 2 cores):
+#     runs cargo into target/). CI builds each profile once: here the backend
+#     packs stage 10's helpers (ci_helpers, via ROCPACK_PREBUILT_DIR) instead
+#     of a release build of its own (several minutes on 2 cores);
+#     ROCPACK_CI_WHEEL_PROFILE=release (or dev) runs the backend's own cargo
+#     build as users get it:
 #     twice, byte-identical, and from its sdist the same; `auditwheel show` agrees with the wheel's tag
 #     (manylinux_2_N computed from the binaries' glibc symbol versions);
 #  2. `pip install` into a fresh venv with no cargo/rustc on PATH; from it:
@@ -40,11 +41,18 @@ W="$(mktemp -d /tmp/rocpack-python.XXXXXX)"
 trap '[ -n "${ROCPACK_KEEP_TMP:-}" ] || rm -rf "$W"' EXIT
 pipq() { "$1/bin/python" -m pip --disable-pip-version-check -q "${@:2}"; }
 
-export ROCPACK_WHEEL_CARGO_PROFILE="${ROCPACK_CI_WHEEL_PROFILE:-dev}"
-stage "pip wheel . (cargo build --profile $ROCPACK_WHEEL_CARGO_PROFILE into target/)"
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
-unset ROCPACK_PREBUILT_DIR   # the real build: the backend runs cargo
-profdir=release; [ "$ROCPACK_WHEEL_CARGO_PROFILE" = dev ] && profdir=debug
+if [ -n "${ROCPACK_CI_WHEEL_PROFILE:-}" ]; then
+    export ROCPACK_WHEEL_CARGO_PROFILE="$ROCPACK_CI_WHEEL_PROFILE"
+    unset ROCPACK_PREBUILT_DIR   # the backend runs cargo
+    prebuilt="$CARGO_TARGET_DIR/release"; [ "$ROCPACK_WHEEL_CARGO_PROFILE" = dev ] && prebuilt="$CARGO_TARGET_DIR/debug"
+    stage "pip wheel . (cargo build --profile $ROCPACK_WHEEL_CARGO_PROFILE into target/)"
+else
+    ci_helpers
+    export ROCPACK_PREBUILT_DIR="$CI_HELPERS_DIR"
+    prebuilt="$CI_HELPERS_DIR"
+    stage "pip wheel . (stage 10's helpers: ROCPACK_PREBUILT_DIR=$CI_HELPERS_DIR)"
+fi
 $PY -m pip wheel --disable-pip-version-check -q --no-deps --no-index --no-cache-dir -w "$W/w1" .
 $PY -m pip wheel --disable-pip-version-check -q --no-deps --no-index --no-cache-dir -w "$W/w2" .
 WHL="$(ls "$W"/w1/rocpack-*.whl)"
@@ -59,7 +67,7 @@ mkdir -p "$W/sd"
 $PY -c 'import sys; sys.path.insert(0, "python/build_backend"); import rocpack_backend as b; print(b.build_sdist(sys.argv[1]))' "$W/sd" >/dev/null
 tar -xzf "$W"/sd/rocpack-*.tar.gz -C "$W/sd"
 [ -f "$W/sd/rocpack-$(basename "$WHL" | cut -d- -f2)/PKG-INFO" ] || die "sdist without PKG-INFO"
-ROCPACK_PREBUILT_DIR="$CARGO_TARGET_DIR/$profdir" $PY -m pip wheel --disable-pip-version-check -q --no-deps \
+ROCPACK_PREBUILT_DIR="$prebuilt" $PY -m pip wheel --disable-pip-version-check -q --no-deps \
     --no-index --no-cache-dir -w "$W/sd/w" "$W"/sd/rocpack-*/
 cmp "$WHL" "$W/sd/w/$(basename "$WHL")" || die "the wheel built from the sdist differs"
 

@@ -15,22 +15,13 @@
 cd "$ROOT"
 need_pkgs bazel-bootstrap nginx gcc libc6-dev binutils python3 curl
 
-# Debug-profile helpers: stage 10 (cargo test) already built most of them, and
-# the examples are tiny; a release build would add minutes on 2 cores.
-log "cargo build -p kpack -p snapctl (helpers for --config=prebuilt)"
+# Debug-profile helpers: stage 10's build (ci_helpers in lib.sh), without
+# debug info (Bazel hashes, copies and archives them several times), and
+# librocm_kpack for examples/runtime (install.sh takes it from beside
+# kpack). e2e.sh installs them into rules/bazel/prebuilt (gitignored).
 cargo fetch --locked
-# One cargo run for both: the same feature set as the toolchain's cargo action.
-cargo build --locked -p kpack -p snapctl
-# librocm_kpack for examples/runtime (install.sh takes it from beside kpack).
-cargo build --locked -p rocpack-runtime
-
-# Without debug info: Bazel hashes, copies and archives them several times.
-# (e2e.sh installs them into rules/bazel/prebuilt, gitignored.)
-helpers="$(mktemp -d /tmp/rocpack-helpers.XXXXXX)"
-trap 'rm -rf "$helpers"' EXIT
-strip --strip-debug -o "$helpers/kpack" target/debug/kpack
-strip --strip-debug -o "$helpers/snapctl" target/debug/snapctl
-cp target/debug/librocm_kpack.so target/debug/librocm_kpack.a "$helpers/"
+ci_helpers
+helpers="$CI_HELPERS_DIR"
 
 T=$SECONDS
 log "bazel e2e"

@@ -24,9 +24,12 @@
 # cached; ROCPACK_BAZEL7=0 skips it on purpose.
 # The chroot is cached in $ROCPACK_SID_CHROOT (default /var/tmp/rocpack-sid);
 # ROCPACK_SID_REMOVE=1 deletes it afterwards.
-# Helpers: $KPACK_BIN / $SNAPCTL_BIN, else target/debug/{kpack,snapctl} (CI's
-# stage 10 builds them), else target/release; installed into the copy's
-# rules/bazel/prebuilt/ (the copy leaves target/ out).
+# `55-bazel7.sh --prepare` only makes the chroot (debootstrap, apt-get) and
+# exits: tests/run-all.sh runs that in the background from the start, while
+# the CPU compiles (tests/ci/prefetch.sh).
+# Helpers: $KPACK_BIN / $SNAPCTL_BIN, else stage 10's dev build (ci_helpers
+# in lib.sh: target/ci-helpers, debug info stripped); installed into the
+# copy's rules/bazel/prebuilt/ (the copy leaves target/ out).
 . "$(dirname "$0")/lib.sh"
 cd "$ROOT"
 T0=$SECONDS; TS=""
@@ -44,12 +47,27 @@ MIRROR="${ROCPACK_SID_MIRROR:-http://deb.debian.org/debian}"
 SID_PKGS="bazel-bootstrap gcc libc6-dev binutils python3 python3-pip"
 READY="$CHROOT/.rocpack-ready"
 
+PREPARE=0
+[ "${1:-}" != --prepare ] || PREPARE=1
+[ "$PREPARE" = 1 ] || prefetch_wait sid-chroot
 KPACK="${KPACK_BIN:-}"; SNAPCTL="${SNAPCTL_BIN:-}"
+if [ "$PREPARE" = 0 ] && [ -z "$KPACK" ]; then
+    # Stage 10's dev build, without debug info, librocm_kpack beside them.
+    ci_helpers
+    KPACK="$CI_HELPERS_DIR/kpack" SNAPCTL="$CI_HELPERS_DIR/snapctl"
+fi
 for p in debug release; do
     [ -n "$KPACK" ] || { [ -x "target/$p/kpack" ] && [ -x "target/$p/snapctl" ] && KPACK="$ROOT/target/$p/kpack" && SNAPCTL="$ROOT/target/$p/snapctl"; } || true
 done
-[ -n "$KPACK" ] && [ -x "$KPACK" ] && [ -x "$SNAPCTL" ] \
+[ "$PREPARE" = 1 ] || { [ -n "$KPACK" ] && [ -x "$KPACK" ] && [ -x "$SNAPCTL" ]; } \
     || die "no helper binaries: run 'cargo build -p kpack -p snapctl' first or set KPACK_BIN and SNAPCTL_BIN"
+
+# One setup of the chroot at a time (a background --prepare and this stage
+# run alone, or two runs on one machine); released before any Bazel server
+# starts (a daemon would inherit the descriptor).
+mkdir -p "$(dirname "$CHROOT")"
+exec 9>"$CHROOT.lock"
+flock -n 9 || { log "waiting for another setup of $CHROOT ($CHROOT.lock)"; flock 9; }
 
 registry_up() {
     local host; host="$(printf '%s' "$MIRROR" | sed -E 's|^[a-z]+://([^/:]+).*|\1|')"
@@ -70,13 +88,15 @@ cleanup() {
     for m in "${mounted[@]}"; do umount -R "$CHROOT$m" 2>/dev/null || umount -lR "$CHROOT$m" || true; done
     if findmnt -rno TARGET | grep "^$CHROOT/" >/dev/null; then
         echo "WARNING: still mounted under $CHROOT; not removing it" >&2
-    elif [ "${ROCPACK_SID_REMOVE:-0}" = 1 ]; then
+    elif [ "${ROCPACK_SID_REMOVE:-0}" = 1 ] && [ "$PREPARE" = 0 ]; then
         rm -rf "$CHROOT"
     fi
     printf '    total %ds\n' $((SECONDS - T0)) >&2
     exit $rc
 }
 trap cleanup EXIT
+# Killed (a background --prepare ended by tests/run-all.sh): unmount too.
+trap 'exit 143' TERM INT HUP
 
 if [ ! -x "$CHROOT/usr/bin/apt-get" ]; then
     step "debootstrap sid into $CHROOT (cached for later runs)"
@@ -99,6 +119,11 @@ if [ "$(cat "$READY" 2>/dev/null)" != "$SID_PKGS" ]; then
         >"$CHROOT.apt.log" 2>&1 || { tail -20 "$CHROOT.apt.log" >&2; die "apt-get install in the chroot failed"; }
     echo "$SID_PKGS" > "$READY"
 fi
+if [ "$PREPARE" = 1 ]; then
+    step "the chroot $CHROOT is ready (--prepare)"
+    exit 0
+fi
+exec 9>&-
 
 step "copy the workspace into the chroot; helpers from $KPACK"
 rm -rf "$CHROOT/workspace"

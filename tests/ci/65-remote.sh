@@ -97,9 +97,9 @@ EOB
 # ---------------------------------------------------------------------------
 step "helpers: cargo build -p kpack -p snapctl (dev), release tarball pinned by sha256"
 cargo fetch --locked
-cargo build --locked -q -p kpack -p snapctl
+ci_helpers
 REL="$T/release"
-remote_release "$REL" target/debug/kpack target/debug/snapctl
+remote_release "$REL" "$KPACK_BIN" "$SNAPCTL_BIN"
 echo "    tarball $REL_SHA; kpack $KPACK_SHA; snapctl $SNAPCTL_SHA" >&2
 done_step
 

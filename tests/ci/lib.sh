@@ -15,6 +15,16 @@ export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
 
 log() { printf '\n==> %s\n' "$*" >&2; }
 die() { printf 'FAILED: %s\n' "$*" >&2; exit 1; }
+# timed LABEL CMD...: logs LABEL, runs CMD, prints its wall time (its
+# status is CMD's).
+timed() {
+    local label="$1" t=$SECONDS rc=0
+    shift
+    log "$label"
+    "$@" || rc=$?
+    printf '    (%s: %d s)\n' "$label" $((SECONDS - t)) >&2
+    return "$rc"
+}
 
 # http_serve DIR LOG: serves DIR over HTTP on 127.0.0.1, on a port the
 # kernel picks when the server binds (a port probed free and bound later
@@ -44,9 +54,13 @@ s.serve_forever()' "$1" "$pf" >"$2" 2>&1 &
 
 # need_pkgs PKG... : install Debian packages that are missing (root only).
 need_pkgs() {
-    local missing=()
+    local missing=() installed p
+    # One dpkg-query for all of them (one per package took a second each
+    # on a loaded machine).
+    installed=" $(dpkg-query -W -f='${Package} ${Status}\n' "$@" 2>/dev/null \
+        | awk '$2 == "install" && $3 == "ok" && $4 == "installed" { print $1 }' | tr '\n' ' ') "
     for p in "$@"; do
-        dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep 'install ok installed' >/dev/null || missing+=("$p")
+        [[ "$installed" == *" $p "* ]] || missing+=("$p")
     done
     [ ${#missing[@]} -eq 0 ] && return 0
     if [ "$(id -u)" -ne 0 ]; then
@@ -60,6 +74,97 @@ need_pkgs() {
         -o DPkg::Lock::Timeout=600 "${missing[@]}" \
     || DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
         -o DPkg::Lock::Timeout=600 "${missing[@]}"
+}
+
+# Every Debian package the stages ask for (each stage still asks for its
+# own with need_pkgs): tests/run-all.sh installs them in one apt-get run at
+# the start, so a fresh machine pays for one dependency resolution and the
+# background fetches (debootstrap, pip) have their tools.
+CI_PKGS=(clang-tools-19 llvm-19 lld-19 elfutils binutils zstd openssl gcc g++ libc6-dev
+    debhelper debugedit patchelf mold cmake pkgconf git unzip gcc-mingw-w64-x86-64 wine64
+    python3 python3-pip python3-venv bazel-bootstrap nginx curl bc debootstrap)
+
+# Fetches started by tests/run-all.sh at the start of the run, in the
+# background while the CPU compiles (tests/ci/prefetch.sh). A stage that
+# uses one calls `prefetch_wait NAME` first, which waits until that fetch
+# has ended (it leaves $ROCPACK_PREFETCH_DIR/NAME.pending while it runs);
+# run alone, a stage finds no prefetch and fetches what it needs itself.
+prefetch_wait() {
+    local f="${ROCPACK_PREFETCH_DIR:-/nonexistent}/$1" t=$SECONDS
+    [ -e "$f.pending" ] || return 0
+    log "waiting for the background fetch of $1 (log: $f.log)"
+    while [ -e "$f.pending" ]; do sleep 1; done
+    log "background fetch of $1 ended ($((SECONDS - t)) s waited): $(tail -1 "$f.log" 2>/dev/null)"
+}
+
+# Real ROCm wheels from PyPI (stages 40 and 45), pinned by version and
+# sha256, cached in $PYPI_CACHE: one line each, "name==version python
+# wheel-file sha256".
+PYPI_CACHE="$ROOT/target/rocpack-pypi-cache"
+PYPI_WHEELS_FILE="$ROOT/tests/pypi/wheels.txt"
+# pypi_fetch PY LINE LOG: downloads LINE's wheel into $PYPI_CACHE unless it
+# is there; checks its sha256. Returns 2 when PyPI is unreachable (LOG says
+# why), 1 on any other failure.
+pypi_fetch() {
+    local py="$1" req pyver whl want platform
+    read -r req pyver whl want <<<"$2"
+    platform="${whl%.whl}"; platform="${platform##*-}"   # the wheel's platform tag
+    mkdir -p "$PYPI_CACHE"
+    if [ ! -f "$PYPI_CACHE/$whl" ]; then
+        # Into a directory of its own, then renamed: a fetch cut short
+        # leaves no partial wheel under the cached name.
+        local part="$PYPI_CACHE/.part.$$"
+        rm -rf "$part"
+        if ! $py -m pip download --disable-pip-version-check -q --no-deps --only-binary=:all: \
+                --python-version "$pyver" --platform "$platform" -d "$part" "$req" >"$3" 2>&1; then
+            rm -rf "$part"
+            grep -qiE "connection|resolve|network|timed out|unreachable" "$3" && return 2
+            return 1
+        fi
+        mv "$part/$whl" "$PYPI_CACHE/$whl" && rm -rf "$part"
+    fi
+    echo "$want  $PYPI_CACHE/$whl" | sha256sum -c --quiet - >"$3" 2>&1 \
+        || { echo "sha256 of $whl is not the pinned $want" >>"$3"; return 1; }
+}
+
+# moto's S3-compatible server (stage 30) in a venv of its own.
+MOTO_VENV="${ROCPACK_MOTO_VENV:-/tmp/rocpack-moto-venv}"
+ensure_moto_venv() {
+    [ ! -x "$MOTO_VENV/bin/moto_server" ] || return 0
+    log "installing moto[server] into $MOTO_VENV (PyPI)"
+    if ! python3 -m venv "$MOTO_VENV" 2>/dev/null; then
+        need_pkgs python3-venv python3-pip
+        /usr/bin/python3 -m venv "$MOTO_VENV"
+    fi
+    "$MOTO_VENV/bin/pip" install -q --disable-pip-version-check 'moto[server]>=5,<6'
+}
+
+# ci_helpers: the helpers every stage after 10 uses, from the one dev build
+# of stage 10 (a no-op cargo run then; run alone, a stage builds them):
+#   KPACK_BIN, SNAPCTL_BIN   target/debug/{kpack,snapctl}
+#   LIBROCM_KPACK_SO, LIBROCM_KPACK_A   target/debug/librocm_kpack.{so,a}
+#   CI_HELPERS_DIR           target/ci-helpers: kpack and snapctl without
+#                            debug info (what Bazel hashes, copies, ships to
+#                            a remote worker) and both librocm_kpack files,
+#                            the layout rules/bazel/prebuilt/install.sh takes.
+# A new check that runs a helper takes it from here, not from a build of its own.
+ci_helpers() {
+    # kpack + snapctl in one cargo run: the feature set of the Bazel and
+    # Buck2 toolchains' cargo action, which then finds everything built.
+    (cd "$ROOT" && cargo build --locked -q -p kpack -p snapctl && cargo build --locked -q -p rocpack-runtime)
+    local d="$ROOT/target/debug" h="$ROOT/target/ci-helpers" f
+    export KPACK_BIN="$d/kpack" SNAPCTL_BIN="$d/snapctl" CI_HELPERS_DIR="$h"
+    export LIBROCM_KPACK_SO="$d/librocm_kpack.so" LIBROCM_KPACK_A="$d/librocm_kpack.a"
+    mkdir -p "$h"
+    for f in kpack snapctl; do
+        if [ ! "$h/$f" -nt "$d/$f" ]; then
+            strip --strip-debug -o "$h/$f.tmp" "$d/$f"
+            mv -f "$h/$f.tmp" "$h/$f"
+        fi
+    done
+    for f in librocm_kpack.so librocm_kpack.a; do
+        [ "$h/$f" -nt "$d/$f" ] || cp -f "$d/$f" "$h/$f"
+    done
 }
 
 # Debian packages the fixture generator needs (clang-19 builds the HIP
@@ -92,7 +197,8 @@ ensure_fixtures() {
         ln -s "$(cd "$ROCPACK_SHARED_DIR/tools" && pwd)" "$dest/tools"
     fi
 }
-ensure_fixtures
+# tests/run-all.sh builds them itself, after starting its background fetches.
+[ -n "${ROCPACK_DEFER_FIXTURES:-}" ] || ensure_fixtures
 
 # Windows (PE32+/COFF) fixtures: built from the same HIP sources with clang-19
 # for x86_64-w64-windows-gnu and linked with lld and mingw-w64's GNU ld (about
@@ -116,4 +222,4 @@ ensure_win_fixtures() {
         printf '%s\n' "$key" >"$dest/.stamp"
     fi
 }
-ensure_win_fixtures
+[ -n "${ROCPACK_DEFER_FIXTURES:-}" ] || ensure_win_fixtures
