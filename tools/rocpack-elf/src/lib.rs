@@ -76,7 +76,7 @@ pub use error::{Error, Result};
 pub use out::Out;
 pub use rewrite::{
     parse_bundles, reassemble, reassemble_placed, reassemble_to, reassembly_fits, split_host,
-    split_host_in, split_host_to, Bundles,
+    split_host_in, split_host_to, Bundles, Fit,
 };
 pub use sparse::{Sparse, SparseView};
 

@@ -228,14 +228,25 @@ pub enum Bundles<'a> {
     Later(&'a [(u64, u64)]),
 }
 
+/// Whether bundles of given sizes fit where the split left room for them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fit {
+    /// A reassembly can place them.
+    Fits,
+    /// They are too large (or too small) for the room the split left:
+    /// smaller (better compressed) bundles may fit.
+    DoesNotFit,
+}
+
 /// Whether bundles of sizes `lens` (by `co_index`) fit where the split of
-/// `host` left room for them: `Ok(false)` where [`reassemble`] would fail
-/// with a layout error, without building anything. Relocatable objects
-/// always fit (their `.hip_fatbin` is rebuilt at the end of the file).
-pub fn reassembly_fits(host: &[u8], lens: &[u64]) -> Result<bool> {
+/// `host` left room for them: [`Fit::DoesNotFit`] where [`reassemble`]
+/// would fail with [`Error::DoesNotFit`], without building anything; every
+/// other fault of the host is an error. Relocatable objects always fit
+/// (their `.hip_fatbin` is rebuilt at the end of the file).
+pub fn reassembly_fits(host: &[u8], lens: &[u64]) -> Result<Fit> {
     match reassemble_plan(host, &Bundles::Sizes(lens)) {
-        Ok(_) => Ok(true),
-        Err(Error::Layout { .. }) => Ok(false),
+        Ok(_) => Ok(Fit::Fits),
+        Err(Error::DoesNotFit { .. }) => Ok(Fit::DoesNotFit),
         Err(e) => Err(e),
     }
 }
@@ -586,7 +597,7 @@ fn layout_tail(
     } else if shstrtab_inside {
         let pos = out.len();
         if pos + shstrtab.len() as u64 > limit {
-            return Err(Error::layout(
+            return Err(Error::does_not_fit(
                 pos,
                 "output would grow beyond what the input allows",
             ));
@@ -1303,7 +1314,7 @@ fn reassemble_in_place(elf: &Elf<'_>, info: &FatBinaryInfo, bundles: &Bundles<'_
     let bundle_addr: Vec<u64> = offsets.iter().map(|&o| v + o).collect();
     let cap = free_end - v;
     if fat_len > cap {
-        return Err(Error::layout(
+        return Err(Error::does_not_fit(
             fb.file_offset,
             format!("rebuilt .hip_fatbin needs {fat_len} bytes but only {cap} are free at {v:#x}"),
         ));
@@ -1560,7 +1571,7 @@ fn reassemble_linked(elf: &Elf<'_>, info: &FatBinaryInfo, bundles: &Bundles<'_>)
         .unwrap_or(l2.p_vaddr + l2.p_memsz);
     let cap = r_end - v;
     if fat_len > cap {
-        return Err(Error::layout(
+        return Err(Error::does_not_fit(
             fb.file_offset,
             format!(
                 "rebuilt .hip_fatbin needs {fat_len} bytes but only {cap} are free at {v:#x} (compress the bundles)"

@@ -28,9 +28,14 @@ pub enum Error {
     /// Valid PE/COFF this crate does not handle (or refuses to rewrite).
     #[error("unsupported PE/COFF at offset {offset:#x}: {what}")]
     Unsupported { offset: u64, what: String },
-    /// The rewrite cannot place what it must place.
+    /// The rewrite cannot place what it must place (never "retry with
+    /// smaller bundles": that is [`Error::DoesNotFit`]).
     #[error("layout at offset {offset:#x}: {what}")]
     Layout { offset: u64, what: String },
+    /// Reassembly: the bundles given do not fit the bundle section the
+    /// split left (see [`crate::Fit`]). Same message form as `Layout`.
+    #[error("layout at offset {offset:#x}: {what}")]
+    DoesNotFit { offset: u64, what: String },
 }
 
 impl Error {
@@ -41,8 +46,20 @@ impl Error {
             Error::NotAnImage(_) => Some(0),
             Error::Malformed { offset, .. }
             | Error::Unsupported { offset, .. }
-            | Error::Layout { offset, .. } => Some(*offset),
+            | Error::Layout { offset, .. }
+            | Error::DoesNotFit { offset, .. } => Some(*offset),
         }
+    }
+
+    /// Whether the file is valid but of a flavour this crate does not read
+    /// (an ELF file with an odd `e_type` or `PN_XNUM`, a PE/COFF feature it
+    /// does not handle): a caller may copy such a file as it is when a
+    /// byte scan finds no device code in it.
+    pub fn is_unsupported(&self) -> bool {
+        matches!(
+            self,
+            Error::Unsupported { .. } | Error::Elf(rocpack_elf::Error::Unsupported { .. })
+        )
     }
 
     pub(crate) fn malformed(offset: u64, what: impl Into<String>) -> Self {
@@ -71,6 +88,13 @@ impl Error {
     /// The bundle at file `offset` is invalid (shared with ELF).
     pub(crate) fn bundle(offset: u64, source: rocpack_bundle::Error) -> Self {
         Error::Elf(rocpack_elf::Error::Bundle { offset, source })
+    }
+
+    pub(crate) fn does_not_fit(offset: u64, what: impl Into<String>) -> Self {
+        Error::DoesNotFit {
+            offset,
+            what: what.into(),
+        }
     }
 
     pub(crate) fn layout(offset: u64, what: impl Into<String>) -> Self {

@@ -18,7 +18,7 @@ use std::path::Path;
 use rocpack_bundle::{FileIdent, FileRange, Window};
 use rocpack_elf::{ArchiveMember, FatBinaryInfo, Sparse, SparseView};
 
-use crate::{detect, Analysis, Error, FileType, Result, HEAD_LEN};
+use crate::{detect, Analysis, FileType, Result, HEAD_LEN};
 
 /// An open regular file with what its analysis reads loaded.
 pub struct ImageFile {
@@ -138,15 +138,7 @@ impl ImageFile {
     pub fn analyze(&self) -> io::Result<Result<Analysis>> {
         let data = self.sparse.bytes();
         let src = self.source();
-        let a = match self.kind {
-            FileType::Elf { .. } => rocpack_elf::analyze_in(data, &src)
-                .map(Analysis::Elf)
-                .map_err(Error::from),
-            FileType::Pe { .. } | FileType::Coff { .. } => {
-                crate::pe::analyze_as(data, &src, self.kind).map(Analysis::Pe)
-            }
-            t => Err(Error::NotAnImage(t.name())),
-        };
+        let a = crate::analyze_as(data, &src, self.kind);
         self.check_unchanged()?;
         Ok(a)
     }

@@ -5,6 +5,10 @@
 //!   CCOB, `.kpack`); [`detect_file`] reads the head of a regular file.
 //! * [`analyze`]`(data) -> `[`Analysis`] — ELF (through `rocpack-elf`) or
 //!   PE32+/COFF ([`pe::analyze`]), by what [`detect`] says.
+//! * [`analyze_in`]`(data, src) -> `[`Analysis`] / [`split_to`]`(data, src,
+//!   analysis, marker, file)` — the same analysis and host-only rewrite of
+//!   a file that is never read whole (headers and tables through `data`,
+//!   the rest through positioned reads of `src`), written range by range.
 //! * [`ImageFile`] — the same analysis of a file (and of an archive's
 //!   members) without reading it whole: headers, tables, wrappers and
 //!   markers through positioned reads, memory flat in the file's size.
@@ -33,8 +37,12 @@ mod reassembly;
 pub use detect::{detect, detect_file, FileType, HEAD_LEN};
 pub use error::{Error, Result};
 pub use file::ImageFile;
-pub use reassembly::{ArchiveError, Fit, Form, MemberBundlesFn, Reassembly};
+pub use reassembly::{ArchiveError, Form, MemberBundlesFn, Reassembly};
+pub use rocpack_elf::Fit;
 
+use std::fs::File;
+
+use rocpack_bundle::ReadAt;
 use rocpack_elf::{BundleInfo, FatBinaryInfo, MarkerInfo, State};
 
 /// Analysis of one host file.
@@ -105,6 +113,49 @@ pub fn analyze(data: &[u8]) -> Result<Analysis> {
     }
 }
 
+/// Analyse an ELF file, PE32+ image or COFF object without reading it
+/// whole: `data` holds what the analysis reads (a mapping, or a
+/// [`rocpack_elf::SparseView`] of a file), `src` reads the whole file with
+/// positioned reads (the bundle headers). The streaming counterpart of
+/// [`analyze`], and the one dispatch of every bounded-memory path.
+pub fn analyze_in(data: &[u8], src: &dyn ReadAt) -> Result<Analysis> {
+    analyze_as(data, src, detect(data))
+}
+
+/// [`analyze_in`] of a file whose type `kind` was detected from its head
+/// already (`data` may hold less than the head: [`ImageFile`]).
+pub(crate) fn analyze_as<'d, R: object::ReadRef<'d>>(
+    data: R,
+    src: &dyn ReadAt,
+    kind: FileType,
+) -> Result<Analysis> {
+    match kind {
+        FileType::Elf { .. } => Ok(Analysis::Elf(rocpack_elf::analyze_in(data, src)?)),
+        FileType::Pe { .. } | FileType::Coff { .. } => {
+            Ok(Analysis::Pe(pe::analyze_as(data, src, kind)?))
+        }
+        t => Err(Error::NotAnImage(t.name())),
+    }
+}
+
+/// The host-only rewrite of an analysed ELF file or PE32+ image (`info`:
+/// its [`analyze_in`]) written to `dst` (empty, opened for reading and
+/// writing) range by range from `src`: neither the host part nor the
+/// output is held in memory. `marker` is the marker payload. Returns the
+/// bytes written.
+pub fn split_to(
+    data: &[u8],
+    src: &dyn ReadAt,
+    info: &Analysis,
+    marker: &[u8],
+    dst: &File,
+) -> Result<u64> {
+    match info {
+        Analysis::Elf(_) => Ok(rocpack_elf::split_host_to(data, src, marker, dst)?),
+        Analysis::Pe(i) => pe::split_to(data, src, i, marker, dst),
+    }
+}
+
 /// Raw bytes of bundle `index` of an analysed file.
 pub fn bundle_bytes<'a>(data: &'a [u8], info: &Analysis, index: usize) -> Result<&'a [u8]> {
     match info {
@@ -125,6 +176,7 @@ fn elf_cb<T>(
         f(name, &Analysis::Elf(info.clone())).map_err(|e| match e {
             Error::Elf(e) => e,
             Error::Layout { offset, what } => rocpack_elf::Error::Layout { offset, what },
+            Error::DoesNotFit { offset, what } => rocpack_elf::Error::DoesNotFit { offset, what },
             other => rocpack_elf::Error::Layout {
                 offset: other.offset().unwrap_or(0),
                 what: other.to_string(),

@@ -11,19 +11,9 @@ use std::fs::File;
 use std::io::Write;
 
 use rocpack_bundle::ReadAt;
-use rocpack_elf::{Bundles, FatBinaryInfo, State};
+use rocpack_elf::{Bundles, FatBinaryInfo, Fit, State};
 
 use crate::{detect, pe, Analysis, Error, FileType, Result};
-
-/// Whether bundles of given sizes fit where the split left room for them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Fit {
-    /// [`Reassembly::write`] can place them.
-    Fits,
-    /// They are too large (or too small) for the room the split left:
-    /// smaller (better compressed) bundles may fit.
-    DoesNotFit,
-}
 
 /// What a host file needs to be reassembled.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -118,12 +108,11 @@ impl<'a> Reassembly<'a> {
 
     /// Whether bundles of sizes `lens` (by `co_index`) fit a split host.
     pub fn fits(&self, lens: &[u64]) -> Result<Fit> {
-        let fits = match &self.kind {
-            Host::Elf(_) => rocpack_elf::reassembly_fits(self.host, lens)?,
-            Host::Pe(i) => pe::reassembly_fits(self.host, i, lens)?,
-            Host::Archive => true,
-        };
-        Ok(if fits { Fit::Fits } else { Fit::DoesNotFit })
+        match &self.kind {
+            Host::Elf(_) => Ok(rocpack_elf::reassembly_fits(self.host, lens)?),
+            Host::Pe(i) => pe::reassembly_fits(self.host, i, lens),
+            Host::Archive => Ok(Fit::Fits),
+        }
     }
 
     /// The host part written into `dst` (empty) with positioned writes,
