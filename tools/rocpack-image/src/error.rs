@@ -3,7 +3,7 @@
 //! Only what is PE/COFF's own lives here (its "malformed"/"unsupported"
 //! wording, the not-an-image case); faults with the same meaning on both
 //! sides of the seam (wrapper, bundle, truncation, I/O) are
-//! `rocpack_elf::Error` values carried by [`Error::Elf`].
+//! `crate::elf::Error` values carried by [`Error::Elf`].
 
 /// Result alias of this crate.
 pub type Result<T> = std::result::Result<T, Error>;
@@ -14,11 +14,11 @@ pub type Result<T> = std::result::Result<T, Error>;
 pub enum Error {
     /// From the ELF side of the seam, and the faults both sides share: a
     /// `__CudaFatBinaryWrapper` that cannot be followed
-    /// (`rocpack_elf::Error::Wrapper`), an invalid bundle in the bundle
-    /// section (`rocpack_elf::Error::Bundle`). One type, one message for
+    /// (`crate::elf::Error::Wrapper`), an invalid bundle in the bundle
+    /// section (`crate::elf::Error::Bundle`). One type, one message for
     /// each, whatever the host format.
     #[error(transparent)]
-    Elf(#[from] rocpack_elf::Error),
+    Elf(#[from] crate::elf::Error),
     /// Not an ELF file, archive, PE image or COFF object.
     #[error("not an ELF file, ar archive, PE image or COFF object ({0})")]
     NotAnImage(&'static str),
@@ -58,7 +58,7 @@ impl Error {
     pub fn is_unsupported(&self) -> bool {
         matches!(
             self,
-            Error::Unsupported { .. } | Error::Elf(rocpack_elf::Error::Unsupported { .. })
+            Error::Unsupported { .. } | Error::Elf(crate::elf::Error::Unsupported { .. })
         )
     }
 
@@ -78,7 +78,7 @@ impl Error {
 
     /// Wrapper `index` at `offset` cannot be followed (shared with ELF).
     pub(crate) fn wrapper(index: usize, offset: u64, what: impl Into<String>) -> Self {
-        Error::Elf(rocpack_elf::Error::Wrapper {
+        Error::Elf(crate::elf::Error::Wrapper {
             index,
             offset,
             what: what.into(),
@@ -87,7 +87,7 @@ impl Error {
 
     /// The bundle at file `offset` is invalid (shared with ELF).
     pub(crate) fn bundle(offset: u64, source: rocpack_bundle::Error) -> Self {
-        Error::Elf(rocpack_elf::Error::Bundle { offset, source })
+        Error::Elf(crate::elf::Error::Bundle { offset, source })
     }
 
     pub(crate) fn does_not_fit(offset: u64, what: impl Into<String>) -> Self {

@@ -17,13 +17,13 @@ fn same_as_whole(path: &Path) -> (u64, u64) {
     let what = path.display();
     match f.file_type() {
         FileType::Archive => {
-            let whole = rocpack_elf::archive_members(&data).map(|ms| {
+            let whole = rocpack_image::elf::archive_members(&data).map(|ms| {
                 ms.into_iter()
                     .filter(|m| matches!(rocpack_image::detect(m.data), FileType::Elf { .. }))
                     .map(|m| {
                         (
                             m.name.clone(),
-                            rocpack_elf::analyze(m.data).map_err(|e| e.to_string()),
+                            rocpack_image::elf::analyze(m.data).map_err(|e| e.to_string()),
                         )
                     })
                     .collect::<Vec<_>>()

@@ -5,8 +5,9 @@ use std::fs::File;
 
 use object::pe;
 
+use crate::elf::{Bundles, Out};
+use crate::{Fit, State, HIPF_MAGIC, HIPK_MAGIC};
 use rocpack_bundle::ReadAt;
-use rocpack_elf::{Bundles, Fit, Out, State, HIPF_MAGIC, HIPK_MAGIC};
 
 use super::analyze::{
     analyze, get, u32_at, ImageHeaders, PeInfo, PeKind, PePointer, PeSection,
@@ -222,7 +223,7 @@ pub fn split_to(
 }
 
 fn io(what: &'static str) -> impl Fn(std::io::Error) -> Error {
-    move |source| Error::Elf(rocpack_elf::Error::Io { what, source })
+    move |source| Error::Elf(crate::elf::Error::Io { what, source })
 }
 
 /// A rewritten image: its pieces, and the `CheckSum` field to compute once

@@ -21,20 +21,20 @@ use std::collections::HashSet;
 
 use object::elf;
 
-use crate::analyze::{
-    analyze_elf, FatBinaryInfo, PointerModel, State, MARKER_SECTION, R_AARCH64_RELATIVE,
-    R_X86_64_RELATIVE,
+use crate::elf::analyze::{
+    analyze_elf, FatBinaryInfo, PointerModel, MARKER_SECTION, R_AARCH64_RELATIVE, R_X86_64_RELATIVE,
 };
-use crate::elf::{
+use crate::elf::error::{Error, Result};
+use crate::elf::headers::{
     align_down, align_up, get, put_u16, put_u64, u64_at, Elf, Phdr, Shdr, Sink, PHDR_SIZE,
     SHT_RELR, SYM_SIZE,
 };
-use crate::error::{Error, Result};
-use crate::out::Out;
-use crate::sections::{
+use crate::elf::out::Out;
+use crate::elf::sections::{
     end_loaded, fatbin_layout, marker_shdr, push_trail, restore_trail, shstrtab_bytes,
     shstrtab_without_marker, split_sections, write_hipf, write_hipk, OrigPlaces,
 };
+use crate::{Fit, State};
 
 /// Dynamic tags whose value is an address.
 const ADDR_TAGS: &[u32] = &[
@@ -79,7 +79,7 @@ pub fn split_host(data: &[u8], marker_payload: &[u8]) -> Result<Vec<u8>> {
 }
 
 /// [`split_host`], reading bundle headers through `src`, a source of the
-/// same bytes as `data` (see [`crate::analyze_in`]): only the host part of
+/// same bytes as `data` (see [`crate::elf::analyze_in`]): only the host part of
 /// a mapped input is touched.
 pub fn split_host_in(
     data: &[u8],
@@ -175,10 +175,10 @@ fn split_plan(
     if marker_payload.is_empty() {
         return Err(Error::layout(0, "empty marker payload"));
     }
-    if info.kind == crate::ElfKind::Relocatable {
+    if info.kind == crate::elf::ElfKind::Relocatable {
         validate_bundles(src, &info)?;
         return Ok((
-            Rewritten::Bytes(crate::object_file::split_object(
+            Rewritten::Bytes(crate::elf::object_file::split_object(
                 &elf,
                 &info,
                 marker_payload,
@@ -226,16 +226,6 @@ pub enum Bundles<'a> {
     /// `(offset, len)` ranges of bundles the caller writes into the output
     /// itself ([`reassemble_placed`]); never read.
     Later(&'a [(u64, u64)]),
-}
-
-/// Whether bundles of given sizes fit where the split left room for them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Fit {
-    /// A reassembly can place them.
-    Fits,
-    /// They are too large (or too small) for the room the split left:
-    /// smaller (better compressed) bundles may fit.
-    DoesNotFit,
 }
 
 /// Whether bundles of sizes `lens` (by `co_index`) fit where the split of
@@ -332,7 +322,7 @@ pub fn reassemble_placed(
     {
         let elf = Elf::parse(host)?;
         let info = analyze_elf(&elf, &host)?;
-        if info.state != State::Split || info.kind == crate::ElfKind::Relocatable {
+        if info.state != State::Split || info.kind == crate::elf::ElfKind::Relocatable {
             return Ok(None);
         }
         let (fb, _) = split_sections(&info, "binary")?;
@@ -414,14 +404,14 @@ fn reassemble_plan(host: &[u8], bundles: &Bundles<'_>) -> Result<Rewritten> {
             });
         }
     }
-    if info.kind == crate::ElfKind::Relocatable {
+    if info.kind == crate::elf::ElfKind::Relocatable {
         if let Bundles::Sizes(_) = bundles {
             return Ok(Rewritten::Unchanged);
         }
         let owned = bundles.read_all()?;
-        return Ok(Rewritten::Bytes(crate::object_file::reassemble_object(
-            &elf, &info, &owned,
-        )?));
+        return Ok(Rewritten::Bytes(
+            crate::elf::object_file::reassemble_object(&elf, &info, &owned)?,
+        ));
     }
     Ok(Rewritten::Pieces(reassemble_linked(&elf, &info, bundles)?))
 }
@@ -1420,7 +1410,7 @@ fn write_phdrs<S: Sink + ?Sized>(elf: &Elf<'_>, out: &mut S, phdrs: &[Phdr]) -> 
 /// The rewritten file must analyse as split with every wrapper (`wrappers`
 /// of the input).
 fn check_split(out: &[u8], wrappers: usize) -> Result<()> {
-    let check = crate::analyze::analyze(out)?;
+    let check = crate::elf::analyze::analyze(out)?;
     if check.state != State::Split || check.wrappers.len() != wrappers {
         return Err(Error::layout(
             0,
@@ -1434,7 +1424,7 @@ fn check_split(out: &[u8], wrappers: usize) -> Result<()> {
 fn write_pointer<S: Sink + ?Sized>(
     out: &mut S,
     map: &OffMap,
-    wr: &crate::WrapperInfo,
+    wr: &crate::elf::WrapperInfo,
     target: u64,
 ) -> Result<()> {
     let field = map.map_or_err(wr.file_offset + 8, "wrapper pointer")?;

@@ -53,7 +53,7 @@ pub enum Error {
     Layout { offset: u64, what: String },
     /// Reassembly: the bundles given do not fit the room the split left
     /// for them (smaller, better compressed bundles may; see
-    /// [`crate::reassembly_fits`]). Same message form as `Layout`.
+    /// [`crate::elf::reassembly_fits`]). Same message form as `Layout`.
     #[error("layout at offset {offset:#x}: {what}")]
     DoesNotFit { offset: u64, what: String },
     /// Invalid `ar` archive structure.
