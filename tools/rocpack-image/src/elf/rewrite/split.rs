@@ -2,6 +2,7 @@
 //! `split_in_place`) and the checks around them.
 
 use super::*;
+use crate::SectionRange;
 
 /// Rewrite a fat ELF file as host-only: device bytes removed, `.hip_fatbin`
 /// NOBITS, `.rocm_kpack_ref` holding `marker_payload` in a loadable segment,
@@ -258,7 +259,37 @@ fn check_no_other_refs(elf: &Elf<'_>, info: &FatBinaryInfo, lo: u64, hi: u64) ->
 }
 
 fn split_linked(elf: &Elf<'_>, info: &FatBinaryInfo, marker: &[u8]) -> Result<Out> {
-    let data = elf.data;
+    let f = locate_fatbin(elf, info)?;
+    let b = metadata_block(elf, f.page)?;
+    match region_b(elf, &f, &b, marker.len() as u64)? {
+        None => split_in_place(elf, info, marker, b.len()),
+        Some(g) => write_split(elf, info, marker, &f, &b, &g),
+    }
+}
+
+/// Where `.hip_fatbin` `[v, r)` is: phase 1 of [`split_linked`].
+#[derive(Clone, Copy)]
+struct Fatbin {
+    fb: SectionRange,
+    v: u64,
+    r: u64,
+    /// The PT_LOAD `L` holding it, and its index.
+    l: Phdr,
+    li: usize,
+    /// The page size the layout keeps.
+    page: u64,
+}
+
+impl Fatbin {
+    /// File offset of address `a` of `L`.
+    fn off(&self, a: u64) -> u64 {
+        self.l.p_offset + (a - self.l.p_vaddr)
+    }
+}
+
+/// Phase 1 of [`split_linked`]: `.hip_fatbin`, its PT_LOAD and the checks
+/// that the file can be rewritten at all.
+fn locate_fatbin(elf: &Elf<'_>, info: &FatBinaryInfo) -> Result<Fatbin> {
     let fb = info
         .fatbin
         .ok_or_else(|| Error::malformed(0, "fat binary without .hip_fatbin"))?;
@@ -285,7 +316,6 @@ fn split_linked(elf: &Elf<'_>, info: &FatBinaryInfo, marker: &[u8]) -> Result<Ou
             ".hip_fatbin file offset does not match its address in its PT_LOAD",
         ));
     }
-    let l_off = |a: u64| l.p_offset + (a - l.p_vaddr);
     let page = page_size(elf)?;
     validate_layout(elf, page)?;
     check_no_other_refs(elf, info, v, r)?;
@@ -302,15 +332,54 @@ fn split_linked(elf: &Elf<'_>, info: &FatBinaryInfo, marker: &[u8]) -> Result<Ou
             ));
         }
     }
+    Ok(Fatbin {
+        fb,
+        v,
+        r,
+        l,
+        li,
+        page,
+    })
+}
 
-    // --- The block of metadata sections behind the program headers. ---
+/// The block of metadata sections behind the program headers, moved to
+/// make room for one more: phase 2 of [`split_linked`].
+struct Block {
+    /// Its sections.
+    sections: Vec<usize>,
+    /// Its file range `[b0_off, b1_off)`.
+    b0_off: u64,
+    b1_off: u64,
+    /// Its largest section alignment (at least 16, at most a page).
+    amax: u64,
+    /// The PT_LOAD holding the headers, and its index.
+    l0: Phdr,
+    l0i: usize,
+    /// The program header count after the split, and the table's end.
+    new_n: u64,
+    ph_new_end: u64,
+}
+
+impl Block {
+    /// Address of file offset `off` in the headers' PT_LOAD.
+    fn l0_addr(&self, off: u64) -> u64 {
+        self.l0.p_vaddr + (off - self.l0.p_offset)
+    }
+
+    fn len(&self) -> u64 {
+        self.b1_off - self.b0_off
+    }
+}
+
+/// Phase 2 of [`split_linked`]: the metadata block and its checks.
+fn metadata_block(elf: &Elf<'_>, page: u64) -> Result<Block> {
+    let data = elf.data;
     let n = elf.phdrs.len() as u64;
     let new_n = n + 1;
     let ph_old_end = elf.ehdr.e_phoff + n * PHDR_SIZE;
     let ph_new_end = elf.ehdr.e_phoff + new_n * PHDR_SIZE;
     let l0i = header_load(elf)?;
     let l0 = elf.phdrs[l0i];
-    let l0_addr = |off: u64| l0.p_vaddr + (off - l0.p_offset);
     let mut after: Vec<usize> = (1..elf.shdrs.len())
         .filter(|&i| {
             let sh = &elf.shdrs[i];
@@ -420,8 +489,6 @@ fn split_linked(elf: &Elf<'_>, info: &FatBinaryInfo, marker: &[u8]) -> Result<Ou
             ));
         }
     }
-    let blocklen = b1_off - b0_off;
-    let b0 = l0_addr(b0_off);
     let amax = block
         .iter()
         .map(|&i| elf.shdrs[i].sh_addralign)
@@ -435,9 +502,54 @@ fn split_linked(elf: &Elf<'_>, info: &FatBinaryInfo, marker: &[u8]) -> Result<Ou
             "section alignment is not a power of two",
         ));
     }
+    Ok(Block {
+        sections: block,
+        b0_off,
+        b1_off,
+        amax,
+        l0,
+        l0i,
+        new_n,
+        ph_new_end,
+    })
+}
 
-    // --- Region B = [W, R): block then marker. ---
-    let mlen = marker.len() as u64;
+/// Region B = `[w, r)` of the new `L2` (the block at `w`, the marker at
+/// `m`) and the file offsets around it: phase 3 of [`split_linked`].
+#[derive(Clone, Copy)]
+struct RegionB {
+    w: u64,
+    m: u64,
+    /// How far the block moves (`w - b0`).
+    delta: u64,
+    /// End of the file data of `L` before `.hip_fatbin`, address and offset.
+    d_addr: u64,
+    d_off: u64,
+    /// File offset of `w` in the output.
+    o2: u64,
+    /// File offset of `r` in the input, and how far what follows moves down.
+    o_r: u64,
+    shift: u64,
+    /// End of the loaded content of the input.
+    end: u64,
+}
+
+/// Phase 3 of [`split_linked`]: `None` when `.hip_fatbin` is too small to
+/// give bytes back (the marker then takes its place: `split_in_place`).
+fn region_b(elf: &Elf<'_>, f: &Fatbin, b: &Block, mlen: u64) -> Result<Option<RegionB>> {
+    let Fatbin {
+        fb,
+        v,
+        r,
+        l,
+        li,
+        page,
+        ..
+    } = *f;
+    let (block, blocklen, b0, amax) = (&b.sections, b.len(), b.l0_addr(b.b0_off), b.amax);
+    let (l0i, ph_new_end) = (b.l0i, b.ph_new_end);
+    let l0_addr = |off: u64| b.l0_addr(off);
+    let l_off = |a: u64| f.off(a);
     let room_start = r
         .checked_sub(mlen)
         .and_then(|x| x.checked_sub(blocklen))
@@ -445,7 +557,7 @@ fn split_linked(elf: &Elf<'_>, info: &FatBinaryInfo, marker: &[u8]) -> Result<Ou
     let w = room_start.map(|x| b0 + align_down(x, amax));
     let Some(w) = w.filter(|&w| w >= v) else {
         // Too small to give bytes back: the marker takes the fatbin's place.
-        return split_in_place(elf, info, marker, blocklen);
+        return Ok(None);
     };
     let m = w + blocklen;
     let delta = w - b0;
@@ -475,8 +587,55 @@ fn split_linked(elf: &Elf<'_>, info: &FatBinaryInfo, marker: &[u8]) -> Result<Ou
     if end < o_r {
         return Err(Error::layout(o_r, "loaded content ends inside .hip_fatbin"));
     }
+    Ok(Some(RegionB {
+        w,
+        m,
+        delta,
+        d_addr,
+        d_off,
+        o2,
+        o_r,
+        shift,
+        end,
+    }))
+}
 
-    // --- Build the output. ---
+/// Phase 4 of [`split_linked`]: the output, as pieces of the input and
+/// new bytes (sections, program headers, tail, references, wrappers).
+fn write_split(
+    elf: &Elf<'_>,
+    info: &FatBinaryInfo,
+    marker: &[u8],
+    f: &Fatbin,
+    b: &Block,
+    g: &RegionB,
+) -> Result<Out> {
+    let data = elf.data;
+    let Fatbin {
+        fb,
+        v,
+        r,
+        l,
+        li,
+        page,
+        ..
+    } = *f;
+    let (block, b0_off, b1_off, blocklen) = (&b.sections, b.b0_off, b.b1_off, b.len());
+    let (new_n, ph_new_end) = (b.new_n, b.ph_new_end);
+    let b0 = b.l0_addr(b0_off);
+    let l0_addr = |off: u64| b.l0_addr(off);
+    let RegionB {
+        w,
+        m,
+        delta,
+        d_addr,
+        d_off,
+        o2,
+        o_r,
+        shift,
+        end,
+    } = *g;
+    let mlen = marker.len() as u64;
     let mut map = OffMap::default();
     map.add(b0_off, blocklen, o2);
     map.add(0, d_off, 0);
