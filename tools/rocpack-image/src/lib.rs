@@ -3,7 +3,7 @@
 //! Layout (as in gimli-rs/object): the model both formats share is at the
 //! root ([`State`], [`BundleInfo`], [`MarkerInfo`], [`SectionRange`],
 //! [`RawWrapper`] / [`wrapper_table`], [`Fit`], the [`Sparse`] map of loaded
-//! pieces); [`elf`] (ELF files and `ar` archives; also published under its
+//! pieces, the rewrite's [`Out`] pieces and the reassembly's [`Bundles`]); [`elf`] (ELF files and `ar` archives; also published under its
 //! historical name, the `rocpack-elf` crate, which re-exports it) and
 //! [`pe`] (PE32+ images, COFF objects) are siblings; the functions below
 //! are the one dispatch over both, streaming included. Callers never
@@ -37,15 +37,18 @@
 //! PE layout of the rewrite: `docs/formats/split-pe.md`; ELF:
 //! `docs/formats/split-elf.md`. The marker payload is opaque bytes here.
 
+mod bundles;
 mod detect;
 pub mod elf;
 mod error;
 mod file;
 mod model;
+mod out;
 pub mod pe;
 mod reassembly;
 mod sparse;
 
+pub use bundles::Bundles;
 pub use detect::{detect, detect_file, FileType, HEAD_LEN};
 pub use error::{Error, Result};
 pub use file::ImageFile;
@@ -53,6 +56,7 @@ pub use model::{
     wrapper_table, BundleInfo, Fit, MarkerInfo, RawWrapper, SectionRange, State, HIPF_MAGIC,
     HIPK_MAGIC, WRAPPER_SIZE,
 };
+pub use out::Out;
 pub use reassembly::{ArchiveError, Form, MemberBundlesFn, Reassembly};
 pub use sparse::{Sparse, SparseView};
 

@@ -9,8 +9,8 @@ use rocpack_bundle::ReadAt;
 use crate::elf::analyze::{analyze, FatBinaryInfo};
 use crate::elf::error::{Error, Result};
 use crate::elf::headers::is_elf;
-use crate::elf::out::Out;
 use crate::elf::{BundlesFn, MarkerFn};
+use crate::Out;
 use crate::State;
 
 const MAGIC: &[u8] = b"!<arch>\n";

@@ -80,7 +80,7 @@ pub(crate) fn u64_at<'a, D: ReadRef<'a>>(data: D, offset: u64, what: &'static st
 }
 
 /// Something the rewrite writes small fields into at known offsets: an
-/// output buffer, or an [`crate::elf::out::Out`] (patches over pieces).
+/// output buffer, or an [`crate::Out`] (patches over pieces).
 pub(crate) trait Sink {
     /// Write `bytes` at `offset`, inside what the caller already laid out.
     fn put(&mut self, offset: u64, bytes: &[u8]) -> Result<()>;

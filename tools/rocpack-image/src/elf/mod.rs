@@ -60,15 +60,14 @@ mod archive;
 mod error;
 pub(crate) mod headers;
 mod object_file;
-mod out;
-mod rewrite;
+pub(crate) mod rewrite;
 mod sections;
 mod sparse;
 
 /// The types ELF shares with PE/COFF (defined at the crate root).
 pub use crate::{
-    wrapper_table, BundleInfo, Fit, MarkerInfo, RawWrapper, SectionRange, Sparse, SparseView,
-    State, HIPF_MAGIC, HIPK_MAGIC, WRAPPER_SIZE,
+    wrapper_table, BundleInfo, Bundles, Fit, MarkerInfo, Out, RawWrapper, SectionRange, Sparse,
+    SparseView, State, HIPF_MAGIC, HIPK_MAGIC, WRAPPER_SIZE,
 };
 pub use analyze::{
     analyze, analyze_in, ElfKind, FatBinaryInfo, PointerModel, WrapperInfo, FATBIN_SECTION,
@@ -79,10 +78,9 @@ pub use archive::{
     split_archive, split_archive_to, ArchiveMember,
 };
 pub use error::{Error, Result};
-pub use out::Out;
 pub use rewrite::{
     parse_bundles, reassemble, reassemble_placed, reassemble_to, reassembly_fits, split_host,
-    split_host_in, split_host_to, Bundles,
+    split_host_in, split_host_to,
 };
 
 /// Raw bytes of bundle `index` of an analysed fat binary.

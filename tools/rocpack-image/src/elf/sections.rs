@@ -192,7 +192,7 @@ impl OrigPlaces {
 
 /// Copy the bytes of the input of split after everything its headers
 /// describe ([`OrigPlaces::trail`]) to the end of `out`.
-pub(crate) fn push_trail(elf: &Elf<'_>, out: &mut crate::elf::out::Out) {
+pub(crate) fn push_trail(elf: &Elf<'_>, out: &mut crate::Out) {
     let at = end_described(elf);
     let n = (elf.data.len() as u64).saturating_sub(at);
     if n != 0 {
@@ -202,7 +202,7 @@ pub(crate) fn push_trail(elf: &Elf<'_>, out: &mut crate::elf::out::Out) {
 
 /// Put the trailing bytes of the original (see [`OrigPlaces::trail_in`])
 /// back at the end of the reassembled `out`.
-pub(crate) fn restore_trail(elf: &Elf<'_>, places: OrigPlaces, out: &mut crate::elf::out::Out) {
+pub(crate) fn restore_trail(elf: &Elf<'_>, places: OrigPlaces, out: &mut crate::Out) {
     if let Some(at) = places.trail_in(elf) {
         out.push_src(at, places.trail);
     }

@@ -5,8 +5,7 @@ use std::fs::File;
 
 use object::pe;
 
-use crate::elf::{Bundles, Out};
-use crate::{Fit, State, HIPF_MAGIC, HIPK_MAGIC};
+use crate::{Bundles, Fit, Out, State, HIPF_MAGIC, HIPK_MAGIC};
 use rocpack_bundle::ReadAt;
 
 use super::analyze::{

@@ -29,17 +29,17 @@ use crate::elf::headers::{
     align_down, align_up, get, put_u16, put_u64, u64_at, Elf, Phdr, Shdr, Sink, PHDR_SIZE,
     SHT_RELR, SYM_SIZE,
 };
-use crate::elf::out::Out;
 use crate::elf::sections::{
     end_loaded, fatbin_layout, marker_shdr, push_trail, restore_trail, shstrtab_bytes,
     shstrtab_without_marker, split_sections, write_hipf, write_hipk, OrigPlaces,
 };
-use crate::{Fit, State};
+use crate::Out;
+use crate::{Bundles, Fit, State};
 
 mod reassembly;
 mod split;
 
-pub use reassembly::{reassemble, reassemble_placed, reassemble_to, reassembly_fits, Bundles};
+pub use reassembly::{reassemble, reassemble_placed, reassemble_to, reassembly_fits};
 pub use split::{parse_bundles, split_host, split_host_in, split_host_to};
 
 /// Dynamic tags whose value is an address.
@@ -78,7 +78,7 @@ impl OffMap {
 }
 
 /// No auxiliary source (split, in-memory bundles).
-const NO_AUX: &[u8] = &[];
+pub(crate) const NO_AUX: &[u8] = &[];
 
 /// What a rewrite produced.
 pub(crate) enum Rewritten {

@@ -9,8 +9,8 @@ use std::io::Write;
 
 use rocpack_bundle::ReadAt;
 
-use crate::elf::error::{Error, Result};
 use crate::elf::headers::Sink;
+use crate::elf::{Error, Result};
 
 /// Copy buffer of [`Out::write_to`].
 const CHUNK: u64 = 1 << 20;
