@@ -144,6 +144,24 @@ impl ImageFile {
         Ok(a)
     }
 
+    /// Whether a split of the file would remove device code: an ELF file or
+    /// PE image whose analysis finds device code, or an `ar` archive with
+    /// such an ELF member (COFF objects, and what cannot be analysed, have
+    /// none to remove). One call for every [`FileType::is_splittable`]
+    /// type. The error: the file changed while it was read.
+    pub fn splits_device_code(&self) -> io::Result<bool> {
+        Ok(match self.kind {
+            FileType::Archive => self.members()?.is_ok_and(|ms| {
+                ms.iter()
+                    .any(|(_, i)| i.as_ref().is_ok_and(|i| i.has_device_code()))
+            }),
+            FileType::Elf { .. } | FileType::Pe { .. } => {
+                self.analyze()?.is_ok_and(|i| i.has_device_code())
+            }
+            _ => false,
+        })
+    }
+
     /// The COFF object members of an `ar` archive (a Windows `.lib`):
     /// `(name, offset of the body in the file, body size)`, in archive
     /// order. Their analysis is not loaded: a caller judges them by their
