@@ -3,6 +3,7 @@
 //! with the bundles placed by the caller.
 
 use super::*;
+use crate::{MarkerInfo, SectionRange};
 
 /// Inverse of [`split_host`]: `bundles[i]` is the bundle for `co_index` `i`.
 /// Files that are not split are returned unchanged.
@@ -248,10 +249,46 @@ fn fatbin_size(fat_len: u64, places: OrigPlaces, cap: u64) -> u64 {
 }
 
 fn reassemble_linked(elf: &Elf<'_>, info: &FatBinaryInfo, bundles: &Bundles<'_>) -> Result<Out> {
-    let data = elf.data;
+    match split_geometry(elf, info)? {
+        None => reassemble_in_place(elf, info, bundles),
+        Some(g) => write_reassembly(elf, info, bundles, &g),
+    }
+}
+
+/// Where a split linked file has `L1`, `L2`, the marker and the moved
+/// metadata block: phase 1 of [`reassemble_linked`].
+struct SplitGeometry<'a> {
+    /// `.hip_fatbin` (NOBITS `[v, w)`) and the marker section (`[m, m + mlen)`).
+    fb: SectionRange,
+    mk: &'a MarkerInfo,
+    v: u64,
+    w: u64,
+    m: u64,
+    mlen: u64,
+    /// `L1` (index `l1i`) and `L2`, the PT_LOADs the split made of one.
+    l1i: usize,
+    l1: Phdr,
+    l2: Phdr,
+    page: u64,
+    /// Program header count after the merge, and the table's end.
+    new_n: u64,
+    ph_new_end: u64,
+    /// The PT_LOAD holding the headers.
+    l0: Phdr,
+    /// The moved block `[w, m)`: its sections, its original place, and how
+    /// far it moves back (applied with `wrapping_add`).
+    blocklen: u64,
+    moved: HashSet<usize>,
+    b0_off: u64,
+    delta: u64,
+}
+
+/// Phase 1 of [`reassemble_linked`]: `None` for a binary split in place
+/// (`.hip_fatbin` not NOBITS: `reassemble_in_place`).
+fn split_geometry<'a>(elf: &Elf<'_>, info: &'a FatBinaryInfo) -> Result<Option<SplitGeometry<'a>>> {
     let (fb, mk) = split_sections(info, "binary")?;
     if !fb.nobits {
-        return reassemble_in_place(elf, info, bundles);
+        return Ok(None);
     }
     let v = fb.addr;
     let w = v + fb.size;
@@ -320,7 +357,55 @@ fn reassemble_linked(elf: &Elf<'_>, info: &FatBinaryInfo, bundles: &Bundles<'_>)
         (b0_off, l0.p_vaddr + (b0_off - l0.p_offset))
     };
     let delta = b0.wrapping_sub(w); // applied with wrapping_add
+    Ok(Some(SplitGeometry {
+        fb,
+        mk,
+        v,
+        w,
+        m,
+        mlen,
+        l1i,
+        l1,
+        l2,
+        page,
+        new_n,
+        ph_new_end,
+        l0,
+        blocklen,
+        moved,
+        b0_off,
+        delta,
+    }))
+}
 
+/// Phase 2 of [`reassemble_linked`]: the rebuilt `.hip_fatbin`, the merged
+/// PT_LOAD, the block back behind the program headers, the output.
+fn write_reassembly(
+    elf: &Elf<'_>,
+    info: &FatBinaryInfo,
+    bundles: &Bundles<'_>,
+    g: &SplitGeometry<'_>,
+) -> Result<Out> {
+    let data = elf.data;
+    let SplitGeometry {
+        fb,
+        mk,
+        v,
+        w,
+        m,
+        mlen,
+        l1i,
+        l1,
+        l2,
+        page,
+        new_n,
+        ph_new_end,
+        l0,
+        blocklen,
+        ref moved,
+        b0_off,
+        delta,
+    } = *g;
     // Rebuilt .hip_fatbin.
     let (fat_len, offsets) = fatbin_layout(&bundles.lens());
     let bundle_addr: Vec<u64> = offsets.iter().map(|&o| v + o).collect();
@@ -392,7 +477,7 @@ fn reassemble_linked(elf: &Elf<'_>, info: &FatBinaryInfo, bundles: &Bundles<'_>)
     // indexes sections by their input index).
     let mut shdrs = fix_shdrs(
         elf,
-        &moved,
+        moved,
         end,
         ShdrFix {
             fatbin: (fb.index, &|sh| {
@@ -459,7 +544,7 @@ fn reassemble_linked(elf: &Elf<'_>, info: &FatBinaryInfo, bundles: &Bundles<'_>)
         &mut out,
         limit,
     )?;
-    relocate_block_refs(elf, &mut out, &map, w, m, delta, &moved)?;
+    relocate_block_refs(elf, &mut out, &map, w, m, delta, moved)?;
 
     for wr in &info.wrappers {
         let co = wr.co_index() as usize;
