@@ -460,13 +460,7 @@ fn same_device_content(rel: &str, a: &TreeEntry, b: &TreeEntry) -> Result<(), St
 fn host_binary_signature(p: &Path) -> Option<(Vec<u8>, Vec<u32>)> {
     let m = fsutil::Mapped::open(p).ok()?;
     let data = m.bytes();
-    let info = match rocpack_image::detect(&data[..data.len().min(rocpack_image::HEAD_LEN)]) {
-        rocpack_image::FileType::Elf { .. } => {
-            rocpack_image::Analysis::Elf(rocpack_elf::analyze_in(data, &m.source()).ok()?)
-        }
-        rocpack_image::FileType::Pe { .. } => rocpack_image::analyze(data).ok()?,
-        _ => return None,
-    };
+    let info = rocpack_image::analyze_in(data, &m.source()).ok()?;
     if info.state() != rocpack_elf::State::Split {
         return None;
     }

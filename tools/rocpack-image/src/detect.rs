@@ -66,6 +66,17 @@ impl FileType {
         }
     }
 
+    /// What a split rewrites: ELF files, PE images and `ar` archives (of
+    /// ELF objects). COFF objects are never split (the image they are
+    /// linked into is); 32-bit ELF and PE32 files are refused by the
+    /// analysis.
+    pub fn is_splittable(self) -> bool {
+        matches!(
+            self,
+            FileType::Elf { .. } | FileType::Pe { .. } | FileType::Archive
+        )
+    }
+
     /// A host file that may carry HIP device code (ELF, PE or COFF; not an
     /// archive: its members are files of their own).
     pub fn is_host_image(self) -> bool {

@@ -3,7 +3,7 @@
 //! Only what is PE/COFF's own lives here (its "malformed"/"unsupported"
 //! wording, the not-an-image case); faults with the same meaning on both
 //! sides of the seam (wrapper, bundle, truncation, I/O) are
-//! `rocpack_elf::Error` values carried by [`Error::Elf`].
+//! `crate::elf::Error` values carried by [`Error::Elf`].
 
 /// Result alias of this crate.
 pub type Result<T> = std::result::Result<T, Error>;
@@ -14,11 +14,11 @@ pub type Result<T> = std::result::Result<T, Error>;
 pub enum Error {
     /// From the ELF side of the seam, and the faults both sides share: a
     /// `__CudaFatBinaryWrapper` that cannot be followed
-    /// (`rocpack_elf::Error::Wrapper`), an invalid bundle in the bundle
-    /// section (`rocpack_elf::Error::Bundle`). One type, one message for
+    /// (`crate::elf::Error::Wrapper`), an invalid bundle in the bundle
+    /// section (`crate::elf::Error::Bundle`). One type, one message for
     /// each, whatever the host format.
     #[error(transparent)]
-    Elf(#[from] rocpack_elf::Error),
+    Elf(#[from] crate::elf::Error),
     /// Not an ELF file, archive, PE image or COFF object.
     #[error("not an ELF file, ar archive, PE image or COFF object ({0})")]
     NotAnImage(&'static str),
@@ -28,9 +28,14 @@ pub enum Error {
     /// Valid PE/COFF this crate does not handle (or refuses to rewrite).
     #[error("unsupported PE/COFF at offset {offset:#x}: {what}")]
     Unsupported { offset: u64, what: String },
-    /// The rewrite cannot place what it must place.
+    /// The rewrite cannot place what it must place (never "retry with
+    /// smaller bundles": that is [`Error::DoesNotFit`]).
     #[error("layout at offset {offset:#x}: {what}")]
     Layout { offset: u64, what: String },
+    /// Reassembly: the bundles given do not fit the bundle section the
+    /// split left (see [`crate::Fit`]). Same message form as `Layout`.
+    #[error("layout at offset {offset:#x}: {what}")]
+    DoesNotFit { offset: u64, what: String },
 }
 
 impl Error {
@@ -41,8 +46,20 @@ impl Error {
             Error::NotAnImage(_) => Some(0),
             Error::Malformed { offset, .. }
             | Error::Unsupported { offset, .. }
-            | Error::Layout { offset, .. } => Some(*offset),
+            | Error::Layout { offset, .. }
+            | Error::DoesNotFit { offset, .. } => Some(*offset),
         }
+    }
+
+    /// Whether the file is valid but of a flavour this crate does not read
+    /// (an ELF file with an odd `e_type` or `PN_XNUM`, a PE/COFF feature it
+    /// does not handle): a caller may copy such a file as it is when a
+    /// byte scan finds no device code in it.
+    pub fn is_unsupported(&self) -> bool {
+        matches!(
+            self,
+            Error::Unsupported { .. } | Error::Elf(crate::elf::Error::Unsupported { .. })
+        )
     }
 
     pub(crate) fn malformed(offset: u64, what: impl Into<String>) -> Self {
@@ -61,7 +78,7 @@ impl Error {
 
     /// Wrapper `index` at `offset` cannot be followed (shared with ELF).
     pub(crate) fn wrapper(index: usize, offset: u64, what: impl Into<String>) -> Self {
-        Error::Elf(rocpack_elf::Error::Wrapper {
+        Error::Elf(crate::elf::Error::Wrapper {
             index,
             offset,
             what: what.into(),
@@ -70,7 +87,14 @@ impl Error {
 
     /// The bundle at file `offset` is invalid (shared with ELF).
     pub(crate) fn bundle(offset: u64, source: rocpack_bundle::Error) -> Self {
-        Error::Elf(rocpack_elf::Error::Bundle { offset, source })
+        Error::Elf(crate::elf::Error::Bundle { offset, source })
+    }
+
+    pub(crate) fn does_not_fit(offset: u64, what: impl Into<String>) -> Self {
+        Error::DoesNotFit {
+            offset,
+            what: what.into(),
+        }
     }
 
     pub(crate) fn layout(offset: u64, what: impl Into<String>) -> Self {

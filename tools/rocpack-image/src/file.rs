@@ -1,7 +1,7 @@
 //! Analysing a file without reading it whole: [`ImageFile`] is the one
 //! entry point for file-backed analysis (`kpack verify --installed-tree`,
 //! `kpack split-wheel --overlay-root`). The bytes an analysis reads are
-//! loaded with positioned reads into a [`rocpack_elf::Sparse`] map of
+//! loaded with positioned reads into a [`crate::elf::Sparse`] map of
 //! pieces (ELF files, `ar` members, PE images, COFF objects), which the
 //! parsers read through a [`SparseView`]; bundles are found through the
 //! file. Memory and address space follow the tables loaded, never the
@@ -15,10 +15,11 @@ use std::fs::File;
 use std::io;
 use std::path::Path;
 
+use crate::elf::{ArchiveMember, FatBinaryInfo};
+use crate::{Sparse, SparseView};
 use rocpack_bundle::{FileIdent, FileRange, Window};
-use rocpack_elf::{ArchiveMember, FatBinaryInfo, Sparse, SparseView};
 
-use crate::{detect, Analysis, Error, FileType, Result, HEAD_LEN};
+use crate::{detect, Analysis, FileType, Result, HEAD_LEN};
 
 /// An open regular file with what its analysis reads loaded.
 pub struct ImageFile {
@@ -138,17 +139,27 @@ impl ImageFile {
     pub fn analyze(&self) -> io::Result<Result<Analysis>> {
         let data = self.sparse.bytes();
         let src = self.source();
-        let a = match self.kind {
-            FileType::Elf { .. } => rocpack_elf::analyze_in(data, &src)
-                .map(Analysis::Elf)
-                .map_err(Error::from),
-            FileType::Pe { .. } | FileType::Coff { .. } => {
-                crate::pe::analyze_as(data, &src, self.kind).map(Analysis::Pe)
-            }
-            t => Err(Error::NotAnImage(t.name())),
-        };
+        let a = crate::analyze_as(data, &src, self.kind);
         self.check_unchanged()?;
         Ok(a)
+    }
+
+    /// Whether a split of the file would remove device code: an ELF file or
+    /// PE image whose analysis finds device code, or an `ar` archive with
+    /// such an ELF member (COFF objects, and what cannot be analysed, have
+    /// none to remove). One call for every [`FileType::is_splittable`]
+    /// type. The error: the file changed while it was read.
+    pub fn splits_device_code(&self) -> io::Result<bool> {
+        Ok(match self.kind {
+            FileType::Archive => self.members()?.is_ok_and(|ms| {
+                ms.iter()
+                    .any(|(_, i)| i.as_ref().is_ok_and(|i| i.has_device_code()))
+            }),
+            FileType::Elf { .. } | FileType::Pe { .. } => {
+                self.analyze()?.is_ok_and(|i| i.has_device_code())
+            }
+            _ => false,
+        })
     }
 
     /// The COFF object members of an `ar` archive (a Windows `.lib`):
@@ -156,8 +167,8 @@ impl ImageFile {
     /// order. Their analysis is not loaded: a caller judges them by their
     /// bytes (`rocpack_image` splits no COFF object). The outer error: the
     /// file changed while it was read.
-    pub fn coff_members(&self) -> io::Result<rocpack_elf::Result<Vec<(String, u64, u64)>>> {
-        let members = match rocpack_elf::archive_members_in(self.sparse.bytes()) {
+    pub fn coff_members(&self) -> io::Result<crate::elf::Result<Vec<(String, u64, u64)>>> {
+        let members = match crate::elf::archive_members_in(self.sparse.bytes()) {
             Ok(ms) => ms,
             Err(e) => return Ok(Err(e)),
         };
@@ -178,7 +189,7 @@ impl ImageFile {
     }
 
     /// The ELF members of an `ar` archive, each with its analysis (the
-    /// inner result: the member list, as `rocpack_elf::archive_members` of
+    /// inner result: the member list, as `crate::elf::archive_members` of
     /// the whole file gives it; each member's `data` is a view of its range,
     /// `data.len()` its size). The outer error: the file changed while it
     /// was analysed.
@@ -186,16 +197,16 @@ impl ImageFile {
     pub fn members(
         &self,
     ) -> io::Result<
-        rocpack_elf::Result<
+        crate::elf::Result<
             Vec<(
                 ArchiveMember<'_, SparseView<'_>>,
-                rocpack_elf::Result<FatBinaryInfo>,
+                crate::elf::Result<FatBinaryInfo>,
             )>,
         >,
     > {
         let data = self.sparse.bytes();
         let src = self.source();
-        let list = rocpack_elf::archive_members_in(data).map(|ms| {
+        let list = crate::elf::archive_members_in(data).map(|ms| {
             ms.into_iter()
                 // The loader loaded the first 64 bytes of every member:
                 // enough to tell an ELF member.
@@ -206,7 +217,7 @@ impl ImageFile {
                 })
                 .map(|m| {
                     let body = Window::new(&src, m.header_offset + 60, m.data.len() as u64);
-                    let info = rocpack_elf::analyze_in(m.data, &body);
+                    let info = crate::elf::analyze_in(m.data, &body);
                     (m, info)
                 })
                 .collect()

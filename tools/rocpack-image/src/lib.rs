@@ -1,10 +1,23 @@
 //! rocpack-image: one seam over the host files that carry HIP device code.
 //!
+//! Layout (as in gimli-rs/object): the model both formats share is at the
+//! root ([`State`], [`BundleInfo`], [`MarkerInfo`], [`SectionRange`],
+//! [`RawWrapper`] / [`wrapper_table`], [`Fit`], the [`Sparse`] map of loaded
+//! pieces, the rewrite's [`Out`] pieces and the reassembly's [`Bundles`]); [`elf`] (ELF files and `ar` archives; also published under its
+//! historical name, the `rocpack-elf` crate, which re-exports it) and
+//! [`pe`] (PE32+ images, COFF objects) are siblings; the functions below
+//! are the one dispatch over both, streaming included. Callers never
+//! branch on ELF vs PE.
+//!
 //! * [`detect`]`(head) -> `[`FileType`] — the one file-type detection
 //!   function of rocpack (ELF, AMDGPU code object, PE, COFF, `ar`, bundle,
 //!   CCOB, `.kpack`); [`detect_file`] reads the head of a regular file.
-//! * [`analyze`]`(data) -> `[`Analysis`] — ELF (through `rocpack-elf`) or
+//! * [`analyze`]`(data) -> `[`Analysis`] — ELF ([`elf::analyze`]) or
 //!   PE32+/COFF ([`pe::analyze`]), by what [`detect`] says.
+//! * [`analyze_in`]`(data, src) -> `[`Analysis`] / [`split_to`]`(data, src,
+//!   analysis, marker, file)` — the same analysis and host-only rewrite of
+//!   a file that is never read whole (headers and tables through `data`,
+//!   the rest through positioned reads of `src`), written range by range.
 //! * [`ImageFile`] — the same analysis of a file (and of an archive's
 //!   members) without reading it whole: headers, tables, wrappers and
 //!   markers through positioned reads, memory flat in the file's size.
@@ -17,30 +30,45 @@
 //!   one dispatch for ELF files, `ar` archives and PE32+ images.
 //!
 //! The ELF and PE/COFF analyzers walk wrappers with one helper
-//! (`rocpack_elf::wrapper_table`), and faults that mean the same on both
-//! sides (wrapper, bundle) are `rocpack_elf::Error` values in [`Error::Elf`]:
-//! one message whatever the host format.
+//! ([`wrapper_table`]), and faults that mean the same on both sides
+//! (wrapper, bundle) are [`elf::Error`] values in [`Error::Elf`]: one
+//! message whatever the host format.
 //!
 //! PE layout of the rewrite: `docs/formats/split-pe.md`; ELF:
 //! `docs/formats/split-elf.md`. The marker payload is opaque bytes here.
 
+mod bundles;
 mod detect;
+pub mod elf;
 mod error;
 mod file;
+mod model;
+mod out;
 pub mod pe;
 mod reassembly;
+mod sparse;
 
+pub use bundles::Bundles;
 pub use detect::{detect, detect_file, FileType, HEAD_LEN};
 pub use error::{Error, Result};
 pub use file::ImageFile;
-pub use reassembly::{ArchiveError, Fit, Form, MemberBundlesFn, Reassembly};
+pub use model::{
+    wrapper_table, BundleInfo, Fit, MarkerInfo, RawWrapper, SectionRange, State, HIPF_MAGIC,
+    HIPK_MAGIC, WRAPPER_SIZE,
+};
+pub use out::Out;
+pub use reassembly::{ArchiveError, Form, MemberBundlesFn, Reassembly};
+pub use sparse::{Sparse, SparseView};
 
-use rocpack_elf::{BundleInfo, FatBinaryInfo, MarkerInfo, State};
+use std::fs::File;
+
+use crate::elf::FatBinaryInfo;
+use rocpack_bundle::ReadAt;
 
 /// Analysis of one host file.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Analysis {
-    /// ELF file (see `rocpack_elf::analyze`).
+    /// ELF file (see `crate::elf::analyze`).
     Elf(FatBinaryInfo),
     /// PE32+ image or COFF object.
     Pe(pe::PeInfo),
@@ -99,16 +127,59 @@ impl Analysis {
 /// Analyse an ELF file, PE32+ image or COFF object.
 pub fn analyze(data: &[u8]) -> Result<Analysis> {
     match detect(data) {
-        FileType::Elf { .. } => Ok(Analysis::Elf(rocpack_elf::analyze(data)?)),
+        FileType::Elf { .. } => Ok(Analysis::Elf(crate::elf::analyze(data)?)),
         FileType::Pe { .. } | FileType::Coff { .. } => Ok(Analysis::Pe(pe::analyze(data)?)),
         t => Err(Error::NotAnImage(t.name())),
+    }
+}
+
+/// Analyse an ELF file, PE32+ image or COFF object without reading it
+/// whole: `data` holds what the analysis reads (a mapping, or a
+/// [`crate::elf::SparseView`] of a file), `src` reads the whole file with
+/// positioned reads (the bundle headers). The streaming counterpart of
+/// [`analyze`], and the one dispatch of every bounded-memory path.
+pub fn analyze_in(data: &[u8], src: &dyn ReadAt) -> Result<Analysis> {
+    analyze_as(data, src, detect(data))
+}
+
+/// [`analyze_in`] of a file whose type `kind` was detected from its head
+/// already (`data` may hold less than the head: [`ImageFile`]).
+pub(crate) fn analyze_as<'d, R: object::ReadRef<'d>>(
+    data: R,
+    src: &dyn ReadAt,
+    kind: FileType,
+) -> Result<Analysis> {
+    match kind {
+        FileType::Elf { .. } => Ok(Analysis::Elf(crate::elf::analyze_in(data, src)?)),
+        FileType::Pe { .. } | FileType::Coff { .. } => {
+            Ok(Analysis::Pe(pe::analyze_as(data, src, kind)?))
+        }
+        t => Err(Error::NotAnImage(t.name())),
+    }
+}
+
+/// The host-only rewrite of an analysed ELF file or PE32+ image (`info`:
+/// its [`analyze_in`]) written to `dst` (empty, opened for reading and
+/// writing) range by range from `src`: neither the host part nor the
+/// output is held in memory. `marker` is the marker payload. Returns the
+/// bytes written.
+pub fn split_to(
+    data: &[u8],
+    src: &dyn ReadAt,
+    info: &Analysis,
+    marker: &[u8],
+    dst: &File,
+) -> Result<u64> {
+    match info {
+        Analysis::Elf(_) => Ok(crate::elf::split_host_to(data, src, marker, dst)?),
+        Analysis::Pe(i) => pe::split_to(data, src, i, marker, dst),
     }
 }
 
 /// Raw bytes of bundle `index` of an analysed file.
 pub fn bundle_bytes<'a>(data: &'a [u8], info: &Analysis, index: usize) -> Result<&'a [u8]> {
     match info {
-        Analysis::Elf(i) => Ok(rocpack_elf::bundle_bytes(data, i, index)?),
+        Analysis::Elf(i) => Ok(crate::elf::bundle_bytes(data, i, index)?),
         Analysis::Pe(i) => pe::bundle_bytes(data, i, index),
     }
 }
@@ -120,12 +191,13 @@ pub type BundlesFn<'a> = dyn FnMut(&str, &Analysis) -> Result<Vec<Vec<u8>>> + 'a
 
 fn elf_cb<T>(
     f: &mut dyn FnMut(&str, &Analysis) -> Result<T>,
-) -> impl FnMut(&str, &FatBinaryInfo) -> rocpack_elf::Result<T> + '_ {
+) -> impl FnMut(&str, &FatBinaryInfo) -> crate::elf::Result<T> + '_ {
     move |name, info| {
         f(name, &Analysis::Elf(info.clone())).map_err(|e| match e {
             Error::Elf(e) => e,
-            Error::Layout { offset, what } => rocpack_elf::Error::Layout { offset, what },
-            other => rocpack_elf::Error::Layout {
+            Error::Layout { offset, what } => crate::elf::Error::Layout { offset, what },
+            Error::DoesNotFit { offset, what } => crate::elf::Error::DoesNotFit { offset, what },
+            other => crate::elf::Error::Layout {
                 offset: other.offset().unwrap_or(0),
                 what: other.to_string(),
             },
@@ -139,7 +211,7 @@ fn elf_cb<T>(
 pub fn split_file(data: &[u8], marker_for: &mut MarkerFn<'_>) -> Result<Vec<u8>> {
     match detect(data) {
         FileType::Elf { .. } | FileType::Archive => {
-            Ok(rocpack_elf::split_file(data, &mut elf_cb(marker_for))?)
+            Ok(crate::elf::split_file(data, &mut elf_cb(marker_for))?)
         }
         FileType::Pe { .. } | FileType::Coff { .. } => {
             let info = pe::analyze(data)?;
@@ -161,10 +233,9 @@ pub fn split_file(data: &[u8], marker_for: &mut MarkerFn<'_>) -> Result<Vec<u8>>
 /// `bundles_for(member, analysis)` returns the bundles by `co_index`.
 pub fn reassemble_file(data: &[u8], bundles_for: &mut BundlesFn<'_>) -> Result<Vec<u8>> {
     match detect(data) {
-        FileType::Elf { .. } | FileType::Archive => Ok(rocpack_elf::reassemble_file(
-            data,
-            &mut elf_cb(bundles_for),
-        )?),
+        FileType::Elf { .. } | FileType::Archive => {
+            Ok(crate::elf::reassemble_file(data, &mut elf_cb(bundles_for))?)
+        }
         FileType::Pe { .. } | FileType::Coff { .. } => {
             let a = Analysis::Pe(pe::analyze(data)?);
             if a.state() != State::Split {

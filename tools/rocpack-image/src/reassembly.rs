@@ -10,20 +10,11 @@
 use std::fs::File;
 use std::io::Write;
 
+use crate::elf::{Bundles, FatBinaryInfo};
+use crate::{Fit, State};
 use rocpack_bundle::ReadAt;
-use rocpack_elf::{Bundles, FatBinaryInfo, State};
 
 use crate::{detect, pe, Analysis, Error, FileType, Result};
-
-/// Whether bundles of given sizes fit where the split left room for them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Fit {
-    /// [`Reassembly::write`] can place them.
-    Fits,
-    /// They are too large (or too small) for the room the split left:
-    /// smaller (better compressed) bundles may fit.
-    DoesNotFit,
-}
 
 /// What a host file needs to be reassembled.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -76,7 +67,7 @@ impl<'a> Reassembly<'a> {
     pub fn open(host: &'a [u8], src: &'a (dyn ReadAt + Sync)) -> Result<Self> {
         let kind = match detect(host) {
             FileType::Archive => Host::Archive,
-            FileType::Elf { .. } => Host::Elf(rocpack_elf::analyze_in(host, src)?),
+            FileType::Elf { .. } => Host::Elf(crate::elf::analyze_in(host, src)?),
             t @ (FileType::Pe { .. } | FileType::Coff { .. }) => {
                 Host::Pe(pe::analyze_as(host, src, t)?)
             }
@@ -118,12 +109,11 @@ impl<'a> Reassembly<'a> {
 
     /// Whether bundles of sizes `lens` (by `co_index`) fit a split host.
     pub fn fits(&self, lens: &[u64]) -> Result<Fit> {
-        let fits = match &self.kind {
-            Host::Elf(_) => rocpack_elf::reassembly_fits(self.host, lens)?,
-            Host::Pe(i) => pe::reassembly_fits(self.host, i, lens)?,
-            Host::Archive => true,
-        };
-        Ok(if fits { Fit::Fits } else { Fit::DoesNotFit })
+        match &self.kind {
+            Host::Elf(_) => Ok(crate::elf::reassembly_fits(self.host, lens)?),
+            Host::Pe(i) => pe::reassembly_fits(self.host, i, lens),
+            Host::Archive => Ok(Fit::Fits),
+        }
     }
 
     /// The host part written into `dst` (empty) with positioned writes,
@@ -135,7 +125,7 @@ impl<'a> Reassembly<'a> {
         if !self.may_place() {
             return Ok(None);
         }
-        Ok(rocpack_elf::reassemble_placed(
+        Ok(crate::elf::reassemble_placed(
             self.host, self.src, lens, dst,
         )?)
     }
@@ -149,7 +139,7 @@ impl<'a> Reassembly<'a> {
         match &self.kind {
             Host::Elf(_) => {
                 let mut w = std::io::BufWriter::with_capacity(1 << 16, dst);
-                let n = rocpack_elf::reassemble_to(self.host, self.src, bundles, &mut w)?;
+                let n = crate::elf::reassemble_to(self.host, self.src, bundles, &mut w)?;
                 w.flush().map_err(write_error)?;
                 Ok(n)
             }
@@ -192,14 +182,14 @@ impl<'a> Reassembly<'a> {
     ) -> std::result::Result<u64, ArchiveError<E>> {
         let mut failed = None;
         let mut w = std::io::BufWriter::with_capacity(1 << 16, dst);
-        let r = rocpack_elf::reassemble_archive_to(
+        let r = crate::elf::reassemble_archive_to(
             self.host,
             self.src,
             &mut |member, info| {
                 bundles_for(member, &Analysis::Elf(info.clone())).map_err(|e| {
                     failed = Some(e);
                     // Stops the archive; the caller's error is returned.
-                    rocpack_elf::Error::Layout {
+                    crate::elf::Error::Layout {
                         offset: 0,
                         what: "stopped by the caller".into(),
                     }
@@ -218,14 +208,14 @@ impl<'a> Reassembly<'a> {
 }
 
 fn write_error(source: std::io::Error) -> Error {
-    Error::Elf(rocpack_elf::Error::Io {
+    Error::Elf(crate::elf::Error::Io {
         what: "writing the reassembled file",
         source,
     })
 }
 
 fn read_error(source: std::io::Error) -> Error {
-    Error::Elf(rocpack_elf::Error::Io {
+    Error::Elf(crate::elf::Error::Io {
         what: "reading the host file",
         source,
     })

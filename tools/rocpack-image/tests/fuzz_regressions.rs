@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 
-use rocpack_elf::State;
+use rocpack_image::elf::State;
 use rocpack_image::pe;
 
 fn data(name: &str) -> Vec<u8> {

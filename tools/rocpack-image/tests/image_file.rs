@@ -17,13 +17,13 @@ fn same_as_whole(path: &Path) -> (u64, u64) {
     let what = path.display();
     match f.file_type() {
         FileType::Archive => {
-            let whole = rocpack_elf::archive_members(&data).map(|ms| {
+            let whole = rocpack_image::elf::archive_members(&data).map(|ms| {
                 ms.into_iter()
                     .filter(|m| matches!(rocpack_image::detect(m.data), FileType::Elf { .. }))
                     .map(|m| {
                         (
                             m.name.clone(),
-                            rocpack_elf::analyze(m.data).map_err(|e| e.to_string()),
+                            rocpack_image::elf::analyze(m.data).map_err(|e| e.to_string()),
                         )
                     })
                     .collect::<Vec<_>>()
@@ -120,4 +120,35 @@ fn fifo_refused_and_truncation_detected() {
         .unwrap();
     let e = f.analyze().expect_err("truncated under us");
     assert!(e.to_string().contains("changed while it was read"), "{e}");
+}
+
+/// `splits_device_code`: one answer for ELF files, archives and PE images
+/// (what `split-wheel` asks of every file it may split).
+#[test]
+fn splits_device_code_for_every_splittable_type() {
+    if !ts::have_fixtures() {
+        return;
+    }
+    let fat = ts::fatbins();
+    for (name, want) in [
+        ("libfx_multi.so", true),
+        ("fx_app", true),
+        ("libfx_hostonly.so", false),
+        ("libfx_static.a", true),
+    ] {
+        let f = ImageFile::open(&fat.join(name)).unwrap();
+        assert!(f.file_type().is_splittable(), "{name}");
+        assert_eq!(f.splits_device_code().unwrap(), want, "{name}");
+    }
+    for (name, want, splittable) in [
+        ("fx_win_msvc.dll", true, true),
+        ("fx_win_kern.obj", false, false),
+    ] {
+        let p = ts::win_fatbin(name);
+        if p.exists() {
+            let f = ImageFile::open(&p).unwrap();
+            assert_eq!(f.file_type().is_splittable(), splittable, "{name}");
+            assert_eq!(f.splits_device_code().unwrap(), want, "{name}");
+        }
+    }
 }

@@ -192,7 +192,7 @@ fn split_images_pass_pefile_and_llvm_readobj_and_reassemble_exactly() {
         let (fat, host, fat_path, out) = split_one(name, dir.path());
         let fi = pe::analyze(&fat).unwrap();
         let hi = pe::analyze(&host).unwrap();
-        assert_eq!(hi.state, rocpack_elf::State::Split, "{name}");
+        assert_eq!(hi.state, rocpack_image::elf::State::Split, "{name}");
         assert!(hi.bundles.is_empty(), "{name}: no bundle bytes left");
         let removed: u64 = fi.bundles.iter().map(|b| b.len).sum();
         assert!(
@@ -234,7 +234,7 @@ fn split_changes_nothing_in_host_only_and_refuses_objects() {
     let hip = std::fs::read(ts::win_fatbin("amdhip64.dll")).unwrap();
     assert_eq!(
         pe::analyze(&hip).unwrap().state,
-        rocpack_elf::State::HostOnly
+        rocpack_image::elf::State::HostOnly
     );
     assert!(pe::split_host(&hip, MARKER).unwrap() == hip);
     let obj = std::fs::read(ts::win_fatbin("fx_win_kern.obj")).unwrap();
@@ -384,7 +384,7 @@ fn reassembly_refuses_a_bundle_section_larger_than_its_bundles() {
 }
 
 /// Both sides of the image seam walk wrappers with one helper
-/// (`rocpack_elf::wrapper_table`) and report its faults with one error:
+/// (`rocpack_image::elf::wrapper_table`) and report its faults with one error:
 /// the same words and offset for an ELF file, a PE image and a COFF object.
 #[test]
 fn a_bad_wrapper_magic_reads_the_same_in_elf_pe_and_coff() {
@@ -416,7 +416,7 @@ fn a_bad_wrapper_magic_reads_the_same_in_elf_pe_and_coff() {
         assert!(
             matches!(
                 e,
-                rocpack_image::Error::Elf(rocpack_elf::Error::Wrapper { index, .. }) if index == last
+                rocpack_image::Error::Elf(rocpack_image::elf::Error::Wrapper { index, .. }) if index == last
             ),
             "{e:?}"
         );

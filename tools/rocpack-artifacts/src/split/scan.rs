@@ -1256,39 +1256,20 @@ fn split_fat(
         fsutil::set_mode(host_dst, mode)?;
         release(&map, None);
         len as usize
-    } else if matches!(
-        rocpack_image::detect(data),
-        rocpack_image::FileType::Pe { .. }
-    ) {
-        let info = rocpack_image::pe::analyze_in(data, &src).map_err(|e| image_err(path, e))?;
-        if !info.has_device_code() {
-            return Ok(None);
-        }
-        let marker = Marker::for_split(&opts.artifact_prefix, depth, kernel_name.clone()).encode();
-        release(&map, None);
-        // Written range by range from positioned reads, as for ELF files.
-        let out = create_rw(host_dst)?;
-        let len = rocpack_image::pe::split_to(data, &src, &info, &marker, &out)
-            .map_err(|e| image_err(path, e))?;
-        drop(out);
-        fsutil::set_mode(host_dst, mode)?;
-        release(&map, None);
-        collector.collect(data, &info.bundles, &kernel_name)?;
-        len as usize
     } else {
-        let info = match rocpack_elf::analyze_in(data, &src) {
+        let info = match rocpack_image::analyze_in(data, &src) {
             Ok(i) => i,
-            // An ELF we cannot read (32-bit, big-endian, PN_XNUM, odd
-            // e_type) is copied as it is only when it has no device code;
-            // keeping device code in the generic package silently would
-            // ship a fat binary that verify cannot see.
-            Err(e @ rocpack_elf::Error::Unsupported { .. }) => {
+            // An image we cannot read (PN_XNUM, an odd e_type, a PE/COFF
+            // feature not handled) is copied as it is only when it has no
+            // device code; keeping device code in the generic package
+            // silently would ship a fat binary that verify cannot see.
+            Err(e) if e.is_unsupported() => {
                 if crate::inspect::carries_device_code(data) {
-                    return Err(elf_err(path, e));
+                    return Err(image_err(path, e));
                 }
                 return Ok(None);
             }
-            Err(e) => return Err(elf_err(path, e)),
+            Err(e) => return Err(image_err(path, e)),
         };
         if !info.has_device_code() {
             return Ok(None);
@@ -1301,17 +1282,13 @@ fn split_fat(
         // done before the bundles are walked (in parallel): every layout
         // problem is reported before any bundle is decompressed, and the
         // two do not add their memory.
-        let rewrite = || -> Result<u64, SplitError> {
-            let out = create_rw(host_dst)?;
-            let len = rocpack_elf::split_host_to(data, &src, &marker, &out)
-                .map_err(|e| elf_err(path, e))?;
-            drop(out);
-            fsutil::set_mode(host_dst, mode)?;
-            release(&map, None);
-            Ok(len)
-        };
-        let len = rewrite()?;
-        collector.collect(data, &info.bundles, &kernel_name)?;
+        let out = create_rw(host_dst)?;
+        let len = rocpack_image::split_to(data, &src, &info, &marker, &out)
+            .map_err(|e| image_err(path, e))?;
+        drop(out);
+        fsutil::set_mode(host_dst, mode)?;
+        release(&map, None);
+        collector.collect(data, info.bundles(), &kernel_name)?;
         len as usize
     };
     let Collector {

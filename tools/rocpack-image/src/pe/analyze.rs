@@ -13,7 +13,7 @@ use object::read::coff::{CoffHeader, ImageSymbol, SymbolTable};
 use object::read::pe::{ImageNtHeaders, ImageOptionalHeader};
 use object::{LittleEndian as LE, ReadRef};
 
-use rocpack_elf::{BundleInfo, MarkerInfo, SectionRange, State, HIPF_MAGIC, HIPK_MAGIC};
+use crate::{BundleInfo, MarkerInfo, SectionRange, State, HIPF_MAGIC, HIPK_MAGIC};
 
 use crate::error::{Error, Result};
 
@@ -26,7 +26,7 @@ pub const MARKER_SECTION: &str = ".kpackrf";
 /// Characteristics of the marker section: `MEM_READ | CNT_INITIALIZED_DATA`.
 pub const MARKER_CHARACTERISTICS: u32 = pe::IMAGE_SCN_MEM_READ | pe::IMAGE_SCN_CNT_INITIALIZED_DATA;
 /// Size of one `__CudaFatBinaryWrapper` (the same on both sides of the seam).
-pub use rocpack_elf::WRAPPER_SIZE;
+pub use crate::WRAPPER_SIZE;
 
 /// What kind of PE/COFF file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -317,7 +317,7 @@ pub fn analyze_in(data: &[u8], src: &dyn rocpack_bundle::ReadAt) -> Result<PeInf
 
 /// [`analyze_in`] of a file of type `kind` ([`crate::detect`] of its
 /// head), read through `data`: a slice of the whole file, or a
-/// [`rocpack_elf::SparseView`] of the parts `pe::sparse::load` loaded.
+/// [`crate::SparseView`] of the parts `pe::sparse::load` loaded.
 pub(crate) fn analyze_as<'d, R: ReadRef<'d>>(
     data: R,
     src: &dyn rocpack_bundle::ReadAt,
@@ -686,7 +686,7 @@ fn read_wrappers<'d, R: ReadRef<'d>>(
         ));
     }
     let table = get(data, ws.file_offset, len, &sec.name)?;
-    for raw in rocpack_elf::wrapper_table(table, ws.file_offset) {
+    for raw in crate::wrapper_table(table, ws.file_offset) {
         let w = raw?;
         let field_rva = ws.addr + (w.file_offset - ws.file_offset) + 8;
         let (pointer, target, target_section) =

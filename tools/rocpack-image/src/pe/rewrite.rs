@@ -5,8 +5,8 @@ use std::fs::File;
 
 use object::pe;
 
+use crate::{Bundles, Fit, Out, State, HIPF_MAGIC, HIPK_MAGIC};
 use rocpack_bundle::ReadAt;
-use rocpack_elf::{Bundles, Out, State, HIPF_MAGIC, HIPK_MAGIC};
 
 use super::analyze::{
     analyze, get, u32_at, ImageHeaders, PeInfo, PeKind, PePointer, PeSection,
@@ -222,7 +222,7 @@ pub fn split_to(
 }
 
 fn io(what: &'static str) -> impl Fn(std::io::Error) -> Error {
-    move |source| Error::Elf(rocpack_elf::Error::Io { what, source })
+    move |source| Error::Elf(crate::elf::Error::Io { what, source })
 }
 
 /// A rewritten image: its pieces, and the `CheckSum` field to compute once
@@ -687,12 +687,13 @@ pub fn reassemble_analyzed_to(
 }
 
 /// Whether bundles of sizes `lens` (by `co_index`) fit the bundle section
-/// of a split image analysed already (`info`): `Ok(false)` where
-/// [`reassemble_to`] would fail to place them, without building anything.
-pub fn reassembly_fits(host: &[u8], info: &PeInfo, lens: &[u64]) -> Result<bool> {
+/// of a split image analysed already (`info`): [`Fit::DoesNotFit`] where
+/// [`reassemble_to`] would fail with [`Error::DoesNotFit`], without
+/// building anything; every other fault is an error.
+pub fn reassembly_fits(host: &[u8], info: &PeInfo, lens: &[u64]) -> Result<Fit> {
     match reassemble_plan(host, info, &Bundles::Sizes(lens)) {
-        Ok(_) => Ok(true),
-        Err(Error::Layout { .. }) => Ok(false),
+        Ok(_) => Ok(Fit::Fits),
+        Err(Error::DoesNotFit { .. }) => Ok(Fit::DoesNotFit),
         Err(e) => Err(e),
     }
 }
@@ -733,7 +734,7 @@ fn reassemble_plan(host: &[u8], info: &PeInfo, bundles: &Bundles<'_>) -> Result<
     let lens = bundles.lens();
     let (end, offsets) = bundles_layout(&lens);
     if vsize > round_up(end, BUNDLE_ALIGN) {
-        return Err(Error::layout(
+        return Err(Error::does_not_fit(
             fsec.header_offset,
             format!(
                 "the bundle section `{}` has VirtualSize {vsize:#x}, more than one {BUNDLE_ALIGN}-byte \
@@ -743,7 +744,7 @@ fn reassemble_plan(host: &[u8], info: &PeInfo, bundles: &Bundles<'_>) -> Result<
         ));
     }
     if end > vsize {
-        return Err(Error::layout(
+        return Err(Error::does_not_fit(
             fsec.header_offset,
             format!(
                 "bundles need {end} bytes, the bundle section `{}` has {vsize}",

@@ -12,12 +12,12 @@
 
 use std::io;
 
+use crate::{Sparse, SparseView};
 use object::pe;
 use object::read::coff::CoffHeader;
 use object::read::pe::ImageNtHeaders;
 use object::LittleEndian as LE;
 use rocpack_bundle::ReadAt;
-use rocpack_elf::{Sparse, SparseView};
 
 use super::analyze::decode_sections;
 use super::{MARKER_SECTION, WRAPPER_SECTIONS};

@@ -6,11 +6,10 @@
 
 use object::elf;
 
-use crate::analyze::{
-    FatBinaryInfo, MarkerInfo, SectionRange, HIPF_MAGIC, HIPK_MAGIC, MARKER_SECTION,
-};
-use crate::elf::{align_up, put_u32, Elf, Shdr, EHDR_SIZE, PHDR_SIZE};
-use crate::error::{Error, Result};
+use crate::elf::analyze::{FatBinaryInfo, MARKER_SECTION};
+use crate::elf::error::{Error, Result};
+use crate::elf::headers::{align_up, put_u32, Elf, Shdr, EHDR_SIZE, PHDR_SIZE};
+use crate::{MarkerInfo, SectionRange, HIPF_MAGIC, HIPK_MAGIC};
 
 /// Alignment of each bundle in a rebuilt `.hip_fatbin` (clang's).
 const BUNDLE_ALIGN: u64 = 4096;
@@ -193,7 +192,7 @@ impl OrigPlaces {
 
 /// Copy the bytes of the input of split after everything its headers
 /// describe ([`OrigPlaces::trail`]) to the end of `out`.
-pub(crate) fn push_trail(elf: &Elf<'_>, out: &mut crate::out::Out) {
+pub(crate) fn push_trail(elf: &Elf<'_>, out: &mut crate::Out) {
     let at = end_described(elf);
     let n = (elf.data.len() as u64).saturating_sub(at);
     if n != 0 {
@@ -203,7 +202,7 @@ pub(crate) fn push_trail(elf: &Elf<'_>, out: &mut crate::out::Out) {
 
 /// Put the trailing bytes of the original (see [`OrigPlaces::trail_in`])
 /// back at the end of the reassembled `out`.
-pub(crate) fn restore_trail(elf: &Elf<'_>, places: OrigPlaces, out: &mut crate::out::Out) {
+pub(crate) fn restore_trail(elf: &Elf<'_>, places: OrigPlaces, out: &mut crate::Out) {
     if let Some(at) = places.trail_in(elf) {
         out.push_src(at, places.trail);
     }
@@ -226,7 +225,7 @@ pub(crate) fn fatbin_pad(elf: &Elf<'_>, info: &FatBinaryInfo) -> u64 {
     if !placed || pad == 0 || pad >= BUNDLE_ALIGN || fb.nobits {
         return 0;
     }
-    match crate::elf::get(elf.data, fb.file_offset + end, pad, ".hip_fatbin") {
+    match crate::elf::headers::get(elf.data, fb.file_offset + end, pad, ".hip_fatbin") {
         Ok(b) if b.iter().all(|&x| x == 0) => pad,
         _ => 0,
     }
@@ -330,9 +329,9 @@ pub(crate) fn marker_shdr(sh_name: u32, addr: u64, offset: u64, size: u64) -> Sh
 
 /// Make wrapper `wr` a split one (HIPK, `co_index` = its bundle) where
 /// `locate` puts its input offset in the output; returns that offset.
-pub(crate) fn write_hipk<S: crate::elf::Sink + ?Sized>(
+pub(crate) fn write_hipk<S: crate::elf::headers::Sink + ?Sized>(
     out: &mut S,
-    wr: &crate::WrapperInfo,
+    wr: &crate::elf::WrapperInfo,
     locate: impl FnOnce(u64) -> Result<u64>,
 ) -> Result<u64> {
     let co = wr.bundle.ok_or_else(|| Error::Wrapper {
@@ -352,7 +351,10 @@ pub(crate) fn write_hipk<S: crate::elf::Sink + ?Sized>(
 
 /// Make the wrapper at output offset `woff` a fat one again (HIPF,
 /// `co_index` 0).
-pub(crate) fn write_hipf<S: crate::elf::Sink + ?Sized>(out: &mut S, woff: u64) -> Result<()> {
+pub(crate) fn write_hipf<S: crate::elf::headers::Sink + ?Sized>(
+    out: &mut S,
+    woff: u64,
+) -> Result<()> {
     put_u32(out, woff, HIPF_MAGIC)?;
     put_u32(out, woff + 16, 0)
 }

@@ -6,17 +6,18 @@
 
 use rocpack_bundle::ReadAt;
 
-use crate::analyze::{analyze, FatBinaryInfo, State};
-use crate::elf::is_elf;
-use crate::error::{Error, Result};
-use crate::out::Out;
-use crate::{BundlesFn, MarkerFn};
+use crate::elf::analyze::{analyze, FatBinaryInfo};
+use crate::elf::error::{Error, Result};
+use crate::elf::headers::is_elf;
+use crate::elf::{BundlesFn, MarkerFn};
+use crate::Out;
+use crate::State;
 
 const MAGIC: &[u8] = b"!<arch>\n";
 const HDR: usize = 60;
 
 /// One archive member (its bytes: a slice of the archive, or a
-/// [`crate::SparseView`] of the parts of a file that were loaded).
+/// [`crate::elf::SparseView`] of the parts of a file that were loaded).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ArchiveMember<'a, D = &'a [u8]> {
     /// Member name (long names resolved, trailing `/` removed).
@@ -57,7 +58,7 @@ impl Raw<'_> {
 }
 
 /// The entries of an archive: `data` is the whole archive, or a
-/// [`crate::SparseView`] with its headers and long-name table loaded.
+/// [`crate::elf::SparseView`] with its headers and long-name table loaded.
 fn parse<'a, D: object::ReadRef<'a>>(data: D) -> Result<Vec<Raw<'a>>> {
     let total = usize::try_from(data.len().unwrap_or(0)).unwrap_or(usize::MAX);
     if !data
@@ -157,12 +158,12 @@ pub fn archive_members(data: &[u8]) -> Result<Vec<ArchiveMember<'_>>> {
         .collect())
 }
 
-/// [`archive_members`] of an archive read through a [`crate::SparseView`]
-/// ([`crate::Sparse::load_archive`] loaded its headers and long-name
+/// [`archive_members`] of an archive read through a [`crate::elf::SparseView`]
+/// ([`crate::elf::Sparse::load_archive`] loaded its headers and long-name
 /// table): each member's bytes are a view of its range.
 pub fn archive_members_in(
-    data: crate::SparseView<'_>,
-) -> Result<Vec<ArchiveMember<'_, crate::SparseView<'_>>>> {
+    data: crate::elf::SparseView<'_>,
+) -> Result<Vec<ArchiveMember<'_, crate::elf::SparseView<'_>>>> {
     Ok(parse(data)?
         .into_iter()
         .filter(|r| r.kind == Kind::Member)
@@ -350,7 +351,7 @@ fn split_member<'a, 'b>(
             return Ok(None);
         }
         let marker = marker_for(&r.name, &info)?;
-        crate::split_host(bytes, &marker).map(Some)
+        crate::elf::split_host(bytes, &marker).map(Some)
     }
 }
 
@@ -366,7 +367,7 @@ fn reassemble_member<'a, 'b>(
             return Ok(None);
         }
         let bundles = bundles_for(&r.name, &info)?;
-        crate::reassemble(bytes, &bundles).map(Some)
+        crate::elf::reassemble(bytes, &bundles).map(Some)
     }
 }
 

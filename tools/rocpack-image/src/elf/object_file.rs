@@ -10,10 +10,10 @@ use std::collections::HashSet;
 
 use object::elf;
 
-use crate::analyze::{FatBinaryInfo, PointerModel, MARKER_SECTION};
-use crate::elf::{align_up, grow, put_u16, put_u64, Elf, Shdr, EHDR_SIZE, SYM_SIZE};
-use crate::error::{Error, Result};
-use crate::sections::{
+use crate::elf::analyze::{FatBinaryInfo, PointerModel, MARKER_SECTION};
+use crate::elf::error::{Error, Result};
+use crate::elf::headers::{align_up, grow, put_u16, put_u64, Elf, Shdr, EHDR_SIZE, SYM_SIZE};
+use crate::elf::sections::{
     build_fatbin, marker_shdr, shstrtab_bytes, shstrtab_without_marker, split_sections, write_hipf,
     write_hipk,
 };
@@ -28,7 +28,7 @@ struct Edit {
 /// returns the output and each section's new offset.
 fn relayout(elf: &Elf<'_>, shdrs: &mut [Shdr], replace: &[Edit]) -> Result<(Vec<u8>, Vec<u64>)> {
     let data = elf.data;
-    let mut out = crate::elf::get(data, 0, EHDR_SIZE, "ELF header")?.to_vec();
+    let mut out = crate::elf::headers::get(data, 0, EHDR_SIZE, "ELF header")?.to_vec();
     let extra: u64 = replace.iter().map(|e| e.data.len() as u64).sum();
     let limit = (data.len() as u64)
         .saturating_add(extra)
@@ -237,8 +237,8 @@ pub(crate) fn split_object(elf: &Elf<'_>, info: &FatBinaryInfo, marker: &[u8]) -
         }
     }
     let out = finish(out, &shdrs, elf.ehdr.e_shnum != 0)?;
-    let check = crate::analyze::analyze(&out)?;
-    if check.state != crate::State::Split {
+    let check = crate::elf::analyze::analyze(&out)?;
+    if check.state != crate::elf::State::Split {
         return Err(Error::layout(
             0,
             "internal: rewritten object does not analyse as split",

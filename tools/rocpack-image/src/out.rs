@@ -9,8 +9,8 @@ use std::io::Write;
 
 use rocpack_bundle::ReadAt;
 
-use crate::elf::Sink;
-use crate::error::{Error, Result};
+use crate::elf::headers::Sink;
+use crate::elf::{Error, Result};
 
 /// Copy buffer of [`Out::write_to`].
 const CHUNK: u64 = 1 << 20;
@@ -107,10 +107,12 @@ impl Out {
         }
     }
 
-    /// [`crate::elf::grow`] for an `Out`.
+    /// [`crate::elf::headers::grow`] for an `Out`. Growing past `limit` (what the
+    /// input, host and bundles, allows) is [`Error::DoesNotFit`]: in a
+    /// reassembly, the bundles given do not fit the layout the split left.
     pub fn grow(&mut self, to: u64, limit: u64) -> Result<()> {
         if to > limit {
-            return Err(Error::layout(
+            return Err(Error::does_not_fit(
                 to,
                 format!(
                     "output would grow to {to:#x} bytes, more than the input allows ({limit:#x})"

@@ -5,8 +5,12 @@ use std::collections::HashMap;
 
 use object::elf;
 
-use crate::elf::{get, u32_at, u64_at, within, Elf, Shdr, SHT_RELR};
-use crate::error::{Error, Result};
+use crate::elf::error::{Error, Result};
+use crate::elf::headers::{get, within, Elf, Shdr, SHT_RELR};
+use crate::{
+    wrapper_table, BundleInfo, MarkerInfo, SectionRange, State, HIPF_MAGIC, HIPK_MAGIC,
+    WRAPPER_SIZE,
+};
 
 /// Section holding the offload bundles.
 pub const FATBIN_SECTION: &str = ".hip_fatbin";
@@ -14,61 +18,6 @@ pub const FATBIN_SECTION: &str = ".hip_fatbin";
 pub const WRAPPER_SECTION: &str = ".hipFatBinSegment";
 /// Section holding the marker payload of a split binary.
 pub const MARKER_SECTION: &str = ".rocm_kpack_ref";
-/// Wrapper magic of a fat binary ("HIPF", file bytes `46 50 49 48`).
-pub const HIPF_MAGIC: u32 = 0x4849_5046;
-/// Wrapper magic of a split binary ("HIPK", file bytes `48 49 50 4B`).
-pub const HIPK_MAGIC: u32 = 0x4B50_4948;
-/// Size of one `__CudaFatBinaryWrapper`.
-pub const WRAPPER_SIZE: u64 = 24;
-
-/// One `__CudaFatBinaryWrapper` as stored, before its pointer is followed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RawWrapper {
-    /// Position in the wrapper section.
-    pub index: usize,
-    /// File offset of the wrapper.
-    pub file_offset: u64,
-    /// `HIPF_MAGIC` or `HIPK_MAGIC` (anything else is refused).
-    pub magic: u32,
-    pub version: u32,
-    /// The u64 stored in the pointer field (at `file_offset + 8`).
-    pub value_in_file: u64,
-    /// The 8-byte `reserved1`/`dummy1` field (`co_index` in its low u32 for HIPK).
-    pub reserved1: u64,
-}
-
-/// Walk the wrappers of a wrapper section: `table` is its bytes (the caller
-/// bounds them by the file and checks the size is a multiple of
-/// [`WRAPPER_SIZE`]), stored at `file_offset`. Shared by the ELF and the
-/// PE/COFF analyzers; a magic that is neither HIPF nor HIPK is an
-/// [`Error::Wrapper`]. A trailing partial wrapper is ignored.
-pub fn wrapper_table(
-    table: &[u8],
-    file_offset: u64,
-) -> impl Iterator<Item = Result<RawWrapper>> + '_ {
-    table
-        .chunks_exact(WRAPPER_SIZE as usize)
-        .enumerate()
-        .map(move |(index, w)| {
-            let off = file_offset + index as u64 * WRAPPER_SIZE;
-            let magic = u32_at(w, 0, "wrapper magic")?;
-            if magic != HIPF_MAGIC && magic != HIPK_MAGIC {
-                return Err(Error::Wrapper {
-                    index,
-                    offset: off,
-                    what: format!("magic {magic:#010x} is neither HIPF nor HIPK"),
-                });
-            }
-            Ok(RawWrapper {
-                index,
-                file_offset: off,
-                magic,
-                version: u32_at(w, 4, "wrapper version")?,
-                value_in_file: u64_at(w, 8, "wrapper pointer")?,
-                reserved1: u64_at(w, 16, "wrapper reserved1")?,
-            })
-        })
-}
 
 pub(crate) const R_X86_64_64: u32 = 1;
 pub(crate) const R_X86_64_RELATIVE: u32 = 8;
@@ -84,48 +33,6 @@ pub enum ElfKind {
     Shared,
     /// `ET_REL` (object file, e.g. a static-archive member).
     Relocatable,
-}
-
-/// What the binary holds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum State {
-    /// No `.hip_fatbin` and no wrappers: nothing to split.
-    HostOnly,
-    /// Device code present (HIPF wrappers, `.hip_fatbin` with bundles).
-    Fat,
-    /// Already split: HIPK wrappers pointing at `.rocm_kpack_ref`.
-    Split,
-}
-
-/// A section's placement.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SectionRange {
-    /// Section header index.
-    pub index: usize,
-    pub file_offset: u64,
-    /// `sh_addr` (0 in relocatable objects).
-    pub addr: u64,
-    pub size: u64,
-    /// `SHT_NOBITS` (no bytes in the file).
-    pub nobits: bool,
-}
-
-/// One bundle found in `.hip_fatbin`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct BundleInfo {
-    /// Position in `.hip_fatbin` order; this is the `co_index` the split
-    /// binary's wrappers carry.
-    pub index: usize,
-    /// Offset from the start of `.hip_fatbin`.
-    pub section_offset: u64,
-    pub file_offset: u64,
-    /// Link-time address (section offset in relocatable objects).
-    pub addr: u64,
-    pub len: u64,
-    pub format: rocpack_bundle::Format,
-    /// Indices of the wrappers that point at this bundle (several for
-    /// `-fgpu-rdc`, possibly none).
-    pub wrappers: Vec<usize>,
 }
 
 /// How a wrapper's `binary` pointer gets its run-time value.
@@ -209,14 +116,6 @@ impl WrapperInfo {
     }
 }
 
-/// The marker of a split binary.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct MarkerInfo {
-    pub section: SectionRange,
-    /// The section bytes (the opaque payload).
-    pub bytes: Vec<u8>,
-}
-
 /// Everything [`analyze`] finds.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FatBinaryInfo {
@@ -260,8 +159,8 @@ pub fn analyze(data: &[u8]) -> Result<FatBinaryInfo> {
 /// source of the same bytes as `data` (for a mapped file: positioned reads
 /// of the file, so the device code is never faulted into the mapping).
 ///
-/// `data` is a slice of the whole file, or a [`crate::SparseView`] of the
-/// parts [`crate::Sparse::load_elf`] loaded.
+/// `data` is a slice of the whole file, or a [`crate::elf::SparseView`] of the
+/// parts [`crate::elf::Sparse::load_elf`] loaded.
 pub fn analyze_in<'a, D: object::ReadRef<'a>>(
     data: D,
     src: &dyn rocpack_bundle::ReadAt,
@@ -503,7 +402,7 @@ pub(crate) fn analyze_elf<'a, D: object::ReadRef<'a>>(
 /// hundreds of thousands of them, are not kept).
 struct Resolver {
     /// Linked files: dynamic relocations by r_offset (section, reloc).
-    by_offset: HashMap<u64, (usize, crate::elf::Reloc)>,
+    by_offset: HashMap<u64, (usize, crate::elf::headers::Reloc)>,
     relr: HashMap<u64, bool>,
     /// Relocatable objects: symbol table of the wrapper relocations.
     object: bool,

@@ -1,42 +1,31 @@
 //! Analysing a file without reading it whole. A [`Sparse`] holds only the
 //! ranges of a file loaded into it (a small ordered map of pieces; ranges
 //! that touch are merged into one piece), so the memory and the address
-//! space it takes follow what is loaded, never the file's size.
-//! [`Sparse::load_elf`] and [`Sparse::load_archive`] fill it, with
-//! positioned reads of the file, with exactly the bytes
-//! [`crate::analyze_in`] looks at: the ELF header, the program and section
-//! header tables, the section names, the wrapper and marker sections, and
-//! the relocation sections the wrapper resolver indexes with their symbol
-//! and string tables (for an archive: member headers, the long-name table
-//! and that much of each ELF member). Host code, data and debug sections
-//! are never read; `analyze_in(sparse.bytes(), &file)` finds the bundles
-//! through the file. A 1 GiB library is analysed with a few MiB resident
-//! and a few MiB of address space, and since the file is never mapped, a
-//! file truncated under us is a read error, never `SIGBUS`.
+//! space it takes follow what is loaded, never the file's size. The
+//! loaders of each format (`Sparse::load_elf` and `Sparse::load_archive`
+//! in [`crate::elf`], `pe::sparse::load`) fill it, with positioned reads of
+//! the file, with exactly the bytes that format's analysis looks at; the
+//! bundles are then found through the file. A 1 GiB library is analysed
+//! with a few MiB resident and a few MiB of address space, and since the
+//! file is never mapped, a file truncated under us is a read error, never
+//! `SIGBUS`.
 //!
 //! The parsers read a [`Sparse`] through [`SparseView`], an
 //! `object::ReadRef` over the file's offsets: a read inside one loaded
 //! piece gives its bytes, any other read fails (the parser reports it as
 //! missing bytes, so a loader that skips a table shows in the tests).
-//!
-//! Keep [`Sparse::load_elf`] in step with `analyze_elf` (the test
-//! `sparse_analysis_equals_whole` compares both on every fixture).
 
 use std::collections::BTreeMap;
 use std::io;
 use std::ops::Range;
 
-use object::elf;
 use object::ReadRef;
 use rocpack_bundle::ReadAt;
-
-use crate::analyze::{MARKER_SECTION, WRAPPER_SECTION};
-use crate::elf::{Elf, EHDR_SIZE, PHDR_SIZE, SHDR_SIZE, SHT_RELR};
 
 /// The loaded ranges of a file of a known size.
 pub struct Sparse {
     /// The file's size.
-    len: u64,
+    pub(crate) len: u64,
     /// Loaded pieces by file offset; no two overlap or touch.
     pieces: BTreeMap<u64, Vec<u8>>,
     /// Bytes read from the file so far.
@@ -128,126 +117,6 @@ impl Sparse {
         self.loaded += end - start;
         Ok(())
     }
-
-    /// Loads what analysing the ELF file at `[base, base + len)` of the
-    /// file reads (`src` reads the whole file). Stops, without error, where
-    /// the file is not an ELF64 little-endian file or its headers are
-    /// malformed: the analysis refuses it the same way.
-    pub fn load_elf(&mut self, src: &dyn ReadAt, base: u64, len: u64) -> io::Result<()> {
-        let mut sub = Sub {
-            sp: self,
-            src,
-            base,
-            len,
-        };
-        sub.load(0, EHDR_SIZE)?;
-        let Some(h) = sub.view().get(0, EHDR_SIZE) else {
-            return Ok(());
-        };
-        if !h.starts_with(&elf::ELFMAG) || h[4] != elf::ELFCLASS64 || h[5] != elf::ELFDATA2LSB {
-            return Ok(());
-        }
-        let (phoff, shoff) = (le64(h, 0x20), le64(h, 0x28));
-        let (phnum, shnum, shstrndx) = (le16(h, 0x38), le16(h, 0x3c), le16(h, 0x3e));
-        sub.load(phoff, u64::from(phnum) * PHDR_SIZE)?;
-        if shoff != 0 {
-            sub.load(shoff, SHDR_SIZE)?;
-            let count = match shnum {
-                0 => sub.view().u64_at(shoff + 32),
-                n => u64::from(n),
-            };
-            sub.load(shoff, count.saturating_mul(SHDR_SIZE))?;
-            let names = match shstrndx {
-                0xffff => u64::from(sub.view().u32_at(shoff + 40)),
-                n => u64::from(n),
-            };
-            if names != 0 && names < count {
-                let at = shoff.saturating_add(names * SHDR_SIZE);
-                let (off, size) = (sub.view().u64_at(at + 24), sub.view().u64_at(at + 32));
-                sub.load(off, size)?;
-            }
-        }
-        let view = sub.view();
-        let Ok(e) = Elf::parse(view) else {
-            return Ok(());
-        };
-        let object = e.ehdr.e_type == elf::ET_REL;
-        let wrapper = e.section_by_name(WRAPPER_SECTION).map(|(i, _)| i);
-        let mut want = std::collections::BTreeSet::new();
-        let tables = |i: usize, want: &mut std::collections::BTreeSet<usize>| {
-            want.insert(i);
-            // The symbol table of a relocation section and its names.
-            if let Some(t) = e.shdrs.get(i).map(|s| s.sh_link as usize) {
-                want.insert(t);
-                if let Some(s) = e.shdrs.get(t).map(|s| s.sh_link as usize) {
-                    want.insert(s);
-                }
-            }
-        };
-        for (i, s) in e.shdrs.iter().enumerate() {
-            let is_rel = s.sh_type == elf::SHT_RELA || s.sh_type == elf::SHT_REL;
-            if s.name == WRAPPER_SECTION.as_bytes() || s.name == MARKER_SECTION.as_bytes() {
-                want.insert(i);
-            } else if object {
-                if is_rel && Some(s.sh_info as usize) == wrapper {
-                    tables(i, &mut want);
-                }
-            } else if is_rel && s.is_alloc() {
-                tables(i, &mut want);
-            } else if s.sh_type == SHT_RELR && s.is_alloc() {
-                want.insert(i);
-            }
-        }
-        let ranges: Vec<(u64, u64)> = want
-            .iter()
-            .filter_map(|&i| e.shdrs.get(i))
-            .filter(|s| s.has_file_data())
-            .map(|s| (s.sh_offset, s.sh_size))
-            .collect();
-        for (off, size) in ranges {
-            sub.load(off, size)?;
-        }
-        Ok(())
-    }
-
-    /// Loads what listing an `ar` archive's members and analysing each ELF
-    /// member reads. Stops, without error, at a malformed header (listing
-    /// the members refuses it the same way).
-    pub fn load_archive(&mut self, src: &dyn ReadAt) -> io::Result<()> {
-        const HDR: u64 = 60;
-        let size = self.len;
-        self.load(src, 0, 8)?;
-        if !self.bytes().get(0, 8).is_some_and(crate::is_archive) {
-            return Ok(());
-        }
-        let mut pos = 8u64;
-        while pos < size {
-            self.load(src, pos, HDR)?;
-            let Some(h) = self.bytes().get(pos, HDR) else {
-                return Ok(());
-            };
-            if &h[58..60] != b"`\n" {
-                return Ok(());
-            }
-            let Ok(n) = std::str::from_utf8(&h[48..58])
-                .unwrap_or("")
-                .trim()
-                .parse::<u64>()
-            else {
-                return Ok(());
-            };
-            let long_names = h[..16].trim_ascii_end() == b"//";
-            let body = pos + HDR;
-            if long_names {
-                self.load(src, body, n)?;
-            } else {
-                // Symbol tables and non-ELF members: their first 64 bytes.
-                self.load_elf(src, body, n.min(size.saturating_sub(body)))?;
-            }
-            pos = body.saturating_add(n).saturating_add(n & 1);
-        }
-        Ok(())
-    }
 }
 
 /// `[base, base + len)` of a [`Sparse`] file as the parsers read it: an
@@ -301,12 +170,12 @@ impl<'a> SparseView<'a> {
         self.get(0, n.min(self.len))
     }
 
-    fn u32_at(&self, at: u64) -> u32 {
+    pub(crate) fn u32_at(&self, at: u64) -> u32 {
         self.get(at, 4)
             .map_or(0, |b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
     }
 
-    fn u64_at(&self, at: u64) -> u64 {
+    pub(crate) fn u64_at(&self, at: u64) -> u64 {
         self.get(at, 8).map_or(0, |b| le64(b, 0))
     }
 }
@@ -344,34 +213,7 @@ impl<'a> ReadRef<'a> for SparseView<'a> {
     }
 }
 
-/// `[base, base + len)` of a [`Sparse`] file, loaded from the same range
-/// of its source.
-struct Sub<'a> {
-    sp: &'a mut Sparse,
-    src: &'a dyn ReadAt,
-    base: u64,
-    len: u64,
-}
-
-impl Sub<'_> {
-    fn load(&mut self, offset: u64, len: u64) -> io::Result<()> {
-        let end = offset.saturating_add(len).min(self.len);
-        if offset >= end {
-            return Ok(());
-        }
-        self.sp
-            .load(self.src, self.base.saturating_add(offset), end - offset)
-    }
-    fn view(&self) -> SparseView<'_> {
-        self.sp.bytes().sub(self.base, self.len)
-    }
-}
-
-fn le16(b: &[u8], at: usize) -> u16 {
-    u16::from_le_bytes([b[at], b[at + 1]])
-}
-
-fn le64(b: &[u8], at: usize) -> u64 {
+pub(crate) fn le64(b: &[u8], at: usize) -> u64 {
     let mut a = [0u8; 8];
     a.copy_from_slice(&b[at..at + 8]);
     u64::from_le_bytes(a)

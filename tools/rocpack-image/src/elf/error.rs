@@ -47,9 +47,15 @@ pub enum Error {
         #[source]
         source: rocpack_bundle::Error,
     },
-    /// The rewrite cannot place what it must place.
+    /// The rewrite cannot place what it must place (never "retry with
+    /// smaller bundles": that is [`Error::DoesNotFit`]).
     #[error("layout at offset {offset:#x}: {what}")]
     Layout { offset: u64, what: String },
+    /// Reassembly: the bundles given do not fit the room the split left
+    /// for them (smaller, better compressed bundles may; see
+    /// [`crate::elf::reassembly_fits`]). Same message form as `Layout`.
+    #[error("layout at offset {offset:#x}: {what}")]
+    DoesNotFit { offset: u64, what: String },
     /// Invalid `ar` archive structure.
     #[error("malformed archive at offset {offset:#x}: {what}")]
     Archive { offset: u64, what: String },
@@ -81,6 +87,7 @@ impl Error {
             | Error::Wrapper { offset, .. }
             | Error::Bundle { offset, .. }
             | Error::Layout { offset, .. }
+            | Error::DoesNotFit { offset, .. }
             | Error::Archive { offset, .. }
             | Error::Member { offset, .. } => Some(*offset),
             Error::NotElf => Some(0),
@@ -97,6 +104,13 @@ impl Error {
 
     pub(crate) fn unsupported(offset: u64, what: impl Into<String>) -> Self {
         Error::Unsupported {
+            offset,
+            what: what.into(),
+        }
+    }
+
+    pub(crate) fn does_not_fit(offset: u64, what: impl Into<String>) -> Self {
+        Error::DoesNotFit {
             offset,
             what: what.into(),
         }

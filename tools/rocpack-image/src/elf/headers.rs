@@ -8,7 +8,7 @@ use object::elf;
 use object::read::elf::{FileHeader as _, ProgramHeader as _, SectionHeader as _};
 use object::{LittleEndian as LE, ReadRef, U32, U64};
 
-use crate::error::{Error, Result};
+use crate::elf::error::{Error, Result};
 
 pub(crate) const EHDR_SIZE: u64 = 64;
 pub(crate) const PHDR_SIZE: u64 = 56;
@@ -80,7 +80,7 @@ pub(crate) fn u64_at<'a, D: ReadRef<'a>>(data: D, offset: u64, what: &'static st
 }
 
 /// Something the rewrite writes small fields into at known offsets: an
-/// output buffer, or an [`crate::out::Out`] (patches over pieces).
+/// output buffer, or an [`crate::Out`] (patches over pieces).
 pub(crate) trait Sink {
     /// Write `bytes` at `offset`, inside what the caller already laid out.
     fn put(&mut self, offset: u64, bytes: &[u8]) -> Result<()>;
