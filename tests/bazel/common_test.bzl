@@ -51,6 +51,17 @@ _PLAN = prebuilt_snapshot_plan(
     snapshot_artifacts = {"stable": {"6.4": {"abi_inputs": {"libs/dep/dep.h": _SHA_B}}}},
 )
 
+_FIX = struct(
+    snapctl = "bazel run //tc:snapctl --",
+    workspace = '"$(bazel info workspace)"',
+    artifact = '"$(bazel info bazel-bin)"/libs/fooccl/libfooccl_dev.a',
+    rebuild = "bazel build //libs/fooccl:fooccl_dev",
+    docs = "docs/x.md, \"When the ABI guard fires\"",
+    metadata = "libs/fooccl/snapshots/stable/6.4/metadata.txt",
+)
+
+_FIX_LAST = struct(snapctl = "snapctl", workspace = "/ws", artifact = "/ws/out/libfooccl.a", rebuild = "buck2 build //libs/fooccl:dev", docs = "docs/y.md", metadata = None)
+
 def _checks():
     # (description, actual, expected)
     return [
@@ -64,18 +75,38 @@ def _checks():
             prebuilt_snapshot_plan("x", "", "s", {}, {}, local_store = "st").store,
             prebuilt_snapshot_plan("x", "", "s", {}, {}, library = "lib", artifact = "a.a").artifact,
         ], ["p", "https://s/", "st", "a.a"]),
-        ("abi guard args", abi_guard_args(_PLAN, "fooccl_stable_rocm64", ":fooccl_stable_rocm64_blob", "stable", "6.4", "--//libs/fooccl:fooccl_channel=dev"), {
+        # The printed fix: snapctl recut/rollback on the snapshots root made
+        # absolute with fix.workspace (the plan's root is workspace-relative),
+        # --abi-base the workspace; a last-stable snapshot has no rollback.
+        ("abi guard args", abi_guard_args(_PLAN, "fooccl_stable_rocm64", ":fooccl_stable_rocm64_blob", "stable", "6.4", "--//libs/fooccl:fooccl_channel=dev", _FIX), {
             "name": "fooccl_stable_rocm64_abi",
             "archive": ":fooccl_stable_rocm64_blob",
             "inputs": ["//dep:dep.h"],
             "expect": {"libs/dep/dep.h": _SHA_B},
+            "snapshot_metadata": "libs/fooccl/snapshots/stable/6.4/metadata.txt",
             "library": "fooccl",
             "channel": "stable",
             "version": "6.4",
-            "recut": "snapctl create --snapshots-root libs/fooccl/snapshots --version 6.4 --artifact libfooccl.a",
+            "recut": "bazel run //tc:snapctl -- recut --snapshots-root \"$(bazel info workspace)\"/libs/fooccl/snapshots --channel stable --version 6.4 --artifact \"$(bazel info bazel-bin)\"/libs/fooccl/libfooccl_dev.a --abi-base \"$(bazel info workspace)\"",
+            "rebuild": "bazel build //libs/fooccl:fooccl_dev",
+            "rollback": "bazel run //tc:snapctl -- rollback --snapshots-root \"$(bazel info workspace)\"/libs/fooccl/snapshots --version 6.4",
             "dev": "--//libs/fooccl:fooccl_channel=dev",
+            "docs": "docs/x.md, \"When the ABI guard fires\"",
         }),
-        ("abi guard args: a snapshot cut without --abi-input", abi_guard_args(_PLAN, "t", ":b", "last_stable", "6.4", "")["expect"], {}),
+        ("abi guard args: last-stable, cut without --abi-input, no archive (the test)", abi_guard_args(_PLAN, "t", None, "last_stable", "6.4", "-m //libs/fooccl:dev", _FIX_LAST), {
+            "name": "t_abi",
+            "inputs": ["//dep:dep.h"],
+            "expect": {},
+            "snapshot_metadata": None,
+            "library": "fooccl",
+            "channel": "last_stable",
+            "version": "6.4",
+            "recut": "snapctl recut --snapshots-root /ws/libs/fooccl/snapshots --channel last-stable --version 6.4 --artifact /ws/out/libfooccl.a --abi-base /ws",
+            "rebuild": "buck2 build //libs/fooccl:dev",
+            "rollback": "",
+            "dev": "-m //libs/fooccl:dev",
+            "docs": "docs/y.md",
+        }),
         ("package dir", kpack_package_dir_name("blas_lib", "gfx110X"), "blas_lib_gfx110X"),
         ("target names", kpack_package_target_names("blas_lib", ["gfx110X", "gfx120X"]), [("blas_lib_generic", "generic"), ("blas_lib_gfx110X", "gfx110X"), ("blas_lib_gfx120X", "gfx120X")]),
         ("groups from config", kpack_groups_from_config(json.decode('{"primary_shard": "s", "architecture_groups": {"gfx120X": {"architectures": ["gfx1200"]}, "gfx110X": {"architectures": ["gfx1100"]}}}')), ["gfx120X", "gfx110X"]),

@@ -312,7 +312,20 @@ def _as_output(path, short_path, is_source, is_dir, owner):
     return struct(__output__ = True, path = path, short_path = short_path, is_dir = is_dir, owner = owner)
 
 def fake_source_artifact(path, short_path):
-    return _artifact(path, short_path, True, False, "")
+    # buck2: a source file's `owner` is None.
+    return _artifact(path, short_path, True, False, None)
+
+def _target_label(cell, package, name):
+    # buck2's `Label` (ctx.label, and the `owner` of an artifact a rule
+    # declared): cell, package, name, and raw_target(), the unconfigured
+    # target; the fake's TargetLabel is its string, "cell//package:name",
+    # which is what str() and "%s" of buck2's TargetLabel give.
+    return struct(
+        cell = cell,
+        package = package,
+        name = name,
+        raw_target = lambda: "%s//%s:%s" % (cell, package, name),
+    )
 
 def _valid_category(c):
     if type(c) != "string" or not c or not c[0].isalpha():
@@ -332,7 +345,7 @@ def fake_make_actions(label):
         p = prefix if filename == None else prefix + "/" + filename
         if p in state["declared"]:
             fail("declare_output: conflicting output `%s` declared twice" % p)
-        a = _artifact(out_dir + "/" + p, p, False, dir, str(label.name))
+        a = _artifact(out_dir + "/" + p, p, False, dir, label)
         state["declared"][p] = a
         return a
 
@@ -507,6 +520,7 @@ def _coerce(a, v, what):
     fail("internal: unknown attribute kind %s" % t)
 
 def fake_analyze(kind, spec, label, given):
+    label = _target_label(label.cell, label.package, label.name)
     what = "%s//%s:%s (%s)" % (label.cell, label.package, label.name, kind)
     resolved = {"name": label.name}
     for k, a in spec.attrs.items():

@@ -936,3 +936,50 @@ fn stable_checksums_requires_a_prefix_as_in_bazel() {
     let err = format!("{:#}", e.package("root", "examples/rcclx").unwrap_err());
     assert!(err.contains("set `prefix`"), "{err}");
 }
+
+#[test]
+fn the_abi_guard_names_a_generated_input_by_its_owner_as_buck2_does() {
+    // buck2: a declared output's `owner` is the Label of the target that
+    // declared it (package, raw_target()); a source's is None. The guard's
+    // recorded path and printed re-cut command come from it.
+    let e = engine();
+    let t = label("examples/abi_guard", "lib_stable_rocm70_abi_test");
+    let cfg = e.config_for(&t, &[]).unwrap();
+    let a = e.analyze(&t, &cfg).unwrap_or_else(|err| panic!("{err:#}"));
+    let check = a
+        .actions
+        .iter()
+        .find(|act| act["category"] == json!("snapshot_abi_report"))
+        .unwrap_or_else(|| panic!("no snapshot_abi_report action: {:#?}", a.actions));
+    let argv = check["argv"].as_array().unwrap();
+    let at = |i: usize| argv.get(i).cloned().unwrap_or(Json::Null);
+    let pair = argv
+        .iter()
+        .position(|x| x == "--input-pair")
+        .unwrap_or_else(|| panic!("no --input-pair: {argv:#?}"));
+    // The path as `snapctl create --abi-input` recorded it (project-relative).
+    assert_eq!(at(pair + 1), json!("examples/abi_guard/dep/point.h"));
+    assert_eq!(
+        at(pair + 2)["owner"]["package"],
+        json!("examples/abi_guard")
+    );
+    assert_eq!(at(pair + 2)["owner"]["name"], json!("point_h"));
+    let recut = argv
+        .iter()
+        .filter_map(Json::as_str)
+        .find(|x| x.starts_with("--recut="))
+        .unwrap_or_else(|| panic!("no --recut=: {argv:#?}"));
+    assert!(
+        recut.ends_with(
+            " --abi-input examples/abi_guard/dep/point.h=\"$(buck2 build --show-full-simple-output root//examples/abi_guard:point_h)\""
+        ),
+        "{recut}"
+    );
+    // The snapshot's metadata.txt is a source file: no owner.
+    let meta = argv
+        .iter()
+        .position(|x| x == "--metadata")
+        .unwrap_or_else(|| panic!("no --metadata: {argv:#?}"));
+    assert_eq!(at(meta + 1)["is_source"], json!(true));
+    assert_eq!(at(meta + 1)["owner"], Json::Null);
+}
