@@ -282,7 +282,7 @@ fn read_wrappers<'a, D: object::ReadRef<'a>>(
             ".hipFatBinSegment is NOBITS",
         ));
     }
-    if ws.size % WRAPPER_SIZE != 0 {
+    if !ws.size.is_multiple_of(WRAPPER_SIZE) {
         return Err(Error::malformed(
             ws.file_offset,
             format!(".hipFatBinSegment size {} is not a multiple of 24", ws.size),
