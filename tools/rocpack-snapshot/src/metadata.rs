@@ -175,198 +175,246 @@ enum Section {
     Abi,
 }
 
-impl Metadata {
-    /// Parses `text` (the content of `path`). Errors name `path` and the 1-based line.
-    pub fn parse(path: &Path, text: &str) -> Result<Metadata> {
-        let err = |line: usize, msg: String| Error::input(path, Some(line), msg);
-        let mut created: Option<String> = None;
-        let mut version: Option<String> = None;
-        let mut sha1: Option<String> = None;
-        let mut sha256: Option<String> = None;
-        let mut art_name: Option<(usize, String)> = None;
-        let mut art_size: Option<(usize, u64)> = None;
-        let mut art_key: Option<(usize, String)> = None;
-        let mut headers = BTreeMap::new();
-        let mut abi_inputs = BTreeMap::new();
-        let mut commits: Vec<(String, String)> = Vec::new();
-        let mut section = Section::None;
-        let mut seen = Vec::new();
-        let mut checksums_line = None;
-        let mut artifact_line = None;
-        let mut last_line = 0;
+/// What [`Metadata::parse`] has read so far: one line at a time, then
+/// [`Parser::finish`] checks that nothing required is missing.
+struct Parser<'p> {
+    path: &'p Path,
+    created: Option<String>,
+    version: Option<String>,
+    sha1: Option<String>,
+    sha256: Option<String>,
+    art_name: Option<(usize, String)>,
+    art_size: Option<(usize, u64)>,
+    art_key: Option<(usize, String)>,
+    headers: BTreeMap<String, String>,
+    abi_inputs: BTreeMap<String, String>,
+    commits: Vec<(String, String)>,
+    section: Section,
+    seen: Vec<String>,
+    checksums_line: Option<usize>,
+    artifact_line: Option<usize>,
+}
 
-        for (idx, raw) in text.split('\n').enumerate() {
-            let lineno = idx + 1;
-            let line = raw.strip_suffix('\r').unwrap_or(raw);
-            if line.trim().is_empty() {
-                continue;
+impl<'p> Parser<'p> {
+    fn new(path: &'p Path) -> Self {
+        Parser {
+            path,
+            created: None,
+            version: None,
+            sha1: None,
+            sha256: None,
+            art_name: None,
+            art_size: None,
+            art_key: None,
+            headers: BTreeMap::new(),
+            abi_inputs: BTreeMap::new(),
+            commits: Vec::new(),
+            section: Section::None,
+            seen: Vec::new(),
+            checksums_line: None,
+            artifact_line: None,
+        }
+    }
+
+    fn err(&self, line: usize, msg: String) -> Error {
+        Error::input(self.path, Some(line), msg)
+    }
+
+    /// An indented `  name: value` line of the current section.
+    fn entry(&mut self, lineno: usize, line: &str) -> Result<()> {
+        let entry = line.trim();
+        // ABI input paths may hold ':'; their value (hex) never does.
+        let split = if self.section == Section::Abi {
+            entry.rsplit_once(':')
+        } else {
+            entry.split_once(':')
+        };
+        let Some((key, value)) = split else {
+            return Err(self.err(lineno, format!("expected `  name: value`, found {entry:?}")));
+        };
+        let (key, value) = (key.trim(), value.trim());
+        if value.is_empty() {
+            return Err(self.err(lineno, format!("`{key}` has an empty value")));
+        }
+        match self.section {
+            Section::None => {
+                Err(self.err(
+                    lineno,
+                    format!("indented entry {entry:?} outside any section (expected `Checksums:` or `Commit Hashes:` first)"),
+                ))
             }
-            last_line = lineno;
-            if line.starts_with([' ', '\t']) {
-                let entry = line.trim();
-                // ABI input paths may hold ':'; their value (hex) never does.
-                let split = if section == Section::Abi {
-                    entry.rsplit_once(':')
-                } else {
-                    entry.split_once(':')
-                };
-                let Some((key, value)) = split else {
-                    return Err(err(
-                        lineno,
-                        format!("expected `  name: value`, found {entry:?}"),
-                    ));
-                };
-                let (key, value) = (key.trim(), value.trim());
-                if value.is_empty() {
-                    return Err(err(lineno, format!("`{key}` has an empty value")));
+            Section::Checksums => self.checksum(lineno, key, value),
+            Section::Artifact => self.artifact_field(lineno, key, value),
+            Section::Headers => {
+                validate_header_name(key).map_err(|m| self.err(lineno, m))?;
+                if !is_hex(value, 64) {
+                    return Err(self.err(lineno, format!("header {key}: sha256 must be 64 hex digits, found {value:?}")));
                 }
-                match section {
-                    Section::None => {
-                        return Err(err(
-                            lineno,
-                            format!("indented entry {entry:?} outside any section (expected `Checksums:` or `Commit Hashes:` first)"),
-                        ))
-                    }
-                    Section::Checksums => match key {
-                        "sha1" => {
-                            if sha1.is_some() {
-                                return Err(err(lineno, "duplicate sha1".into()));
-                            }
-                            if !is_hex(value, 40) {
-                                return Err(err(
-                                    lineno,
-                                    format!("sha1 must be 40 hex digits, found {value:?} ({} chars)", value.len()),
-                                ));
-                            }
-                            sha1 = Some(value.to_ascii_lowercase());
-                        }
-                        "sha256" => {
-                            if sha256.is_some() {
-                                return Err(err(lineno, "duplicate sha256".into()));
-                            }
-                            if !is_hex(value, 64) {
-                                return Err(err(
-                                    lineno,
-                                    format!("sha256 must be 64 hex digits, found {value:?} ({} chars)", value.len()),
-                                ));
-                            }
-                            sha256 = Some(value.to_ascii_lowercase());
-                        }
-                        other => {
-                            return Err(err(lineno, format!("unknown checksum {other:?} (expected sha1 or sha256)")))
-                        }
-                    },
-                    Section::Artifact => match key {
-                        "name" if art_name.is_none() => {
-                            validate_artifact_name(value).map_err(|m| err(lineno, m))?;
-                            art_name = Some((lineno, value.to_string()));
-                        }
-                        "size" if art_size.is_none() => {
-                            let n: u64 = value.parse().map_err(|_| {
-                                err(lineno, format!("size must be a decimal byte count, found {value:?}"))
-                            })?;
-                            art_size = Some((lineno, n));
-                        }
-                        "store_key" if art_key.is_none() => {
-                            art_key = Some((lineno, value.to_string()));
-                        }
-                        "name" | "size" | "store_key" => return Err(err(lineno, format!("duplicate {key}"))),
-                        other => {
-                            return Err(err(lineno, format!("unknown artifact field {other:?} (expected name, size, store_key)")))
-                        }
-                    },
-                    Section::Headers => {
-                        validate_header_name(key).map_err(|m| err(lineno, m))?;
-                        if !is_hex(value, 64) {
-                            return Err(err(lineno, format!("header {key}: sha256 must be 64 hex digits, found {value:?}")));
-                        }
-                        if headers.insert(key.to_string(), value.to_ascii_lowercase()).is_some() {
-                            return Err(err(lineno, format!("duplicate header {key}")));
-                        }
-                    }
-                    Section::Abi => {
-                        let name = crate::abi::normalize_path(key).map_err(|m| err(lineno, m))?;
-                        if !is_hex(value, 64) {
-                            return Err(err(lineno, format!("ABI input {key}: sha256 must be 64 hex digits, found {value:?}")));
-                        }
-                        if abi_inputs.insert(name, value.to_ascii_lowercase()).is_some() {
-                            return Err(err(lineno, format!("duplicate ABI input {key}")));
-                        }
-                    }
-                    Section::Commits => {
-                        if key.is_empty() || key.contains(char::is_whitespace) || value.contains(char::is_whitespace) {
-                            return Err(err(lineno, format!("expected `  name: hash`, found {entry:?}")));
-                        }
-                        if commits.iter().any(|(k, _)| k == key) {
-                            return Err(err(lineno, format!("duplicate commit name {key}")));
-                        }
-                        commits.push((key.to_string(), value.to_string()));
-                    }
+                if self.headers.insert(key.to_string(), value.to_ascii_lowercase()).is_some() {
+                    return Err(self.err(lineno, format!("duplicate header {key}")));
                 }
-                continue;
+                Ok(())
             }
-            // Top-level line.
-            let (tag, rest) = match line.split_once(':') {
-                Some((t, r)) => (t, r.trim()),
-                None => return Err(err(lineno, format!("unexpected line {line:?}"))),
-            };
-            if seen.contains(&tag.to_string()) {
-                return Err(err(lineno, format!("duplicate `{tag}:`")));
+            Section::Abi => {
+                let name = crate::abi::normalize_path(key).map_err(|m| self.err(lineno, m))?;
+                if !is_hex(value, 64) {
+                    return Err(self.err(lineno, format!("ABI input {key}: sha256 must be 64 hex digits, found {value:?}")));
+                }
+                if self.abi_inputs.insert(name, value.to_ascii_lowercase()).is_some() {
+                    return Err(self.err(lineno, format!("duplicate ABI input {key}")));
+                }
+                Ok(())
             }
-            seen.push(tag.to_string());
-            section = Section::None;
-            match tag {
-                "Snapshot created" => {
-                    let Some(ts) = rest.strip_suffix(" UTC") else {
-                        return Err(err(lineno, format!("expected `Snapshot created: YYYY-MM-DD HH:MM:SS UTC`, found {rest:?}")));
-                    };
-                    if chrono::NaiveDateTime::parse_from_str(ts, "%Y-%m-%d %H:%M:%S").is_err()
-                        || ts.len() != 19
-                    {
-                        return Err(err(
-                            lineno,
-                            format!("timestamp {ts:?} is not YYYY-MM-DD HH:MM:SS"),
-                        ));
-                    }
-                    created = Some(ts.to_string());
+            Section::Commits => {
+                if key.is_empty() || key.contains(char::is_whitespace) || value.contains(char::is_whitespace) {
+                    return Err(self.err(lineno, format!("expected `  name: hash`, found {entry:?}")));
                 }
-                "ROCm version" => {
-                    validate_version(rest).map_err(|m| err(lineno, m))?;
-                    version = Some(rest.to_string());
+                if self.commits.iter().any(|(k, _)| k == key) {
+                    return Err(self.err(lineno, format!("duplicate commit name {key}")));
                 }
-                "Checksums" | "Artifact" | "Headers" | "Commit Hashes" | "ABI inputs"
-                    if !rest.is_empty() =>
-                {
-                    return Err(err(
-                        lineno,
-                        format!("`{tag}:` must be followed by indented entries on the next lines"),
-                    ));
-                }
-                "Checksums" => {
-                    section = Section::Checksums;
-                    checksums_line = Some(lineno);
-                }
-                "Artifact" => {
-                    section = Section::Artifact;
-                    artifact_line = Some(lineno);
-                }
-                "Headers" => section = Section::Headers,
-                "ABI inputs" => section = Section::Abi,
-                "Commit Hashes" => section = Section::Commits,
-                other => return Err(err(lineno, format!("unknown field {other:?}"))),
+                self.commits.push((key.to_string(), value.to_string()));
+                Ok(())
             }
         }
-        let end = last_line.max(1);
-        let created =
-            created.ok_or_else(|| err(1, "missing `Snapshot created: … UTC` line".into()))?;
-        let version = version.ok_or_else(|| err(end, "missing `ROCm version:` line".into()))?;
-        let sha256 = sha256.ok_or_else(|| {
+    }
+
+    /// `  sha1: …` or `  sha256: …` under `Checksums:`.
+    fn checksum(&mut self, lineno: usize, key: &str, value: &str) -> Result<()> {
+        let (slot, digits) = match key {
+            "sha1" => (&mut self.sha1, 40),
+            "sha256" => (&mut self.sha256, 64),
+            other => {
+                return Err(self.err(
+                    lineno,
+                    format!("unknown checksum {other:?} (expected sha1 or sha256)"),
+                ))
+            }
+        };
+        if slot.is_some() {
+            return Err(self.err(lineno, format!("duplicate {key}")));
+        }
+        if !is_hex(value, digits) {
+            return Err(self.err(
+                lineno,
+                format!(
+                    "{key} must be {digits} hex digits, found {value:?} ({} chars)",
+                    value.len()
+                ),
+            ));
+        }
+        *slot = Some(value.to_ascii_lowercase());
+        Ok(())
+    }
+
+    /// `  name:`, `  size:` or `  store_key:` under `Artifact:`.
+    fn artifact_field(&mut self, lineno: usize, key: &str, value: &str) -> Result<()> {
+        match key {
+            "name" if self.art_name.is_none() => {
+                validate_artifact_name(value).map_err(|m| self.err(lineno, m))?;
+                self.art_name = Some((lineno, value.to_string()));
+            }
+            "size" if self.art_size.is_none() => {
+                let n: u64 = value.parse().map_err(|_| {
+                    self.err(
+                        lineno,
+                        format!("size must be a decimal byte count, found {value:?}"),
+                    )
+                })?;
+                self.art_size = Some((lineno, n));
+            }
+            "store_key" if self.art_key.is_none() => {
+                self.art_key = Some((lineno, value.to_string()));
+            }
+            "name" | "size" | "store_key" => {
+                return Err(self.err(lineno, format!("duplicate {key}")))
+            }
+            other => {
+                return Err(self.err(
+                    lineno,
+                    format!("unknown artifact field {other:?} (expected name, size, store_key)"),
+                ))
+            }
+        }
+        Ok(())
+    }
+
+    /// A top-level `Tag: rest` line: a field, or the header of a section.
+    fn top_level(&mut self, lineno: usize, line: &str) -> Result<()> {
+        let (tag, rest) = match line.split_once(':') {
+            Some((t, r)) => (t, r.trim()),
+            None => return Err(self.err(lineno, format!("unexpected line {line:?}"))),
+        };
+        if self.seen.contains(&tag.to_string()) {
+            return Err(self.err(lineno, format!("duplicate `{tag}:`")));
+        }
+        self.seen.push(tag.to_string());
+        self.section = Section::None;
+        match tag {
+            "Snapshot created" => {
+                let Some(ts) = rest.strip_suffix(" UTC") else {
+                    return Err(self.err(
+                        lineno,
+                        format!(
+                            "expected `Snapshot created: YYYY-MM-DD HH:MM:SS UTC`, found {rest:?}"
+                        ),
+                    ));
+                };
+                if chrono::NaiveDateTime::parse_from_str(ts, "%Y-%m-%d %H:%M:%S").is_err()
+                    || ts.len() != 19
+                {
+                    return Err(self.err(
+                        lineno,
+                        format!("timestamp {ts:?} is not YYYY-MM-DD HH:MM:SS"),
+                    ));
+                }
+                self.created = Some(ts.to_string());
+            }
+            "ROCm version" => {
+                validate_version(rest).map_err(|m| self.err(lineno, m))?;
+                self.version = Some(rest.to_string());
+            }
+            "Checksums" | "Artifact" | "Headers" | "Commit Hashes" | "ABI inputs"
+                if !rest.is_empty() =>
+            {
+                return Err(self.err(
+                    lineno,
+                    format!("`{tag}:` must be followed by indented entries on the next lines"),
+                ));
+            }
+            "Checksums" => {
+                self.section = Section::Checksums;
+                self.checksums_line = Some(lineno);
+            }
+            "Artifact" => {
+                self.section = Section::Artifact;
+                self.artifact_line = Some(lineno);
+            }
+            "Headers" => self.section = Section::Headers,
+            "ABI inputs" => self.section = Section::Abi,
+            "Commit Hashes" => self.section = Section::Commits,
+            other => return Err(self.err(lineno, format!("unknown field {other:?}"))),
+        }
+        Ok(())
+    }
+
+    /// The metadata read, once every line was; `end`: the last non-blank
+    /// line, named by errors about what is missing.
+    fn finish(self, end: usize) -> Result<Metadata> {
+        let path = self.path;
+        let err = |line: usize, msg: String| Error::input(path, Some(line), msg);
+        let created = self
+            .created
+            .ok_or_else(|| err(1, "missing `Snapshot created: … UTC` line".into()))?;
+        let version = self
+            .version
+            .ok_or_else(|| err(end, "missing `ROCm version:` line".into()))?;
+        let sha256 = self.sha256.ok_or_else(|| {
             err(
-                checksums_line.unwrap_or(end),
+                self.checksums_line.unwrap_or(end),
                 "missing checksum: expected `  sha256: <64 hex>` under `Checksums:`".into(),
             )
         })?;
-        let artifact = match (art_name, art_size, art_key) {
+        let artifact = match (self.art_name, self.art_size, self.art_key) {
             (None, None, None) => None,
             (Some((_, name)), Some((_, size)), Some((kl, key))) => {
                 if key != store_key(&sha256) {
@@ -386,7 +434,7 @@ impl Metadata {
             }
             _ => {
                 return Err(err(
-                    artifact_line.unwrap_or(end),
+                    self.artifact_line.unwrap_or(end),
                     "`Artifact:` needs all of name, size and store_key".into(),
                 ))
             }
@@ -394,13 +442,35 @@ impl Metadata {
         Ok(Metadata {
             created,
             version,
-            sha1,
+            sha1: self.sha1,
             sha256,
             artifact,
-            headers,
-            commits,
-            abi_inputs,
+            headers: self.headers,
+            commits: self.commits,
+            abi_inputs: self.abi_inputs,
         })
+    }
+}
+
+impl Metadata {
+    /// Parses `text` (the content of `path`). Errors name `path` and the 1-based line.
+    pub fn parse(path: &Path, text: &str) -> Result<Metadata> {
+        let mut parser = Parser::new(path);
+        let mut last_line = 0;
+        for (idx, raw) in text.split('\n').enumerate() {
+            let lineno = idx + 1;
+            let line = raw.strip_suffix('\r').unwrap_or(raw);
+            if line.trim().is_empty() {
+                continue;
+            }
+            last_line = lineno;
+            if line.starts_with([' ', '\t']) {
+                parser.entry(lineno, line)?;
+            } else {
+                parser.top_level(lineno, line)?;
+            }
+        }
+        parser.finish(last_line.max(1))
     }
 
     /// Reads and parses a `metadata.txt` file.

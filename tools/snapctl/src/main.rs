@@ -152,50 +152,7 @@ enum Cmd {
     },
     /// Prebuilt: fail (exit 1) naming every ABI input that differs from what the snapshot
     /// was compiled against (run by prebuilt_snapshot before the archive can be linked).
-    AbiCheck {
-        /// Recorded digest, PATH=SHA256 (repeatable; from the checksums file's abi_inputs).
-        #[arg(long = "expect", value_name = "PATH=SHA256")]
-        expect: Vec<String>,
-        /// The file the build uses now for PATH, PATH=FILE (repeatable).
-        #[arg(long = "input", value_name = "PATH=FILE")]
-        inputs: Vec<String>,
-        /// The same as two arguments, `--input-pair PATH FILE` (for build
-        /// systems that pass FILE as its own argument, e.g. Buck2).
-        #[arg(long = "input-pair", num_args = 2, value_names = ["PATH", "FILE"])]
-        input_pairs: Vec<String>,
-        /// The library's name, for the message (default: none, "the library").
-        #[arg(long, default_value = "")]
-        library: String,
-        #[arg(long, default_value = "prebuilt")]
-        channel: String,
-        #[arg(long, default_value = "")]
-        version: String,
-        /// Command that re-cuts the snapshot (for the message).
-        #[arg(long, default_value = "")]
-        recut: String,
-        /// What to rebuild before the re-cut (for the message).
-        #[arg(long, default_value = "")]
-        rebuild: String,
-        /// Command going back to the previous snapshot (for the message; stable only).
-        #[arg(long, default_value = "")]
-        rollback: String,
-        /// How to build from source instead (for the message).
-        #[arg(long, default_value = "")]
-        dev: String,
-        /// Where the recovery is documented (for the message).
-        #[arg(long, default_value = "")]
-        docs: String,
-        /// The snapshot's metadata.txt: the message names the commits it records.
-        #[arg(long, value_name = "FILE")]
-        metadata: Option<PathBuf>,
-        /// Written when the check passes: the rules' action output.
-        #[arg(long, value_name = "FILE")]
-        stamp: Option<PathBuf>,
-        /// Write the verdict ("OK …" or the drift message) to FILE and exit 0 either way
-        /// (the rules' test of a channel the configuration does not select).
-        #[arg(long, value_name = "FILE", conflicts_with = "stamp")]
-        report: Option<PathBuf>,
-    },
+    AbiCheck(Box<AbiCheckArgs>),
     /// Source snapshots: last-stable ← copy of stable (stable untouched).
     Rotate {
         #[command(flatten)]
@@ -267,6 +224,53 @@ enum Cmd {
     },
 }
 
+// The arguments of `abi-check` (its help text is the variant's doc comment).
+#[derive(Args)]
+struct AbiCheckArgs {
+    /// Recorded digest, PATH=SHA256 (repeatable; from the checksums file's abi_inputs).
+    #[arg(long = "expect", value_name = "PATH=SHA256")]
+    expect: Vec<String>,
+    /// The file the build uses now for PATH, PATH=FILE (repeatable).
+    #[arg(long = "input", value_name = "PATH=FILE")]
+    inputs: Vec<String>,
+    /// The same as two arguments, `--input-pair PATH FILE` (for build
+    /// systems that pass FILE as its own argument, e.g. Buck2).
+    #[arg(long = "input-pair", num_args = 2, value_names = ["PATH", "FILE"])]
+    input_pairs: Vec<String>,
+    /// The library's name, for the message (default: none, "the library").
+    #[arg(long, default_value = "")]
+    library: String,
+    #[arg(long, default_value = "prebuilt")]
+    channel: String,
+    #[arg(long, default_value = "")]
+    version: String,
+    /// Command that re-cuts the snapshot (for the message).
+    #[arg(long, default_value = "")]
+    recut: String,
+    /// What to rebuild before the re-cut (for the message).
+    #[arg(long, default_value = "")]
+    rebuild: String,
+    /// Command going back to the previous snapshot (for the message; stable only).
+    #[arg(long, default_value = "")]
+    rollback: String,
+    /// How to build from source instead (for the message).
+    #[arg(long, default_value = "")]
+    dev: String,
+    /// Where the recovery is documented (for the message).
+    #[arg(long, default_value = "")]
+    docs: String,
+    /// The snapshot's metadata.txt: the message names the commits it records.
+    #[arg(long, value_name = "FILE")]
+    metadata: Option<PathBuf>,
+    /// Written when the check passes: the rules' action output.
+    #[arg(long, value_name = "FILE")]
+    stamp: Option<PathBuf>,
+    /// Write the verdict ("OK …" or the drift message) to FILE and exit 0 either way
+    /// (the rules' test of a channel the configuration does not select).
+    #[arg(long, value_name = "FILE", conflicts_with = "stamp")]
+    report: Option<PathBuf>,
+}
+
 /// `create --kind source` arguments.
 #[derive(Args, Clone)]
 struct SourceArgs {
@@ -323,36 +327,10 @@ fn run(cli: Cli) -> rocpack_snapshot::Result<u8> {
     let out = &mut stdout.lock();
     match cli.cmd {
         Cmd::Create {
-            root,
-            kind,
-            source,
-            store: _,
-            version: _,
-            artifact: _,
-            headers: _,
-            commits: _,
-            checksums: _,
-            prefix: _,
-            abi_inputs: _,
-            abi_base: _,
-        } if kind == "source" => {
-            let req = rocpack_snapshot::source::SourceCreate {
-                repo: source.repo.unwrap_or_default(),
-                rev: source.rev.unwrap_or_default(),
-                subtree: source.subtree.unwrap_or_default(),
-                include: source.include,
-                exclude: source.exclude,
-                channel: Channel::parse(&source.channel)?,
-                no_rotate: source.no_rotate,
-                no_archive: source.no_archive,
-                lock_timeout: root.opts().lock_timeout,
-            };
-            ops::create_source(&root.opts(), &req, out)
-        }
+            root, kind, source, ..
+        } if kind == "source" => create_source(&root, *source, out),
         Cmd::Create {
             root,
-            kind: _,
-            source: _,
             store,
             version,
             artifact,
@@ -362,6 +340,7 @@ fn run(cli: Cli) -> rocpack_snapshot::Result<u8> {
             prefix,
             abi_inputs,
             abi_base,
+            ..
         } => ops::create(
             &root.opts(),
             CreateArgs {
@@ -377,45 +356,7 @@ fn run(cli: Cli) -> rocpack_snapshot::Result<u8> {
             },
             out,
         ),
-        Cmd::AbiCheck {
-            expect,
-            mut inputs,
-            input_pairs,
-            library,
-            channel,
-            version,
-            recut,
-            rebuild,
-            rollback,
-            dev,
-            docs,
-            metadata,
-            stamp,
-            report,
-        } => {
-            inputs.extend(input_pairs.chunks(2).map(|p| p.join("=")));
-            let commits = match metadata {
-                Some(m) => rocpack_snapshot::metadata::Metadata::read(&m)?.commits,
-                None => Vec::new(),
-            };
-            rocpack_snapshot::abi::run_check(
-                &expect,
-                &inputs,
-                &rocpack_snapshot::abi::Context {
-                    library,
-                    channel,
-                    version,
-                    recut,
-                    rebuild,
-                    rollback,
-                    dev,
-                    commits,
-                    docs,
-                },
-                stamp.as_deref(),
-                report.as_deref(),
-            )
-        }
+        Cmd::AbiCheck(args) => abi_check(*args),
         Cmd::Rollback {
             root,
             version,
@@ -480,23 +421,7 @@ fn run(cli: Cli) -> rocpack_snapshot::Result<u8> {
             channel,
             who,
             why,
-        } => {
-            let o = root.opts();
-            let ch = Channel::parse(&channel)?;
-            let (m, _) =
-                source::record_patch(&Repo::open(&o.root)?, ch, &who, &why, o.lock_timeout)?;
-            writeln!(
-                out,
-                "{} <- patch by {who}: tree {}",
-                ch.dir(),
-                m.tree_digest.as_deref().unwrap_or("?")
-            )
-            .map_err(|e| rocpack_snapshot::Error::Io {
-                path: "<stdout>".into(),
-                source: e,
-            })?;
-            Ok(0)
-        }
+        } => record_patch(&root, &channel, &who, &why, out),
         Cmd::Verify {
             root,
             store,
@@ -525,6 +450,93 @@ fn run(cli: Cli) -> rocpack_snapshot::Result<u8> {
         Cmd::Status { root, json } => ops::status_any(&root.opts(), json, out),
         Cmd::Recover { root } => ops::recover(&root.opts(), out),
     }
+}
+
+/// `create --kind source`: cut a subtree at a commit into a channel.
+fn create_source(
+    root: &Root,
+    source: SourceArgs,
+    out: &mut dyn Write,
+) -> rocpack_snapshot::Result<u8> {
+    let req = rocpack_snapshot::source::SourceCreate {
+        repo: source.repo.unwrap_or_default(),
+        rev: source.rev.unwrap_or_default(),
+        subtree: source.subtree.unwrap_or_default(),
+        include: source.include,
+        exclude: source.exclude,
+        channel: Channel::parse(&source.channel)?,
+        no_rotate: source.no_rotate,
+        no_archive: source.no_archive,
+        lock_timeout: root.opts().lock_timeout,
+    };
+    ops::create_source(&root.opts(), &req, out)
+}
+
+/// `abi-check`: the recorded ABI inputs against the build's, the message
+/// naming the commits the snapshot's metadata records.
+fn abi_check(args: AbiCheckArgs) -> rocpack_snapshot::Result<u8> {
+    let AbiCheckArgs {
+        expect,
+        mut inputs,
+        input_pairs,
+        library,
+        channel,
+        version,
+        recut,
+        rebuild,
+        rollback,
+        dev,
+        docs,
+        metadata,
+        stamp,
+        report,
+    } = args;
+    inputs.extend(input_pairs.chunks(2).map(|p| p.join("=")));
+    let commits = match metadata {
+        Some(m) => rocpack_snapshot::metadata::Metadata::read(&m)?.commits,
+        None => Vec::new(),
+    };
+    rocpack_snapshot::abi::run_check(
+        &expect,
+        &inputs,
+        &rocpack_snapshot::abi::Context {
+            library,
+            channel,
+            version,
+            recut,
+            rebuild,
+            rollback,
+            dev,
+            commits,
+            docs,
+        },
+        stamp.as_deref(),
+        report.as_deref(),
+    )
+}
+
+/// `record-patch`: record the channel's current tree as a deliberate patch.
+fn record_patch(
+    root: &Root,
+    channel: &str,
+    who: &str,
+    why: &str,
+    out: &mut dyn Write,
+) -> rocpack_snapshot::Result<u8> {
+    let o = root.opts();
+    let ch = Channel::parse(channel)?;
+    let (m, _) = source::record_patch(&Repo::open(&o.root)?, ch, who, why, o.lock_timeout)?;
+    writeln!(
+        out,
+        "{} <- patch by {who}: tree {}",
+        ch.dir(),
+        m.tree_digest.as_deref().unwrap_or("?")
+    )
+    .map_err(|e| rocpack_snapshot::Error::Io {
+        path: "<stdout>".into(),
+        source: e,
+    })?;
+    Ok(0)
 }
 
 /// The error and its causes on one line, each cause only once: error types

@@ -205,96 +205,134 @@ pub(crate) fn analyze_elf<'a, D: object::ReadRef<'a>>(
         None => None,
     };
 
-    // Bundles.
-    let mut bundles = Vec::new();
-    if let Some(fb) = fatbin {
-        if !fb.nobits {
-            within(data, fb.file_offset, fb.size, ".hip_fatbin")?;
-            let section = rocpack_bundle::Window::new(src, fb.file_offset, fb.size);
-            let spans = rocpack_bundle::find_bundles_in(&section).map_err(|e| {
-                let off = fb.file_offset + e.offset().unwrap_or(0);
-                Error::Bundle {
-                    offset: off,
-                    source: e,
-                }
-            })?;
-            for (i, sp) in spans.iter().enumerate() {
-                bundles.push(BundleInfo {
-                    index: i,
-                    section_offset: sp.offset,
-                    file_offset: fb.file_offset + sp.offset,
-                    addr: if kind == ElfKind::Relocatable {
-                        sp.offset
-                    } else {
-                        fb.addr + sp.offset
-                    },
-                    len: sp.len,
-                    format: sp.format,
-                    wrappers: Vec::new(),
-                });
-            }
-        }
-    }
-
-    // Wrappers.
-    let mut wrappers = Vec::new();
+    let mut bundles = match fatbin.filter(|fb| !fb.nobits) {
+        Some(fb) => find_bundles(data, src, kind, fb)?,
+        None => Vec::new(),
+    };
     // A separated debug file (`objcopy --only-keep-debug`, `*_dbg`
     // artifacts) keeps every allocated section only as NOBITS: no device
     // code and no wrappers to read, nothing to split.
     let debug_only = fatbin.as_ref().is_none_or(|f| f.nobits);
-    if let Some(ws) = wrapper_section.filter(|w| !(w.nobits && debug_only)) {
-        if ws.nobits {
-            return Err(Error::malformed(
-                elf.shdr_offset(ws.index),
-                ".hipFatBinSegment is NOBITS",
-            ));
-        }
-        if ws.size % WRAPPER_SIZE != 0 {
-            return Err(Error::malformed(
-                ws.file_offset,
-                format!(".hipFatBinSegment size {} is not a multiple of 24", ws.size),
-            ));
-        }
-        let table = get(data, ws.file_offset, ws.size, ".hipFatBinSegment")?;
-        let fields = if kind == ElfKind::Relocatable {
-            0..ws.size
-        } else {
-            ws.addr..ws.addr.saturating_add(ws.size)
-        };
-        let resolver = Resolver::new(elf, ws.index, fields)?;
-        for raw in wrapper_table(table, ws.file_offset) {
-            let w = raw?;
-            // Pointer field address: section offset in relocatable objects.
-            let field_in_section = w.file_offset - ws.file_offset + 8;
-            let field_addr = if kind == ElfKind::Relocatable {
-                field_in_section
-            } else {
-                ws.addr + field_in_section
-            };
-            let (model, target) =
-                resolver
-                    .resolve(elf, field_addr, w.value_in_file)
-                    .map_err(|what| Error::Wrapper {
-                        index: w.index,
-                        offset: w.file_offset + 8,
-                        what,
-                    })?;
-            wrappers.push(WrapperInfo {
-                index: w.index,
-                file_offset: w.file_offset,
-                magic: w.magic,
-                version: w.version,
-                reserved1: w.reserved1,
-                field_addr,
-                value_in_file: w.value_in_file,
-                model,
-                target,
-                bundle: None,
-                points_to_marker: false,
-            });
-        }
-    }
+    let mut wrappers = match wrapper_section.filter(|w| !(w.nobits && debug_only)) {
+        Some(ws) => read_wrappers(elf, kind, ws)?,
+        None => Vec::new(),
+    };
+    let state = classify(kind, &bundles, &wrappers)?;
+    link_wrappers(&mut wrappers, &mut bundles, fatbin, marker.as_ref())?;
 
+    Ok(FatBinaryInfo {
+        kind,
+        machine: elf.ehdr.e_machine,
+        state,
+        fatbin,
+        wrapper_section,
+        bundles,
+        wrappers,
+        marker,
+        offload_bundle_sections,
+    })
+}
+
+/// The bundles of the (PROGBITS) `.hip_fatbin` section `fb`, found through
+/// `src`.
+fn find_bundles<'a, D: object::ReadRef<'a>>(
+    data: D,
+    src: &dyn rocpack_bundle::ReadAt,
+    kind: ElfKind,
+    fb: SectionRange,
+) -> Result<Vec<BundleInfo>> {
+    within(data, fb.file_offset, fb.size, ".hip_fatbin")?;
+    let section = rocpack_bundle::Window::new(src, fb.file_offset, fb.size);
+    let spans = rocpack_bundle::find_bundles_in(&section).map_err(|e| {
+        let off = fb.file_offset + e.offset().unwrap_or(0);
+        Error::Bundle {
+            offset: off,
+            source: e,
+        }
+    })?;
+    Ok(spans
+        .iter()
+        .enumerate()
+        .map(|(i, sp)| BundleInfo {
+            index: i,
+            section_offset: sp.offset,
+            file_offset: fb.file_offset + sp.offset,
+            addr: if kind == ElfKind::Relocatable {
+                sp.offset
+            } else {
+                fb.addr + sp.offset
+            },
+            len: sp.len,
+            format: sp.format,
+            wrappers: Vec::new(),
+        })
+        .collect())
+}
+
+/// The wrappers of the `.hipFatBinSegment` section `ws`, each with the
+/// pointer model and target its relocations (or file value) give.
+fn read_wrappers<'a, D: object::ReadRef<'a>>(
+    elf: &Elf<'a, D>,
+    kind: ElfKind,
+    ws: SectionRange,
+) -> Result<Vec<WrapperInfo>> {
+    if ws.nobits {
+        return Err(Error::malformed(
+            elf.shdr_offset(ws.index),
+            ".hipFatBinSegment is NOBITS",
+        ));
+    }
+    if !ws.size.is_multiple_of(WRAPPER_SIZE) {
+        return Err(Error::malformed(
+            ws.file_offset,
+            format!(".hipFatBinSegment size {} is not a multiple of 24", ws.size),
+        ));
+    }
+    let table = get(elf.data, ws.file_offset, ws.size, ".hipFatBinSegment")?;
+    let fields = if kind == ElfKind::Relocatable {
+        0..ws.size
+    } else {
+        ws.addr..ws.addr.saturating_add(ws.size)
+    };
+    let resolver = Resolver::new(elf, ws.index, fields)?;
+    let mut wrappers = Vec::new();
+    for raw in wrapper_table(table, ws.file_offset) {
+        let w = raw?;
+        // Pointer field address: section offset in relocatable objects.
+        let field_in_section = w.file_offset - ws.file_offset + 8;
+        let field_addr = if kind == ElfKind::Relocatable {
+            field_in_section
+        } else {
+            ws.addr + field_in_section
+        };
+        let (model, target) =
+            resolver
+                .resolve(elf, field_addr, w.value_in_file)
+                .map_err(|what| Error::Wrapper {
+                    index: w.index,
+                    offset: w.file_offset + 8,
+                    what,
+                })?;
+        wrappers.push(WrapperInfo {
+            index: w.index,
+            file_offset: w.file_offset,
+            magic: w.magic,
+            version: w.version,
+            reserved1: w.reserved1,
+            field_addr,
+            value_in_file: w.value_in_file,
+            model,
+            target,
+            bundle: None,
+            points_to_marker: false,
+        });
+    }
+    Ok(wrappers)
+}
+
+/// Fat, split or host-only, from the bundles and the wrappers' magics; a
+/// mix of HIPF and HIPK wrappers is malformed.
+fn classify(kind: ElfKind, bundles: &[BundleInfo], wrappers: &[WrapperInfo]) -> Result<State> {
     let any_hipk = wrappers.iter().any(|w| w.magic == HIPK_MAGIC);
     let any_hipf = wrappers.iter().any(|w| w.magic == HIPF_MAGIC);
     if any_hipk && any_hipf {
@@ -304,16 +342,25 @@ pub(crate) fn analyze_elf<'a, D: object::ReadRef<'a>>(
             .map_or(0, |w| w.file_offset);
         return Err(Error::malformed(w, "mix of HIPF and HIPK wrappers"));
     }
-    let state = if any_hipk {
+    Ok(if any_hipk {
         State::Split
     } else if !bundles.is_empty() || (any_hipf && kind != ElfKind::Relocatable) {
         State::Fat
     } else {
         State::HostOnly
-    };
+    })
+}
 
-    // Follow every pointer.
-    for w in &mut wrappers {
+/// Follows every wrapper pointer: a HIPK wrapper must point into the
+/// marker section, a HIPF wrapper at the start of a bundle (linked both
+/// ways: `WrapperInfo::bundle`, `BundleInfo::wrappers`).
+fn link_wrappers(
+    wrappers: &mut [WrapperInfo],
+    bundles: &mut [BundleInfo],
+    fatbin: Option<SectionRange>,
+    marker: Option<&MarkerInfo>,
+) -> Result<()> {
+    for w in wrappers {
         let target_section = match &w.model {
             PointerModel::Object { target_section, .. } => Some(*target_section),
             _ => None,
@@ -327,7 +374,7 @@ pub(crate) fn analyze_elf<'a, D: object::ReadRef<'a>>(
             }
         };
         if w.magic == HIPK_MAGIC {
-            let m = marker.as_ref().ok_or_else(|| Error::Wrapper {
+            let m = marker.ok_or_else(|| Error::Wrapper {
                 index: w.index,
                 offset: w.file_offset,
                 what: "HIPK wrapper but no .rocm_kpack_ref section".into(),
@@ -383,18 +430,7 @@ pub(crate) fn analyze_elf<'a, D: object::ReadRef<'a>>(
         b.wrappers.push(w.index);
         w.bundle = Some(b.index);
     }
-
-    Ok(FatBinaryInfo {
-        kind,
-        machine: elf.ehdr.e_machine,
-        state,
-        fatbin,
-        wrapper_section,
-        bundles,
-        wrappers,
-        marker,
-        offload_bundle_sections,
-    })
+    Ok(())
 }
 
 /// Index of the relocations that may cover a wrapper pointer: those

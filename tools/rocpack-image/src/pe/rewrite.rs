@@ -263,6 +263,43 @@ impl Plan {
 /// The split of `data` as pieces; `None`: host-only, unchanged.
 fn split_plan(data: &[u8], info: &PeInfo, marker: &[u8]) -> Result<Option<Plan>> {
     let h = header(info)?;
+    let Some(fsec) = splittable(info, h, marker)? else {
+        return Ok(None);
+    };
+    let l = SplitLayout::new(data, info, h, fsec, marker.len() as u64)?;
+
+    // Assemble.
+    let mut out = Out::default();
+    out.push_src(0, l.first_raw);
+    out.resize(l.first_raw + l.g);
+    out.push_src(l.first_raw, l.ps - l.first_raw);
+    out.push_src(l.ps + l.rs, l.e - (l.ps + l.rs));
+    out.extend_from_slice(marker);
+    out.resize(l.marker_at + l.mr);
+    out.push_src(l.e, data.len() as u64 - l.e);
+
+    write_split_headers(&mut out, data, info, h, fsec, &l, marker.len() as u64)?;
+
+    // Wrappers.
+    let ptr = h.image_base.wrapping_add(l.marker_rva);
+    for w in &info.wrappers {
+        let at = l.shift(w.file_offset);
+        let co = w.bundle.expect("checked by splittable") as u32;
+        put_u32(&mut out, at, HIPK_MAGIC)?;
+        put_u64(&mut out, at + 8, ptr)?;
+        put_u32(&mut out, at + 16, co)?;
+    }
+    let checksum = (h.check_sum != 0).then_some(h.optional_offset + 64);
+    Ok(Some(Plan { out, checksum }))
+}
+
+/// The bundle section of a fat image that can be split, `None` for a
+/// host-only one; an error names why any other image cannot.
+fn splittable<'i>(
+    info: &'i PeInfo,
+    h: &ImageHeaders,
+    marker: &[u8],
+) -> Result<Option<&'i PeSection>> {
     match info.state {
         State::HostOnly => return Ok(None),
         State::Split => {
@@ -324,165 +361,203 @@ fn split_plan(data: &[u8], info: &PeInfo, marker: &[u8]) -> Result<Option<Plan>>
             ));
         }
     }
-    let fa = file_alignment(h)?;
-    let sa = exact_layout(info, h, fsec, fa)?;
-    let (ps, rs) = (u64::from(fsec.raw_offset), u64::from(fsec.raw_size));
-    let fb_va = u64::from(fsec.virtual_address);
-    let fb_vend = fb_va + u64::from(fsec.virtual_size.max(fsec.raw_size));
-    // Nothing else may refer into the bundle section.
-    for (i, &(rva, size)) in h.data_directories.iter().enumerate() {
-        let (a, n) = (u64::from(rva), u64::from(size));
-        if i != pe::IMAGE_DIRECTORY_ENTRY_SECURITY && n > 0 && a < fb_vend && a + n > fb_va {
-            return Err(Error::unsupported(
-                h.data_directories_offset + 8 * i as u64,
-                format!(
-                    "data directory {i} overlaps the bundle section `{}`",
-                    fsec.name
-                ),
+    Ok(Some(fsec))
+}
+
+/// Where the split image puts everything: the bundle section's data
+/// (`ps`, `rs` bytes) leaves the file, the header area grows by `g` bytes
+/// when the section table needs another slot, and the marker section
+/// (`mr` bytes on disk) follows the last section's data (`e`).
+struct SplitLayout {
+    fa: u64,
+    sa: u64,
+    ps: u64,
+    rs: u64,
+    e: u64,
+    first_raw: u64,
+    g: u64,
+    mr: u64,
+    /// File offset of the marker's 40-byte section header.
+    slot: u64,
+    marker_rva: u64,
+    marker_at: u64,
+    /// Header fields holding file offsets: (where, value).
+    field_map: Vec<(u64, u64)>,
+}
+
+impl SplitLayout {
+    /// The layout, once nothing else in the image is found to refer into
+    /// the bundle section's data.
+    fn new(
+        data: &[u8],
+        info: &PeInfo,
+        h: &ImageHeaders,
+        fsec: &PeSection,
+        marker_len: u64,
+    ) -> Result<Self> {
+        let fa = file_alignment(h)?;
+        let sa = exact_layout(info, h, fsec, fa)?;
+        let (ps, rs) = (u64::from(fsec.raw_offset), u64::from(fsec.raw_size));
+        let fb_va = u64::from(fsec.virtual_address);
+        let fb_vend = fb_va + u64::from(fsec.virtual_size.max(fsec.raw_size));
+        // Nothing else may refer into the bundle section.
+        for (i, &(rva, size)) in h.data_directories.iter().enumerate() {
+            let (a, n) = (u64::from(rva), u64::from(size));
+            if i != pe::IMAGE_DIRECTORY_ENTRY_SECURITY && n > 0 && a < fb_vend && a + n > fb_va {
+                return Err(Error::unsupported(
+                    h.data_directories_offset + 8 * i as u64,
+                    format!(
+                        "data directory {i} overlaps the bundle section `{}`",
+                        fsec.name
+                    ),
+                ));
+            }
+        }
+        for s in &info.sections {
+            if s.index != fsec.index
+                && s.raw_size > 0
+                && u64::from(s.raw_offset) < ps + rs
+                && u64::from(s.raw_offset) + u64::from(s.raw_size) > ps
+            {
+                return Err(Error::unsupported(
+                    s.header_offset,
+                    format!(
+                        "section `{}` overlaps the bundle section in the file",
+                        s.name
+                    ),
+                ));
+            }
+        }
+        let e = info.sections_end;
+        if !e.is_multiple_of(fa) || !ps.is_multiple_of(fa) || !rs.is_multiple_of(fa) {
+            return Err(Error::layout(
+                e,
+                format!("section data not aligned to FileAlignment {fa:#x}"),
             ));
         }
-    }
-    for s in &info.sections {
-        if s.index != fsec.index
-            && s.raw_size > 0
-            && u64::from(s.raw_offset) < ps + rs
-            && u64::from(s.raw_offset) + u64::from(s.raw_size) > ps
-        {
-            return Err(Error::unsupported(
-                s.header_offset,
-                format!(
-                    "section `{}` overlaps the bundle section in the file",
-                    s.name
-                ),
-            ));
+        // A free 40-byte slot behind the section table; the header area grows
+        // by `g` bytes when the table fills it.
+        let table = info.sections.first().map_or(
+            h.data_directories_offset + 8 * h.data_directories.len() as u64,
+            |s| s.header_offset,
+        );
+        let slot = table + SECTION_HEADER * info.sections.len() as u64;
+        let first_raw = info
+            .sections
+            .iter()
+            .filter(|s| s.raw_size > 0)
+            .map(|s| u64::from(s.raw_offset))
+            .min()
+            .unwrap_or(u64::from(h.size_of_headers));
+        let g = header_growth(data, info, h, slot, first_raw)?;
+        let field_map = file_offset_fields(data, info, h)?;
+        for &(at, v) in &field_map {
+            if v >= ps && v < ps + rs {
+                return Err(Error::unsupported(
+                    at,
+                    format!("a file offset ({v:#x}) points into the bundle section's data"),
+                ));
+            }
         }
-    }
-    let e = info.sections_end;
-    if !e.is_multiple_of(fa) || !ps.is_multiple_of(fa) || !rs.is_multiple_of(fa) {
-        return Err(Error::layout(
+        let max_end = info
+            .sections
+            .iter()
+            .map(|s| u64::from(s.virtual_address) + u64::from(s.virtual_size.max(s.raw_size)))
+            .max()
+            .unwrap_or(sa);
+        Ok(SplitLayout {
+            fa,
+            sa,
+            ps,
+            rs,
             e,
-            format!("section data not aligned to FileAlignment {fa:#x}"),
-        ));
+            first_raw,
+            g,
+            mr: round_up(marker_len, fa),
+            slot,
+            marker_rva: round_up(max_end, sa),
+            marker_at: e - rs + g,
+            field_map,
+        })
     }
-    // A free 40-byte slot behind the section table; the header area grows
-    // by `g` bytes when the table fills it.
-    let table = info.sections.first().map_or(
-        h.data_directories_offset + 8 * h.data_directories.len() as u64,
-        |s| s.header_offset,
-    );
-    let slot = table + SECTION_HEADER * info.sections.len() as u64;
-    let first_raw = info
-        .sections
-        .iter()
-        .filter(|s| s.raw_size > 0)
-        .map(|s| u64::from(s.raw_offset))
-        .min()
-        .unwrap_or(u64::from(h.size_of_headers));
-    let g = header_growth(data, info, h, slot, first_raw)?;
-    let field_map = file_offset_fields(data, info, h)?;
-    for &(at, v) in &field_map {
-        if v >= ps && v < ps + rs {
-            return Err(Error::unsupported(
-                at,
-                format!("a file offset ({v:#x}) points into the bundle section's data"),
-            ));
-        }
-    }
-    let mr = round_up(marker.len() as u64, fa);
-    let shift = |off: u64| -> u64 {
-        if off < first_raw {
+
+    /// Where the byte at `off` in the fat image lands in the split one.
+    fn shift(&self, off: u64) -> u64 {
+        if off < self.first_raw {
             off
-        } else if off < ps {
-            off + g
-        } else if off < e {
-            off - rs + g
+        } else if off < self.ps {
+            off + self.g
+        } else if off < self.e {
+            off - self.rs + self.g
         } else {
-            off - rs + mr + g
+            off - self.rs + self.mr + self.g
         }
-    };
-    let max_end = info
-        .sections
-        .iter()
-        .map(|s| u64::from(s.virtual_address) + u64::from(s.virtual_size.max(s.raw_size)))
-        .max()
-        .unwrap_or(sa);
-    let marker_rva = round_up(max_end, sa);
-    let marker_at = e - rs + g;
+    }
+}
 
-    // Assemble.
-    let mut out = Out::default();
-    out.push_src(0, first_raw);
-    out.resize(first_raw + g);
-    out.push_src(first_raw, ps - first_raw);
-    out.push_src(ps + rs, e - (ps + rs));
-    out.extend_from_slice(marker);
-    out.resize(marker_at + mr);
-    out.push_src(e, data.len() as u64 - e);
-
-    // Headers.
+/// The split image's headers: sections moved, the bundle section emptied,
+/// file offsets shifted, the marker's section header, and the sizes.
+fn write_split_headers(
+    out: &mut Out,
+    data: &[u8],
+    info: &PeInfo,
+    h: &ImageHeaders,
+    fsec: &PeSection,
+    l: &SplitLayout,
+    marker_len: u64,
+) -> Result<()> {
     for s in &info.sections {
         if s.raw_size > 0 && s.index != fsec.index {
             put_u32(
-                &mut out,
+                out,
                 s.header_offset + 20,
                 to_u32(
-                    shift(u64::from(s.raw_offset)),
+                    l.shift(u64::from(s.raw_offset)),
                     s.header_offset,
                     "PointerToRawData",
                 )?,
             )?;
         }
     }
-    put_u32(&mut out, fsec.header_offset + 16, 0)?; // SizeOfRawData
+    put_u32(out, fsec.header_offset + 16, 0)?; // SizeOfRawData
     put_u32(
-        &mut out,
+        out,
         fsec.header_offset + 20,
-        to_u32(ps + g, fsec.header_offset, "PointerToRawData")?,
+        to_u32(l.ps + l.g, fsec.header_offset, "PointerToRawData")?,
     )?;
-    for &(at, v) in &field_map {
+    for &(at, v) in &l.field_map {
         if v != 0 {
-            put_u32(&mut out, shift(at), to_u32(shift(v), at, "file offset")?)?;
+            put_u32(out, l.shift(at), to_u32(l.shift(v), at, "file offset")?)?;
         }
     }
+    let slot = l.slot;
     let mut hdr = [0u8; 40];
     hdr[..8].copy_from_slice(MARKER_SECTION.as_bytes());
-    hdr[8..12].copy_from_slice(&(marker.len() as u32).to_le_bytes());
-    hdr[12..16].copy_from_slice(&to_u32(marker_rva, slot, "marker RVA")?.to_le_bytes());
-    hdr[16..20].copy_from_slice(&to_u32(mr, slot, "marker size")?.to_le_bytes());
-    hdr[20..24].copy_from_slice(&to_u32(marker_at, slot, "marker offset")?.to_le_bytes());
+    hdr[8..12].copy_from_slice(&(marker_len as u32).to_le_bytes());
+    hdr[12..16].copy_from_slice(&to_u32(l.marker_rva, slot, "marker RVA")?.to_le_bytes());
+    hdr[16..20].copy_from_slice(&to_u32(l.mr, slot, "marker size")?.to_le_bytes());
+    hdr[20..24].copy_from_slice(&to_u32(l.marker_at, slot, "marker offset")?.to_le_bytes());
     // NumberOfLinenumbers (0 in images): the header growth in FileAlignment
     // blocks, for reassembly.
-    let blocks = u16::try_from(g / fa).map_err(|_| Error::layout(slot, "header growth"))?;
+    let blocks = u16::try_from(l.g / l.fa).map_err(|_| Error::layout(slot, "header growth"))?;
     hdr[34..36].copy_from_slice(&blocks.to_le_bytes());
     hdr[36..40].copy_from_slice(&MARKER_CHARACTERISTICS.to_le_bytes());
     out.put(slot, &hdr)?;
-    if g > 0 {
+    if l.g > 0 {
         put_u32(
-            &mut out,
+            out,
             h.optional_offset + 60,
-            to_u32(u64::from(h.size_of_headers) + g, 0, "SizeOfHeaders")?,
+            to_u32(u64::from(h.size_of_headers) + l.g, 0, "SizeOfHeaders")?,
         )?;
     }
-    put_u16(&mut out, h.nt_offset + 6, (info.sections.len() + 1) as u16)?;
-    let size_of_image = round_up(marker_rva + marker.len() as u64, sa);
+    put_u16(out, h.nt_offset + 6, (info.sections.len() + 1) as u16)?;
+    let size_of_image = round_up(l.marker_rva + marker_len, l.sa);
     put_u32(
-        &mut out,
+        out,
         h.optional_offset + 56,
         to_u32(size_of_image, h.optional_offset, "SizeOfImage")?,
     )?;
-    adjust_initialized_data(&mut out, data, h, fsec, rs, mr, true)?;
-
-    // Wrappers.
-    let ptr = h.image_base.wrapping_add(marker_rva);
-    for w in &info.wrappers {
-        let at = shift(w.file_offset);
-        let co = w.bundle.expect("checked above") as u32;
-        put_u32(&mut out, at, HIPK_MAGIC)?;
-        put_u64(&mut out, at + 8, ptr)?;
-        put_u32(&mut out, at + 16, co)?;
-    }
-    let checksum = (h.check_sum != 0).then_some(h.optional_offset + 64);
-    Ok(Some(Plan { out, checksum }))
+    adjust_initialized_data(out, data, h, fsec, l.rs, l.mr, true)
 }
 
 /// What reassembly recomputes must be what the image has, or the split is
