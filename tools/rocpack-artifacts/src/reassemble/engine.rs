@@ -117,8 +117,9 @@ struct Progress {
 
 impl SpillPass<'_> {
     /// Builds the bundles at rising effort until they fit the host, then
-    /// writes the image into `dst` (empty). Returns the bytes written.
-    pub fn reassemble(&self, dst: &File, notes: &mut Notes) -> Result<u64, ReassembleError> {
+    /// writes the image into `dst` (empty). Returns the bytes written and
+    /// the effort the bundles were built at.
+    pub fn reassemble(&self, dst: &File, notes: &mut Notes) -> Result<(u64, u8), ReassembleError> {
         let mut effort = 0;
         loop {
             let last = effort >= MAX_EFFORT;
@@ -142,7 +143,8 @@ impl SpillPass<'_> {
                 src: &src,
                 ranges: &ranges,
             };
-            return self.host.write(&bundles, dst).map_err(|e| self.failed(e));
+            let n = self.host.write(&bundles, dst).map_err(|e| self.failed(e))?;
+            return Ok((n, effort));
         }
     }
 
