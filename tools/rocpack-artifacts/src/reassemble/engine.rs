@@ -110,16 +110,16 @@ pub struct SpillPass<'a> {
 /// What the workers of one effort share.
 struct Progress {
     places: Vec<Option<SpillPlace>>,
-    done: u64,
-    built: u64,
-    projected: bool,
+    /// Bundles of the projection prefix not built yet.
+    prefix_left: usize,
     notes: Notes,
 }
 
 impl SpillPass<'_> {
     /// Builds the bundles at rising effort until they fit the host, then
-    /// writes the image into `dst` (empty). Returns the bytes written.
-    pub fn reassemble(&self, dst: &File, notes: &mut Notes) -> Result<u64, ReassembleError> {
+    /// writes the image into `dst` (empty). Returns the bytes written and
+    /// the effort the bundles were built at.
+    pub fn reassemble(&self, dst: &File, notes: &mut Notes) -> Result<(u64, u8), ReassembleError> {
         let mut effort = 0;
         loop {
             let last = effort >= MAX_EFFORT;
@@ -143,7 +143,8 @@ impl SpillPass<'_> {
                 src: &src,
                 ranges: &ranges,
             };
-            return self.host.write(&bundles, dst).map_err(|e| self.failed(e));
+            let n = self.host.write(&bundles, dst).map_err(|e| self.failed(e))?;
+            return Ok((n, effort));
         }
     }
 
@@ -196,10 +197,14 @@ impl SpillPass<'_> {
     /// compressor into the spill file.
     ///
     /// With `project`, the sizes of the bundles not built yet are
-    /// projected from those built once, when an eighth of the weight is
-    /// done: when even 10 % less than the projection would not fit, `None`
-    /// is returned as soon as the bundles being built are done, instead of
-    /// compressing the rest at an effort that cannot fit.
+    /// projected from the first bundles of that order holding an eighth
+    /// of the weight ([`projection_prefix`]), once they are built: when
+    /// even 10 % less than the projection would not fit, `None` is
+    /// returned as soon as the bundles being built are done, instead of
+    /// compressing the rest at an effort that cannot fit. The decision
+    /// depends on the prefix alone, never on which other bundles happen
+    /// to be done: the output is the same for any number of workers and
+    /// any order they finish in.
     fn spill_bundles(
         &self,
         effort: u8,
@@ -208,12 +213,19 @@ impl SpillPass<'_> {
     ) -> Result<Option<(Vec<SpillPlace>, Notes)>, ReassembleError> {
         let mut order: Vec<usize> = (0..self.count).collect();
         order.sort_by_key(|&co| (std::cmp::Reverse(self.weights[co]), co));
+        let prefix = if project {
+            &order[..projection_prefix(&order, self.weights)]
+        } else {
+            &[]
+        };
+        let mut in_prefix = vec![false; self.count];
+        for &co in prefix {
+            in_prefix[co] = true;
+        }
         let abandon = AtomicBool::new(false);
         let state = Mutex::new(Progress {
             places: vec![None; self.count],
-            done: 0,
-            built: 0,
-            projected: false,
+            prefix_left: prefix.len(),
             notes: Notes::default(),
         });
         order.par_iter().try_for_each(|&co| {
@@ -232,10 +244,11 @@ impl SpillPass<'_> {
             st.places[co] = Some((t, at, len));
             st.notes
                 .note((0, co), format!("bundle {co}"), canonical, recompressed);
-            st.done += self.weights[co];
-            st.built += len;
-            if project && self.projected_misfit(&mut st)? {
-                abandon.store(true, Ordering::Relaxed);
+            if in_prefix[co] {
+                st.prefix_left -= 1;
+                if st.prefix_left == 0 && self.projected_misfit(&st.places, prefix)? {
+                    abandon.store(true, Ordering::Relaxed);
+                }
             }
             Ok::<(), ReassembleError>(())
         })?;
@@ -292,25 +305,45 @@ impl SpillPass<'_> {
         }
     }
 
-    /// Once, when an eighth of the weight is done (a projection plans the
-    /// whole host file: not free): whether bundles even 10 % smaller than
-    /// projected from those built would not fit.
-    fn projected_misfit(&self, st: &mut Progress) -> Result<bool, ReassembleError> {
-        let total: u64 = self.weights.iter().sum();
-        let done = st.done;
-        if done == 0 || done < total / 8 || done >= total || st.projected {
-            return Ok(false);
+    /// Whether bundles even 10 % smaller than projected from the built
+    /// bundles of `prefix` (every one of them built; other bundles,
+    /// built or not, are projected too) would not fit. A projection plans
+    /// the whole host file: it is done once per effort.
+    fn projected_misfit(
+        &self,
+        places: &[Option<SpillPlace>],
+        prefix: &[usize],
+    ) -> Result<bool, ReassembleError> {
+        let mut len = vec![None; self.count];
+        let (mut done, mut built) = (0u64, 0u64);
+        for &co in prefix {
+            let l = places[co].map_or(0, |p| p.2);
+            len[co] = Some(l);
+            done = done.saturating_add(self.weights[co]);
+            built = built.saturating_add(l);
         }
-        st.projected = true;
-        let ratio = st.built as f64 / done as f64 * 0.9;
+        let ratio = built as f64 / done.max(1) as f64 * 0.9;
         let lens: Vec<u64> = (0..self.count)
-            .map(|i| match st.places[i] {
-                Some(p) => p.2,
-                None => (self.weights[i] as f64 * ratio) as u64,
-            })
+            .map(|i| len[i].unwrap_or((self.weights[i] as f64 * ratio) as u64))
             .collect();
         Ok(self.fits(&lens)? == Fit::DoesNotFit)
     }
+}
+
+/// How many bundles of `order` (largest first) the projection of
+/// [`SpillPass`] waits for: the shortest prefix holding an eighth of the
+/// total weight; 0 (no projection) when that is every bundle's weight or
+/// there is none. Only the inputs decide, never the order workers finish in.
+fn projection_prefix(order: &[usize], weights: &[u64]) -> usize {
+    let total = weights.iter().fold(0u64, |a, &w| a.saturating_add(w));
+    let mut done = 0u64;
+    for (k, &co) in order.iter().enumerate() {
+        done = done.saturating_add(weights[co]);
+        if done > 0 && done >= total / 8 {
+            return if done >= total { 0 } else { k + 1 };
+        }
+    }
+    0
 }
 
 /// When every bundle comes back uncompressed in its original layout (its
@@ -360,4 +393,28 @@ pub fn place_uncompressed(
             .map_err(|e| ReassembleError::io(format!("failed to write bundle {co} of `{name}`"), e))
     })?;
     Ok(Some(n))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::projection_prefix;
+
+    #[test]
+    fn the_projection_waits_for_the_largest_bundles_holding_an_eighth() {
+        // Largest first: 0 alone holds an eighth of 16000.
+        assert_eq!(projection_prefix(&[0, 1], &[8064, 7936]), 1);
+        // Equal bundles: as many as make an eighth (40 of 320, 20 of 160).
+        let w = [40u64; 8];
+        assert_eq!(projection_prefix(&[0, 1, 2, 3, 4, 5, 6, 7], &w), 1);
+        let w = [10u64; 16];
+        let order: Vec<usize> = (0..w.len()).collect();
+        assert_eq!(projection_prefix(&order, &w), 2);
+        // One bundle (or one holding all the weight): nothing to project.
+        assert_eq!(projection_prefix(&[0], &[5]), 0);
+        assert_eq!(projection_prefix(&[1, 0], &[0, 9]), 0);
+        // No weight at all (no code objects found): no projection.
+        assert_eq!(projection_prefix(&[0, 1], &[0, 0]), 0);
+        // Sizes from an archive cannot overflow the sum.
+        assert_eq!(projection_prefix(&[0, 1], &[u64::MAX, u64::MAX]), 0);
+    }
 }

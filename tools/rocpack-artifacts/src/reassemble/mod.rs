@@ -173,6 +173,11 @@ pub struct ReassembleReport {
     pub bytes: u64,
     /// How it differs from the original.
     pub notes: Notes,
+    /// The compression effort the bundles of a split file were rebuilt at
+    /// when they went through spill files (0 first, rising while they do
+    /// not fit: [`effort::params`]); `None` when they did not (an
+    /// unchanged file, an archive, uncompressed bundles placed directly).
+    pub effort: Option<u8>,
 }
 
 /// The `.kpack` files under `dir` (recursively, sorted).
@@ -296,6 +301,7 @@ pub fn reassemble_into(
     };
     let image = Reassembly::open(host, src).map_err(failed)?;
     let mut notes = Notes::default();
+    let mut effort = None;
     let bytes = match image.form() {
         Form::Unchanged => image.copy_to(dst).map_err(failed)?,
         Form::Archive => reassemble_archive(&image, archives, name, spill_dir, dst, &mut notes)?,
@@ -315,12 +321,18 @@ pub fn reassemble_into(
                         dir: spill_dir,
                         weights: &weights,
                     };
-                    pass.reassemble(dst, &mut notes)?
+                    let (n, e) = pass.reassemble(dst, &mut notes)?;
+                    effort = Some(e);
+                    n
                 }
             }
         }
     };
-    Ok(ReassembleReport { bytes, notes })
+    Ok(ReassembleReport {
+        bytes,
+        notes,
+        effort,
+    })
 }
 
 /// An `ar` archive, member by member: each split member's bundles built in
