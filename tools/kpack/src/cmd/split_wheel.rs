@@ -140,12 +140,6 @@ fn print_text(r: &WheelSplitReport, out: &Path) {
 }
 
 pub fn run(args: SplitWheelArgs) -> anyhow::Result<ExitCode> {
-    let mut compression = args.compression;
-    if let Some(l) = args.compression_level {
-        if compression != rocpack_kpack::Compression::None {
-            compression = rocpack_kpack::Compression::Zstd { level: l };
-        }
-    }
     let config = match &args.config {
         Some(p) => Some(PackagingConfig::load(p)?),
         None => None,
@@ -156,7 +150,7 @@ pub fn run(args: SplitWheelArgs) -> anyhow::Result<ExitCode> {
         device_requires_dist: args.device_requires_dist.clone(),
         databases: super::databases(&args.split_databases),
         gpu_targets: args.gpu_targets.clone(),
-        compression,
+        compression: args.compression.with_level(args.compression_level),
         output_format: match args.output_format {
             FormatArg::Wheel => OutputFormat::Wheel,
             FormatArg::Directory => OutputFormat::Directory,
