@@ -124,3 +124,37 @@ fn select_family_detect_follows_the_order_of_choice() {
     );
     assert_eq!(detect(Some("gfx1100,sm_90"), &sys).0, Some(2));
 }
+
+#[test]
+fn select_family_lists_packages_found_in_packages_dir() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = tmp.path().join("c.json");
+    fs::write(
+        &cfg,
+        r#"{"primary_shard": "a", "architecture_groups": {
+            "gfx110X": {"architectures": ["gfx1100"]}}}"#,
+    )
+    .unwrap();
+    let pkgs = tmp.path().join("pkgs");
+    for d in ["rocblas_gfx110X", "blas_generic", "blas_gfx94X"] {
+        fs::create_dir_all(pkgs.join(d)).unwrap();
+    }
+    fs::write(pkgs.join("notes_generic"), b"a file, not a package").unwrap();
+    let args = ["select-family", "--arch", "gfx1100", "--config", s(&cfg)];
+    let o = kpack(&[&args[..], &["--packages-dir", s(&pkgs)]].concat());
+    assert_eq!(o.status.code(), Some(0));
+    assert!(
+        stdout(&o).ends_with("packages: blas_generic rocblas_gfx110X\n"),
+        "{}",
+        stdout(&o)
+    );
+    let missing = tmp.path().join("missing");
+    let o = kpack(&[&args[..], &["--packages-dir", s(&missing)]].concat());
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    let want = format!(
+        "kpack: error: {}: No such file or directory",
+        missing.display()
+    );
+    assert!(err.starts_with(&want), "{err}");
+}

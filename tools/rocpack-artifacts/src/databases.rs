@@ -57,6 +57,18 @@ pub fn expand(name: &str) -> Result<Vec<DatabaseKind>, UnknownDatabase> {
     name.parse().map(|k| vec![k])
 }
 
+/// The handlers of several `--split-databases` values, each once, in the
+/// order first named.
+pub fn merge<'a>(lists: impl IntoIterator<Item = &'a [DatabaseKind]>) -> Vec<DatabaseKind> {
+    let mut out: Vec<DatabaseKind> = Vec::new();
+    for k in lists.into_iter().flatten() {
+        if !out.contains(k) {
+            out.push(*k);
+        }
+    }
+    out
+}
+
 impl DatabaseKind {
     /// Every handler, in the order `--help` lists them.
     pub const ALL: [DatabaseKind; 8] = [
@@ -438,5 +450,17 @@ mod tests {
             DatabaseKind::Rocblas
         );
         assert!("x".parse::<DatabaseKind>().is_err());
+    }
+
+    #[test]
+    fn merge_keeps_first_order_once() {
+        let torch = expand("torch-fat").unwrap();
+        let miopen = expand("miopen").unwrap();
+        let rocblas = expand("rocblas").unwrap();
+        let got = merge([&miopen[..], &torch[..], &rocblas[..]]);
+        assert_eq!(got[0], DatabaseKind::Miopen);
+        assert_eq!(got[1], DatabaseKind::Rocblas);
+        assert_eq!(got.len(), torch.len());
+        assert!(merge([]).is_empty());
     }
 }

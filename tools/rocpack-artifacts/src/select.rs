@@ -13,6 +13,10 @@
 //! features (a person typing `gfx90a` means "any mode"); such a match is
 //! reported as [`MatchKind::Processor`].
 
+use std::collections::BTreeMap;
+use std::io;
+use std::path::Path;
+
 use serde::Serialize;
 
 use crate::config::{ArchGroup, PackagingConfig};
@@ -136,6 +140,43 @@ pub fn select_family(config: &PackagingConfig, agent: &str) -> Result<Selection,
                 .join("; "),
         }),
     }
+}
+
+/// Packages a machine of `group` installs: with `packages_dir`, its
+/// subdirectories named `*_generic` or `*_<group>` (sorted); without, the
+/// name patterns `<component>_generic` and `<component>_<group>`.
+pub fn family_packages(packages_dir: Option<&Path>, group: &str) -> io::Result<Vec<String>> {
+    let Some(dir) = packages_dir else {
+        return Ok(vec![
+            "<component>_generic".to_string(),
+            format!("<component>_{group}"),
+        ]);
+    };
+    let group_suffix = format!("_{group}");
+    let mut names = Vec::new();
+    let entries = std::fs::read_dir(dir)
+        .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", dir.display())))?;
+    for e in entries {
+        let e = e?;
+        if let Some(n) = e.file_name().to_str() {
+            if (n.ends_with("_generic") || n.ends_with(&group_suffix)) && e.path().is_dir() {
+                names.push(n.to_string());
+            }
+        }
+    }
+    names.sort();
+    Ok(names)
+}
+
+/// The group [`select_family`] picks for each of `targets` (`None`: none).
+pub fn groups_of<'a>(
+    config: &PackagingConfig,
+    targets: &'a [String],
+) -> BTreeMap<&'a String, Option<String>> {
+    targets
+        .iter()
+        .map(|t| (t, select_family(config, t).ok().map(|s| s.group)))
+        .collect()
 }
 
 #[cfg(test)]
@@ -280,5 +321,53 @@ mod tests {
         ] {
             assert!(Target::parse(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn family_packages_lists_generic_and_group_directories() {
+        assert_eq!(
+            family_packages(None, "gfx110X").unwrap(),
+            ["<component>_generic", "<component>_gfx110X"]
+        );
+        let t = tempfile::tempdir().unwrap();
+        for d in ["b_gfx110X", "a_generic", "c_gfx94X", "d_generic.txt"] {
+            std::fs::create_dir(t.path().join(d)).unwrap();
+        }
+        std::fs::write(t.path().join("e_gfx110X"), b"").unwrap();
+        assert_eq!(
+            family_packages(Some(t.path()), "gfx110X").unwrap(),
+            ["a_generic", "b_gfx110X"]
+        );
+        let missing = t.path().join("missing");
+        let err = family_packages(Some(&missing), "g")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with(&format!("{}: ", missing.display())),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn groups_of_maps_each_target() {
+        let cfg = crate::config::PackagingConfig::parse(
+            br#"{"primary_shard":"a","architecture_groups":{
+                "cdna2":{"architectures":["gfx90a:xnack+"]},
+                "rdna3":{"architectures":["gfx11-generic"]}}}"#,
+            std::path::Path::new("c.json"),
+        )
+        .unwrap();
+        let targets = ["gfx1100".to_string(), "gfx942".to_string()];
+        let got: Vec<(String, Option<String>)> = groups_of(&cfg, &targets)
+            .into_iter()
+            .map(|(t, g)| (t.clone(), g))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("gfx1100".to_string(), Some("rdna3".to_string())),
+                ("gfx942".to_string(), None)
+            ]
+        );
     }
 }

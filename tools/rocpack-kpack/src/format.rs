@@ -58,6 +58,15 @@ impl Compression {
             Compression::Zstd { .. } => Scheme::ZstdPerKernel,
         }
     }
+
+    /// This compression at zstd `level` when one is given (rocm-kpack's
+    /// `--compression-level`); `None` stays uncompressed.
+    pub const fn with_level(self, level: Option<i32>) -> Self {
+        match (self, level) {
+            (Compression::Zstd { .. }, Some(level)) => Compression::Zstd { level },
+            _ => self,
+        }
+    }
 }
 
 impl FromStr for Compression {
@@ -186,4 +195,17 @@ pub fn marker_search_path(prefix: &str, depth: usize) -> String {
     s.push('/');
     s.push_str(&kpack_file_name(prefix, GFXARCH_PLACEHOLDER));
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Compression;
+
+    #[test]
+    fn with_level_sets_zstd_only() {
+        let z = Compression::zstd();
+        assert_eq!(z.with_level(None), z);
+        assert_eq!(z.with_level(Some(19)), Compression::Zstd { level: 19 });
+        assert_eq!(Compression::None.with_level(Some(19)), Compression::None);
+    }
 }

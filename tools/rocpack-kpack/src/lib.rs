@@ -23,6 +23,7 @@ mod kpm;
 mod loader;
 mod marker;
 mod msgpack;
+pub mod pack;
 mod reader;
 mod writer;
 
@@ -45,6 +46,7 @@ pub use loader::{
     MAX_SEARCH_PATHS,
 };
 pub use marker::{Marker, MARKER_MAX_LEN, MARKER_SECTION, MARKER_SECTION_PE};
+pub use pack::{pack, PackError, PackRequest, PackSummary};
 pub use reader::KpackReader;
 pub use writer::{
     compress_frame, compress_frame_with, compress_stream, frame_of_file_range, FileInput,

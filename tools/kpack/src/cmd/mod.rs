@@ -21,3 +21,22 @@ pub fn capped_jobs(cmd: &str, jobs: Option<usize>) -> Option<usize> {
         n
     })
 }
+
+/// One `--split-databases` value: a handler or a preset's handlers.
+#[derive(Debug, Clone)]
+pub struct Handlers(Vec<rocpack_artifacts::databases::DatabaseKind>);
+
+/// The handlers of all `--split-databases` values, each once.
+pub fn databases(values: &[Handlers]) -> Vec<rocpack_artifacts::databases::DatabaseKind> {
+    rocpack_artifacts::databases::merge(values.iter().map(|h| &h.0[..]))
+}
+
+fn parse_db(s: &str) -> Result<Handlers, String> {
+    rocpack_artifacts::databases::expand(s)
+        .map(Handlers)
+        .map_err(|e| e.to_string())
+}
+
+fn parse_compression(s: &str) -> Result<rocpack_kpack::Compression, String> {
+    s.parse()
+}

@@ -7,7 +7,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use rocpack_artifacts::config::PackagingConfig;
-use rocpack_artifacts::select::{select_family, MatchKind, SelectError};
+use rocpack_artifacts::select::{
+    family_packages, groups_of, select_family, MatchKind, SelectError,
+};
 use rocpack_wheel::selector;
 
 #[derive(Debug, clap::Args)]
@@ -67,29 +69,7 @@ pub fn run(args: SelectFamilyArgs) -> anyhow::Result<ExitCode> {
     }
     // Packages: generic + this group's, per component found in --packages-dir,
     // else the name patterns.
-    let packages: Vec<String> = match &args.packages_dir {
-        Some(dir) => {
-            let mut names = Vec::new();
-            for e in
-                std::fs::read_dir(dir).map_err(|e| anyhow::anyhow!("{}: {e}", dir.display()))?
-            {
-                let e = e?;
-                if let Some(n) = e.file_name().to_str() {
-                    let group_suffix = format!("_{}", sel.group);
-                    if (n.ends_with("_generic") || n.ends_with(&group_suffix)) && e.path().is_dir()
-                    {
-                        names.push(n.to_string());
-                    }
-                }
-            }
-            names.sort();
-            names
-        }
-        None => vec![
-            "<component>_generic".to_string(),
-            format!("<component>_{}", sel.group),
-        ],
-    };
+    let packages = family_packages(args.packages_dir.as_deref(), &sel.group)?;
     let mut out = std::io::stdout().lock();
     if args.json {
         let mut v = serde_json::to_value(&sel)?;
@@ -125,10 +105,8 @@ fn run_detect(args: &SelectFamilyArgs) -> anyhow::Result<ExitCode> {
         Some(p) => Some(PackagingConfig::load(p)?),
         None => None,
     };
-    let groups: BTreeMap<&String, Option<String>> = match &config {
-        Some(c) => (e.targets.iter())
-            .map(|t| (t, select_family(c, t).ok().map(|s| s.group)))
-            .collect(),
+    let groups = match &config {
+        Some(c) => groups_of(c, &e.targets),
         None => BTreeMap::new(),
     };
     let mut out = std::io::stdout().lock();

@@ -4,7 +4,6 @@ use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use rocpack_artifacts::databases::DatabaseKind;
 use rocpack_artifacts::split::{self, Progress, SplitOptions, SplitReport};
 
 #[derive(Debug, clap::Args)]
@@ -35,11 +34,11 @@ pub struct SplitArgs {
     /// Database handlers to run, in priority order: rocblas, hipblaslt,
     /// hipsparselt, aotriton, miopen, composablekernel, hipkernelprovider, hotswap_cache,
     /// or the preset torch-fat (rocblas hipblaslt hipsparselt aotriton miopen).
-    #[arg(long, value_name = "HANDLER", num_args = 1.., value_parser = parse_db)]
-    split_databases: Vec<Handlers>,
+    #[arg(long, value_name = "HANDLER", num_args = 1.., value_parser = super::parse_db)]
+    split_databases: Vec<super::Handlers>,
 
     /// `.kpack` compression: `zstd` (default, level 3), `zstd:LEVEL` or `none`.
-    #[arg(long, value_name = "SCHEME", default_value = "zstd", value_parser = parse_compression)]
+    #[arg(long, value_name = "SCHEME", default_value = "zstd", value_parser = super::parse_compression)]
     compression: rocpack_kpack::Compression,
 
     /// Drop these architectures (`gfx906` also drops `gfx906:xnack-`; a
@@ -80,20 +79,6 @@ pub struct SplitArgs {
     /// Accepted for rocm-kpack compatibility; ignored.
     #[arg(long, hide = true)]
     verbose: bool,
-}
-
-/// One `--split-databases` value: a handler or a preset's handlers.
-#[derive(Debug, Clone)]
-struct Handlers(Vec<DatabaseKind>);
-
-fn parse_db(s: &str) -> Result<Handlers, String> {
-    rocpack_artifacts::databases::expand(s)
-        .map(Handlers)
-        .map_err(|e| e.to_string())
-}
-
-fn parse_compression(s: &str) -> Result<rocpack_kpack::Compression, String> {
-    s.parse()
 }
 
 /// Progress bar on stderr (only created when stderr is a TTY).
@@ -179,15 +164,7 @@ pub fn run(args: SplitArgs) -> anyhow::Result<ExitCode> {
         artifact_dir: args.artifact_dir.clone().unwrap_or_default(),
         artifact_prefix: args.artifact_prefix.clone().unwrap_or_default(),
         output_dir: args.output_dir.clone(),
-        databases: {
-            let mut v: Vec<DatabaseKind> = Vec::new();
-            for k in args.split_databases.iter().flat_map(|h| h.0.iter()) {
-                if !v.contains(k) {
-                    v.push(*k);
-                }
-            }
-            v
-        },
+        databases: super::databases(&args.split_databases),
         compression: args.compression,
         exclude_arch: args.exclude_arch.clone(),
         gpu_targets: args.gpu_targets.clone(),

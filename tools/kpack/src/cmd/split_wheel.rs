@@ -8,9 +8,10 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use rocpack_artifacts::config::PackagingConfig;
-use rocpack_artifacts::databases::DatabaseKind;
 use rocpack_wheel::selector::{ExtraNames, SelectorOptions};
-use rocpack_wheel::split::{OutputFormat, WheelSplitOptions, WheelSplitReport};
+use rocpack_wheel::split::{
+    parse_source_date_epoch, OutputFormat, WheelSplitOptions, WheelSplitReport,
+};
 
 /// `--output-format` values.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -47,15 +48,15 @@ pub struct SplitWheelArgs {
 
     /// Database handlers (as `kpack split`): rocblas, hipblaslt, hipsparselt,
     /// aotriton, miopen, composablekernel, hipkernelprovider, hotswap_cache, or torch-fat.
-    #[arg(long, value_name = "HANDLER", num_args = 1.., visible_aliases = ["databases", "wheel-type"], value_parser = parse_db)]
-    split_databases: Vec<Handlers>,
+    #[arg(long, value_name = "HANDLER", num_args = 1.., visible_aliases = ["databases", "wheel-type"], value_parser = super::parse_db)]
+    split_databases: Vec<super::Handlers>,
 
     /// Keep only these GPU targets (base-arch match, any spelling).
     #[arg(long, value_name = "TARGET", num_args = 1.., value_parser = rocpack_bundle::parse_gpu_target)]
     gpu_targets: Vec<String>,
 
     /// `.kpack` compression: `zstd` (default, level 3), `zstd:LEVEL` or `none`.
-    #[arg(long, value_name = "SCHEME", default_value = "zstd", value_parser = parse_compression)]
+    #[arg(long, value_name = "SCHEME", default_value = "zstd", value_parser = super::parse_compression)]
     compression: rocpack_kpack::Compression,
 
     /// zstd level (rocm-kpack spelling; same as `--compression zstd:LEVEL`).
@@ -108,30 +109,6 @@ pub enum ExtraNamesArg {
     Pytorch,
 }
 
-#[derive(Debug, Clone)]
-struct Handlers(Vec<DatabaseKind>);
-
-fn parse_db(s: &str) -> Result<Handlers, String> {
-    rocpack_artifacts::databases::expand(s)
-        .map(Handlers)
-        .map_err(|e| e.to_string())
-}
-
-fn parse_compression(s: &str) -> Result<rocpack_kpack::Compression, String> {
-    s.parse()
-}
-
-fn source_date_epoch() -> anyhow::Result<Option<u64>> {
-    match std::env::var("SOURCE_DATE_EPOCH") {
-        Ok(v) if !v.trim().is_empty() => {
-            Ok(Some(v.trim().parse().with_context(|| {
-                format!("SOURCE_DATE_EPOCH={v:?} is not a number of seconds")
-            })?))
-        }
-        _ => Ok(None),
-    }
-}
-
 fn print_text(r: &WheelSplitReport, out: &Path) {
     eprintln!(
         "kpack split-wheel: {} {}: {} fat binar{}, targets: {}; host {} -> {} bytes",
@@ -163,29 +140,17 @@ fn print_text(r: &WheelSplitReport, out: &Path) {
 }
 
 pub fn run(args: SplitWheelArgs) -> anyhow::Result<ExitCode> {
-    let mut compression = args.compression;
-    if let Some(l) = args.compression_level {
-        if compression != rocpack_kpack::Compression::None {
-            compression = rocpack_kpack::Compression::Zstd { level: l };
-        }
-    }
     let config = match &args.config {
         Some(p) => Some(PackagingConfig::load(p)?),
         None => None,
     };
-    let mut databases: Vec<DatabaseKind> = Vec::new();
-    for k in args.split_databases.iter().flat_map(|h| h.0.iter()) {
-        if !databases.contains(k) {
-            databases.push(*k);
-        }
-    }
     let opts = WheelSplitOptions {
         device_package_prefix: args.device_package_prefix.clone(),
         overlay_root: args.overlay_root.clone(),
         device_requires_dist: args.device_requires_dist.clone(),
-        databases,
+        databases: super::databases(&args.split_databases),
         gpu_targets: args.gpu_targets.clone(),
-        compression,
+        compression: args.compression.with_level(args.compression_level),
         output_format: match args.output_format {
             FormatArg::Wheel => OutputFormat::Wheel,
             FormatArg::Directory => OutputFormat::Directory,
@@ -193,7 +158,9 @@ pub fn run(args: SplitWheelArgs) -> anyhow::Result<ExitCode> {
         jobs: super::capped_jobs("split-wheel", args.jobs),
         config,
         zip_level: args.zip_level,
-        source_date_epoch: source_date_epoch()?,
+        source_date_epoch: parse_source_date_epoch(
+            std::env::var("SOURCE_DATE_EPOCH").ok().as_deref(),
+        )?,
         selector: args.selector.then(|| SelectorOptions {
             default_targets: args.selector_default.clone(),
         }),

@@ -113,6 +113,34 @@ pub struct WheelSplitOptions {
     pub extra_names: ExtraNames,
 }
 
+/// `SOURCE_DATE_EPOCH` is set but is not a number of seconds.
+#[derive(Debug, thiserror::Error)]
+#[error("SOURCE_DATE_EPOCH={value:?} is not a number of seconds")]
+pub struct BadSourceDateEpoch {
+    /// The variable's value.
+    pub value: String,
+    /// Why it does not parse.
+    #[source]
+    pub source: std::num::ParseIntError,
+}
+
+/// [`WheelSplitOptions::source_date_epoch`] from a `SOURCE_DATE_EPOCH`
+/// value (`None` or blank: unset).
+pub fn parse_source_date_epoch(value: Option<&str>) -> Result<Option<u64>, BadSourceDateEpoch> {
+    match value {
+        Some(v) if !v.trim().is_empty() => {
+            v.trim()
+                .parse()
+                .map(Some)
+                .map_err(|source| BadSourceDateEpoch {
+                    value: v.to_string(),
+                    source,
+                })
+        }
+        _ => Ok(None),
+    }
+}
+
 impl WheelSplitOptions {
     /// Options with defaults for everything but input and output.
     pub fn new(input: impl Into<PathBuf>, output_dir: impl Into<PathBuf>) -> Self {
@@ -432,4 +460,22 @@ fn split_inner(
         },
         selector,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_source_date_epoch;
+
+    #[test]
+    fn source_date_epoch_values() {
+        assert_eq!(parse_source_date_epoch(None).unwrap(), None);
+        assert_eq!(parse_source_date_epoch(Some(" ")).unwrap(), None);
+        assert_eq!(parse_source_date_epoch(Some(" 42\n")).unwrap(), Some(42));
+        let e = parse_source_date_epoch(Some("x")).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "SOURCE_DATE_EPOCH=\"x\" is not a number of seconds"
+        );
+        assert!(std::error::Error::source(&e).is_some());
+    }
 }
