@@ -7,7 +7,7 @@
 //! in docs/runtime.md ("Differences from ROCm, side by side"), and every
 //! listed difference must really be one.
 //!
-//! The oracles are found through `ROCPACK_SHARED_DIR` (default `../shared`
+//! The oracles are found through `ROCPACK_SHARED_DIR` (default: the `shared` directory
 //! beside the checkout). Without them both tests are skipped with a loud
 //! message on stderr; with `ROCPACK_REQUIRE_ORACLES=1` they fail instead.
 
@@ -22,10 +22,7 @@ use rocpack_testsupport as ts;
 
 /// `<shared>/oracles/rocm-kpack`, or `None` after a loud skip message.
 fn oracles(test: &str) -> Option<PathBuf> {
-    let shared = std::env::var_os("ROCPACK_SHARED_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| ts::repo_root().join("../shared"));
-    let dir = shared.join("oracles/rocm-kpack");
+    let dir = ts::shared_dir().join("oracles/rocm-kpack");
     if dir.join("test_kpack_runtime").is_file() {
         return Some(dir);
     }

@@ -37,6 +37,15 @@ pub fn shared() -> PathBuf {
     }
 }
 
+/// `$ROCPACK_SHARED_DIR`, else `../shared` beside the checkout: the
+/// reference material (ROCm's own runtime and tests under `oracles/`,
+/// `tools/`) that CI lays beside the clone.
+pub fn shared_dir() -> PathBuf {
+    std::env::var_os("ROCPACK_SHARED_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo_root().join("../shared"))
+}
+
 /// The directory of the running test executable (`target/<profile>/deps`):
 /// `cargo test` builds every crate type of the library under test there
 /// (it uplifts them to `target/<profile>` only on `cargo build`).
