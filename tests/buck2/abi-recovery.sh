@@ -149,10 +149,7 @@ cxx_binary(
 )
 B
 } > libs/mylib/BUCK
-kept() { # CHANNEL_DIR: the snapshot's headers and commits as recorded, and its header files
-    sed -n '/^Headers:/,/^$/p;/^Commit Hashes:/,/^$/p' "libs/mylib/snapshots/$1/6.4/metadata.txt"
-    sha256sum "libs/mylib/snapshots/$1/6.4/mylib.h"
-}
+. "$(dirname "${BASH_SOURCE[0]}")/../snapshot/abi-recovery-checks.sh"   # kept, recut_kept
 kept stable > "$T/stable.kept"; kept last-stable > "$T/last.kept"
 grep -q "mylib.h" "$T/stable.kept" || die "create recorded no header"
 
@@ -220,13 +217,7 @@ step "after: every channel builds and runs, buck2 test //... is green, headers a
 buck2 build //... >"$T/b3.out" 2>&1 || { tail -30 "$T/b3.out" >&2; die "buck2 build //... after the re-cuts"; }
 buck2 test //... >"$T/t3.out" 2>&1 || { tail -40 "$T/t3.out" >&2; die "buck2 test //... after the re-cuts"; }
 every_channel "after"
-kept stable | diff "$T/stable.kept" - >&2 || die "stable lost headers or commits"
-kept last-stable | diff "$T/last.kept" - >&2 || die "last-stable lost headers or commits"
-new="$(sha256sum libs/dep/dep.h | cut -d' ' -f1)"
-for d in stable last-stable; do
-    grep -q "libs/dep/dep.h: $new" "libs/mylib/snapshots/$d/6.4/metadata.txt" || die "$d does not record the new dep.h"
-done
-ls libs/mylib/snapshots/archives/6.4/ | grep -q '_metadata.txt$' || die "no archived metadata"
+recut_kept "$T/stable.kept" "$T/last.kept"
 
 step "way out 3 of stable's message, exactly, from libs/: snapctl rollback"
 rollback="$(msg "$T/b2.out" stable | grep -m1 'go back to the last-stable snapshot: ' | sed 's/^.*last-stable snapshot: //')"
