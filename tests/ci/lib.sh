@@ -57,7 +57,9 @@ need_pkgs() {
     local missing=() installed p
     # One dpkg-query for all of them (one per package took a second each
     # on a loaded machine).
-    installed=" $(dpkg-query -W -f='${Package} ${Status}\n' "$@" 2>/dev/null \
+    # dpkg-query exits 1 when a package was never installed (a fresh
+    # machine): that is an answer here, not a failure.
+    installed=" $({ dpkg-query -W -f='${Package} ${Status}\n' "$@" 2>/dev/null || true; } \
         | awk '$2 == "install" && $3 == "ok" && $4 == "installed" { print $1 }' | tr '\n' ' ') "
     for p in "$@"; do
         [[ "$installed" == *" $p "* ]] || missing+=("$p")
