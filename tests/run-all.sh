@@ -9,7 +9,8 @@
 # its wall time, CPU time (user+sys) and its share used, and a stage over
 # its share prints a WARNING (the run goes on), so a slow new test is seen
 # when it lands. A new stage needs a line in BUDGET (else it is warned
-# about); keep the sum within TOTAL_BUDGET.
+# about); keep the sum of the stages that do not run beside others
+# (BESIDE below) within TOTAL_BUDGET.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RUN_T0=$SECONDS
@@ -20,18 +21,18 @@ TOTAL_BUDGET=2400
 # Shares: the measured time of a quiet run (README) plus a margin; their
 # sum leaves room for the stages to come.
 declare -A BUDGET=(
-    [05-fixtures]=90    # Debian packages (one apt-get run) + fixtures
-    [10-rust]=690       # fmt, clippy, the dev build, cargo test
-    [20-fuzz]=340       # fuzz build (ASan, release) + 11 targets x 20 s, 2 at a time
-    [25-kpack-stress]=130
+    [05-fixtures]=110    # Debian packages (one apt-get run) + fixtures
+    [10-rust]=900       # fmt, clippy, the dev build, cargo test
+    [20-fuzz]=900       # beside stages 25-65 (BESIDE): fuzz build (ASan, release) + 11 targets x 20 s
+    [25-kpack-stress]=140
     [30-snapshot]=100
     [40-pypi]=90
     [45-wheel]=60
     [47-python]=60     # pip wheel . from stage 10's helpers, venv installs, selector installs
-    [50-bazel]=220
-    [55-bazel7]=120     # the chroot itself is made in the background
+    [50-bazel]=250
+    [55-bazel7]=140     # the chroot itself is made in the background
     [60-buck2]=120
-    [65-remote]=150
+    [65-remote]=200
 )
 
 # Disk is the resource a CI machine runs short of first; say what there is
@@ -57,21 +58,20 @@ ensure_win_fixtures
 
 over=()
 summary=()
-stages=(tests/ci/[0-9][0-9]-*.sh)
-for s in "${stages[@]}"; do
-    name="$(basename "$s" .sh)"
-    log "stage $name"
-    start=$SECONDS; cpu_now; c0=$CPU
-    bash "$s" || die "stage $name (tests/ci/$name.sh) failed after $((SECONDS - start)) s"
-    # The fixtures were built when lib.sh was sourced, before the first stage.
-    [ "$name" != 05-fixtures ] || start=$RUN_T0
-    cpu_now
-    wall=$((SECONDS - start)) c=$((CPU - c0))
-    b="${BUDGET[$name]:-0}"
-    share="no share set"
+# Stages that run beside the ones after them: they need only the tree
+# and stage 10's crates, share no state with later stages, and are CPU-bound
+# while the later stages mostly wait on Bazel, Buck2 and servers (a quiet
+# cold run left one core idle for most of stages 25-65). Such a stage starts
+# when its turn comes, its output goes to its own log, printed when it ends;
+# between stages the run checks on it, and a failure stops the run naming it.
+declare -A BESIDE=([20-fuzz]=1)
+declare -A bg_pid=() bg_log=() bg_time=()
+# account NAME WALL CPU: the stage's line in the table, and its warning.
+account() {
+    local name="$1" wall="$2" c="$3" b="${BUDGET[$1]:-0}" share="no share set" tag="${4:-}"
     [ "$b" -eq 0 ] || share="$((wall * 100 / b)) % of its ${b} s share"
-    log "stage $name ok: ${wall} s wall, ${c} s CPU; $share ($(disk)target $(du -sh "$ROOT/target" 2>/dev/null | cut -f1))"
-    summary+=("$(printf '%-16s %5d s %5d s CPU  %s' "$name" "$wall" "$c" "$share")")
+    log "stage $name ok${tag}: ${wall} s wall, ${c} s CPU; $share ($(disk)target $(du -sh "$ROOT/target" 2>/dev/null | cut -f1))"
+    summary+=("$(printf '%-16s %5d s %5d s CPU  %s%s' "$name" "$wall" "$c" "$share" "$tag")")
     if [ "$b" -eq 0 ]; then
         over+=("$name: ${wall} s, no share in tests/run-all.sh's BUDGET")
     elif [ "$wall" -gt "$b" ]; then
@@ -79,7 +79,52 @@ for s in "${stages[@]}"; do
         printf '\n!!! WARNING: stage %s took %d s, over its %d s share of the %d-minute budget (tests/run-all.sh) !!!\n' \
             "$name" "$wall" "$b" $((TOTAL_BUDGET / 60)) >&2
     fi
+}
+# bg_reap [wait]: reports each beside stage that has ended (with "wait":
+# waits for all of them); a failed one stops the run.
+bg_reap() {
+    local name rc wall c
+    for name in "${!bg_pid[@]}"; do
+        if [ "${1:-}" != wait ] && kill -0 "${bg_pid[$name]}" 2>/dev/null; then continue; fi
+        rc=0; wait "${bg_pid[$name]}" || rc=$?
+        log "stage $name (ran beside the stages after it): its output"
+        cat "${bg_log[$name]}" >&2
+        [ "$rc" -eq 0 ] || die "stage $name (tests/ci/$name.sh) failed (exit $rc); its output is above"
+        read -r wall c <"${bg_time[$name]}"
+        account "$name" "$wall" "$c" " (beside)"
+        rm -f "${bg_log[$name]}" "${bg_time[$name]}"
+        unset "bg_pid[$name]"
+    done
+}
+bg_stop() {
+    local p
+    for p in ${bg_pid[@]+"${bg_pid[@]}"}; do kill -TERM -- "-$p" "$p" 2>/dev/null || true; done
+}
+trap 'bg_stop; prefetch_stop; rm -f "$CPU_F"' EXIT
+stages=(tests/ci/[0-9][0-9]-*.sh)
+for s in "${stages[@]}"; do
+    name="$(basename "$s" .sh)"
+    bg_reap
+    if [ -n "${BESIDE[$name]:-}" ]; then
+        log "stage $name: started beside the stages after it (its output is printed when it ends)"
+        bg_log[$name]="$(mktemp)" bg_time[$name]="$(mktemp)"
+        # A session of its own (bg_stop ends all of it); its wall and CPU
+        # time measured by itself.
+        setsid -w bash -c 's=$SECONDS; bash "$1"; rc=$?; times >"$2.cpu"
+            awk -v w=$((SECONDS - s)) '"'"'END { n = 0; for (i = 1; i <= 2; i++) { split($i, a, /[ms]/); n += a[1] * 60 + a[2] } printf "%d %.0f\n", w, n }'"'"' "$2.cpu" >"$2"
+            rm -f "$2.cpu"; exit $rc' _ "$s" "${bg_time[$name]}" >"${bg_log[$name]}" 2>&1 </dev/null &
+        bg_pid[$name]=$!
+        continue
+    fi
+    log "stage $name"
+    start=$SECONDS; cpu_now; c0=$CPU
+    bash "$s" || die "stage $name (tests/ci/$name.sh) failed after $((SECONDS - start)) s"
+    # The fixtures were built when lib.sh was sourced, before the first stage.
+    [ "$name" != 05-fixtures ] || start=$RUN_T0
+    cpu_now
+    account "$name" $((SECONDS - start)) $((CPU - c0))
 done
+bg_reap wait
 total=$((SECONDS - RUN_T0))
 log "stage times (wall, CPU of the stage's processes, share of the budget):"
 printf '    %s\n' "${summary[@]}" >&2
