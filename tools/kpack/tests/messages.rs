@@ -96,3 +96,63 @@ fn unbundle_of_a_kpack_writes_each_kernel_with_its_bytes() {
         assert_eq!(got, want, "{name}");
     }
 }
+
+/// A `.kpack` with two damaged zstd frames (their content checksums
+/// flipped: the headers pass, decoding fails): `kpack inspect` and `kpack
+/// unpack` report the first damaged kernel in TOC order, the same message
+/// on every run and for any thread count. The first one is large (slow to
+/// decode) and the second small and half-way down the TOC, where a second
+/// worker starts: reporting whichever failure a thread met first named the
+/// second one.
+#[test]
+fn two_damaged_frames_report_the_first_for_any_thread_count() {
+    use rocpack_kpack::{Compression, KpackReader, KpackWriter};
+    let tmp = tempdir();
+    let mut w = KpackWriter::new(Compression::zstd());
+    w.add("k#0", "gfx1100", pseudo_random(1, 12 << 20)).unwrap();
+    for i in 1..16u64 {
+        let key = format!("k#{i}");
+        w.add(&key, "gfx1100", pseudo_random(i + 1, 4096)).unwrap();
+    }
+    let mut bytes = w.to_vec().unwrap();
+    let r = KpackReader::from_bytes(&bytes).unwrap();
+    let mut offsets = Vec::new();
+    for key in ["k#0", "k#8"] {
+        let e = r.entry(key, "gfx1100").unwrap();
+        let loc = r.blob_location(e.ordinal).unwrap();
+        // The frame's last byte: its content checksum.
+        bytes[(loc.offset + loc.size - 1) as usize] ^= 0xff;
+        offsets.push(loc.offset);
+    }
+    drop(r);
+    let input = tmp.path().join("damaged.kpack");
+    std::fs::write(&input, &bytes).unwrap();
+    let mut messages = std::collections::BTreeSet::new();
+    for threads in ["1", "2", "3", "4"] {
+        for run in 0..4 {
+            let out = tmp.path().join(format!("unpacked-{threads}-{run}"));
+            for args in [
+                vec!["inspect", s(&input)],
+                vec!["unpack", s(&input), "--output-dir", s(&out)],
+            ] {
+                let o = std::process::Command::new(KPACK)
+                    .args(&args)
+                    .env("RAYON_NUM_THREADS", threads)
+                    .output()
+                    .unwrap();
+                let e = stderr(&o);
+                assert_eq!(o.status.code(), Some(2), "{args:?}: {e}");
+                messages.insert((args[0].to_string(), e));
+            }
+        }
+    }
+    assert_eq!(messages.len(), 2, "{messages:#?}");
+    for (cmd, e) in &messages {
+        assert!(
+            e.contains(&offsets[0].to_string()) && !e.contains(&offsets[1].to_string()),
+            "{cmd} names the first damaged frame (at {}), not the second (at {}): {e}",
+            offsets[0],
+            offsets[1]
+        );
+    }
+}

@@ -1,8 +1,8 @@
 //! Library-level reassembly (`rocpack_artifacts::reassemble`): fixtures split
 //! with `rocpack_artifacts::split`, then rebuilt from their `.kpack` files.
 //! Uncompressed bundles come back byte for byte; compressed ones are
-//! recompressed and say so; missing code objects are an input error, never
-//! a layout error.
+//! recompressed and say so; one target's archive alone rebuilds every
+//! layout; missing code objects are an input error, never a layout error.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -131,4 +131,82 @@ fn a_subset_reassembly_is_the_same_for_any_thread_count_and_order() {
         1,
         "(sha256, effort) -> thread counts of the runs: {seen:?}"
     );
+}
+
+/// Device code objects of every bundle of the fat binary `file`:
+/// (bundle index, entry ID) -> SHA-256.
+fn device_code(file: &Path) -> std::collections::BTreeMap<(usize, String), String> {
+    let data = fs::read(file).unwrap();
+    let info = rocpack_image::analyze(&data).unwrap();
+    let mut out = std::collections::BTreeMap::new();
+    for i in 0..info.bundles().len() {
+        let raw = rocpack_image::bundle_bytes(&data, &info, i).unwrap();
+        let b = rocpack_bundle::parse_bundle(raw).unwrap();
+        for e in b.device_entries() {
+            let id = e.id.to_string();
+            let sha = rocpack_testsupport::sha256_hex(&e.data);
+            assert!(out.insert((i, id), sha).is_none(), "{}", file.display());
+        }
+    }
+    out
+}
+
+/// A host split for every target, reassembled with one target's `.kpack`
+/// alone: its bundles are smaller than the originals and must go where
+/// those were (the output's size is the layout's, not the bundles'), for
+/// every linker layout among the fixtures. Each output holds exactly that
+/// target's code objects, byte for byte, and together they hold every one.
+#[test]
+fn one_targets_archive_reassembles_every_layout() {
+    if !have_fixtures() {
+        return;
+    }
+    let fixtures = [
+        "libfx_multi.so",
+        "libfx_multi_lld.so",
+        "libfx_multi_stripped.so",
+        "libfx_clang15.so",
+        "libfx_two_tu.so",
+        "libfx_rdc.so",
+        "libfx_generic.so",
+    ];
+    let mut fats: Vec<PathBuf> = fixtures.iter().map(|n| fatbins().join(n)).collect();
+    for pe in ["fx_win_lld.dll", "fx_win_ccob.dll"] {
+        if win_fatbin(pe).exists() {
+            fats.push(win_fatbin(pe));
+        }
+    }
+    for fat in fats {
+        let name = fat.file_name().unwrap().to_string_lossy().to_string();
+        let original = device_code(&fat);
+        let tmp = tempfile::tempdir().unwrap();
+        let (host, split) = split_one(&fat, tmp.path());
+        let mut kpacks: Vec<PathBuf> = rocpack_artifacts::reassemble::find_kpacks(&split)
+            .unwrap()
+            .into_iter()
+            .filter(|p| !p.starts_with(split.join("x_generic")))
+            .collect();
+        kpacks.sort();
+        assert!(kpacks.len() >= 2, "{name}: {kpacks:?}");
+        let mut seen = std::collections::BTreeMap::new();
+        for (k, kpack) in kpacks.iter().enumerate() {
+            let one = tmp.path().join(format!("one-{k}"));
+            fs::create_dir_all(&one).unwrap();
+            fs::copy(kpack, one.join(kpack.file_name().unwrap())).unwrap();
+            let out = tmp.path().join(format!("back-{k}"));
+            let report = reassemble(&host, &one, &out)
+                .unwrap_or_else(|e| panic!("{name} with {}: {e:#?}", kpack.display()));
+            assert!(
+                !report.notes.is_exact(),
+                "{name}: a subset is not the original"
+            );
+            let got = device_code(&out);
+            assert!(!got.is_empty(), "{name} with {}", kpack.display());
+            for (key, sha) in got {
+                assert_eq!(original.get(&key), Some(&sha), "{name} {key:?}");
+                seen.insert(key, sha);
+            }
+        }
+        assert_eq!(seen, original, "{name}: every code object in one output");
+    }
 }

@@ -24,6 +24,14 @@ fn check(fat: &[u8], what: &str) {
     assert_eq!(r.fits(&lens).unwrap(), Fit::Fits, "{what}");
     let huge: Vec<u64> = lens.iter().map(|l| l + (64 << 20)).collect();
     assert_eq!(r.fits(&huge).unwrap(), Fit::DoesNotFit, "{what}");
+    // Smaller bundles (one target's archive, bundles compressed harder)
+    // go where the larger ones were.
+    for small in [
+        lens.iter().map(|l| l / 3).collect::<Vec<u64>>(),
+        vec![1; lens.len()],
+    ] {
+        assert_eq!(r.fits(&small).unwrap(), Fit::Fits, "{what}: {small:?}");
+    }
     // The unsplit file is copied.
     let r = Reassembly::open(fat, &fat).unwrap();
     assert_eq!(r.form(), Form::Unchanged, "{what}");

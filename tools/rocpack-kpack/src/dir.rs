@@ -11,7 +11,6 @@
 use std::fs;
 use std::path::Path;
 
-use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
@@ -127,13 +126,10 @@ impl UnpackManifest {
     /// Describe `reader` (files named by [`unpack_file_name`]).
     pub fn for_archive(reader: &KpackReader) -> Result<Self> {
         let entries = reader.entries_by_ordinal();
-        let kernels = entries
-            .par_iter()
-            .map(|e| {
-                let (size, sha256) = stream_hashed(reader, e, &mut |_| Ok(()))?;
-                UnpackedKernel::of(e, size, sha256)
-            })
-            .collect::<Result<Vec<_>>>()?;
+        let kernels = crate::ordered::try_map_ordered(&entries, |e| {
+            let (size, sha256) = stream_hashed(reader, e, &mut |_| Ok(()))?;
+            UnpackedKernel::of(e, size, sha256)
+        })?;
         Ok(Self::with_kernels(reader, kernels))
     }
 
@@ -363,22 +359,18 @@ pub fn unpack_to_dir(reader: &KpackReader, dir: &Path) -> Result<UnpackManifest>
     }
     // Each code object is streamed into its file (256 KiB at a time) and
     // hashed on the way: none is held whole, whatever its size.
-    let kernels = entries
-        .par_iter()
-        .map(|e| -> Result<UnpackedKernel> {
-            let p = stage
-                .path()
-                .join(unpack_file_name(e.ordinal, &e.key, &e.target));
-            let io = |err: std::io::Error| Error::from(err).with_path(&p);
-            let mut f =
-                std::io::BufWriter::with_capacity(1 << 18, fs::File::create(&p).map_err(io)?);
-            let (size, sha256) = stream_hashed(reader, e, &mut |b| {
-                std::io::Write::write_all(&mut f, b).map_err(io)
-            })?;
-            std::io::Write::flush(&mut f).map_err(io)?;
-            UnpackedKernel::of(e, size, sha256)
-        })
-        .collect::<Result<Vec<_>>>()?;
+    let kernels = crate::ordered::try_map_ordered(&entries, |e| -> Result<UnpackedKernel> {
+        let p = stage
+            .path()
+            .join(unpack_file_name(e.ordinal, &e.key, &e.target));
+        let io = |err: std::io::Error| Error::from(err).with_path(&p);
+        let mut f = std::io::BufWriter::with_capacity(1 << 18, fs::File::create(&p).map_err(io)?);
+        let (size, sha256) = stream_hashed(reader, e, &mut |b| {
+            std::io::Write::write_all(&mut f, b).map_err(io)
+        })?;
+        std::io::Write::flush(&mut f).map_err(io)?;
+        UnpackedKernel::of(e, size, sha256)
+    })?;
     let manifest = UnpackManifest::with_kernels(reader, kernels);
     let json = serde_json::to_vec_pretty(&manifest).map_err(|e| {
         Error::new(ErrorKind::Invalid {

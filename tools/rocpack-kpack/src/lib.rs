@@ -23,6 +23,7 @@ mod kpm;
 mod loader;
 mod marker;
 mod msgpack;
+pub mod ordered;
 pub mod pack;
 mod reader;
 mod writer;

@@ -23,7 +23,6 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use rayon::prelude::*;
 use rocpack_bundle::{Format, ParseOptions, BUNDLE_MAGIC};
 use serde::Serialize;
 use sha2::{Digest, Sha256};

@@ -95,9 +95,11 @@ pub fn stream_all<S: CoSink>(input: &Input, d: &Desc, sink: &S) -> Result<Vec<Op
     let mut jobs = Vec::new();
     let (mut n, mut walks) = (0usize, 0usize);
     plan_jobs(d, &mut jobs, &mut n, &mut walks);
-    let results: Vec<(usize, Option<bool>)> = jobs
-        .par_iter()
-        .map(|job| -> Result<Option<(usize, Option<bool>)>> {
+    // The first failing job in description order is the one reported,
+    // whatever the thread count.
+    let results: Vec<(usize, Option<bool>)> = rocpack_kpack::ordered::try_map_ordered(
+        &jobs,
+        |job| -> Result<Option<(usize, Option<bool>)>> {
             match job {
                 Job::One(i, src) => {
                     let mut st = sink.begin(*i)?;
@@ -148,11 +150,11 @@ pub fn stream_all<S: CoSink>(input: &Input, d: &Desc, sink: &S) -> Result<Vec<Op
                     Ok(Some((*slot, summary.hash_matches)))
                 }
             }
-        })
-        .collect::<Result<Vec<_>>>()?
-        .into_iter()
-        .flatten()
-        .collect();
+        },
+    )?
+    .into_iter()
+    .flatten()
+    .collect();
     let mut out = vec![None; walks];
     for (slot, m) in results {
         out[slot] = m;

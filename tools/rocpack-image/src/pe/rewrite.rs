@@ -727,9 +727,27 @@ fn adjust_initialized_data(
 /// the start of the bundle section, as clang lays out one bundle per
 /// translation unit; the output is byte-identical to the fat image when
 /// the bundles are.
+/// The output is held in memory: a bundle section larger than one
+/// 4096-byte block after the bundles given (clang's layout) is refused
+/// before anything is allocated.
 pub fn reassemble(host: &[u8], bundles: &[Vec<u8>]) -> Result<Vec<u8>> {
     let info = analyze(host)?;
     let b = Bundles::Owned(bundles);
+    if let Some(fsec) = info.fatbin.and_then(|fb| info.sections.get(fb.index)) {
+        let vsize = u64::from(fsec.virtual_size);
+        let (end, _) = bundles_layout(&b.lens());
+        if vsize > round_up(end, BUNDLE_ALIGN) {
+            return Err(Error::unsupported(
+                fsec.header_offset,
+                format!(
+                    "the bundle section `{}` has VirtualSize {vsize:#x}, more than one \
+                     {BUNDLE_ALIGN}-byte block after the end of the bundles given ({end:#x}); \
+                     not reassembled in memory",
+                    fsec.name
+                ),
+            ));
+        }
+    }
     reassemble_plan(host, &info, &b)?.to_vec(&host, b.aux())
 }
 
@@ -806,18 +824,12 @@ fn reassemble_plan(host: &[u8], info: &PeInfo, bundles: &Bundles<'_>) -> Result<
     // clang lays the bundles out 4096-aligned and the section ends with
     // the last one: a VirtualSize beyond that is not a section this module
     // split, and would only cost memory (up to 4 GiB of zeros).
+    // Bundles smaller than the original's (one target's archive, bundles
+    // compressed harder) leave zeros up to VirtualSize: a streamed output
+    // writes them as such; [`reassemble`], which holds the output, bounds
+    // them first.
     let lens = bundles.lens();
     let (end, offsets) = bundles_layout(&lens);
-    if vsize > round_up(end, BUNDLE_ALIGN) {
-        return Err(Error::does_not_fit(
-            fsec.header_offset,
-            format!(
-                "the bundle section `{}` has VirtualSize {vsize:#x}, more than one {BUNDLE_ALIGN}-byte \
-                 block after the end of the bundles given ({end:#x}); not reassembled",
-                fsec.name
-            ),
-        ));
-    }
     if end > vsize {
         return Err(Error::does_not_fit(
             fsec.header_offset,

@@ -612,14 +612,12 @@ impl KpackReader {
     }
 
     /// Check every zstd frame ([`KpackReader::check_frames`]), then decode
-    /// every kernel (in parallel) and check its length.
+    /// every kernel (in parallel) and check its length. The error is the
+    /// first entry's (in TOC order) that fails, whatever the thread count.
     pub fn validate_kernels(&self) -> Result<()> {
-        use rayon::prelude::*;
         self.check_frames()?;
-        self.p
-            .entries
-            .par_iter()
-            .try_for_each(|e| self.get_entry(e).map(|_| ()))
+        crate::ordered::try_map_ordered(&self.p.entries, |e| self.get_entry(e).map(|_| ()))
+            .map(|_| ())
     }
 
     fn err_not_found(&self, key: &str, target: &str) -> Error {

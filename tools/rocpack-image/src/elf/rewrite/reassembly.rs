@@ -212,8 +212,7 @@ fn reassemble_in_place(elf: &Elf<'_>, info: &FatBinaryInfo, bundles: &Bundles<'_
         out.len(),
         shstrtab.len() as u64,
     );
-    let page = page_size(elf)?;
-    let limit = (data.len() as u64).saturating_add(fat_len + 4 * page);
+    let limit = output_limit(data, cap, page_size(elf)?);
     layout_tail(
         elf,
         end,
@@ -237,6 +236,18 @@ fn reassemble_in_place(elf: &Elf<'_>, info: &FatBinaryInfo, bundles: &Bundles<'_
     write_ehdr(&mut out, elf.phdrs.len() as u64, shoff, shdrs.len() as u64)?;
     restore_trail(elf, places, &mut out);
     Ok(out)
+}
+
+/// How large the output of a reassembly may grow: the host, the room the
+/// split left for the bundles (`cap` bytes: where the original's bundles
+/// were, up to the next section) and 4 pages for the tail's alignment.
+/// The room, not the bundles given: bundles smaller than the original's (a
+/// subset of the archives, bundles compressed harder) go where the larger
+/// ones were, and the content behind them keeps its place.
+fn output_limit(data: &[u8], cap: u64, page: u64) -> u64 {
+    (data.len() as u64)
+        .saturating_add(cap)
+        .saturating_add(page.saturating_mul(4))
 }
 
 /// Size of the rebuilt `.hip_fatbin` of `fat_len` bytes: with the zero
@@ -457,9 +468,7 @@ fn write_reassembly(
     let mut out = Out::default();
     get(data, 0, d_off, "file prefix")?;
     out.push_src(0, d_off);
-    let limit = (data.len() as u64)
-        .saturating_add(fat_len)
-        .saturating_add(4 * page);
+    let limit = output_limit(data, cap, page);
     out.grow(lo(v), limit)?;
     for (i, &o) in offsets.iter().enumerate() {
         out.resize(lo(v) + o);
