@@ -9,7 +9,10 @@ use crate::error::{Error, Result};
 /// Alignment of code objects in bundles made by the HIP driver
 /// (`-bundle-align=4096`).
 pub const DEFAULT_ALIGN: u64 = 4096;
-/// LLVM's default zstd level for offload bundles.
+/// zstd level for bundles written here: LLVM 18's default for offload
+/// bundles (LLVM 19's clang-offload-bundler uses 3 with long-distance
+/// matching; its bytes depend on the libzstd it links, see
+/// docs/formats/split-elf.md).
 pub const DEFAULT_ZSTD_LEVEL: i32 = 5;
 /// LLVM's default zlib level.
 pub const DEFAULT_ZLIB_LEVEL: u32 = 6;
@@ -58,7 +61,7 @@ pub fn write_uncompressed_aligned<I: AsRef<str>, D: AsRef<[u8]>>(
 }
 
 /// Compress an uncompressed bundle into a CCOB of `version` (1, 2 or 3)
-/// with LLVM's default level for the method.
+/// at [`DEFAULT_ZSTD_LEVEL`] or [`DEFAULT_ZLIB_LEVEL`].
 pub fn write_ccob(bundle: &[u8], version: u16, compression: Compression) -> Result<Vec<u8>> {
     let level = match compression {
         Method::Zstd => DEFAULT_ZSTD_LEVEL,
