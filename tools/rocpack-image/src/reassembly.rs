@@ -208,15 +208,15 @@ impl<'a> Reassembly<'a> {
 }
 
 fn write_error(source: std::io::Error) -> Error {
-    Error::Elf(crate::elf::Error::Io {
+    Error::Io {
         what: "writing the reassembled file",
         source,
-    })
+    }
 }
 
 fn read_error(source: std::io::Error) -> Error {
-    Error::Elf(crate::elf::Error::Io {
+    Error::Io {
         what: "reading the host file",
         source,
-    })
+    }
 }

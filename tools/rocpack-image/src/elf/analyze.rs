@@ -5,7 +5,7 @@ use std::collections::HashMap;
 
 use object::elf;
 
-use crate::elf::error::{Error, Result};
+use crate::{Error, Result};
 use crate::elf::headers::{get, within, Elf, Shdr, SHT_RELR};
 use crate::{
     wrapper_table, BundleInfo, MarkerInfo, SectionRange, State, HIPF_MAGIC, HIPK_MAGIC,

@@ -7,7 +7,7 @@
 use rocpack_bundle::ReadAt;
 
 use crate::elf::analyze::{analyze, FatBinaryInfo};
-use crate::elf::error::{Error, Result};
+use crate::{Error, Result};
 use crate::elf::headers::is_elf;
 use crate::elf::{BundlesFn, MarkerFn};
 use crate::Out;

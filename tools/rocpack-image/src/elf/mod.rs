@@ -57,7 +57,6 @@
 
 mod analyze;
 mod archive;
-mod error;
 pub(crate) mod headers;
 mod object_file;
 pub(crate) mod rewrite;
@@ -77,7 +76,7 @@ pub use archive::{
     archive_members, archive_members_in, is_archive, reassemble_archive, reassemble_archive_to,
     split_archive, split_archive_to, ArchiveMember,
 };
-pub use error::{Error, Result};
+pub use crate::{Error, Result};
 pub use rewrite::{
     parse_bundles, reassemble, reassemble_placed, reassemble_to, reassembly_fits, split_host,
     split_host_in, split_host_to,

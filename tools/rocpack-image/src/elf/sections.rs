@@ -7,7 +7,7 @@
 use object::elf;
 
 use crate::elf::analyze::{FatBinaryInfo, MARKER_SECTION};
-use crate::elf::error::{Error, Result};
+use crate::{Error, Result};
 use crate::elf::headers::{align_up, put_u32, Elf, Shdr, EHDR_SIZE, PHDR_SIZE};
 use crate::{MarkerInfo, SectionRange, HIPF_MAGIC, HIPK_MAGIC};
 
