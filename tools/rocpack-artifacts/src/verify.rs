@@ -295,7 +295,10 @@ fn check_generic_file(pkg: &Package, rel: &str, path: &Path) -> Vec<GenericFindi
         }
     };
     let kind = image.file_type();
-    if matches!(kind, rocpack_image::FileType::Bundle | rocpack_image::FileType::Ccob) {
+    if matches!(
+        kind,
+        rocpack_image::FileType::Bundle | rocpack_image::FileType::Ccob
+    ) {
         out.push(GenericFinding::Warning(format!(
             "{}/{rel}: device-only offload bundle in a generic package: it ships only the archs of the shard it came from",
             pkg.name

@@ -188,7 +188,11 @@ fn units_of_every_type_and_of_the_bytes_in_memory() {
                 .find(|m| m.offset == at)
                 .unwrap_or_else(|| panic!("{what}: no unit at {at}"));
             assert_eq!(m.data.len() as u64, len, "{what}");
-            assert_eq!(m.member.as_ref().map(|m| m.name.clone()), u.member, "{what}");
+            assert_eq!(
+                m.member.as_ref().map(|m| m.name.clone()),
+                u.member,
+                "{what}"
+            );
             assert_eq!(&m.analyze(&data.as_slice()).unwrap(), a, "{what}");
             if u.member.is_none() {
                 assert_eq!((at, len), (0, data.len() as u64), "{what}");
@@ -204,7 +208,18 @@ fn units_of_every_type_and_of_the_bytes_in_memory() {
 fn a_member_that_is_not_elf_is_not_an_image() {
     let body = b"just text\n";
     let mut ar = b"!<arch>\n".to_vec();
-    ar.extend_from_slice(format!("{:<16}{:<12}{:<6}{:<6}{:<8}{:<10}`\n", "notes.txt/", 0, 0, 0, 644, body.len()).as_bytes());
+    ar.extend_from_slice(
+        format!(
+            "{:<16}{:<12}{:<6}{:<6}{:<8}{:<10}`\n",
+            "notes.txt/",
+            0,
+            0,
+            0,
+            644,
+            body.len()
+        )
+        .as_bytes(),
+    );
     ar.extend_from_slice(body);
     let units = rocpack_image::units(&ar).unwrap();
     assert_eq!(units.len(), 1);
@@ -212,7 +227,10 @@ fn a_member_that_is_not_elf_is_not_an_image() {
     assert_eq!(u.member.as_ref().unwrap().name, "notes.txt");
     assert_eq!(u.offset, 68);
     let e = u.analyze(&ar.as_slice()).unwrap_err();
-    assert!(matches!(e, rocpack_image::Error::NotAnImage("unknown")), "{e:?}");
+    assert!(
+        matches!(e, rocpack_image::Error::NotAnImage("unknown")),
+        "{e:?}"
+    );
     let e = u.error(e);
     assert_eq!(
         e.to_string(),

@@ -90,7 +90,10 @@ fn archive_members_are_described_one_by_one() {
     for m in &d.members {
         let member = m.file.rsplit_once('(').unwrap().1.trim_end_matches(')');
         assert_eq!(m.kind, "elf", "{member}");
-        assert!(m.file_offset > 0 && m.file_offset + m.size <= len, "{member}");
+        assert!(
+            m.file_offset > 0 && m.file_offset + m.size <= len,
+            "{member}"
+        );
         let want = linux_expected(&format!("libfx_static.a({member})"));
         if !want.is_empty() {
             assert_eq!(device_objects(m), want, "{member}");

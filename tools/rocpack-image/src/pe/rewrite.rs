@@ -33,13 +33,13 @@ fn round_up(v: u64, a: u64) -> u64 {
 }
 
 fn put_u16(out: &mut Out, at: u64, v: u16) -> Result<()> {
-    Ok(out.put(at, &v.to_le_bytes())?)
+    out.put(at, &v.to_le_bytes())
 }
 fn put_u32(out: &mut Out, at: u64, v: u32) -> Result<()> {
-    Ok(out.put(at, &v.to_le_bytes())?)
+    out.put(at, &v.to_le_bytes())
 }
 fn put_u64(out: &mut Out, at: u64, v: u64) -> Result<()> {
-    Ok(out.put(at, &v.to_le_bytes())?)
+    out.put(at, &v.to_le_bytes())
 }
 
 fn to_u32(v: u64, at: u64, what: &str) -> Result<u32> {
@@ -322,7 +322,10 @@ fn splittable<'i>(
         return Err(Error::layout(0, "empty marker payload"));
     }
     if info.marker.is_some() {
-        return Err(Error::pe_unsupported(0, "a .kpackrf section already exists"));
+        return Err(Error::pe_unsupported(
+            0,
+            "a .kpackrf section already exists",
+        ));
     }
     let fb = info
         .fatbin
@@ -856,7 +859,9 @@ fn reassemble_plan(host: &[u8], info: &PeInfo, bundles: &Bundles<'_>) -> Result<
     let cut = first_raw
         .checked_sub(g)
         .filter(|&c| c >= slot && soh >= g)
-        .ok_or_else(|| Error::pe_malformed(slot + 34, "header growth larger than the header area"))?;
+        .ok_or_else(|| {
+            Error::pe_malformed(slot + 34, "header growth larger than the header area")
+        })?;
     let grown_from = (slot + SECTION_HEADER).clamp(cut, first_raw);
     if get(host, grown_from, first_raw - grown_from, "header growth")?
         .iter()
