@@ -125,9 +125,7 @@ impl<'a> Reassembly<'a> {
         if !self.may_place() {
             return Ok(None);
         }
-        crate::elf::reassemble_placed(
-            self.host, self.src, lens, dst,
-        )
+        crate::elf::reassemble_placed(self.host, self.src, lens, dst)
     }
 
     /// The reassembled file written to `dst` (empty, opened for reading
