@@ -4,7 +4,6 @@
 pub mod config;
 pub mod databases;
 pub mod fsutil;
-pub mod inspect;
 pub mod jobs;
 pub mod manifest;
 pub mod reassemble;

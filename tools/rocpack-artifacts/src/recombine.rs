@@ -461,7 +461,7 @@ fn host_binary_signature(p: &Path) -> Option<(Vec<u8>, Vec<u32>)> {
     let m = fsutil::Mapped::open(p).ok()?;
     let data = m.bytes();
     let info = rocpack_image::analyze_in(data, &m.source()).ok()?;
-    if info.state() != rocpack_elf::State::Split {
+    if info.state() != rocpack_image::State::Split {
         return None;
     }
     let marker = info.marker()?.bytes.clone();

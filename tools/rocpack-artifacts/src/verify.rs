@@ -294,67 +294,57 @@ fn check_generic_file(pkg: &Package, rel: &str, path: &Path) -> Vec<GenericFindi
             return out;
         }
     };
-    use rocpack_image::FileType;
-    match image.file_type() {
-        FileType::Bundle | FileType::Ccob => {
-            out.push(GenericFinding::Warning(format!(
-                "{}/{rel}: device-only offload bundle in a generic package: it ships only the archs of the shard it came from",
-                pkg.name
-            )));
-        }
-        FileType::Archive => {
-            fat_coff_members(&image, pkg, rel, path, &mut out);
-            match image.members() {
-                Err(e) => out.push(unreadable(format!("cannot read file: {e}"))),
-                Ok(Ok(members)) => {
-                    for (m, info) in members {
-                        let label = format!("{rel}({})", m.name);
-                        let body = (m.header_offset + 60, m.data.len() as u64);
-                        out.extend(judge_image(
-                            pkg,
-                            rel,
-                            &label,
-                            info.map(rocpack_image::Analysis::Elf).map_err(Into::into),
-                            &|| carries_device_code_in(path, Some(body)),
-                        ));
-                    }
-                }
-                Ok(Err(e)) => out.push(GenericFinding::Warning(format!(
-                    "{}/{rel}: static archive could not be read: {e}",
-                    pkg.name
-                ))),
-            }
-        }
+    let kind = image.file_type();
+    if matches!(
+        kind,
+        rocpack_image::FileType::Bundle | rocpack_image::FileType::Ccob
+    ) {
+        out.push(GenericFinding::Warning(format!(
+            "{}/{rel}: device-only offload bundle in a generic package: it ships only the archs of the shard it came from",
+            pkg.name
+        )));
+    } else if kind.is_splittable() {
         // Device code objects without an arch in the name stay generic in
         // split (nothing names their arch); they are not judged.
-        FileType::Elf { .. } | FileType::Pe { .. } => match image.analyze() {
-            Ok(info) => out.extend(judge_image(pkg, rel, rel, info, &|| {
-                carries_device_code_in(path, None)
-            })),
+        fat_coff_members(&image, pkg, rel, path, &mut out);
+        match image.units() {
             Err(e) => out.push(unreadable(format!("cannot read file: {e}"))),
-        },
+            Ok(Ok(units)) => {
+                for u in units {
+                    let label = match &u.member {
+                        Some(m) => format!("{rel}({m})"),
+                        None => rel.to_string(),
+                    };
+                    out.extend(judge_image(pkg, rel, &label, u.analysis, &|| {
+                        carries_device_code_in(path, Some(u.range))
+                    }));
+                }
+            }
+            Ok(Err(e)) => out.push(GenericFinding::Warning(format!(
+                "{}/{rel}: static archive could not be read: {e}",
+                pkg.name
+            ))),
+        }
+    } else if kind.is_unsplit_object() {
         // Split copies these as they are (it splits the images they are
         // linked into): not a failure, but device code every arch package
         // ships, which a release engineer wants to know about.
-        FileType::Coff { .. } => {
-            if let Ok(Ok(info)) = image.analyze() {
-                if info.has_device_code() {
-                    out.push(GenericFinding::Warning(format!(
-                        "{}/{rel}: fat COFF object ({} bundle(s) of HIP device code) in a generic package: COFF objects are not split",
-                        pkg.name,
-                        info.bundles().len()
-                    )));
-                }
+        if let Ok(Ok(info)) = image.analyze() {
+            if info.has_device_code() {
+                out.push(GenericFinding::Warning(format!(
+                    "{}/{rel}: fat COFF object ({} bundle(s) of HIP device code) in a generic package: COFF objects are not split",
+                    pkg.name,
+                    info.bundles().len()
+                )));
             }
         }
-        _ => {}
     }
     out
 }
 
 /// The COFF object members of an `ar` archive (a Windows `.lib`) with
 /// HIP device code: a fat binary in a generic package (split refuses such
-/// a library: it splits no COFF object).
+/// a library: it splits no COFF object). None in any other file.
 fn fat_coff_members(
     image: &rocpack_image::ImageFile,
     pkg: &Package,
@@ -380,7 +370,7 @@ fn fat_coff_members(
 }
 
 /// Whether `path` (or the `(offset, len)` range of it) holds HIP device
-/// code by its magics (`inspect::carries_device_code`), for files the
+/// code by its magics (`rocpack_image::carries_device_code`), for files the
 /// analysis refused: read in bounded pieces, never mapped.
 fn carries_device_code_in(path: &Path, range: Option<(u64, u64)>) -> bool {
     let Ok(file) = fs::File::open(path) else {
@@ -393,7 +383,7 @@ fn carries_device_code_in(path: &Path, range: Option<(u64, u64)>) -> bool {
             Err(_) => return false,
         },
     };
-    crate::inspect::file_carries_device_code(&file, at, n).unwrap_or(false)
+    rocpack_image::file_carries_device_code(&file, at, n).unwrap_or(false)
 }
 
 /// Judges one ELF file or PE image (a file, or an archive member labelled
@@ -425,8 +415,8 @@ fn judge_image(
     };
     let wrappers = info.wrapper_markers();
     match info.state() {
-        rocpack_elf::State::HostOnly => {}
-        rocpack_elf::State::Fat => {
+        rocpack_image::State::HostOnly => {}
+        rocpack_image::State::Fat => {
             if info.has_device_code() {
                 out.push(GenericFinding::Violation(v(
                     &pkg.name,
@@ -440,11 +430,11 @@ fn judge_image(
                 )));
             }
         }
-        rocpack_elf::State::Split => {
+        rocpack_image::State::Split => {
             let bad: Vec<usize> = wrappers
                 .iter()
                 .enumerate()
-                .filter(|(_, (magic, _, m))| *magic != rocpack_elf::HIPK_MAGIC || m.is_none())
+                .filter(|(_, (magic, _, m))| *magic != rocpack_image::HIPK_MAGIC || m.is_none())
                 .map(|(i, _)| i)
                 .collect();
             if !bad.is_empty() {

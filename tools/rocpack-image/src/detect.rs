@@ -77,6 +77,59 @@ impl FileType {
         )
     }
 
+    /// A file whose units are its members (an `ar` archive: a split
+    /// rewrites each member that has device code, inside the archive).
+    pub fn has_members(self) -> bool {
+        self == FileType::Archive
+    }
+
+    /// A file a split rewrites as a whole: an ELF file or a PE image (an
+    /// `ar` archive's members are rewritten inside it; COFF objects are
+    /// not split).
+    pub fn is_whole_image(self) -> bool {
+        matches!(self, FileType::Elf { .. } | FileType::Pe { .. })
+    }
+
+    /// What a split rewrites and can: [`FileType::is_splittable`] but for
+    /// the flavours no HIP host has ([`FileType::refused_flavour`]).
+    pub fn is_rewritable(self) -> bool {
+        matches!(
+            self,
+            FileType::Elf { elf64_le: true } | FileType::Archive | FileType::Pe { pe32_plus: true }
+        )
+    }
+
+    /// For an ELF file that is not ELFCLASS64 little-endian, or a PE32
+    /// image, its flavour in words (`ELFCLASS32 little-endian ELF`, `PE32
+    /// (32-bit)`): HIP binaries are neither, so one with device code cannot
+    /// be split. `head` is the file's head ([`detect`]'s input). `None`
+    /// for every other type.
+    pub fn refused_flavour(self, head: &[u8]) -> Option<String> {
+        match self {
+            FileType::Elf { elf64_le: false } => Some(format!("{} ELF", elf_flavour(head))),
+            FileType::Pe { pe32_plus: false } => Some("PE32 (32-bit)".to_string()),
+            _ => None,
+        }
+    }
+
+    /// A host file that may carry device code but that a split never
+    /// rewrites: a COFF object (the image it is linked into is split).
+    pub fn is_unsplit_object(self) -> bool {
+        matches!(self, FileType::Coff { .. })
+    }
+
+    /// What an `ar` archive member of this type that carries device code
+    /// is, in words, for a split's refusal (only ELF members are split).
+    pub fn unsplit_member(self) -> &'static str {
+        match self {
+            FileType::Archive => "a nested `ar` archive",
+            FileType::Coff { .. } => {
+                "a COFF object, as in a Windows `.lib`: split the DLL/EXE it is linked into"
+            }
+            _ => "`.hip_fatbin` or an offload bundle",
+        }
+    }
+
     /// A host file that may carry HIP device code (ELF, PE or COFF; not an
     /// archive: its members are files of their own).
     pub fn is_host_image(self) -> bool {
@@ -85,6 +138,21 @@ impl FileType {
             FileType::Elf { .. } | FileType::Pe { .. } | FileType::Coff { .. }
         )
     }
+}
+
+/// `ELFCLASS32 little-endian`, `ELFCLASS64 big-endian`, … from `e_ident`.
+fn elf_flavour(head: &[u8]) -> String {
+    let class = match head.get(4) {
+        Some(1) => "ELFCLASS32".to_string(),
+        Some(2) => "ELFCLASS64".to_string(),
+        c => format!("ELF class {c:?}"),
+    };
+    let data = match head.get(5) {
+        Some(1) => "little-endian",
+        Some(2) => "big-endian",
+        _ => "unknown byte order",
+    };
+    format!("{class} {data}")
 }
 
 fn u16_at(b: &[u8], at: usize) -> Option<u16> {
@@ -196,6 +264,51 @@ pub fn detect_file(path: &std::path::Path) -> std::io::Result<FileType> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// What each type is to a split: rewritten, refused by flavour (with
+    /// its words), never split (COFF objects), or a member's refusal note.
+    #[test]
+    fn split_roles() {
+        let elf32 = b"\x7fELF\x01\x01\x01\0";
+        let elf64_be = b"\x7fELF\x02\x02\x01\0";
+        let cases = [
+            (FileType::Elf { elf64_le: true }, true, true, None),
+            (FileType::Archive, true, false, None),
+            (FileType::Pe { pe32_plus: true }, true, true, None),
+            (
+                FileType::Pe { pe32_plus: false },
+                false,
+                true,
+                Some("PE32 (32-bit)"),
+            ),
+            (FileType::Coff { bigobj: false }, false, false, None),
+            (FileType::Bundle, false, false, None),
+        ];
+        for (t, rewritable, whole, flavour) in cases {
+            assert_eq!(t.is_rewritable(), rewritable, "{t:?}");
+            assert_eq!(t.is_whole_image(), whole, "{t:?}");
+            assert_eq!(t.refused_flavour(b"").as_deref(), flavour, "{t:?}");
+            assert_eq!(t.is_unsplit_object(), matches!(t, FileType::Coff { .. }));
+            assert_eq!(t.has_members(), t == FileType::Archive);
+        }
+        let elf = FileType::Elf { elf64_le: false };
+        assert_eq!(
+            elf.refused_flavour(elf32).unwrap(),
+            "ELFCLASS32 little-endian ELF"
+        );
+        assert_eq!(
+            elf.refused_flavour(elf64_be).unwrap(),
+            "ELFCLASS64 big-endian ELF"
+        );
+        assert_eq!(FileType::Archive.unsplit_member(), "a nested `ar` archive");
+        assert!(FileType::Coff { bigobj: true }
+            .unsplit_member()
+            .starts_with("a COFF object"));
+        assert_eq!(
+            FileType::Unknown.unsplit_member(),
+            "`.hip_fatbin` or an offload bundle"
+        );
+    }
 
     #[test]
     fn magics() {

@@ -21,6 +21,17 @@ use rocpack_bundle::{FileIdent, FileRange, Window};
 
 use crate::{detect, Analysis, FileType, Result, HEAD_LEN};
 
+/// One image of an [`ImageFile`] ([`ImageFile::units`]).
+#[derive(Debug)]
+pub struct FileUnit {
+    /// The archive member's name; `None` for the file itself.
+    pub member: Option<String>,
+    /// Byte offset and size of the unit's bytes in the file.
+    pub range: (u64, u64),
+    /// Its analysis.
+    pub analysis: Result<Analysis>,
+}
+
 /// An open regular file with what its analysis reads loaded.
 pub struct ImageFile {
     file: File,
@@ -144,30 +155,56 @@ impl ImageFile {
         Ok(a)
     }
 
-    /// Whether a split of the file would remove device code: an ELF file or
-    /// PE image whose analysis finds device code, or an `ar` archive with
-    /// such an ELF member (COFF objects, and what cannot be analysed, have
-    /// none to remove). One call for every [`FileType::is_splittable`]
-    /// type. The error: the file changed while it was read.
+    /// The images a split of the file rewrites, each with its analysis:
+    /// the file itself for an ELF file or PE image
+    /// ([`FileType::is_whole_image`]), the ELF members of an `ar` archive
+    /// (analysed as [`Analysis`] values too); none for any other type.
+    /// The inner error: the archive's member list cannot be read. The
+    /// outer: the file changed while it was read.
+    pub fn units(&self) -> io::Result<Result<Vec<FileUnit>>> {
+        if self.kind.is_whole_image() {
+            let analysis = self.analyze()?;
+            return Ok(Ok(vec![FileUnit {
+                member: None,
+                range: (0, self.len),
+                analysis,
+            }]));
+        }
+        if !self.kind.has_members() {
+            return Ok(Ok(Vec::new()));
+        }
+        Ok(self.members()?.map(|ms| {
+            ms.into_iter()
+                .map(|(m, info)| FileUnit {
+                    range: (m.header_offset + 60, m.data.len() as u64),
+                    member: Some(m.name),
+                    analysis: info.map(Analysis::Elf),
+                })
+                .collect()
+        }))
+    }
+
+    /// Whether a split of the file would remove device code: one of its
+    /// [`ImageFile::units`] has device code (COFF objects, and what
+    /// cannot be analysed, have none to remove). One call for every
+    /// [`FileType::is_splittable`] type. The error: the file changed while
+    /// it was read.
     pub fn splits_device_code(&self) -> io::Result<bool> {
-        Ok(match self.kind {
-            FileType::Archive => self.members()?.is_ok_and(|ms| {
-                ms.iter()
-                    .any(|(_, i)| i.as_ref().is_ok_and(|i| i.has_device_code()))
-            }),
-            FileType::Elf { .. } | FileType::Pe { .. } => {
-                self.analyze()?.is_ok_and(|i| i.has_device_code())
-            }
-            _ => false,
-        })
+        Ok(self.units()?.is_ok_and(|us| {
+            us.iter()
+                .any(|u| u.analysis.as_ref().is_ok_and(|a| a.has_device_code()))
+        }))
     }
 
     /// The COFF object members of an `ar` archive (a Windows `.lib`):
     /// `(name, offset of the body in the file, body size)`, in archive
-    /// order. Their analysis is not loaded: a caller judges them by their
+    /// order (none for any other type). Their analysis is not loaded: a caller judges them by their
     /// bytes (`rocpack_image` splits no COFF object). The outer error: the
     /// file changed while it was read.
-    pub fn coff_members(&self) -> io::Result<crate::elf::Result<Vec<(String, u64, u64)>>> {
+    pub fn coff_members(&self) -> io::Result<Result<Vec<(String, u64, u64)>>> {
+        if !self.kind.has_members() {
+            return Ok(Ok(Vec::new()));
+        }
         let members = match crate::elf::archive_members_in(self.sparse.bytes()) {
             Ok(ms) => ms,
             Err(e) => return Ok(Err(e)),

@@ -18,6 +18,11 @@
 //!   analysis, marker, file)` — the same analysis and host-only rewrite of
 //!   a file that is never read whole (headers and tables through `data`,
 //!   the rest through positioned reads of `src`), written range by range.
+//! * [`units`] / [`Unit::analyze`] / [`split_archive_to`] — the images of
+//!   a mapped file a split rewrites (the file, or each `ar` member), their
+//!   analysis, and an archive's split written range by range.
+//! * [`carries_device_code`] / [`file_carries_device_code`] — the byte
+//!   scan for device code in what an analysis refused, any format.
 //! * [`ImageFile`] — the same analysis of a file (and of an archive's
 //!   members) without reading it whole: headers, tables, wrappers and
 //!   markers through positioned reads, memory flat in the file's size.
@@ -30,8 +35,9 @@
 //!   one dispatch for ELF files, `ar` archives and PE32+ images.
 //!
 //! The ELF and PE/COFF analyzers walk wrappers with one helper
-//! ([`wrapper_table`]), and faults that mean the same on both sides
-//! (wrapper, bundle) are [`elf::Error`] values in [`Error::Elf`]: one
+//! ([`wrapper_table`]), and report faults with one [`Error`] type
+//! (`elf::Error` is the same type): what means the same on both sides
+//! (wrapper, bundle, layout, does-not-fit, I/O) is one variant, with one
 //! message whatever the host format.
 //!
 //! PE layout of the rewrite: `docs/formats/split-pe.md`; ELF:
@@ -39,6 +45,7 @@
 
 mod bundles;
 mod detect;
+mod device;
 pub mod elf;
 mod error;
 mod file;
@@ -47,11 +54,13 @@ mod out;
 pub mod pe;
 mod reassembly;
 mod sparse;
+mod units;
 
 pub use bundles::Bundles;
 pub use detect::{detect, detect_file, FileType, HEAD_LEN};
+pub use device::{carries_device_code, file_carries_device_code};
 pub use error::{Error, Result};
-pub use file::ImageFile;
+pub use file::{FileUnit, ImageFile};
 pub use model::{
     wrapper_table, BundleInfo, Fit, MarkerInfo, RawWrapper, SectionRange, State, HIPF_MAGIC,
     HIPK_MAGIC, WRAPPER_SIZE,
@@ -59,6 +68,7 @@ pub use model::{
 pub use out::Out;
 pub use reassembly::{ArchiveError, Form, MemberBundlesFn, Reassembly};
 pub use sparse::{Sparse, SparseView};
+pub use units::{units, Member, Unit};
 
 use std::fs::File;
 
@@ -176,6 +186,21 @@ pub fn split_to(
     }
 }
 
+/// The split of an `ar` archive written to `dst` with memory bounded by
+/// its largest member: `marker_for(member, analysis)` gives the marker
+/// payload of each member with device code (members are read one at a
+/// time through `src`, split ones rewritten through `spill`; the others
+/// are copied). Returns the bytes written.
+pub fn split_archive_to(
+    data: &[u8],
+    src: &dyn ReadAt,
+    marker_for: &mut MarkerFn<'_>,
+    spill: &File,
+    dst: &mut dyn std::io::Write,
+) -> Result<u64> {
+    crate::elf::split_archive_to(data, src, &mut elf_cb(marker_for), spill, dst)
+}
+
 /// Raw bytes of bundle `index` of an analysed file.
 pub fn bundle_bytes<'a>(data: &'a [u8], info: &Analysis, index: usize) -> Result<&'a [u8]> {
     match info {
@@ -191,18 +216,8 @@ pub type BundlesFn<'a> = dyn FnMut(&str, &Analysis) -> Result<Vec<Vec<u8>>> + 'a
 
 fn elf_cb<T>(
     f: &mut dyn FnMut(&str, &Analysis) -> Result<T>,
-) -> impl FnMut(&str, &FatBinaryInfo) -> crate::elf::Result<T> + '_ {
-    move |name, info| {
-        f(name, &Analysis::Elf(info.clone())).map_err(|e| match e {
-            Error::Elf(e) => e,
-            Error::Layout { offset, what } => crate::elf::Error::Layout { offset, what },
-            Error::DoesNotFit { offset, what } => crate::elf::Error::DoesNotFit { offset, what },
-            other => crate::elf::Error::Layout {
-                offset: other.offset().unwrap_or(0),
-                what: other.to_string(),
-            },
-        })
-    }
+) -> impl FnMut(&str, &FatBinaryInfo) -> Result<T> + '_ {
+    move |name, info| f(name, &Analysis::Elf(info.clone()))
 }
 
 /// Split an ELF file, `ar` archive or PE32+ image: `marker_for(member,

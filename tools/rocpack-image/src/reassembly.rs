@@ -125,9 +125,7 @@ impl<'a> Reassembly<'a> {
         if !self.may_place() {
             return Ok(None);
         }
-        Ok(crate::elf::reassemble_placed(
-            self.host, self.src, lens, dst,
-        )?)
+        crate::elf::reassemble_placed(self.host, self.src, lens, dst)
     }
 
     /// The reassembled file written to `dst` (empty, opened for reading
@@ -201,22 +199,22 @@ impl<'a> Reassembly<'a> {
         if let Some(e) = failed {
             return Err(ArchiveError::Caller(e));
         }
-        let n = r.map_err(|e| ArchiveError::Image(e.into()))?;
+        let n = r.map_err(|e| ArchiveError::Image(e))?;
         w.flush().map_err(|e| ArchiveError::Image(write_error(e)))?;
         Ok(n)
     }
 }
 
 fn write_error(source: std::io::Error) -> Error {
-    Error::Elf(crate::elf::Error::Io {
+    Error::Io {
         what: "writing the reassembled file",
         source,
-    })
+    }
 }
 
 fn read_error(source: std::io::Error) -> Error {
-    Error::Elf(crate::elf::Error::Io {
+    Error::Io {
         what: "reading the host file",
         source,
-    })
+    }
 }

@@ -152,3 +152,88 @@ fn splits_device_code_for_every_splittable_type() {
         }
     }
 }
+
+/// The units a split rewrites, one call for every type: the file itself
+/// for ELF files and PE images, each ELF member of an archive (with its
+/// range in the file), none for a COFF object; `rocpack_image::units` of
+/// the bytes in memory gives the same members at the same offsets, and
+/// their analysis is the same.
+#[test]
+fn units_of_every_type_and_of_the_bytes_in_memory() {
+    if !ts::have_fixtures() {
+        return;
+    }
+    let fat = ts::fatbins();
+    let mut paths = vec![
+        (fat.join("libfx_multi.so"), 1),
+        (fat.join("libfx_static.a"), 3),
+    ];
+    let win = ts::win_fatbin("fx_win_msvc.dll");
+    if win.exists() {
+        paths.push((win, 1));
+        paths.push((ts::win_fatbin("fx_win_kern.obj"), 0));
+    }
+    for (path, n) in paths {
+        let what = path.display();
+        let f = ImageFile::open(&path).unwrap();
+        let units = f.units().unwrap().unwrap();
+        assert_eq!(units.len(), n, "{what}");
+        let data = std::fs::read(&path).unwrap();
+        let in_memory = rocpack_image::units(&data).unwrap();
+        for u in &units {
+            let a = u.analysis.as_ref().unwrap();
+            let (at, len) = u.range;
+            let m = in_memory
+                .iter()
+                .find(|m| m.offset == at)
+                .unwrap_or_else(|| panic!("{what}: no unit at {at}"));
+            assert_eq!(m.data.len() as u64, len, "{what}");
+            assert_eq!(
+                m.member.as_ref().map(|m| m.name.clone()),
+                u.member,
+                "{what}"
+            );
+            assert_eq!(&m.analyze(&data.as_slice()).unwrap(), a, "{what}");
+            if u.member.is_none() {
+                assert_eq!((at, len), (0, data.len() as u64), "{what}");
+            }
+        }
+    }
+}
+
+/// An archive member that is no ELF object is `NotAnImage` (split keeps
+/// it, or refuses it when it carries device code), and an error about a
+/// member names it.
+#[test]
+fn a_member_that_is_not_elf_is_not_an_image() {
+    let body = b"just text\n";
+    let mut ar = b"!<arch>\n".to_vec();
+    ar.extend_from_slice(
+        format!(
+            "{:<16}{:<12}{:<6}{:<6}{:<8}{:<10}`\n",
+            "notes.txt/",
+            0,
+            0,
+            0,
+            644,
+            body.len()
+        )
+        .as_bytes(),
+    );
+    ar.extend_from_slice(body);
+    let units = rocpack_image::units(&ar).unwrap();
+    assert_eq!(units.len(), 1);
+    let u = &units[0];
+    assert_eq!(u.member.as_ref().unwrap().name, "notes.txt");
+    assert_eq!(u.offset, 68);
+    let e = u.analyze(&ar.as_slice()).unwrap_err();
+    assert!(
+        matches!(e, rocpack_image::Error::NotAnImage("unknown")),
+        "{e:?}"
+    );
+    let e = u.error(e);
+    assert_eq!(
+        e.to_string(),
+        "archive member `notes.txt` at offset 0x8: not an ELF file, ar archive, PE image or COFF object (unknown)"
+    );
+}

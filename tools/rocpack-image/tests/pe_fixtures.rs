@@ -416,7 +416,7 @@ fn a_bad_wrapper_magic_reads_the_same_in_elf_pe_and_coff() {
         assert!(
             matches!(
                 e,
-                rocpack_image::Error::Elf(rocpack_image::elf::Error::Wrapper { index, .. }) if index == last
+                rocpack_image::Error::Wrapper { index, .. } if index == last
             ),
             "{e:?}"
         );

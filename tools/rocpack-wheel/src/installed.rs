@@ -68,21 +68,19 @@ pub fn verify_installed(root: &Path, target: &str) -> Result<InstalledReport, Wh
             error: er,
         };
         let image = rocpack_image::ImageFile::open(&path).map_err(io)?;
-        if !matches!(
-            image.file_type(),
-            rocpack_image::FileType::Elf { .. } | rocpack_image::FileType::Pe { .. }
-        ) {
+        // What the runtime loads: ELF files and PE images (not archives).
+        if !image.file_type().is_whole_image() {
             continue;
         }
         let Ok(info) = image.analyze().map_err(io)? else {
             continue;
         };
         match info.state() {
-            rocpack_elf::State::Fat if info.has_device_code() => {
+            rocpack_image::State::Fat if info.has_device_code() => {
                 r.failures
                     .push(format!("{}: fat binary with device code", e.rel));
             }
-            rocpack_elf::State::Split => {
+            rocpack_image::State::Split => {
                 r.host_binaries += 1;
                 let Some(m) = info.marker() else {
                     r.failures

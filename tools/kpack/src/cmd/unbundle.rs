@@ -9,7 +9,7 @@
 //! place only when all succeeded, so a failure leaves nothing partial.
 //! Code objects stream from the input to their files (a CCOB is
 //! decompressed once per pass, never held whole); bundles whose entries
-//! overlap are refused. Logic: `rocpack_artifacts::inspect::unbundle`.
+//! overlap are refused. Logic: `rocpack_inspect::unbundle`.
 //! stdout: one line per file, `path<TAB>target<TAB>size<TAB>sha256`.
 
 use std::io::Write;
@@ -17,7 +17,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Result;
-use rocpack_artifacts::inspect::{self, Input};
+use rocpack_inspect::{self as inspect, Input};
 
 #[derive(Debug, clap::Args)]
 pub struct UnbundleArgs {

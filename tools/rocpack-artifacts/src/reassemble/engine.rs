@@ -12,8 +12,7 @@ use std::sync::Mutex;
 
 use rayon::prelude::*;
 use rocpack_bundle::{FileRange, Format, ReadAt};
-use rocpack_elf::Bundles;
-use rocpack_image::{Fit, Reassembly};
+use rocpack_image::{Bundles, Fit, Reassembly};
 use rocpack_kpack::Marker;
 
 use super::code_objects::{

@@ -137,17 +137,8 @@ pub enum SplitError {
     /// A file-system operation failed.
     #[error(transparent)]
     Fs(#[from] FsError),
-    /// A fat binary could not be analysed or rewritten.
-    #[error("{path}: byte offset {offset}: {error}")]
-    Elf {
-        /// The input file.
-        path: PathBuf,
-        /// Byte offset the error is about.
-        offset: u64,
-        /// The error (part of the message).
-        error: rocpack_elf::Error,
-    },
-    /// A PE32+ image could not be analysed or rewritten.
+    /// A fat binary (ELF file, `ar` archive, PE32+ image) could not be
+    /// analysed or rewritten.
     #[error("{path}: byte offset {offset}: {error}")]
     Image {
         /// The input file.

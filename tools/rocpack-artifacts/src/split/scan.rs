@@ -756,14 +756,6 @@ fn image_err(path: &Path, e: rocpack_image::Error) -> SplitError {
     }
 }
 
-fn elf_err(path: &Path, e: rocpack_elf::Error) -> SplitError {
-    SplitError::Elf {
-        path: path.to_path_buf(),
-        offset: e.offset().unwrap_or(0),
-        error: e,
-    }
-}
-
 /// Memory-maps a file read-only.
 #[allow(unsafe_code)]
 fn map_file(path: &Path) -> Result<(File, memmap2::Mmap), SplitError> {
@@ -806,7 +798,7 @@ struct Collector<'a> {
 
 /// One bundle of an image, indexed.
 struct Indexed<'b> {
-    info: &'b rocpack_elf::BundleInfo,
+    info: &'b rocpack_image::BundleInfo,
     /// Byte offset of the bundle in the file.
     offset: u64,
     index: rocpack_bundle::BundleIndex,
@@ -847,7 +839,7 @@ impl Collector<'_> {
     fn collect(
         &mut self,
         image: &[u8],
-        bundles: &[rocpack_elf::BundleInfo],
+        bundles: &[rocpack_image::BundleInfo],
         kernel_name: &str,
     ) -> Result<(), SplitError> {
         let (path, spill) = (self.path, self.spill);
@@ -1044,7 +1036,6 @@ fn classify_file(
     host_dst: &Path,
     mode: u32,
 ) -> Result<Class, SplitError> {
-    use rocpack_image::FileType;
     let mut head = vec![0u8; rocpack_image::HEAD_LEN.min(size as usize)];
     let n = if size == 0 {
         0
@@ -1054,35 +1045,24 @@ fn classify_file(
     };
     let magic = &head[..n];
     let kind = rocpack_image::detect(magic);
-    if matches!(
-        kind,
-        FileType::Elf { elf64_le: true } | FileType::Archive | FileType::Pe { pe32_plus: true }
-    ) {
+    if kind.is_rewritable() {
         if let Some(fat) = split_fat(cx, prefix, rel, path, host_dst, mode)? {
             return Ok(Class::Fat(Box::new(fat)));
         }
-    } else if matches!(
-        kind,
-        FileType::Elf { elf64_le: false } | FileType::Pe { pe32_plus: false }
-    ) {
+    } else if let Some(flavour) = kind.refused_flavour(magic) {
         // ELFCLASS32, big-endian or PE32: HIP binaries are neither, so one
         // with device code cannot be split; copying it as a generic file
         // would ship a fat binary nobody checks.
         // Read in pieces, never mapped: a file of any size costs a piece.
         let file = File::open(path).ctx(path, "open")?;
-        if crate::inspect::file_carries_device_code(&file, 0, size).ctx(path, "read")? {
-            let flavour = if kind == (FileType::Pe { pe32_plus: false }) {
-                "PE32 (32-bit)".to_string()
-            } else {
-                format!("{} ELF", elf_flavour(magic))
-            };
+        if rocpack_image::file_carries_device_code(&file, 0, size).ctx(path, "read")? {
             return Err(SplitError::Usage(format!(
                 "{}: a {flavour} file carrying HIP device code (`.hip_fatbin` or an offload bundle): only 64-bit little-endian fat binaries can be split; refusing to copy it into the generic artifact",
                 path.display(),
             )));
         }
     }
-    if let FileType::Coff { .. } = kind {
+    if kind.is_unsplit_object() {
         // Headers and tables only (a 512 MiB object: about 10 MiB, whatever
         // the address-space limit).
         let image = rocpack_image::ImageFile::open(path).ctx(path, "open")?;
@@ -1098,32 +1078,6 @@ fn classify_file(
         return Ok(Class::Database(kind, arch));
     }
     Ok(Class::Generic)
-}
-
-/// What a non-ELF archive member carrying device code is, for messages.
-fn non_elf_member(data: &[u8]) -> &'static str {
-    match rocpack_image::detect(data) {
-        _ if rocpack_elf::is_archive(data) => "a nested `ar` archive",
-        rocpack_image::FileType::Coff { .. } => {
-            "a COFF object, as in a Windows `.lib`: split the DLL/EXE it is linked into"
-        }
-        _ => "`.hip_fatbin` or an offload bundle",
-    }
-}
-
-/// `ELFCLASS32 little-endian`, `ELFCLASS64 big-endian`, … from `e_ident`.
-fn elf_flavour(magic: &[u8]) -> String {
-    let class = match magic.get(4) {
-        Some(1) => "ELFCLASS32".to_string(),
-        Some(2) => "ELFCLASS64".to_string(),
-        c => format!("ELF class {c:?}"),
-    };
-    let data = match magic.get(5) {
-        Some(1) => "little-endian",
-        Some(2) => "big-endian",
-        _ => "unknown byte order",
-    };
-    format!("{class} {data}")
 }
 
 fn read_up_to(f: &mut File, buf: &mut [u8]) -> std::io::Result<usize> {
@@ -1166,68 +1120,53 @@ fn split_fat(
         archs: BTreeSet::new(),
         counts: (0, 0),
     };
-    let host_len = if rocpack_elf::is_archive(data) {
-        let members = rocpack_elf::archive_members(data).map_err(|e| elf_err(path, e))?;
+    let host_len = if rocpack_image::detect(data).has_members() {
+        let units = rocpack_image::units(data).map_err(|e| image_err(path, e))?;
         let mut member_seen = MemberNames::default();
         let mut any = false;
-        for m in &members {
-            let member_err = |e: rocpack_elf::Error| {
-                elf_err(
-                    path,
-                    rocpack_elf::Error::Member {
-                        name: m.name.clone(),
-                        offset: m.header_offset,
-                        source: Box::new(e),
-                    },
-                )
+        for u in &units {
+            let Some(m) = &u.member else {
+                continue;
             };
-            // Bundle headers through positioned reads, as for ELF files.
-            let at = offset_in(data, m.data).ok_or_else(|| {
-                SplitError::Usage(format!(
-                    "{}: internal: archive member `{}` is not inside the file",
-                    path.display(),
-                    m.name
-                ))
-            })?;
-            let member_src = rocpack_bundle::Window::new(&src, at, m.data.len() as u64);
-            let info = match rocpack_elf::analyze_in(m.data, &member_src) {
+            // Bundle headers through positioned reads, as for whole files.
+            let info = match u.analyze(&src) {
                 Ok(i) => i,
                 // Members that are not ELF (text, other archives) are kept
                 // as they are, unless they hide device code (a nested
                 // archive of fat objects, a raw bundle): that would be
                 // copied into the generic artifact unsplit.
-                Err(rocpack_elf::Error::NotElf) => {
-                    if crate::inspect::carries_device_code(m.data) {
+                Err(rocpack_image::Error::NotAnImage(_)) => {
+                    if rocpack_image::carries_device_code(u.data) {
                         return Err(SplitError::Usage(format!(
                             "{}: archive member `{}` (header at byte offset {}) is not an ELF object but carries HIP device code ({}); only ELF members are split (nested archives, COFF objects and raw bundles are not); refusing to copy it into the generic artifact",
                             path.display(),
                             m.name,
                             m.header_offset,
-                            non_elf_member(m.data),
+                            rocpack_image::detect(u.data).unsplit_member(),
                         )));
                     }
                     continue;
                 }
-                Err(e @ rocpack_elf::Error::Unsupported { .. }) => {
-                    if crate::inspect::carries_device_code(m.data) {
-                        return Err(member_err(e));
+                Err(e) if e.is_unsupported() => {
+                    if rocpack_image::carries_device_code(u.data) {
+                        return Err(image_err(path, u.error(e)));
                     }
                     continue;
                 }
-                Err(e) => return Err(member_err(e)),
+                Err(e) => return Err(image_err(path, u.error(e))),
             };
             if !info.has_device_code() {
                 continue;
             }
             any = true;
             let member_name = format!("{kernel_name}({})", member_seen.label(&m.name));
-            collector.collect(m.data, &info.bundles, &member_name)?;
+            collector.collect(u.data, info.bundles(), &member_name)?;
         }
         if !any {
             return Ok(None);
         }
         let mut marker_seen = MemberNames::default();
-        let mut marker_for = |name: &str, _info: &rocpack_elf::FatBinaryInfo| {
+        let mut marker_for = |name: &str, _info: &rocpack_image::Analysis| {
             let name = marker_seen.label(name);
             Ok(Marker::for_split(
                 &opts.artifact_prefix,
@@ -1248,8 +1187,8 @@ fn split_fat(
             .open(host_dst)
             .ctx(host_dst, "create")?;
         let mut w = std::io::BufWriter::with_capacity(1 << 16, &out);
-        let len = rocpack_elf::split_archive_to(data, &src, &mut marker_for, &spill, &mut w)
-            .map_err(|e| elf_err(path, e))?;
+        let len = rocpack_image::split_archive_to(data, &src, &mut marker_for, &spill, &mut w)
+            .map_err(|e| image_err(path, e))?;
         std::io::Write::flush(&mut w).ctx(host_dst, "write")?;
         drop(w);
         drop(out);
@@ -1264,7 +1203,7 @@ fn split_fat(
             // device code; keeping device code in the generic package
             // silently would ship a fat binary that verify cannot see.
             Err(e) if e.is_unsupported() => {
-                if crate::inspect::carries_device_code(data) {
+                if rocpack_image::carries_device_code(data) {
                     return Err(image_err(path, e));
                 }
                 return Ok(None);

@@ -5,12 +5,12 @@ use std::collections::HashMap;
 
 use object::elf;
 
-use crate::elf::error::{Error, Result};
 use crate::elf::headers::{get, within, Elf, Shdr, SHT_RELR};
 use crate::{
     wrapper_table, BundleInfo, MarkerInfo, SectionRange, State, HIPF_MAGIC, HIPK_MAGIC,
     WRAPPER_SIZE,
 };
+use crate::{Error, Result};
 
 /// Section holding the offload bundles.
 pub const FATBIN_SECTION: &str = ".hip_fatbin";

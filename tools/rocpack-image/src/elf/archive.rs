@@ -7,11 +7,11 @@
 use rocpack_bundle::ReadAt;
 
 use crate::elf::analyze::{analyze, FatBinaryInfo};
-use crate::elf::error::{Error, Result};
 use crate::elf::headers::is_elf;
 use crate::elf::{BundlesFn, MarkerFn};
 use crate::Out;
 use crate::State;
+use crate::{Error, Result};
 
 const MAGIC: &[u8] = b"!<arch>\n";
 const HDR: usize = 60;

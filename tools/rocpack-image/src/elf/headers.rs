@@ -8,7 +8,7 @@ use object::elf;
 use object::read::elf::{FileHeader as _, ProgramHeader as _, SectionHeader as _};
 use object::{LittleEndian as LE, ReadRef, U32, U64};
 
-use crate::elf::error::{Error, Result};
+use crate::{Error, Result};
 
 pub(crate) const EHDR_SIZE: u64 = 64;
 pub(crate) const PHDR_SIZE: u64 = 56;

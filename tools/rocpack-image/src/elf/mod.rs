@@ -57,7 +57,6 @@
 
 mod analyze;
 mod archive;
-mod error;
 pub(crate) mod headers;
 mod object_file;
 pub(crate) mod rewrite;
@@ -69,6 +68,7 @@ pub use crate::{
     wrapper_table, BundleInfo, Bundles, Fit, MarkerInfo, Out, RawWrapper, SectionRange, Sparse,
     SparseView, State, HIPF_MAGIC, HIPK_MAGIC, WRAPPER_SIZE,
 };
+pub use crate::{Error, Result};
 pub use analyze::{
     analyze, analyze_in, ElfKind, FatBinaryInfo, PointerModel, WrapperInfo, FATBIN_SECTION,
     MARKER_SECTION, WRAPPER_SECTION,
@@ -77,7 +77,6 @@ pub use archive::{
     archive_members, archive_members_in, is_archive, reassemble_archive, reassemble_archive_to,
     split_archive, split_archive_to, ArchiveMember,
 };
-pub use error::{Error, Result};
 pub use rewrite::{
     parse_bundles, reassemble, reassemble_placed, reassemble_to, reassembly_fits, split_host,
     split_host_in, split_host_to,

@@ -11,12 +11,12 @@ use std::collections::HashSet;
 use object::elf;
 
 use crate::elf::analyze::{FatBinaryInfo, PointerModel, MARKER_SECTION};
-use crate::elf::error::{Error, Result};
 use crate::elf::headers::{align_up, grow, put_u16, put_u64, Elf, Shdr, EHDR_SIZE, SYM_SIZE};
 use crate::elf::sections::{
     build_fatbin, marker_shdr, shstrtab_bytes, shstrtab_without_marker, split_sections, write_hipf,
     write_hipk,
 };
+use crate::{Error, Result};
 
 struct Edit {
     /// Section index being replaced.

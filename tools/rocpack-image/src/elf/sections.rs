@@ -7,8 +7,8 @@
 use object::elf;
 
 use crate::elf::analyze::{FatBinaryInfo, MARKER_SECTION};
-use crate::elf::error::{Error, Result};
 use crate::elf::headers::{align_up, put_u32, Elf, Shdr, EHDR_SIZE, PHDR_SIZE};
+use crate::{Error, Result};
 use crate::{MarkerInfo, SectionRange, HIPF_MAGIC, HIPK_MAGIC};
 
 /// Alignment of each bundle in a rebuilt `.hip_fatbin` (clang's).

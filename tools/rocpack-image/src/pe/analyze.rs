@@ -243,7 +243,7 @@ impl PeInfo {
 pub(crate) fn get<'a, R: ReadRef<'a>>(data: R, off: u64, len: u64, what: &str) -> Result<&'a [u8]> {
     within(data, off, len, what)?;
     data.read_bytes_at(off, len).map_err(|()| {
-        Error::malformed(
+        Error::pe_malformed(
             off,
             format!("{what}: {len} bytes at {off:#x} were not loaded from the file"),
         )
@@ -256,7 +256,7 @@ fn within<'a, R: ReadRef<'a>>(data: R, off: u64, len: u64, what: &str) -> Result
     let size = data.len().unwrap_or(0);
     match off.checked_add(len) {
         Some(end) if end <= size => Ok(()),
-        _ => Err(Error::malformed(
+        _ => Err(Error::pe_malformed(
             off,
             format!("{what}: {len} bytes at {off:#x} are outside the file ({size} bytes)"),
         )),
@@ -269,7 +269,7 @@ pub(crate) fn u32_at(data: &[u8], off: u64, what: &str) -> Result<u32> {
 }
 
 fn obj_err(offset: u64) -> impl Fn(object::Error) -> Error {
-    move |e| Error::malformed(offset, e.to_string())
+    move |e| Error::pe_malformed(offset, e.to_string())
 }
 
 /// Decode the section table; long names need the string table.
@@ -285,7 +285,7 @@ pub(super) fn decode_sections<'d, R: ReadRef<'d>>(
             (Ok(None), _) => s.raw_name().to_vec(),
             (Ok(Some(_)), Some(st)) => s
                 .name(st)
-                .map_err(|e| Error::malformed(header_offset, format!("section name: {e}")))?
+                .map_err(|e| Error::pe_malformed(header_offset, format!("section name: {e}")))?
                 .to_vec(),
             (Ok(Some(_)), None) | (Err(_), _) => s.raw_name().to_vec(),
         };
@@ -325,7 +325,7 @@ pub(crate) fn analyze_as<'d, R: ReadRef<'d>>(
 ) -> Result<PeInfo> {
     match kind {
         crate::FileType::Pe { pe32_plus: true } => analyze_image(data, src),
-        crate::FileType::Pe { pe32_plus: false } => Err(Error::unsupported(
+        crate::FileType::Pe { pe32_plus: false } => Err(Error::pe_unsupported(
             0,
             "PE32 (32-bit) image: HIP device code is only handled in PE32+ images",
         )),
@@ -360,7 +360,7 @@ fn analyze_image<'d, R: ReadRef<'d>>(data: R, src: &dyn rocpack_bundle::ReadAt) 
         // The loader then maps the file as it is (with a small
         // SectionAlignment): device code anywhere in it would be loaded,
         // and there is no bundle section to find it by.
-        return Err(Error::unsupported(
+        return Err(Error::pe_unsupported(
             nt_offset + 6,
             "PE image without sections (NumberOfSections 0): its content cannot be told apart",
         ));
@@ -427,7 +427,7 @@ fn analyze_image<'d, R: ReadRef<'d>>(data: R, src: &dyn rocpack_bundle::ReadAt) 
                 }
                 Ok(None) => break,
                 Err(e) => {
-                    return Err(Error::malformed(
+                    return Err(Error::pe_malformed(
                         nt_offset,
                         format!("base relocations: {e}"),
                     ))
@@ -485,7 +485,7 @@ fn analyze_image<'d, R: ReadRef<'d>>(data: R, src: &dyn rocpack_bundle::ReadAt) 
     if let Some(fb) = info.fatbin {
         let (a, n) = (fb.addr as u32, fb.size as u32);
         if let Some((rva, _)) = relocs.range(a..a.saturating_add(n)).next() {
-            return Err(Error::unsupported(
+            return Err(Error::pe_unsupported(
                 fb.file_offset,
                 format!("a base relocation at RVA {rva:#x} lies inside the bundle section"),
             ));
@@ -604,7 +604,7 @@ fn find_sections<'d, R: ReadRef<'d>>(
         match hits.as_slice() {
             [] => Ok(None),
             [one] => Ok(Some((*one).clone())),
-            [_, two, ..] => Err(Error::unsupported(
+            [_, two, ..] => Err(Error::pe_unsupported(
                 two.header_offset,
                 format!("more than one `{}` section", two.name),
             )),
@@ -674,13 +674,13 @@ fn read_wrappers<'d, R: ReadRef<'d>>(
         u64::from(sec.virtual_size)
     };
     if len % WRAPPER_SIZE != 0 {
-        return Err(Error::malformed(
+        return Err(Error::pe_malformed(
             sec.header_offset,
             format!("{} size {len} is not a multiple of 24", sec.name),
         ));
     }
     if len > u64::from(sec.raw_size) {
-        return Err(Error::malformed(
+        return Err(Error::pe_malformed(
             sec.header_offset,
             format!("{}: wrappers are not all stored in the file", sec.name),
         ));
@@ -771,6 +771,6 @@ pub fn bundle_bytes<'a>(data: &'a [u8], info: &PeInfo, index: usize) -> Result<&
     let b = info
         .bundles
         .get(index)
-        .ok_or_else(|| Error::malformed(0, format!("no bundle {index}")))?;
+        .ok_or_else(|| Error::pe_malformed(0, format!("no bundle {index}")))?;
     get(data, b.file_offset, b.len, "bundle")
 }

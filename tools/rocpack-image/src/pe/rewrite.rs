@@ -33,13 +33,13 @@ fn round_up(v: u64, a: u64) -> u64 {
 }
 
 fn put_u16(out: &mut Out, at: u64, v: u16) -> Result<()> {
-    Ok(out.put(at, &v.to_le_bytes())?)
+    out.put(at, &v.to_le_bytes())
 }
 fn put_u32(out: &mut Out, at: u64, v: u32) -> Result<()> {
-    Ok(out.put(at, &v.to_le_bytes())?)
+    out.put(at, &v.to_le_bytes())
 }
 fn put_u64(out: &mut Out, at: u64, v: u64) -> Result<()> {
-    Ok(out.put(at, &v.to_le_bytes())?)
+    out.put(at, &v.to_le_bytes())
 }
 
 fn to_u32(v: u64, at: u64, what: &str) -> Result<u32> {
@@ -98,7 +98,7 @@ fn debug_pointer_fields(data: &[u8], info: &PeInfo, h: &ImageHeaders) -> Result<
         return Ok(Vec::new());
     }
     let at = rva_to_offset(info, rva).ok_or_else(|| {
-        Error::malformed(
+        Error::pe_malformed(
             h.data_directories_offset + 8 * pe::IMAGE_DIRECTORY_ENTRY_DEBUG as u64,
             format!("debug directory RVA {rva:#x} is not in any section's file data"),
         )
@@ -147,7 +147,7 @@ fn file_offset_fields(data: &[u8], info: &PeInfo, h: &ImageHeaders) -> Result<Ve
 fn file_alignment(h: &ImageHeaders) -> Result<u64> {
     let fa = h.file_alignment;
     if !fa.is_power_of_two() || fa > 0x1_0000 {
-        return Err(Error::unsupported(
+        return Err(Error::pe_unsupported(
             h.optional_offset + 36,
             format!("FileAlignment {fa:#x} is not a power of two of at most 64 KiB"),
         ));
@@ -157,7 +157,7 @@ fn file_alignment(h: &ImageHeaders) -> Result<u64> {
 
 fn header(info: &PeInfo) -> Result<&ImageHeaders> {
     info.headers.as_ref().ok_or_else(|| {
-        Error::unsupported(
+        Error::pe_unsupported(
             0,
             "COFF objects are not split: split the image (DLL, EXE, .pyd) they are linked into",
         )
@@ -222,7 +222,7 @@ pub fn split_to(
 }
 
 fn io(what: &'static str) -> impl Fn(std::io::Error) -> Error {
-    move |source| Error::Elf(crate::elf::Error::Io { what, source })
+    move |source| Error::Io { what, source }
 }
 
 /// A rewritten image: its pieces, and the `CheckSum` field to compute once
@@ -303,7 +303,7 @@ fn splittable<'i>(
     match info.state {
         State::HostOnly => return Ok(None),
         State::Split => {
-            return Err(Error::unsupported(
+            return Err(Error::pe_unsupported(
                 0,
                 "already split (HIPK wrappers pointing at .kpackrf)",
             ))
@@ -311,7 +311,7 @@ fn splittable<'i>(
         State::Fat => {}
     }
     if info.signed {
-        return Err(Error::unsupported(
+        return Err(Error::pe_unsupported(
             h.data_directories_offset + 8 * pe::IMAGE_DIRECTORY_ENTRY_SECURITY as u64,
             "Authenticode-signed image: removing its device code would invalidate the signature; \
              remove the signature (e.g. `osslsigncode remove-signature`), split, and re-sign the \
@@ -322,17 +322,20 @@ fn splittable<'i>(
         return Err(Error::layout(0, "empty marker payload"));
     }
     if info.marker.is_some() {
-        return Err(Error::unsupported(0, "a .kpackrf section already exists"));
+        return Err(Error::pe_unsupported(
+            0,
+            "a .kpackrf section already exists",
+        ));
     }
     let fb = info
         .fatbin
-        .ok_or_else(|| Error::malformed(0, "wrappers but no bundle section"))?;
+        .ok_or_else(|| Error::pe_malformed(0, "wrappers but no bundle section"))?;
     let fsec = &info.sections[fb.index];
     if info.wrappers.is_empty() {
         // Nothing registers this device code: the split image would have no
         // HIPK wrapper, so nothing would find the marker and it would read
         // as host-only, not split.
-        return Err(Error::unsupported(
+        return Err(Error::pe_unsupported(
             fsec.header_offset,
             format!(
                 "the bundle section `{}` holds {} bundle(s) but the image has no wrapper \
@@ -404,7 +407,7 @@ impl SplitLayout {
         for (i, &(rva, size)) in h.data_directories.iter().enumerate() {
             let (a, n) = (u64::from(rva), u64::from(size));
             if i != pe::IMAGE_DIRECTORY_ENTRY_SECURITY && n > 0 && a < fb_vend && a + n > fb_va {
-                return Err(Error::unsupported(
+                return Err(Error::pe_unsupported(
                     h.data_directories_offset + 8 * i as u64,
                     format!(
                         "data directory {i} overlaps the bundle section `{}`",
@@ -419,7 +422,7 @@ impl SplitLayout {
                 && u64::from(s.raw_offset) < ps + rs
                 && u64::from(s.raw_offset) + u64::from(s.raw_size) > ps
             {
-                return Err(Error::unsupported(
+                return Err(Error::pe_unsupported(
                     s.header_offset,
                     format!(
                         "section `{}` overlaps the bundle section in the file",
@@ -453,7 +456,7 @@ impl SplitLayout {
         let field_map = file_offset_fields(data, info, h)?;
         for &(at, v) in &field_map {
             if v >= ps && v < ps + rs {
-                return Err(Error::unsupported(
+                return Err(Error::pe_unsupported(
                     at,
                     format!("a file offset ({v:#x}) points into the bundle section's data"),
                 ));
@@ -572,7 +575,7 @@ fn write_split_headers(
 fn exact_layout(info: &PeInfo, h: &ImageHeaders, fsec: &PeSection, fa: u64) -> Result<u64> {
     let sa = u64::from(h.section_alignment);
     if !sa.is_power_of_two() || sa < fa {
-        return Err(Error::unsupported(
+        return Err(Error::pe_unsupported(
             h.optional_offset + 32,
             format!(
                 "SectionAlignment {sa:#x} is not a power of two of at least FileAlignment {fa:#x}"
@@ -583,7 +586,7 @@ fn exact_layout(info: &PeInfo, h: &ImageHeaders, fsec: &PeSection, fa: u64) -> R
     let end = bundles_layout(&lens).0;
     let vsize = u64::from(fsec.virtual_size);
     if end > vsize || vsize > round_up(end, BUNDLE_ALIGN) {
-        return Err(Error::unsupported(
+        return Err(Error::pe_unsupported(
             fsec.header_offset + 8,
             format!(
                 "the bundle section `{}` has VirtualSize {vsize:#x}; its bundles laid out {BUNDLE_ALIGN}-aligned end at {end:#x}: reassembly could not give it back",
@@ -599,7 +602,7 @@ fn exact_layout(info: &PeInfo, h: &ImageHeaders, fsec: &PeSection, fa: u64) -> R
         .unwrap_or(0);
     let want = round_up(max_end, sa);
     if u64::from(h.size_of_image) != want {
-        return Err(Error::unsupported(
+        return Err(Error::pe_unsupported(
             h.optional_offset + 56,
             format!(
                 "SizeOfImage {:#x} is not the end of the last section rounded up to SectionAlignment ({want:#x}): reassembly could not give it back",
@@ -794,25 +797,25 @@ pub fn reassembly_fits(host: &[u8], info: &PeInfo, lens: &[u64]) -> Result<Fit> 
 fn reassemble_plan(host: &[u8], info: &PeInfo, bundles: &Bundles<'_>) -> Result<Plan> {
     let h = header(info)?;
     if info.kind == PeKind::Object || info.state != State::Split {
-        return Err(Error::unsupported(0, "not a split image"));
+        return Err(Error::pe_unsupported(0, "not a split image"));
     }
     let m = info
         .marker
         .as_ref()
-        .ok_or_else(|| Error::malformed(0, "HIPK wrappers but no .kpackrf section"))?;
+        .ok_or_else(|| Error::pe_malformed(0, "HIPK wrappers but no .kpackrf section"))?;
     let msec = &info.sections[m.section.index];
     if msec.index + 1 != info.sections.len() {
-        return Err(Error::unsupported(
+        return Err(Error::pe_unsupported(
             msec.header_offset,
             ".kpackrf is not the last section header (not written by rocpack)",
         ));
     }
     let fb = info
         .fatbin
-        .ok_or_else(|| Error::malformed(0, "split image without its bundle section"))?;
+        .ok_or_else(|| Error::pe_malformed(0, "split image without its bundle section"))?;
     let fsec = &info.sections[fb.index];
     if fsec.raw_size != 0 {
-        return Err(Error::unsupported(
+        return Err(Error::pe_unsupported(
             fsec.header_offset,
             "bundle section still has data in the file (not split by rocpack)",
         ));
@@ -844,7 +847,7 @@ fn reassemble_plan(host: &[u8], info: &PeInfo, bundles: &Bundles<'_>) -> Result<
     let em = u64::from(msec.raw_offset);
     let mr = u64::from(msec.raw_size);
     if ps > em || em + mr > host.len() as u64 {
-        return Err(Error::malformed(
+        return Err(Error::pe_malformed(
             msec.header_offset,
             "marker data out of place",
         ));
@@ -868,13 +871,15 @@ fn reassemble_plan(host: &[u8], info: &PeInfo, bundles: &Bundles<'_>) -> Result<
     let cut = first_raw
         .checked_sub(g)
         .filter(|&c| c >= slot && soh >= g)
-        .ok_or_else(|| Error::malformed(slot + 34, "header growth larger than the header area"))?;
+        .ok_or_else(|| {
+            Error::pe_malformed(slot + 34, "header growth larger than the header area")
+        })?;
     let grown_from = (slot + SECTION_HEADER).clamp(cut, first_raw);
     if get(host, grown_from, first_raw - grown_from, "header growth")?
         .iter()
         .any(|&b| b != 0)
     {
-        return Err(Error::unsupported(
+        return Err(Error::pe_unsupported(
             grown_from,
             "the header area the split grew is not empty (not written by rocpack)",
         ));

@@ -251,11 +251,7 @@ pub(super) fn load_input(
     let overlay = overlay_of(opts);
     let databases = opts.databases.clone();
     let extract = move |k: &str, head: &[u8]| {
-        use rocpack_image::FileType;
-        if matches!(
-            rocpack_image::detect(head),
-            FileType::Elf { .. } | FileType::Pe { .. } | FileType::Archive
-        ) {
+        if rocpack_image::detect(head).is_splittable() {
             return true;
         }
         below_overlay(k, &overlay)
@@ -282,22 +278,9 @@ pub(super) fn load_input(
 /// members). Only headers, tables and wrappers are read, never the whole
 /// file or a mapping of it.
 fn has_device_code(path: &Path) -> Result<bool, WheelError> {
-    use rocpack_image::FileType;
-    let f = rocpack_image::ImageFile::open(path).map_err(|e| ioerr(path, "read", e))?;
-    match f.file_type() {
-        FileType::Archive => Ok(f
-            .members()
-            .map_err(|e| ioerr(path, "read", e))?
-            .is_ok_and(|ms| {
-                ms.iter()
-                    .any(|(_, i)| i.as_ref().is_ok_and(|i| i.has_device_code()))
-            })),
-        FileType::Elf { .. } | FileType::Pe { .. } => Ok(f
-            .analyze()
-            .map_err(|e| ioerr(path, "read", e))?
-            .is_ok_and(|i| i.has_device_code())),
-        _ => Ok(false),
-    }
+    rocpack_image::ImageFile::open(path)
+        .and_then(|f| f.splits_device_code())
+        .map_err(|e| ioerr(path, "read", e))
 }
 
 /// The input's checked METADATA and WHEEL (phase 2).

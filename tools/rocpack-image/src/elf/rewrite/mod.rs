@@ -24,7 +24,6 @@ use object::elf;
 use crate::elf::analyze::{
     analyze_elf, FatBinaryInfo, PointerModel, MARKER_SECTION, R_AARCH64_RELATIVE, R_X86_64_RELATIVE,
 };
-use crate::elf::error::{Error, Result};
 use crate::elf::headers::{
     align_down, align_up, get, put_u16, put_u64, u64_at, Elf, Phdr, Shdr, Sink, PHDR_SIZE,
     SHT_RELR, SYM_SIZE,
@@ -35,6 +34,7 @@ use crate::elf::sections::{
 };
 use crate::Out;
 use crate::{Bundles, Fit, State};
+use crate::{Error, Result};
 
 mod reassembly;
 mod split;

@@ -52,7 +52,7 @@ pub(super) fn describe_pe(
             target: format!("{:#x}", w.target),
             bundle: w.bundle,
             points_to_marker: w.points_to_marker,
-            co_index: (w.magic == rocpack_elf::HIPK_MAGIC).then(|| w.co_index()),
+            co_index: (w.magic == rocpack_image::HIPK_MAGIC).then(|| w.co_index()),
         });
     }
     if let Some(m) = &info.marker {

@@ -1,7 +1,13 @@
-//! What a file is and what it holds: the analysis behind `kpack inspect`
-//! and `kpack unbundle`. Fat binaries (ELF files, objects, executables),
-//! static archives, raw bundles, CCOBs and `.kpack` archives are described
-//! by one model ([`Desc`], serialised as JSON in field order; schema in
+//! rocpack-inspect: what one file is and what it holds, the library behind
+//! `kpack inspect` and `kpack unbundle`. It reads single files (never an
+//! artifact tree), one module per format: `elf` and `pe` describe
+//! host images analysed through `rocpack-image`'s seam, `bundle` offload
+//! bundles and CCOBs, `kpack` `.kpack` archives; `extract` and `stream`
+//! write and hash the code objects found.
+//!
+//! Fat binaries (ELF files, objects, executables), PE images, COFF
+//! objects, static archives, raw bundles, CCOBs and `.kpack` archives are
+//! described by one model ([`Desc`], serialised as JSON in field order; schema in
 //! `docs/cli/inspect-json.md`).
 //!
 //! Memory stays flat whatever the input: the file is mapped but only
@@ -28,21 +34,21 @@ use serde::Serialize;
 use sha2::{Digest, Sha256};
 
 mod bundle;
-mod device;
 mod elf;
 mod extract;
 mod kpack;
 mod pe;
 mod stream;
+mod text;
 
 use bundle::*;
 use elf::*;
 use kpack::*;
 use pe::*;
 
-pub use device::{carries_device_code, file_carries_device_code};
 pub use extract::{extract, unbundle, Extracted};
 pub use stream::{hash_all, stream_all, CoSink};
+pub use text::write_text;
 
 /// An inspection failure, said once (the OS error is part of the text).
 #[derive(Debug, thiserror::Error)]
@@ -61,7 +67,7 @@ impl From<rocpack_kpack::Error> for InspectError {
     }
 }
 
-/// Result alias of this module.
+/// Result alias of this crate.
 pub type Result<T> = std::result::Result<T, InspectError>;
 
 fn fail(msg: impl Into<String>) -> InspectError {
@@ -470,15 +476,14 @@ fn describe_bytes(
                 d.notes.push("nested archive not descended into".into());
                 return Ok(d);
             }
-            let members = rocpack_elf::archive_members(data)
-                .map_err(|e| fail(format!("{name}: archive: {e}")))?;
-            for m in members {
-                let off = input
-                    .offset_of(m.data)
-                    .unwrap_or(file_offset + m.header_offset + 60);
+            let members =
+                rocpack_image::units(data).map_err(|e| fail(format!("{name}: archive: {e}")))?;
+            for u in members {
+                let Some(m) = &u.member else { continue };
+                let off = input.offset_of(u.data).unwrap_or(file_offset + u.offset);
                 let member_name = format!("{name}({})", m.name);
                 d.members
-                    .push(describe_bytes(input, m.data, &member_name, off, depth + 1)?);
+                    .push(describe_bytes(input, u.data, &member_name, off, depth + 1)?);
             }
             Ok(d)
         }
@@ -537,7 +542,7 @@ fn note_overlaps(d: &mut Desc) {
     }
 }
 
-fn section(s: &rocpack_elf::SectionRange) -> SectionDesc {
+fn section(s: &rocpack_image::SectionRange) -> SectionDesc {
     SectionDesc {
         file_offset: s.file_offset,
         addr: s.addr,
@@ -546,15 +551,15 @@ fn section(s: &rocpack_elf::SectionRange) -> SectionDesc {
     }
 }
 
-fn state_name(s: rocpack_elf::State) -> &'static str {
+fn state_name(s: rocpack_image::State) -> &'static str {
     match s {
-        rocpack_elf::State::HostOnly => "host-only",
-        rocpack_elf::State::Fat => "fat",
-        rocpack_elf::State::Split => "split",
+        rocpack_image::State::HostOnly => "host-only",
+        rocpack_image::State::Fat => "fat",
+        rocpack_image::State::Split => "split",
     }
 }
 
-fn marker_desc(m: &rocpack_elf::MarkerInfo) -> MarkerDesc {
+fn marker_desc(m: &rocpack_image::MarkerInfo) -> MarkerDesc {
     let (paths, kernel, error) = match rocpack_kpack::Marker::decode(&m.bytes) {
         Ok(mk) => (mk.kpack_search_paths, Some(mk.kernel_name), None),
         Err(e) => (Vec::new(), None, Some(e.to_string())),
@@ -570,7 +575,7 @@ fn marker_desc(m: &rocpack_elf::MarkerInfo) -> MarkerDesc {
 
 /// A wrapper's magic as inspect prints it (analysis accepts only these two).
 fn magic_name(magic: u32) -> &'static str {
-    if magic == rocpack_elf::HIPK_MAGIC {
+    if magic == rocpack_image::HIPK_MAGIC {
         "HIPK"
     } else {
         "HIPF"

@@ -1,8 +1,9 @@
-//! A byte scan for HIP device code in files the analyses do not read.
+//! A byte scan for HIP device code in files the analyses do not read
+//! (the fallback of the seam for an image it refuses, whatever its format).
 
-use super::*;
+use rocpack_bundle::BUNDLE_MAGIC;
 
-/// Whether bytes an ELF reader could not handle still hold HIP device code
+/// Whether bytes an analysis could not handle still hold HIP device code
 /// (a `.hip_fatbin` section name or an offload bundle magic). `split`
 /// refuses such a file rather than keep its device code in a generic
 /// package, and `verify` reports one found there.
@@ -13,7 +14,7 @@ pub fn carries_device_code(data: &[u8]) -> bool {
 }
 
 /// What [`carries_device_code`] looks for.
-pub(super) const DEVICE_CODE_NEEDLES: [&[u8]; 2] = [b".hip_fatbin", BUNDLE_MAGIC];
+const DEVICE_CODE_NEEDLES: [&[u8]; 2] = [b".hip_fatbin", BUNDLE_MAGIC];
 
 /// [`carries_device_code`] of the `len` bytes of `file` at `offset` (fewer
 /// when the file ends first), read in 1 MiB pieces that overlap by a

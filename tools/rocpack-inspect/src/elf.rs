@@ -2,16 +2,16 @@
 
 use super::*;
 
-pub(super) fn elf_type(k: rocpack_elf::ElfKind) -> &'static str {
+pub(super) fn elf_type(k: rocpack_image::elf::ElfKind) -> &'static str {
     match k {
-        rocpack_elf::ElfKind::Executable => "EXEC",
-        rocpack_elf::ElfKind::Shared => "DYN",
-        rocpack_elf::ElfKind::Relocatable => "REL",
+        rocpack_image::elf::ElfKind::Executable => "EXEC",
+        rocpack_image::elf::ElfKind::Shared => "DYN",
+        rocpack_image::elf::ElfKind::Relocatable => "REL",
     }
 }
 
-pub(super) fn pointer_model(m: &rocpack_elf::PointerModel, machine: u16) -> String {
-    use rocpack_elf::PointerModel as P;
+pub(super) fn pointer_model(m: &rocpack_image::elf::PointerModel, machine: u16) -> String {
+    use rocpack_image::elf::PointerModel as P;
     let (rel, abs) = if machine == 183 {
         ("R_AARCH64_RELATIVE", "R_AARCH64_ABS64")
     } else {
@@ -36,7 +36,7 @@ pub(super) fn pointer_model(m: &rocpack_elf::PointerModel, machine: u16) -> Stri
 pub(super) fn describe_elf(
     input: &Input,
     data: &[u8],
-    info: &rocpack_elf::FatBinaryInfo,
+    info: &rocpack_image::elf::FatBinaryInfo,
     name: &str,
     file_offset: u64,
 ) -> Result<Desc> {
@@ -50,12 +50,12 @@ pub(super) fn describe_elf(
         offload_bundle_sections: info.offload_bundle_sections.clone(),
     });
     for b in &info.bundles {
-        let bytes = rocpack_elf::bundle_bytes(data, info, b.index)
+        let bytes = rocpack_image::elf::bundle_bytes(data, info, b.index)
             .map_err(|e| fail(format!("bundle {}: {e}", b.index)))?;
         let mut bd = describe_bundle(
             input,
             b.index,
-            rocpack_elf::FATBIN_SECTION,
+            rocpack_image::elf::FATBIN_SECTION,
             bytes,
             b.file_offset,
         )?;
@@ -73,7 +73,7 @@ pub(super) fn describe_elf(
             target: format!("{:#x}", w.target),
             bundle: w.bundle,
             points_to_marker: w.points_to_marker,
-            co_index: (w.magic == rocpack_elf::HIPK_MAGIC).then(|| w.co_index()),
+            co_index: (w.magic == rocpack_image::HIPK_MAGIC).then(|| w.co_index()),
         });
     }
     if let Some(m) = &info.marker {
