@@ -26,6 +26,7 @@ mod msgpack;
 pub mod pack;
 mod reader;
 mod writer;
+pub mod writer_budget;
 
 pub use dir::{
     natural_key, read_pack_dir, target_from_file_name, unpack_file_name, unpack_to_dir, KernelFile,
