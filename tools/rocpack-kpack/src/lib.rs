@@ -27,6 +27,7 @@ pub mod ordered;
 pub mod pack;
 mod reader;
 mod writer;
+pub mod writer_budget;
 
 pub use dir::{
     natural_key, read_pack_dir, target_from_file_name, unpack_file_name, unpack_to_dir, KernelFile,

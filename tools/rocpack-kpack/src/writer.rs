@@ -23,6 +23,7 @@ use crate::format::{
     SCHEME_ZSTD, VERSION, ZSTD_MAX_KERNELS,
 };
 use crate::msgpack::enc;
+use crate::writer_budget;
 
 /// Compress one kernel as rocpack writes it: one single-segment frame with
 /// the content size and a content checksum (XXH64, 4 bytes), no
@@ -36,15 +37,34 @@ pub fn compress_frame(data: &[u8], level: i32) -> Result<Vec<u8>> {
 /// [`compress_frame`] with or without the content checksum; without, the
 /// frame is exactly python-zstandard's `ZstdCompressor(level).compress()`
 /// (what rocm-kpack's Python writer produces).
+///
+/// Memory: the context waits for a [`writer_budget::permit`] first, and
+/// ultra levels are capped ([`writer_budget`]).
 pub fn compress_frame_with(data: &[u8], level: i32, checksum: bool) -> Result<Vec<u8>> {
     let zerr = |e: std::io::Error| Error::new(ErrorKind::Zstd(e.to_string()));
-    if !checksum {
-        return zstd::bulk::compress(data, level).map_err(zerr);
-    }
+    let len = data.len() as u64;
+    let _permit = writer_budget::permit(writer_budget::context_bytes(level, len, false));
     let mut c = zstd::bulk::Compressor::new(level).map_err(zerr)?;
-    c.set_parameter(zstd::stream::raw::CParameter::ChecksumFlag(true))
-        .map_err(zerr)?;
+    if checksum {
+        c.set_parameter(zstd::stream::raw::CParameter::ChecksumFlag(true))
+            .map_err(zerr)?;
+    }
+    for p in ultra_caps(level, len) {
+        c.set_parameter(p).map_err(zerr)?;
+    }
     c.compress(data).map_err(zerr)
+}
+
+/// The parameters that cap an ultra level for an input of `len` bytes
+/// ([`writer_budget::ultra_caps`]); none for levels up to 19.
+fn ultra_caps(level: i32, len: u64) -> Vec<zstd::stream::raw::CParameter> {
+    use zstd::stream::raw::CParameter;
+    let [hash, chain, window] = writer_budget::ultra_caps(level, len);
+    let mut v = Vec::new();
+    v.extend(hash.map(CParameter::HashLog));
+    v.extend(chain.map(CParameter::ChainLog));
+    v.extend(window.map(CParameter::WindowLog));
+    v
 }
 
 /// Input bytes read per step of [`compress_stream`] (a multiple of zstd's
@@ -83,11 +103,15 @@ pub fn compress_stream(
 ) -> Result<u64> {
     use zstd::zstd_safe::{self, zstd_sys::ZSTD_EndDirective, CParameter, InBuffer, OutBuffer};
     let zerr = |code: usize| Error::new(ErrorKind::Zstd(zstd_safe::get_error_name(code).into()));
+    let _permit = writer_budget::permit(writer_budget::context_bytes(level, len, true));
     let mut cctx = zstd_safe::CCtx::create();
     cctx.set_parameter(CParameter::CompressionLevel(level))
         .map_err(zerr)?;
     cctx.set_parameter(CParameter::ChecksumFlag(checksum))
         .map_err(zerr)?;
+    for p in ultra_caps(level, len) {
+        cctx.set_parameter(p).map_err(zerr)?;
+    }
     cctx.set_pledged_src_size(Some(len)).map_err(zerr)?;
     let mut inbuf = vec![0u8; STREAM_IN_CHUNK.min(usize::try_from(len).unwrap_or(usize::MAX))];
     let mut outbuf = vec![0u8; zstd_safe::CCtx::out_size()];

@@ -64,6 +64,10 @@ pub(super) struct Spill {
 /// the decoder's 128 MiB limit). A walk larger than the budget runs alone.
 const WALK_BUDGET: u64 = 96 << 20;
 
+/// How long a pool thread waiting for [`Spill::admit`] with nothing to run
+/// sleeps before it looks for pool work again.
+const ADMIT_POLL: std::time::Duration = std::time::Duration::from_millis(2);
+
 /// Code-object bytes the CCOB walks may queue for the other workers to
 /// compress, over every walk; beyond it (unless the queue is empty) the
 /// walking thread compresses the code object itself. With the walk budget
@@ -78,6 +82,9 @@ const WINDOW_MAX: u64 = 1 << 27;
 struct Admitted<'a> {
     spill: &'a Spill,
     cost: u64,
+    /// The same bytes, declared to the compressors' memory budget: while a
+    /// large decoder window is held, fewer level-19/22 contexts run.
+    _held: rocpack_kpack::writer_budget::Held,
 }
 
 impl Drop for Admitted<'_> {
@@ -145,15 +152,42 @@ impl Spill {
     /// Waits until a walk costing `cost` bytes fits [`WALK_BUDGET`] (or no
     /// walk is under way). The caller must not wait for other pool work
     /// while it holds the admission (it could run a walk that waits here).
+    ///
+    /// A pool thread that waits runs pending pool work meanwhile (the
+    /// code objects the admitted walk queued for compression, other
+    /// bundles' tasks): when bundles are so large that one walk takes the
+    /// whole budget (bundles of 20+ targets), the walking thread
+    /// decompresses and every other thread compresses, instead of sitting
+    /// idle here while the walker does both.
     fn admit(&self, cost: u64) -> Admitted<'_> {
         let (m, cv) = &self.walking;
         // A poisoned lock (a panic elsewhere) only loses the bound.
         let mut w = m.lock().unwrap_or_else(|p| p.into_inner());
+        let in_pool = rayon::current_thread_index().is_some();
         while *w > 0 && *w + cost > WALK_BUDGET {
-            w = cv.wait(w).unwrap_or_else(|p| p.into_inner());
+            if in_pool {
+                drop(w);
+                // Nothing pending: sleep until a walk ends or queues a
+                // code object, or a little while (other pool work comes
+                // without a notification).
+                let ran = rayon::yield_now() == Some(rayon::Yield::Executed);
+                w = m.lock().unwrap_or_else(|p| p.into_inner());
+                if !ran && *w > 0 && *w + cost > WALK_BUDGET {
+                    w = cv
+                        .wait_timeout(w, ADMIT_POLL)
+                        .unwrap_or_else(|p| p.into_inner())
+                        .0;
+                }
+            } else {
+                w = cv.wait(w).unwrap_or_else(|p| p.into_inner());
+            }
         }
         *w += cost;
-        Admitted { spill: self, cost }
+        Admitted {
+            spill: self,
+            cost,
+            _held: rocpack_kpack::writer_budget::hold(cost),
+        }
     }
 
     fn buffer(&self) -> Vec<u8> {
@@ -327,29 +361,66 @@ impl Spill {
     ) -> Result<rocpack_bundle::WalkSummary, SplitError> {
         let input = File::open(&d.file).ctx(&d.file, "open")?;
         let src = rocpack_bundle::FileRange::new(&input, d.offset, d.len);
-        let mut target = PlaceTarget { places };
         let _admitted = self.admit(d.index.payload_len.min(WINDOW_MAX));
-        rocpack_bundle::walk_entries::<rocpack_bundle::CopyError>(
-            &src,
-            &d.index,
-            &rocpack_bundle::ParseOptions {
-                walk_hash: false,
-                ..Default::default()
-            },
-            &mut target,
-        )
-        .map_err(|e| match e {
+        // Decoding and writing overlap: this thread decodes, a writer
+        // thread puts the chunks in place (in line, the positioned writes
+        // added their cost to the decoding, one CPU doing both).
+        let (walked, wrote) = std::thread::scope(|ts| {
+            let (tx, rx) = std::sync::mpsc::sync_channel::<(usize, u64, Vec<u8>)>(WRITE_QUEUE);
+            let (back_tx, back_rx) = std::sync::mpsc::channel::<Vec<u8>>();
+            let writer = ts.spawn(move || -> std::io::Result<()> {
+                use std::os::unix::fs::FileExt;
+                for (i, off, buf) in rx {
+                    if let Some(Some((f, at))) = places.get(i) {
+                        f.write_all_at(&buf, at + off)?;
+                    }
+                    // The walk may be over: then the buffer just goes.
+                    let _ = back_tx.send(buf);
+                }
+                Ok(())
+            });
+            let mut target = PlaceTarget {
+                places,
+                tx: Some(tx),
+                back: back_rx,
+            };
+            let walked = rocpack_bundle::walk_entries::<rocpack_bundle::CopyError>(
+                &src,
+                &d.index,
+                &rocpack_bundle::ParseOptions {
+                    walk_hash: false,
+                    ..Default::default()
+                },
+                &mut target,
+            );
+            // The writer ends once the channel is closed and drained.
+            target.tx = None;
+            let wrote = writer.join().unwrap_or_else(|_| {
+                Err(std::io::Error::other(
+                    "the code-object writer thread panicked",
+                ))
+            });
+            (walked, wrote)
+        });
+        let io_err = |e| -> SplitError {
+            FsError::new(&d.file, "write a decompressed code object", e).into()
+        };
+        // A write error first: it is why the walk stopped, if it did.
+        wrote.map_err(io_err)?;
+        walked.map_err(|e| match e {
             rocpack_bundle::CopyError::Bundle(error) => SplitError::Bundle {
                 path: d.file.clone(),
                 offset: d.offset + error.offset().unwrap_or(0),
                 error,
             },
-            rocpack_bundle::CopyError::Io(e) => {
-                FsError::new(&d.file, "write a decompressed code object", e).into()
-            }
+            rocpack_bundle::CopyError::Io(e) => io_err(e),
         })
     }
 }
+
+/// Chunks (of at most [`rocpack_bundle::CHUNK`] bytes) decoded but not yet
+/// written, per [`Spill::walk_ccob_into`].
+const WRITE_QUEUE: usize = 16;
 
 /// A CCOB whose code objects go to uncompressed archives: the scan reads
 /// its entry table only; the write stage, once every archive's layout is
@@ -378,9 +449,12 @@ fn difference(was: &FileIdent, now: &FileIdent) -> String {
     }
 }
 
-/// Where [`Spill::walk_ccob_into`] puts each code object.
+/// Where [`Spill::walk_ccob_into`] puts each code object: chunks go to
+/// the writer thread (`tx`), which sends the buffers back for reuse.
 struct PlaceTarget<'a> {
     places: &'a [Option<(&'a File, u64)>],
+    tx: Option<std::sync::mpsc::SyncSender<(usize, u64, Vec<u8>)>>,
+    back: std::sync::mpsc::Receiver<Vec<u8>>,
 }
 
 impl rocpack_bundle::EntryTarget<rocpack_bundle::CopyError> for PlaceTarget<'_> {
@@ -397,12 +471,19 @@ impl rocpack_bundle::EntryTarget<rocpack_bundle::CopyError> for PlaceTarget<'_> 
     }
 
     fn chunk(&mut self, i: usize, off: u64, chunk: &[u8]) -> Result<(), rocpack_bundle::CopyError> {
-        use std::os::unix::fs::FileExt;
-        match self.places.get(i) {
-            Some(Some((f, at))) => f
-                .write_all_at(chunk, at + off)
-                .map_err(rocpack_bundle::CopyError::Io),
-            _ => Ok(()),
+        if !matches!(self.places.get(i), Some(Some(_))) {
+            return Ok(());
+        }
+        let mut buf = self.back.try_recv().unwrap_or_default();
+        buf.clear();
+        buf.extend_from_slice(chunk);
+        let sent = self.tx.as_ref().map(|tx| tx.send((i, off, buf)));
+        match sent {
+            Some(Ok(())) => Ok(()),
+            // The writer stopped on an error (reported by the caller).
+            _ => Err(rocpack_bundle::CopyError::Io(std::io::Error::other(
+                "the code-object writer stopped",
+            ))),
         }
     }
 }
@@ -464,6 +545,8 @@ impl rocpack_bundle::EntryTarget<rocpack_bundle::CopyError> for CcobTarget<'_, '
                 shared.spill.in_flight.fetch_sub(1, Ordering::AcqRel);
                 shared.spill.queued.fetch_sub(len, Ordering::AcqRel);
             });
+            // Threads waiting for walk memory run it ([`Spill::admit`]).
+            shared.spill.walking.1.notify_all();
         } else {
             if fits {
                 in_flight.fetch_sub(1, Ordering::AcqRel);
@@ -1264,5 +1347,53 @@ impl MemberNames {
         } else {
             format!("{name};{n}")
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::mpsc;
+    use std::time::Duration;
+
+    /// With one CCOB walk holding the whole memory budget (bundles of 20+
+    /// targets), a pool thread that waits for its turn runs the work the
+    /// walk queued (the compression of its code objects) meanwhile. Before,
+    /// it slept on the budget and the walker decompressed and compressed
+    /// alone: one core busy of two.
+    #[test]
+    fn waiting_for_walk_memory_runs_queued_pool_work() {
+        let stage = tempfile::tempdir().unwrap();
+        let spill = Spill::new(stage.path()).unwrap();
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(2)
+            .build()
+            .unwrap();
+        let spill = &spill;
+        let got = pool.install(|| {
+            let held = spill.admit(WALK_BUDGET);
+            let (waiting_tx, waiting_rx) = mpsc::channel();
+            let (done_tx, done_rx) = mpsc::channel();
+            rayon::scope(move |s| {
+                // The other thread takes this walk, which waits for memory.
+                s.spawn(move |_| {
+                    waiting_tx.send(()).unwrap();
+                    drop(spill.admit(1));
+                });
+                waiting_rx
+                    .recv_timeout(Duration::from_secs(60))
+                    .expect("the other pool thread took the waiting walk");
+                // Work queued by the admitted walk: this thread blocks
+                // outside the pool, so only the waiting thread can run it.
+                s.spawn(move |_| {
+                    let _ = done_tx.send(rayon::current_thread_index());
+                });
+                let got = done_rx.recv_timeout(Duration::from_secs(10));
+                drop(held);
+                got
+            })
+        });
+        let me_not = got.expect("queued work ran while the other thread waited for walk memory");
+        assert!(me_not.is_some(), "ran on a pool thread");
     }
 }
