@@ -13,8 +13,8 @@
 #   * a guarded snapshot library from the page, a dependency header changed
 #     under it, and the printed fix run (tests/bazel/abi-recovery.sh);
 #   * the page's `consumer-run` blocks as written (kpack verify of symlinked
-#     packages, per-library channels), and, in WORKSPACE mode with git, its
-#     source-snapshot section (tests/bazel/source-consumer.sh);
+#     packages, per-library channels), and its source-snapshot section, in
+#     either mode (tests/bazel/source-consumer.sh; needs git);
 #   * a group missing from the packaging config fails with rocpack's message;
 #   * with FROM_SOURCE_SEED=TARGET_DIR (a cargo target dir holding a dev
 #     `cargo build -p kpack -p snapctl`): the helpers from source with the
@@ -51,7 +51,8 @@ step "assemble: e2e/bazel-workspace's packages, rocpack at third_party/rocpack, 
 mkdir -p "$C/third_party/rocpack"
 for d in app fx libs wheel; do cp -R "$ROOT/e2e/bazel-workspace/$d" "$C/"; done
 # What a clone of rocpack holds (tracked and untracked, non-ignored files);
-# without git (the Bazel 7 chroot's copy): the tree minus build outputs.
+# outside a git checkout (the Bazel 7 chroot's copy has no .git): the tree
+# minus build outputs.
 if command -v git >/dev/null && git -C "$ROOT" rev-parse --git-dir >/dev/null 2>&1; then
     (cd "$ROOT" && git ls-files -co --exclude-standard -z | tar -cf - --null -T -)
 else
@@ -88,7 +89,12 @@ done
 
 step "prebuilt helpers: tools/release/make-prebuilt.sh, pasted as the docs say"
 bindir="$T/bin"; mkdir -p "$bindir"; cp "$KPACK" "$bindir/kpack"; cp "$SNAPCTL" "$bindir/snapctl"
-"$ROOT/tools/release/make-prebuilt.sh" --out "$T/release" --bin-dir "$bindir" --base-url "file://$T/release" > "$T/snippets"
+# The whole release, librocm_kpack included: the callers' helper directories
+# (target/ci-helpers, rules/bazel/prebuilt) hold both libraries beside kpack.
+"$ROOT/tools/release/make-prebuilt.sh" --out "$T/release" --bin-dir "$bindir" --lib-dir "$(dirname "$KPACK")" \
+    --base-url "file://$T/release" > "$T/snippets" 2> "$T/release.err" || { cat "$T/release.err" >&2; die "make-prebuilt.sh"; }
+! grep -q WARNING "$T/release.err" || { cat "$T/release.err" >&2; die "make-prebuilt.sh warned"; }
+tar -tzf "$T/release"/rocpack-*.tar.gz | grep -qx 'lib/librocm_kpack.a' || die "the release archive holds no lib/librocm_kpack.a"
 section() { awk -v s="$1" '/^# --- / { on = index($0, s) > 0; next } on' "$T/snippets"; }
 if [ "$MODE" = bzlmod ]; then
     section "MODULE.bazel" >> "$C/MODULE.bazel"
@@ -181,10 +187,8 @@ step "the page's consumer-run blocks as written: Verifying rule outputs, per-lib
 doc_run verify
 grep -Eq 'OK: [1-9][0-9]* packages?' "$T/run.verify.out" || { cat "$T/run.verify.out" >&2; die "the page's kpack verify checked no package"; }
 doc_run channels
-if [ "$MODE" = workspace ] && command -v git >/dev/null; then
-    step "a source snapshot as the page says (tests/bazel/source-consumer.sh)"
-    bash "$ROOT/tests/bazel/source-consumer.sh" "$C" || die "source-consumer"
-fi
+step "a source snapshot as the page says, $MODE mode (tests/bazel/source-consumer.sh)"
+bash "$ROOT/tests/bazel/source-consumer.sh" "$MODE" "$C" || die "source-consumer"
 [ -n "${FROM_SOURCE_SEED:-}" ] || { step "vendored consumer ($MODE) passed"; exit 0; }
 
 step "helpers from source with the defaults, interrupted by kill -9 of cargo, then rebuilt"

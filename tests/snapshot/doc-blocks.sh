@@ -31,9 +31,9 @@ awk -v d="$OUT" -v n="$first" -v f="$FILE" -v sec="$SECTION" '
         if (!on && index($0, sec) == 1) { on = 1; lvl = level($0) }
     }
     !on { next }
-    !inb && /^[ ]*<!-- [a-z-]+: .*-->[ ]*$/ {
+    !inb && /^[ ]*<!-- [a-z0-9-]+: .*-->[ ]*$/ {
         s = $0; sub(/^[ ]*<!-- /, "", s); sub(/[ ]*-->[ ]*$/, "", s)
-        marker = s; sub(/:.*$/, "", marker); args = s; sub(/^[a-z-]+: */, "", args); next
+        marker = s; sub(/:.*$/, "", marker); args = s; sub(/^[a-z0-9-]+: */, "", args); next
     }
     !inb && /^[ ]*```/ { match($0, /^ */); ind = RLENGTH; n++; inb = 1
         print f ":" NR > (d "/" n ".where"); print marker > (d "/" n ".marker"); print args > (d "/" n ".args")
