@@ -104,6 +104,37 @@ done
 ! grep -q "does not exist in the artifact" "$DIR/typo.err" || fail "buck2's own missing-path error instead of rocpack's"
 echo "e2e/buck2: ok: a group missing from the config: $(grep -m1 -o '^rocpack: root//app:mathlib_typo: no package [^:]*' "$DIR/typo.err")" >&2
 
+# kpack_split's `archs` is checked whenever the split is built or used, not
+# only when its [archs] sub-target is: a split whose archs differ fails
+# `buck2 build` of the split itself and of a recombine over it.
+cat >> app/BUCK <<'EOF2'
+
+kpack_split(
+    name = "split_wrong_archs",
+    srcs = glob(["art/**"]),
+    archs = ["gfx1151", "gfx90a"],
+    artifact_prefix = "mathlib",
+    shard = "gfx1151-build",
+    split_databases = ["rocblas"],
+)
+
+kpack_recombine(
+    name = "mathlib_wrong_archs",
+    component = "mathlib",
+    config = "packaging-config.json",
+    group = "gfx115X",
+    shards = [":split_wrong_archs"],
+)
+EOF2
+for t in split_wrong_archs mathlib_wrong_archs; do
+    rc=0; b2 build "//app:$t" >/dev/null 2>"$DIR/archs.err" || rc=$?
+    [ "$rc" -ne 0 ] || { cp "$DIR.BUCK" app/BUCK; fail "//app:$t built although the split's archs are not [gfx1151 gfx90a]"; }
+    grep -qF "kpack_split: expected archs [gfx1151 gfx90a], the split produced [gfx1151 gfx906]" "$DIR/archs.err" \
+        || { cp "$DIR.BUCK" app/BUCK; cat "$DIR/archs.err" >&2; fail "//app:$t failed without the archs message"; }
+done
+cp "$DIR.BUCK" app/BUCK
+echo "e2e/buck2: ok: a split with other archs fails its build and a recombine over it" >&2
+
 # The commit of a snapshot, from its metadata.txt (what snapctl recorded).
 commit_of() { # METADATA LIBRARY
     sed -n "s/^  $2: \([0-9a-f]\{40\}\)\$/\1/p" "$1"
