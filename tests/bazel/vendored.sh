@@ -73,15 +73,9 @@ for i in $(doc_blocks consumer-file); do
     [ "$m" = "$MODE" ] || [ "$m" = all ] || continue
     mkdir -p "$(dirname "$C/$f")"; cat "$T/doc/$i.body" >> "$C/$f"
 done
-doc_run() { # NAME: the page's `<!-- consumer-run: NAME -->` block, as written, from the workspace root
-    local i
-    for i in $(doc_blocks consumer-run); do
-        [ "$(cat "$T/doc/$i.args")" = "$1" ] || continue
-        (cd "$C" && bash -euo pipefail "$T/doc/$i.body") >"$T/run.$1.out" 2>&1 \
-            || { tail -30 "$T/run.$1.out" >&2; die "the page's block $(cat "$T/doc/$i.where") failed"; }
-        return 0
-    done
-    die "docs/rules/consumers.md has no consumer-run: $1 block"
+doc_run() { # PAGE NAME: PAGE's `<!-- consumer-run: NAME -->` block, as written, from the workspace root
+    (cd "$C" && "$ROOT/tests/snapshot/doc-run.sh" "$ROOT/$1" consumer-run "$2") >"$T/run.$2.out" 2>&1 \
+        || { tail -30 "$T/run.$2.out" >&2; die "$1's consumer-run: $2 block failed"; }
 }
 for f in .bazelignore .bazelrc $([ "$MODE" = bzlmod ] && echo MODULE.bazel WORKSPACE.bzlmod || echo WORKSPACE); do
     [ -f "$C/$f" ] || die "docs/rules/consumers.md gives no $f for $MODE mode"
@@ -183,10 +177,15 @@ step "ABI drift under a guarded snapshot, recovered as the page says (tests/baze
 grep '^common:debian7 ' .bazelrc | sed 's/^common:debian7 /common /' >> .bazelrc || true
 bash "$ROOT/tests/bazel/abi-recovery.sh" "$C" || die "abi-recovery"
 
-step "the page's consumer-run blocks as written: Verifying rule outputs, per-library channels"
-doc_run verify
+step "the docs' consumer-run blocks as written: Verifying rule outputs, per-library channels (consumers.md, README), counting spawns (remote-execution.md)"
+doc_run docs/rules/consumers.md verify
 grep -Eq 'OK: [1-9][0-9]* packages?' "$T/run.verify.out" || { cat "$T/run.verify.out" >&2; die "the page's kpack verify checked no package"; }
-doc_run channels
+doc_run docs/rules/consumers.md channels
+doc_run README.md channels
+grep -q '^fooccl channel=stable rocm=7.0 commit=' "$T/run.channels.out" || { cat "$T/run.channels.out" >&2; die "README's per-library channels: fooccl is not stable 7.0"; }
+grep -q '^barccl channel=dev rocm=7.0 commit=source' "$T/run.channels.out" || { cat "$T/run.channels.out" >&2; die "README's per-library channels: barccl is not dev"; }
+doc_run docs/remote-execution.md execlog
+grep -q '^total [0-9]* spawns' "$T/run.execlog.out" || { cat "$T/run.execlog.out" >&2; die "execlog.py printed no summary"; }
 step "a source snapshot as the page says, $MODE mode (tests/bazel/source-consumer.sh)"
 bash "$ROOT/tests/bazel/source-consumer.sh" "$MODE" "$C" || die "source-consumer"
 [ -n "${FROM_SOURCE_SEED:-}" ] || { step "vendored consumer ($MODE) passed"; exit 0; }
