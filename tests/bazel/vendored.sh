@@ -5,6 +5,8 @@
 # made by tools/release/make-prebuilt.sh (file:// URL), the packages of
 # e2e/bazel-workspace. Then:
 #   * bazel build //... and bazel test //... (the nested checkout ignored);
+#     //... still builds with a stale bazel-<workspace> link once the page's
+#     line adds it to .bazelignore;
 #   * the same build with another PATH runs nothing (execution log empty);
 #   * a ROCm version no list names (7.2): snapctl create + .update, then the
 #     stable 7.2 snapshot of fooccl is linked;
@@ -112,6 +114,21 @@ n="$(grep -c '"mnemonic": *"KpackRecombine"' "$T/cold.json" || true)"
 [ "$n" = 2 ] || die "$n kpack recombine actions, expected 2 (one for kpack_packages, one for fx_lib_rdna4_only)"
 step "bazel test //..."
 bazel test "${F[@]}" //... || die "bazel test //..."
+
+step "a stale bazel-<workspace> link (left by another --output_base): the page's .bazelignore line keeps //... working"
+# What such a link leads to: that output base's execroot, whose entries
+# link back to the workspace's, third_party/rocpack included.
+stale="$T/other-output-base/execroot/$(basename "$C")"
+mkdir -p "$stale" && ln -s "$C/third_party" "$stale/third_party"
+ln -sfn "$stale" "$C/bazel-$(basename "$C")"
+if bazel build "${F[@]}" //... >"$T/stale.out" 2>&1; then
+    echo "    without the line: this Bazel skipped the stale link" >&2
+else
+    echo "    without the line: $(grep -m1 'ERROR' "$T/stale.out" | cut -c1-160)" >&2
+fi
+ln -sfn "$stale" "$C/bazel-$(basename "$C")"
+doc_run docs/rules/consumers.md stale-link
+bazel build "${F[@]}" //... >"$T/stale.out" 2>&1 || { tail -20 "$T/stale.out" >&2; die "bazel build //... with a stale bazel-$(basename "$C") link listed in .bazelignore"; }
 
 step "a group missing from the packaging config (a typo): rocpack's message naming the group, the config and the fix"
 cp fx/BUILD.bazel "$T/fx.BUILD"
