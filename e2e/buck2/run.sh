@@ -17,8 +17,15 @@
 # linked; a rebuild with another PATH runs nothing; `kpack verify` checks the
 # packages given as symlinked package dirs; no target/ appears in the tree.
 #
-# Then ABI drift under a guarded snapshot of the project's own, recovered by
-# running the guard's printed fixes (tests/buck2/abi-recovery.sh).
+# docs/buck2.md's blocks of this project run as written: its console
+# blocks marked `buck2-transcript: e2e` (tests/buck2/transcript.sh) and, with
+# HELPERS_DIR, its `buck2-run: verify` block (kpack verify through the
+# toolchain). A kpack_split whose `archs` differ fails its own build and a
+# recombine's.
+#
+# Then ABI drift under a guarded snapshot of the project's own, made from
+# docs/buck2.md's blocks and recovered by running the guard's printed fixes
+# (tests/buck2/abi-recovery.sh).
 #
 # FROM_SOURCE_SEED=TARGET_DIR (a dev `cargo build -p kpack -p snapctl`): then
 # the helpers are built from source with the default cargo target dir,
