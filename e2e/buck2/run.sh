@@ -135,6 +135,7 @@ kpack_recombine(
     shards = [":split_wrong_archs"],
 )
 EOF2
+t0=$SECONDS
 for t in split_wrong_archs mathlib_wrong_archs; do
     rc=0; b2 build "//app:$t" >/dev/null 2>"$DIR/archs.err" || rc=$?
     [ "$rc" -ne 0 ] || { cp "$DIR.BUCK" app/BUCK; fail "//app:$t built although the split's archs are not [gfx1151 gfx90a]"; }
@@ -142,7 +143,7 @@ for t in split_wrong_archs mathlib_wrong_archs; do
         || { cp "$DIR.BUCK" app/BUCK; cat "$DIR/archs.err" >&2; fail "//app:$t failed without the archs message"; }
 done
 cp "$DIR.BUCK" app/BUCK
-echo "e2e/buck2: ok: a split with other archs fails its build and a recombine over it" >&2
+echo "e2e/buck2: ok: a split with other archs fails its build and a recombine over it ($((SECONDS - t0)) s)" >&2
 
 # The commit of a snapshot, from its metadata.txt (what snapctl recorded).
 commit_of() { # METADATA LIBRARY
@@ -179,6 +180,7 @@ consumer: rcclx channel=dev rocm=7.1 commit=source sum=6" -m rocm71
 
 # docs/buck2.md's console blocks of this project (`buck2-transcript: e2e`),
 # every command as written, its `buck2 run` output exactly.
+t=$SECONDS
 "$repo/tests/snapshot/doc-blocks.sh" "$DIR.doc" "$repo/docs/buck2.md"
 ntx=0
 for k in $(seq 1 "$(find "$DIR.doc" -name '*.where' | wc -l)"); do
@@ -188,6 +190,7 @@ for k in $(seq 1 "$(find "$DIR.doc" -name '*.where' | wc -l)"); do
     ntx=$((ntx + 1))
 done
 [ "$ntx" -ge 1 ] || fail "docs/buck2.md has no buck2-transcript: e2e block"
+echo "e2e/buck2: ok: docs/buck2.md's $ntx console block(s) of this project ($((SECONDS - t)) s)" >&2
 
 # A missing snapshot of the consumer's own library: its names, not rcclx's.
 if b2 build -m fooccl_last_stable -m rocm70 //app:hello >/dev/null 2>"$DIR/missing.err"; then

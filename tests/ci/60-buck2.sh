@@ -113,8 +113,10 @@ blocks=0 cmds=0
 for k in $(seq 1 "$(find "$WORK/tx" -name '*.where' | wc -l)"); do
     i="$WORK/tx/$k"
     [ "$(cat "$i.marker")" = buck2-transcript ] && [ "$(cat "$i.args")" = root ] || continue
+    t=$SECONDS
     tests/buck2/transcript.sh "$BUCK2_BIN" "$ISO" "$i.body" "$(cat "$i.where")" "${CFG[@]}" || die "the docs' transcript at $(cat "$i.where")"
     blocks=$((blocks + 1)); cmds=$((cmds + $(grep -c '^\$ buck2 ' "$i.body")))
+    printf '    %s: %d s\n' "$(cat "$i.where")" $((SECONDS - t)) >&2
 done
 [ "$blocks" -ge 8 ] && [ "$cmds" -ge 24 ] || die "only $blocks transcript blocks ($cmds commands) in README's Buck2 section and docs/buck2.md"
 echo "    $blocks blocks, $cmds buck2 commands as written" >&2
