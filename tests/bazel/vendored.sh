@@ -90,7 +90,8 @@ bindir="$T/bin"; mkdir -p "$bindir"; cp "$KPACK" "$bindir/kpack"; cp "$SNAPCTL" 
 "$ROOT/tools/release/make-prebuilt.sh" --out "$T/release" --bin-dir "$bindir" --lib-dir "$(dirname "$KPACK")" \
     --base-url "file://$T/release" > "$T/snippets" 2> "$T/release.err" || { cat "$T/release.err" >&2; die "make-prebuilt.sh"; }
 ! grep -q WARNING "$T/release.err" || { cat "$T/release.err" >&2; die "make-prebuilt.sh warned"; }
-tar -tzf "$T/release"/rocpack-*.tar.gz | grep -qx 'lib/librocm_kpack.a' || die "the release archive holds no lib/librocm_kpack.a"
+tar -tzf "$T/release"/rocpack-*.tar.gz > "$T/release.list"
+grep -qx 'lib/librocm_kpack.a' "$T/release.list" || { cat "$T/release.list" >&2; die "the release archive holds no lib/librocm_kpack.a"; }
 section() { awk -v s="$1" '/^# --- / { on = index($0, s) > 0; next } on' "$T/snippets"; }
 if [ "$MODE" = bzlmod ]; then
     section "MODULE.bazel" >> "$C/MODULE.bazel"
