@@ -17,8 +17,15 @@
 # linked; a rebuild with another PATH runs nothing; `kpack verify` checks the
 # packages given as symlinked package dirs; no target/ appears in the tree.
 #
-# Then ABI drift under a guarded snapshot of the project's own, recovered by
-# running the guard's printed fixes (tests/buck2/abi-recovery.sh).
+# docs/buck2.md's blocks of this project run as written: its console
+# blocks marked `buck2-transcript: e2e` (tests/buck2/transcript.sh) and, with
+# HELPERS_DIR, its `buck2-run: verify` block (kpack verify through the
+# toolchain). A kpack_split whose `archs` differ fails its own build and a
+# recombine's.
+#
+# Then ABI drift under a guarded snapshot of the project's own, made from
+# docs/buck2.md's blocks and recovered by running the guard's printed fixes
+# (tests/buck2/abi-recovery.sh).
 #
 # FROM_SOURCE_SEED=TARGET_DIR (a dev `cargo build -p kpack -p snapctl`): then
 # the helpers are built from source with the default cargo target dir,
@@ -50,10 +57,12 @@ cp -a "$repo/examples/kpack/shards/gfx1151-build/blas_lib_gfx1151" "$DIR/app/art
 
 cd "$DIR"
 b2() { local sub="$1"; shift; "$BUCK2" --isolation-dir "$ISO" "$sub" "${CFG[@]}" "$@"; }
+# docs/buck2.md's blocks run as written, with `buck2` on PATH as b2.
+"$repo/tests/buck2/buck2-on-path.sh" "$BUCK2" "$ISO" "$DIR.bin" "${CFG[@]}"
 server_pid="" CLEAN_TD=""
 # The daemon of this project (and the release's HTTP server) end with the
 # run, and the default cargo target dir of the from-source step goes.
-trap '"$BUCK2" --isolation-dir "$ISO" kill >/dev/null 2>&1 || true; [ -z "$server_pid" ] || kill "$server_pid" 2>/dev/null || true; [ -z "$CLEAN_TD" ] || rm -rf "$CLEAN_TD"' EXIT
+trap '"$BUCK2" --isolation-dir "$ISO" kill >/dev/null 2>&1 || true; [ -z "$server_pid" ] || kill "$server_pid" 2>/dev/null || true; [ -z "$CLEAN_TD" ] || rm -rf "$CLEAN_TD"; rm -rf "$DIR.bin" "$DIR.doc"' EXIT
 
 if [ -n "${HELPERS_DIR:-}" ]; then
     # The release, as tools/release/make-prebuilt.sh makes it, on a local
@@ -104,6 +113,38 @@ done
 ! grep -q "does not exist in the artifact" "$DIR/typo.err" || fail "buck2's own missing-path error instead of rocpack's"
 echo "e2e/buck2: ok: a group missing from the config: $(grep -m1 -o '^rocpack: root//app:mathlib_typo: no package [^:]*' "$DIR/typo.err")" >&2
 
+# kpack_split's `archs` is checked whenever the split is built or used, not
+# only when its [archs] sub-target is: a split whose archs differ fails
+# `buck2 build` of the split itself and of a recombine over it.
+cat >> app/BUCK <<'EOF2'
+
+kpack_split(
+    name = "split_wrong_archs",
+    srcs = glob(["art/**"]),
+    archs = ["gfx1151", "gfx90a"],
+    artifact_prefix = "mathlib",
+    shard = "gfx1151-build",
+    split_databases = ["rocblas"],
+)
+
+kpack_recombine(
+    name = "mathlib_wrong_archs",
+    component = "mathlib",
+    config = "packaging-config.json",
+    group = "gfx115X",
+    shards = [":split_wrong_archs"],
+)
+EOF2
+t0=$SECONDS
+for t in split_wrong_archs mathlib_wrong_archs; do
+    rc=0; b2 build "//app:$t" >/dev/null 2>"$DIR/archs.err" || rc=$?
+    [ "$rc" -ne 0 ] || { cp "$DIR.BUCK" app/BUCK; fail "//app:$t built although the split's archs are not [gfx1151 gfx90a]"; }
+    grep -qF "kpack_split: expected archs [gfx1151 gfx90a], the split produced [gfx1151 gfx906 gfx906:xnack-]" "$DIR/archs.err" \
+        || { cp "$DIR.BUCK" app/BUCK; cat "$DIR/archs.err" >&2; fail "//app:$t failed without the archs message"; }
+done
+cp "$DIR.BUCK" app/BUCK
+echo "e2e/buck2: ok: a split with other archs fails its build and a recombine over it ($((SECONDS - t0)) s)" >&2
+
 # The commit of a snapshot, from its metadata.txt (what snapctl recorded).
 commit_of() { # METADATA LIBRARY
     sed -n "s/^  $2: \([0-9a-f]\{40\}\)\$/\1/p" "$1"
@@ -136,6 +177,20 @@ consumer: rcclx channel=last_stable rocm=6.4 commit=$rcclx_last_64 sum=6" -m sna
 # Dev for a version without any snapshot.
 expect_hello dev_71 "consumer: fooccl channel=dev rocm=7.1 commit=source prod=24
 consumer: rcclx channel=dev rocm=7.1 commit=source sum=6" -m rocm71
+
+# docs/buck2.md's console blocks of this project (`buck2-transcript: e2e`),
+# every command as written, its `buck2 run` output exactly.
+t=$SECONDS
+"$repo/tests/snapshot/doc-blocks.sh" "$DIR.doc" "$repo/docs/buck2.md"
+ntx=0
+for k in $(seq 1 "$(find "$DIR.doc" -name '*.where' | wc -l)"); do
+    [ "$(cat "$DIR.doc/$k.marker")" = buck2-transcript ] && [ "$(cat "$DIR.doc/$k.args")" = e2e ] || continue
+    "$repo/tests/buck2/transcript.sh" "$BUCK2" "$ISO" "$DIR.doc/$k.body" "$(cat "$DIR.doc/$k.where")" "${CFG[@]}" \
+        || fail "docs/buck2.md's transcript at $(cat "$DIR.doc/$k.where")"
+    ntx=$((ntx + 1))
+done
+[ "$ntx" -ge 1 ] || fail "docs/buck2.md has no buck2-transcript: e2e block"
+echo "e2e/buck2: ok: docs/buck2.md's $ntx console block(s) of this project ($((SECONDS - t)) s)" >&2
 
 # A missing snapshot of the consumer's own library: its names, not rcclx's.
 if b2 build -m fooccl_last_stable -m rocm70 //app:hello >/dev/null 2>"$DIR/missing.err"; then
@@ -181,13 +236,12 @@ if [ -n "${HELPERS_DIR:-}" ]; then
     [ ! -s "$DIR/what-ran" ] || { cat "$DIR/what-ran" >&2; fail "a PATH change reran actions"; }
     echo "e2e/buck2: ok: another PATH, nothing ran" >&2
 
-    # kpack verify of the packages, given as symlinked package dirs.
+    # kpack verify of the packages, given as symlinked package dirs, through
+    # the toolchain: docs/buck2.md's block (`buck2-run: verify`) as written.
     b2 build //app:mathlib_generic //app:mathlib_gfx115X --show-full-output > "$DIR/pk.out" 2>/dev/null || fail "packages"
-    mkdir -p "$DIR/verify"
-    while read -r t path; do ln -sfn "$path" "$DIR/verify/${t##*:}"; done < <(grep '^root//app:mathlib_' "$DIR/pk.out")
-    [ "$(ls "$DIR/verify" | wc -l)" = 2 ] || fail "package outputs: $(cat "$DIR/pk.out")"
-    "$HELPERS_DIR/kpack" verify --artifacts-dir "$DIR/verify" > "$DIR/verify.out" 2>&1 \
-        || { cat "$DIR/verify.out" >&2; fail "kpack verify of symlinked package dirs"; }
+    PATH="$DIR.bin:$PATH" "$repo/tests/snapshot/doc-run.sh" "$repo/docs/buck2.md" buck2-run verify > "$DIR/verify.out" 2>&1 \
+        || { cat "$DIR/verify.out" >&2; fail "docs/buck2.md's kpack verify of symlinked package dirs"; }
+    [ "$(ls "$DIR/verify" | wc -l)" = 2 ] && [ -L "$DIR/verify/mathlib_gfx115X" ] || fail "verify/ holds: $(ls -l "$DIR/verify")"
     grep -Eq 'OK: [1-9][0-9]* packages?' "$DIR/verify.out" || { cat "$DIR/verify.out" >&2; fail "kpack verify checked no package"; }
     echo "e2e/buck2: ok: kpack verify: $(grep -E 'OK: ' "$DIR/verify.out" | head -1)" >&2
     listing() { (cd "$1" && find -L . -type f -print0 | LC_ALL=C sort -z | xargs -0 sha256sum); }

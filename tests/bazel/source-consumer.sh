@@ -1,27 +1,30 @@
 #!/usr/bin/env bash
 # A source snapshot in a consumer workspace, as docs/rules/consumers.md
 # ("Source snapshots") tells users: the page's `source-step` blocks run as
-# written (files appended, the `snapctl create --kind source` block run from
-# the workspace root), with libs/rcl/src a library of the workspace's own git
-# repository:
+# written (files appended: `file all|MODE PATH`, the WORKSPACE lines in
+# WORKSPACE mode, the MODULE.bazel ones with bzlmod; the `snapctl create
+# --kind source` block run from the workspace root), with libs/rcl/src a
+# library of the workspace's own git repository:
 #   * two cuts (commits "rcl 1", "rcl 2"): stable holds rcl 2, last-stable rcl 1;
 #   * a program linking //libs/rcl prints the working tree's rcl (dev), rcl 2
 #     (stable) and rcl 1 (last_stable), selected with the page's flag;
 #   * `bazel test //libs/rcl:rcl_check_test` is green, then red after an
 #     unrecorded edit of the stable tree, naming the file.
 #
-#   tests/bazel/source-consumer.sh CONSUMER_DIR
-# CONSUMER_DIR: a WORKSPACE-mode workspace assembled by tests/bazel/vendored.sh
-# (its Bazel server is reused); needs git.
+#   tests/bazel/source-consumer.sh MODE CONSUMER_DIR
+# MODE: workspace or bzlmod; CONSUMER_DIR: a workspace of that mode assembled
+# by tests/bazel/vendored.sh (its Bazel server is reused; its commands take
+# no flags); needs git.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-C="$(cd "$1" && pwd)"
+MODE="$1" C="$(cd "$2" && pwd)"
 export LC_ALL=C
 T="$(mktemp -d /tmp/rocpack-srcsnap.XXXXXX)"
 trap 'rm -rf "$T"' EXIT
 die() { printf 'FAILED: [source-consumer] %s\n' "$*" >&2; exit 1; }
 TS=$SECONDS
 step() { printf '    (%ds)\n==> [source-consumer] %s\n' $((SECONDS - TS)) "$*" >&2; TS=$SECONDS; }
+case "$MODE" in workspace|bzlmod) ;; *) die "MODE must be workspace or bzlmod" ;; esac
 command -v git >/dev/null || die "needs git"
 
 "$ROOT/tests/snapshot/doc-blocks.sh" "$T/blocks" "$ROOT/docs/rules/consumers.md"
@@ -29,12 +32,13 @@ steps=()
 for i in $(seq 1 "$(find "$T/blocks" -name '*.where' | wc -l)"); do
     [ "$(cat "$T/blocks/$i.marker")" = source-step ] && steps+=("$i")
 done
-[ "${#steps[@]}" -ge 4 ] || die "docs/rules/consumers.md has ${#steps[@]} source-step blocks"
+[ "${#steps[@]}" -ge 5 ] || die "docs/rules/consumers.md has ${#steps[@]} source-step blocks"
 run_step() { # N: what the page says to do with block N
-    local kind path
-    read -r kind path < "$T/blocks/$1.args" || true
+    local kind mode path
+    read -r kind mode path < "$T/blocks/$1.args" || true
     case "$kind" in
-        file) mkdir -p "$(dirname "$C/$path")"; cat "$T/blocks/$1.body" >> "$C/$path" ;;
+        file) [ "$mode" = all ] || [ "$mode" = "$MODE" ] || return 0
+              mkdir -p "$(dirname "$C/$path")"; cat "$T/blocks/$1.body" >> "$C/$path" ;;
         run) (cd "$C" && bash -euo pipefail "$T/blocks/$1.body") >"$T/run.$1.out" 2>&1 \
                 || { tail -30 "$T/run.$1.out" >&2; die "the page's block $(cat "$T/blocks/$1.where") failed"; } ;;
         *) die "unknown source-step kind '$kind'" ;;

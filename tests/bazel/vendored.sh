@@ -5,6 +5,8 @@
 # made by tools/release/make-prebuilt.sh (file:// URL), the packages of
 # e2e/bazel-workspace. Then:
 #   * bazel build //... and bazel test //... (the nested checkout ignored);
+#     //... still builds with a stale bazel-<workspace> link once the page's
+#     line adds it to .bazelignore;
 #   * the same build with another PATH runs nothing (execution log empty);
 #   * a ROCm version no list names (7.2): snapctl create + .update, then the
 #     stable 7.2 snapshot of fooccl is linked;
@@ -13,8 +15,8 @@
 #   * a guarded snapshot library from the page, a dependency header changed
 #     under it, and the printed fix run (tests/bazel/abi-recovery.sh);
 #   * the page's `consumer-run` blocks as written (kpack verify of symlinked
-#     packages, per-library channels), and, in WORKSPACE mode with git, its
-#     source-snapshot section (tests/bazel/source-consumer.sh);
+#     packages, per-library channels), and its source-snapshot section, in
+#     either mode (tests/bazel/source-consumer.sh; needs git);
 #   * a group missing from the packaging config fails with rocpack's message;
 #   * with FROM_SOURCE_SEED=TARGET_DIR (a cargo target dir holding a dev
 #     `cargo build -p kpack -p snapctl`): the helpers from source with the
@@ -51,7 +53,8 @@ step "assemble: e2e/bazel-workspace's packages, rocpack at third_party/rocpack, 
 mkdir -p "$C/third_party/rocpack"
 for d in app fx libs wheel; do cp -R "$ROOT/e2e/bazel-workspace/$d" "$C/"; done
 # What a clone of rocpack holds (tracked and untracked, non-ignored files);
-# without git (the Bazel 7 chroot's copy): the tree minus build outputs.
+# outside a git checkout (the Bazel 7 chroot's copy has no .git): the tree
+# minus build outputs.
 if command -v git >/dev/null && git -C "$ROOT" rev-parse --git-dir >/dev/null 2>&1; then
     (cd "$ROOT" && git ls-files -co --exclude-standard -z | tar -cf - --null -T -)
 else
@@ -72,15 +75,9 @@ for i in $(doc_blocks consumer-file); do
     [ "$m" = "$MODE" ] || [ "$m" = all ] || continue
     mkdir -p "$(dirname "$C/$f")"; cat "$T/doc/$i.body" >> "$C/$f"
 done
-doc_run() { # NAME: the page's `<!-- consumer-run: NAME -->` block, as written, from the workspace root
-    local i
-    for i in $(doc_blocks consumer-run); do
-        [ "$(cat "$T/doc/$i.args")" = "$1" ] || continue
-        (cd "$C" && bash -euo pipefail "$T/doc/$i.body") >"$T/run.$1.out" 2>&1 \
-            || { tail -30 "$T/run.$1.out" >&2; die "the page's block $(cat "$T/doc/$i.where") failed"; }
-        return 0
-    done
-    die "docs/rules/consumers.md has no consumer-run: $1 block"
+doc_run() { # PAGE NAME: PAGE's `<!-- consumer-run: NAME -->` block, as written, from the workspace root
+    (cd "$C" && "$ROOT/tests/snapshot/doc-run.sh" "$ROOT/$1" consumer-run "$2") >"$T/run.$2.out" 2>&1 \
+        || { tail -30 "$T/run.$2.out" >&2; die "$1's consumer-run: $2 block failed"; }
 }
 for f in .bazelignore .bazelrc $([ "$MODE" = bzlmod ] && echo MODULE.bazel WORKSPACE.bzlmod || echo WORKSPACE); do
     [ -f "$C/$f" ] || die "docs/rules/consumers.md gives no $f for $MODE mode"
@@ -88,7 +85,13 @@ done
 
 step "prebuilt helpers: tools/release/make-prebuilt.sh, pasted as the docs say"
 bindir="$T/bin"; mkdir -p "$bindir"; cp "$KPACK" "$bindir/kpack"; cp "$SNAPCTL" "$bindir/snapctl"
-"$ROOT/tools/release/make-prebuilt.sh" --out "$T/release" --bin-dir "$bindir" --base-url "file://$T/release" > "$T/snippets"
+# The whole release, librocm_kpack included: the callers' helper directories
+# (target/ci-helpers, rules/bazel/prebuilt) hold both libraries beside kpack.
+"$ROOT/tools/release/make-prebuilt.sh" --out "$T/release" --bin-dir "$bindir" --lib-dir "$(dirname "$KPACK")" \
+    --base-url "file://$T/release" > "$T/snippets" 2> "$T/release.err" || { cat "$T/release.err" >&2; die "make-prebuilt.sh"; }
+! grep -q WARNING "$T/release.err" || { cat "$T/release.err" >&2; die "make-prebuilt.sh warned"; }
+tar -tzf "$T/release"/rocpack-*.tar.gz > "$T/release.list"
+grep -qx 'lib/librocm_kpack.a' "$T/release.list" || { cat "$T/release.list" >&2; die "the release archive holds no lib/librocm_kpack.a"; }
 section() { awk -v s="$1" '/^# --- / { on = index($0, s) > 0; next } on' "$T/snippets"; }
 if [ "$MODE" = bzlmod ]; then
     section "MODULE.bazel" >> "$C/MODULE.bazel"
@@ -112,6 +115,21 @@ n="$(grep -c '"mnemonic": *"KpackRecombine"' "$T/cold.json" || true)"
 [ "$n" = 2 ] || die "$n kpack recombine actions, expected 2 (one for kpack_packages, one for fx_lib_rdna4_only)"
 step "bazel test //..."
 bazel test "${F[@]}" //... || die "bazel test //..."
+
+step "a stale bazel-<workspace> link (left by another --output_base): the page's .bazelignore line keeps //... working"
+# What such a link leads to: that output base's execroot, whose entries
+# link back to the workspace's, third_party/rocpack included.
+stale="$T/other-output-base/execroot/$(basename "$C")"
+mkdir -p "$stale" && ln -s "$C/third_party" "$stale/third_party"
+ln -sfn "$stale" "$C/bazel-$(basename "$C")"
+if bazel build "${F[@]}" //... >"$T/stale.out" 2>&1; then
+    echo "    without the line: this Bazel skipped the stale link" >&2
+else
+    echo "    without the line: $(grep -m1 'ERROR' "$T/stale.out" | cut -c1-160)" >&2
+fi
+ln -sfn "$stale" "$C/bazel-$(basename "$C")"
+doc_run docs/rules/consumers.md stale-link
+bazel build "${F[@]}" //... >"$T/stale.out" 2>&1 || { tail -20 "$T/stale.out" >&2; die "bazel build //... with a stale bazel-$(basename "$C") link listed in .bazelignore"; }
 
 step "a group missing from the packaging config (a typo): rocpack's message naming the group, the config and the fix"
 cp fx/BUILD.bazel "$T/fx.BUILD"
@@ -177,14 +195,17 @@ step "ABI drift under a guarded snapshot, recovered as the page says (tests/baze
 grep '^common:debian7 ' .bazelrc | sed 's/^common:debian7 /common /' >> .bazelrc || true
 bash "$ROOT/tests/bazel/abi-recovery.sh" "$C" || die "abi-recovery"
 
-step "the page's consumer-run blocks as written: Verifying rule outputs, per-library channels"
-doc_run verify
+step "the docs' consumer-run blocks as written: Verifying rule outputs, per-library channels (consumers.md, README), counting spawns (remote-execution.md)"
+doc_run docs/rules/consumers.md verify
 grep -Eq 'OK: [1-9][0-9]* packages?' "$T/run.verify.out" || { cat "$T/run.verify.out" >&2; die "the page's kpack verify checked no package"; }
-doc_run channels
-if [ "$MODE" = workspace ] && command -v git >/dev/null; then
-    step "a source snapshot as the page says (tests/bazel/source-consumer.sh)"
-    bash "$ROOT/tests/bazel/source-consumer.sh" "$C" || die "source-consumer"
-fi
+doc_run docs/rules/consumers.md channels
+doc_run README.md channels
+grep -q '^fooccl channel=stable rocm=7.0 commit=' "$T/run.channels.out" || { cat "$T/run.channels.out" >&2; die "README's per-library channels: fooccl is not stable 7.0"; }
+grep -q '^barccl channel=dev rocm=7.0 commit=source' "$T/run.channels.out" || { cat "$T/run.channels.out" >&2; die "README's per-library channels: barccl is not dev"; }
+doc_run docs/remote-execution.md execlog
+grep -q '^total [0-9]* spawns' "$T/run.execlog.out" || { cat "$T/run.execlog.out" >&2; die "execlog.py printed no summary"; }
+step "a source snapshot as the page says, $MODE mode (tests/bazel/source-consumer.sh)"
+bash "$ROOT/tests/bazel/source-consumer.sh" "$MODE" "$C" || die "source-consumer"
 [ -n "${FROM_SOURCE_SEED:-}" ] || { step "vendored consumer ($MODE) passed"; exit 0; }
 
 step "helpers from source with the defaults, interrupted by kill -9 of cargo, then rebuilt"

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# Recovering from ABI drift in a Buck2 consumer project, as the guard's
-# message and docs/buck2.md ("When the ABI guard fires") tell users:
-#   * libs/mylib, a guarded prebuilt_snapshot (abi_inputs = the exported
-#     header of libs/dep), cut twice with `buck2 run
-#     toolchains//:rocpack_snapctl -- create` as docs/buck2.md shows it (plus
-#     --abi-input): stable r2 and last-stable r1 of ROCm 6.4, each recording
-#     its header and commit; every channel builds and runs;
+# Recovering from ABI drift in a Buck2 consumer project, as docs/buck2.md
+# ("Using rocpack from another project", "When the ABI guard fires") and the
+# guard's message tell users:
+#   * the page's `buck2-step` blocks run as written (files appended or put on
+#     top, the shell block run from the project root): libs/dep, and
+#     libs/mylib, a guarded prebuilt_snapshot cut twice (commits r1, r2:
+#     stable r2 and last-stable r1 of ROCm 6.4, each recording its header,
+#     commit and the ABI input libs/dep/dep.h); every channel builds and runs;
 #   * libs/dep/dep.h changes: `buck2 build //...` still works (dev
 #     selected), `buck2 test //...` fails on exactly the two `_abi_test`s,
 #     each naming its channel, the changed file and its fix; a build
@@ -21,49 +22,49 @@
 #
 #   tests/buck2/abi-recovery.sh BUCK2 PROJECT_DIR ISOLATION [buck2 -c flags...]
 # PROJECT_DIR: the consumer project e2e/buck2/run.sh assembled (rocpack at
-# third_party/rocpack; its daemon is reused). The printed commands say
-# `buck2`: they run with a `buck2` on PATH that is BUCK2 with ISOLATION and
-# the -c flags (build/run/test), so they share the caller's daemon.
+# third_party/rocpack; its daemon is reused). The page's and the printed
+# commands say `buck2`: they run with a `buck2` on PATH that is BUCK2 with
+# ISOLATION and the -c flags (tests/buck2/buck2-on-path.sh).
 set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 BUCK2="$1" C="$(cd "$2" && pwd)" ISO="$3"; shift 3
-CFG=("$@")
 export LC_ALL=C
 T="$(mktemp -d /tmp/rocpack-b2abi.XXXXXX)"
+export TMPDIR="$T"
 trap 'rm -rf "$T"' EXIT
 die() { printf 'FAILED: [buck2 abi-recovery] %s\n' "$*" >&2; exit 1; }
 TS=$SECONDS
 step() { printf '    (%ds)\n==> [buck2 abi-recovery] %s\n' $((SECONDS - TS)) "$*" >&2; TS=$SECONDS; }
 
-# `buck2` as the printed commands call it.
-mkdir "$T/bin"
-{
-    printf '#!/usr/bin/env bash\n'
-    printf 'sub="$1"; shift\n'
-    printf 'case "$sub" in build|run|test) exec %q --isolation-dir %q "$sub"' "$BUCK2" "$ISO"
-    [ ${#CFG[@]} -eq 0 ] || printf ' %q' "${CFG[@]}"
-    printf ' "$@" ;; *) exec %q --isolation-dir %q "$sub" "$@" ;; esac\n' "$BUCK2" "$ISO"
-} > "$T/bin/buck2"
-chmod +x "$T/bin/buck2"
+"$ROOT/tests/buck2/buck2-on-path.sh" "$BUCK2" "$ISO" "$T/bin" "$@"
 export PATH="$T/bin:$PATH"
 plain() { sed -E -e 's/\x1b\[[0-9;]*m//g' -e 's/^\[[0-9T:.+-]+\] //' "$1"; }   # no colours, no time stamps
+
+# The page's buck2-step blocks, in page order (tests/snapshot/doc-blocks.sh).
+"$ROOT/tests/snapshot/doc-blocks.sh" "$T/blocks" "$ROOT/docs/buck2.md"
+steps=()
+for i in $(seq 1 "$(find "$T/blocks" -name '*.where' | wc -l)"); do
+    [ "$(cat "$T/blocks/$i.marker")" = buck2-step ] && steps+=("$i")
+done
+[ "${#steps[@]}" -ge 5 ] || die "docs/buck2.md has ${#steps[@]} buck2-step blocks"
+run_step() { # N: what the page says to do with block N
+    local kind path
+    read -r kind path < "$T/blocks/$1.args" || true
+    case "$kind" in
+        file) mkdir -p "$(dirname "$C/$path")"; cat "$T/blocks/$1.body" >> "$C/$path" ;;
+        file-top) cat "$T/blocks/$1.body" "$C/$path" > "$T/top" && mv "$T/top" "$C/$path" ;;
+        run) (cd "$C" && bash -euo pipefail "$T/blocks/$1.body") >"$T/run.$1.out" 2>&1 \
+                || { tail -30 "$T/run.$1.out" >&2; die "the page's block $(cat "$T/blocks/$1.where") failed"; } ;;
+        *) die "unknown buck2-step kind '$kind' ($(cat "$T/blocks/$1.where"))" ;;
+    esac
+}
 cd "$C"
 
-step "libs/dep and libs/mylib (two releases r1, r2); the first two snapshots, cut as docs/buck2.md shows"
+step "libs/dep, libs/mylib (two releases r1, r2): docs/buck2.md's steps, its snapshot cut run for r1 and r2"
 mkdir -p libs/dep libs/mylib/src libs/mylib/include
 cat > libs/dep/dep.h <<'H'
 struct dep_point { int x; int y; };
 H
-cat > libs/dep/BUCK <<'B'
-# The dependency's header, as its own target (the path the snapshot records: libs/dep/dep.h).
-export_file(name = "dep.h", src = "dep.h", visibility = ["PUBLIC"])
-
-cxx_library(
-    name = "dep",
-    exported_headers = {"libs/dep/dep.h": ":dep.h"},
-    header_namespace = "",
-    visibility = ["PUBLIC"],
-)
-B
 cat > libs/mylib/include/mylib.h <<'H'
 struct dep_point;
 int mylib_sum(const struct dep_point *p);
@@ -88,70 +89,26 @@ H
 }
 release r1; release r2
 checkout() { cp "$T/$1.c" libs/mylib/src/mylib.c; }
-SOURCE_BUCK='cxx_library(
-    name = "mylib_source",
-    srcs = ["src/mylib.c"],
-    exported_headers = {"mylib.h": "include/mylib.h"},
-    header_namespace = "",
-    deps = ["//libs/dep:dep"],
-)
-'
-printf '%s' "$SOURCE_BUCK" > libs/mylib/BUCK
-cut_release() { # COMMIT: snapctl create of mylib at COMMIT (the archive named like `artifact`)
-    checkout "$1"
-    local a
-    a="$(buck2 build --show-full-simple-output '//libs/mylib:mylib_source[static]' 2>"$T/cut.err")" \
-        || { tail -20 "$T/cut.err" >&2; die "buck2 build of mylib_source[static] ($1)"; }
-    cp "$a" "$T/libmylib.a"
-    buck2 run toolchains//:rocpack_snapctl -- create --snapshots-root "$PWD/libs/mylib/snapshots" \
-        --store "$PWD/libs/mylib/store" --version 6.4 --artifact "$T/libmylib.a" --prefix MYLIB \
-        --checksums "$PWD/libs/mylib/stable_checksums.bzl" --header "$PWD/libs/mylib/include/mylib.h" --commit "mylib=$1" \
-        --abi-base "$PWD" --abi-input "$PWD/libs/dep/dep.h" >"$T/create.out" 2>&1 \
-        || { tail -20 "$T/create.out" >&2; die "snapctl create ($1)"; }
-}
-cut_release r1
-cut_release r2
-checkout r2
+checkout r1
+ran=0
+for i in "${steps[@]}"; do
+    read -r kind _ < "$T/blocks/$i.args" || true
+    if [ "$kind" = run ] && [ "$ran" = 0 ]; then
+        MYLIB_COMMIT=r1 run_step "$i"                      # cut r1
+        checkout r2
+        MYLIB_COMMIT=r2 run_step "$i"                      # cut r2: r1 -> last-stable
+        ran=1
+    else
+        run_step "$i"
+    fi
+done
+[ "$ran" = 1 ] || die "no buck2-step run block"
 grep -q "mylib: r1" libs/mylib/snapshots/last-stable/6.4/metadata.txt || die "last-stable does not record r1"
 grep -q "mylib: r2" libs/mylib/snapshots/stable/6.4/metadata.txt || die "stable does not record r2"
 grep -q '"libs/dep/dep.h"' libs/mylib/stable_checksums.bzl || die "the checksums file records no ABI input libs/dep/dep.h"
-{
-    printf '%s\n' 'load("@rocpack//rules/buck2:defs.bzl", "prebuilt_snapshot", "stable_checksums")'
-    printf '%s\n' 'load(":stable_checksums.bzl", "MYLIB_LAST_STABLE_CHECKSUMS", "MYLIB_SNAPSHOT_ARTIFACTS", "MYLIB_STABLE_CHECKSUMS")'
-    printf '\n%s\n' "$SOURCE_BUCK"
-    cat <<'B'
-prebuilt_snapshot(
-    name = "mylib",
-    abi_inputs = ["//libs/dep:dep.h"],
-    checksums_prefix = "MYLIB",
-    checksums_target = ":stable_checksums",
-    channel_define = "MYLIB_SNAPSHOT_CHANNEL",
-    dev = ":mylib_source",
-    last_stable_checksums = MYLIB_LAST_STABLE_CHECKSUMS,
-    local_store = "store",
-    snapshot_artifacts = MYLIB_SNAPSHOT_ARTIFACTS,
-    stable_checksums = MYLIB_STABLE_CHECKSUMS,
-)
-
-stable_checksums(
-    name = "stable_checksums",
-    srcs = glob(["snapshots/**/metadata.txt"]),
-    prefix = "MYLIB",
-)
-
-cxx_binary(
-    name = "mylib_demo",
-    srcs = ["demo.c"],
-    deps = [
-        ":mylib",
-        "//libs/dep:dep",
-    ],
-)
-B
-} > libs/mylib/BUCK
-. "$(dirname "${BASH_SOURCE[0]}")/../snapshot/abi-recovery-checks.sh"   # kept, recut_kept
+. "$ROOT/tests/snapshot/abi-recovery-checks.sh"   # kept, recut_kept
 kept stable > "$T/stable.kept"; kept last-stable > "$T/last.kept"
-grep -q "mylib.h" "$T/stable.kept" || die "create recorded no header"
+grep -q "mylib.h" "$T/stable.kept" || die "the page's create recorded no header"
 
 demo() { # CHANNEL: what //libs/mylib:mylib_demo prints with that channel of mylib
     buck2 run -m "//libs/mylib:mylib_channel_$1" -m rocm64 //libs/mylib:mylib_demo 2>"$T/demo.err" \

@@ -15,7 +15,8 @@
 #     blob from a remote store (rocpack_snapshots).
 #   * a bzlmod consumer assembled from docs/rules/consumers.md, rocpack
 #     vendored at third_party/rocpack, helpers from the release script
-#     (tests/bazel/vendored.sh bzlmod).
+#     (tests/bazel/vendored.sh bzlmod), with the page's source-snapshot
+#     section in its bzlmod spelling (tests/bazel/source-consumer.sh).
 #
 #   tests/ci/55-bazel7.sh     # as root; first run ~5-10 min + 2.3 GB, then the chroot is reused
 #
@@ -44,7 +45,11 @@ skip() { printf '\n!!! SKIPPED: the Bazel 7 stage did not run: %s !!!\n\n' "$*" 
 [ "$(id -u)" -eq 0 ] || skip "needs root (debootstrap, chroot, mounts); run as root"
 CHROOT="${ROCPACK_SID_CHROOT:-/var/tmp/rocpack-sid}"
 MIRROR="${ROCPACK_SID_MIRROR:-http://deb.debian.org/debian}"
-SID_PKGS="bazel-bootstrap gcc libc6-dev binutils python3 python3-pip"
+# git: snapctl create --kind source (the vendored consumer's source-snapshot
+# section). A cached chroot whose stamp ($READY) names other packages gets
+# the missing ones by apt-get in place (--no-upgrade: those it has stay at
+# their versions), never a new debootstrap.
+SID_PKGS="bazel-bootstrap gcc libc6-dev binutils python3 python3-pip git"
 READY="$CHROOT/.rocpack-ready"
 
 PREPARE=0
@@ -115,7 +120,7 @@ if [ "$(cat "$READY" 2>/dev/null)" != "$SID_PKGS" ]; then
     chroot "$CHROOT" env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin SID_PKGS="$SID_PKGS" bash -c 'set -e
         dpkg --configure -a
         apt-get update -q
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $SID_PKGS' \
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends --no-upgrade $SID_PKGS' \
         >"$CHROOT.apt.log" 2>&1 || { tail -20 "$CHROOT.apt.log" >&2; die "apt-get install in the chroot failed"; }
     echo "$SID_PKGS" > "$READY"
 fi
@@ -236,7 +241,7 @@ cmp bazel-bin/snap/stable_rocm64/librcclx-dev.a /workspace/examples/rcclx/store/
 echo "  consumer module OK: prebuilt toolchain gives identical blas_lib_gfx110X; stable 6.4 blob fetched and verified"
 bazel shutdown
 '
-step "vendored consumer (bzlmod): third_party/rocpack, docs/rules/consumers.md's files, release-script helpers, ROCm 7.2, PATH change, kpack verify"
+step "vendored consumer (bzlmod): third_party/rocpack, docs/rules/consumers.md's files, release-script helpers, ROCm 7.2, PATH change, kpack verify, the source-snapshot section"
 in_chroot bash /workspace/tests/bazel/vendored.sh bzlmod /workspace/rules/bazel/prebuilt/kpack /workspace/rules/bazel/prebuilt/snapctl --config=debian7
 
 step "Bazel 7 check passed"

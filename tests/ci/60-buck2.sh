@@ -5,8 +5,10 @@
 #    is skipped with a loud message (users install buck2 from its releases);
 #  * a cold `buck2 build //...` (fresh daemon and buck-out; the helpers come
 #    from the cargo target dir shared with stage 10, so they are not rebuilt);
-#  * `buck2 test //...`; every command of README's Buck2 transcript, with its
-#    output compared (runs exactly, builds and tests line by line);
+#  * `buck2 test //...`; every command of the console blocks of README's
+#    Buck2 section and docs/buck2.md (marked `buck2-transcript: root`), with
+#    its output compared (runs exactly, builds and tests line by line;
+#    tests/buck2/transcript.sh);
 #  * source snapshots per channel and their freshness test (naming the edited
 #    file); the ABI-drift guard with a real break (examples/abi_guard/check-buck2.sh);
 #  * the missing-snapshot failure; stable_checksums `.update` and its test
@@ -76,15 +78,9 @@ run_logged() {
     fi
 }
 
-# Paths, hashes and isolation dir out of buck2's messages.
-normalize() {
-    sed -E -e "s#buck-out/$ISO/#buck-out/v2/#g" \
-        -e 's#/(gen|art)/([a-z]+)/[0-9a-f]{16}/#/\1/\2/<hash>/#g' \
-        -e 's/\x1b\[[0-9;]*m//g' -e 's/^\[[0-9T:.+-]+\] //' -e 's/^[[:space:]]+//' -e 's/[[:space:]]+$//'
-}
-
 step "helpers: cargo build -p kpack -p snapctl ($CARGO_PROFILE, target dir $CARGO_TD)"
-cargo fetch --locked
+# docs/buck2.md's block, as written (its `buck2-run: cargo-fetch`).
+tests/snapshot/doc-run.sh docs/buck2.md buck2-run cargo-fetch >"$WORK/fetch.out" 2>&1 || { cat "$WORK/fetch.out" >&2; die "docs/buck2.md's cargo fetch"; }
 CARGO_TARGET_DIR="$CARGO_TD" cargo build --locked -q --profile "$CARGO_PROFILE" -p kpack -p snapctl
 KPACK="$CARGO_TD/$PROFILE_DIR/kpack"
 done_step
@@ -106,52 +102,24 @@ step "C consumer of librocm_kpack: examples/runtime on rocpack//:rocm_kpack{,_st
 bash tests/ci/runtime-consumer.sh buck2 "$BUCK2_BIN" "$ISO" "${CFG[@]}" || die "runtime consumer"
 done_step
 
-step "README Buck2 transcript"
-# The console block between the buck2-transcript markers: "$ buck2 ..." lines
-# and their output. `buck2 run`: stdout must be exactly the lines shown.
-# Others: every shown line (hashes normalised; "..." skipped) must appear in
-# the output, and a command whose lines contain "error:" must fail.
-awk '/<!-- buck2-transcript:start -->/{on=1; next} /<!-- buck2-transcript:end -->/{on=0} on' README.md \
-    | grep -v '^```' > "$WORK/transcript"
-[ -s "$WORK/transcript" ] || die "README has no buck2 transcript"
-check_cmd() {
-    local cmd="$1" expect="$2" i="$3" rc=0 line  # line: the caller reads into it too
-    read -r -a argv <<< "${cmd#\$ buck2 }"
-    local sub="${argv[0]}"
-    # </dev/null: buck2 would otherwise read the rest of the transcript.
-    b2c "$sub" "${argv[@]:1}" </dev/null >"$WORK/t$i.out" 2>"$WORK/t$i.err" || rc=$?
-    if grep -q "error:" "$expect"; then
-        [ "$rc" -ne 0 ] || die "'$cmd' succeeded; README shows it failing"
-    else
-        [ "$rc" -eq 0 ] || { tail -30 "$WORK/t$i.err" >&2; die "'$cmd' failed (rc $rc)"; }
-    fi
-    if [ "$sub" = run ]; then
-        diff -u "$expect" "$WORK/t$i.out" >&2 || die "'$cmd': stdout differs from README"
-    else
-        cat "$WORK/t$i.out" "$WORK/t$i.err" | normalize > "$WORK/t$i.all"
-        normalize < "$expect" > "$expect.n"
-        while IFS= read -r line; do
-            [ "$line" = "..." ] && continue
-            grep -qxF -- "$line" "$WORK/t$i.all" \
-                || { cat "$WORK/t$i.all" >&2; die "'$cmd': README line not in the output: $line"; }
-        done < "$expect.n"
-    fi
-    printf '    ok: %s\n' "$cmd" >&2
-    checked=$((checked + 1))
-}
-checked=0
-n=0; cmd=""; : > "$WORK/expect"
-while IFS= read -r line; do
-    if [[ "$line" == '$ buck2 '* ]]; then
-        [ -n "$cmd" ] && check_cmd "$cmd" "$WORK/expect" "$n"
-        n=$((n + 1)); cmd="$line"; : > "$WORK/expect"
-    elif [ -n "$cmd" ]; then
-        printf '%s\n' "$line" >> "$WORK/expect"
-    fi
-done < "$WORK/transcript"
-[ -n "$cmd" ] && check_cmd "$cmd" "$WORK/expect" "$n"
-[ "$n" -ge 8 ] || die "README's transcript has only $n buck2 commands"
-[ "$checked" -eq "$n" ] || die "checked $checked of README's $n buck2 commands"
+step "the docs' Buck2 transcripts: README's and docs/buck2.md's console blocks, every command as written (tests/buck2/transcript.sh)"
+# The blocks marked `<!-- buck2-transcript: root -->` (tests/snapshot/doc-blocks.sh):
+# "$ buck2 ..." lines and their output; `buck2 run` stdout exactly, the
+# other commands line by line. (docs/buck2.md's `e2e` ones run in the
+# consumer project, e2e/buck2/run.sh.)
+tests/snapshot/doc-blocks.sh "$WORK/tx" README.md '## Buck2'
+tests/snapshot/doc-blocks.sh "$WORK/tx" docs/buck2.md
+blocks=0 cmds=0
+for k in $(seq 1 "$(find "$WORK/tx" -name '*.where' | wc -l)"); do
+    i="$WORK/tx/$k"
+    [ "$(cat "$i.marker")" = buck2-transcript ] && [ "$(cat "$i.args")" = root ] || continue
+    t=$SECONDS
+    tests/buck2/transcript.sh "$BUCK2_BIN" "$ISO" "$i.body" "$(cat "$i.where")" "${CFG[@]}" || die "the docs' transcript at $(cat "$i.where")"
+    blocks=$((blocks + 1)); cmds=$((cmds + $(grep -c '^\$ buck2 ' "$i.body")))
+    printf '    %s: %d s\n' "$(cat "$i.where")" $((SECONDS - t)) >&2
+done
+[ "$blocks" -ge 8 ] && [ "$cmds" -ge 24 ] || die "only $blocks transcript blocks ($cmds commands) in README's Buck2 section and docs/buck2.md"
+echo "    $blocks blocks, $cmds buck2 commands as written" >&2
 done_step
 
 step "source snapshots: examples/rcclx_source per channel (each channel dir a cell), rcl_check_test red on an unrecorded edit"

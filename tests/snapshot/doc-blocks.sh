@@ -4,8 +4,12 @@
 # nobody runs is a decision written next to it:
 #   <!-- abi-step: KIND [PATH] -->      tests/bazel/abi-recovery.sh (KIND: file, file-top, run, printed)
 #   <!-- consumer-file: MODE PATH -->   tests/bazel/vendored.sh appends it to PATH (MODE: workspace, bzlmod, all)
-#   <!-- consumer-run: NAME -->         tests/bazel/vendored.sh runs it at its step NAME
-#   <!-- source-step: KIND [PATH] -->   tests/bazel/source-consumer.sh (KIND: file, run)
+#   <!-- consumer-run: NAME -->         tests/bazel/vendored.sh runs it (doc_run PAGE NAME)
+#   <!-- source-step: KIND [MODE PATH] --> tests/bazel/source-consumer.sh (KIND: file, run; MODE: workspace, bzlmod, all)
+#   <!-- buck2-transcript: root|e2e --> tests/buck2/transcript.sh runs its "$ buck2" lines (tests/ci/60-buck2.sh, e2e/buck2/run.sh)
+#   <!-- buck2-run: NAME -->            tests/ci/60-buck2.sh or e2e/buck2/run.sh runs it (tests/snapshot/doc-run.sh)
+#   <!-- buck2-step: KIND [PATH] -->    tests/buck2/abi-recovery.sh (KIND: file, file-top, run)
+#   <!-- buck2-consumer-file: PATH -->  e2e/buck2/run.sh: e2e/buck2/PATH is this block
 #   <!-- doc-run: snapctl -->           tests/snapshot/doc-commands.sh runs it with bash -e
 #   <!-- not-run: REASON -->            no test runs it, for REASON (e.g. a synopsis, an output, a remote)
 # The marker is the last HTML comment before the opening fence (blank lines
@@ -31,9 +35,9 @@ awk -v d="$OUT" -v n="$first" -v f="$FILE" -v sec="$SECTION" '
         if (!on && index($0, sec) == 1) { on = 1; lvl = level($0) }
     }
     !on { next }
-    !inb && /^[ ]*<!-- [a-z-]+: .*-->[ ]*$/ {
+    !inb && /^[ ]*<!-- [a-z0-9-]+: .*-->[ ]*$/ {
         s = $0; sub(/^[ ]*<!-- /, "", s); sub(/[ ]*-->[ ]*$/, "", s)
-        marker = s; sub(/:.*$/, "", marker); args = s; sub(/^[a-z-]+: */, "", args); next
+        marker = s; sub(/:.*$/, "", marker); args = s; sub(/^[a-z0-9-]+: */, "", args); next
     }
     !inb && /^[ ]*```/ { match($0, /^ */); ind = RLENGTH; n++; inb = 1
         print f ":" NR > (d "/" n ".where"); print marker > (d "/" n ".marker"); print args > (d "/" n ".args")

@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Every fenced block of the snapshot and consumer docs accounted for, and the
 # snapctl ones run as written:
-#   * README's `snapctl` section, docs/cli/snapctl.md, docs/rules/snapshots.md
-#     and docs/rules/consumers.md are cut into blocks by
+#   * README's `snapctl`, `Bazel` and `Buck2` sections, docs/cli/snapctl.md,
+#     docs/rules/snapshots.md, docs/rules/consumers.md, docs/buck2.md and
+#     docs/remote-execution.md are cut into blocks by
 #     tests/snapshot/doc-blocks.sh; a block with no marker (or a `not-run`
-#     without a reason) fails, naming FILE:LINE;
+#     without a reason, a `consumer-run` or `buck2-run` no test runs) fails,
+#     naming FILE:LINE;
 #   * each `doc-run: snapctl` block runs, in page order, with `bash -euo
 #     pipefail` in one work directory holding the files the page names
 #     (librcclx-dev.a, rccl.h, liblib.a, dep/include/point.h,
@@ -12,7 +14,10 @@
 #     at tag v2.28) and SNAPCTL first on PATH;
 #   * `abi-step`, `consumer-file`, `consumer-run` and `source-step` blocks
 #     are run by tests/bazel/vendored.sh, tests/bazel/abi-recovery.sh and
-#     tests/bazel/source-consumer.sh (stages 50 and 55): here only counted.
+#     tests/bazel/source-consumer.sh (stages 50 and 55); `buck2-transcript`,
+#     `buck2-run`, `buck2-step` and `buck2-consumer-file` ones by
+#     tests/ci/60-buck2.sh, e2e/buck2/run.sh and tests/buck2/abi-recovery.sh
+#     (stage 60): here only counted.
 #
 #   tests/snapshot/doc-commands.sh SNAPCTL
 set -euo pipefail
@@ -24,25 +29,30 @@ trap 'rm -rf "$T"' EXIT
 die() { printf 'FAILED: [doc-commands] %s\n' "$*" >&2; exit 1; }
 
 B="$T/blocks"
-"$ROOT/tests/snapshot/doc-blocks.sh" "$B" "$ROOT/README.md" '## `snapctl`'
-for f in docs/cli/snapctl.md docs/rules/snapshots.md docs/rules/consumers.md; do
+for sec in '## `snapctl`' '## Bazel' '## Buck2'; do
+    "$ROOT/tests/snapshot/doc-blocks.sh" "$B" "$ROOT/README.md" "$sec"
+done
+for f in docs/cli/snapctl.md docs/rules/snapshots.md docs/rules/consumers.md docs/buck2.md docs/remote-execution.md; do
     "$ROOT/tests/snapshot/doc-blocks.sh" "$B" "$ROOT/$f"
 done
 n="$(find "$B" -name '*.where' | wc -l)"
-[ "$n" -ge 40 ] || die "only $n blocks in the snapshot and consumer docs"
+[ "$n" -ge 85 ] || die "only $n blocks in the snapshot and consumer docs"
 declare -A count=()
 bad=""
 runs=()
 for i in $(seq 1 "$n"); do
     m="$(cat "$B/$i.marker")" a="$(cat "$B/$i.args")" w="$(cat "$B/$i.where")"
-    w="${w#"$ROOT"/}"
+    w="${w#"$ROOT"/}" page="${w%:*}"
     case "$m" in
-        abi-step|consumer-file|source-step) ;;
-        consumer-run) grep -q "^doc_run $a\$" "$ROOT/tests/bazel/vendored.sh" \
-            || bad+="  $w: consumer-run: $a, but tests/bazel/vendored.sh has no 'doc_run $a'"$'\n' ;;
+        abi-step|consumer-file|source-step|buck2-step|buck2-consumer-file) ;;
+        consumer-run) grep -q "^doc_run $page $a\$" "$ROOT/tests/bazel/vendored.sh" \
+            || bad+="  $w: consumer-run: $a, but tests/bazel/vendored.sh has no 'doc_run $page $a'"$'\n' ;;
+        buck2-run) grep -qE "buck2-run $a( |\$)" "$ROOT/tests/ci/60-buck2.sh" "$ROOT/e2e/buck2/run.sh" \
+            || bad+="  $w: buck2-run: $a, but neither tests/ci/60-buck2.sh nor e2e/buck2/run.sh runs it"$'\n' ;;
+        buck2-transcript) case "$a" in root|e2e) ;; *) bad+="  $w: buck2-transcript: '$a' (root or e2e)"$'\n' ;; esac ;;
         doc-run) [ "$a" = snapctl ] || bad+="  $w: doc-run of '$a' (only snapctl)"$'\n'; runs+=("$i") ;;
         not-run) [ -n "$a" ] || bad+="  $w: not-run without a reason"$'\n' ;;
-        *) bad+="  $w: no marker (abi-step, consumer-file, consumer-run, source-step, doc-run or not-run: REASON)"$'\n' ;;
+        *) bad+="  $w: no marker (abi-step, consumer-file, consumer-run, source-step, buck2-transcript, buck2-run, buck2-step, buck2-consumer-file, doc-run or not-run: REASON)"$'\n' ;;
     esac
     count[${m:-none}]=$(( ${count[${m:-none}]:-0} + 1 ))
 done

@@ -1,7 +1,7 @@
 """kpack_packages (Buck2): every package of a packaging config from ONE `kpack recombine`."""
 
 load("//rules/common:kpack.bzl", "KPACK_GENERIC_GROUP", "kpack_package_dir_name", "kpack_package_target_names")
-load(":kpack_recombine.bzl", "kpack_recombine_owner", "kpack_recombine_run", "kpack_recombine_shards")
+load(":kpack_recombine.bzl", "kpack_recombine_checks", "kpack_recombine_owner", "kpack_recombine_run", "kpack_recombine_shards")
 load(":providers.bzl", "KpackPackageInfo", "KpackSplitInfo", "RocpackToolchainInfo")
 load(":toolchain.bzl", "toolchain_attr")
 
@@ -24,6 +24,7 @@ def _kpack_recombine_all_impl(ctx: AnalysisContext) -> list[Provider]:
         owner = kpack_recombine_owner(ctx),
         attr = "groups",
         out_name = ctx.label.name + ".recombine",
+        checks = kpack_recombine_checks(ctx),
     )
     packages = {}
     sub_targets = {}

@@ -22,7 +22,7 @@ printf "$fmt" "${missing# }" "${wrote# }" >&2
 exit 1
 """
 
-def kpack_recombine_run(actions: AnalysisActions, kpack: RunInfo, shards: dict[str, Artifact], config: Artifact, component: str, groups: list[str], owner: str, attr: str, out_name: str) -> Artifact:
+def kpack_recombine_run(actions: AnalysisActions, kpack: RunInfo, shards: dict[str, Artifact], config: Artifact, component: str, groups: list[str], owner: str, attr: str, out_name: str, checks: list[Artifact] = []) -> Artifact:
     """Registers one `kpack recombine`; returns its whole output directory.
 
     The action fails with rules/common's message (the group, the config
@@ -40,6 +40,7 @@ def kpack_recombine_run(actions: AnalysisActions, kpack: RunInfo, shards: dict[s
       owner: the target, for the message.
       attr: the attribute that named the groups ("group" or "groups").
       out_name: name of the declared output directory.
+      checks: outputs that must be built first (the splits' arch checks).
 
     Returns:
       The directory `kpack recombine` wrote (one `<component>_<group>/` per package).
@@ -71,6 +72,7 @@ def kpack_recombine_run(actions: AnalysisActions, kpack: RunInfo, shards: dict[s
             "--output-dir",
             out_dir.as_output(),
             [cmd_args("--staging-root", shards[s]) for s in sorted(shards)],
+            hidden = checks,
         ),
         category = "kpack_recombine",
         identifier = names[0] if len(names) == 1 else component,
@@ -81,6 +83,10 @@ def kpack_recombine_run(actions: AnalysisActions, kpack: RunInfo, shards: dict[s
 def kpack_recombine_owner(ctx: AnalysisContext) -> str:
     """The target of a recombine rule as the user writes it (for messages), without configuration."""
     return "%s//%s:%s" % (ctx.label.cell, ctx.label.package, ctx.label.name)
+
+def kpack_recombine_checks(ctx: AnalysisContext) -> list[Artifact]:
+    """The arch listings of the `shards` splits: a split whose `archs` do not match fails the recombine too."""
+    return [dep[KpackSplitInfo].archs_file for dep in ctx.attrs.shards]
 
 def kpack_recombine_shards(ctx: AnalysisContext) -> dict[str, Artifact]:
     """Shard name -> split output directory of the `shards` attribute, checked (rules/common's kpack_check_shards)."""
@@ -101,6 +107,7 @@ def _kpack_recombine_impl(ctx: AnalysisContext) -> list[Provider]:
         owner = kpack_recombine_owner(ctx),
         attr = "group",
         out_name = ctx.label.name + ".recombine",
+        checks = kpack_recombine_checks(ctx),
     )
     package = out.project(kpack_package_dir_name(ctx.attrs.component, ctx.attrs.group))
     return [

@@ -112,6 +112,9 @@ def _kpack_split_impl(ctx: AnalysisContext) -> list[Provider]:
     return [
         DefaultInfo(
             default_output = out_dir,
+            # The arch listing (and with `archs`, its check) is built with the
+            # split, as in Bazel, where one action makes both.
+            other_outputs = [archs_file],
             sub_targets = {
                 "archs": [DefaultInfo(default_output = archs_file)],
                 "generic": [DefaultInfo(default_output = out_dir.project(kpack_package_dir_name(prefix, "generic")))],
@@ -127,7 +130,9 @@ kpack_split = rule(
 The output directory `<name>.split/` has `<artifact_prefix>_generic/` (the
 host code, with markers, the generic files and artifact_manifest.txt) and, for
 each arch found, `<artifact_prefix>_<arch>/` (its `.kpack` files and database
-files only). Sub-targets: `[archs]` (the archs, one per line), `[generic]`.
+files only). `<name>.archs` (sub-target `[archs]`: the archs, one per line) is
+built with it, so `archs` is checked whenever the split is built or used.
+Sub-targets: `[archs]`, `[generic]`.
 """,
     attrs = dict({
         "archs": attrs.list(attrs.string(), default = [], doc = "Archs the split must produce (e.g. [\"gfx1100\", \"gfx906\"]). When given, the build fails unless exactly these come out, and the provider carries the list."),

@@ -694,6 +694,41 @@ fn a_group_missing_from_the_config_fails_with_the_rocpack_message() {
 }
 
 #[test]
+fn a_split_with_other_archs_fails_its_build_and_every_recombine_over_it() {
+    // kpack_split's `archs` check is built with the split (an output of its
+    // DefaultInfo) and is an input of the recombines over it, as in Bazel,
+    // where one action makes both; it used to run only for the [archs]
+    // sub-target, so a wrong list built green.
+    let e = engine();
+    let text = std::fs::read_to_string(repo_root().join("examples/kpack/BUCK")).unwrap();
+    let from = "    shard = shard,\n";
+    assert!(text.contains(from));
+    e.overlay(
+        "examples/kpack/BUCK",
+        &text.replace(from, "    shard = shard,\n    archs = [\"gfx9999\"],\n"),
+    );
+    let t = label("examples/kpack", "split_gfx110X-build");
+    let cfg = e.config_for(&t, &[]).unwrap();
+    let split = e.analyze(&t, &cfg).unwrap_or_else(|err| panic!("{err:#}"));
+    let info = &split.providers_json["DefaultInfo"];
+    let archs = &split.providers_json["KpackSplitInfo"]["archs_file"];
+    assert!(
+        info["other_outputs"]
+            .as_array()
+            .is_some_and(|v| v.iter().any(|o| o["path"] == archs["path"])),
+        "the archs file is not built with the split: {info}"
+    );
+    let tmp = tempfile::tempdir().unwrap();
+    let err = execute_kpack(&e, &tmp.path().join("buck-out"), &["blas_lib_gfx110X"])
+        .expect_err("a package built over splits whose archs are not the declared ones");
+    let err = format!("{err:#}");
+    assert!(
+        err.contains("kpack_split: expected archs [gfx9999], the split produced [gfx1"),
+        "{err}"
+    );
+}
+
+#[test]
 fn the_kpack_example_builds_as_buck2_stages_it_and_matches_the_cli() {
     let e = engine();
     let tmp = tempfile::tempdir().unwrap();
