@@ -85,12 +85,20 @@ account() {
 bg_reap() {
     local name rc wall c
     for name in "${!bg_pid[@]}"; do
-        if [ "${1:-}" != wait ] && kill -0 "${bg_pid[$name]}" 2>/dev/null; then continue; fi
-        rc=0; wait "${bg_pid[$name]}" || rc=$?
+        # The job writes "rc wall cpu" to its time file when it ends.
+        while [ "${1:-}" = wait ] && [ ! -s "${bg_time[$name]}" ]; do
+            kill -0 "${bg_pid[$name]}" 2>/dev/null || break
+            sleep 1
+        done
+        if [ ! -s "${bg_time[$name]}" ]; then
+            ! kill -0 "${bg_pid[$name]}" 2>/dev/null || continue
+            sleep 1  # it may have ended between the two checks
+            [ -s "${bg_time[$name]}" ] || { cat "${bg_log[$name]}" >&2; die "stage $name (tests/ci/$name.sh) was killed; its output is above"; }
+        fi
+        read -r rc wall c <"${bg_time[$name]}"
         log "stage $name (ran beside the stages after it): its output"
         cat "${bg_log[$name]}" >&2
-        [ "$rc" -eq 0 ] || die "stage $name (tests/ci/$name.sh) failed (exit $rc); its output is above"
-        read -r wall c <"${bg_time[$name]}"
+        [ "$rc" -eq 0 ] || die "stage $name (tests/ci/$name.sh) failed (exit $rc) after $wall s; its output is above"
         account "$name" "$wall" "$c" " (beside)"
         rm -f "${bg_log[$name]}" "${bg_time[$name]}"
         unset "bg_pid[$name]"
@@ -98,7 +106,7 @@ bg_reap() {
 }
 bg_stop() {
     local p
-    for p in ${bg_pid[@]+"${bg_pid[@]}"}; do kill -TERM -- "-$p" "$p" 2>/dev/null || true; done
+    for p in ${bg_pid[@]+"${bg_pid[@]}"}; do kill -TERM -- "-$p" 2>/dev/null || true; done
 }
 trap 'bg_stop; prefetch_stop; rm -f "$CPU_F"' EXIT
 stages=(tests/ci/[0-9][0-9]-*.sh)
@@ -108,12 +116,14 @@ for s in "${stages[@]}"; do
     if [ -n "${BESIDE[$name]:-}" ]; then
         log "stage $name: started beside the stages after it (its output is printed when it ends)"
         bg_log[$name]="$(mktemp)" bg_time[$name]="$(mktemp)"
-        # A session of its own (bg_stop ends all of it); its wall and CPU
-        # time measured by itself.
-        setsid -w bash -c 's=$SECONDS; bash "$1"; rc=$?; times >"$2.cpu"
-            awk -v w=$((SECONDS - s)) '"'"'END { n = 0; for (i = 1; i <= 2; i++) { split($i, a, /[ms]/); n += a[1] * 60 + a[2] } printf "%d %.0f\n", w, n }'"'"' "$2.cpu" >"$2"
-            rm -f "$2.cpu"; exit $rc' _ "$s" "${bg_time[$name]}" >"${bg_log[$name]}" 2>&1 </dev/null &
-        bg_pid[$name]=$!
+        # A session of its own (bg_stop ends all of it), not a child of
+        # this shell (its CPU time is not that of the stage running when it
+        # ends); it measures its own wall and CPU time.
+        ( setsid bash -c 'echo $$ >"$2.pid"; s=$SECONDS; bash "$1"; rc=$?; times >"$2.cpu"
+            awk -v rc=$rc -v w=$((SECONDS - s)) '"'"'END { n = 0; for (i = 1; i <= 2; i++) { split($i, a, /[ms]/); n += a[1] * 60 + a[2] } printf "%d %d %.0f\n", rc, w, n }'"'"' "$2.cpu" >"$2.tmp"
+            rm -f "$2.cpu" "$2.pid"; mv "$2.tmp" "$2"' _ "$s" "${bg_time[$name]}" >"${bg_log[$name]}" 2>&1 </dev/null & )
+        for _ in $(seq 50); do [ -s "${bg_time[$name]}.pid" ] && break; sleep 0.1; done
+        bg_pid[$name]="$(cat "${bg_time[$name]}.pid" 2>/dev/null || echo 0)"
         continue
     fi
     log "stage $name"
