@@ -19,12 +19,12 @@ ROCPACK_DEFER_FIXTURES=1 . tests/ci/lib.sh
 
 TOTAL_BUDGET=2400
 # Shares: the measured time of a quiet cold run (README) plus a margin;
-# stages 25-50 run beside the fuzz stage and share the CPU with it.
+# stages 30-50 run beside the fuzz stage and share the CPU with it.
 declare -A BUDGET=(
     [05-fixtures]=130    # Debian packages (one apt-get run) + fixtures
     [10-rust]=870       # fmt, clippy, the dev build, cargo test
-    [20-fuzz]=900       # beside stages 25-65 (BESIDE): fuzz build (ASan, release) + 11 targets x 20 s
-    [25-kpack-stress]=160
+    [15-kpack-stress]=140  # before the fuzz stage: its kill iterations are bounded by time
+    [20-fuzz]=900       # beside stages 30-65 (BESIDE): fuzz build (ASan, release) + 11 targets x 20 s
     [30-snapshot]=140
     [40-pypi]=90
     [45-wheel]=70
@@ -61,7 +61,9 @@ summary=()
 # Stages that run beside the ones after them: they need only the tree
 # and stage 10's crates, share no state with later stages, and are CPU-bound
 # while the later stages mostly wait on Bazel, Buck2 and servers (a quiet
-# cold run left one core idle for most of stages 25-65). Such a stage starts
+# cold run left one core idle for most of stages 25-65). The kill stress,
+# bounded by time, runs before it (stage 15) so its iterations stay as
+# many (beside the fuzz build: 49 instead of 420). Such a stage starts
 # when its turn comes, its output goes to its own log, printed when it ends;
 # between stages the run checks on it, and a failure stops the run naming it.
 declare -A BESIDE=([20-fuzz]=1)
