@@ -11,9 +11,7 @@ use serde::Serialize;
 
 use crate::elf::ElfHeader;
 use crate::pe::PeHeader;
-use crate::{
-    analyze_as, detect, Analysis, FileType, MarkerInfo, Result, SectionRange, HIPK_MAGIC,
-};
+use crate::{analyze_as, detect, Analysis, FileType, MarkerInfo, Result, SectionRange, HIPK_MAGIC};
 
 /// One host image described: what `kpack inspect` prints about an ELF
 /// file, PE image, COFF object or raw AMDGPU code object, in terms every

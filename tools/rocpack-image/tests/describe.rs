@@ -87,7 +87,10 @@ fn elf_files_and_members_are_described_as_readelf_sees_them() {
             assert!(d.look_for_stray_magic, "{what}");
         } else {
             assert_eq!(h["elf"]["state"], "fat", "{what}");
-            assert_eq!(h["elf"]["hip_fatbin"]["file_offset"], r[3].parse::<u64>().unwrap());
+            assert_eq!(
+                h["elf"]["hip_fatbin"]["file_offset"],
+                r[3].parse::<u64>().unwrap()
+            );
             assert_eq!(h["elf"]["hip_fatbin"]["size"], r[2].parse::<u64>().unwrap());
             assert_eq!(
                 h["elf"]["hip_fat_bin_segment"]["size"],
@@ -98,7 +101,8 @@ fn elf_files_and_members_are_described_as_readelf_sees_them() {
                 assert_eq!(b.section, ".hip_fatbin");
                 assert_eq!(b.bytes, &data[b.file_offset as usize..][..b.bytes.len()]);
                 assert!(
-                    b.bytes.starts_with(b"__CLANG_OFFLOAD_BUNDLE__") || b.bytes.starts_with(b"CCOB"),
+                    b.bytes.starts_with(b"__CLANG_OFFLOAD_BUNDLE__")
+                        || b.bytes.starts_with(b"CCOB"),
                     "{what}: bundle {}",
                     b.index
                 );
@@ -127,7 +131,10 @@ fn wrappers_say_their_relocation_as_readelf_does() {
         let w = &d.wrappers[index];
         let what = format!("{} wrapper {index}", r[0]);
         // readelf's `DYN-PIE` is an ET_DYN executable.
-        assert!(r[1].starts_with(h["elf"]["elf_type"].as_str().unwrap()), "{what}");
+        assert!(
+            r[1].starts_with(h["elf"]["elf_type"].as_str().unwrap()),
+            "{what}"
+        );
         assert_eq!(w.file_offset, r[3].parse::<u64>().unwrap(), "{what}");
         assert_eq!(w.pointer, r[5], "{what}");
         assert_eq!((w.magic, w.co_index), ("HIPF", None), "{what}");
@@ -175,12 +182,18 @@ fn pe_images_and_coff_objects_name_their_bundle_section() {
         for w in &d.wrappers {
             assert!(w.bundle.is_some(), "{file}: wrapper {}", w.index);
             if object {
-                assert!(w.pointer.starts_with("object:IMAGE_REL_AMD64_ADDR64:"), "{file}");
+                assert!(
+                    w.pointer.starts_with("object:IMAGE_REL_AMD64_ADDR64:"),
+                    "{file}"
+                );
             }
         }
         assert!(!d.wrappers.is_empty() && !d.look_for_stray_magic, "{file}");
         let line = d.headers.summary().unwrap();
-        assert!(line.starts_with(&format!("PE {pe_type} machine 0x8664 state fat")), "{line}");
+        assert!(
+            line.starts_with(&format!("PE {pe_type} machine 0x8664 state fat")),
+            "{line}"
+        );
     }
 }
 
@@ -201,9 +214,16 @@ fn check_split(what: &str, fat: &[u8], format: &str) {
     }
     let m = d.marker.as_ref().unwrap();
     assert!(m.bytes.starts_with(MARKER), "{what}");
-    assert!(d.notes.iter().any(|n| n.contains("split out")), "{what}: {:?}", d.notes);
+    assert!(
+        d.notes.iter().any(|n| n.contains("split out")),
+        "{what}: {:?}",
+        d.notes
+    );
     assert_eq!(h[format]["hip_fatbin"]["nobits"], true, "{what}");
-    assert!(d.headers.summary().unwrap().contains("state split"), "{what}");
+    assert!(
+        d.headers.summary().unwrap().contains("state split"),
+        "{what}"
+    );
 }
 
 #[test]
@@ -269,7 +289,10 @@ fn header_facts_keep_the_documented_json_keys() {
                 "offload_bundle_sections"
             ]
         );
-        assert_eq!(keys(&h["elf"]["hip_fatbin"]), ["file_offset", "addr", "size", "nobits"]);
+        assert_eq!(
+            keys(&h["elf"]["hip_fatbin"]),
+            ["file_offset", "addr", "size", "nobits"]
+        );
         assert_eq!(
             d.headers.summary().unwrap(),
             "ELF DYN machine 62 state fat; .hip_fatbin at 12288 size 94656"

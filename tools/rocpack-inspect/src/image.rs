@@ -12,8 +12,8 @@ pub(super) fn describe_image(
     name: &str,
     file_offset: u64,
 ) -> Result<Desc> {
-    let image = rocpack_image::describe_in(data, &input.source(data))
-        .map_err(|e| fail(e.to_string()))?;
+    let image =
+        rocpack_image::describe_in(data, &input.source(data)).map_err(|e| fail(e.to_string()))?;
     let mut d = Desc::new(name.to_string(), file_offset, data.len() as u64, image.kind);
     d.headers = image.headers;
     for b in &image.bundles {
@@ -41,8 +41,11 @@ pub(super) fn describe_image(
     d.notes.extend(image.notes);
     if !image.offload_sections.is_empty() {
         let index = d.bundles.len();
-        d.bundles
-            .push(describe_offload_sections(input, &image.offload_sections, index)?);
+        d.bundles.push(describe_offload_sections(
+            input,
+            &image.offload_sections,
+            index,
+        )?);
     }
     if image.look_for_stray_magic {
         note_stray_magic(&mut d, data);

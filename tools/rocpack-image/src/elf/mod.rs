@@ -78,8 +78,8 @@ pub use archive::{
     archive_members, archive_members_in, is_archive, reassemble_archive, reassemble_archive_to,
     split_archive, split_archive_to, ArchiveMember,
 };
-pub(crate) use describe::{describe, describe_code_object};
 pub use describe::ElfHeader;
+pub(crate) use describe::{describe, describe_code_object};
 pub use rewrite::{
     parse_bundles, reassemble, reassemble_placed, reassemble_to, reassembly_fits, split_host,
     split_host_in, split_host_to,
