@@ -465,7 +465,10 @@ fn host_binary_signature(p: &Path) -> Option<(Vec<u8>, Vec<u32>)> {
         return None;
     }
     let marker = info.marker()?.bytes.clone();
-    Some((marker, info.wrapper_markers().iter().map(|w| w.1).collect()))
+    Some((
+        marker,
+        info.wrapper_markers().iter().map(|w| w.co_index).collect(),
+    ))
 }
 
 /// Everything a run found and decided before writing.

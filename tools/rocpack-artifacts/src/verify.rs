@@ -434,7 +434,7 @@ fn judge_image(
             let bad: Vec<usize> = wrappers
                 .iter()
                 .enumerate()
-                .filter(|(_, (magic, _, m))| *magic != rocpack_image::HIPK_MAGIC || m.is_none())
+                .filter(|(_, w)| w.magic != rocpack_image::HIPK_MAGIC || w.marker.is_none())
                 .map(|(i, _)| i)
                 .collect();
             if !bad.is_empty() {
@@ -461,7 +461,7 @@ fn judge_image(
                     rel: rel.to_string(),
                     label: label.to_string(),
                     marker,
-                    co_indices: wrappers.iter().map(|w| u64::from(w.1)).collect(),
+                    co_indices: wrappers.iter().map(|w| u64::from(w.co_index)).collect(),
                 })),
                 Err(e) => out.push(GenericFinding::Violation(v(
                     &pkg.name,

@@ -130,6 +130,11 @@ impl FileType {
         }
     }
 
+    /// An ELF file of any machine: a host file or a raw AMDGPU code object.
+    pub fn is_elf(self) -> bool {
+        matches!(self, FileType::Elf { .. } | FileType::AmdgpuCodeObject)
+    }
+
     /// A host file that may carry HIP device code (ELF, PE or COFF; not an
     /// archive: its members are files of their own).
     pub fn is_host_image(self) -> bool {

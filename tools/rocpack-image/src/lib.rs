@@ -21,6 +21,11 @@
 //! * [`units`] / [`Unit::analyze`] / [`split_archive_to`] — the images of
 //!   a mapped file a split rewrites (the file, or each `ar` member), their
 //!   analysis, and an archive's split written range by range.
+//! * [`describe_in`]`(data, src) -> `[`Description`] / [`Analysis::describe`]
+//!   — what an image holds in terms both formats share (bundles, wrappers
+//!   with their pointer model in words, marker, notes) plus the format's
+//!   header facts ([`Headers`]): everything `kpack inspect` says about an
+//!   ELF file, PE image, COFF object or raw AMDGPU code object.
 //! * [`carries_device_code`] / [`file_carries_device_code`] — the byte
 //!   scan for device code in what an analysis refused, any format.
 //! * [`ImageFile`] — the same analysis of a file (and of an archive's
@@ -44,6 +49,7 @@
 //! `docs/formats/split-elf.md`. The marker payload is opaque bytes here.
 
 mod bundles;
+mod describe;
 mod detect;
 mod device;
 pub mod elf;
@@ -57,6 +63,10 @@ mod sparse;
 mod units;
 
 pub use bundles::Bundles;
+pub use describe::{
+    describe_in, hipk_co_index, magic_name, DescribedBundle, DescribedWrapper, Description,
+    Headers, OffloadSection, SectionPlacement,
+};
 pub use detect::{detect, detect_file, FileType, HEAD_LEN};
 pub use device::{carries_device_code, file_carries_device_code};
 pub use error::{Error, Result};
@@ -117,21 +127,41 @@ impl Analysis {
         }
     }
 
-    /// For every wrapper: `(magic, co_index, marker payload it points at)`.
-    pub fn wrapper_markers(&self) -> Vec<(u32, u32, Option<&[u8]>)> {
+    /// Every wrapper's magic, `co_index` and the marker payload it points at.
+    pub fn wrapper_markers(&self) -> Vec<WrapperMarker<'_>> {
         match self {
             Analysis::Elf(i) => i
                 .wrappers
                 .iter()
-                .map(|w| (w.magic, w.co_index(), w.marker_bytes(i)))
+                .map(|w| WrapperMarker {
+                    magic: w.magic,
+                    co_index: w.co_index(),
+                    marker: w.marker_bytes(i),
+                })
                 .collect(),
             Analysis::Pe(i) => i
                 .wrappers
                 .iter()
-                .map(|w| (w.magic, w.co_index(), w.marker_bytes(i)))
+                .map(|w| WrapperMarker {
+                    magic: w.magic,
+                    co_index: w.co_index(),
+                    marker: w.marker_bytes(i),
+                })
                 .collect(),
         }
     }
+}
+
+/// One wrapper of an analysed file as a split's reader sees it
+/// ([`Analysis::wrapper_markers`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WrapperMarker<'a> {
+    /// [`HIPF_MAGIC`] or [`HIPK_MAGIC`].
+    pub magic: u32,
+    /// Low u32 of `reserved1`: the bundle index of a HIPK wrapper.
+    pub co_index: u32,
+    /// The marker payload it points at (HIPK wrappers of split files).
+    pub marker: Option<&'a [u8]>,
 }
 
 /// Analyse an ELF file, PE32+ image or COFF object.

@@ -74,6 +74,17 @@ pub enum State {
     Split,
 }
 
+impl State {
+    /// `host-only`, `fat` or `split`.
+    pub fn name(self) -> &'static str {
+        match self {
+            State::HostOnly => "host-only",
+            State::Fat => "fat",
+            State::Split => "split",
+        }
+    }
+}
+
 /// A section's placement.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SectionRange {

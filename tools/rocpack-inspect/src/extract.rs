@@ -100,10 +100,7 @@ pub(super) fn plan_files(
 
 /// `.hsaco` for AMDGPU ELF, `.bc` for LLVM bitcode, `.bin` otherwise.
 pub(super) fn ext(head: &[u8]) -> &'static str {
-    if matches!(
-        rocpack_image::detect(head),
-        rocpack_image::FileType::AmdgpuCodeObject | rocpack_image::FileType::Elf { .. }
-    ) {
+    if rocpack_image::detect(head).is_elf() {
         "hsaco"
     } else if head.starts_with(b"BC\xc0\xde") || head.starts_with(&[0xde, 0xc0, 0x17, 0x0b]) {
         "bc"

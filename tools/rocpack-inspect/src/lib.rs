@@ -1,9 +1,9 @@
 //! rocpack-inspect: what one file is and what it holds, the library behind
 //! `kpack inspect` and `kpack unbundle`. It reads single files (never an
-//! artifact tree), one module per format: `elf` and `pe` describe
-//! host images analysed through `rocpack-image`'s seam, `bundle` offload
-//! bundles and CCOBs, `kpack` `.kpack` archives; `extract` and `stream`
-//! write and hash the code objects found.
+//! artifact tree), one module per format: `image` describes host images
+//! (ELF, PE, COFF, raw code objects) through `rocpack-image`'s one
+//! `describe_in`, `bundle` offload bundles and CCOBs, `kpack` `.kpack`
+//! archives; `extract` and `stream` write and hash the code objects found.
 //!
 //! Fat binaries (ELF files, objects, executables), PE images, COFF
 //! objects, static archives, raw bundles, CCOBs and `.kpack` archives are
@@ -34,17 +34,15 @@ use serde::Serialize;
 use sha2::{Digest, Sha256};
 
 mod bundle;
-mod elf;
 mod extract;
+mod image;
 mod kpack;
-mod pe;
 mod stream;
 mod text;
 
 use bundle::*;
-use elf::*;
+use image::*;
 use kpack::*;
-use pe::*;
 
 pub use extract::{extract, unbundle, Extracted};
 pub use stream::{hash_all, stream_all, CoSink};
@@ -231,62 +229,16 @@ pub struct Desc {
     /// `elf`, `pe`, `coff`, `archive`, `bundle`, `ccob`, `kpack`,
     /// `amdgpu-code-object`, `unknown` (what `rocpack_image::detect` says).
     pub kind: &'static str,
-    pub elf: Option<ElfDesc>,
-    /// PE32+ images and COFF objects (absent from other kinds' JSON).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub pe: Option<PeDesc>,
+    /// The image format's header facts: the `elf` object (`null` for
+    /// other kinds) and, for PE images and COFF objects, the `pe` object.
+    #[serde(flatten)]
+    pub headers: rocpack_image::Headers,
     pub bundles: Vec<BundleDesc>,
     pub wrappers: Vec<WrapperDesc>,
     pub marker: Option<MarkerDesc>,
     pub kpack: Option<KpackDesc>,
     pub members: Vec<Desc>,
     pub notes: Vec<String>,
-}
-
-#[derive(Debug, Serialize)]
-pub struct ElfDesc {
-    /// `EXEC`, `DYN` or `REL`.
-    pub elf_type: &'static str,
-    pub machine: u16,
-    /// `fat`, `host-only` or `split`.
-    pub state: &'static str,
-    pub hip_fatbin: Option<SectionDesc>,
-    pub hip_fat_bin_segment: Option<SectionDesc>,
-    /// `__CLANG_OFFLOAD_BUNDLE__*` sections (`-fgpu-rdc` objects).
-    pub offload_bundle_sections: Vec<String>,
-}
-
-/// The PE/COFF counterpart of [`ElfDesc`].
-#[derive(Debug, Serialize)]
-pub struct PeDesc {
-    /// `DLL`, `EXE` or `OBJ`.
-    pub pe_type: &'static str,
-    /// COFF machine (34404 = x86-64).
-    pub machine: u16,
-    /// `fat`, `host-only` or `split`.
-    pub state: &'static str,
-    /// Preferred image base (0 for objects).
-    pub image_base: u64,
-    /// Name of the bundle section (`.hip_fat` or `.hip_fatbin`).
-    pub fatbin_section: Option<String>,
-    /// `file_offset` = PointerToRawData, `addr` = RVA, `size` = VirtualSize
-    /// (SizeOfRawData in objects), `nobits` = no data in the file.
-    pub hip_fatbin: Option<SectionDesc>,
-    /// Name of the wrapper section (`.hipFatB` or `.hipFatBinSegment`).
-    pub wrapper_section: Option<String>,
-    pub hip_fat_bin_segment: Option<SectionDesc>,
-    /// An Authenticode certificate table is present.
-    pub signed: bool,
-    /// Bytes after the last section's data (COFF symbol table, overlay).
-    pub trailing_bytes: u64,
-}
-
-#[derive(Debug, Serialize)]
-pub struct SectionDesc {
-    pub file_offset: u64,
-    pub addr: u64,
-    pub size: u64,
-    pub nobits: bool,
 }
 
 #[derive(Debug, Serialize)]
@@ -395,8 +347,7 @@ impl Desc {
             file_offset,
             size,
             kind,
-            elf: None,
-            pe: None,
+            headers: rocpack_image::Headers::default(),
             bundles: Vec::new(),
             wrappers: Vec::new(),
             marker: None,
@@ -426,18 +377,6 @@ pub fn describe(input: &Input, name: &str) -> Result<Desc> {
     describe_bytes(input, input.bytes(), name, 0, 0)
 }
 
-/// An ELF file, PE32+ image or COFF object: analysed through the one
-/// dispatch of `rocpack-image` (streaming: headers through the mapping,
-/// bundles through positioned reads), then described in its format's terms.
-fn describe_image(input: &Input, data: &[u8], name: &str, file_offset: u64) -> Result<Desc> {
-    let info =
-        rocpack_image::analyze_in(data, &input.source(data)).map_err(|e| fail(e.to_string()))?;
-    match &info {
-        rocpack_image::Analysis::Elf(i) => describe_elf(input, data, i, name, file_offset),
-        rocpack_image::Analysis::Pe(i) => describe_pe(input, data, i, name, file_offset),
-    }
-}
-
 fn describe_bytes(
     input: &Input,
     data: &[u8],
@@ -448,28 +387,6 @@ fn describe_bytes(
     let size = data.len() as u64;
     let head = &data[..data.len().min(rocpack_image::HEAD_LEN)];
     match rocpack_image::detect(head) {
-        rocpack_image::FileType::AmdgpuCodeObject => {
-            let mut d = Desc::new(name.to_string(), file_offset, size, "amdgpu-code-object");
-            let flags = data
-                .get(48..52)
-                .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-                .unwrap_or(0);
-            d.notes.push(format!(
-                "raw AMDGPU code object (e_machine EM_AMDGPU, e_flags {flags:#x}), not an offload bundle"
-            ));
-            Ok(d)
-        }
-        rocpack_image::FileType::Pe { pe32_plus: false } => {
-            let mut d = Desc::new(name.to_string(), file_offset, size, "pe");
-            d.notes
-                .push("PE32 (32-bit) image: HIP device code is only read from PE32+ images".into());
-            note_stray_magic(&mut d, data);
-            Ok(d)
-        }
-        t @ (rocpack_image::FileType::Elf { .. }
-        | rocpack_image::FileType::Pe { .. }
-        | rocpack_image::FileType::Coff { .. }) => describe_image(input, data, name, file_offset)
-            .map_err(|e| fail(format!("{name}: {}: {e}", t.name().to_uppercase()))),
         rocpack_image::FileType::Archive => {
             let mut d = Desc::new(name.to_string(), file_offset, size, "archive");
             if depth >= MAX_DEPTH {
@@ -511,6 +428,10 @@ fn describe_bytes(
             note_stray_magic(&mut d, data);
             Ok(d)
         }
+        // ELF files, PE images, COFF objects and raw code objects: the
+        // one description of `rocpack-image`, whatever the format.
+        image => describe_image(input, data, name, file_offset)
+            .map_err(|e| fail(format!("{name}: {}: {e}", image.name().to_uppercase()))),
     }
 }
 
@@ -542,23 +463,6 @@ fn note_overlaps(d: &mut Desc) {
     }
 }
 
-fn section(s: &rocpack_image::SectionRange) -> SectionDesc {
-    SectionDesc {
-        file_offset: s.file_offset,
-        addr: s.addr,
-        size: s.size,
-        nobits: s.nobits,
-    }
-}
-
-fn state_name(s: rocpack_image::State) -> &'static str {
-    match s {
-        rocpack_image::State::HostOnly => "host-only",
-        rocpack_image::State::Fat => "fat",
-        rocpack_image::State::Split => "split",
-    }
-}
-
 fn marker_desc(m: &rocpack_image::MarkerInfo) -> MarkerDesc {
     let (paths, kernel, error) = match rocpack_kpack::Marker::decode(&m.bytes) {
         Ok(mk) => (mk.kpack_search_paths, Some(mk.kernel_name), None),
@@ -570,14 +474,5 @@ fn marker_desc(m: &rocpack_image::MarkerInfo) -> MarkerDesc {
         kpack_search_paths: paths,
         kernel_name: kernel,
         error,
-    }
-}
-
-/// A wrapper's magic as inspect prints it (analysis accepts only these two).
-fn magic_name(magic: u32) -> &'static str {
-    if magic == rocpack_image::HIPK_MAGIC {
-        "HIPK"
-    } else {
-        "HIPF"
     }
 }

@@ -18,46 +18,8 @@ fn write_at(out: &mut dyn Write, d: &Desc, indent: usize) -> Result<()> {
         write!(out, " at file offset {}", d.file_offset)?;
     }
     writeln!(out, ")")?;
-    if let Some(e) = &d.elf {
-        write!(
-            out,
-            "{pad}  ELF {} machine {} state {}",
-            e.elf_type, e.machine, e.state
-        )?;
-        if let Some(f) = &e.hip_fatbin {
-            write!(
-                out,
-                "; .hip_fatbin at {} size {}{}",
-                f.file_offset,
-                f.size,
-                if f.nobits { " (NOBITS)" } else { "" }
-            )?;
-        }
-        writeln!(out)?;
-    }
-    if let Some(p) = &d.pe {
-        write!(
-            out,
-            "{pad}  PE {} machine {:#x} state {}",
-            p.pe_type, p.machine, p.state
-        )?;
-        if p.image_base != 0 {
-            write!(out, " image base {:#x}", p.image_base)?;
-        }
-        if let (Some(n), Some(f)) = (&p.fatbin_section, &p.hip_fatbin) {
-            write!(
-                out,
-                "; {n} at {} RVA {:#x} size {}{}",
-                f.file_offset,
-                f.addr,
-                f.size,
-                if f.nobits { " (no file data)" } else { "" }
-            )?;
-        }
-        if p.trailing_bytes != 0 {
-            write!(out, "; {} bytes after the last section", p.trailing_bytes)?;
-        }
-        writeln!(out)?;
+    if let Some(line) = d.headers.summary() {
+        writeln!(out, "{pad}  {line}")?;
     }
     for b in &d.bundles {
         write!(out, "{pad}  bundle {} [{}]", b.index, b.source)?;

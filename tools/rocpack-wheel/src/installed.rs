@@ -91,7 +91,7 @@ pub fn verify_installed(root: &Path, target: &str) -> Result<InstalledReport, Wh
                 let indices: BTreeSet<u64> = info
                     .wrapper_markers()
                     .iter()
-                    .map(|w| u64::from(w.1))
+                    .map(|w| u64::from(w.co_index))
                     .collect();
                 for i in indices {
                     r.lookups += 1;

@@ -399,9 +399,14 @@ fn marker_of(
     let w0 = wrappers
         .first()
         .ok_or_else(|| err("split binary without wrappers".into()))?;
-    let bytes =
-        w0.2.ok_or_else(|| err("wrapper 0 does not point at a marker".into()))?;
+    let bytes = w0
+        .marker
+        .ok_or_else(|| err("wrapper 0 does not point at a marker".into()))?;
     let marker = Marker::decode(bytes).map_err(|e| err(format!("bad marker: {e}")))?;
-    let count = wrappers.iter().map(|w| w.1 as usize + 1).max().unwrap_or(0);
+    let count = wrappers
+        .iter()
+        .map(|w| w.co_index as usize + 1)
+        .max()
+        .unwrap_or(0);
     Ok((marker, count))
 }

@@ -18,6 +18,9 @@ pub const FATBIN_SECTION: &str = ".hip_fatbin";
 pub const WRAPPER_SECTION: &str = ".hipFatBinSegment";
 /// Section holding the marker payload of a split binary.
 pub const MARKER_SECTION: &str = ".rocm_kpack_ref";
+/// Name prefix of the sections an `-fgpu-rdc` object keeps its bundle
+/// entries in (`__CLANG_OFFLOAD_BUNDLE__<entry id>`).
+pub const OFFLOAD_SECTION_PREFIX: &str = "__CLANG_OFFLOAD_BUNDLE__";
 
 pub(crate) const R_X86_64_64: u32 = 1;
 pub(crate) const R_X86_64_RELATIVE: u32 = 8;
@@ -188,7 +191,7 @@ pub(crate) fn analyze_elf<'a, D: object::ReadRef<'a>>(
     let offload_bundle_sections = elf
         .shdrs
         .iter()
-        .filter(|s| s.name.starts_with(b"__CLANG_OFFLOAD_BUNDLE__"))
+        .filter(|s| s.name.starts_with(OFFLOAD_SECTION_PREFIX.as_bytes()))
         .map(Shdr::name_str)
         .collect();
     let fatbin = elf

@@ -57,6 +57,7 @@
 
 mod analyze;
 mod archive;
+mod describe;
 pub(crate) mod headers;
 mod object_file;
 pub(crate) mod rewrite;
@@ -71,12 +72,14 @@ pub use crate::{
 pub use crate::{Error, Result};
 pub use analyze::{
     analyze, analyze_in, ElfKind, FatBinaryInfo, PointerModel, WrapperInfo, FATBIN_SECTION,
-    MARKER_SECTION, WRAPPER_SECTION,
+    MARKER_SECTION, OFFLOAD_SECTION_PREFIX, WRAPPER_SECTION,
 };
 pub use archive::{
     archive_members, archive_members_in, is_archive, reassemble_archive, reassemble_archive_to,
     split_archive, split_archive_to, ArchiveMember,
 };
+pub use describe::ElfHeader;
+pub(crate) use describe::{describe, describe_code_object};
 pub use rewrite::{
     parse_bundles, reassemble, reassemble_placed, reassemble_to, reassembly_fits, split_host,
     split_host_in, split_host_to,
