@@ -3,8 +3,8 @@
 //! splitter (`kpack split`: walk, scan, plan, generic copy) and zips the
 //! result, so every per-file structure of both is measured. Two directories
 //! that differ only in their count of tiny files ([`SIZES`], plus one fat
-//! binary) are split by the CLI as child processes, three times each; the
-//! median peak RSS of each (`wait4`) may differ by at most
+//! binary) are split by the CLI as child processes ([`ROUNDS`] times each);
+//! the median peak RSS of each (`wait4`) may differ by at most
 //! [`MAX_BYTES_PER_FILE`] per added file.
 //!
 //! Before, every walked entry kept its relative path and its full path on
@@ -34,8 +34,19 @@ use sha2::{Digest, Sha256};
 
 /// Allowed growth of the peak RSS per added file: the split's walk entry
 /// (relative path and kind, about 72 bytes and its name), the wheel's
-/// table record and name, and slack for allocator rounding.
-const MAX_BYTES_PER_FILE: u64 = 200;
+/// table record and name, and slack for allocator rounding and for the
+/// noise of the readings. The peak of one run moves by up to 2 MB from
+/// run to run at the same size (15.5-17.5 MB with no tiny file at all:
+/// how many pages of the 39 MB debug binary and of the mapped fat binary
+/// are resident varies), so one low reading at the small size once gave
+/// 280 bytes per file where the growth itself, read at 6,000 and 21,000
+/// files with `/usr/bin/time`, is 110-125. The limit sits between that
+/// noise and the 641 bytes per file this test was written against.
+const MAX_BYTES_PER_FILE: u64 = 320;
+
+/// Readings per size; the median of each is compared. The small size is
+/// cheap, so it is read more often: its reading sets the baseline.
+const ROUNDS: [usize; 2] = [5, 3];
 
 /// The counts of tiny files of the two directories: an 18,000-file spread
 /// keeps a 1.3 MB shift of one reading (seen between machines) under 75
@@ -61,11 +72,11 @@ fn tiny_files(dir: &Path, rel: &str, n: usize) -> Vec<(String, Vec<u8>)> {
     out
 }
 
-/// Median of three peak RSS readings (KiB) of `run`, which returns one.
-fn median_peak(mut run: impl FnMut(usize) -> u64) -> u64 {
-    let mut peaks: Vec<u64> = (0..3).map(&mut run).collect();
+/// Median of `rounds` peak RSS readings (KiB) of `run`, which returns one.
+fn median_peak(rounds: usize, mut run: impl FnMut(usize) -> u64) -> u64 {
+    let mut peaks: Vec<u64> = (0..rounds).map(&mut run).collect();
     peaks.sort_unstable();
-    peaks[1]
+    peaks[rounds / 2]
 }
 
 /// Asserts the growth between the medians of the two sizes.
@@ -87,7 +98,7 @@ fn split_wheel_of_an_exploded_directory_holds_little_per_file() {
     require_fixtures();
     let t = tempdir();
     let mut runs = Vec::new();
-    for n in SIZES {
+    for (n, rounds) in SIZES.into_iter().zip(ROUNDS) {
         let dir = t.path().join(format!("wheel{n}"));
         let fat = fs::read(fatbins().join("libfx_multi.so")).unwrap();
         let mut files = tiny_files(&dir, "fxpkg/data", n);
@@ -117,7 +128,7 @@ fn split_wheel_of_an_exploded_directory_holds_little_per_file() {
         drop(files);
         record.push_str("fxpkg-1.0.dist-info/RECORD,,\n");
         fs::write(dir.join("fxpkg-1.0.dist-info/RECORD"), record).unwrap();
-        let peak = median_peak(|round| {
+        let peak = median_peak(rounds, |round| {
             let out = t.path().join(format!("out{n}-{round}"));
             let mut args = vec![
                 "split-wheel",
