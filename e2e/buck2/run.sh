@@ -183,8 +183,7 @@ consumer: rcclx channel=dev rocm=7.1 commit=source sum=6" -m rocm71
 t=$SECONDS
 "$repo/tests/snapshot/doc-blocks.sh" "$DIR.doc" "$repo/docs/buck2.md"
 ntx=0
-for k in $(seq 1 "$(find "$DIR.doc" -name '*.where' | wc -l)"); do
-    [ "$(cat "$DIR.doc/$k.marker")" = buck2-transcript ] && [ "$(cat "$DIR.doc/$k.args")" = e2e ] || continue
+for k in $("$repo/tests/snapshot/doc-select.sh" "$DIR.doc" buck2-transcript e2e); do
     "$repo/tests/buck2/transcript.sh" "$BUCK2" "$ISO" "$DIR.doc/$k.body" "$(cat "$DIR.doc/$k.where")" "${CFG[@]}" \
         || fail "docs/buck2.md's transcript at $(cat "$DIR.doc/$k.where")"
     ntx=$((ntx + 1))

@@ -39,8 +39,7 @@ step() { printf '    (%ds)\n==> [abi-recovery] %s\n' $((SECONDS - TS)) "$*" >&2;
 mkdir "$T/steps"
 "$ROOT/tests/snapshot/doc-blocks.sh" "$T/blocks" "$DOC"
 k=0
-for i in $(seq 1 "$(find "$T/blocks" -name '*.where' | wc -l)"); do
-    [ "$(cat "$T/blocks/$i.marker")" = abi-step ] || continue
+for i in $("$ROOT/tests/snapshot/doc-select.sh" "$T/blocks" abi-step); do
     k=$((k + 1))
     read -r kind path _ < "$T/blocks/$i.args" || true
     echo "$kind" > "$T/steps/$k.kind"; echo "${path:-}" > "$T/steps/$k.path"; cp "$T/blocks/$i.body" "$T/steps/$k.body"

@@ -28,10 +28,7 @@ case "$MODE" in workspace|bzlmod) ;; *) die "MODE must be workspace or bzlmod" ;
 command -v git >/dev/null || die "needs git"
 
 "$ROOT/tests/snapshot/doc-blocks.sh" "$T/blocks" "$ROOT/docs/rules/consumers.md"
-steps=()
-for i in $(seq 1 "$(find "$T/blocks" -name '*.where' | wc -l)"); do
-    [ "$(cat "$T/blocks/$i.marker")" = source-step ] && steps+=("$i")
-done
+mapfile -t steps < <("$ROOT/tests/snapshot/doc-select.sh" "$T/blocks" source-step)
 [ "${#steps[@]}" -ge 5 ] || die "docs/rules/consumers.md has ${#steps[@]} source-step blocks"
 run_step() { # N: what the page says to do with block N
     local kind mode path

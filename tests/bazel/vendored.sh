@@ -64,13 +64,7 @@ fi | tar -C "$C/third_party/rocpack" -xf -
 # The page cut into blocks (tests/snapshot/doc-blocks.sh); every block marked
 # `<!-- consumer-file: MODE|all PATH -->` appended to PATH.
 "$ROOT/tests/snapshot/doc-blocks.sh" "$T/doc" "$ROOT/docs/rules/consumers.md"
-doc_blocks() { # MARKER: the numbers of the page's blocks with that marker, in page order
-    local i
-    for i in $(seq 1 "$(find "$T/doc" -name '*.where' | wc -l)"); do
-        [ "$(cat "$T/doc/$i.marker")" != "$1" ] || echo "$i"
-    done
-}
-for i in $(doc_blocks consumer-file); do
+for i in $("$ROOT/tests/snapshot/doc-select.sh" "$T/doc" consumer-file); do
     read -r m f < "$T/doc/$i.args"
     [ "$m" = "$MODE" ] || [ "$m" = all ] || continue
     mkdir -p "$(dirname "$C/$f")"; cat "$T/doc/$i.body" >> "$C/$f"

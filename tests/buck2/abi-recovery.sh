@@ -42,10 +42,7 @@ plain() { sed -E -e 's/\x1b\[[0-9;]*m//g' -e 's/^\[[0-9T:.+-]+\] //' "$1"; }   #
 
 # The page's buck2-step blocks, in page order (tests/snapshot/doc-blocks.sh).
 "$ROOT/tests/snapshot/doc-blocks.sh" "$T/blocks" "$ROOT/docs/buck2.md"
-steps=()
-for i in $(seq 1 "$(find "$T/blocks" -name '*.where' | wc -l)"); do
-    [ "$(cat "$T/blocks/$i.marker")" = buck2-step ] && steps+=("$i")
-done
+mapfile -t steps < <("$ROOT/tests/snapshot/doc-select.sh" "$T/blocks" buck2-step)
 [ "${#steps[@]}" -ge 5 ] || die "docs/buck2.md has ${#steps[@]} buck2-step blocks"
 run_step() { # N: what the page says to do with block N
     local kind path

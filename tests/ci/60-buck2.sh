@@ -110,9 +110,8 @@ step "the docs' Buck2 transcripts: README's and docs/buck2.md's console blocks, 
 tests/snapshot/doc-blocks.sh "$WORK/tx" README.md '## Buck2'
 tests/snapshot/doc-blocks.sh "$WORK/tx" docs/buck2.md
 blocks=0 cmds=0
-for k in $(seq 1 "$(find "$WORK/tx" -name '*.where' | wc -l)"); do
+for k in $(tests/snapshot/doc-select.sh "$WORK/tx" buck2-transcript root); do
     i="$WORK/tx/$k"
-    [ "$(cat "$i.marker")" = buck2-transcript ] && [ "$(cat "$i.args")" = root ] || continue
     t=$SECONDS
     tests/buck2/transcript.sh "$BUCK2_BIN" "$ISO" "$i.body" "$(cat "$i.where")" "${CFG[@]}" || die "the docs' transcript at $(cat "$i.where")"
     blocks=$((blocks + 1)); cmds=$((cmds + $(grep -c '^\$ buck2 ' "$i.body")))

@@ -10,13 +10,10 @@ FILE="$1" MARKER="$2" NAME="$3"
 T="$(mktemp -d /tmp/rocpack-docrun.XXXXXX)"
 trap 'rm -rf "$T"' EXIT
 "$(dirname "${BASH_SOURCE[0]}")/doc-blocks.sh" "$T/b" "$FILE"
-found=""
-for i in $(seq 1 "$(find "$T/b" -name '*.where' | wc -l)"); do
-    [ "$(cat "$T/b/$i.marker")" = "$MARKER" ] && [ "$(cat "$T/b/$i.args")" = "$NAME" ] || continue
-    [ -z "$found" ] || { echo "doc-run: two '$MARKER: $NAME' blocks in $FILE" >&2; exit 2; }
-    found="$i"
-done
-[ -n "$found" ] || { echo "doc-run: no '$MARKER: $NAME' block in $FILE" >&2; exit 2; }
+mapfile -t all < <("$(dirname "${BASH_SOURCE[0]}")/doc-select.sh" "$T/b" "$MARKER" "$NAME")
+[ "${#all[@]}" -le 1 ] || { echo "doc-run: two '$MARKER: $NAME' blocks in $FILE" >&2; exit 2; }
+[ "${#all[@]}" -eq 1 ] || { echo "doc-run: no '$MARKER: $NAME' block in $FILE" >&2; exit 2; }
+found="${all[0]}"
 echo "doc-run: $(cat "$T/b/$found.where") ($MARKER: $NAME)" >&2
 rc=0
 bash -euo pipefail "$T/b/$found.body" || rc=$?
