@@ -1259,7 +1259,7 @@ fn lookup(
         let bytes = r
             .get(&key, t)
             .map_err(|e| format!("{path}: kernel {key} [{t}] does not read: {e}"))?;
-        if rocpack_image::detect(&bytes) != rocpack_image::FileType::AmdgpuCodeObject {
+        if !rocpack_image::detect(&bytes).is_code_object() {
             return Err(format!(
                 "{path}: kernel {key} [{t}] is not an AMDGPU ELF code object"
             ));

@@ -130,6 +130,11 @@ impl FileType {
         }
     }
 
+    /// A raw AMDGPU code object (what a `.kpack` archive holds per kernel).
+    pub fn is_code_object(self) -> bool {
+        self == FileType::AmdgpuCodeObject
+    }
+
     /// An ELF file of any machine: a host file or a raw AMDGPU code object.
     pub fn is_elf(self) -> bool {
         matches!(self, FileType::Elf { .. } | FileType::AmdgpuCodeObject)

@@ -166,17 +166,18 @@ pub fn bundle_for<'r>(
             }
             let head = head_len(&layout)? as usize;
             let mut raw = Vec::new();
-            let (header, _) = write_fitting(
+            let header = write_fitting(
                 &layout,
                 &parts,
-                effort,
+                effort..=MAX_EFFORT,
                 &mut || vec![0u8; head],
                 &mut |v| {
                     raw = v;
                     Ok(())
                 },
                 what,
-            )?;
+            )?
+            .header;
             raw[..head].copy_from_slice(&header);
             Ok(RebuiltBundle::InMemory {
                 bytes: raw,

@@ -45,32 +45,52 @@ pub fn params(method: Method, effort: u8) -> CcobParams {
     }
 }
 
-/// [`write_exact`] at `effort`, then at higher efforts while the result is
-/// larger than the original CCOB the split recorded (`layout.packed`):
-/// `out()` gives a fresh writer each time (the same place), `finish` ends
-/// each attempt. Returns the header and the bytes written by the last
-/// attempt.
+/// [`write_exact`] at the first effort of `efforts`, then at the next
+/// ones while the result is larger than the original CCOB the split
+/// recorded (`layout.packed`): `out()` gives a fresh writer each time (the
+/// same place), `finish` ends each attempt. Returns the header, the bytes
+/// written by the last attempt and whether that attempt is still larger
+/// than the original.
 pub fn write_fitting<W: std::io::Write>(
     layout: &BundleLayout,
     parts: &[(usize, CodeObject<'_>)],
-    effort: u8,
+    efforts: std::ops::RangeInclusive<u8>,
     out: &mut dyn FnMut() -> W,
     finish: &mut dyn FnMut(W) -> std::io::Result<()>,
     what: &str,
-) -> Result<(Vec<u8>, u64), ReassembleError> {
-    let mut e = effort;
+) -> Result<Fitted, ReassembleError> {
+    let (mut e, last) = (*efforts.start(), (*efforts.end()).min(MAX_EFFORT));
     loop {
         let mut w = out();
         let (header, n) = write_exact(layout, parts, e, &mut w, what)?;
         finish(w)
             .map_err(|x| ReassembleError::io(format!("{what}: failed to write a bundle"), x))?;
-        let len = header.len() as u64 + n;
-        if e < MAX_EFFORT && layout.packed.is_some_and(|p| len > p) {
+        let larger = layout.packed.is_some_and(|p| header.len() as u64 + n > p);
+        if larger && e < last {
             e += 1;
             continue;
         }
-        return Ok((header, n));
+        return Ok(Fitted {
+            header,
+            n,
+            larger,
+            effort: e,
+        });
     }
+}
+
+/// What [`write_fitting`] wrote.
+pub struct Fitted {
+    /// The CCOB header, to go in front of the bytes written (empty for an
+    /// uncompressed bundle).
+    pub header: Vec<u8>,
+    /// Bytes written after the header.
+    pub n: u64,
+    /// Whether the bundle is larger than the original it replaces (which
+    /// then fits only if other bundles leave room for it).
+    pub larger: bool,
+    /// The effort of the last attempt.
+    pub effort: u8,
 }
 
 #[cfg(test)]
