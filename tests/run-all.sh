@@ -21,18 +21,18 @@ TOTAL_BUDGET=2400
 # Shares: the measured time of a quiet cold run (README) plus a margin;
 # stages 30-50 run beside the fuzz stage and share the CPU with it.
 declare -A BUDGET=(
-    [05-fixtures]=130    # Debian packages (one apt-get run) + fixtures
-    [10-rust]=870       # fmt, clippy, the dev build, cargo test
-    [15-kpack-stress]=140  # before the fuzz stage: its kill iterations are bounded by time
-    [20-fuzz]=900       # beside stages 30-65 (BESIDE): fuzz build (ASan, release) + 11 targets x 20 s
-    [30-snapshot]=140
-    [40-pypi]=90
-    [45-wheel]=70
-    [47-python]=60     # pip wheel . from stage 10's helpers, venv installs, selector installs
-    [50-bazel]=380
-    [55-bazel7]=140     # the chroot itself is made in the background
-    [60-buck2]=120
-    [65-remote]=200
+    [05-fixtures]=120    # Debian packages (one apt-get run) + fixtures
+    [10-rust]=850       # fmt, clippy, the dev build, cargo test
+    [15-kpack-stress]=130  # before the fuzz stage: its kill iterations are bounded by time
+    [20-fuzz]=900       # beside stages 30-65 (BESIDE, nice 10): fuzz build (ASan, release) + 11 targets x 20 s
+    [30-snapshot]=150
+    [40-pypi]=60
+    [45-wheel]=65
+    [47-python]=65     # pip wheel . from stage 10's helpers, venv installs, selector installs
+    [50-bazel]=400      # cold 4: 523 s, its from-source cargo build beside the fuzz build at equal priority
+    [55-bazel7]=165     # the chroot itself is made in the background
+    [60-buck2]=125
+    [65-remote]=190
 )
 
 # Disk is the resource a CI machine runs short of first; say what there is
