@@ -173,10 +173,12 @@ pub struct ReassembleReport {
     pub bytes: u64,
     /// How it differs from the original.
     pub notes: Notes,
-    /// The compression effort the bundles of a split file were rebuilt at
-    /// when they went through spill files (0 first, rising while they do
-    /// not fit: [`effort::params`]); `None` when they did not (an
-    /// unchanged file, an archive, uncompressed bundles placed directly).
+    /// The compression effort of the pass whose bundles fit, when they
+    /// went through spill files (0 first, rising while they do not fit:
+    /// [`effort::params`]; single bundles may have been squeezed harder on
+    /// their own, [`engine::SpillPass::reassemble`]); `None` when they did
+    /// not (an unchanged file, an archive, uncompressed bundles placed
+    /// directly).
     pub effort: Option<u8>,
 }
 
