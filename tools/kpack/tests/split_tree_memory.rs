@@ -36,9 +36,10 @@ use sha2::{Digest, Sha256};
 /// (relative path and kind, about 72 bytes and its name), the wheel's
 /// table record and name, and slack for allocator rounding and for the
 /// noise of the readings. The peak of one run moves by up to 2 MB from
-/// run to run at the same size (15.5-17.5 MB with no tiny file at all:
-/// how many pages of the 39 MB debug binary and of the mapped fat binary
-/// are resident varies), so one low reading at the small size once gave
+/// run to run at the same size (15.5-17.5 MB with no tiny file at all;
+/// presumably how many pages of the 39 MB debug binary and of the mapped
+/// fat binary are resident, not measured), so one low reading at the small
+/// size once gave
 /// 280 bytes per file where the growth itself, read at 6,000 and 21,000
 /// files with `/usr/bin/time`, is 110-125. The limit sits between that
 /// noise and the 641 bytes per file this test was written against.
