@@ -39,10 +39,10 @@ use sha2::{Digest, Sha256};
 /// run to run at the same size (15.5-17.5 MB with no tiny file at all;
 /// presumably how many pages of the 39 MB debug binary and of the mapped
 /// fat binary are resident, not measured), so one low reading at the small
-/// size once gave
-/// 280 bytes per file where the growth itself, read at 6,000 and 21,000
-/// files with `/usr/bin/time`, is 110-125. The limit sits between that
-/// noise and the 641 bytes per file this test was written against.
+/// size once gave 280 bytes per file where the growth itself, read at
+/// 6,000 and 21,000 files with `/usr/bin/time`, is 110-125. The limit sits
+/// between that noise and the 641 bytes per file this test was written
+/// against.
 const MAX_BYTES_PER_FILE: u64 = 320;
 
 /// Readings per size; the median of each is compared. The small size is
