@@ -11,7 +11,10 @@ use serde::Serialize;
 
 use crate::elf::ElfHeader;
 use crate::pe::PeHeader;
-use crate::{analyze_as, detect, Analysis, FileType, MarkerInfo, Result, SectionRange, HIPK_MAGIC};
+use crate::{
+    analyze_as, detect, Analysis, BundleInfo, FileType, MarkerInfo, Result, SectionRange,
+    HIPK_MAGIC,
+};
 
 /// One host image described: what `kpack inspect` prints about an ELF
 /// file, PE image, COFF object or raw AMDGPU code object, in terms every
@@ -54,6 +57,27 @@ impl<'a> Description<'a> {
             notes: Vec::new(),
             look_for_stray_magic: false,
         }
+    }
+
+    /// The `bundles` of an analysed image, all in section `section`, each
+    /// with its bytes (`bytes_of(index)`): the one way both formats list
+    /// them.
+    pub(crate) fn add_bundles(
+        &mut self,
+        bundles: &[BundleInfo],
+        section: &str,
+        bytes_of: impl Fn(usize) -> Result<&'a [u8]>,
+    ) -> Result<()> {
+        for b in bundles {
+            self.bundles.push(DescribedBundle {
+                index: b.index,
+                section: section.to_string(),
+                bytes: bytes_of(b.index)?,
+                file_offset: b.file_offset,
+                wrappers: b.wrappers.clone(),
+            });
+        }
+        Ok(())
     }
 }
 

@@ -9,8 +9,7 @@ use super::analyze::{
 };
 use crate::describe::{hipk_co_index, magic_name};
 use crate::{
-    DescribedBundle, DescribedWrapper, Description, Error, Headers, OffloadSection, Result,
-    SectionPlacement,
+    DescribedWrapper, Description, Error, Headers, OffloadSection, Result, SectionPlacement,
 };
 
 /// `kpack inspect`'s `elf` object.
@@ -92,15 +91,9 @@ pub(crate) fn describe<'a>(info: &FatBinaryInfo, data: &'a [u8]) -> Result<Descr
             offload_bundle_sections: info.offload_bundle_sections.clone(),
         }),
     );
-    for b in &info.bundles {
-        d.bundles.push(DescribedBundle {
-            index: b.index,
-            section: FATBIN_SECTION.to_string(),
-            bytes: super::bundle_bytes(data, info, b.index)?,
-            file_offset: b.file_offset,
-            wrappers: b.wrappers.clone(),
-        });
-    }
+    d.add_bundles(&info.bundles, FATBIN_SECTION, |i| {
+        super::bundle_bytes(data, info, i)
+    })?;
     d.wrappers = info
         .wrappers
         .iter()

@@ -6,7 +6,7 @@ use serde::Serialize;
 
 use super::analyze::{bundle_bytes, PeInfo, PeKind};
 use crate::describe::{hipk_co_index, magic_name};
-use crate::{DescribedBundle, DescribedWrapper, Description, Headers, Result, SectionPlacement};
+use crate::{DescribedWrapper, Description, Headers, Result, SectionPlacement};
 
 /// `kpack inspect`'s `pe` object.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -85,16 +85,9 @@ pub(crate) fn describe<'a>(info: &PeInfo, data: &'a [u8]) -> Result<Description<
             trailing_bytes: info.trailing,
         }),
     );
-    let section = fat_name.unwrap_or_default();
-    for b in &info.bundles {
-        d.bundles.push(DescribedBundle {
-            index: b.index,
-            section: section.clone(),
-            bytes: bundle_bytes(data, info, b.index)?,
-            file_offset: b.file_offset,
-            wrappers: b.wrappers.clone(),
-        });
-    }
+    d.add_bundles(&info.bundles, &fat_name.unwrap_or_default(), |i| {
+        bundle_bytes(data, info, i)
+    })?;
     d.wrappers = info
         .wrappers
         .iter()
