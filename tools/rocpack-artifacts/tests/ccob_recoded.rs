@@ -1,16 +1,23 @@
-//! Issue 22: the bundles of one fat binary are walked in parallel (a CCOB
+//! Fixture binaries whose bundles are re-encoded as CCOBs ([`recoded`]).
+//!
+//! Split: the bundles of one fat binary are walked in parallel (a CCOB
 //! decompressed once, its code objects decoded straight into the buffers
 //! that are compressed, or spilled raw for `--compression none`), and the
-//! result does not depend on the thread count: fixture binaries whose
-//! bundles are re-encoded as CCOBs (v3 zstd, v2 zlib, v1 zstd; one with a
-//! target dropped by `--exclude-arch`) split into byte-identical trees with
-//! 1, 2 and 4 jobs, for both compressions, and every archive entry holds
-//! the code object the in-memory parser finds in the input.
+//! result does not depend on the thread count: CCOBs of v3 zstd, v2 zlib
+//! and v1 zstd (one with a target dropped by `--exclude-arch`) split into
+//! byte-identical trees with 1, 2 and 4 jobs, for both compressions, and
+//! every archive entry holds the code object the in-memory parser finds in
+//! the input.
+//!
+//! Reassembly: the host takes the bundles' total, so a rebuilt bundle
+//! larger than its original is kept while the others leave room; it is not
+//! compressed again.
 
 use std::collections::BTreeMap;
 use std::fs;
 use std::path::Path;
 
+use rocpack_artifacts::reassemble::reassemble;
 use rocpack_artifacts::split::{split_artifact, CountingProgress, SplitOptions};
 use rocpack_bundle::Compression as Method;
 use rocpack_testsupport::fixtures;
@@ -161,4 +168,65 @@ fn ccob_bundles_split_identically_for_any_job_count() {
             }
         }
     }
+}
+
+/// (`total_size` of the CCOB, its decompressed bundle) of every bundle of
+/// the ELF file `data`.
+fn ccobs(data: &[u8]) -> Vec<(u64, Vec<u8>)> {
+    let info = rocpack_elf::analyze(data).unwrap();
+    info.bundles
+        .iter()
+        .map(|b| {
+            let bytes = rocpack_elf::bundle_bytes(data, &info, b.index).unwrap();
+            assert!(bytes.starts_with(b"CCOB"), "bundle {}", b.index);
+            let parsed = rocpack_bundle::parse_bundle(bytes).unwrap();
+            (parsed.len, parsed.decompressed.unwrap().to_vec())
+        })
+        .collect()
+}
+
+/// Bundle 1 was compressed harder (level 19, long matching) than the first
+/// effort rebuilds it, bundle 0 more lightly (level 1); each slot is padded
+/// to the uncompressed size, so the section has room for both at the first
+/// effort. Bundle 0 is the heavier one: the first bundles built, the ones
+/// that speak for the rest, are no larger than their originals. Both come
+/// back at the first effort, bundle 1 larger than its original (squeezing
+/// it again on its own would cost a second compression for nothing), and
+/// each decompresses to the original bundle.
+#[test]
+fn a_rebuilt_bundle_larger_than_its_original_is_kept_when_the_total_fits() {
+    let tmp = tempfile::tempdir().unwrap();
+    let two = fs::read(fixtures().join("fatbins/libfx_two_tu.so")).unwrap();
+    let fat = recoded(&two, &|i, raw| match i {
+        0 => rocpack_bundle::write_ccob_level(raw, 3, Method::Zstd, 1).unwrap(),
+        _ => rocpack_bundle::write_ccob_long(raw, 3, Method::Zstd, 19).unwrap(),
+    });
+    let art = tmp.path().join("art");
+    fs::create_dir_all(art.join(PREFIX)).unwrap();
+    fs::write(art.join(PREFIX).join("libtwo.so"), &fat).unwrap();
+    fs::write(art.join("artifact_manifest.txt"), format!("{PREFIX}\n")).unwrap();
+    let out = tmp.path().join("split");
+    let opts = SplitOptions::new(art.clone(), "t", out.clone());
+    split_artifact(&opts, &CountingProgress::default()).unwrap();
+    let back = tmp.path().join("back.so");
+    let report = reassemble(
+        &out.join("t_generic").join(PREFIX).join("libtwo.so"),
+        &out,
+        &back,
+    )
+    .unwrap();
+    assert_eq!(report.effort, Some(0), "{report:?}");
+    let (before, after) = (ccobs(&fat), ccobs(&fs::read(&back).unwrap()));
+    assert_eq!(before.len(), 2);
+    assert_eq!(after.len(), 2);
+    for (i, ((_, a), (_, b))) in before.iter().zip(&after).enumerate() {
+        assert!(a == b, "bundle {i} decompresses to another bundle");
+    }
+    assert!(after[0].0 < before[0].0, "{} {}", after[0].0, before[0].0);
+    assert!(
+        after[1].0 > before[1].0,
+        "bundle 1: {} rebuilt bytes, {} original: squeezed again although the total fits",
+        after[1].0,
+        before[1].0
+    );
 }
