@@ -150,32 +150,53 @@ impl Out {
         aux: &dyn ReadAt,
         w: &mut dyn Write,
     ) -> std::io::Result<u64> {
-        self.emit(src, Some(aux), &mut |_, b| w.write_all(b))?;
+        self.emit(src, Some(aux), false, &mut |_, b| w.write_all(b))?;
         Ok(self.len)
     }
 
-    /// Write the file into `file` at its offsets (positioned writes), all
-    /// but the auxiliary ranges, which are left for the caller: returns
-    /// `(auxiliary offset, output offset)` of each, in order. The file is
-    /// given its full length. A patch over an auxiliary range is an error.
+    /// Write the file into `file` (empty) at its offsets (positioned
+    /// writes), all but the auxiliary ranges, which are left for the
+    /// caller: returns `(auxiliary offset, output offset)` of each, in
+    /// order. The file is given its full length; zeros are left as holes
+    /// ([`Out::write_file`]). A patch over an auxiliary range is an error.
     pub fn write_placed(
         &self,
         src: &dyn ReadAt,
         file: &std::fs::File,
     ) -> std::io::Result<Vec<(u64, u64)>> {
         use std::os::unix::fs::FileExt;
-        let placed = self.emit(src, None, &mut |at, b| file.write_all_at(b, at))?;
+        let placed = self.emit(src, None, true, &mut |at, b| file.write_all_at(b, at))?;
         file.set_len(self.len)?;
         Ok(placed)
     }
 
+    /// Write the file into `file` (empty) at its offsets: input ranges
+    /// from `src`, rebuilt bundles from `aux`. Runs of zeros the layout
+    /// adds (a section restored at its original size, alignment) are not
+    /// written: the file is given its full length, so they read as zeros
+    /// and take no disk or time, however large a (crafted) header makes
+    /// them. Returns the number of bytes of the file.
+    pub fn write_file(
+        &self,
+        src: &dyn ReadAt,
+        aux: &dyn ReadAt,
+        file: &std::fs::File,
+    ) -> std::io::Result<u64> {
+        use std::os::unix::fs::FileExt;
+        self.emit(src, Some(aux), true, &mut |at, b| file.write_all_at(b, at))?;
+        file.set_len(self.len)?;
+        Ok(self.len)
+    }
+
     /// The file in order, chunk by chunk, to `sink(output offset, bytes)`;
     /// without `aux`, auxiliary ranges are skipped and their places
-    /// returned.
+    /// returned. With `holes`, chunks of zeros no patch touches are
+    /// skipped too (the sink writes at offsets into an empty file).
     fn emit(
         &self,
         src: &dyn ReadAt,
         aux: Option<&dyn ReadAt>,
+        holes: bool,
         sink: &mut dyn FnMut(u64, &[u8]) -> std::io::Result<()>,
     ) -> std::io::Result<Vec<(u64, u64)>> {
         let mut order: Vec<usize> = (0..self.patches.len()).collect();
@@ -210,6 +231,11 @@ impl Out {
             let mut done = 0u64;
             while done < n {
                 let k = (n - done).min(CHUNK);
+                let (a, b) = (start + done, start + done + k);
+                if holes && matches!(piece, Piece::Zero(_)) && overlapping(a, b).next().is_none() {
+                    done += k;
+                    continue;
+                }
                 buf.clear();
                 buf.resize(k as usize, 0);
                 match piece {
@@ -224,7 +250,6 @@ impl Out {
                     }
                     Piece::Zero(_) => {}
                 }
-                let (a, b) = (start + done, start + done + k);
                 // Patches overlapping [a, b), applied in the order made.
                 hits.clear();
                 hits.extend(overlapping(a, b));
@@ -320,5 +345,46 @@ mod tests {
         assert!(o.put(11, b"ab").is_err());
         let v = o.to_vec(&src, &aux).unwrap();
         assert_eq!(v, b"2zQ56\0Y...cd");
+    }
+
+    /// `write_file` gives the bytes `to_vec` gives, patches inside a run
+    /// of zeros included, and leaves the run as a hole: a GiB of zeros a
+    /// header asks for takes neither the disk nor the time to write it.
+    #[test]
+    fn write_file_leaves_runs_of_zeros_as_holes() {
+        use std::os::unix::fs::{FileExt, MetadataExt};
+        const GIB: u64 = 1 << 30;
+        let src: &[u8] = b"0123456789";
+        let aux: &[u8] = b"abcdef";
+        let mut small = Out::default();
+        small.push_src(2, 5);
+        small.resize(3 * CHUNK + 7);
+        small.push_aux(1, 3);
+        small.put(CHUNK + 5, b"patch").unwrap();
+        let f = tempfile::tempfile().unwrap();
+        assert_eq!(small.write_file(&src, &aux, &f).unwrap(), small.len());
+        let mut got = vec![0u8; small.len() as usize];
+        f.read_exact_at(&mut got, 0).unwrap();
+        assert!(got == small.to_vec(&src, &aux).unwrap());
+
+        let mut big = Out::default();
+        big.push_src(0, 10);
+        big.resize(GIB);
+        big.push_aux(0, 6);
+        big.put(GIB / 2, b"mid").unwrap();
+        let f = tempfile::tempfile().unwrap();
+        assert_eq!(big.write_file(&src, &aux, &f).unwrap(), GIB + 6);
+        let m = f.metadata().unwrap();
+        assert_eq!(m.len(), GIB + 6);
+        assert!(m.blocks() * 512 < 1 << 24, "{} bytes on disk", m.blocks() * 512);
+        for (at, want) in [
+            (0, &b"0123456789"[..]),
+            (GIB / 2 - 2, b"\0\0mid\0"),
+            (GIB - 3, b"\0\0\0abcdef"),
+        ] {
+            let mut b = vec![0u8; want.len()];
+            f.read_exact_at(&mut b, at).unwrap();
+            assert_eq!(b, want, "at {at}");
+        }
     }
 }

@@ -135,12 +135,7 @@ impl<'a> Reassembly<'a> {
     /// do not fit are an error here. Returns the bytes written.
     pub fn write(&self, bundles: &Bundles<'_>, dst: &File) -> Result<u64> {
         match &self.kind {
-            Host::Elf(_) => {
-                let mut w = std::io::BufWriter::with_capacity(1 << 16, dst);
-                let n = crate::elf::reassemble_to(self.host, self.src, bundles, &mut w)?;
-                w.flush().map_err(write_error)?;
-                Ok(n)
-            }
+            Host::Elf(_) => crate::elf::reassemble_into(self.host, self.src, bundles, dst),
             Host::Pe(i) => pe::reassemble_analyzed_to(self.host, self.src, i, bundles, dst),
             Host::Archive => Err(Error::unsupported(
                 0,

@@ -81,8 +81,8 @@ pub use archive::{
 pub use describe::ElfHeader;
 pub(crate) use describe::{describe, describe_code_object};
 pub use rewrite::{
-    parse_bundles, reassemble, reassemble_placed, reassemble_to, reassembly_fits, split_host,
-    split_host_in, split_host_to,
+    parse_bundles, reassemble, reassemble_into, reassemble_placed, reassemble_to, reassembly_fits,
+    split_host, split_host_in, split_host_to,
 };
 
 /// Raw bytes of bundle `index` of an analysed fat binary.

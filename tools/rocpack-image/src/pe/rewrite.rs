@@ -242,14 +242,13 @@ impl Plan {
         Ok(v)
     }
 
+    /// The image written into `dst` (empty), its zeros left as holes
+    /// ([`Out::write_file`]), then its checksum.
     fn write(&self, src: &dyn ReadAt, aux: &dyn ReadAt, dst: &File) -> Result<u64> {
-        let mut w = std::io::BufWriter::with_capacity(1 << 16, dst);
         let n = self
             .out
-            .write_to(src, aux, &mut w)
+            .write_file(src, aux, dst)
             .map_err(io("writing the image"))?;
-        std::io::Write::flush(&mut w).map_err(io("writing the image"))?;
-        drop(w);
         if let Some(f) = self.checksum {
             let c = pe_checksum_in(&rocpack_bundle::FileRange::new(dst, 0, n), f)
                 .map_err(io("reading the image back"))?;

@@ -39,7 +39,9 @@ use crate::{Error, Result};
 mod reassembly;
 mod split;
 
-pub use reassembly::{reassemble, reassemble_placed, reassemble_to, reassembly_fits};
+pub use reassembly::{
+    reassemble, reassemble_into, reassemble_placed, reassemble_to, reassembly_fits,
+};
 pub use split::{parse_bundles, split_host, split_host_in, split_host_to};
 
 /// Dynamic tags whose value is an address.

@@ -109,6 +109,37 @@ pub fn reassemble_to(
     }
 }
 
+/// [`reassemble_to`] into `dst` (empty) with positioned writes: the runs of
+/// zeros the layout adds (a `.hip_fatbin` restored at its recorded size)
+/// are left as holes ([`Out::write_file`]). Returns the file's size.
+pub fn reassemble_into(
+    host: &[u8],
+    host_src: &dyn rocpack_bundle::ReadAt,
+    bundles: &Bundles<'_>,
+    dst: &std::fs::File,
+) -> Result<u64> {
+    let io = |e: std::io::Error| Error::Io {
+        what: "writing the reassembled file",
+        source: e,
+    };
+    let mut o = Out::default();
+    let aux = match reassemble_plan(host, bundles)? {
+        Rewritten::Unchanged => {
+            o.push_src(0, host.len() as u64);
+            &NO_AUX as &dyn rocpack_bundle::ReadAt
+        }
+        Rewritten::Bytes(v) => {
+            o.extend_from_slice(&v);
+            &NO_AUX
+        }
+        Rewritten::Pieces(out) => {
+            o = out;
+            bundles.aux()
+        }
+    };
+    o.write_file(host_src, aux, dst).map_err(io)
+}
+
 fn reassemble_plan(host: &[u8], bundles: &Bundles<'_>) -> Result<Rewritten> {
     let elf = Elf::parse(host)?;
     let info = analyze_elf(&elf, &host)?;
