@@ -43,7 +43,7 @@ fn wrapper_pointing_outside_fatbin_names_its_offset() {
     let mut data = std::fs::read(fixtures().join("fatbins/libfx_multi.so")).unwrap();
     let info = analyze(&data).unwrap();
     let w = &info.wrappers[0];
-    let rocpack_elf::PointerModel::RelaRelative { entry_offset } = w.model else {
+    let rocpack_elf::PointerModel::RelaRelative { entry_offset } = w.pointer else {
         panic!("expected RELA RELATIVE");
     };
     // Point the addend (and the in-place value) past the end of .hip_fatbin.

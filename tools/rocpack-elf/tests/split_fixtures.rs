@@ -97,21 +97,21 @@ fn split_removes_device_code_and_points_wrappers_at_marker() {
             assert_eq!(w.version, 1, "{name}");
             assert!(w.points_to_marker, "{name}");
             assert_eq!(
-                w.model,
+                w.pointer,
                 {
                     // Same relocation model (addends/values differ).
-                    let mut m = o.model.clone();
+                    let mut m = o.pointer.clone();
                     if let rocpack_elf::PointerModel::RelaSymbol { entry_offset, .. } = &mut m {
                         if let rocpack_elf::PointerModel::RelaSymbol {
                             entry_offset: e2, ..
-                        } = &w.model
+                        } = &w.pointer
                         {
                             *entry_offset = *e2;
                         }
                     }
                     if let rocpack_elf::PointerModel::RelaRelative { entry_offset } = &mut m {
                         if let rocpack_elf::PointerModel::RelaRelative { entry_offset: e2 } =
-                            &w.model
+                            &w.pointer
                         {
                             *entry_offset = *e2;
                         }
@@ -119,7 +119,7 @@ fn split_removes_device_code_and_points_wrappers_at_marker() {
                     if let rocpack_elf::PointerModel::RelaSymbol { symbol_value, .. } = &mut m {
                         if let rocpack_elf::PointerModel::RelaSymbol {
                             symbol_value: v2, ..
-                        } = &w.model
+                        } = &w.pointer
                         {
                             *symbol_value = *v2;
                         }

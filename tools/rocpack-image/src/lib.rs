@@ -72,8 +72,8 @@ pub use device::{carries_device_code, file_carries_device_code};
 pub use error::{Error, Result};
 pub use file::{FileUnit, ImageFile};
 pub use model::{
-    wrapper_table, BundleInfo, Fit, MarkerInfo, RawWrapper, SectionRange, State, HIPF_MAGIC,
-    HIPK_MAGIC, WRAPPER_SIZE,
+    wrapper_table, BundleInfo, Fit, MarkerInfo, RawWrapper, SectionRange, State, Wrapper,
+    HIPF_MAGIC, HIPK_MAGIC, WRAPPER_SIZE,
 };
 pub use out::Out;
 pub use reassembly::{ArchiveError, Form, MemberBundlesFn, Reassembly};

@@ -2,7 +2,7 @@
 //! [`crate::pe`]): what a file holds ([`State`]), where its bundles and
 //! marker are ([`BundleInfo`], [`MarkerInfo`], [`SectionRange`]), the
 //! 24-byte wrapper every HIP host format stores ([`RawWrapper`],
-//! [`wrapper_table`]) and whether bundles fit a reassembly ([`Fit`]).
+//! [`wrapper_table`], analysed: [`Wrapper`]) and whether bundles fit a reassembly ([`Fit`]).
 
 use crate::elf::headers::{u32_at, u64_at};
 use crate::elf::{Error, Result};
@@ -13,6 +13,59 @@ pub const HIPF_MAGIC: u32 = 0x4849_5046;
 pub const HIPK_MAGIC: u32 = 0x4B50_4948;
 /// Size of one `__CudaFatBinaryWrapper`.
 pub const WRAPPER_SIZE: u64 = 24;
+
+/// One `__CudaFatBinaryWrapper` analysed: what ELF and PE/COFF share, with
+/// `P` how its pointer gets its run-time value (ELF
+/// [`crate::elf::PointerModel`], PE [`crate::pe::PePointer`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Wrapper<P> {
+    /// Position in the wrapper section.
+    pub index: usize,
+    pub file_offset: u64,
+    /// `HIPF_MAGIC` or `HIPK_MAGIC` (anything else is an error).
+    pub magic: u32,
+    pub version: u32,
+    /// The 8-byte `reserved1`/`dummy1` field (`co_index` in its low u32 for HIPK).
+    pub reserved1: u64,
+    /// Where the pointer field is: its address in ELF files (the
+    /// `r_offset` a relocation has), its RVA in PE images, its section
+    /// offset in relocatable objects of both.
+    pub field: u64,
+    /// The u64 stored in the pointer field.
+    pub value_in_file: u64,
+    pub pointer: P,
+    /// Link-time value the pointer designates (address, RVA, or section
+    /// offset in relocatable objects).
+    pub target: u64,
+    /// Bundle it points at (fat files).
+    pub bundle: Option<usize>,
+    /// It points into the marker section (split files; the marker starts
+    /// there, at offset 0 for files split by this crate).
+    pub points_to_marker: bool,
+}
+
+impl<P> Wrapper<P> {
+    /// `co_index` of a HIPK wrapper (low u32 of `reserved1`).
+    pub fn co_index(&self) -> u32 {
+        (self.reserved1 & 0xffff_ffff) as u32
+    }
+
+    /// This wrapper as `inspect` shows it, its pointer described as
+    /// `pointer`.
+    pub(crate) fn described(&self, pointer: String) -> crate::DescribedWrapper {
+        crate::DescribedWrapper {
+            index: self.index,
+            file_offset: self.file_offset,
+            magic: crate::magic_name(self.magic),
+            version: self.version,
+            pointer,
+            target: self.target,
+            bundle: self.bundle,
+            points_to_marker: self.points_to_marker,
+            co_index: crate::hipk_co_index(self.magic, self.co_index()),
+        }
+    }
+}
 
 /// One `__CudaFatBinaryWrapper` as stored, before its pointer is followed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

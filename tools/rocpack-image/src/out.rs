@@ -376,7 +376,11 @@ mod tests {
         assert_eq!(big.write_file(&src, &aux, &f).unwrap(), GIB + 6);
         let m = f.metadata().unwrap();
         assert_eq!(m.len(), GIB + 6);
-        assert!(m.blocks() * 512 < 1 << 24, "{} bytes on disk", m.blocks() * 512);
+        assert!(
+            m.blocks() * 512 < 1 << 24,
+            "{} bytes on disk",
+            m.blocks() * 512
+        );
         for (at, want) in [
             (0, &b"0123456789"[..]),
             (GIB / 2 - 2, b"\0\0mid\0"),

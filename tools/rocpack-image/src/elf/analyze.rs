@@ -72,31 +72,8 @@ pub enum PointerModel {
     },
 }
 
-/// One `__CudaFatBinaryWrapper`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct WrapperInfo {
-    pub index: usize,
-    pub file_offset: u64,
-    /// `HIPF_MAGIC` or `HIPK_MAGIC` (anything else is an error).
-    pub magic: u32,
-    pub version: u32,
-    /// The 8-byte `reserved1`/`dummy1` field (`co_index` in its low u32 for HIPK).
-    pub reserved1: u64,
-    /// Address of the pointer field (the `r_offset` a relocation has;
-    /// section offset in relocatable objects).
-    pub field_addr: u64,
-    /// The u64 stored in the pointer field.
-    pub value_in_file: u64,
-    pub model: PointerModel,
-    /// Link-time target of the pointer (section offset in relocatable
-    /// objects, see `PointerModel::Object`).
-    pub target: u64,
-    /// Bundle it points at (fat binaries).
-    pub bundle: Option<usize>,
-    /// It points into `.rocm_kpack_ref` (split binaries; the marker starts
-    /// there — at offset 0 for files split by this crate).
-    pub points_to_marker: bool,
-}
+/// One `__CudaFatBinaryWrapper` of an ELF file.
+pub type WrapperInfo = crate::model::Wrapper<PointerModel>;
 
 impl WrapperInfo {
     /// Marker payload this wrapper points at (from its target to the end of
@@ -106,16 +83,11 @@ impl WrapperInfo {
         if !self.points_to_marker {
             return None;
         }
-        let off = match self.model {
+        let off = match self.pointer {
             PointerModel::Object { .. } => self.target,
             _ => self.target.checked_sub(m.section.addr)?,
         };
         m.bytes.get(usize::try_from(off).ok()?..)
-    }
-
-    /// `co_index` of a HIPK wrapper (low u32 of `reserved1`).
-    pub fn co_index(&self) -> u32 {
-        (self.reserved1 & 0xffff_ffff) as u32
     }
 }
 
@@ -322,9 +294,9 @@ fn read_wrappers<'a, D: object::ReadRef<'a>>(
             magic: w.magic,
             version: w.version,
             reserved1: w.reserved1,
-            field_addr,
+            field: field_addr,
             value_in_file: w.value_in_file,
-            model,
+            pointer: model,
             target,
             bundle: None,
             points_to_marker: false,
@@ -364,7 +336,7 @@ fn link_wrappers(
     marker: Option<&MarkerInfo>,
 ) -> Result<()> {
     for w in wrappers {
-        let target_section = match &w.model {
+        let target_section = match &w.pointer {
             PointerModel::Object { target_section, .. } => Some(*target_section),
             _ => None,
         };

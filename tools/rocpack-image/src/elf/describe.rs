@@ -7,10 +7,7 @@ use serde::Serialize;
 use super::analyze::{
     ElfKind, FatBinaryInfo, PointerModel, FATBIN_SECTION, OFFLOAD_SECTION_PREFIX,
 };
-use crate::describe::{hipk_co_index, magic_name};
-use crate::{
-    DescribedWrapper, Description, Error, Headers, OffloadSection, Result, SectionPlacement,
-};
+use crate::{Description, Error, Headers, OffloadSection, Result, SectionPlacement};
 
 /// `kpack inspect`'s `elf` object.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -97,17 +94,7 @@ pub(crate) fn describe<'a>(info: &FatBinaryInfo, data: &'a [u8]) -> Result<Descr
     d.wrappers = info
         .wrappers
         .iter()
-        .map(|w| DescribedWrapper {
-            index: w.index,
-            file_offset: w.file_offset,
-            magic: magic_name(w.magic),
-            version: w.version,
-            pointer: w.model.describe(info.machine),
-            target: w.target,
-            bundle: w.bundle,
-            points_to_marker: w.points_to_marker,
-            co_index: hipk_co_index(w.magic, w.co_index()),
-        })
+        .map(|w| w.described(w.pointer.describe(info.machine)))
         .collect();
     d.marker = info.marker.clone();
     if info.fatbin.is_some_and(|f| f.nobits) {

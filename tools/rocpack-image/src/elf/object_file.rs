@@ -102,7 +102,7 @@ fn wrapper_symbols(elf: &Elf<'_>, info: &FatBinaryInfo) -> Result<(usize, HashSe
             entry_offset,
             symbol_index,
             ..
-        } = &w.model
+        } = &w.pointer
         else {
             return Err(Error::Wrapper {
                 index: w.index,
@@ -227,7 +227,7 @@ pub(crate) fn split_object(elf: &Elf<'_>, info: &FatBinaryInfo, marker: &[u8]) -
     }
     for w in &info.wrappers {
         let woff = write_hipk(&mut out, w, |o| moved(elf, &new_off, o))?;
-        if let PointerModel::Object { entry_offset, .. } = &w.model {
+        if let PointerModel::Object { entry_offset, .. } = &w.pointer {
             let e = moved(elf, &new_off, *entry_offset)?;
             if is_rela_entry(elf, *entry_offset) {
                 put_u64(&mut out, e + 16, 0)?;
@@ -290,7 +290,7 @@ pub(crate) fn reassemble_object(
         let co = w.co_index() as usize;
         let woff = moved(elf, &new_off, w.file_offset)?;
         write_hipf(&mut out, woff)?;
-        if let PointerModel::Object { entry_offset, .. } = &w.model {
+        if let PointerModel::Object { entry_offset, .. } = &w.pointer {
             let e = moved(elf, &new_off, *entry_offset)?;
             if is_rela_entry(elf, *entry_offset) {
                 put_u64(&mut out, e + 16, offs[co])?;

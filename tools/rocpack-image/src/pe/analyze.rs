@@ -153,35 +153,10 @@ impl PePointer {
     }
 }
 
-/// One `__CudaFatBinaryWrapper`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PeWrapper {
-    pub index: usize,
-    pub file_offset: u64,
-    pub magic: u32,
-    pub version: u32,
-    /// `reserved1` (`co_index` in its low u32 for HIPK).
-    pub reserved1: u64,
-    /// RVA of the pointer field (section offset in objects).
-    pub field_rva: u64,
-    /// The u64 stored in the pointer field.
-    pub value_in_file: u64,
-    pub pointer: PePointer,
-    /// RVA the pointer designates (section offset of the symbol's section
-    /// plus addend in objects).
-    pub target: u64,
-    /// Bundle it points at (fat images).
-    pub bundle: Option<usize>,
-    /// It points into `.kpackrf`.
-    pub points_to_marker: bool,
-}
+/// One `__CudaFatBinaryWrapper` of a PE/COFF file.
+pub type PeWrapper = crate::model::Wrapper<PePointer>;
 
 impl PeWrapper {
-    /// `co_index` of a HIPK wrapper (low u32 of `reserved1`).
-    pub fn co_index(&self) -> u32 {
-        (self.reserved1 & 0xffff_ffff) as u32
-    }
-
     /// Marker payload this wrapper points at.
     pub fn marker_bytes<'a>(&self, info: &'a PeInfo) -> Option<&'a [u8]> {
         let m = info.marker.as_ref()?;
@@ -727,7 +702,7 @@ fn read_wrappers<'d, R: ReadRef<'d>>(
             magic: w.magic,
             version: w.version,
             reserved1: w.reserved1,
-            field_rva,
+            field: field_rva,
             value_in_file: w.value_in_file,
             pointer,
             target,

@@ -5,8 +5,7 @@
 use serde::Serialize;
 
 use super::analyze::{bundle_bytes, PeInfo, PeKind};
-use crate::describe::{hipk_co_index, magic_name};
-use crate::{DescribedWrapper, Description, Headers, Result, SectionPlacement};
+use crate::{Description, Headers, Result, SectionPlacement};
 
 /// `kpack inspect`'s `pe` object.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -91,17 +90,7 @@ pub(crate) fn describe<'a>(info: &PeInfo, data: &'a [u8]) -> Result<Description<
     d.wrappers = info
         .wrappers
         .iter()
-        .map(|w| DescribedWrapper {
-            index: w.index,
-            file_offset: w.file_offset,
-            magic: magic_name(w.magic),
-            version: w.version,
-            pointer: w.pointer.describe(),
-            target: w.target,
-            bundle: w.bundle,
-            points_to_marker: w.points_to_marker,
-            co_index: hipk_co_index(w.magic, w.co_index()),
-        })
+        .map(|w| w.described(w.pointer.describe()))
         .collect();
     d.marker = info.marker.clone();
     if let Some(f) = info.fatbin.filter(|f| f.nobits) {

@@ -357,7 +357,7 @@ fn write_pointer<S: Sink + ?Sized>(
     target: u64,
 ) -> Result<()> {
     let field = map.map_or_err(wr.file_offset + 8, "wrapper pointer")?;
-    match &wr.model {
+    match &wr.pointer {
         PointerModel::Absolute | PointerModel::Relr { .. } => put_u64(out, field, target)?,
         PointerModel::RelaRelative { entry_offset } => {
             let e = map.map_or_err(*entry_offset, "relocation")?;

@@ -215,7 +215,7 @@ fn movable(s: &Shdr) -> bool {
 /// Refuse inputs where something other than the wrappers refers to the
 /// fatbin bytes being removed (it would dangle).
 fn check_no_other_refs(elf: &Elf<'_>, info: &FatBinaryInfo, lo: u64, hi: u64) -> Result<()> {
-    let wrapper_fields: HashSet<u64> = info.wrappers.iter().map(|w| w.field_addr).collect();
+    let wrapper_fields: HashSet<u64> = info.wrappers.iter().map(|w| w.field).collect();
     let machine = elf.ehdr.e_machine;
     for (i, s) in elf.shdrs.iter().enumerate() {
         if !s.is_alloc() {
