@@ -30,6 +30,12 @@ pub trait ReadAt {
     fn as_slice(&self) -> Option<&[u8]> {
         None
     }
+    /// The file this source is a range of, and the file offset of the
+    /// source's byte 0, when it is one (lets a writer copy from it in the
+    /// kernel, `copy_file_range`). Reads stay bounded by [`ReadAt::size`].
+    fn file_range(&self) -> Option<(&File, u64)> {
+        None
+    }
 }
 
 impl ReadAt for &[u8] {
@@ -68,6 +74,9 @@ impl<'a> FileRange<'a> {
 impl ReadAt for FileRange<'_> {
     fn size(&self) -> u64 {
         self.len
+    }
+    fn file_range(&self) -> Option<(&File, u64)> {
+        Some((self.file, self.offset))
     }
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> std::io::Result<usize> {
         let room = self.len.saturating_sub(offset);
@@ -114,6 +123,10 @@ impl<S: ReadAt + ?Sized> ReadAt for Window<'_, S> {
     fn as_slice(&self) -> Option<&[u8]> {
         let s = self.inner.as_slice()?;
         s.get(self.offset as usize..(self.offset + self.len) as usize)
+    }
+    fn file_range(&self) -> Option<(&File, u64)> {
+        let (f, at) = self.inner.file_range()?;
+        Some((f, at.checked_add(self.offset)?))
     }
 }
 

@@ -150,7 +150,7 @@ impl Out {
         aux: &dyn ReadAt,
         w: &mut dyn Write,
     ) -> std::io::Result<u64> {
-        self.emit(src, Some(aux), false, &mut |_, b| w.write_all(b))?;
+        self.emit(src, Some(aux), None, &mut |_, b| w.write_all(b))?;
         Ok(self.len)
     }
 
@@ -165,7 +165,7 @@ impl Out {
         file: &std::fs::File,
     ) -> std::io::Result<Vec<(u64, u64)>> {
         use std::os::unix::fs::FileExt;
-        let placed = self.emit(src, None, true, &mut |at, b| file.write_all_at(b, at))?;
+        let placed = self.emit(src, None, Some(file), &mut |at, b| file.write_all_at(b, at))?;
         file.set_len(self.len)?;
         Ok(placed)
     }
@@ -183,20 +183,24 @@ impl Out {
         file: &std::fs::File,
     ) -> std::io::Result<u64> {
         use std::os::unix::fs::FileExt;
-        self.emit(src, Some(aux), true, &mut |at, b| file.write_all_at(b, at))?;
+        self.emit(src, Some(aux), Some(file), &mut |at, b| {
+            file.write_all_at(b, at)
+        })?;
         file.set_len(self.len)?;
         Ok(self.len)
     }
 
     /// The file in order, chunk by chunk, to `sink(output offset, bytes)`;
     /// without `aux`, auxiliary ranges are skipped and their places
-    /// returned. With `holes`, chunks of zeros no patch touches are
-    /// skipped too (the sink writes at offsets into an empty file).
+    /// returned. With `dst` (the empty file the sink writes into at
+    /// offsets), chunks of zeros no patch touches are skipped, and input
+    /// ranges no patch touches are copied from file to file in the kernel
+    /// when `src` is a file range ([`copy_range`]).
     fn emit(
         &self,
         src: &dyn ReadAt,
         aux: Option<&dyn ReadAt>,
-        holes: bool,
+        dst: Option<&std::fs::File>,
         sink: &mut dyn FnMut(u64, &[u8]) -> std::io::Result<()>,
     ) -> std::io::Result<Vec<(u64, u64)>> {
         let mut order: Vec<usize> = (0..self.patches.len()).collect();
@@ -217,6 +221,8 @@ impl Out {
         let mut placed = Vec::new();
         let mut buf = Vec::new();
         let mut hits = Vec::new();
+        // Until the kernel says it cannot copy between these files.
+        let mut kernel_copy = src.file_range().is_some();
         for (start, piece) in &self.pieces {
             let n = piece.len();
             if let (Piece::Aux { offset, .. }, None) = (piece, aux) {
@@ -232,9 +238,21 @@ impl Out {
             while done < n {
                 let k = (n - done).min(CHUNK);
                 let (a, b) = (start + done, start + done + k);
-                if holes && matches!(piece, Piece::Zero(_)) && overlapping(a, b).next().is_none() {
-                    done += k;
-                    continue;
+                if let Some(dst) = dst.filter(|_| overlapping(a, b).next().is_none()) {
+                    match piece {
+                        Piece::Zero(_) => {
+                            done += k;
+                            continue;
+                        }
+                        Piece::Src { offset, .. } if kernel_copy => {
+                            if copy_range(src, offset + done, dst, a, k)? {
+                                done += k;
+                                continue;
+                            }
+                            kernel_copy = false;
+                        }
+                        _ => {}
+                    }
                 }
                 buf.clear();
                 buf.resize(k as usize, 0);
@@ -304,6 +322,52 @@ impl Sink for Out {
             )),
         }
     }
+}
+
+/// Copies `len` bytes of `src` at `offset` to `dst` at `at` in the kernel
+/// (`copy_file_range`: no pass through this process, a reflink or a
+/// server-side copy where the file system has them). `Ok(false)` when
+/// nothing was copied because the kernel or the file systems cannot (the
+/// caller copies through a buffer instead); a source shorter than promised
+/// is an error, as for [`read_exact_at`].
+fn copy_range(
+    src: &dyn ReadAt,
+    offset: u64,
+    dst: &std::fs::File,
+    mut at: u64,
+    len: u64,
+) -> std::io::Result<bool> {
+    use rustix::io::Errno;
+    let Some((file, base)) = src.file_range() else {
+        return Ok(false);
+    };
+    if offset.saturating_add(len) > src.size() {
+        return Err(short_source(offset, len));
+    }
+    let mut from = base.saturating_add(offset);
+    let mut left = len;
+    while left > 0 {
+        let want = usize::try_from(left).unwrap_or(usize::MAX).min(1 << 30);
+        match rustix::fs::copy_file_range(file, Some(&mut from), dst, Some(&mut at), want) {
+            Ok(0) => return Err(short_source(offset + (len - left), left)),
+            Ok(n) => left -= n as u64,
+            Err(Errno::INTR) => {}
+            Err(Errno::XDEV | Errno::NOSYS | Errno::OPNOTSUPP | Errno::INVAL) if left == len => {
+                return Ok(false)
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(true)
+}
+
+fn short_source(offset: u64, missing: u64) -> std::io::Error {
+    std::io::Error::new(
+        std::io::ErrorKind::UnexpectedEof,
+        format!(
+            "the input became shorter while it was copied ({missing} bytes missing at offset {offset})"
+        ),
+    )
 }
 
 /// Fill `buf` from `src` at `offset`; a source shorter than promised (a
@@ -391,4 +455,35 @@ mod tests {
             assert_eq!(b, want, "at {at}");
         }
     }
+
+    /// From a file range, input ranges no patch touches are copied in the
+    /// kernel: the bytes are those of the buffered path, patches over an
+    /// input range still apply, and a file shorter than its range is an
+    /// error, never short output.
+    #[test]
+    fn write_file_copies_input_ranges_from_a_file() {
+        use std::io::Write;
+        use std::os::unix::fs::FileExt;
+        let bytes: Vec<u8> = (0..3 * CHUNK + 99).map(|i| (i * 7 % 251) as u8).collect();
+        let mut input = tempfile::tempfile().unwrap();
+        input.write_all(&bytes).unwrap();
+        let mut o = Out::default();
+        o.push_src(5, 2 * CHUNK + 17);
+        o.extend_from_slice(b"new");
+        o.push_src(0, CHUNK + 1);
+        o.put(CHUNK - 2, b"patched").unwrap();
+        let whole = rocpack_bundle::FileRange::new(&input, 0, bytes.len() as u64);
+        let f = tempfile::tempfile().unwrap();
+        assert_eq!(o.write_file(&whole, &NO_AUX_BYTES, &f).unwrap(), o.len());
+        let mut got = vec![0u8; o.len() as usize];
+        f.read_exact_at(&mut got, 0).unwrap();
+        assert!(got == o.to_vec(&&bytes[..], &NO_AUX_BYTES).unwrap());
+
+        input.set_len(CHUNK).unwrap();
+        let f = tempfile::tempfile().unwrap();
+        let err = o.write_file(&whole, &NO_AUX_BYTES, &f).unwrap_err();
+        assert_eq!(err.kind(), std::io::ErrorKind::UnexpectedEof, "{err}");
+    }
+
+    const NO_AUX_BYTES: &[u8] = &[];
 }

@@ -32,8 +32,9 @@ pub fn split_host_in(
 }
 
 /// [`split_host_in`] written to `dst` (an empty file opened for reading
-/// and writing) range by range: the host part is copied from `src` through
-/// a fixed buffer, never held in memory, and the written file is checked
+/// and writing) range by range ([`Out::write_file`]): the host part is
+/// copied from `src` in the kernel when it is a file range, else through a
+/// fixed buffer, never held in memory, and the written file is checked
 /// through a mapping. Returns the number of bytes written.
 #[allow(unsafe_code)]
 pub fn split_host_to(
@@ -47,21 +48,18 @@ pub fn split_host_to(
         what: "writing the host-only file",
         source: e,
     };
-    let mut w = std::io::BufWriter::with_capacity(1 << 16, dst);
     let n = match &plan {
         Rewritten::Unchanged => {
             let mut o = Out::default();
             o.push_src(0, data.len() as u64);
-            o.write_to(src, &NO_AUX, &mut w).map_err(io)?
+            o.write_file(src, &NO_AUX, dst).map_err(io)?
         }
         Rewritten::Bytes(v) => {
-            std::io::Write::write_all(&mut w, v).map_err(io)?;
+            std::os::unix::fs::FileExt::write_all_at(dst, v, 0).map_err(io)?;
             v.len() as u64
         }
-        Rewritten::Pieces(out) => out.write_to(src, &NO_AUX, &mut w).map_err(io)?,
+        Rewritten::Pieces(out) => out.write_file(src, &NO_AUX, dst).map_err(io)?,
     };
-    std::io::Write::flush(&mut w).map_err(io)?;
-    drop(w);
     if matches!(plan, Rewritten::Pieces(_)) {
         // SAFETY: the file is ours (just written, in the caller's staging
         // place); a concurrent truncation would fault, as for any mapping
