@@ -795,6 +795,63 @@ pub fn reassembly_fits(host: &[u8], info: &PeInfo, lens: &[u64]) -> Result<Fit> 
 
 fn reassemble_plan(host: &[u8], info: &PeInfo, bundles: &Bundles<'_>) -> Result<Plan> {
     let h = header(info)?;
+    let (fsec, msec) = split_sections(info)?;
+    let lens = bundles.lens();
+    let (end, offsets) = bundles_layout(&lens);
+    // clang lays the bundles out 4096-aligned and the section ends with the
+    // last one; bundles smaller than the original's (one target's archive,
+    // bundles compressed harder) leave zeros up to VirtualSize, written as
+    // holes ([`Out::write_file`]).
+    let vsize = u64::from(fsec.virtual_size);
+    if end > vsize {
+        return Err(Error::does_not_fit(
+            fsec.header_offset,
+            format!(
+                "bundles need {end} bytes, the bundle section `{}` has {vsize}",
+                fsec.name
+            ),
+        ));
+    }
+    let geo = Geometry::of(host, info, h, fsec, msec)?;
+    let mut out = Out::default();
+    out.push_src(0, geo.cut);
+    out.push_src(geo.first_raw, geo.ps - geo.first_raw);
+    let base = out.len();
+    for (i, &at) in offsets.iter().enumerate() {
+        out.resize(base + at);
+        bundles.push(i, &mut out);
+    }
+    out.resize(base + geo.rs);
+    out.push_src(geo.ps, geo.em - geo.ps);
+    out.push_src(geo.em + geo.mr, host.len() as u64 - (geo.em + geo.mr));
+    restore_file_offsets(&mut out, host, info, h, &geo, fsec, msec)?;
+    restore_optional_header(&mut out, host, info, h, &geo, fsec, msec)?;
+    for w in &info.wrappers {
+        let co = w.co_index() as usize;
+        let off = offsets.get(co).ok_or_else(|| {
+            Error::wrapper(
+                w.index,
+                w.file_offset,
+                format!("co_index {co} but only {} bundles given", lens.len()),
+            )
+        })?;
+        let at = geo.unshift(w.file_offset);
+        put_u32(&mut out, at, HIPF_MAGIC)?;
+        put_u64(
+            &mut out,
+            at + 8,
+            h.image_base
+                .wrapping_add(u64::from(fsec.virtual_address) + off),
+        )?;
+        put_u64(&mut out, at + 16, 0)?;
+    }
+    let checksum = (h.check_sum != 0).then_some(h.optional_offset + 64);
+    Ok(Plan { out, checksum })
+}
+
+/// The bundle section (emptied by the split) and `.kpackrf` (the last
+/// section header) of a split image; anything else is refused.
+fn split_sections(info: &PeInfo) -> Result<(&PeSection, &PeSection)> {
     if info.kind == PeKind::Object || info.state != State::Split {
         return Err(Error::pe_unsupported(0, "not a split image"));
     }
@@ -819,99 +876,117 @@ fn reassemble_plan(host: &[u8], info: &PeInfo, bundles: &Bundles<'_>) -> Result<
             "bundle section still has data in the file (not split by rocpack)",
         ));
     }
-    let fa = file_alignment(h)?;
-    let sa = u64::from(h.section_alignment.max(1));
-    // Section content: bundles 4096-aligned, zero padding, VirtualSize long.
-    let vsize = u64::from(fsec.virtual_size);
-    // clang lays the bundles out 4096-aligned and the section ends with
-    // the last one: a VirtualSize beyond that is not a section this module
-    // split, and would only cost memory (up to 4 GiB of zeros).
-    // Bundles smaller than the original's (one target's archive, bundles
-    // compressed harder) leave zeros up to VirtualSize: a streamed output
-    // writes them as such; [`reassemble`], which holds the output, bounds
-    // them first.
-    let lens = bundles.lens();
-    let (end, offsets) = bundles_layout(&lens);
-    if end > vsize {
-        return Err(Error::does_not_fit(
-            fsec.header_offset,
-            format!(
-                "bundles need {end} bytes, the bundle section `{}` has {vsize}",
-                fsec.name
-            ),
-        ));
-    }
-    let rs = round_up(vsize, fa);
-    let ps = u64::from(fsec.raw_offset);
-    let em = u64::from(msec.raw_offset);
-    let mr = u64::from(msec.raw_size);
-    if ps > em || em + mr > host.len() as u64 {
-        return Err(Error::pe_malformed(
-            msec.header_offset,
-            "marker data out of place",
-        ));
-    }
-    // Header growth of the split (NumberOfLinenumbers of `.kpackrf`, in
-    // FileAlignment blocks): `g` zero bytes inserted before the first
-    // section's data, removed again.
-    let slot = msec.header_offset;
-    let g = u64::from(u16::from_le_bytes(
-        get(host, slot + 34, 2, ".kpackrf header")?
-            .try_into()
-            .expect("2 bytes"),
-    )) * fa;
-    let first_raw = info
-        .sections
-        .iter()
-        .filter(|s| s.raw_size > 0)
-        .map(|s| u64::from(s.raw_offset))
-        .fold(ps, u64::min);
-    let soh = u64::from(h.size_of_headers);
-    let cut = first_raw
-        .checked_sub(g)
-        .filter(|&c| c >= slot && soh >= g)
-        .ok_or_else(|| {
-            Error::pe_malformed(slot + 34, "header growth larger than the header area")
-        })?;
-    let grown_from = (slot + SECTION_HEADER).clamp(cut, first_raw);
-    if get(host, grown_from, first_raw - grown_from, "header growth")?
-        .iter()
-        .any(|&b| b != 0)
-    {
-        return Err(Error::pe_unsupported(
-            grown_from,
-            "the header area the split grew is not empty (not written by rocpack)",
-        ));
-    }
-    let unshift = |off: u64| -> u64 {
-        let back = if off < first_raw { 0 } else { g };
-        if off < ps {
-            off - back
-        } else if off < em {
-            off + rs - back
-        } else {
-            off - mr + rs - back
+    Ok((fsec, msec))
+}
+
+/// Where a split image's parts move when it is reassembled.
+struct Geometry {
+    /// The bundle section's place in the split file (its data went) and
+    /// its raw size once reassembled (VirtualSize rounded up to `fa`).
+    ps: u64,
+    rs: u64,
+    /// `.kpackrf`'s data: offset and raw size (it goes).
+    em: u64,
+    mr: u64,
+    /// Header growth of the split (`g` zero bytes inserted before the
+    /// first section's data at `first_raw`, removed again): the host is
+    /// copied up to `cut`, then from `first_raw`.
+    g: u64,
+    first_raw: u64,
+    cut: u64,
+}
+
+impl Geometry {
+    fn of(
+        host: &[u8],
+        info: &PeInfo,
+        h: &ImageHeaders,
+        fsec: &PeSection,
+        msec: &PeSection,
+    ) -> Result<Geometry> {
+        let fa = file_alignment(h)?;
+        let rs = round_up(u64::from(fsec.virtual_size), fa);
+        let ps = u64::from(fsec.raw_offset);
+        let em = u64::from(msec.raw_offset);
+        let mr = u64::from(msec.raw_size);
+        if ps > em || em + mr > host.len() as u64 {
+            return Err(Error::pe_malformed(
+                msec.header_offset,
+                "marker data out of place",
+            ));
         }
-    };
-    let field_map = file_offset_fields(host, info, h)?;
-    let mut out = Out::default();
-    out.push_src(0, cut);
-    out.push_src(first_raw, ps - first_raw);
-    let base = out.len();
-    for (i, &at) in offsets.iter().enumerate() {
-        out.resize(base + at);
-        bundles.push(i, &mut out);
+        // The growth is recorded in NumberOfLinenumbers of `.kpackrf`, in
+        // FileAlignment blocks.
+        let slot = msec.header_offset;
+        let g = u64::from(u16::from_le_bytes(
+            get(host, slot + 34, 2, ".kpackrf header")?
+                .try_into()
+                .expect("2 bytes"),
+        )) * fa;
+        let first_raw = info
+            .sections
+            .iter()
+            .filter(|s| s.raw_size > 0)
+            .map(|s| u64::from(s.raw_offset))
+            .fold(ps, u64::min);
+        let cut = first_raw
+            .checked_sub(g)
+            .filter(|&c| c >= slot && u64::from(h.size_of_headers) >= g)
+            .ok_or_else(|| {
+                Error::pe_malformed(slot + 34, "header growth larger than the header area")
+            })?;
+        let grown_from = (slot + SECTION_HEADER).clamp(cut, first_raw);
+        if get(host, grown_from, first_raw - grown_from, "header growth")?
+            .iter()
+            .any(|&b| b != 0)
+        {
+            return Err(Error::pe_unsupported(
+                grown_from,
+                "the header area the split grew is not empty (not written by rocpack)",
+            ));
+        }
+        Ok(Geometry {
+            ps,
+            rs,
+            em,
+            mr,
+            g,
+            first_raw,
+            cut,
+        })
     }
-    out.resize(base + rs);
-    out.push_src(ps, em - ps);
-    out.push_src(em + mr, host.len() as u64 - (em + mr));
+
+    /// Where split-file offset `off` is in the reassembled file.
+    fn unshift(&self, off: u64) -> u64 {
+        let back = if off < self.first_raw { 0 } else { self.g };
+        if off < self.ps {
+            off - back
+        } else if off < self.em {
+            off + self.rs - back
+        } else {
+            off - self.mr + self.rs - back
+        }
+    }
+}
+
+/// Every section's PointerToRawData and every other file offset the
+/// headers hold, moved back; the bundle section's raw size and place.
+fn restore_file_offsets(
+    out: &mut Out,
+    host: &[u8],
+    info: &PeInfo,
+    h: &ImageHeaders,
+    geo: &Geometry,
+    fsec: &PeSection,
+    msec: &PeSection,
+) -> Result<()> {
     for s in &info.sections {
         if s.raw_size > 0 && s.index != msec.index {
             put_u32(
-                &mut out,
+                out,
                 s.header_offset + 20,
                 to_u32(
-                    unshift(u64::from(s.raw_offset)),
+                    geo.unshift(u64::from(s.raw_offset)),
                     s.header_offset,
                     "PointerToRawData",
                 )?,
@@ -919,33 +994,50 @@ fn reassemble_plan(host: &[u8], info: &PeInfo, bundles: &Bundles<'_>) -> Result<
         }
     }
     put_u32(
-        &mut out,
+        out,
         fsec.header_offset + 16,
-        to_u32(rs, fsec.header_offset, "SizeOfRawData")?,
+        to_u32(geo.rs, fsec.header_offset, "SizeOfRawData")?,
     )?;
     put_u32(
-        &mut out,
+        out,
         fsec.header_offset + 20,
-        to_u32(ps - g, fsec.header_offset, "PointerToRawData")?,
+        to_u32(geo.ps - geo.g, fsec.header_offset, "PointerToRawData")?,
     )?;
-    for &(at, v) in &field_map {
+    for &(at, v) in &file_offset_fields(host, info, h)? {
         if v != 0 && at != msec.header_offset + 24 && at != msec.header_offset + 28 {
             put_u32(
-                &mut out,
-                unshift(at),
-                to_u32(unshift(v), at, "file offset")?,
+                out,
+                geo.unshift(at),
+                to_u32(geo.unshift(v), at, "file offset")?,
             )?;
         }
     }
-    out.fill_zero(slot, (slot + SECTION_HEADER).min(cut))?;
-    if g > 0 {
+    Ok(())
+}
+
+/// `.kpackrf`'s header cleared, and the headers that count sections and
+/// sizes as before the split: SizeOfHeaders, NumberOfSections,
+/// SizeOfImage, SizeOfInitializedData.
+fn restore_optional_header(
+    out: &mut Out,
+    host: &[u8],
+    info: &PeInfo,
+    h: &ImageHeaders,
+    geo: &Geometry,
+    fsec: &PeSection,
+    msec: &PeSection,
+) -> Result<()> {
+    let slot = msec.header_offset;
+    out.fill_zero(slot, (slot + SECTION_HEADER).min(geo.cut))?;
+    if geo.g > 0 {
         put_u32(
-            &mut out,
+            out,
             h.optional_offset + 60,
-            to_u32(soh - g, 0, "SizeOfHeaders")?,
+            to_u32(u64::from(h.size_of_headers) - geo.g, 0, "SizeOfHeaders")?,
         )?;
     }
-    put_u16(&mut out, h.nt_offset + 6, (info.sections.len() - 1) as u16)?;
+    put_u16(out, h.nt_offset + 6, (info.sections.len() - 1) as u16)?;
+    let sa = u64::from(h.section_alignment.max(1));
     let max_end = info
         .sections
         .iter()
@@ -954,30 +1046,9 @@ fn reassemble_plan(host: &[u8], info: &PeInfo, bundles: &Bundles<'_>) -> Result<
         .max()
         .unwrap_or(sa);
     put_u32(
-        &mut out,
+        out,
         h.optional_offset + 56,
         to_u32(round_up(max_end, sa), 0, "SizeOfImage")?,
     )?;
-    adjust_initialized_data(&mut out, host, h, fsec, rs, mr, false)?;
-    for w in &info.wrappers {
-        let co = w.co_index() as usize;
-        let off = offsets.get(co).ok_or_else(|| {
-            Error::wrapper(
-                w.index,
-                w.file_offset,
-                format!("co_index {co} but only {} bundles given", lens.len()),
-            )
-        })?;
-        let at = unshift(w.file_offset);
-        put_u32(&mut out, at, HIPF_MAGIC)?;
-        put_u64(
-            &mut out,
-            at + 8,
-            h.image_base
-                .wrapping_add(u64::from(fsec.virtual_address) + off),
-        )?;
-        put_u64(&mut out, at + 16, 0)?;
-    }
-    let checksum = (h.check_sum != 0).then_some(h.optional_offset + 64);
-    Ok(Plan { out, checksum })
+    adjust_initialized_data(out, host, h, fsec, geo.rs, geo.mr, false)
 }
