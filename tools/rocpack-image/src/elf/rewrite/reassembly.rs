@@ -435,8 +435,6 @@ fn write_reassembly(
         v,
         w,
         m,
-        mlen,
-        l1i,
         l1,
         l2,
         page,
@@ -447,24 +445,12 @@ fn write_reassembly(
         ref moved,
         b0_off,
         delta,
+        ..
     } = *g;
     // Rebuilt .hip_fatbin.
     let (fat_len, offsets) = fatbin_layout(&bundles.lens());
     let bundle_addr: Vec<u64> = offsets.iter().map(|&o| v + o).collect();
-    // Free range: up to the first section after the marker (or L2's end).
-    let r_end = elf
-        .shdrs
-        .iter()
-        .enumerate()
-        .filter(|(i, s)| {
-            *i != mk.section.index
-                && s.is_alloc()
-                && s.sh_addr >= m + mlen
-                && s.sh_addr < l2.p_vaddr + l2.p_memsz
-        })
-        .map(|(_, s)| s.sh_addr)
-        .min()
-        .unwrap_or(l2.p_vaddr + l2.p_memsz);
+    let r_end = free_end(elf, g);
     let cap = r_end - v;
     if fat_len > cap {
         return Err(Error::does_not_fit(
@@ -552,28 +538,7 @@ fn write_reassembly(
         shstrtab.len() as u64,
     );
 
-    let mut phdrs: Vec<Phdr> = Vec::with_capacity(new_n as usize);
-    for (i, p) in elf.phdrs.iter().enumerate() {
-        let mut p = *p;
-        if i == l1i + 1 {
-            continue;
-        }
-        if i == l1i {
-            p.p_filesz = l2.p_vaddr + l2.p_filesz - l1.p_vaddr;
-            p.p_memsz = l2.p_vaddr + l2.p_memsz - l1.p_vaddr;
-        } else if p.p_type == elf::PT_PHDR {
-            p.p_filesz = new_n * PHDR_SIZE;
-            p.p_memsz = new_n * PHDR_SIZE;
-        } else if p.p_filesz > 0 && p.p_vaddr >= w && p.p_vaddr + p.p_filesz <= m {
-            p.p_vaddr = p.p_vaddr.wrapping_add(delta);
-            p.p_paddr = p.p_paddr.wrapping_add(delta);
-            p.p_offset = l0.p_offset + (p.p_vaddr - l0.p_vaddr);
-        } else if p.p_offset >= split_r_off {
-            p.p_offset += growth;
-        }
-        phdrs.push(p);
-    }
-    write_phdrs(elf, &mut out, &phdrs)?;
+    write_phdrs(elf, &mut out, &merged_phdrs(elf, g, split_r_off, growth))?;
     layout_tail(
         elf,
         end,
@@ -596,6 +561,54 @@ fn write_reassembly(
     write_ehdr(&mut out, new_n, shoff, shdrs.len() as u64)?;
     restore_trail(elf, places, &mut out);
     Ok(out)
+}
+
+/// Where the room for the rebuilt `.hip_fatbin` ends: at the first
+/// section after the marker, or at the end of L2.
+fn free_end(elf: &Elf<'_>, g: &SplitGeometry<'_>) -> u64 {
+    let l2_end = g.l2.p_vaddr + g.l2.p_memsz;
+    elf.shdrs
+        .iter()
+        .enumerate()
+        .filter(|(i, s)| {
+            *i != g.mk.section.index
+                && s.is_alloc()
+                && s.sh_addr >= g.m + g.mlen
+                && s.sh_addr < l2_end
+        })
+        .map(|(_, s)| s.sh_addr)
+        .min()
+        .unwrap_or(l2_end)
+}
+
+/// The program headers of the reassembled file: L1 and L2 merged back
+/// into one PT_LOAD, PT_PHDR one entry shorter, the segments of the moved
+/// block back in place, and those after the free range (from
+/// `split_r_off`) `growth` bytes further into the file.
+fn merged_phdrs(elf: &Elf<'_>, g: &SplitGeometry<'_>, split_r_off: u64, growth: u64) -> Vec<Phdr> {
+    let (l0, l1, l2) = (g.l0, g.l1, g.l2);
+    let mut phdrs: Vec<Phdr> = Vec::with_capacity(g.new_n as usize);
+    for (i, p) in elf.phdrs.iter().enumerate() {
+        let mut p = *p;
+        if i == g.l1i + 1 {
+            continue;
+        }
+        if i == g.l1i {
+            p.p_filesz = l2.p_vaddr + l2.p_filesz - l1.p_vaddr;
+            p.p_memsz = l2.p_vaddr + l2.p_memsz - l1.p_vaddr;
+        } else if p.p_type == elf::PT_PHDR {
+            p.p_filesz = g.new_n * PHDR_SIZE;
+            p.p_memsz = g.new_n * PHDR_SIZE;
+        } else if p.p_filesz > 0 && p.p_vaddr >= g.w && p.p_vaddr + p.p_filesz <= g.m {
+            p.p_vaddr = p.p_vaddr.wrapping_add(g.delta);
+            p.p_paddr = p.p_paddr.wrapping_add(g.delta);
+            p.p_offset = l0.p_offset + (p.p_vaddr - l0.p_vaddr);
+        } else if p.p_offset >= split_r_off {
+            p.p_offset += growth;
+        }
+        phdrs.push(p);
+    }
+    phdrs
 }
 
 /// Drop section header `k` and renumber every reference to later sections
