@@ -609,15 +609,7 @@ fn write_split(
     g: &RegionB,
 ) -> Result<Out> {
     let data = elf.data;
-    let Fatbin {
-        fb,
-        v,
-        r,
-        l,
-        li,
-        page,
-        ..
-    } = *f;
+    let Fatbin { fb, v, r, page, .. } = *f;
     let (block, b0_off, b1_off, blocklen) = (&b.sections, b.b0_off, b.b1_off, b.len());
     let (new_n, ph_new_end) = (b.new_n, b.ph_new_end);
     let b0 = b.l0_addr(b0_off);
@@ -626,12 +618,12 @@ fn write_split(
         w,
         m,
         delta,
-        d_addr,
         d_off,
         o2,
         o_r,
         shift,
         end,
+        ..
     } = *g;
     let mlen = marker.len() as u64;
     let mut map = OffMap::default();
@@ -689,52 +681,7 @@ fn write_split(
     )?;
     let shstrtab = add_marker_section(elf, info, &mut shdrs, m, o2 + (m - w), mlen)?;
 
-    // Program headers.
-    let mut phdrs: Vec<Phdr> = Vec::with_capacity(new_n as usize);
-    for (i, p) in elf.phdrs.iter().enumerate() {
-        let mut p = *p;
-        if i == li {
-            let l1 = Phdr {
-                p_filesz: d_addr - l.p_vaddr,
-                p_memsz: w - l.p_vaddr,
-                ..l
-            };
-            let l2 = Phdr {
-                p_offset: o2,
-                p_vaddr: w,
-                p_paddr: l.p_paddr.wrapping_add(w - l.p_vaddr),
-                p_filesz: l.p_vaddr + l.p_filesz - w,
-                p_memsz: l.p_vaddr + l.p_memsz - w,
-                p_flags: l2_flags(elf, &l, fb.index, v, r, w),
-                ..l
-            };
-            phdrs.push(l1);
-            phdrs.push(l2);
-            continue;
-        }
-        if p.p_type == elf::PT_PHDR {
-            p.p_filesz = new_n * PHDR_SIZE;
-            p.p_memsz = new_n * PHDR_SIZE;
-        } else if p.p_filesz > 0 && p.p_offset >= b0_off && p.p_offset + p.p_filesz <= b1_off {
-            if p.p_vaddr != l0_addr(p.p_offset) {
-                return Err(Error::malformed(
-                    elf.ehdr.e_phoff + i as u64 * PHDR_SIZE,
-                    "segment address does not match its offset",
-                ));
-            }
-            p.p_vaddr = p.p_vaddr.wrapping_add(delta);
-            p.p_paddr = p.p_paddr.wrapping_add(delta);
-            p.p_offset = o2 + (p.p_offset - b0_off);
-        } else if p.p_offset >= o_r {
-            p.p_offset -= shift;
-        } else if p.p_filesz > 0 && p.p_offset + p.p_filesz > d_off && p.p_offset < o_r {
-            return Err(Error::layout(
-                elf.ehdr.e_phoff + i as u64 * PHDR_SIZE,
-                format!("segment type {:#x} overlaps the removed range", p.p_type),
-            ));
-        }
-        phdrs.push(p);
-    }
+    let phdrs = split_phdrs(elf, f, b, g)?;
     if ph_new_end > out.len() {
         return Err(Error::layout(
             ph_new_end,
@@ -763,6 +710,74 @@ fn write_split(
     // The caller checks the result: it must analyse as split, every
     // wrapper on the marker.
     Ok(out)
+}
+
+/// The program headers of the split file: `L` cut into `L1` (up to the
+/// bundles, which become NOBITS) and `L2` (the moved block, the marker and
+/// what followed the bundles), PT_PHDR one entry longer, the segments of
+/// the moved block at their new place, and those after the removed range
+/// `shift` bytes earlier in the file.
+fn split_phdrs(elf: &Elf<'_>, f: &Fatbin, b: &Block, g: &RegionB) -> Result<Vec<Phdr>> {
+    let Fatbin {
+        fb, v, r, l, li, ..
+    } = *f;
+    let (b0_off, b1_off, new_n) = (b.b0_off, b.b1_off, b.new_n);
+    let RegionB {
+        w,
+        delta,
+        d_addr,
+        d_off,
+        o2,
+        o_r,
+        shift,
+        ..
+    } = *g;
+    let mut phdrs: Vec<Phdr> = Vec::with_capacity(new_n as usize);
+    for (i, p) in elf.phdrs.iter().enumerate() {
+        let mut p = *p;
+        if i == li {
+            let l1 = Phdr {
+                p_filesz: d_addr - l.p_vaddr,
+                p_memsz: w - l.p_vaddr,
+                ..l
+            };
+            let l2 = Phdr {
+                p_offset: o2,
+                p_vaddr: w,
+                p_paddr: l.p_paddr.wrapping_add(w - l.p_vaddr),
+                p_filesz: l.p_vaddr + l.p_filesz - w,
+                p_memsz: l.p_vaddr + l.p_memsz - w,
+                p_flags: l2_flags(elf, &l, fb.index, v, r, w),
+                ..l
+            };
+            phdrs.push(l1);
+            phdrs.push(l2);
+            continue;
+        }
+        if p.p_type == elf::PT_PHDR {
+            p.p_filesz = new_n * PHDR_SIZE;
+            p.p_memsz = new_n * PHDR_SIZE;
+        } else if p.p_filesz > 0 && p.p_offset >= b0_off && p.p_offset + p.p_filesz <= b1_off {
+            if p.p_vaddr != b.l0_addr(p.p_offset) {
+                return Err(Error::malformed(
+                    elf.ehdr.e_phoff + i as u64 * PHDR_SIZE,
+                    "segment address does not match its offset",
+                ));
+            }
+            p.p_vaddr = p.p_vaddr.wrapping_add(delta);
+            p.p_paddr = p.p_paddr.wrapping_add(delta);
+            p.p_offset = o2 + (p.p_offset - b0_off);
+        } else if p.p_offset >= o_r {
+            p.p_offset -= shift;
+        } else if p.p_filesz > 0 && p.p_offset + p.p_filesz > d_off && p.p_offset < o_r {
+            return Err(Error::layout(
+                elf.ehdr.e_phoff + i as u64 * PHDR_SIZE,
+                format!("segment type {:#x} overlaps the removed range", p.p_type),
+            ));
+        }
+        phdrs.push(p);
+    }
+    Ok(phdrs)
 }
 
 /// Flags of the new `L2` = `[W, L.end)`: the least permission its sections
