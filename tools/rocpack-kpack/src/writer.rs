@@ -232,9 +232,14 @@ pub struct FileInput<'a> {
     pub path: Option<&'a Path>,
 }
 
+/// The largest code object [`frame_of_file_range`] reads into its
+/// worker's buffer (most code objects; larger ones get a buffer of their
+/// own, so what a worker keeps between code objects stays small).
+pub const REUSED_BUFFER_MAX: u64 = 8 << 20;
+
 thread_local! {
     /// A worker thread's buffer for the code objects [`frame_of_file_range`]
-    /// reads whole (at most [`STREAM_THRESHOLD`] bytes).
+    /// reads whole, up to [`REUSED_BUFFER_MAX`] bytes.
     static READ_BUFFER: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
@@ -267,13 +272,18 @@ pub fn frame_of_file_range(
         offset,
         left: len,
     };
-    if len <= STREAM_THRESHOLD {
+    if len <= REUSED_BUFFER_MAX {
         return READ_BUFFER.with(|cell| {
             let mut buf = cell.borrow_mut();
             let data = reused_prefix(&mut buf, len as usize);
             src.read_exact(data)?;
             compress_frame_with(data, level, checksum).map(StoredFrame::Mem)
         });
+    }
+    if len <= STREAM_THRESHOLD {
+        let mut data = Vec::with_capacity(usize::try_from(len).unwrap_or(0));
+        src.read_to_end(&mut data)?;
+        return compress_frame_with(&data, level, checksum).map(StoredFrame::Mem);
     }
     let tmp = tempfile::tempfile_in(spill_dir).map_err(|e| Error::from(e).with_path(spill_dir))?;
     let mut w = BufWriter::with_capacity(1 << 20, tmp);
