@@ -92,6 +92,26 @@ pub(crate) enum Rewritten {
     Pieces(Out),
 }
 
+impl Rewritten {
+    /// The file as pieces, whichever form it took (`input_len`: the input's
+    /// size, for [`Rewritten::Unchanged`]).
+    pub(crate) fn into_out(self, input_len: u64) -> Out {
+        match self {
+            Rewritten::Unchanged => {
+                let mut o = Out::default();
+                o.push_src(0, input_len);
+                o
+            }
+            Rewritten::Bytes(v) => {
+                let mut o = Out::default();
+                o.extend_from_slice(&v);
+                o
+            }
+            Rewritten::Pieces(o) => o,
+        }
+    }
+}
+
 /// The smallest page the loader of `e_machine` may use: segments must be
 /// congruent modulo it. Every machine HIP supports (x86-64, aarch64,
 /// ppc64le) has 4 KiB as its smallest page.

@@ -95,18 +95,10 @@ pub fn reassemble_to(
         what: "writing the reassembled file",
         source: e,
     };
-    match reassemble_plan(host, bundles)? {
-        Rewritten::Unchanged => {
-            let mut o = Out::default();
-            o.push_src(0, host.len() as u64);
-            o.write_to(host_src, &NO_AUX, dst).map_err(io)
-        }
-        Rewritten::Bytes(v) => {
-            dst.write_all(&v).map_err(io)?;
-            Ok(v.len() as u64)
-        }
-        Rewritten::Pieces(out) => out.write_to(host_src, bundles.aux(), dst).map_err(io),
-    }
+    reassemble_plan(host, bundles)?
+        .into_out(host.len() as u64)
+        .write_to(host_src, bundles.aux(), dst)
+        .map_err(io)
 }
 
 /// [`reassemble_to`] into `dst` (empty) with positioned writes: the runs of
@@ -122,22 +114,10 @@ pub fn reassemble_into(
         what: "writing the reassembled file",
         source: e,
     };
-    let mut o = Out::default();
-    let aux = match reassemble_plan(host, bundles)? {
-        Rewritten::Unchanged => {
-            o.push_src(0, host.len() as u64);
-            &NO_AUX as &dyn rocpack_bundle::ReadAt
-        }
-        Rewritten::Bytes(v) => {
-            o.extend_from_slice(&v);
-            &NO_AUX
-        }
-        Rewritten::Pieces(out) => {
-            o = out;
-            bundles.aux()
-        }
-    };
-    o.write_file(host_src, aux, dst).map_err(io)
+    reassemble_plan(host, bundles)?
+        .into_out(host.len() as u64)
+        .write_file(host_src, bundles.aux(), dst)
+        .map_err(io)
 }
 
 fn reassemble_plan(host: &[u8], bundles: &Bundles<'_>) -> Result<Rewritten> {

@@ -48,19 +48,12 @@ pub fn split_host_to(
         what: "writing the host-only file",
         source: e,
     };
-    let n = match &plan {
-        Rewritten::Unchanged => {
-            let mut o = Out::default();
-            o.push_src(0, data.len() as u64);
-            o.write_file(src, &NO_AUX, dst).map_err(io)?
-        }
-        Rewritten::Bytes(v) => {
-            std::os::unix::fs::FileExt::write_all_at(dst, v, 0).map_err(io)?;
-            v.len() as u64
-        }
-        Rewritten::Pieces(out) => out.write_file(src, &NO_AUX, dst).map_err(io)?,
-    };
-    if matches!(plan, Rewritten::Pieces(_)) {
+    let pieces = matches!(plan, Rewritten::Pieces(_));
+    let n = plan
+        .into_out(data.len() as u64)
+        .write_file(src, &NO_AUX, dst)
+        .map_err(io)?;
+    if pieces {
         // SAFETY: the file is ours (just written, in the caller's staging
         // place); a concurrent truncation would fault, as for any mapping
         // the CLI reads through.
