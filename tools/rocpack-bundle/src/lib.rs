@@ -21,6 +21,8 @@
 //!   [`write_uncompressed`], [`write_ccob`].
 //! * [`fsutil`]: inputs opened without blocking on a FIFO and refused
 //!   unless regular, read with a size bound; lexical absolute paths.
+//! * [`memory`]: the one ledger of the process's large buffers (zstd
+//!   contexts, decoder windows, queued code objects) and its budget.
 //! * [`FileIdent`]: the identity of a file (device, inode, size, times) that
 //!   every reader compares to refuse a file rewritten while it is read.
 //!
@@ -33,6 +35,7 @@ mod error;
 pub mod fsutil;
 mod ident;
 mod layout;
+pub mod memory;
 mod source;
 mod stream;
 mod target;

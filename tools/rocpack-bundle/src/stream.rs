@@ -125,32 +125,56 @@ struct Ccob<'a> {
 
 /// Decoder contexts kept for reuse: a CCOB's decoder keeps a window as
 /// large as its payload (tens of MiB), and a fresh one is page-faulted and
-/// zeroed again for every bundle. At most [`DCTX_KEEP`] are kept.
-static DCTX_POOL: std::sync::Mutex<Vec<zstd::zstd_safe::DCtx<'static>>> =
+/// zeroed again for every bundle. At most [`DCTX_KEEP`] are kept, each
+/// declared to the [`memory`](crate::memory) ledger while it is kept (a
+/// context the budget has no room for is freed instead).
+static DCTX_POOL: std::sync::Mutex<Vec<(zstd::zstd_safe::DCtx<'static>, crate::memory::Held)>> =
     std::sync::Mutex::new(Vec::new());
 
 /// Decoder contexts [`DCTX_POOL`] keeps at most.
 const DCTX_KEEP: usize = 2;
 
 /// A decoder context taken from [`DCTX_POOL`] (or new), given back on drop.
+/// While it is taken, its memory is the taker's to declare (a walk declares
+/// its payload's window).
 struct Dctx(Option<zstd::zstd_safe::DCtx<'static>>);
 
 impl Dctx {
     fn take() -> Dctx {
         let pooled = DCTX_POOL.lock().ok().and_then(|mut p| p.pop());
-        Dctx(Some(pooled.unwrap_or_else(zstd::zstd_safe::DCtx::create)))
+        Dctx(Some(
+            pooled.map_or_else(zstd::zstd_safe::DCtx::create, |(d, _)| d),
+        ))
     }
 
     fn get(&mut self) -> &mut zstd::zstd_safe::DCtx<'static> {
         self.0.get_or_insert_with(zstd::zstd_safe::DCtx::create)
     }
+
+    /// Makes sure the context holds no more than a payload of `len` bytes
+    /// needs: zstd reuses a window up to three times too large, which a
+    /// walk declaring only its own payload would not account for.
+    fn fit(&mut self, len: u64) {
+        let need = len.min(WINDOW_MAX_BYTES).saturating_add(DCTX_SLACK);
+        if self.0.as_ref().is_some_and(|d| d.sizeof() as u64 > need) {
+            self.0 = None;
+        }
+    }
 }
+
+/// Largest window a decoder takes by default (2^27 bytes).
+const WINDOW_MAX_BYTES: u64 = 1 << 27;
+
+/// What a decoder context holds beside its window (block buffers, tables).
+const DCTX_SLACK: u64 = 1 << 20;
 
 impl Drop for Dctx {
     fn drop(&mut self) {
         if let (Some(d), Ok(mut p)) = (self.0.take(), DCTX_POOL.lock()) {
             if p.len() < DCTX_KEEP {
-                p.push(d);
+                if let Some(held) = crate::memory::try_hold(d.sizeof() as u64) {
+                    p.push((d, held));
+                }
             }
         }
     }
@@ -198,6 +222,9 @@ fn open_ccob<'a>(
             SourceReader::new(src, start, end),
         )),
     };
+    if h.method == crate::Method::Zstd {
+        dctx.fit(claim);
+    }
     let reader: Box<dyn Read + 'a> = match h.method {
         crate::Method::Zstd => Box::new(
             zstd::stream::read::Decoder::with_context(payload, dctx.get())

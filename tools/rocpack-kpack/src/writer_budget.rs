@@ -4,13 +4,10 @@
 //! sizes its tables to it): a few MiB at level 3, about 80 MiB at level 19
 //! for a code object of 8 MiB or more, several hundred MiB at level 22
 //! uncapped. Every compression of this crate first takes a [`Permit`] for
-//! zstd's own estimate of its context ([`context_bytes`]). Permits and the
-//! memory other parts of the process declare ([`hold`]: a split's CCOB
-//! decoders, whose windows are as large as the payloads) share [`BUDGET`];
-//! a compression that does not fit waits for a permit to be returned, unless
-//! no compression runs (one always can). Permits are taken one at a time and
-//! their holders never wait for anything, so waiting cannot deadlock; peak
-//! memory then no longer grows with `--jobs` at high levels.
+//! zstd's own estimate of its context ([`context_bytes`]) from the process's
+//! memory ledger ([`rocpack_bundle::memory`], re-exported here), which the
+//! CCOB decoders and a split's queued code objects share: peak memory does
+//! not grow with `--jobs` at high levels.
 //!
 //! Levels above 19 ("ultra") have their tables and window capped
 //! ([`ULTRA_HASH_LOG_MAX`], [`ULTRA_CHAIN_LOG_MAX`], [`ULTRA_WINDOW_LOG_MAX`]):
@@ -18,16 +15,8 @@
 //! 400 MiB. A code object small enough that zstd's own parameters stay under
 //! the caps (up to 4 MiB) gets exactly the frame plain level 22 gives.
 
-use std::sync::{Condvar, Mutex};
-
+pub use rocpack_bundle::memory::{hold, permit, try_hold, Held, Permit, BUDGET};
 use zstd::zstd_safe::zstd_sys;
-
-/// Bytes the compression contexts and the declared holdings of a process
-/// may add up to before a further compression waits. With a split's queue
-/// of decoded code objects (64 MiB at most) and the process itself, peak
-/// RSS stays under 256 MiB: the 27-target XLA plugin at `zstd:19` peaked at
-/// 257 MiB with a budget of 208 MiB.
-pub const BUDGET: u64 = 184 << 20;
 
 /// Largest `hashLog` of an ultra level (2^23 entries, 32 MiB).
 pub const ULTRA_HASH_LOG_MAX: u32 = 23;
@@ -40,66 +29,18 @@ pub const ULTRA_WINDOW_LOG_MAX: u32 = 25;
 /// Levels above this are "ultra" (capped).
 const ULTRA_FROM: i32 = 20;
 
-#[derive(Default)]
-struct Ledger {
-    contexts: u64,
-    held: u64,
-}
+/// Lowest level at which [`prepare_process`] has freed buffers returned
+/// to the system.
+pub const RETURN_FREES_FROM: i32 = 10;
 
-static LEDGER: Mutex<Ledger> = Mutex::new(Ledger {
-    contexts: 0,
-    held: 0,
-});
-static RETURNED: Condvar = Condvar::new();
-
-fn ledger() -> std::sync::MutexGuard<'static, Ledger> {
-    // A poisoned lock (a panic elsewhere) only loses the bound's accuracy.
-    LEDGER.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-/// The right to run one compression whose context takes `bytes`; returned
-/// on drop.
-#[derive(Debug)]
-pub struct Permit(u64);
-
-impl Drop for Permit {
-    fn drop(&mut self) {
-        let mut l = ledger();
-        l.contexts = l.contexts.saturating_sub(self.0);
-        drop(l);
-        RETURNED.notify_all();
+/// Process setup for a run that compresses with `compression`: from
+/// [`RETURN_FREES_FROM`] on, large freed buffers go back to the system
+/// ([`rocpack_bundle::memory::return_large_frees`]), so peak RSS stays
+/// within the budget at any `--jobs`. For binaries, before threads start.
+pub fn prepare_process(compression: crate::Compression) {
+    if matches!(compression, crate::Compression::Zstd { level } if level >= RETURN_FREES_FROM) {
+        rocpack_bundle::memory::return_large_frees();
     }
-}
-
-/// Waits until a context of `bytes` fits [`BUDGET`] beside the permits
-/// out and the memory held, or no compression runs; takes it.
-pub fn permit(bytes: u64) -> Permit {
-    let mut l = ledger();
-    while l.contexts > 0 && l.contexts + l.held + bytes > BUDGET {
-        l = RETURNED.wait(l).unwrap_or_else(|p| p.into_inner());
-    }
-    l.contexts += bytes;
-    Permit(bytes)
-}
-
-/// Memory declared by [`hold`]; given back on drop.
-#[derive(Debug)]
-pub struct Held(u64);
-
-impl Drop for Held {
-    fn drop(&mut self) {
-        let mut l = ledger();
-        l.held = l.held.saturating_sub(self.0);
-        drop(l);
-        RETURNED.notify_all();
-    }
-}
-
-/// Declares `bytes` held elsewhere in the process (never waits): further
-/// compressions count them against [`BUDGET`].
-pub fn hold(bytes: u64) -> Held {
-    ledger().held += bytes;
-    Held(bytes)
 }
 
 /// zstd's parameters for `level` and an input of `len` bytes, as the
@@ -153,31 +94,6 @@ pub fn context_bytes(level: i32, len: u64, streaming: bool) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::mpsc;
-    use std::time::Duration;
-
-    /// A compression that does not fit waits for one to end; the only one
-    /// running always runs, whatever it and the held memory take.
-    #[test]
-    fn a_context_over_the_budget_waits_and_one_always_runs() {
-        let big = permit(BUDGET);
-        let (tx, rx) = mpsc::channel();
-        let t = std::thread::spawn(move || {
-            let _p = permit(1 << 20);
-            tx.send(()).unwrap();
-        });
-        assert!(
-            rx.recv_timeout(Duration::from_millis(300)).is_err(),
-            "a second context started beside a full budget"
-        );
-        drop(big);
-        rx.recv_timeout(Duration::from_secs(60))
-            .expect("the waiting context starts once the first is returned");
-        t.join().unwrap();
-        let held = hold(4 * BUDGET);
-        drop(permit(2 * BUDGET));
-        drop(held);
-    }
 
     #[test]
     fn contexts_grow_with_level_and_ultra_is_capped() {

@@ -64,6 +64,9 @@ pub fn run(args: PackArgs) -> anyhow::Result<ExitCode> {
         };
         entries.push((key.clone(), target.clone(), PathBuf::from(file)));
     }
+    if let Some(c) = args.compression {
+        rocpack_kpack::writer_budget::prepare_process(c);
+    }
     let req = PackRequest {
         entries,
         output: args.output,

@@ -160,6 +160,7 @@ pub fn run(args: SplitArgs) -> anyhow::Result<ExitCode> {
             p.display()
         );
     }
+    rocpack_kpack::writer_budget::prepare_process(args.compression);
     let opts = SplitOptions {
         artifact_dir: args.artifact_dir.clone().unwrap_or_default(),
         artifact_prefix: args.artifact_prefix.clone().unwrap_or_default(),

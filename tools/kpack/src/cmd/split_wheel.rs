@@ -144,13 +144,15 @@ pub fn run(args: SplitWheelArgs) -> anyhow::Result<ExitCode> {
         Some(p) => Some(PackagingConfig::load(p)?),
         None => None,
     };
+    let compression = args.compression.with_level(args.compression_level);
+    rocpack_kpack::writer_budget::prepare_process(compression);
     let opts = WheelSplitOptions {
         device_package_prefix: args.device_package_prefix.clone(),
         overlay_root: args.overlay_root.clone(),
         device_requires_dist: args.device_requires_dist.clone(),
         databases: super::databases(&args.split_databases),
         gpu_targets: args.gpu_targets.clone(),
-        compression: args.compression.with_level(args.compression_level),
+        compression,
         output_format: match args.output_format {
             FormatArg::Wheel => OutputFormat::Wheel,
             FormatArg::Directory => OutputFormat::Directory,

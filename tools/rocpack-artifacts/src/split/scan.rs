@@ -46,7 +46,8 @@ pub(super) struct Spill {
     /// Their bytes; see [`QUEUE_BUDGET`].
     queued: AtomicU64,
     /// Code-object buffers for reuse, over every walk: at most one per
-    /// walking thread plus one per queued code object exist.
+    /// walking thread plus one per queued code object exist, and the kept
+    /// ones hold at most [`POOL_KEEP`] bytes.
     pool: Mutex<Vec<Vec<u8>>>,
     /// Fat binaries whose bytes the write stage reads again (code objects
     /// of uncompressed bundles, CCOBs left for it), as the scan found them:
@@ -74,6 +75,11 @@ const ADMIT_POLL: std::time::Duration = std::time::Duration::from_millis(2);
 /// this keeps peak memory from growing with `--jobs`.
 const QUEUE_BUDGET: u64 = 64 << 20;
 
+/// Capacity of the code-object buffers kept for reuse once their code
+/// objects are compressed (outside the compressors' memory budget, so
+/// small: it saves the page faults of fresh buffers, not memory).
+const POOL_KEEP: u64 = 16 << 20;
+
 /// Largest window a zstd decoder accepts by default (2^27), the most a
 /// walk's decoder holds.
 const WINDOW_MAX: u64 = 1 << 27;
@@ -84,7 +90,7 @@ struct Admitted<'a> {
     cost: u64,
     /// The same bytes, declared to the compressors' memory budget: while a
     /// large decoder window is held, fewer level-19/22 contexts run.
-    _held: rocpack_kpack::writer_budget::Held,
+    _held: rocpack_bundle::memory::Held,
 }
 
 impl Drop for Admitted<'_> {
@@ -183,10 +189,13 @@ impl Spill {
             }
         }
         *w += cost;
+        drop(w);
+        // Then the compressors' budget: the window waits for running
+        // compressions to return what it needs (never with the lock held).
         Admitted {
             spill: self,
             cost,
-            _held: rocpack_kpack::writer_budget::hold(cost),
+            _held: rocpack_bundle::memory::hold(cost),
         }
     }
 
@@ -198,9 +207,14 @@ impl Spill {
             .unwrap_or_default()
     }
 
+    /// Keeps `b` for reuse while the kept buffers' capacity stays within
+    /// [`POOL_KEEP`] (it is freed otherwise).
     fn give_back(&self, b: Vec<u8>) {
         if let Ok(mut p) = self.pool.lock() {
-            p.push(b);
+            let kept: usize = p.iter().map(Vec::capacity).sum();
+            if (kept + b.capacity()) as u64 <= POOL_KEEP {
+                p.push(b);
+            }
         }
     }
 
@@ -534,14 +548,21 @@ impl rocpack_bundle::EntryTarget<rocpack_bundle::CopyError> for CcobTarget<'_, '
         let shared = self.shared;
         let (in_flight, queued) = (&shared.spill.in_flight, &shared.spill.queued);
         // A worker compresses it while this thread goes on decompressing;
-        // when every worker is busy or the queue holds QUEUE_BUDGET bytes,
-        // this thread does it (never waits, so never deadlocks).
+        // when every worker is busy, the queue holds QUEUE_BUDGET bytes or
+        // the compressors' memory budget has no room for the buffer, this
+        // thread does it (never waits, so never deadlocks).
         let len = buf.len() as u64;
         let before = queued.fetch_add(len, Ordering::AcqRel);
         let fits = before == 0 || before + len <= QUEUE_BUDGET;
-        if fits && in_flight.fetch_add(1, Ordering::AcqRel) < self.workers {
+        let held = if fits && in_flight.fetch_add(1, Ordering::AcqRel) < self.workers {
+            rocpack_bundle::memory::try_hold(buf.capacity() as u64)
+        } else {
+            None
+        };
+        if let Some(held) = held {
             self.scope.spawn(move |_| {
                 shared.compress(i, buf);
+                drop(held);
                 shared.spill.in_flight.fetch_sub(1, Ordering::AcqRel);
                 shared.spill.queued.fetch_sub(len, Ordering::AcqRel);
             });
