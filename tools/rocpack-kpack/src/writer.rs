@@ -39,20 +39,73 @@ pub fn compress_frame(data: &[u8], level: i32) -> Result<Vec<u8>> {
 /// (what rocm-kpack's Python writer produces).
 ///
 /// Memory: the context waits for a [`writer_budget::permit`] first, and
-/// ultra levels are capped ([`writer_budget`]).
+/// ultra levels are capped ([`writer_budget`]). A thread keeps a small
+/// context for its next code object ([`KeptContext`]).
 pub fn compress_frame_with(data: &[u8], level: i32, checksum: bool) -> Result<Vec<u8>> {
-    let zerr = |e: std::io::Error| Error::new(ErrorKind::Zstd(e.to_string()));
+    use zstd::zstd_safe::{CParameter, ResetDirective};
+    let zerr = |code: usize| {
+        Error::new(ErrorKind::Zstd(
+            zstd::zstd_safe::get_error_name(code).into(),
+        ))
+    };
     let len = data.len() as u64;
-    let _permit = writer_budget::permit(writer_budget::context_bytes(level, len, false));
-    let mut c = zstd::bulk::Compressor::new(level).map_err(zerr)?;
-    if checksum {
-        c.set_parameter(zstd::stream::raw::CParameter::ChecksumFlag(true))
-            .map_err(zerr)?;
-    }
+    let need = writer_budget::context_bytes(level, len, false);
+    let _permit = writer_budget::permit(need);
+    let mut cctx = KeptContext::take(need);
+    cctx.reset(ResetDirective::SessionAndParameters)
+        .map_err(zerr)?;
+    cctx.set_parameter(CParameter::CompressionLevel(level))
+        .map_err(zerr)?;
+    cctx.set_parameter(CParameter::ChecksumFlag(checksum))
+        .map_err(zerr)?;
     for p in ultra_caps(level, len) {
-        c.set_parameter(p).map_err(zerr)?;
+        cctx.set_parameter(p).map_err(zerr)?;
     }
-    c.compress(data).map_err(zerr)
+    let mut out = Vec::with_capacity(zstd::zstd_safe::compress_bound(data.len()));
+    cctx.compress2(&mut out, data).map_err(zerr)?;
+    KeptContext::give_back(cctx);
+    Ok(out)
+}
+
+/// A thread's compression context, kept between code objects when it is
+/// at most [`KEPT_CONTEXT_MAX`] bytes: a fresh one per code object is
+/// allocated, page-faulted and zeroed again and, freed, leaves blocks the
+/// allocator may keep. Declared to the memory ledger while it is kept (one
+/// the budget has no room for is freed). Larger contexts (high levels)
+/// are not kept: their compressions take far longer than a fresh context,
+/// and kept idle they would take budget running compressions need. Reuse
+/// does not change a frame: [`compress_frame_with`] resets the context's
+/// session and parameters first.
+struct KeptContext;
+
+/// Largest context a thread keeps ([`KeptContext`]).
+const KEPT_CONTEXT_MAX: u64 = 16 << 20;
+
+type Kept = (zstd::zstd_safe::CCtx<'static>, writer_budget::Held);
+
+thread_local! {
+    static KEPT: std::cell::RefCell<Option<Kept>> = const { std::cell::RefCell::new(None) };
+}
+
+impl KeptContext {
+    /// This thread's kept context, unless it is more than twice what
+    /// `need` bytes take (its memory would go unaccounted), or a new one.
+    fn take(need: u64) -> zstd::zstd_safe::CCtx<'static> {
+        let kept = KEPT.with(|k| k.borrow_mut().take()).map(|(c, _held)| c);
+        match kept {
+            Some(c) if c.sizeof() as u64 <= need.saturating_mul(2) + (1 << 20) => c,
+            _ => zstd::zstd_safe::CCtx::create(),
+        }
+    }
+
+    fn give_back(c: zstd::zstd_safe::CCtx<'static>) {
+        let size = c.sizeof() as u64;
+        if size <= KEPT_CONTEXT_MAX {
+            if let Some(held) = writer_budget::try_hold(size) {
+                KEPT.with(|k| *k.borrow_mut() = Some((c, held)));
+            }
+        }
+    }
 }
 
 /// The parameters that cap an ultra level for an input of `len` bytes

@@ -65,7 +65,7 @@ pub fn run(args: PackArgs) -> anyhow::Result<ExitCode> {
         entries.push((key.clone(), target.clone(), PathBuf::from(file)));
     }
     if let Some(c) = args.compression {
-        rocpack_kpack::writer_budget::prepare_process(c);
+        rocpack_kpack::writer_budget::prepare_process(c, None);
     }
     let req = PackRequest {
         entries,

@@ -160,7 +160,8 @@ pub fn run(args: SplitArgs) -> anyhow::Result<ExitCode> {
             p.display()
         );
     }
-    rocpack_kpack::writer_budget::prepare_process(args.compression);
+    let jobs = super::capped_jobs("split", args.jobs);
+    rocpack_kpack::writer_budget::prepare_process(args.compression, jobs);
     let opts = SplitOptions {
         artifact_dir: args.artifact_dir.clone().unwrap_or_default(),
         artifact_prefix: args.artifact_prefix.clone().unwrap_or_default(),
@@ -169,7 +170,7 @@ pub fn run(args: SplitArgs) -> anyhow::Result<ExitCode> {
         compression: args.compression,
         exclude_arch: args.exclude_arch.clone(),
         gpu_targets: args.gpu_targets.clone(),
-        jobs: super::capped_jobs("split", args.jobs),
+        jobs,
         staging_roots: args.staging_root.clone(),
     };
     let bar = std::io::stderr().is_terminal().then(|| {

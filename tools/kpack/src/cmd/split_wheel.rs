@@ -145,7 +145,8 @@ pub fn run(args: SplitWheelArgs) -> anyhow::Result<ExitCode> {
         None => None,
     };
     let compression = args.compression.with_level(args.compression_level);
-    rocpack_kpack::writer_budget::prepare_process(compression);
+    let jobs = super::capped_jobs("split-wheel", args.jobs);
+    rocpack_kpack::writer_budget::prepare_process(compression, jobs);
     let opts = WheelSplitOptions {
         device_package_prefix: args.device_package_prefix.clone(),
         overlay_root: args.overlay_root.clone(),
@@ -157,7 +158,7 @@ pub fn run(args: SplitWheelArgs) -> anyhow::Result<ExitCode> {
             FormatArg::Wheel => OutputFormat::Wheel,
             FormatArg::Directory => OutputFormat::Directory,
         },
-        jobs: super::capped_jobs("split-wheel", args.jobs),
+        jobs,
         config,
         zip_level: args.zip_level,
         source_date_epoch: parse_source_date_epoch(
