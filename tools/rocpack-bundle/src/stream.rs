@@ -845,173 +845,223 @@ pub fn walk_entries<E: From<Error>>(
     if disjoint.is_none() {
         return walk_entries_overlapping(src, index, opts, target);
     }
-    let want_hash = opts.walk_hash || opts.verify_hash;
+    let hashing = (opts.walk_hash || opts.verify_hash) && index.ccob.is_some();
     let mut dctx = Dctx::take();
-    let (mut p, claim, start) = match index.ccob {
-        Some(h) => {
-            let c = open_ccob(src, opts, &mut dctx)?;
-            let start = c.start;
-            (Payload::Ccob(c), h.uncompressed_size, start)
+    let mut w = EntryWalk::open(src, index, opts, &mut dctx, hashing)?;
+    for &i in &order {
+        let e = &index.entries[i];
+        if !w.gap(Some(e.offset))? || !w.entry(i, e.size, target)? {
+            return w.finish(index, opts);
         }
-        None => {
-            if src.size() < index.payload_len {
-                return Err(Error::Truncated {
-                    offset: 0,
-                    expected: "uncompressed bundle",
-                    needed: index.payload_len,
-                    available: src.size(),
-                }
-                .into());
+    }
+    w.gap(None)?;
+    w.finish(index, opts)
+}
+
+/// The state of one [`walk_entries`] pass over a payload whose code
+/// objects are disjoint: where it is, the running MD5 (CCOBs when asked),
+/// and what the bytes outside every code object held.
+struct EntryWalk<'a> {
+    p: Payload<'a>,
+    /// Payload bytes read so far.
+    pos: u64,
+    /// The payload length the header claims.
+    claim: u64,
+    /// File offset of the payload (for errors).
+    start: u64,
+    header_len: u64,
+    /// Where the bundle's last code object ends.
+    end: u64,
+    hashing: bool,
+    md5: Md5,
+    scratch: Vec<u8>,
+    /// Every byte after the header and outside the code objects is zero.
+    gaps_zero: bool,
+    /// The first non-zero byte after the bundle's end, if any.
+    trailing: Option<u64>,
+}
+
+impl<'a> EntryWalk<'a> {
+    /// Opens the payload of `index` in `src` (a CCOB through `dctx`).
+    fn open(
+        src: &'a dyn ReadAt,
+        index: &BundleIndex,
+        opts: &ParseOptions,
+        dctx: &'a mut Dctx,
+        hashing: bool,
+    ) -> Result<EntryWalk<'a>> {
+        let (p, claim, start) = match index.ccob {
+            Some(h) => {
+                let c = open_ccob(src, opts, dctx)?;
+                let start = c.start;
+                (Payload::Ccob(c), h.uncompressed_size, start)
             }
-            let p = Payload::Plain {
-                src,
-                pos: 0,
-                len: index.payload_len,
-            };
-            (p, index.payload_len, 0)
-        }
-    };
-    let hashing = want_hash && index.ccob.is_some();
-    let mut md5 = Md5::new();
-    let mut scratch = vec![0u8; CHUNK];
-    let mut gaps_zero = true;
-    let mut trailing: Option<u64> = None;
-    let mut pos = 0u64;
-    // Reads `[pos, to)` (or to the end of the payload when `to` is None)
-    // as bytes outside every code object; returns false at the end.
-    let mut gap = |p: &mut Payload<'_>,
-                   pos: &mut u64,
-                   to: Option<u64>,
-                   md5: &mut Md5,
-                   scratch: &mut [u8]|
-     -> Result<bool> {
+            None => {
+                if src.size() < index.payload_len {
+                    return Err(Error::Truncated {
+                        offset: 0,
+                        expected: "uncompressed bundle",
+                        needed: index.payload_len,
+                        available: src.size(),
+                    });
+                }
+                let p = Payload::Plain {
+                    src,
+                    pos: 0,
+                    len: index.payload_len,
+                };
+                (p, index.payload_len, 0)
+            }
+        };
+        Ok(EntryWalk {
+            p,
+            pos: 0,
+            claim,
+            start,
+            header_len: index.header.len() as u64,
+            end: index.end,
+            hashing,
+            md5: Md5::new(),
+            scratch: vec![0u8; CHUNK],
+            gaps_zero: true,
+            trailing: None,
+        })
+    }
+
+    /// Reads `[pos, to)` (or to the end of the payload when `to` is None)
+    /// as bytes outside every code object; false at the end of the payload.
+    fn gap(&mut self, to: Option<u64>) -> Result<bool> {
         loop {
             let want = match to {
-                Some(t) if *pos >= t => return Ok(true),
-                Some(t) => (t - *pos).min(scratch.len() as u64) as usize,
-                None => scratch.len(),
+                Some(t) if self.pos >= t => return Ok(true),
+                Some(t) => (t - self.pos).min(CHUNK as u64) as usize,
+                None => CHUNK,
             };
-            let n = p.fill(&mut scratch[..want])?;
+            let n = self.p.fill(&mut self.scratch[..want])?;
             if n == 0 {
                 return Ok(false);
             }
-            if *pos + n as u64 > claim {
+            let b = self.pos + n as u64;
+            if b > self.claim {
                 return Err(Error::Decompress {
-                    offset: start,
+                    offset: self.start,
                     reason: format!(
-                        "payload decompresses to {}+ bytes, header says {claim}",
-                        *pos + n as u64
+                        "payload decompresses to {b}+ bytes, header says {}",
+                        self.claim
                     ),
                 });
             }
-            let chunk = &scratch[..n];
-            if hashing {
-                md5.update(chunk);
+            let chunk = &self.scratch[..n];
+            if self.hashing {
+                self.md5.update(chunk);
             }
             // Gaps: bytes after the header; beyond `end` they must be zero.
-            let a = (*pos).max(header_len);
-            let b = *pos + n as u64;
+            let a = self.pos.max(self.header_len);
             if a < b {
-                let g = &chunk[(a - *pos) as usize..];
-                if gaps_zero && g.iter().any(|&x| x != 0) {
-                    gaps_zero = false;
+                let g = &chunk[(a - self.pos) as usize..];
+                if self.gaps_zero && g.iter().any(|&x| x != 0) {
+                    self.gaps_zero = false;
                 }
-                if trailing.is_none() {
-                    let t0 = a.max(index.end);
-                    if t0 < b {
-                        if let Some(k) = chunk[(t0 - *pos) as usize..].iter().position(|&x| x != 0)
-                        {
-                            trailing = Some(t0 + k as u64);
-                        }
+                let t0 = a.max(self.end);
+                if self.trailing.is_none() && t0 < b {
+                    let after = &chunk[(t0 - self.pos) as usize..];
+                    if let Some(k) = after.iter().position(|&x| x != 0) {
+                        self.trailing = Some(t0 + k as u64);
                     }
                 }
             }
-            *pos = b;
+            self.pos = b;
         }
-    };
-    let mut ended = false;
-    for &i in &order {
-        let e = &index.entries[i];
-        if !gap(&mut p, &mut pos, Some(e.offset), &mut md5, &mut scratch)? {
-            ended = true;
-            break;
-        }
+    }
+
+    /// Entry `i` (`size` bytes, at the current position) to where `target`
+    /// wants it; false when the payload ended inside it.
+    fn entry<E: From<Error>>(
+        &mut self,
+        i: usize,
+        size: u64,
+        target: &mut dyn EntryTarget<E>,
+    ) -> std::result::Result<bool, E> {
         match target.dest(i)? {
-            EntryDest::Skip if !hashing => {
-                let k = p.skip(e.size, &mut scratch)?;
-                pos += k;
-                if k < e.size {
-                    ended = true;
-                    break;
-                }
+            EntryDest::Skip if !self.hashing => {
+                let k = self.p.skip(size, &mut self.scratch)?;
+                self.pos += k;
+                Ok(k == size)
             }
             d @ (EntryDest::Skip | EntryDest::Chunks) => {
                 let mut off = 0u64;
-                while off < e.size {
-                    let want = (e.size - off).min(CHUNK as u64) as usize;
-                    let n = p.fill(&mut scratch[..want])?;
+                while off < size {
+                    let want = (size - off).min(CHUNK as u64) as usize;
+                    let n = self.p.fill(&mut self.scratch[..want])?;
                     if n == 0 {
                         break;
                     }
-                    if hashing {
-                        md5.update(&scratch[..n]);
+                    if self.hashing {
+                        self.md5.update(&self.scratch[..n]);
                     }
                     if matches!(d, EntryDest::Chunks) {
-                        target.chunk(i, off, &scratch[..n])?;
+                        target.chunk(i, off, &self.scratch[..n])?;
                     }
                     off += n as u64;
                 }
-                pos += off;
-                if off < e.size {
-                    ended = true;
-                    break;
-                }
+                self.pos += off;
+                Ok(off == size)
             }
             EntryDest::Buffer(mut buf) => {
-                let size = usize::try_from(e.size).unwrap_or(usize::MAX);
-                buf.resize(size, 0);
-                let n = p.fill(&mut buf)?;
-                if hashing {
-                    md5.update(&buf[..n]);
+                let want = usize::try_from(size).unwrap_or(usize::MAX);
+                buf.resize(want, 0);
+                let n = self.p.fill(&mut buf)?;
+                if self.hashing {
+                    self.md5.update(&buf[..n]);
                 }
-                pos += n as u64;
-                if n < size {
-                    ended = true;
-                    break;
+                self.pos += n as u64;
+                if n < want {
+                    return Ok(false);
                 }
                 target.filled(i, buf)?;
+                Ok(true)
             }
         }
     }
-    if !ended {
-        gap(&mut p, &mut pos, None, &mut md5, &mut scratch)?;
-    }
-    if pos != claim {
-        return Err(Error::Decompress {
-            offset: start,
-            reason: format!("payload decompresses to {pos} bytes, header says {claim}"),
+
+    /// Checks the length decoded against the header's claim and the bytes
+    /// after the bundle's end; the summary, with the stored hash checked
+    /// as `opts` asks.
+    fn finish<E: From<Error>>(
+        self,
+        index: &BundleIndex,
+        opts: &ParseOptions,
+    ) -> std::result::Result<WalkSummary, E> {
+        if self.pos != self.claim {
+            return Err(Error::Decompress {
+                offset: self.start,
+                reason: format!(
+                    "payload decompresses to {} bytes, header says {}",
+                    self.pos, self.claim
+                ),
+            }
+            .into());
         }
-        .into());
+        let Some(h) = index.ccob else {
+            return Ok(WalkSummary {
+                hash_matches: None,
+                computed_hash: None,
+                gaps_zero: self.gaps_zero,
+            });
+        };
+        if let Some(at) = self.trailing {
+            return Err(in_payload(
+                Error::Malformed {
+                    offset: at,
+                    what: "non-zero data after the end of the bundle".into(),
+                },
+                &h,
+            )
+            .into());
+        }
+        let digest = self.hashing.then(|| self.md5.finalize());
+        Ok(summary(digest.as_deref(), h.hash, opts, self.gaps_zero)?)
     }
-    let Some(h) = index.ccob else {
-        return Ok(WalkSummary {
-            hash_matches: None,
-            computed_hash: None,
-            gaps_zero,
-        });
-    };
-    if let Some(at) = trailing {
-        return Err(in_payload(
-            Error::Malformed {
-                offset: at,
-                what: "non-zero data after the end of the bundle".into(),
-            },
-            &h,
-        )
-        .into());
-    }
-    let digest = hashing.then(|| md5.finalize());
-    Ok(summary(digest.as_deref(), h.hash, opts, gaps_zero)?)
 }
 
 /// [`walk_entries`] of a bundle whose code objects overlap each other or
