@@ -244,34 +244,13 @@ impl Spill {
         let n = self.next.fetch_add(1, Ordering::Relaxed);
         let raw_path = self.dir.path().join(format!("{n}.bundle"));
         let frames_path = self.dir.path().join(format!("{n}.frames"));
-        let kept: Vec<bool> = index
-            .entries
-            .iter()
-            .map(|e| !e.id.is_host() && !keep.drops(e.id.target_id()))
-            .collect();
-        // Overlapping entries would each need their own buffer at once:
-        // they are spilled raw (each byte once, at its payload offset).
-        let level = match compression {
-            Compression::Zstd { level } if index.overlaps().is_empty() => Some(level),
-            _ => None,
-        };
-        let inmem: Vec<bool> = index
-            .entries
-            .iter()
-            .zip(&kept)
-            .map(|(e, &k)| k && level.is_some() && e.size <= INMEM_MAX)
-            .collect();
-        let any_raw = kept
-            .iter()
-            .zip(&inmem)
-            .zip(&index.entries)
-            .any(|((&k, &m), e)| k && !m && e.size > 0);
-        let raw_file = if any_raw || level.is_none() {
+        let plan = CcobPlan::new(index, compression, keep);
+        let raw_file = if plan.any_raw(index) || plan.level.is_none() {
             Some(File::create(&raw_path).ctx(&raw_path, "create decompressed bundle")?)
         } else {
             None
         };
-        let frames_file = match level {
+        let frames_file = match plan.level {
             Some(_) => Some(File::create(&frames_path).ctx(&frames_path, "create spill file")?),
             None => None,
         };
@@ -279,26 +258,19 @@ impl Spill {
             out: Mutex::new((frames_file, 0, vec![None; index.entries.len()])),
             spill: self,
             failed: Mutex::new(None),
-            level: level.unwrap_or_default(),
+            level: plan.level.unwrap_or_default(),
         };
+        let (kept, inmem) = (&plan.kept, &plan.inmem);
         // Code objects queued for the other workers (across every bundle
         // being walked); this thread keeps decompressing, or compresses
         // itself when the queue is full.
         let workers = rayon::current_num_threads().saturating_sub(1).max(1);
-        let cost = index.payload_len.min(WINDOW_MAX)
-            + index
-                .entries
-                .iter()
-                .zip(&inmem)
-                .filter(|(_, &m)| m)
-                .map(|(e, _)| e.size)
-                .max()
-                .unwrap_or(0);
+        let cost = plan.cost(index);
         let walked = rayon::scope(|s| {
             let mut target = CcobTarget {
                 index,
-                kept: &kept,
-                inmem: &inmem,
+                kept,
+                inmem,
                 raw: raw_file.as_ref(),
                 shared: &shared,
                 scope: s,
@@ -324,31 +296,7 @@ impl Spill {
                 return Err(FsError::new(&raw_path, "write decompressed bundle", e).into())
             }
         };
-        let FrameSink { out, failed, .. } = shared;
-        if let Some(e) = failed.into_inner().ok().flatten() {
-            return Err(match e {
-                FrameError::Zstd(error) => SplitError::Kpack {
-                    path: input.to_path_buf(),
-                    error,
-                },
-                FrameError::Io(e) => FsError::new(&frames_path, "write spill file", e).into(),
-            });
-        }
-        let (_, _, offsets) = out
-            .into_inner()
-            .map_err(|_| SplitError::Usage("internal: frame table poisoned".into()))?;
-        // Empty code objects have no frame: the write stage compresses
-        // the zero bytes it reads.
-        let frames = offsets
-            .into_iter()
-            .map(|at| {
-                at.map(|(offset, len)| Frame {
-                    file: frames_path.clone(),
-                    offset,
-                    len,
-                })
-            })
-            .collect();
+        let frames = shared.into_frames(input, &frames_path)?;
         Ok(Precompressed {
             raw: if raw_file.is_some() {
                 raw_path
@@ -516,6 +464,68 @@ pub(super) fn entry_place(
     })
 }
 
+/// What [`Spill::walk_ccob`] does with each entry of one CCOB.
+struct CcobPlan {
+    /// Per entry: a device code object of a target the split keeps.
+    kept: Vec<bool>,
+    /// Per entry: decoded into a buffer and compressed during the walk
+    /// (else, when kept, spilled raw).
+    inmem: Vec<bool>,
+    /// The archives' zstd level, when code objects are compressed during
+    /// the walk (zstd archives and entries that do not overlap).
+    level: Option<i32>,
+}
+
+impl CcobPlan {
+    fn new(
+        index: &rocpack_bundle::BundleIndex,
+        compression: Compression,
+        keep: &ArchFilter<'_>,
+    ) -> CcobPlan {
+        let kept: Vec<bool> = index
+            .entries
+            .iter()
+            .map(|e| !e.id.is_host() && !keep.drops(e.id.target_id()))
+            .collect();
+        // Overlapping entries would each need their own buffer at once:
+        // they are spilled raw (each byte once, at its payload offset).
+        let level = match compression {
+            Compression::Zstd { level } if index.overlaps().is_empty() => Some(level),
+            _ => None,
+        };
+        let inmem = index
+            .entries
+            .iter()
+            .zip(&kept)
+            .map(|(e, &k)| k && level.is_some() && e.size <= INMEM_MAX)
+            .collect();
+        CcobPlan { kept, inmem, level }
+    }
+
+    /// Some kept, non-empty code object is spilled raw.
+    fn any_raw(&self, index: &rocpack_bundle::BundleIndex) -> bool {
+        self.kept
+            .iter()
+            .zip(&self.inmem)
+            .zip(&index.entries)
+            .any(|((&k, &m), e)| k && !m && e.size > 0)
+    }
+
+    /// Memory the walk holds: the decoder's window and the largest code
+    /// object decoded into a buffer.
+    fn cost(&self, index: &rocpack_bundle::BundleIndex) -> u64 {
+        index.payload_len.min(WINDOW_MAX)
+            + index
+                .entries
+                .iter()
+                .zip(&self.inmem)
+                .filter(|(_, &m)| m)
+                .map(|(e, _)| e.size)
+                .max()
+                .unwrap_or(0)
+    }
+}
+
 /// Where [`Spill::walk_ccob`] puts each code object of one CCOB.
 struct CcobTarget<'a, 's, 'scope> {
     index: &'a rocpack_bundle::BundleIndex,
@@ -650,6 +660,39 @@ impl FrameSink<'_> {
             }
         }
         self.spill.give_back(data);
+    }
+
+    /// Per entry, its frame in `frames_path` (none for empty code
+    /// objects: the write stage compresses the zero bytes it reads), or
+    /// the first error of a compression or a spill write.
+    fn into_frames(
+        self,
+        input: &Path,
+        frames_path: &Path,
+    ) -> Result<Vec<Option<Frame>>, SplitError> {
+        if let Some(e) = self.failed.into_inner().ok().flatten() {
+            return Err(match e {
+                FrameError::Zstd(error) => SplitError::Kpack {
+                    path: input.to_path_buf(),
+                    error,
+                },
+                FrameError::Io(e) => FsError::new(frames_path, "write spill file", e).into(),
+            });
+        }
+        let (_, _, offsets) = self
+            .out
+            .into_inner()
+            .map_err(|_| SplitError::Usage("internal: frame table poisoned".into()))?;
+        Ok(offsets
+            .into_iter()
+            .map(|at| {
+                at.map(|(offset, len)| Frame {
+                    file: frames_path.to_path_buf(),
+                    offset,
+                    len,
+                })
+            })
+            .collect())
     }
 
     fn append(&self, i: usize, frame: &[u8]) {
