@@ -11,7 +11,8 @@
 #                              (CCOB inputs: vs zstd -d of the CCOB payloads + cp)
 #   reassemble (from zstd)     vs  the split above                target <= 1.0x
 #   peak RSS of every run, of a split at every --compression level
-#   (none, zstd:1 3 9 19 22) and at --jobs JOBS_LIST (default 1 2 4 8)
+#   (none, zstd:1 3 9 19 22), and at --jobs JOBS_LIST (default 1 2 4 8) for
+#   each of JOBS_COMPRESSION (default zstd, zstd:9, none)
 #                                                                 target <= 256 MiB
 #   .kpack bytes per arch at each level vs the per-frame floor: every code
 #   object compressed alone by `zstd --ultra -22 --long=27`     zstd:19 <= 1.05x
@@ -37,8 +38,8 @@
 #   rocsparse  Debian bookworm librocsparse0 5.3.0+dfsg-2 (librocsparse.so.0.1,
 #              1.31 GB, plain bundles), `apt-get download`
 #
-# Knobs: ROUNDS, LOADS, SIZES=0 (skip the archive rows), LEVELS (default
-# "1 3 9 19 22"), FLOOR=0 (skip the per-frame floor, the slow part: about a
+# Knobs: ROUNDS, LOADS, SIZES=0 (skip the archive rows), JOBS_COMPRESSION,
+# LEVELS (default "1 3 9 19 22"), FLOOR=0 (skip the per-frame floor, the slow part: about a
 # minute of CPU per 100 MB of code objects; cached per input under
 # $ROCPACK_BENCH_CACHE/floors), JOBS_LIST, QUICK=1 (smoke test: ROUNDS=1,
 # LOADS=quiet, LEVELS=3, JOBS_LIST="1 2", FLOOR=0).
@@ -362,11 +363,12 @@ archive_sizes() {
     rm -rf "$w/lv"
 }
 
-# jobs_rss NAME W: peak RSS of the default split and of `none` at each
+# jobs_rss NAME W: peak RSS of the split at each --compression of
+# JOBS_COMPRESSION (default: the default level, level 9, `none`) and each
 # --jobs of JOBS_LIST, and what each worker beyond the first adds.
 jobs_rss() {
     local name="$1" w="$2" c j
-    for c in zstd none; do
+    for c in ${JOBS_COMPRESSION:-zstd zstd:9 none}; do
         local line="" first="" last="" jl=""
         for j in ${JOBS_LIST:-1 2 4 8}; do
             rm -rf "$w/jb"; sync
@@ -380,7 +382,7 @@ jobs_rss() {
         local per
         per=$(awk -v a="$first" -v b="$last" 'BEGIN { split(a, x, ":"); split(b, y, ":");
             if (y[2] > x[2]) printf "%.1f", (y[1] - x[1]) / (y[2] - x[2]); else print "-" }')
-        printf '  peak RSS, split %-4s%s; per extra worker %s MiB (target: <= 256 MiB at any --jobs)\n' "$c" "$line" "$per"
+        printf '  peak RSS, split %-6s%s; per extra worker %s MiB (target: <= 256 MiB at any --jobs)\n' "$c" "$line" "$per"
     done
     rm -rf "$w/jb"
 }
