@@ -54,6 +54,7 @@ pub use source::{bundle_extent_in, find_bundles_in, FileRange, ReadAt, Window};
 pub use stream::{
     copy_payload, index_bundle, index_bundle_in, release_decoders, walk_bundle, walk_entries,
     BundleIndex, CopyError, EntryDest, EntrySink, EntryTarget, IndexEntry, WalkSummary, CHUNK,
+    DECODER_WINDOW_MAX,
 };
 pub use target::spelling::{
     arch_from_file_name, base_arch, miopen_arch, parse_gpu_target, parse_target_exact,

@@ -155,15 +155,16 @@ impl Dctx {
     /// needs: zstd reuses a window up to three times too large, which a
     /// walk declaring only its own payload would not account for.
     fn fit(&mut self, len: u64) {
-        let need = len.min(WINDOW_MAX_BYTES).saturating_add(DCTX_SLACK);
+        let need = len.min(DECODER_WINDOW_MAX).saturating_add(DCTX_SLACK);
         if self.0.as_ref().is_some_and(|d| d.sizeof() as u64 > need) {
             self.0 = None;
         }
     }
 }
 
-/// Largest window a decoder takes by default (2^27 bytes).
-const WINDOW_MAX_BYTES: u64 = 1 << 27;
+/// Largest window a zstd decoder accepts by default (2^27 bytes): the
+/// most a CCOB decoder holds.
+pub const DECODER_WINDOW_MAX: u64 = 1 << 27;
 
 /// What a decoder context holds beside its window (block buffers, tables).
 const DCTX_SLACK: u64 = 1 << 20;

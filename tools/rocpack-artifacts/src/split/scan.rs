@@ -80,10 +80,6 @@ const QUEUE_BUDGET: u64 = 64 << 20;
 /// small: it saves the page faults of fresh buffers, not memory).
 const POOL_KEEP: u64 = 16 << 20;
 
-/// Largest window a zstd decoder accepts by default (2^27), the most a
-/// walk's decoder holds.
-const WINDOW_MAX: u64 = 1 << 27;
-
 /// A CCOB walk admitted by [`Spill::admit`]; leaving the budget on drop.
 struct Admitted<'a> {
     spill: &'a Spill,
@@ -323,7 +319,7 @@ impl Spill {
     ) -> Result<rocpack_bundle::WalkSummary, SplitError> {
         let input = File::open(&d.file).ctx(&d.file, "open")?;
         let src = rocpack_bundle::FileRange::new(&input, d.offset, d.len);
-        let _admitted = self.admit(d.index.payload_len.min(WINDOW_MAX));
+        let _admitted = self.admit(d.index.payload_len.min(rocpack_bundle::DECODER_WINDOW_MAX));
         // Decoding and writing overlap: this thread decodes, a writer
         // thread puts the chunks in place (in line, the positioned writes
         // added their cost to the decoding, one CPU doing both).
@@ -514,7 +510,7 @@ impl CcobPlan {
     /// Memory the walk holds: the decoder's window and the largest code
     /// object decoded into a buffer.
     fn cost(&self, index: &rocpack_bundle::BundleIndex) -> u64 {
-        index.payload_len.min(WINDOW_MAX)
+        index.payload_len.min(rocpack_bundle::DECODER_WINDOW_MAX)
             + index
                 .entries
                 .iter()
