@@ -402,8 +402,14 @@ fn difference(was: &FileIdent, now: &FileIdent) -> String {
         "replaced by another file".into()
     } else if was.size != now.size {
         format!("{} bytes, now {}", was.size, now.size)
-    } else {
+    } else if was.mtime != now.mtime {
         "rewritten in place".into()
+    } else {
+        // Only ctime moved: a write that put the modification time back
+        // (`rsync --inplace -t`) looks the same as a metadata change.
+        "its status changed (a write that kept the modification time, or a new \
+         hard link, permissions or owner); split it again once nothing touches it"
+            .into()
     }
 }
 
@@ -1455,5 +1461,33 @@ mod tests {
         });
         let me_not = got.expect("queued work ran while the other thread waited for walk memory");
         assert!(me_not.is_some(), "ran on a pool thread");
+    }
+
+    /// A file whose status alone changed (a new hard link here) is named
+    /// as such, not as rewritten: its bytes may be the same.
+    #[test]
+    fn a_status_change_is_not_called_a_rewrite() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("lib.so");
+        std::fs::write(&p, b"abc").unwrap();
+        let was = FileIdent::of(&std::fs::metadata(&p).unwrap());
+        // ctime has the file system's clock granularity.
+        let mut now = was;
+        for _ in 0..200 {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+            let _ = std::fs::remove_file(dir.path().join("link"));
+            std::fs::hard_link(&p, dir.path().join("link")).unwrap();
+            now = FileIdent::of(&std::fs::metadata(&p).unwrap());
+            if now.ctime != was.ctime {
+                break;
+            }
+        }
+        assert_ne!(now.ctime, was.ctime, "the link did not change ctime");
+        let d = difference(&was, &now);
+        assert!(d.contains("hard link") && !d.contains("rewritten"), "{d}");
+        std::fs::write(&p, b"abd").unwrap();
+        let mut later = FileIdent::of(&std::fs::metadata(&p).unwrap());
+        later.mtime.1 = later.mtime.1.wrapping_add(1);
+        assert_eq!(difference(&was, &later), "rewritten in place");
     }
 }
