@@ -37,6 +37,30 @@ fn ledger() -> std::sync::MutexGuard<'static, Ledger> {
     LEDGER.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+impl Ledger {
+    /// Whether `bytes` more fit [`BUDGET`] beside everything counted.
+    fn fits(&self, bytes: u64) -> bool {
+        self.contexts + self.held + bytes <= BUDGET
+    }
+}
+
+/// The ledger once `bytes` fit [`BUDGET`] or no compression runs (the
+/// only one running always may; its holders never wait, so this cannot
+/// deadlock).
+fn room_for(bytes: u64) -> std::sync::MutexGuard<'static, Ledger> {
+    let mut l = ledger();
+    while l.contexts > 0 && !l.fits(bytes) {
+        l = RETURNED.wait(l).unwrap_or_else(|p| p.into_inner());
+    }
+    l
+}
+
+/// Takes `f`'s bytes off the ledger and wakes the waiters.
+fn give_back(f: impl FnOnce(&mut Ledger)) {
+    f(&mut ledger());
+    RETURNED.notify_all();
+}
+
 /// The right to run one compression whose context takes `bytes`; returned
 /// on drop.
 #[derive(Debug)]
@@ -44,21 +68,14 @@ pub struct Permit(u64);
 
 impl Drop for Permit {
     fn drop(&mut self) {
-        let mut l = ledger();
-        l.contexts = l.contexts.saturating_sub(self.0);
-        drop(l);
-        RETURNED.notify_all();
+        give_back(|l| l.contexts = l.contexts.saturating_sub(self.0));
     }
 }
 
 /// Waits until a context of `bytes` fits [`BUDGET`] beside the permits
 /// out and the memory held, or no compression runs; takes it.
 pub fn permit(bytes: u64) -> Permit {
-    let mut l = ledger();
-    while l.contexts > 0 && l.contexts + l.held + bytes > BUDGET {
-        l = RETURNED.wait(l).unwrap_or_else(|p| p.into_inner());
-    }
-    l.contexts += bytes;
+    room_for(bytes).contexts += bytes;
     Permit(bytes)
 }
 
@@ -68,10 +85,7 @@ pub struct Held(u64);
 
 impl Drop for Held {
     fn drop(&mut self) {
-        let mut l = ledger();
-        l.held = l.held.saturating_sub(self.0);
-        drop(l);
-        RETURNED.notify_all();
+        give_back(|l| l.held = l.held.saturating_sub(self.0));
     }
 }
 
@@ -80,11 +94,7 @@ impl Drop for Held {
 /// held elsewhere in the process (a decoder's window, before it is
 /// allocated): further compressions count them against [`BUDGET`].
 pub fn hold(bytes: u64) -> Held {
-    let mut l = ledger();
-    while l.contexts > 0 && l.contexts + l.held + bytes > BUDGET {
-        l = RETURNED.wait(l).unwrap_or_else(|p| p.into_inner());
-    }
-    l.held += bytes;
+    room_for(bytes).held += bytes;
     Held(bytes)
 }
 
@@ -95,11 +105,10 @@ pub fn hold(bytes: u64) -> Held {
 /// the budget.
 pub fn try_hold(bytes: u64) -> Option<Held> {
     let mut l = ledger();
-    if l.contexts + l.held + bytes > BUDGET {
-        return None;
-    }
-    l.held += bytes;
-    Some(Held(bytes))
+    l.fits(bytes).then(|| {
+        l.held += bytes;
+        Held(bytes)
+    })
 }
 
 /// Makes the process give buffers of a MiB or more (code objects, zstd

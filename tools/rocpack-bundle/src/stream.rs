@@ -377,6 +377,26 @@ pub(crate) fn parse_header_in(src: &dyn ReadAt) -> Result<(Vec<u8>, Vec<IndexEnt
     })
 }
 
+/// A payload (at file offset `start`) that decoded to `pos` bytes where
+/// its header claims `claim`.
+fn length_mismatch(start: u64, pos: u64, claim: u64) -> Error {
+    Error::Decompress {
+        offset: start,
+        reason: format!("payload decompresses to {pos} bytes, header says {claim}"),
+    }
+}
+
+/// Non-zero bytes at payload offset `at`, after the bundle's end.
+fn trailing_data(at: u64, h: &CcobHeader) -> Error {
+    in_payload(
+        Error::Malformed {
+            offset: at,
+            what: "non-zero data after the end of the bundle".into(),
+        },
+        h,
+    )
+}
+
 /// An error from parsing a CCOB's decompressed payload, reported as a
 /// malformed CCOB (the payload offset goes into the message).
 pub(crate) fn in_payload(e: Error, h: &CcobHeader) -> Error {
@@ -708,24 +728,10 @@ fn walk<E: From<Error>>(
                 Ok::<_, E>((pos, digest))
             })?;
             if pos != h.uncompressed_size {
-                return Err(Error::Decompress {
-                    offset: c.start,
-                    reason: format!(
-                        "payload decompresses to {pos} bytes, header says {}",
-                        h.uncompressed_size
-                    ),
-                }
-                .into());
+                return Err(length_mismatch(c.start, pos, h.uncompressed_size).into());
             }
             if let Some(at) = d.trailing {
-                return Err(in_payload(
-                    Error::Malformed {
-                        offset: at,
-                        what: "non-zero data after the end of the bundle".into(),
-                    },
-                    &h,
-                )
-                .into());
+                return Err(trailing_data(at, &h).into());
             }
             Ok(summary(
                 want_hash.then_some(&digest[..]),
@@ -1034,14 +1040,7 @@ impl<'a> EntryWalk<'a> {
         opts: &ParseOptions,
     ) -> std::result::Result<WalkSummary, E> {
         if self.pos != self.claim {
-            return Err(Error::Decompress {
-                offset: self.start,
-                reason: format!(
-                    "payload decompresses to {} bytes, header says {}",
-                    self.pos, self.claim
-                ),
-            }
-            .into());
+            return Err(length_mismatch(self.start, self.pos, self.claim).into());
         }
         let Some(h) = index.ccob else {
             return Ok(WalkSummary {
@@ -1051,14 +1050,7 @@ impl<'a> EntryWalk<'a> {
             });
         };
         if let Some(at) = self.trailing {
-            return Err(in_payload(
-                Error::Malformed {
-                    offset: at,
-                    what: "non-zero data after the end of the bundle".into(),
-                },
-                &h,
-            )
-            .into());
+            return Err(trailing_data(at, &h).into());
         }
         let digest = self.hashing.then(|| self.md5.finalize());
         Ok(summary(digest.as_deref(), h.hash, opts, self.gaps_zero)?)

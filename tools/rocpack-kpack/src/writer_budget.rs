@@ -45,8 +45,8 @@ pub const RETURN_FREES_WIDE_FROM: i32 = 4;
 /// within the budget at any `--jobs`: measured on the 27-target XLA
 /// plugin, `zstd:9 --jobs 8` peaked at 293–317 MiB without it and
 /// 199 MiB with it. It costs about a tenth more CPU at level 9, so it is
-/// left off where the allocator's arenas stay small (two workers: 178 MiB
-/// at `zstd:9`) and at the default level (207 MiB at `--jobs 8`). For
+/// left off where the allocator's arenas stay small (two workers: 175 MiB
+/// at `zstd:9`) and at the default level (203 MiB at `--jobs 8`). For
 /// binaries, before threads start.
 pub fn prepare_process(compression: crate::Compression, jobs: Option<usize>) {
     let crate::Compression::Zstd { level } = compression else {
